@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* Structs shared between pktlife.bpf.c and userspace (Rust types are generated
+ * from this file's BTF by libbpf-cargo, never hand-copied). */
+#ifndef __PKTLIFE_H
+#define __PKTLIFE_H
+
+#define MAX_QUEUES 64          /* per direction; higher queue ids fold into the last slot */
+#define NBUCKETS 32            /* log2(ns) latency buckets: bucket b holds [2^b, 2^(b+1)) ns */
+#define NSTAGES 4
+#define NAPI_BUCKETS 12        /* log2(work per poll): budget 64 lands in bucket 6 */
+#define MAX_DROP_REASONS 256
+
+enum pl_dir { PL_RX = 0, PL_TX = 1 };
+
+/* Stage ids: the timestamp slots of struct pl_skb_state and the histogram rows. */
+enum pl_rx_stage {
+	RX_DRIVER_TO_STACK = 0, /* driver hand-up (pre-GRO) -> __netif_receive_skb */
+	RX_STACK_TO_COPY = 1,   /* stack entry -> first skb_copy_datagram_iovec */
+	RX_COPY_TO_FREE = 2,    /* first copy -> consume/kfree */
+	RX_DRIVER_TO_FREE = 3,  /* whole RX buffer lifetime */
+};
+enum pl_tx_stage {
+	TX_QUEUE_TO_XMIT = 0,   /* dev_queue_xmit (qdisc enqueue) -> driver ndo_start_xmit */
+	TX_XMIT_TO_DONE = 1,    /* driver xmit call duration */
+	TX_XMIT_TO_FREE = 2,    /* driver xmit -> completion free (the NIC's DMA window) */
+	TX_QUEUE_TO_FREE = 3,
+};
+
+/* Global event counters (per-CPU array index). */
+enum pl_counter {
+	PLC_SAMPLED = 0,       /* records written to the ring buffer */
+	PLC_LOST = 1,          /* records the ring buffer had no room for */
+	PLC_STATE_EVICT = 2,   /* in-flight skb states pushed out of the LRU before free */
+	PLC_QUEUE_CLAMPED = 3, /* packets on queues >= MAX_QUEUES, counted in the last slot */
+	PLC_NR = 8,
+};
+
+struct pl_queue_stats {
+	__u64 packets;
+	__u64 bytes;
+	__u64 napi_polls;
+	__u64 napi_work;
+	__u64 napi_budget_exhausted;
+	__u64 copies;
+	__u64 frees;
+	__u64 drops;
+	__u64 stage_count[NSTAGES];
+	__u64 stage_sum_ns[NSTAGES];
+	__u64 stage_max_ns[NSTAGES];
+	__u64 stage_hist[NSTAGES][NBUCKETS];
+	__u64 napi_work_hist[NAPI_BUCKETS];
+};
+
+struct pl_flow_key {
+	__u8 family;   /* 4 or 6 */
+	__u8 proto;    /* IPPROTO_TCP / IPPROTO_UDP */
+	__u8 dir;      /* enum pl_dir */
+	__u8 pad;
+	__u16 sport;   /* host byte order */
+	__u16 dport;
+	__u8 saddr[16];
+	__u8 daddr[16];
+};
+
+struct pl_flow_stats {
+	__u64 packets;
+	__u64 bytes;
+	__u64 first_ns;
+	__u64 last_ns;
+	__u32 queue;
+	__u32 pad;
+};
+
+/* What the probes remember about a packet between stages. */
+struct pl_skb_state {
+	__u64 ts[NSTAGES];     /* stage-entry times, bpf_ktime_get_ns */
+	__u64 data_addr;       /* skb->data at hand-up: the buffer the NIC DMA'd into */
+	__u32 len;
+	__u16 queue;
+	__u8 dir;
+	__u8 sampled;
+	struct pl_flow_key flow;  /* filled only for sampled packets */
+};
+
+/* One sampled packet's life, sent through the ring buffer at free time. */
+struct pl_pkt_event {
+	__u64 ts[NSTAGES];
+	__u64 free_ns;
+	__u64 skb_addr;
+	__u64 data_addr;
+	__u32 len;
+	__u32 cpu;
+	__u16 queue;
+	__u8 dir;
+	__u8 dropped;
+	__u32 drop_reason;
+	struct pl_flow_key flow;
+};
+
+#endif /* __PKTLIFE_H */

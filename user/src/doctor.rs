@@ -1,0 +1,111 @@
+//! `ddioscope doctor`: what this host offers each part of ddioscope, and what
+//! every missing piece costs the user.
+use std::fs;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::probe::features::{Features, PKTLIFE_HOOKS};
+
+#[derive(Debug, Serialize)]
+pub struct Check {
+    pub name: String,
+    pub ok: bool,
+    pub detail: String,
+    /// What the user loses when this is missing (empty when ok).
+    pub impact: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Doctor {
+    pub can_record: bool,
+    pub fatal: Option<String>,
+    pub checks: Vec<Check>,
+    pub features: Features,
+    pub pmus: Vec<String>,
+}
+
+fn check(name: &str, ok: bool, detail: impl Into<String>, impact: &str) -> Check {
+    Check { name: name.into(), ok, detail: detail.into(), impact: if ok { String::new() } else { impact.into() } }
+}
+
+/// PMUs registered with perf under a sysfs root.
+pub fn list_pmus(sys_root: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(sys_root.join("bus/event_source/devices"))
+        .map(|rd| rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+pub fn run() -> Doctor {
+    let features = Features::detect();
+    let pmus = list_pmus(Path::new("/sys"));
+    let has = |prefix: &str| pmus.iter().filter(|p| p.starts_with(prefix)).count();
+    let root = crate::record::is_root();
+    let mut checks = vec![
+        check("root", root, if root { "running as root" } else { "not root" }, "cannot load BPF programs: run with sudo"),
+        check(
+            "kernel BTF",
+            features.vmlinux_btf,
+            features.btf_error.clone().unwrap_or_else(|| "/sys/kernel/btf/vmlinux".into()),
+            "no CO-RE probes at all: recording cannot work",
+        ),
+        check("tp_btf programs", features.tracing_prog, "BPF_PROG_TYPE_TRACING loads", "hooks fall back to raw_tp (same data, slightly costlier reads)"),
+        check("raw_tp programs", features.raw_tracepoint_prog, "BPF_PROG_TYPE_RAW_TRACEPOINT loads", "no fallback when tp_btf is refused"),
+        check("ring buffer", features.ringbuf_map, "BPF_MAP_TYPE_RINGBUF", "no sampled packet records"),
+        check("perf_event programs", features.perf_event_prog, "BPF_PROG_TYPE_PERF_EVENT loads", "no in-kernel L3-miss sample joining"),
+    ];
+    for h in PKTLIFE_HOOKS {
+        let btf = features.btf_tracepoints.iter().any(|t| t == h.tracepoint);
+        checks.push(check(
+            &format!("hook {}", h.tracepoint),
+            btf || features.raw_tracepoint_prog,
+            if btf { format!("tp_btf ({})", features.preferred(h).as_str()) } else { "raw_tp only (no BTF type)".into() },
+            h.without,
+        ));
+    }
+    let core = pmus.iter().any(|p| p == "cpu" || p == "cpu_core");
+    checks.push(check(
+        "core PMU",
+        core,
+        if core { "cpu PMU present".to_string() } else { "no hardware core PMU (a VM or a container without PMU passthrough)".to_string() },
+        "no MEM_LOAD_RETIRED.L3_MISS sampling: attribution falls back to regression/model",
+    ));
+    for (kind, what) in [
+        ("uncore_cha", "no socket DDIO hit/miss (TOR inserts): import counters captured elsewhere, or model-only"),
+        ("uncore_iio", "no per-port inbound PCIe bandwidth"),
+        ("uncore_imc", "no DRAM bandwidth"),
+    ] {
+        let n = has(kind);
+        checks.push(check(kind, n > 0, format!("{n} boxes"), what));
+    }
+    let msr = Path::new("/dev/cpu/0/msr").exists();
+    checks.push(check(
+        "MSR 0xC8B (IIO LLC WAYS)",
+        msr,
+        if msr { "/dev/cpu/0/msr present (read only)" } else { "/dev/cpu/*/msr absent (msr module not loaded)" },
+        "DDIO ways assumed to be the default 2 (pass --ddio-ways to override)",
+    ));
+    let fatal = features.fatal().or_else(|| (!root).then(|| "not running as root".to_string()));
+    Doctor { can_record: fatal.is_none(), fatal, checks, features, pmus }
+}
+
+pub fn render_text(d: &Doctor) -> String {
+    let mut o = String::new();
+    for c in &d.checks {
+        o.push_str(&format!(
+            "  [{}] {:<36} {}{}\n",
+            if c.ok { " ok " } else { "MISS" },
+            c.name,
+            c.detail,
+            if c.ok { String::new() } else { format!("\n         → {}", c.impact) }
+        ));
+    }
+    o.push_str(&format!("  perf PMUs: {}\n", d.pmus.join(" ")));
+    match &d.fatal {
+        None => o.push_str("recording: possible\n"),
+        Some(f) => o.push_str(&format!("recording: NOT possible — {f}\n")),
+    }
+    o
+}

@@ -1,0 +1,8 @@
+//! ddioscope: per-queue and per-flow Intel DDIO observability.
+pub mod doctor;
+pub mod probe;
+pub mod record;
+pub mod recording;
+pub mod report;
+pub mod snapshot;
+pub mod topology;

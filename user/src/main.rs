@@ -1,0 +1,141 @@
+//! The ddioscope command line.
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use ddioscope::{doctor, record, recording, report};
+
+#[derive(Parser)]
+#[command(
+    name = "ddioscope",
+    version,
+    about = "Per-queue and per-flow Intel DDIO observability: eBPF packet lifetimes joined with uncore counters",
+    long_about = "ddioscope records what each NIC queue and flow does (eBPF, in the kernel) and what the cache \
+does (uncore counters), and tells which queues lose DDIO's benefit and what to change.\n\n\
+Typical use:\n  sudo ddioscope record -i eth1 -d 10 -o run.ddio\n  ddioscope report run.ddio"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Attach to an interface and write a recording (needs root).
+    Record {
+        /// Interface to observe.
+        #[arg(short, long)]
+        iface: String,
+        /// Named network namespace (from `ip netns list`) the interface lives in.
+        #[arg(long)]
+        netns: Option<String>,
+        /// Stop after this many seconds (default: run until Ctrl-C).
+        #[arg(short, long, value_name = "SECS")]
+        duration: Option<f64>,
+        /// Recording file to create.
+        #[arg(short, long, default_value = "ddioscope.ddio")]
+        output: PathBuf,
+        /// Overwrite the output file if it exists.
+        #[arg(long)]
+        force: bool,
+        /// Snapshot interval in milliseconds.
+        #[arg(long, value_name = "MS", default_value_t = 100)]
+        interval: u64,
+        /// Send 1 in N packets' full life records to userspace (0 disables sampling).
+        #[arg(long, value_name = "N", default_value_t = 64)]
+        sample: u32,
+        /// Print progress as JSON lines on stdout (first line once the probes are attached).
+        #[arg(long)]
+        json_progress: bool,
+        /// Print the feature table and attach details.
+        #[arg(short, long)]
+        verbose: bool,
+    },
+    /// Print the report of a recording.
+    Report {
+        /// Recording file written by `ddioscope record`.
+        file: PathBuf,
+        /// One JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+        /// How many flows the text report lists.
+        #[arg(long, default_value_t = 10)]
+        top: usize,
+    },
+    /// Check what this host offers ddioscope and what each missing piece costs.
+    Doctor {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn run() -> anyhow::Result<ExitCode> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Record { iface, netns, duration, output, force, interval, sample, json_progress, verbose } => {
+            let opts = record::RecordOptions {
+                iface,
+                netns,
+                duration,
+                output,
+                force,
+                interval_ms: interval,
+                sample_every: sample,
+                json_progress,
+                verbose,
+                command_line: std::env::args().collect::<Vec<_>>().join(" "),
+            };
+            let s = record::record(&opts)?;
+            if !json_progress {
+                eprintln!(
+                    "wrote {} ({} intervals, rx {} / tx {} packets, {} sampled, {} lost){}",
+                    opts.output.display(),
+                    s.intervals,
+                    s.rx_packets,
+                    s.tx_packets,
+                    s.events.sampled,
+                    s.events.lost,
+                    if s.stopped_by_signal { "; stopped by signal" } else { "" }
+                );
+            } else {
+                println!(
+                    "{}",
+                    serde_json::json!({"event": "done", "intervals": s.intervals, "output": opts.output.display().to_string()})
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Report { file, json, top } => {
+            let rec = recording::Recording::open(&file)?;
+            let r = report::build(&rec);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                print!("{}", report::render_text(&r, top));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Doctor { json } => {
+            let d = doctor::run();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&d)?);
+            } else {
+                print!("{}", doctor::render_text(&d));
+            }
+            Ok(if d.can_record { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(c) => c,
+        Err(e) => {
+            // One line: the outermost context first, causes after it.
+            let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
+            eprintln!("ddioscope: error: {}", chain.join(": "));
+            ExitCode::from(1)
+        }
+    }
+}

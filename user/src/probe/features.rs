@@ -1,0 +1,141 @@
+//! What this kernel offers the probes, found by trying (BTF lookups, tiny
+//! loads), never by kernel version; and the one place that picks each hook's
+//! attach flavour along the fallback chain tp_btf → raw_tp.
+use std::path::Path;
+
+use libbpf_rs::btf::Btf;
+use serde::Serialize;
+
+/// How a hook is attached. fentry/kprobe are deliberately absent: every hook we
+/// need is a stable tracepoint, and tp_btf gives the same typed access.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Flavor {
+    TpBtf,
+    RawTp,
+}
+
+impl Flavor {
+    pub fn section_prefix(self) -> &'static str {
+        match self {
+            Flavor::TpBtf => "tp_btf/",
+            Flavor::RawTp => "raw_tp/",
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Flavor::TpBtf => "tp_btf",
+            Flavor::RawTp => "raw_tp",
+        }
+    }
+}
+
+/// One tracepoint the pktlife family hooks, and what is lost without it.
+#[derive(Debug, Clone, Copy)]
+pub struct Hook {
+    pub tracepoint: &'static str,
+    pub required: bool,
+    pub without: &'static str,
+}
+
+pub const PKTLIFE_HOOKS: &[Hook] = &[
+    Hook { tracepoint: "napi_gro_receive_entry", required: false, without: "no per-frame RX hand-up from GRO drivers" },
+    Hook { tracepoint: "netif_receive_skb_entry", required: false, without: "no RX hand-up from non-GRO drivers" },
+    Hook { tracepoint: "netif_receive_skb_list_entry", required: false, without: "no RX hand-up from list-receive drivers" },
+    Hook { tracepoint: "netif_rx_entry", required: false, without: "no RX hand-up from netif_rx (backlog) drivers" },
+    Hook { tracepoint: "netif_receive_skb", required: true, without: "no RX stack-entry stage" },
+    Hook { tracepoint: "napi_poll", required: false, without: "no NAPI batch statistics" },
+    Hook { tracepoint: "skb_copy_datagram_iovec", required: false, without: "no socket-copy stage" },
+    Hook { tracepoint: "consume_skb", required: false, without: "no buffer free stage" },
+    Hook { tracepoint: "kfree_skb", required: false, without: "no drop counts or reasons" },
+    Hook { tracepoint: "net_dev_queue", required: false, without: "no TX enqueue stage" },
+    Hook { tracepoint: "net_dev_start_xmit", required: true, without: "no TX per-queue counts" },
+    Hook { tracepoint: "net_dev_xmit", required: false, without: "no TX driver-xmit duration" },
+];
+
+/// The feature table `doctor` prints and `record -v` logs.
+#[derive(Debug, Clone, Serialize)]
+pub struct Features {
+    pub vmlinux_btf: bool,
+    pub btf_error: Option<String>,
+    pub tracing_prog: bool,
+    pub raw_tracepoint_prog: bool,
+    pub perf_event_prog: bool,
+    pub ringbuf_map: bool,
+    pub lru_hash_map: bool,
+    /// Tracepoints that have a `btf_trace_<name>` type, i.e. can be tp_btf.
+    pub btf_tracepoints: Vec<String>,
+}
+
+pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+
+fn probe_prog(t: libbpf_rs::libbpf_sys::bpf_prog_type) -> bool {
+    // SAFETY: libbpf_probe_bpf_prog_type loads and frees a tiny program; no pointers kept.
+    unsafe { libbpf_rs::libbpf_sys::libbpf_probe_bpf_prog_type(t, std::ptr::null()) == 1 }
+}
+
+fn probe_map(t: libbpf_rs::libbpf_sys::bpf_map_type) -> bool {
+    // SAFETY: as above, a tiny map is created and closed.
+    unsafe { libbpf_rs::libbpf_sys::libbpf_probe_bpf_map_type(t, std::ptr::null()) == 1 }
+}
+
+impl Features {
+    pub fn detect() -> Features {
+        use libbpf_rs::libbpf_sys as sys;
+        let (btf, btf_error) = if Path::new(VMLINUX_BTF).exists() {
+            match Btf::from_vmlinux() {
+                Ok(b) => (Some(b), None),
+                Err(e) => (None, Some(format!("cannot parse {VMLINUX_BTF}: {e}"))),
+            }
+        } else {
+            (None, Some(format!("{VMLINUX_BTF} is missing: the kernel was built without CONFIG_DEBUG_INFO_BTF")))
+        };
+        let btf_tracepoints = match &btf {
+            Some(b) => PKTLIFE_HOOKS
+                .iter()
+                .filter(|h| {
+                    b.type_by_name::<libbpf_rs::btf::BtfType<'_>>(&format!("btf_trace_{}", h.tracepoint))
+                        .is_some()
+                })
+                .map(|h| h.tracepoint.to_string())
+                .collect(),
+            None => Vec::new(),
+        };
+        Features {
+            vmlinux_btf: btf.is_some(),
+            btf_error,
+            tracing_prog: probe_prog(sys::BPF_PROG_TYPE_TRACING),
+            raw_tracepoint_prog: probe_prog(sys::BPF_PROG_TYPE_RAW_TRACEPOINT),
+            perf_event_prog: probe_prog(sys::BPF_PROG_TYPE_PERF_EVENT),
+            ringbuf_map: probe_map(sys::BPF_MAP_TYPE_RINGBUF),
+            lru_hash_map: probe_map(sys::BPF_MAP_TYPE_LRU_HASH),
+            btf_tracepoints,
+        }
+    }
+
+    /// First choice for a hook along tp_btf → raw_tp.
+    pub fn preferred(&self, hook: &Hook) -> Flavor {
+        if self.vmlinux_btf && self.tracing_prog && self.btf_tracepoints.iter().any(|t| t == hook.tracepoint) {
+            Flavor::TpBtf
+        } else {
+            Flavor::RawTp
+        }
+    }
+
+    /// Why recording cannot work at all on this host, if it cannot.
+    pub fn fatal(&self) -> Option<String> {
+        if !self.vmlinux_btf {
+            return Some(format!(
+                "{}; ddioscope's CO-RE probes need kernel BTF (a kernel with CONFIG_DEBUG_INFO_BTF=y)",
+                self.btf_error.clone().unwrap_or_default()
+            ));
+        }
+        if !self.raw_tracepoint_prog && !self.tracing_prog {
+            return Some("this kernel loads neither tp_btf nor raw_tracepoint BPF programs (need root/CAP_BPF+CAP_PERFMON)".into());
+        }
+        if !self.ringbuf_map {
+            return Some("BPF ring buffers are unavailable (kernel older than 5.8, or no permission)".into());
+        }
+        None
+    }
+}

@@ -1,0 +1,368 @@
+//! The pktlife probe family: load with the chosen hook flavours, attach as BPF
+//! links owned by this process (so nothing outlives it, even after SIGKILL),
+//! and read the kernel's per-queue aggregates, flows and sampled records.
+use std::cell::RefCell;
+use std::mem::MaybeUninit;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::rc::Rc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::{AsRawLibbpf, Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
+use serde::Serialize;
+
+use super::features::{Features, Flavor, PKTLIFE_HOOKS};
+use super::skel::types::{pl_flow_key, pl_flow_stats, pl_pkt_event, pl_queue_stats};
+use super::skel::{PktlifeSkel, PktlifeSkelBuilder};
+use crate::snapshot::{
+    Dir, EventCounters, FlowCounters, FlowKey, PacketSample, QueueCounters, NAPI_BUCKETS, NBUCKETS, NSTAGES,
+};
+
+// SAFETY: generated from pktlife.h: plain integer structs without padding invariants.
+unsafe impl plain::Plain for pl_queue_stats {}
+unsafe impl plain::Plain for pl_flow_key {}
+unsafe impl plain::Plain for pl_flow_stats {}
+unsafe impl plain::Plain for pl_pkt_event {}
+
+pub const MAX_QUEUES: u32 = 64;
+const PLC_SAMPLED: u32 = 0;
+const PLC_LOST: u32 = 1;
+const PLC_STATE_EVICT: u32 = 2;
+const PLC_QUEUE_CLAMPED: u32 = 3;
+
+#[derive(Debug, Clone)]
+pub struct ProbeConfig {
+    pub ifindex: u32,
+    pub netns_inode: u32,
+    pub sample_every: u32,
+    pub track_flows: bool,
+}
+
+/// What got attached, for the recording and the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct AttachedHook {
+    pub tracepoint: String,
+    pub flavor: Option<Flavor>,
+    pub error: Option<String>,
+}
+
+pub struct PktlifeProbe {
+    skel: PktlifeSkel<'static>,
+    _links: Vec<Link>,
+    pub hooks: Vec<AttachedHook>,
+    ring: Option<RingBuffer<'static>>,
+    pending: Rc<RefCell<Vec<PacketSample>>>,
+    received: Rc<RefCell<u64>>,
+    ncpus: usize,
+}
+
+fn open_and_load(cfg: &ProbeConfig, flavors: &[Flavor]) -> Result<PktlifeSkel<'static>> {
+    // The skeleton borrows its object storage for its whole life; the probe
+    // lives until exit, so a leaked box is the honest lifetime.
+    let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
+    let mut open = PktlifeSkelBuilder::default()
+        .open(storage)
+        .context("opening the pktlife BPF object")?;
+    if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
+        ro.filter_ifindex = cfg.ifindex;
+        ro.filter_netns = cfg.netns_inode;
+        ro.sample_every = cfg.sample_every;
+        ro.track_flows = u8::from(cfg.track_flows);
+    } else {
+        bail!("pktlife BPF object has no read-only config section (build problem)");
+    }
+    for mut prog in open.open_object_mut().progs_mut() {
+        let section = prog.section().to_string_lossy().into_owned();
+        let keep = PKTLIFE_HOOKS.iter().zip(flavors).any(|(h, f)| {
+            section == format!("{}{}", f.section_prefix(), h.tracepoint)
+        });
+        prog.set_autoload(keep);
+    }
+    open.load().map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, "loading the pktlife BPF programs")))
+}
+
+/// Turn libbpf errors into a sentence a user can act on.
+pub fn explain_bpf_error(e: &libbpf_rs::Error, doing: &str) -> String {
+    use libbpf_rs::ErrorKind;
+    match e.kind() {
+        ErrorKind::PermissionDenied => format!(
+            "{doing}: permission denied — run as root (or with CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN)"
+        ),
+        ErrorKind::NotFound => format!("{doing}: a kernel hook or BTF type was not found ({e})"),
+        _ => format!("{doing}: {e}"),
+    }
+}
+
+impl PktlifeProbe {
+    /// Load along the fallback chain and attach every hook that exists.
+    pub fn attach(cfg: &ProbeConfig, features: &Features) -> Result<PktlifeProbe> {
+        if let Some(why) = features.fatal() {
+            bail!(why);
+        }
+        let preferred: Vec<Flavor> = PKTLIFE_HOOKS.iter().map(|h| features.preferred(h)).collect();
+        let skel = match open_and_load(cfg, &preferred) {
+            Ok(s) => s,
+            Err(first) if preferred.contains(&Flavor::TpBtf) => {
+                // tp_btf can be refused where raw_tp is not (LSM policy, verifier
+                // differences): the one fallback step of the chain.
+                let raw = vec![Flavor::RawTp; PKTLIFE_HOOKS.len()];
+                open_and_load(cfg, &raw).with_context(|| format!("tp_btf load failed first: {first:#}"))?
+            }
+            Err(e) => return Err(e),
+        };
+
+        let mut links = Vec::new();
+        let mut hooks = Vec::new();
+        for prog in skel.object().progs_mut() {
+            if !prog.autoload() {
+                continue;
+            }
+            let section = prog.section().to_string_lossy().into_owned();
+            let (prefix, tp) = section.split_once('/').unwrap_or(("", section.as_str()));
+            let flavor = if prefix == "tp_btf" { Flavor::TpBtf } else { Flavor::RawTp };
+            match prog.attach() {
+                Ok(link) => {
+                    links.push(link);
+                    hooks.push(AttachedHook { tracepoint: tp.to_string(), flavor: Some(flavor), error: None });
+                }
+                Err(e) => hooks.push(AttachedHook {
+                    tracepoint: tp.to_string(),
+                    flavor: None,
+                    error: Some(explain_bpf_error(&e, &format!("attaching {section}"))),
+                }),
+            }
+        }
+        for h in PKTLIFE_HOOKS.iter().filter(|h| h.required) {
+            if let Some(a) = hooks.iter().find(|a| a.tracepoint == h.tracepoint && a.flavor.is_none()) {
+                bail!("required hook {} could not attach: {}", h.tracepoint, a.error.clone().unwrap_or_default());
+            }
+        }
+
+        let ncpus = libbpf_rs::num_possible_cpus().context("counting possible CPUs")?;
+        let mut probe = PktlifeProbe {
+            skel,
+            _links: links,
+            hooks,
+            ring: None,
+            pending: Rc::new(RefCell::new(Vec::new())),
+            received: Rc::new(RefCell::new(0)),
+            ncpus,
+        };
+        probe.build_ring()?;
+        Ok(probe)
+    }
+
+    fn build_ring(&mut self) -> Result<()> {
+        let pending = Rc::clone(&self.pending);
+        let received = Rc::clone(&self.received);
+        let mut builder = RingBufferBuilder::new();
+        // SAFETY of the 'static: the map lives in self.skel, which outlives the
+        // ring (the ring is dropped first in Drop order: it is declared later
+        // but we take it explicitly in drop()).
+        let map: &'static libbpf_rs::MapMut<'static> = unsafe { &*(&self.skel.maps.events as *const _) };
+        builder
+            .add(map, move |data: &[u8]| {
+                *received.borrow_mut() += 1;
+                if let Some(s) = parse_sample(data) {
+                    pending.borrow_mut().push(s);
+                }
+                0
+            })
+            .context("setting up the BPF ring buffer")?;
+        self.ring = Some(builder.build().context("setting up the BPF ring buffer")?);
+        Ok(())
+    }
+
+    /// Wait (epoll) up to `timeout` for sampled records; returns when the
+    /// timeout passes or a signal interrupts the wait.
+    pub fn poll(&self, timeout: Duration) -> Result<()> {
+        if let Some(r) = &self.ring {
+            match r.poll(timeout) {
+                Ok(()) => {}
+                Err(e) if e.kind() == libbpf_rs::ErrorKind::Interrupted => {}
+                Err(e) => return Err(anyhow::anyhow!("reading the BPF ring buffer: {e}")),
+            }
+        }
+        Ok(())
+    }
+
+    pub fn drain_samples(&self) -> Vec<PacketSample> {
+        if let Some(r) = &self.ring {
+            let _ = r.consume();
+        }
+        std::mem::take(&mut *self.pending.borrow_mut())
+    }
+
+    /// Cumulative per-queue counters, summed over CPUs; only queues with activity.
+    pub fn read_queues(&self) -> Result<Vec<QueueCounters>> {
+        let map = &self.skel.maps.queue_stats;
+        let mut out = Vec::new();
+        for idx in 0..(2 * MAX_QUEUES) {
+            let per_cpu = map
+                .lookup_percpu(&idx.to_ne_bytes(), MapFlags::ANY)
+                .context("reading queue_stats")?
+                .unwrap_or_default();
+            let dir = if idx < MAX_QUEUES { Dir::Rx } else { Dir::Tx };
+            let mut q = QueueCounters::new(dir, idx % MAX_QUEUES);
+            for raw in per_cpu.iter().take(self.ncpus) {
+                let mut s = pl_queue_stats::default();
+                plain::copy_from_bytes(&mut s, raw).map_err(|_| anyhow::anyhow!("queue_stats value too short"))?;
+                add_kernel_stats(&mut q, &s);
+            }
+            if !q.is_zero() {
+                out.push(q);
+            }
+        }
+        Ok(out)
+    }
+
+    fn percpu_sum(map: &libbpf_rs::MapMut<'_>, key: u32) -> Result<u64> {
+        let vals = map.lookup_percpu(&key.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
+        Ok(vals
+            .iter()
+            .map(|v| v.get(..8).map(|b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8]))).unwrap_or(0))
+            .sum())
+    }
+
+    pub fn read_events(&self) -> Result<EventCounters> {
+        let m = &self.skel.maps.counters;
+        Ok(EventCounters {
+            sampled: Self::percpu_sum(m, PLC_SAMPLED)?,
+            lost: Self::percpu_sum(m, PLC_LOST)?,
+            state_evicted: Self::percpu_sum(m, PLC_STATE_EVICT)?,
+            queue_clamped: Self::percpu_sum(m, PLC_QUEUE_CLAMPED)?,
+            received: *self.received.borrow(),
+        })
+    }
+
+    pub fn read_drop_reasons(&self) -> Result<Vec<(u32, u64)>> {
+        let mut out = Vec::new();
+        for r in 0..256u32 {
+            let c = Self::percpu_sum(&self.skel.maps.drop_reasons, r)?;
+            if c > 0 {
+                out.push((r, c));
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn read_flows(&self) -> Result<Vec<FlowCounters>> {
+        let map = &self.skel.maps.flows;
+        let mut out = Vec::new();
+        for key in map.keys() {
+            let Some(val) = map.lookup(&key, MapFlags::ANY).context("reading flows")? else { continue };
+            let mut k = pl_flow_key::default();
+            let mut v = pl_flow_stats::default();
+            if plain::copy_from_bytes(&mut k, &key).is_err() || plain::copy_from_bytes(&mut v, &val).is_err() {
+                continue;
+            }
+            if let Some(key) = flow_key(&k) {
+                out.push(FlowCounters {
+                    key,
+                    queue: v.queue,
+                    packets: v.packets,
+                    bytes: v.bytes,
+                    first_ns: v.first_ns,
+                    last_ns: v.last_ns,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// BPF program ids of this probe (for leak checks and bpf_stats).
+    pub fn prog_ids(&self) -> Vec<u32> {
+        self.skel
+            .object()
+            .progs()
+            .filter(|p| p.autoload())
+            .filter_map(|p| {
+                // SAFETY: the program is loaded, so its fd is valid.
+                let fd = unsafe { libbpf_rs::libbpf_sys::bpf_program__fd(p.as_libbpf_object().as_ptr()) };
+                let mut info: libbpf_rs::libbpf_sys::bpf_prog_info = unsafe { std::mem::zeroed() };
+                let mut len = std::mem::size_of_val(&info) as u32;
+                // SAFETY: info is a properly sized, zeroed bpf_prog_info.
+                let r = unsafe {
+                    libbpf_rs::libbpf_sys::bpf_obj_get_info_by_fd(
+                        fd,
+                        (&mut info as *mut libbpf_rs::libbpf_sys::bpf_prog_info).cast(),
+                        &mut len,
+                    )
+                };
+                (fd >= 0 && r == 0).then_some(info.id)
+            })
+            .collect()
+    }
+}
+
+impl Drop for PktlifeProbe {
+    fn drop(&mut self) {
+        // The ring buffer refers to the events map: drop it before the skeleton.
+        self.ring.take();
+    }
+}
+
+fn add_kernel_stats(q: &mut QueueCounters, s: &pl_queue_stats) {
+    q.packets += s.packets;
+    q.bytes += s.bytes;
+    q.napi_polls += s.napi_polls;
+    q.napi_work += s.napi_work;
+    q.napi_budget_exhausted += s.napi_budget_exhausted;
+    q.copies += s.copies;
+    q.frees += s.frees;
+    q.drops += s.drops;
+    for st in 0..NSTAGES {
+        q.stage_count[st] += s.stage_count[st];
+        q.stage_sum_ns[st] += s.stage_sum_ns[st];
+        q.stage_max_ns[st] = q.stage_max_ns[st].max(s.stage_max_ns[st]);
+        for b in 0..NBUCKETS {
+            q.stage_hist[st][b] += s.stage_hist[st][b];
+        }
+    }
+    for b in 0..NAPI_BUCKETS {
+        q.napi_work_hist[b] += s.napi_work_hist[b];
+    }
+}
+
+fn addr_string(family: u8, raw: &[u8; 16]) -> Option<String> {
+    match family {
+        4 => Some(Ipv4Addr::new(raw[0], raw[1], raw[2], raw[3]).to_string()),
+        6 => Some(Ipv6Addr::from(*raw).to_string()),
+        _ => None,
+    }
+}
+
+fn flow_key(k: &pl_flow_key) -> Option<FlowKey> {
+    let proto = match k.proto {
+        6 => "tcp",
+        17 => "udp",
+        _ => return None,
+    };
+    Some(FlowKey {
+        dir: Dir::from_u8(k.dir),
+        proto: proto.to_string(),
+        src: addr_string(k.family, &k.saddr)?,
+        sport: k.sport,
+        dst: addr_string(k.family, &k.daddr)?,
+        dport: k.dport,
+    })
+}
+
+fn parse_sample(data: &[u8]) -> Option<PacketSample> {
+    let mut e = pl_pkt_event::default();
+    plain::copy_from_bytes(&mut e, data).ok()?;
+    Some(PacketSample {
+        dir: Dir::from_u8(e.dir),
+        queue: u32::from(e.queue),
+        cpu: e.cpu,
+        len: e.len,
+        skb_addr: e.skb_addr,
+        data_addr: e.data_addr,
+        ts: e.ts,
+        free_ns: e.free_ns,
+        dropped: e.dropped != 0,
+        drop_reason: e.drop_reason,
+        flow: if e.flow.family != 0 { flow_key(&e.flow) } else { None },
+    })
+}

@@ -1,0 +1,53 @@
+//! The recording: one SQLite file per run. Its schema (documented in the README),
+//! the writer that commits one transaction per interval (so a SIGKILL loses at
+//! most the interval in progress), and the reader that replays it as Snapshots.
+pub mod reader;
+pub mod writer;
+
+pub use reader::Recording;
+pub use writer::Writer;
+
+/// Identifies a ddioscope recording (SQLite `application_id`, "DDIO").
+pub const APPLICATION_ID: i32 = 0x4444_494f;
+pub const SCHEMA_VERSION: i32 = 1;
+
+pub const SCHEMA: &str = r#"
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE intervals (
+    idx INTEGER PRIMARY KEY, t_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL,
+    sampled INTEGER NOT NULL, lost INTEGER NOT NULL, received INTEGER NOT NULL,
+    state_evicted INTEGER NOT NULL, queue_clamped INTEGER NOT NULL);
+CREATE TABLE queue_intervals (
+    interval INTEGER NOT NULL, dir TEXT NOT NULL, queue INTEGER NOT NULL,
+    packets INTEGER NOT NULL, bytes INTEGER NOT NULL,
+    napi_polls INTEGER NOT NULL, napi_work INTEGER NOT NULL, napi_budget_exhausted INTEGER NOT NULL,
+    copies INTEGER NOT NULL, frees INTEGER NOT NULL, drops INTEGER NOT NULL,
+    PRIMARY KEY (interval, dir, queue));
+CREATE TABLE stage_stats (
+    interval INTEGER NOT NULL, dir TEXT NOT NULL, queue INTEGER NOT NULL, stage TEXT NOT NULL,
+    count INTEGER NOT NULL, sum_ns INTEGER NOT NULL, max_ns INTEGER NOT NULL,
+    PRIMARY KEY (interval, dir, queue, stage));
+CREATE TABLE stage_hist (
+    interval INTEGER NOT NULL, dir TEXT NOT NULL, queue INTEGER NOT NULL, stage TEXT NOT NULL,
+    bucket INTEGER NOT NULL, count INTEGER NOT NULL,
+    PRIMARY KEY (interval, dir, queue, stage, bucket));
+CREATE TABLE napi_hist (
+    interval INTEGER NOT NULL, queue INTEGER NOT NULL, bucket INTEGER NOT NULL, count INTEGER NOT NULL,
+    PRIMARY KEY (interval, queue, bucket));
+CREATE TABLE flows (
+    dir TEXT NOT NULL, proto TEXT NOT NULL, src TEXT NOT NULL, sport INTEGER NOT NULL,
+    dst TEXT NOT NULL, dport INTEGER NOT NULL, queue INTEGER NOT NULL,
+    packets INTEGER NOT NULL, bytes INTEGER NOT NULL, first_ns INTEGER NOT NULL, last_ns INTEGER NOT NULL,
+    PRIMARY KEY (dir, proto, src, sport, dst, dport));
+CREATE TABLE samples (
+    interval INTEGER NOT NULL, dir TEXT NOT NULL, queue INTEGER NOT NULL, cpu INTEGER NOT NULL,
+    len INTEGER NOT NULL, skb_addr INTEGER NOT NULL, data_addr INTEGER NOT NULL,
+    ts0 INTEGER NOT NULL, ts1 INTEGER NOT NULL, ts2 INTEGER NOT NULL, ts3 INTEGER NOT NULL,
+    free_ns INTEGER NOT NULL, dropped INTEGER NOT NULL, drop_reason INTEGER NOT NULL,
+    proto TEXT, src TEXT, sport INTEGER, dst TEXT, dport INTEGER);
+CREATE TABLE drop_reasons (reason INTEGER PRIMARY KEY, count INTEGER NOT NULL);
+CREATE TABLE counters (
+    interval INTEGER NOT NULL, t_ns INTEGER NOT NULL, socket INTEGER NOT NULL, pmu TEXT NOT NULL,
+    event TEXT NOT NULL, value REAL NOT NULL, raw INTEGER NOT NULL,
+    enabled_ns INTEGER NOT NULL, running_ns INTEGER NOT NULL, source TEXT NOT NULL);
+"#;

@@ -1,0 +1,316 @@
+//! Reads a recording back as the same Snapshot stream live mode produces,
+//! refusing files that are not ddioscope recordings with a one-line reason.
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Result};
+use rusqlite::{Connection, OpenFlags};
+
+use super::writer::{explain_sqlite, CounterRow};
+use super::{APPLICATION_ID, SCHEMA_VERSION};
+use crate::snapshot::{Dir, EventCounters, FlowCounters, FlowKey, PacketSample, QueueCounters, Snapshot};
+use crate::topology::{HostInfo, IfaceInfo};
+
+pub struct Recording {
+    pub path: PathBuf,
+    pub meta: BTreeMap<String, String>,
+    pub snapshots: Vec<Snapshot>,
+    pub flows: Vec<FlowCounters>,
+    pub drop_reasons: Vec<(u32, u64)>,
+    /// (interval, row)
+    pub counters: Vec<(u64, CounterRow)>,
+}
+
+fn stage_index(dir: Dir, name: &str) -> Option<usize> {
+    dir.stage_names().iter().position(|s| *s == name)
+}
+
+impl Recording {
+    pub fn open(path: &Path) -> Result<Recording> {
+        let p = path.display();
+        if !path.exists() {
+            bail!("{p}: no such file");
+        }
+        if path.is_dir() {
+            bail!("{p} is a directory, not a ddioscope recording");
+        }
+        // Read-write when possible so SQLite can roll back an interval that a
+        // SIGKILL interrupted (a hot journal); read-only otherwise.
+        let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE)
+            .or_else(|_| Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY))
+            .map_err(|e| anyhow::anyhow!(explain_sqlite(&e, path)))?;
+        let bad = |e: rusqlite::Error| match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::NotADatabase) | Some(rusqlite::ErrorCode::DatabaseCorrupt) => {
+                anyhow::anyhow!("{p} is not a readable ddioscope recording (not an SQLite database, or corrupt)")
+            }
+            _ => anyhow::anyhow!(explain_sqlite(&e, path)),
+        };
+        let app: i32 = conn.query_row("PRAGMA application_id", [], |r| r.get(0)).map_err(bad)?;
+        if app != APPLICATION_ID {
+            bail!("{p} is an SQLite file but not a ddioscope recording");
+        }
+        let ver: i32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(bad)?;
+        if ver > SCHEMA_VERSION {
+            bail!("{p} was written by a newer ddioscope (schema {ver}; this one reads up to {SCHEMA_VERSION})");
+        }
+        let corrupt = |e: rusqlite::Error| anyhow::anyhow!("{p} is damaged: {e}");
+        let mut meta = BTreeMap::new();
+        {
+            let mut st = conn.prepare("SELECT key, value FROM meta").map_err(corrupt)?;
+            let rows = st.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))).map_err(corrupt)?;
+            for r in rows {
+                let (k, v) = r.map_err(corrupt)?;
+                meta.insert(k, v);
+            }
+        }
+        if !meta.contains_key("iface") {
+            bail!("{p} has no run metadata: the recording was cut off before its first write");
+        }
+
+        let mut snaps: Vec<Snapshot> = Vec::new();
+        let mut by_idx: HashMap<u64, usize> = HashMap::new();
+        {
+            let mut st = conn
+                .prepare("SELECT idx,t_ns,dur_ns,sampled,lost,received,state_evicted,queue_clamped FROM intervals ORDER BY idx")
+                .map_err(corrupt)?;
+            let rows = st
+                .query_map([], |r| {
+                    Ok(Snapshot {
+                        index: r.get::<_, i64>(0)? as u64,
+                        t_ns: r.get::<_, i64>(1)? as u64,
+                        dur_ns: r.get::<_, i64>(2)? as u64,
+                        events: EventCounters {
+                            sampled: r.get::<_, i64>(3)? as u64,
+                            lost: r.get::<_, i64>(4)? as u64,
+                            received: r.get::<_, i64>(5)? as u64,
+                            state_evicted: r.get::<_, i64>(6)? as u64,
+                            queue_clamped: r.get::<_, i64>(7)? as u64,
+                        },
+                        ..Default::default()
+                    })
+                })
+                .map_err(corrupt)?;
+            for s in rows {
+                let s = s.map_err(corrupt)?;
+                by_idx.insert(s.index, snaps.len());
+                snaps.push(s);
+            }
+        }
+        let mut queues: HashMap<(u64, Dir, u32), QueueCounters> = HashMap::new();
+        {
+            let mut st = conn
+                .prepare("SELECT interval,dir,queue,packets,bytes,napi_polls,napi_work,napi_budget_exhausted,copies,frees,drops FROM queue_intervals")
+                .map_err(corrupt)?;
+            let mut rows = st.query([]).map_err(corrupt)?;
+            while let Some(r) = rows.next().map_err(corrupt)? {
+                let dir = Dir::parse(&r.get::<_, String>(1).map_err(corrupt)?).unwrap_or(Dir::Rx);
+                let queue: u32 = r.get(2).map_err(corrupt)?;
+                let mut q = QueueCounters::new(dir, queue);
+                let g = |i: usize| -> Result<u64> { Ok(r.get::<_, i64>(i).map_err(corrupt)? as u64) };
+                q.packets = g(3)?;
+                q.bytes = g(4)?;
+                q.napi_polls = g(5)?;
+                q.napi_work = g(6)?;
+                q.napi_budget_exhausted = g(7)?;
+                q.copies = g(8)?;
+                q.frees = g(9)?;
+                q.drops = g(10)?;
+                queues.insert((g(0)?, dir, queue), q);
+            }
+        }
+        {
+            let mut st = conn
+                .prepare("SELECT interval,dir,queue,stage,count,sum_ns,max_ns FROM stage_stats")
+                .map_err(corrupt)?;
+            let mut rows = st.query([]).map_err(corrupt)?;
+            while let Some(r) = rows.next().map_err(corrupt)? {
+                let iv = r.get::<_, i64>(0).map_err(corrupt)? as u64;
+                let dir = Dir::parse(&r.get::<_, String>(1).map_err(corrupt)?).unwrap_or(Dir::Rx);
+                let queue: u32 = r.get(2).map_err(corrupt)?;
+                let Some(si) = stage_index(dir, &r.get::<_, String>(3).map_err(corrupt)?) else { continue };
+                let q = queues.entry((iv, dir, queue)).or_insert_with(|| QueueCounters::new(dir, queue));
+                q.stage_count[si] = r.get::<_, i64>(4).map_err(corrupt)? as u64;
+                q.stage_sum_ns[si] = r.get::<_, i64>(5).map_err(corrupt)? as u64;
+                q.stage_max_ns[si] = r.get::<_, i64>(6).map_err(corrupt)? as u64;
+            }
+        }
+        {
+            let mut st = conn.prepare("SELECT interval,dir,queue,stage,bucket,count FROM stage_hist").map_err(corrupt)?;
+            let mut rows = st.query([]).map_err(corrupt)?;
+            while let Some(r) = rows.next().map_err(corrupt)? {
+                let iv = r.get::<_, i64>(0).map_err(corrupt)? as u64;
+                let dir = Dir::parse(&r.get::<_, String>(1).map_err(corrupt)?).unwrap_or(Dir::Rx);
+                let queue: u32 = r.get(2).map_err(corrupt)?;
+                let Some(si) = stage_index(dir, &r.get::<_, String>(3).map_err(corrupt)?) else { continue };
+                let b = r.get::<_, i64>(4).map_err(corrupt)? as usize;
+                let q = queues.entry((iv, dir, queue)).or_insert_with(|| QueueCounters::new(dir, queue));
+                if let Some(slot) = q.stage_hist[si].get_mut(b) {
+                    *slot = r.get::<_, i64>(5).map_err(corrupt)? as u64;
+                }
+            }
+        }
+        {
+            let mut st = conn.prepare("SELECT interval,queue,bucket,count FROM napi_hist").map_err(corrupt)?;
+            let mut rows = st.query([]).map_err(corrupt)?;
+            while let Some(r) = rows.next().map_err(corrupt)? {
+                let iv = r.get::<_, i64>(0).map_err(corrupt)? as u64;
+                let queue: u32 = r.get(1).map_err(corrupt)?;
+                let b = r.get::<_, i64>(2).map_err(corrupt)? as usize;
+                let q = queues.entry((iv, Dir::Rx, queue)).or_insert_with(|| QueueCounters::new(Dir::Rx, queue));
+                if let Some(slot) = q.napi_work_hist.get_mut(b) {
+                    *slot = r.get::<_, i64>(3).map_err(corrupt)? as u64;
+                }
+            }
+        }
+        let mut qlist: Vec<_> = queues.into_iter().collect();
+        qlist.sort_by_key(|((iv, d, q), _)| (*iv, *d, *q));
+        for ((iv, _, _), q) in qlist {
+            if let Some(&si) = by_idx.get(&iv) {
+                snaps[si].queues.push(q);
+            }
+        }
+        {
+            let mut st = conn
+                .prepare("SELECT interval,dir,queue,cpu,len,skb_addr,data_addr,ts0,ts1,ts2,ts3,free_ns,dropped,drop_reason,proto,src,sport,dst,dport FROM samples")
+                .map_err(corrupt)?;
+            let mut rows = st.query([]).map_err(corrupt)?;
+            while let Some(r) = rows.next().map_err(corrupt)? {
+                let iv = r.get::<_, i64>(0).map_err(corrupt)? as u64;
+                let dir = Dir::parse(&r.get::<_, String>(1).map_err(corrupt)?).unwrap_or(Dir::Rx);
+                let g = |i: usize| -> Result<u64> { Ok(r.get::<_, i64>(i).map_err(corrupt)? as u64) };
+                let proto: Option<String> = r.get(14).map_err(corrupt)?;
+                let flow = match proto {
+                    Some(proto) => Some(FlowKey {
+                        dir,
+                        proto,
+                        src: r.get(15).map_err(corrupt)?,
+                        sport: r.get(16).map_err(corrupt)?,
+                        dst: r.get(17).map_err(corrupt)?,
+                        dport: r.get(18).map_err(corrupt)?,
+                    }),
+                    None => None,
+                };
+                let sample = PacketSample {
+                    dir,
+                    queue: g(2)? as u32,
+                    cpu: g(3)? as u32,
+                    len: g(4)? as u32,
+                    skb_addr: g(5)?,
+                    data_addr: g(6)?,
+                    ts: [g(7)?, g(8)?, g(9)?, g(10)?],
+                    free_ns: g(11)?,
+                    dropped: g(12)? != 0,
+                    drop_reason: g(13)? as u32,
+                    flow,
+                };
+                if let Some(&si) = by_idx.get(&iv) {
+                    snaps[si].samples.push(sample);
+                }
+            }
+        }
+        let mut flows = Vec::new();
+        {
+            let mut st = conn
+                .prepare("SELECT dir,proto,src,sport,dst,dport,queue,packets,bytes,first_ns,last_ns FROM flows")
+                .map_err(corrupt)?;
+            let mut rows = st.query([]).map_err(corrupt)?;
+            while let Some(r) = rows.next().map_err(corrupt)? {
+                let dir = Dir::parse(&r.get::<_, String>(0).map_err(corrupt)?).unwrap_or(Dir::Rx);
+                flows.push(FlowCounters {
+                    key: FlowKey {
+                        dir,
+                        proto: r.get(1).map_err(corrupt)?,
+                        src: r.get(2).map_err(corrupt)?,
+                        sport: r.get(3).map_err(corrupt)?,
+                        dst: r.get(4).map_err(corrupt)?,
+                        dport: r.get(5).map_err(corrupt)?,
+                    },
+                    queue: r.get(6).map_err(corrupt)?,
+                    packets: r.get::<_, i64>(7).map_err(corrupt)? as u64,
+                    bytes: r.get::<_, i64>(8).map_err(corrupt)? as u64,
+                    first_ns: r.get::<_, i64>(9).map_err(corrupt)? as u64,
+                    last_ns: r.get::<_, i64>(10).map_err(corrupt)? as u64,
+                });
+            }
+        }
+        let mut drop_reasons = Vec::new();
+        {
+            let mut st = conn.prepare("SELECT reason,count FROM drop_reasons ORDER BY reason").map_err(corrupt)?;
+            let rows = st.query_map([], |r| Ok((r.get::<_, u32>(0)?, r.get::<_, i64>(1)? as u64))).map_err(corrupt)?;
+            for r in rows {
+                drop_reasons.push(r.map_err(corrupt)?);
+            }
+        }
+        let mut counters = Vec::new();
+        {
+            let mut st = conn
+                .prepare("SELECT interval,t_ns,socket,pmu,event,value,raw,enabled_ns,running_ns,source FROM counters ORDER BY interval")
+                .map_err(corrupt)?;
+            let rows = st
+                .query_map([], |r| {
+                    Ok((
+                        r.get::<_, i64>(0)? as u64,
+                        CounterRow {
+                            t_ns: r.get::<_, i64>(1)? as u64,
+                            socket: r.get(2)?,
+                            pmu: r.get(3)?,
+                            event: r.get(4)?,
+                            value: r.get(5)?,
+                            raw: r.get::<_, i64>(6)? as u64,
+                            enabled_ns: r.get::<_, i64>(7)? as u64,
+                            running_ns: r.get::<_, i64>(8)? as u64,
+                            source: r.get(9)?,
+                        },
+                    ))
+                })
+                .map_err(corrupt)?;
+            for r in rows {
+                counters.push(r.map_err(corrupt)?);
+            }
+        }
+        Ok(Recording { path: path.to_path_buf(), meta, snapshots: snaps, flows, drop_reasons, counters })
+    }
+
+    pub fn meta_json<T: serde::de::DeserializeOwned>(&self, key: &str) -> Option<T> {
+        self.meta.get(key).and_then(|v| serde_json::from_str(v).ok())
+    }
+
+    pub fn iface(&self) -> IfaceInfo {
+        self.meta_json("iface").unwrap_or_default()
+    }
+
+    pub fn host(&self) -> HostInfo {
+        self.meta_json("host").unwrap_or_default()
+    }
+
+    pub fn complete(&self) -> bool {
+        self.meta.get("complete").is_some_and(|v| v == "true")
+    }
+
+    pub fn duration_s(&self) -> f64 {
+        self.snapshots.iter().map(|s| s.dur_ns).sum::<u64>() as f64 / 1e9
+    }
+
+    /// Per-queue totals over the whole run.
+    pub fn queue_totals(&self) -> Vec<QueueCounters> {
+        let mut map: BTreeMap<(Dir, u32), QueueCounters> = BTreeMap::new();
+        for s in &self.snapshots {
+            for q in &s.queues {
+                map.entry((q.dir, q.queue)).or_insert_with(|| QueueCounters::new(q.dir, q.queue)).add(q);
+            }
+        }
+        map.into_values().collect()
+    }
+
+    pub fn event_totals(&self) -> EventCounters {
+        let mut t = EventCounters::default();
+        for s in &self.snapshots {
+            t.sampled += s.events.sampled;
+            t.lost += s.events.lost;
+            t.received += s.events.received;
+            t.state_evicted += s.events.state_evicted;
+            t.queue_clamped += s.events.queue_clamped;
+        }
+        t
+    }
+}

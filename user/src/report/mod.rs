@@ -1,0 +1,400 @@
+//! `ddioscope report`: turns a recording into the per-queue, per-flow and
+//! event-loss view, as text for people and as one JSON object for tools.
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::recording::Recording;
+use crate::snapshot::{hist_percentile, Dir, QueueCounters, NSTAGES};
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub meta: Meta,
+    pub queues: Vec<QueueReport>,
+    pub flows: Vec<FlowReport>,
+    pub events: Events,
+    pub drops: Drops,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Meta {
+    pub file: String,
+    pub complete: bool,
+    pub iface: String,
+    pub netns: Option<String>,
+    pub ifindex: u32,
+    pub driver: Option<String>,
+    pub duration_s: f64,
+    pub intervals: usize,
+    pub interval_ms: Option<u64>,
+    pub sample_every: Option<u32>,
+    pub host: String,
+    pub kernel: String,
+    pub cpu_model: String,
+    pub llc_bytes: Option<u64>,
+    pub llc_ways: Option<u32>,
+    pub numa_node: Option<i32>,
+    pub rx_queues: u32,
+    pub tx_queues: u32,
+    pub rx_ring: Option<u32>,
+    pub tx_ring: Option<u32>,
+    pub irqs: usize,
+    pub hooks: Vec<String>,
+    pub hooks_missing: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct StageReport {
+    pub count: u64,
+    pub p50_ns: Option<u64>,
+    pub p99_ns: Option<u64>,
+    pub max_ns: u64,
+    pub mean_ns: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct NapiReport {
+    pub polls: u64,
+    pub avg_work: Option<f64>,
+    pub budget_exhausted: u64,
+    /// bucket 0: empty polls; bucket b>0: work in [2^(b-1), 2^b).
+    pub work_hist: Vec<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct QueueReport {
+    pub dir: Dir,
+    pub queue: u32,
+    pub packets: u64,
+    pub bytes: u64,
+    pub pps: f64,
+    pub mbps: f64,
+    pub avg_pkt_bytes: Option<f64>,
+    pub drops: u64,
+    pub napi: Option<NapiReport>,
+    pub stages: serde_json::Map<String, serde_json::Value>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct FlowReport {
+    pub dir: Dir,
+    pub proto: String,
+    pub src: String,
+    pub sport: u16,
+    pub dst: String,
+    pub dport: u16,
+    pub rx_queue: Option<u32>,
+    pub tx_queue: Option<u32>,
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Events {
+    pub sampled: u64,
+    pub lost: u64,
+    pub received: u64,
+    pub state_evicted: u64,
+    pub queue_clamped: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Drops {
+    pub total: u64,
+    pub reasons: Vec<DropReason>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DropReason {
+    pub reason: u32,
+    pub name: Option<String>,
+    pub count: u64,
+}
+
+fn stage_report(q: &QueueCounters, s: usize) -> StageReport {
+    let h = &q.stage_hist[s];
+    let max = q.stage_max_ns[s];
+    StageReport {
+        count: q.stage_count[s],
+        p50_ns: hist_percentile(h, 50.0, max),
+        p99_ns: hist_percentile(h, 99.0, max),
+        max_ns: max,
+        mean_ns: (q.stage_count[s] > 0).then(|| q.stage_sum_ns[s] / q.stage_count[s]),
+    }
+}
+
+pub fn build(rec: &Recording) -> Report {
+    let iface = rec.iface();
+    let host = rec.host();
+    let dur = rec.duration_s();
+    let hooks: Vec<serde_json::Value> = rec.meta_json("hooks").unwrap_or_default();
+    let hook_name = |h: &serde_json::Value| {
+        format!(
+            "{}:{}",
+            h.get("flavor").and_then(|v| v.as_str()).unwrap_or("none"),
+            h.get("tracepoint").and_then(|v| v.as_str()).unwrap_or("?")
+        )
+    };
+    let drop_names: std::collections::BTreeMap<String, String> = rec.meta_json("drop_reason_names").unwrap_or_default();
+    let meta = Meta {
+        file: rec.path.display().to_string(),
+        complete: rec.complete(),
+        iface: iface.name.clone(),
+        netns: iface.netns.clone(),
+        ifindex: iface.ifindex,
+        driver: iface.driver.clone(),
+        duration_s: dur,
+        intervals: rec.snapshots.len(),
+        interval_ms: rec.meta.get("interval_ms").and_then(|v| v.parse().ok()),
+        sample_every: rec.meta.get("sample_every").and_then(|v| v.parse().ok()),
+        host: host.hostname.clone(),
+        kernel: host.kernel.clone(),
+        cpu_model: host.cpu_model.clone(),
+        llc_bytes: host.llc.as_ref().map(|l| l.size_bytes),
+        llc_ways: host.llc.as_ref().map(|l| l.ways),
+        numa_node: iface.numa_node,
+        rx_queues: iface.rx_queues,
+        tx_queues: iface.tx_queues,
+        rx_ring: iface.rx_ring,
+        tx_ring: iface.tx_ring,
+        irqs: iface.irqs.len(),
+        hooks: hooks.iter().filter(|h| !h["flavor"].is_null()).map(hook_name).collect(),
+        hooks_missing: hooks
+            .iter()
+            .filter(|h| h["flavor"].is_null())
+            .map(|h| h.get("tracepoint").and_then(|v| v.as_str()).unwrap_or("?").to_string())
+            .collect(),
+    };
+    let queues = rec
+        .queue_totals()
+        .iter()
+        .filter(|q| q.packets > 0 || q.napi_polls > 0)
+        .map(|q| {
+            let mut stages = serde_json::Map::new();
+            for (s, name) in q.dir.stage_names().iter().enumerate().take(NSTAGES) {
+                if q.stage_count[s] > 0 {
+                    stages.insert(name.to_string(), serde_json::to_value(stage_report(q, s)).unwrap_or_default());
+                }
+            }
+            QueueReport {
+                dir: q.dir,
+                queue: q.queue,
+                packets: q.packets,
+                bytes: q.bytes,
+                pps: if dur > 0.0 { q.packets as f64 / dur } else { 0.0 },
+                mbps: if dur > 0.0 { q.bytes as f64 * 8.0 / dur / 1e6 } else { 0.0 },
+                avg_pkt_bytes: (q.packets > 0).then(|| q.bytes as f64 / q.packets as f64),
+                drops: q.drops,
+                napi: (q.dir == Dir::Rx && q.napi_polls > 0).then(|| NapiReport {
+                    polls: q.napi_polls,
+                    avg_work: Some(q.napi_work as f64 / q.napi_polls as f64),
+                    budget_exhausted: q.napi_budget_exhausted,
+                    work_hist: q.napi_work_hist.to_vec(),
+                }),
+                stages,
+            }
+        })
+        .collect();
+    let mut flows: Vec<FlowReport> = rec
+        .flows
+        .iter()
+        .map(|f| FlowReport {
+            dir: f.key.dir,
+            proto: f.key.proto.clone(),
+            src: f.key.src.clone(),
+            sport: f.key.sport,
+            dst: f.key.dst.clone(),
+            dport: f.key.dport,
+            rx_queue: (f.key.dir == Dir::Rx).then_some(f.queue),
+            tx_queue: (f.key.dir == Dir::Tx).then_some(f.queue),
+            packets: f.packets,
+            bytes: f.bytes,
+        })
+        .collect();
+    flows.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+    let e = rec.event_totals();
+    let drops = Drops {
+        total: rec.drop_reasons.iter().map(|(_, c)| c).sum(),
+        reasons: rec
+            .drop_reasons
+            .iter()
+            .map(|(r, c)| DropReason { reason: *r, name: drop_names.get(&r.to_string()).cloned(), count: *c })
+            .collect(),
+    };
+    Report {
+        meta,
+        queues,
+        flows,
+        events: Events {
+            sampled: e.sampled,
+            lost: e.lost,
+            received: e.received,
+            state_evicted: e.state_evicted,
+            queue_clamped: e.queue_clamped,
+        },
+        drops,
+    }
+}
+
+pub fn fmt_ns(v: Option<u64>) -> String {
+    match v {
+        None => "-".into(),
+        Some(ns) if ns < 10_000 => format!("{ns}ns"),
+        Some(ns) if ns < 10_000_000 => format!("{:.1}us", ns as f64 / 1e3),
+        Some(ns) => format!("{:.1}ms", ns as f64 / 1e6),
+    }
+}
+
+fn fmt_count(v: f64) -> String {
+    if v >= 1e9 {
+        format!("{:.2}G", v / 1e9)
+    } else if v >= 1e6 {
+        format!("{:.2}M", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.1}k", v / 1e3)
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+pub fn render_text(r: &Report, top_flows: usize) -> String {
+    let mut o = String::new();
+    let m = &r.meta;
+    let _ = writeln!(
+        o,
+        "ddioscope report — {}{} ({}), {:.1} s in {} intervals{}",
+        m.iface,
+        m.netns.as_deref().map(|n| format!(" @ netns {n}")).unwrap_or_default(),
+        m.driver.as_deref().unwrap_or("unknown driver"),
+        m.duration_s,
+        m.intervals,
+        if m.complete { "" } else { "  [INCOMPLETE: recording was cut off]" }
+    );
+    let _ = writeln!(
+        o,
+        "host {} · kernel {} · {} · LLC {} · NIC NUMA node {}",
+        m.host,
+        m.kernel,
+        if m.cpu_model.is_empty() { "unknown CPU" } else { &m.cpu_model },
+        m.llc_bytes
+            .map(|b| format!("{:.2} MiB/{} ways", b as f64 / 1048576.0, m.llc_ways.unwrap_or(0)))
+            .unwrap_or_else(|| "unknown".into()),
+        m.numa_node.map(|n| n.to_string()).unwrap_or_else(|| "unknown".into())
+    );
+    let _ = writeln!(
+        o,
+        "queues rx {} tx {} · rings rx {} tx {} · IRQs {}",
+        m.rx_queues,
+        m.tx_queues,
+        m.rx_ring.map(|v| v.to_string()).unwrap_or_else(|| "n/a".into()),
+        m.tx_ring.map(|v| v.to_string()).unwrap_or_else(|| "n/a".into()),
+        if m.irqs == 0 { "none (virtual device)".to_string() } else { m.irqs.to_string() }
+    );
+    let _ = writeln!(o, "hooks: {}", m.hooks.join(" "));
+    if !m.hooks_missing.is_empty() {
+        let _ = writeln!(o, "hooks not attached: {}", m.hooks_missing.join(" "));
+    }
+
+    for dir in [Dir::Rx, Dir::Tx] {
+        let qs: Vec<_> = r.queues.iter().filter(|q| q.dir == dir).collect();
+        let _ = writeln!(o, "\n{} queues", dir.as_str().to_uppercase());
+        if qs.is_empty() {
+            let _ = writeln!(o, "  (no traffic)");
+            continue;
+        }
+        let names = dir.stage_names();
+        let _ = write!(o, "  {:>5} {:>9} {:>9} {:>9} {:>7}", "queue", "packets", "pkt/s", "Mbit/s", "avg B");
+        if dir == Dir::Rx {
+            let _ = write!(o, " {:>7} {:>6} {:>5}", "polls", "batch", "full");
+        }
+        for n in names {
+            let _ = write!(o, " {:>21}", format!("{n} p50/p99/max"));
+        }
+        let _ = writeln!(o);
+        for q in qs {
+            let _ = write!(
+                o,
+                "  {:>5} {:>9} {:>9} {:>9.1} {:>7.0}",
+                q.queue,
+                fmt_count(q.packets as f64),
+                fmt_count(q.pps),
+                q.mbps,
+                q.avg_pkt_bytes.unwrap_or(0.0)
+            );
+            if dir == Dir::Rx {
+                match &q.napi {
+                    Some(n) => {
+                        let _ = write!(
+                            o,
+                            " {:>7} {:>6.1} {:>5}",
+                            fmt_count(n.polls as f64),
+                            n.avg_work.unwrap_or(0.0),
+                            n.budget_exhausted
+                        );
+                    }
+                    None => {
+                        let _ = write!(o, " {:>7} {:>6} {:>5}", "-", "-", "-");
+                    }
+                }
+            }
+            for n in names {
+                let cell = match q.stages.get(n) {
+                    Some(s) => format!(
+                        "{}/{}/{}",
+                        fmt_ns(s["p50_ns"].as_u64()),
+                        fmt_ns(s["p99_ns"].as_u64()),
+                        fmt_ns(s["max_ns"].as_u64())
+                    ),
+                    None => "-".into(),
+                };
+                let _ = write!(o, " {cell:>21}");
+            }
+            let _ = writeln!(o);
+        }
+    }
+
+    let _ = writeln!(o, "\nTop flows (by bytes)");
+    if r.flows.is_empty() {
+        let _ = writeln!(o, "  (none)");
+    }
+    for f in r.flows.iter().take(top_flows) {
+        let q = match (f.rx_queue, f.tx_queue) {
+            (Some(q), _) => format!("rxq {q}"),
+            (_, Some(q)) => format!("txq {q}"),
+            _ => "-".into(),
+        };
+        let _ = writeln!(
+            o,
+            "  {} {} {}:{} -> {}:{}  {}  {} pkts  {} B",
+            f.dir.as_str(),
+            f.proto,
+            f.src,
+            f.sport,
+            f.dst,
+            f.dport,
+            q,
+            fmt_count(f.packets as f64),
+            fmt_count(f.bytes as f64)
+        );
+    }
+    if r.flows.len() > top_flows {
+        let _ = writeln!(o, "  … {} more (see --json)", r.flows.len() - top_flows);
+    }
+
+    let e = &r.events;
+    let _ = writeln!(
+        o,
+        "\nEvents: {} packet records sampled (1 in {}), {} lost in the ring buffer, {} in-flight states evicted{}",
+        e.sampled,
+        m.sample_every.map(|v| v.to_string()).unwrap_or_else(|| "?".into()),
+        e.lost,
+        e.state_evicted,
+        if e.queue_clamped > 0 { format!(", {} packets on queues ≥ 64 folded into queue 63", e.queue_clamped) } else { String::new() }
+    );
+    let _ = write!(o, "Drops: {}", r.drops.total);
+    for d in &r.drops.reasons {
+        let _ = write!(o, "  {}={}", d.name.clone().unwrap_or_else(|| format!("reason{}", d.reason)), d.count);
+    }
+    let _ = writeln!(o);
+    o
+}

@@ -1,0 +1,277 @@
+//! The Snapshot: everything ddioscope knows about one interval. Live recording
+//! and replay both produce it, so every surface and analysis is one code path.
+use serde::{Deserialize, Serialize};
+
+pub const NSTAGES: usize = 4;
+pub const NBUCKETS: usize = 32;
+pub const NAPI_BUCKETS: usize = 12;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dir {
+    Rx,
+    Tx,
+}
+
+impl Dir {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dir::Rx => "rx",
+            Dir::Tx => "tx",
+        }
+    }
+    pub fn from_u8(v: u8) -> Dir {
+        if v == 0 {
+            Dir::Rx
+        } else {
+            Dir::Tx
+        }
+    }
+    pub fn parse(s: &str) -> Option<Dir> {
+        match s {
+            "rx" => Some(Dir::Rx),
+            "tx" => Some(Dir::Tx),
+            _ => None,
+        }
+    }
+    /// Stage names in the order of the kernel's stage slots (see bpf/pktlife.h).
+    pub fn stage_names(self) -> [&'static str; NSTAGES] {
+        match self {
+            Dir::Rx => ["driver_to_stack", "stack_to_copy", "copy_to_free", "driver_to_free"],
+            Dir::Tx => ["queue_to_xmit", "xmit_call", "xmit_to_free", "queue_to_free"],
+        }
+    }
+}
+
+/// Per-queue counters: cumulative when read from the kernel, a delta in a Snapshot.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueueCounters {
+    pub dir: Dir,
+    pub queue: u32,
+    pub packets: u64,
+    pub bytes: u64,
+    pub napi_polls: u64,
+    pub napi_work: u64,
+    pub napi_budget_exhausted: u64,
+    pub copies: u64,
+    pub frees: u64,
+    pub drops: u64,
+    pub stage_count: [u64; NSTAGES],
+    pub stage_sum_ns: [u64; NSTAGES],
+    /// Largest value seen so far (not a delta: a max cannot be differenced).
+    pub stage_max_ns: [u64; NSTAGES],
+    pub stage_hist: [[u64; NBUCKETS]; NSTAGES],
+    pub napi_work_hist: [u64; NAPI_BUCKETS],
+}
+
+impl QueueCounters {
+    pub fn new(dir: Dir, queue: u32) -> Self {
+        QueueCounters {
+            dir,
+            queue,
+            packets: 0,
+            bytes: 0,
+            napi_polls: 0,
+            napi_work: 0,
+            napi_budget_exhausted: 0,
+            copies: 0,
+            frees: 0,
+            drops: 0,
+            stage_count: [0; NSTAGES],
+            stage_sum_ns: [0; NSTAGES],
+            stage_max_ns: [0; NSTAGES],
+            stage_hist: [[0; NBUCKETS]; NSTAGES],
+            napi_work_hist: [0; NAPI_BUCKETS],
+        }
+    }
+
+    pub fn is_zero(&self) -> bool {
+        self.packets == 0
+            && self.napi_polls == 0
+            && self.frees == 0
+            && self.stage_count.iter().all(|&c| c == 0)
+    }
+
+    /// self - earlier, saturating: the kernel's counters only grow.
+    pub fn delta(&self, earlier: &QueueCounters) -> QueueCounters {
+        let mut d = self.clone();
+        d.packets = self.packets.saturating_sub(earlier.packets);
+        d.bytes = self.bytes.saturating_sub(earlier.bytes);
+        d.napi_polls = self.napi_polls.saturating_sub(earlier.napi_polls);
+        d.napi_work = self.napi_work.saturating_sub(earlier.napi_work);
+        d.napi_budget_exhausted = self.napi_budget_exhausted.saturating_sub(earlier.napi_budget_exhausted);
+        d.copies = self.copies.saturating_sub(earlier.copies);
+        d.frees = self.frees.saturating_sub(earlier.frees);
+        d.drops = self.drops.saturating_sub(earlier.drops);
+        for s in 0..NSTAGES {
+            d.stage_count[s] = self.stage_count[s].saturating_sub(earlier.stage_count[s]);
+            d.stage_sum_ns[s] = self.stage_sum_ns[s].saturating_sub(earlier.stage_sum_ns[s]);
+            for b in 0..NBUCKETS {
+                d.stage_hist[s][b] = self.stage_hist[s][b].saturating_sub(earlier.stage_hist[s][b]);
+            }
+        }
+        for b in 0..NAPI_BUCKETS {
+            d.napi_work_hist[b] = self.napi_work_hist[b].saturating_sub(earlier.napi_work_hist[b]);
+        }
+        d
+    }
+
+    /// Accumulate a delta into a running total.
+    pub fn add(&mut self, d: &QueueCounters) {
+        self.packets += d.packets;
+        self.bytes += d.bytes;
+        self.napi_polls += d.napi_polls;
+        self.napi_work += d.napi_work;
+        self.napi_budget_exhausted += d.napi_budget_exhausted;
+        self.copies += d.copies;
+        self.frees += d.frees;
+        self.drops += d.drops;
+        for s in 0..NSTAGES {
+            self.stage_count[s] += d.stage_count[s];
+            self.stage_sum_ns[s] += d.stage_sum_ns[s];
+            self.stage_max_ns[s] = self.stage_max_ns[s].max(d.stage_max_ns[s]);
+            for b in 0..NBUCKETS {
+                self.stage_hist[s][b] += d.stage_hist[s][b];
+            }
+        }
+        for b in 0..NAPI_BUCKETS {
+            self.napi_work_hist[b] += d.napi_work_hist[b];
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct FlowKey {
+    pub dir: Dir,
+    pub proto: String,
+    pub src: String,
+    pub sport: u16,
+    pub dst: String,
+    pub dport: u16,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlowCounters {
+    pub key: FlowKey,
+    pub queue: u32,
+    pub packets: u64,
+    pub bytes: u64,
+    pub first_ns: u64,
+    pub last_ns: u64,
+}
+
+/// One sampled packet's life (1 in N), as the kernel sent it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PacketSample {
+    pub dir: Dir,
+    pub queue: u32,
+    pub cpu: u32,
+    pub len: u32,
+    pub skb_addr: u64,
+    pub data_addr: u64,
+    /// Stage-entry times (0 = stage not seen), bpf_ktime_get_ns clock.
+    pub ts: [u64; NSTAGES],
+    pub free_ns: u64,
+    pub dropped: bool,
+    pub drop_reason: u32,
+    pub flow: Option<FlowKey>,
+}
+
+/// Global event-path counters (cumulative in the kernel, deltas in a Snapshot).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct EventCounters {
+    pub sampled: u64,
+    pub lost: u64,
+    pub state_evicted: u64,
+    pub queue_clamped: u64,
+    /// Records the userspace reader received (should equal `sampled`).
+    pub received: u64,
+}
+
+impl EventCounters {
+    pub fn delta(&self, e: &EventCounters) -> EventCounters {
+        EventCounters {
+            sampled: self.sampled.saturating_sub(e.sampled),
+            lost: self.lost.saturating_sub(e.lost),
+            state_evicted: self.state_evicted.saturating_sub(e.state_evicted),
+            queue_clamped: self.queue_clamped.saturating_sub(e.queue_clamped),
+            received: self.received.saturating_sub(e.received),
+        }
+    }
+}
+
+/// One interval.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub index: u64,
+    /// End of the interval, CLOCK_MONOTONIC ns (the BPF clock).
+    pub t_ns: u64,
+    pub dur_ns: u64,
+    pub queues: Vec<QueueCounters>,
+    pub samples: Vec<PacketSample>,
+    pub events: EventCounters,
+    /// Flows, cumulative since the start (present on the intervals where they were read).
+    pub flows: Vec<FlowCounters>,
+    /// Drop reasons, cumulative: (reason id, count).
+    pub drop_reasons: Vec<(u32, u64)>,
+}
+
+/// Percentile of a log2 histogram (bucket b = [2^b, 2^(b+1)) ns), interpolated
+/// within the bucket and capped at the observed maximum.
+pub fn hist_percentile(hist: &[u64], p: f64, max: u64) -> Option<u64> {
+    let total: u64 = hist.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    let rank = (p / 100.0 * total as f64).max(1.0);
+    let mut seen = 0.0;
+    for (b, &c) in hist.iter().enumerate() {
+        if c == 0 {
+            continue;
+        }
+        let next = seen + c as f64;
+        if next >= rank {
+            let lo = if b == 0 { 0.0 } else { (1u64 << b) as f64 };
+            let hi = (1u64 << (b + 1)) as f64;
+            let frac = (rank - seen) / c as f64;
+            let v = (lo + frac * (hi - lo)) as u64;
+            return Some(if max > 0 { v.min(max) } else { v });
+        }
+        seen = next;
+    }
+    Some(max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentile_interpolates_and_caps() {
+        let mut h = [0u64; NBUCKETS];
+        h[10] = 100; // [1024, 2048)
+        assert_eq!(hist_percentile(&h, 50.0, 0), Some(1536));
+        assert_eq!(hist_percentile(&h, 50.0, 1200), Some(1200));
+        assert_eq!(hist_percentile(&[0; 4], 50.0, 0), None);
+        h[20] = 100;
+        let p50 = hist_percentile(&h, 50.0, 0).unwrap();
+        let p99 = hist_percentile(&h, 99.0, 0).unwrap();
+        assert!(p50 < 2048 && p99 >= 1 << 20, "{p50} {p99}");
+    }
+
+    #[test]
+    fn delta_keeps_max_and_subtracts_counts() {
+        let mut a = QueueCounters::new(Dir::Rx, 1);
+        a.packets = 10;
+        a.stage_max_ns[0] = 500;
+        a.stage_hist[0][3] = 7;
+        let mut b = a.clone();
+        b.packets = 25;
+        b.stage_max_ns[0] = 900;
+        b.stage_hist[0][3] = 9;
+        let d = b.delta(&a);
+        assert_eq!(d.packets, 15);
+        assert_eq!(d.stage_hist[0][3], 2);
+        assert_eq!(d.stage_max_ns[0], 900);
+    }
+}
