@@ -156,7 +156,8 @@ static __always_inline void record_stage(struct pl_queue_stats *qs, __u32 stage,
 
 /* Parse the 5-tuple from an IPv4/IPv6 header at l3 (TCP/UDP only; IPv6
  * extension headers are not walked). */
-static __always_inline bool parse_flow(const void *l3, __u16 proto_be, struct pl_flow_key *k)
+static __always_inline bool parse_flow(const void *l3, __u16 proto_be, struct pl_flow_key *k,
+				      __u32 *hdr_len)
 {
 	__u16 proto = bpf_ntohs(proto_be);
 	__u32 l4_off;
@@ -187,27 +188,34 @@ static __always_inline bool parse_flow(const void *l3, __u16 proto_be, struct pl
 	}
 	if (l4proto != IPPROTO_TCP_ && l4proto != IPPROTO_UDP_)
 		return false;
-	__u16 ports[2];
-	if (bpf_probe_read_kernel(ports, sizeof(ports), l3 + l4_off))
+	/* Ports, and for TCP the data offset (byte 12 of the header). */
+	__u8 l4[13];
+	if (bpf_probe_read_kernel(l4, sizeof(l4), l3 + l4_off))
 		return false;
+	__u16 ports[2];
+	__builtin_memcpy(ports, l4, sizeof(ports));
+	*hdr_len = l4_off + (l4proto == IPPROTO_TCP_ ? (__u32)(l4[12] >> 4) * 4 : 8);
 	k->proto = l4proto;
 	k->sport = bpf_ntohs(ports[0]);
 	k->dport = bpf_ntohs(ports[1]);
 	return true;
 }
 
-static __always_inline void account_flow(struct pl_flow_key *k, __u32 len, __u32 queue, __u64 now)
+static __always_inline void account_flow(struct pl_flow_key *k, __u32 len, __u32 l3_len, __u32 hdr_len,
+					 __u32 queue, __u64 now)
 {
+	__u32 payload = l3_len > hdr_len ? l3_len - hdr_len : 0;
 	struct pl_flow_stats *fs = bpf_map_lookup_elem(&flows, k);
 	if (fs) {
 		__sync_fetch_and_add(&fs->packets, 1);
 		__sync_fetch_and_add(&fs->bytes, len);
+		__sync_fetch_and_add(&fs->payload_bytes, payload);
 		fs->last_ns = now;
 		fs->queue = queue;
 		return;
 	}
 	struct pl_flow_stats init = {
-		.packets = 1, .bytes = len, .first_ns = now, .last_ns = now, .queue = queue,
+		.packets = 1, .bytes = len, .payload_bytes = payload, .first_ns = now, .last_ns = now, .queue = queue,
 	};
 	bpf_map_update_elem(&flows, k, &init, BPF_NOEXIST);
 }
@@ -243,7 +251,14 @@ static __always_inline int on_rx_handup(const struct sk_buff *skb)
 	__u16 qm = BPF_CORE_READ(skb, queue_mapping);
 	/* Drivers record the RX queue as queue_mapping = queue + 1 (skb_record_rx_queue). */
 	__u32 queue = qm ? qm - 1 : 0;
-	__u32 len = BPF_CORE_READ(skb, len);
+	__u32 l3_len = BPF_CORE_READ(skb, len);
+	unsigned char *head = BPF_CORE_READ(skb, head);
+	unsigned char *data = BPF_CORE_READ(skb, data);
+	__u16 mac = BPF_CORE_READ(skb, mac_header);
+	/* eth_type_trans already pulled L2; count it back so bytes are frame
+	 * bytes, as the interface statistics count them. */
+	__u32 l2_len = (mac != (__u16)~0U && data >= head + mac) ? (__u32)(data - (head + mac)) : 0;
+	__u32 len = l3_len + (l2_len <= 64 ? l2_len : 0);
 
 	struct pl_queue_stats *qs = qstats(PL_RX, queue);
 	if (qs) {
@@ -263,15 +278,16 @@ static __always_inline int on_rx_handup(const struct sk_buff *skb)
 	st.dir = PL_RX;
 	st.queue = queue;
 	st.len = len;
-	st.data_addr = (__u64)BPF_CORE_READ(skb, data);
+	st.data_addr = (__u64)data;
 
 	if (track_flows || sample_every) {
 		struct pl_flow_key k = {};
+		__u32 hdr_len = 0;
 		/* At hand-up eth_type_trans has pulled L2: data is the L3 header. */
-		if (parse_flow((void *)st.data_addr, BPF_CORE_READ(skb, protocol), &k)) {
+		if (parse_flow(data, BPF_CORE_READ(skb, protocol), &k, &hdr_len)) {
 			k.dir = PL_RX;
 			if (track_flows)
-				account_flow(&k, len, queue, now);
+				account_flow(&k, len, l3_len, hdr_len, queue, now);
 			if (take_sample()) {
 				st.sampled = 1;
 				st.flow = k;
@@ -438,13 +454,16 @@ static __always_inline int on_tx_xmit(const struct sk_buff *skb, const struct ne
 
 	if (track_flows || sample_every) {
 		struct pl_flow_key k = {};
+		__u32 hdr_len = 0;
 		unsigned char *head = BPF_CORE_READ(skb, head);
+		unsigned char *data = BPF_CORE_READ(skb, data);
 		__u16 nh = BPF_CORE_READ(skb, network_header);
-		st->data_addr = (__u64)BPF_CORE_READ(skb, data);
-		if (parse_flow(head + nh, BPF_CORE_READ(skb, protocol), &k)) {
+		st->data_addr = (__u64)data;
+		__u32 l3_len = head + nh >= data ? len - (__u32)(head + nh - data) : len;
+		if (parse_flow(head + nh, BPF_CORE_READ(skb, protocol), &k, &hdr_len)) {
 			k.dir = PL_TX;
 			if (track_flows)
-				account_flow(&k, len, queue, now);
+				account_flow(&k, len, l3_len, hdr_len, queue, now);
 			if (take_sample()) {
 				st->sampled = 1;
 				st->flow = k;

@@ -64,7 +64,8 @@ struct pl_flow_key {
 
 struct pl_flow_stats {
 	__u64 packets;
-	__u64 bytes;
+	__u64 bytes;           /* frame bytes as counted per queue */
+	__u64 payload_bytes;   /* L4 payload: what the application sends/receives */
 	__u64 first_ns;
 	__u64 last_ns;
 	__u32 queue;

@@ -56,6 +56,9 @@ up() {
     ip -n "$NS_RCV" addr add "$IP6_RCV/64" dev "$IF_RCV" nodad
     ip netns exec "$NS_SND" ethtool -K "$IF_SND" tso off gso off gro on >/dev/null
     ip netns exec "$NS_RCV" ethtool -K "$IF_RCV" tso off gso off gro on >/dev/null
+    # No qdisc on the sender (veth's default noqueue): with one, veth's TX
+    # queues stall once its NAPI ring fills. Per-queue truth comes from the
+    # receiver driver's own counters (ethtool -S rx_queue_N_xdp_packets).
     for ns in "$NS_SND" "$NS_RCV"; do ip -n "$ns" link set lo up; done
     ip -n "$NS_SND" link set "$IF_SND" up
     ip -n "$NS_RCV" link set "$IF_RCV" up

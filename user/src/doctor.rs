@@ -51,7 +51,8 @@ pub fn run() -> Doctor {
             features.btf_error.clone().unwrap_or_else(|| "/sys/kernel/btf/vmlinux".into()),
             "no CO-RE probes at all: recording cannot work",
         ),
-        check("tp_btf programs", features.tracing_prog, "BPF_PROG_TYPE_TRACING loads", "hooks fall back to raw_tp (same data, slightly costlier reads)"),
+        check("tp_btf programs", features.tracing_prog, "a tp_btf program loads", "hooks fall back to raw_tp (same data, slightly costlier reads)"),
+        check("fentry programs", features.fentry_prog, "an fentry program loads", "not needed: every hook has a tracepoint (driver-function hooks unavailable)"),
         check("raw_tp programs", features.raw_tracepoint_prog, "BPF_PROG_TYPE_RAW_TRACEPOINT loads", "no fallback when tp_btf is refused"),
         check("ring buffer", features.ringbuf_map, "BPF_MAP_TYPE_RINGBUF", "no sampled packet records"),
         check("perf_event programs", features.perf_event_prog, "BPF_PROG_TYPE_PERF_EVENT loads", "no in-kernel L3-miss sample joining"),
@@ -61,7 +62,7 @@ pub fn run() -> Doctor {
         checks.push(check(
             &format!("hook {}", h.tracepoint),
             btf || features.raw_tracepoint_prog,
-            if btf { format!("tp_btf ({})", features.preferred(h).as_str()) } else { "raw_tp only (no BTF type)".into() },
+            format!("attaches as {}{}", features.preferred(h).as_str(), if btf { "" } else { " (no BTF type for tp_btf)" }),
             h.without,
         ));
     }

@@ -72,6 +72,12 @@ enum Cmd {
 
 fn run() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
+    // libbpf's own messages (load failures while probing features) are noise
+    // unless asked for; our errors explain themselves.
+    let verbose = matches!(cli.cmd, Cmd::Record { verbose: true, .. });
+    if !verbose {
+        libbpf_rs::set_print(None);
+    }
     match cli.cmd {
         Cmd::Record { iface, netns, duration, output, force, interval, sample, json_progress, verbose } => {
             let opts = record::RecordOptions {

@@ -81,6 +81,7 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary> {
     writer.set_meta_json("host", &host)?;
     writer.set_meta_json("iface", &iface)?;
     writer.set_meta_json("features", &features)?;
+    writer.set_meta_json("drop_reason_names", &crate::probe::features::drop_reason_names())?;
     writer.set_meta("interval_ms", &opts.interval_ms.to_string())?;
     writer.set_meta("sample_every", &opts.sample_every.to_string())?;
     writer.set_meta("complete", "false")?;

@@ -156,6 +156,8 @@ pub struct FlowCounters {
     pub queue: u32,
     pub packets: u64,
     pub bytes: u64,
+    /// L4 payload bytes (what the application sees).
+    pub payload_bytes: u64,
     pub first_ns: u64,
     pub last_ns: u64,
 }

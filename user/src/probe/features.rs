@@ -60,6 +60,9 @@ pub struct Features {
     pub btf_error: Option<String>,
     pub tracing_prog: bool,
     pub raw_tracepoint_prog: bool,
+    /// fentry is probed for the feature table only: every hook has a tracepoint.
+    pub fentry_prog: bool,
+    pub load_errors: Vec<String>,
     pub perf_event_prog: bool,
     pub ringbuf_map: bool,
     pub lru_hash_map: bool,
@@ -69,6 +72,23 @@ pub struct Features {
 
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
+/// Load one program of the features object alone; Ok(()) if the kernel took it.
+fn try_load(prog_name: &str) -> Result<(), String> {
+    use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+    let mut storage = std::mem::MaybeUninit::uninit();
+    let mut open = super::feature_skel::FeaturesSkelBuilder::default()
+        .open(&mut storage)
+        .map_err(|e| e.to_string())?;
+    for mut p in open.open_object_mut().progs_mut() {
+        let keep = p.name() == prog_name;
+        p.set_autoload(keep);
+    }
+    open.load().map(|_| ()).map_err(|e| match e.kind() {
+        libbpf_rs::ErrorKind::PermissionDenied => "refused by the kernel (EPERM)".to_string(),
+        _ => e.to_string(),
+    })
+}
+
 fn probe_prog(t: libbpf_rs::libbpf_sys::bpf_prog_type) -> bool {
     // SAFETY: libbpf_probe_bpf_prog_type loads and frees a tiny program; no pointers kept.
     unsafe { libbpf_rs::libbpf_sys::libbpf_probe_bpf_prog_type(t, std::ptr::null()) == 1 }
@@ -77,6 +97,22 @@ fn probe_prog(t: libbpf_rs::libbpf_sys::bpf_prog_type) -> bool {
 fn probe_map(t: libbpf_rs::libbpf_sys::bpf_map_type) -> bool {
     // SAFETY: as above, a tiny map is created and closed.
     unsafe { libbpf_rs::libbpf_sys::libbpf_probe_bpf_map_type(t, std::ptr::null()) == 1 }
+}
+
+/// The kernel's names for kfree_skb drop reasons (enum skb_drop_reason), so the
+/// report says "TCP_OLD_DATA" rather than a number that changes across kernels.
+pub fn drop_reason_names() -> std::collections::BTreeMap<u32, String> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(btf) = Btf::from_vmlinux() else { return out };
+    if let Some(e) = btf.type_by_name::<libbpf_rs::btf::types::Enum<'_>>("skb_drop_reason") {
+        for m in e.iter() {
+            if let Some(n) = m.name {
+                let n = n.to_string_lossy();
+                out.insert(m.value as u32, n.strip_prefix("SKB_DROP_REASON_").unwrap_or(&n).to_string());
+            }
+        }
+    }
+    out
 }
 
 impl Features {
@@ -101,11 +137,25 @@ impl Features {
                 .collect(),
             None => Vec::new(),
         };
+        let mut load_errors = Vec::new();
+        let mut probe = |name: &str, what: &str| match btf.is_some().then(|| try_load(name)) {
+            Some(Ok(())) => true,
+            Some(Err(e)) => {
+                load_errors.push(format!("{what}: {e}"));
+                false
+            }
+            None => false,
+        };
+        let tracing_prog = probe("feat_tp_btf", "tp_btf");
+        let fentry_prog = probe("feat_fentry", "fentry");
+        let raw_tracepoint_prog = probe_prog(sys::BPF_PROG_TYPE_RAW_TRACEPOINT);
         Features {
             vmlinux_btf: btf.is_some(),
             btf_error,
-            tracing_prog: probe_prog(sys::BPF_PROG_TYPE_TRACING),
-            raw_tracepoint_prog: probe_prog(sys::BPF_PROG_TYPE_RAW_TRACEPOINT),
+            tracing_prog,
+            raw_tracepoint_prog,
+            fentry_prog,
+            load_errors,
             perf_event_prog: probe_prog(sys::BPF_PROG_TYPE_PERF_EVENT),
             ringbuf_map: probe_map(sys::BPF_MAP_TYPE_RINGBUF),
             lru_hash_map: probe_map(sys::BPF_MAP_TYPE_LRU_HASH),

@@ -6,3 +6,8 @@ pub mod skel {
     #![allow(clippy::all, dead_code, non_camel_case_types, non_snake_case, non_upper_case_globals, unused)]
     include!(concat!(env!("OUT_DIR"), "/pktlife.skel.rs"));
 }
+
+pub mod feature_skel {
+    #![allow(clippy::all, dead_code, non_camel_case_types, non_snake_case, non_upper_case_globals, unused)]
+    include!(concat!(env!("OUT_DIR"), "/features.skel.rs"));
+}

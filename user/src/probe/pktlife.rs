@@ -263,6 +263,7 @@ impl PktlifeProbe {
                     queue: v.queue,
                     packets: v.packets,
                     bytes: v.bytes,
+                    payload_bytes: v.payload_bytes,
                     first_ns: v.first_ns,
                     last_ns: v.last_ns,
                 });

@@ -37,7 +37,8 @@ CREATE TABLE napi_hist (
 CREATE TABLE flows (
     dir TEXT NOT NULL, proto TEXT NOT NULL, src TEXT NOT NULL, sport INTEGER NOT NULL,
     dst TEXT NOT NULL, dport INTEGER NOT NULL, queue INTEGER NOT NULL,
-    packets INTEGER NOT NULL, bytes INTEGER NOT NULL, first_ns INTEGER NOT NULL, last_ns INTEGER NOT NULL,
+    packets INTEGER NOT NULL, bytes INTEGER NOT NULL, payload_bytes INTEGER NOT NULL,
+    first_ns INTEGER NOT NULL, last_ns INTEGER NOT NULL,
     PRIMARY KEY (dir, proto, src, sport, dst, dport));
 CREATE TABLE samples (
     interval INTEGER NOT NULL, dir TEXT NOT NULL, queue INTEGER NOT NULL, cpu INTEGER NOT NULL,

@@ -211,7 +211,7 @@ impl Recording {
         let mut flows = Vec::new();
         {
             let mut st = conn
-                .prepare("SELECT dir,proto,src,sport,dst,dport,queue,packets,bytes,first_ns,last_ns FROM flows")
+                .prepare("SELECT dir,proto,src,sport,dst,dport,queue,packets,bytes,payload_bytes,first_ns,last_ns FROM flows")
                 .map_err(corrupt)?;
             let mut rows = st.query([]).map_err(corrupt)?;
             while let Some(r) = rows.next().map_err(corrupt)? {
@@ -228,8 +228,9 @@ impl Recording {
                     queue: r.get(6).map_err(corrupt)?,
                     packets: r.get::<_, i64>(7).map_err(corrupt)? as u64,
                     bytes: r.get::<_, i64>(8).map_err(corrupt)? as u64,
-                    first_ns: r.get::<_, i64>(9).map_err(corrupt)? as u64,
-                    last_ns: r.get::<_, i64>(10).map_err(corrupt)? as u64,
+                    payload_bytes: r.get::<_, i64>(9).map_err(corrupt)? as u64,
+                    first_ns: r.get::<_, i64>(10).map_err(corrupt)? as u64,
+                    last_ns: r.get::<_, i64>(11).map_err(corrupt)? as u64,
                 });
             }
         }

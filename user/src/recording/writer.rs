@@ -223,8 +223,8 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
         ])?;
     }
     let mut f_st = tx.prepare_cached(
-        "INSERT OR REPLACE INTO flows(dir,proto,src,sport,dst,dport,queue,packets,bytes,first_ns,last_ns)
-         VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)",
+        "INSERT OR REPLACE INTO flows(dir,proto,src,sport,dst,dport,queue,packets,bytes,payload_bytes,first_ns,last_ns)
+         VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)",
     )?;
     for f in &s.flows {
         let k = &f.key;
@@ -238,6 +238,7 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
             f.queue,
             f.packets as i64,
             f.bytes as i64,
+            f.payload_bytes as i64,
             f.first_ns as i64,
             f.last_ns as i64
         ])?;

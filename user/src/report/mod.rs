@@ -87,6 +87,7 @@ pub struct FlowReport {
     pub tx_queue: Option<u32>,
     pub packets: u64,
     pub bytes: u64,
+    pub payload_bytes: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -209,6 +210,7 @@ pub fn build(rec: &Recording) -> Report {
             tx_queue: (f.key.dir == Dir::Tx).then_some(f.queue),
             packets: f.packets,
             bytes: f.bytes,
+            payload_bytes: f.payload_bytes,
         })
         .collect();
     flows.sort_by(|a, b| b.bytes.cmp(&a.bytes));

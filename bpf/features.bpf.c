@@ -1,0 +1,17 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/* features: one do-nothing program per attach type, loaded one at a time by
+ * user/src/probe/features.rs to learn what this kernel accepts by trying. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+SEC("tp_btf/netif_receive_skb")
+int BPF_PROG(feat_tp_btf, struct sk_buff *skb) { return 0; }
+
+SEC("raw_tp/netif_receive_skb")
+int BPF_PROG(feat_raw_tp) { return 0; }
+
+SEC("fentry/netif_receive_skb")
+int BPF_PROG(feat_fentry, struct sk_buff *skb) { return 0; }

@@ -1,0 +1,270 @@
+//! Recommendation tests against the published VTune, Intel PerfMon (EMR iperf3) and ResQ cases in tests/fixtures/model.
+
+use super::*;
+use crate::model::analytic::Dir;
+use crate::model::geometry::LlcGeometry;
+
+fn fixture_json(name: &str) -> serde_json::Value {
+    let p = format!("{}/../tests/fixtures/model/{name}", env!("CARGO_MANIFEST_DIR"));
+    let s = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{p}: {e}"));
+    serde_json::from_str(&s).unwrap_or_else(|e| panic!("{p}: {e}"))
+}
+
+fn rxq(queue: u32, ring: u32, pps: f64, pkt: f64) -> QueueObservation {
+    QueueObservation {
+        dir: Dir::Rx,
+        queue,
+        ring_entries: Some(ring),
+        pkts_per_s: pps,
+        bytes_per_s: pps * pkt,
+        avg_pkt_bytes: pkt,
+        residence_ns_p50: Some(2_000.0),
+        residence_ns_p99: None,
+        napi_polls: 0,
+        napi_budget_exhausted: 0,
+        peak_inflight_pkts: None,
+        drops: 0,
+    }
+}
+
+fn kinds(r: &[Recommendation]) -> Vec<&str> {
+    r.iter().map(|x| x.kind.as_str()).collect()
+}
+
+fn show(name: &str, r: &[Recommendation]) {
+    println!("== {name}");
+    for x in r {
+        println!("  [{}] {} :: {}", x.kind, x.target, x.command.replace('\n', " ; "));
+        for e in &x.evidence {
+            println!("      - {e}");
+        }
+        println!("      predicted {:?}: {:?} -> {:?}", x.predicted_metric, x.predicted_before, x.predicted_after);
+    }
+}
+
+/// VTune DDIO recipe: testpmd mac forwarding, one queue, 64 B packets, NIC on socket 1.
+/// Geometry: a 2nd-gen Xeon Scalable (Cascade Lake) has Skylake-SP's LLC organisation
+/// (1.375 MiB/core slices, 11 ways, DDIO 2 ways); the SKU is not given, so the 6140's
+/// 24.75 MiB stands in. Ring: testpmd's default 1024 RX descriptors.
+fn vtune_obs(case: &serde_json::Value) -> HostObservation {
+    let f = |k: &str| case[k].as_f64().unwrap_or_else(|| panic!("{k}"));
+    let core = f("forwarding_core_socket") as i32;
+    let nic = f("nic_socket") as i32;
+    let pps = f("mpps") * 1e6;
+    let mut q = rxq(0, 1024, pps, 64.0);
+    q.residence_ns_p50 = Some(1_000.0);
+    HostObservation {
+        iface: "ens801f0".into(),
+        geometry: LlcGeometry::skx_gold_6140(),
+        nic_numa_node: Some(nic),
+        queue_cpus_numa: vec![(0, Some(core))],
+        queue_irqs: vec![],
+        node_cpulists: vec![(0, "0-17".into()), (1, "18-35".into())],
+        root_port: None,
+        consumer: Some(Consumer::Forward),
+        queues: vec![q],
+        counters: Some(CounterEvidence {
+            write_miss_pct: Some(f("inbound_write_l3_miss_pct")),
+            read_miss_pct: Some(f("inbound_read_l3_miss_pct")),
+            write_allocation_disabled: false,
+            source: "imported".into(),
+        }),
+    }
+}
+
+#[test]
+fn vtune_remote_numa_and_buffer_reuse() {
+    let v = fixture_json("vtune_ddio_recipe.json");
+    let cases = &v["cases"];
+
+    let remote = recommend(&vtune_obs(&cases["remote_core_1"]));
+    show("remote_core_1", &remote);
+    let numa = remote.iter().find(|r| r.kind == "numa_placement").expect("numa_placement");
+    assert!(numa.target.contains("node 1"), "{}", numa.target);
+    assert!(numa.command.contains("18-35") && numa.command.contains("--cpunodebind=1"), "{}", numa.command);
+    assert!(!kinds(&remote).contains(&"buffer_reuse"));
+
+    let nocache = recommend(&vtune_obs(&cases["local_no_mempool_cache"]));
+    show("local_no_mempool_cache", &nocache);
+    assert_eq!(kinds(&nocache), vec!["buffer_reuse"]);
+    let br = &nocache[0];
+    assert!(br.evidence.iter().any(|e| e.contains("not reused while warm")));
+    let (b, a) = (br.predicted_before.unwrap(), br.predicted_after.unwrap());
+    assert!(a > b, "recycling must predict more write hits: {b} -> {a}");
+
+    let local = recommend(&vtune_obs(&cases["local_core_25"]));
+    show("local_core_25", &local);
+    assert!(local.is_empty(), "{:?}", kinds(&local));
+}
+
+/// Intel DDIO PerfMon paper, EMR iperf3: 48 queues, 600 Gb/s, kernel stack (copy).
+/// ASSUMPTIONS: 1500 B MTU packets; per-socket LLC 320 MiB, 20 ways, 2 DDIO ways
+/// (`LlcGeometry::emr_platinum_8592`); p50 residence 20 us, p99 200 us (not published).
+fn emr_obs(ring: u32, counters: Option<CounterEvidence>) -> HostObservation {
+    let bytes = 600e9 / 8.0 / 48.0;
+    let queues = (0..48)
+        .map(|q| {
+            let mut o = rxq(q, ring, bytes / 1500.0, 1500.0);
+            o.residence_ns_p50 = Some(20_000.0);
+            o.residence_ns_p99 = Some(200_000.0);
+            o
+        })
+        .collect();
+    HostObservation {
+        iface: "ens1f0np0".into(),
+        geometry: LlcGeometry::emr_platinum_8592(),
+        nic_numa_node: Some(0),
+        queue_cpus_numa: (0..48).map(|q| (q, Some(0))).collect(),
+        queue_irqs: vec![],
+        node_cpulists: vec![],
+        root_port: Some("0000:16:01.0".into()),
+        consumer: Some(Consumer::Copy),
+        queues,
+        counters,
+    }
+}
+
+fn ev_u64(case: &serde_json::Value, k: &str) -> u64 {
+    case["events"][k].as_u64().unwrap_or(0)
+}
+
+#[test]
+fn emr_shrink_rings_and_allocation_disabled() {
+    let v = fixture_json("intel_perfmon_iperf3_emr.json");
+    let d = &v["cases"]["default_8096_desc"];
+    let miss = 100.0 * ev_u64(d, "UNC_CHA_TOR_INSERTS.IO_MISS_ITOM") as f64 / ev_u64(d, "UNC_CHA_TOR_INSERTS.IO_ITOM") as f64;
+    let rmiss = 100.0 * ev_u64(d, "UNC_CHA_TOR_INSERTS.IO_MISS_PCIRDCUR") as f64 / ev_u64(d, "UNC_CHA_TOR_INSERTS.IO_PCIRDCUR") as f64;
+    assert_eq!(miss.round(), d["expected"]["io_percent_of_inbound_full_writes_that_miss_l3"].as_f64().unwrap());
+    assert!(!write_allocation_disabled(ev_u64(d, "UNC_CHA_TOR_INSERTS.IO_CLFLUSH"), ev_u64(d, "UNC_CHA_TOR_INSERTS.IO_WBMTOI")));
+    let c = CounterEvidence { write_miss_pct: Some(miss), read_miss_pct: Some(rmiss), write_allocation_disabled: false, source: "imported".into() };
+    let obs = emr_obs(8096, Some(c));
+    let recs = recommend(&obs);
+    show("default_8096_desc", &recs);
+    let ring = recs.iter().find(|r| r.kind == "ring_size").expect("ring_size");
+    let n: u32 = ring.command.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(n <= 2048, "{}", ring.command);
+    let (b, a) = (ring.predicted_before.unwrap(), ring.predicted_after.unwrap());
+    assert!(a > b, "smaller rings must predict more write hits: {b} -> {a}");
+    // The paper's own step, 8096 -> 2048 descriptors, in the direction it measured
+    // (write miss 85% -> 50%).
+    let p8096 = predict(&obs, Some(8096), None).unwrap().0.unwrap();
+    let p2048 = predict(&obs, Some(2048), None).unwrap().0.unwrap();
+    println!("EMR predicted write hit: 8096 desc {p8096:.1}%, 2048 desc {p2048:.1}% (measured 14.8% -> 50%)");
+    assert!(p2048 > p8096);
+    // 48 rings that absorb a 200 us p99 do not fit 2 DDIO ways: more ways are recommended.
+    let ways = recs.iter().find(|r| r.kind == "iio_llc_ways").expect("iio_llc_ways");
+    assert!(ways.command.starts_with("wrmsr -a 0xc8b 0x"), "{}", ways.command);
+
+    let na = &v["cases"]["non_allocating_2048_desc"];
+    let disabled = write_allocation_disabled(ev_u64(na, "UNC_CHA_TOR_INSERTS.IO_CLFLUSH"), ev_u64(na, "UNC_CHA_TOR_INSERTS.IO_WBMTOI"));
+    assert!(disabled);
+    let c = CounterEvidence { write_miss_pct: None, read_miss_pct: None, write_allocation_disabled: disabled, source: "imported".into() };
+    let recs = recommend(&emr_obs(2048, Some(c)));
+    show("non_allocating_2048_desc", &recs);
+    assert_eq!(kinds(&recs), vec!["ddio_write_allocation_disabled"]);
+    assert!(recs[0].evidence[0].contains("DDIO write allocation is disabled"));
+}
+
+/// ResQ (NSDI'18): 12 queues x 2048 descriptors of 1518 B on a Broadwell E5-2695 v4.
+#[test]
+fn resq_recommended_rings_fit() {
+    let v = fixture_json("resq_nsdi18.json");
+    let pkt = v["cases"]["pkt_1518B"]["pkt_bytes"].as_f64().unwrap();
+    let miss = v["cases"]["pkt_1518B"]["rx_io_miss_pct"].as_f64().unwrap();
+    let line = crate::model::spec::line_rate_pps(10.0, pkt as u32);
+    let queues = (0..12)
+        .map(|q| {
+            let mut o = rxq(q, 2048, line, pkt);
+            o.peak_inflight_pkts = Some(32);
+            o
+        })
+        .collect();
+    let obs = HostObservation {
+        iface: "eth0".into(),
+        geometry: LlcGeometry::bdw_e5_2695v4(),
+        nic_numa_node: None,
+        queue_cpus_numa: vec![],
+        queue_irqs: vec![],
+        node_cpulists: vec![],
+        root_port: None,
+        consumer: Some(Consumer::Forward),
+        queues,
+        counters: Some(CounterEvidence { write_miss_pct: Some(miss), read_miss_pct: None, write_allocation_disabled: false, source: "imported".into() }),
+    };
+    let recs = recommend(&obs);
+    show("resq 1518B", &recs);
+    let ring = recs.iter().find(|r| r.kind == "ring_size").expect("ring_size");
+    let n: u32 = ring.command.rsplit(' ').next().unwrap().parse().unwrap();
+    let fp = 12 * crate::model::analytic::ring_footprint_bytes(n, pkt as u32, DESC_BYTES_PER_PKT);
+    assert!(fp <= obs.geometry.usable_ddio_bytes(), "{n}: {fp}");
+    assert!(ring.predicted_after.unwrap() > ring.predicted_before.unwrap());
+}
+
+#[test]
+fn ways_when_no_ring_fits_and_determinism() {
+    // Four queues of 1500 B whose bursts need 1024 entries: no ring fits 2 ways.
+    let queues: Vec<QueueObservation> = (0..4)
+        .map(|q| {
+            let mut o = rxq(q, 4096, 2e6, 1500.0);
+            o.peak_inflight_pkts = Some(300);
+            o
+        })
+        .collect();
+    let obs = HostObservation {
+        iface: "ens2".into(),
+        geometry: LlcGeometry::skx_gold_6140(),
+        nic_numa_node: Some(0),
+        queue_cpus_numa: vec![(0, Some(0)), (1, Some(0)), (2, Some(0)), (3, Some(0))],
+        queue_irqs: vec![],
+        node_cpulists: vec![],
+        root_port: None,
+        consumer: Some(Consumer::Forward),
+        queues: queues.clone(),
+        counters: None,
+    };
+    let a = recommend(&obs);
+    show("no ring fits", &a);
+    assert_eq!(kinds(&a), vec!["ring_size", "iio_llc_ways"]);
+    assert_eq!(a[0].command, "ethtool -G ens2 rx 1024");
+    // 4 x 1024 x 1600 B = 6.25 MiB needs 7 ways (0.45 x 7 x 2.25 MiB = 7.1 MiB usable).
+    assert_eq!(a[1].command, "wrmsr -a 0xc8b 0x7f0");
+    let b = recommend(&obs);
+    assert_eq!(serde_json::to_string(&a).unwrap(), serde_json::to_string(&b).unwrap());
+
+    // One ring of 1024 x 1500 B with small bursts: shrink, and the mask form is 0x780-style.
+    let mut o2 = obs.clone();
+    o2.queues = vec![{
+        let mut q = rxq(0, 4096, 8e6, 1500.0);
+        q.peak_inflight_pkts = Some(200);
+        q
+    }];
+    let r = recommend(&o2);
+    show("one queue", &r);
+    assert_eq!(kinds(&r), vec!["ring_size"]);
+    assert_eq!(r[0].command, "ethtool -G ens2 rx 512");
+
+    // An imbalanced, backlogged hot queue gets spread_load.
+    let mut o3 = obs.clone();
+    o3.queues = (0..4)
+        .map(|q| {
+            let mut x = rxq(q, 256, if q == 0 { 6e6 } else { 0.5e6 }, 1000.0);
+            x.peak_inflight_pkts = Some(60);
+            if q == 0 {
+                x.napi_polls = 1000;
+                x.napi_budget_exhausted = 400;
+                // A saturated core: its packets wait 1 ms (6000 in flight, 6 MB), longer
+                // than DDIO turnover.
+                x.residence_ns_p50 = Some(1_000_000.0);
+                x.peak_inflight_pkts = Some(6000);
+            }
+            x
+        })
+        .collect();
+    let r = recommend(&o3);
+    show("imbalanced", &r);
+    let sp = r.iter().find(|x| x.kind == "spread_load").expect("spread_load");
+    assert!(sp.predicted_after.unwrap() > sp.predicted_before.unwrap());
+    let mv = model_view(&o3);
+    assert_eq!(mv.queues.len(), 4);
+    assert!(mv.queues.iter().all(|q| q.predicted_write_hit_pct.is_some()));
+}
