@@ -1,4 +1,5 @@
 //! ddioscope: per-queue and per-flow Intel DDIO observability.
+pub mod counters;
 pub mod doctor;
 pub mod probe;
 pub mod record;

@@ -227,12 +227,14 @@ fn round1(x: f64) -> f64 {
 }
 
 type Prediction = (Option<f64>, Option<f64>);
+/// (ring, DDIO ways) a prediction was made for.
+type PredictionKey = (Option<u32>, Option<u32>);
 
 /// Simulations are the expensive part of advice; the same (ring, ways) point is asked for
 /// by several rules.
 struct Predictor<'a> {
     obs: &'a HostObservation,
-    memo: Vec<((Option<u32>, Option<u32>), Option<Prediction>)>,
+    memo: Vec<(PredictionKey, Option<Prediction>)>,
 }
 
 impl<'a> Predictor<'a> {
@@ -439,8 +441,8 @@ pub fn recommend(obs: &HostObservation) -> Vec<Recommendation> {
     let fp = |r: u32| nq as u64 * analytic::ring_footprint_bytes(r, pkt, DESC_BYTES_PER_PKT);
     let usable = g.usable_ddio_bytes();
     let cur_fp = cur_ring.map(fp);
-    let over = cur_fp.map_or(false, |f| f > usable);
-    let measured_misses = counters.and_then(|c| c.write_miss_pct).map_or(false, |w| w >= SIGNIFICANT_WRITE_MISS_PCT);
+    let over = cur_fp.is_some_and(|f| f > usable);
+    let measured_misses = counters.and_then(|c| c.write_miss_pct).is_some_and(|w| w >= SIGNIFICANT_WRITE_MISS_PCT);
     let mib = |b: u64| b as f64 / 1048576.0;
     let fits_ring = analytic::max_ring_within_usable(g, nq, pkt, MIN_RING);
     let mut ev_ring = vec![format!(
@@ -466,8 +468,8 @@ pub fn recommend(obs: &HostObservation) -> Vec<Recommendation> {
     let target_ring = need_ring;
     // Shrinking only helps when the current rings overflow usable capacity; misses with a
     // ring that fits have another cause (reuse, placement, allocation).
-    let shrink = cur_ring.map_or(false, |c| target_ring < c) && over;
-    let grow = cur_ring.map_or(false, |c| target_ring > c);
+    let shrink = cur_ring.is_some_and(|c| target_ring < c) && over;
+    let grow = cur_ring.is_some_and(|c| target_ring > c);
     if ring_fits && (shrink || grow) {
         let (b, a) = match (pred.get(None, None), pred.get(Some(target_ring), None)) {
             (Some(b), Some(a)) => (b.0, a.0),

@@ -234,7 +234,7 @@ mod tests {
         let g = LlcGeometry::skx_gold_6140();
         // 10 GB/s into 2 MiB usable turns over every ~0.2 ms; 1 ms residence is leaky.
         let l = QueueLoad { dir: Dir::Rx, queue: 0, ring_entries: 256, pkts_per_s: 6.6e6, bytes_per_s: 1e10, avg_pkt_bytes: 1500.0, residence_ns: Some(1e6) };
-        let s = analyse_socket(&g, &[l.clone()]);
+        let s = analyse_socket(&g, std::slice::from_ref(&l));
         assert_eq!(s.queues[0].verdict, Verdict::Leaky);
         let fast = QueueLoad { residence_ns: Some(5_000.0), ..l };
         assert_eq!(analyse_socket(&g, &[fast]).queues[0].verdict, Verdict::Fits);

@@ -150,7 +150,7 @@ impl LlcGeometry {
         // sysfs has no slice count; SKX-style slices hold 2048 sets, so a set count that
         // is a multiple of 2048 is split that way. Otherwise leave it unknown (the
         // simulator then hashes over a single "slice" of all sets).
-        if self.sets >= SETS_PER_SLICE_SKX && self.sets % SETS_PER_SLICE_SKX == 0 {
+        if self.sets >= SETS_PER_SLICE_SKX && self.sets.is_multiple_of(SETS_PER_SLICE_SKX) {
             Some(self.sets / SETS_PER_SLICE_SKX)
         } else {
             None
@@ -229,7 +229,7 @@ impl LlcGeometry {
             if ty.trim() != "Unified" {
                 continue;
             }
-            if best.as_ref().map_or(true, |(l, _)| (level as u32) > *l) {
+            if best.as_ref().is_none_or(|(l, _)| (level as u32) > *l) {
                 best = Some((level as u32, p));
             }
         }
@@ -327,7 +327,7 @@ pub fn mask_to_ways(mask: u64, ways: u32) -> Result<u32, GeometryError> {
 
 /// True when `mask` is the top-N-ways form the recommendations emit.
 pub fn is_top_contiguous(mask: u64, ways: u32) -> bool {
-    ways_to_mask(mask.count_ones(), ways).map_or(false, |m| m == mask)
+    ways_to_mask(mask.count_ones(), ways).is_ok_and(|m| m == mask)
 }
 
 /// The top `n` bits of a `ways`-bit mask, e.g. 2 of 11 -> 0x600, 4 of 11 -> 0x780.

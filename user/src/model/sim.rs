@@ -355,6 +355,7 @@ impl Recorder {
 
     /// Run every line of `[addr, addr+len)` through the LLC.
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     pub fn touch(&mut self, llc: &mut Llc, t_ns: u64, q: usize, f: usize, addr: u64, len: u32, kind: AccessKind) {
         if len == 0 {
             return;

@@ -491,10 +491,10 @@ pub fn simulate(spec: &SimSpec) -> SimResult {
     let mut wrr: Vec<Vec<f64>> = flows.iter().map(|v| vec![0.0; v.len()]).collect();
     let mut user_off = vec![0u64; nf];
     let interval: Vec<f64> = qpps.iter().map(|p| if *p > 0.0 { 1e9 / p } else { f64::INFINITY }).collect();
-    for q in 0..nq {
-        if interval[q].is_finite() {
+    for (q, iv) in interval.iter().enumerate() {
+        if iv.is_finite() {
             // Stagger queues by a fraction of their interval so they do not arrive in lockstep.
-            let t0 = (interval[q] * (q as f64 + 0.5) / nq as f64) as u64;
+            let t0 = (iv * (q as f64 + 0.5) / nq as f64) as u64;
             heap.push(Reverse((t0, seq, Ev::Arrive, q as u32, 0, 0, 0)));
             seq += 1;
         }

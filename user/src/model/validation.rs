@@ -27,26 +27,6 @@ pub(crate) fn bench_spec(pkt: u32, desc: u32, ways: u32, gbps: f64) -> SimSpec {
 }
 
 #[test]
-fn ddio_bench_skx6140() {
-    let rows = bench_rows();
-    let mut err = 0.0;
-    println!("{:<13} {:>5} {:>5} {:>4} {:>8} {:>8} {:>6}", "experiment", "pkt", "desc", "ways", "measured", "model", "err");
-    let mut pred = Vec::new();
-    for r in &rows {
-        let s = bench_spec(r.pkt, r.desc, r.ways, r.gbps);
-        let res = simulate(&s);
-        let p = res.total.io_write_hit_pct().unwrap_or(0.0);
-        err += (p - r.hit).abs();
-        pred.push(p);
-        println!("{:<13} {:>5} {:>5} {:>4} {:>8.2} {:>8.2} {:>6.2}", r.exp, r.pkt, r.desc, r.ways, r.hit, p, p - r.hit);
-        let _ = r.gbps;
-    }
-    let mae = err / rows.len() as f64;
-    println!("MAE = {mae:.2} pp over {} rows", rows.len());
-    assert!(mae <= 5.0, "MAE {mae}");
-}
-
-#[test]
 fn simulator_throughput() {
     let r = super::sim::bench_lines_per_sec();
     println!("simulator: {:.1} M cache-line accesses/s", r / 1e6);
@@ -62,30 +42,51 @@ fn is_non_increasing(v: &[f64], tol: f64) -> bool {
 /// 1024 B x 4096 row reads 63.06 and 63.40 in its two experiments).
 const TREND_TOL: f64 = 0.15;
 
+/// ddio-bench (Farshin et al., ATC'20) on a Xeon Gold 6140: predicted vs measured DDIO
+/// write (ItoM) hit %, the MAE, and the monotone trends. One test so every configuration
+/// is simulated once (the 1024 B x 4096 x 2-way point appears in both experiments).
 #[test]
-fn ddio_bench_trends() {
+fn ddio_bench_skx6140() {
     let rows = bench_rows();
-    let pred = |pkt: u32, desc: u32, ways: u32| -> f64 {
-        let r = rows.iter().find(|r| r.pkt == pkt && r.desc == desc && r.ways == ways).map(|r| r.gbps).unwrap_or(90.0);
-        simulate(&bench_spec(pkt, desc, ways, r)).total.io_write_hit_pct().unwrap_or(0.0)
+    let mut memo: Vec<((u32, u32, u32), f64)> = Vec::new();
+    let mut pred = |pkt: u32, desc: u32, ways: u32| -> f64 {
+        if let Some((_, p)) = memo.iter().find(|(k, _)| *k == (pkt, desc, ways)) {
+            return *p;
+        }
+        // The generator's measured rate for this configuration (first matching row).
+        let gbps = rows.iter().find(|r| r.pkt == pkt && r.desc == desc && r.ways == ways).map(|r| r.gbps).unwrap_or(90.0);
+        let p = simulate(&bench_spec(pkt, desc, ways, gbps)).total.io_write_hit_pct().unwrap_or(0.0);
+        memo.push(((pkt, desc, ways), p));
+        p
     };
+    println!("{:<13} {:>5} {:>5} {:>4} {:>8} {:>8} {:>6}", "experiment", "pkt", "desc", "ways", "measured", "model", "err");
+    let mut err = 0.0;
+    for r in &rows {
+        let p = pred(r.pkt, r.desc, r.ways);
+        err += (p - r.hit).abs();
+        println!("{:<13} {:>5} {:>5} {:>4} {:>8.2} {:>8.2} {:>6.2}", r.exp, r.pkt, r.desc, r.ways, r.hit, p, p - r.hit);
+    }
+    let mae = err / rows.len() as f64;
+    println!("MAE = {mae:.2} pp over {} rows", rows.len());
+    assert!(mae <= 5.0, "MAE {mae}");
+
     let descs = [128, 256, 512, 1024, 2048, 4096];
     let pkts = [256, 512, 1024, 1500];
     let mut table = Vec::new();
     for &p in &pkts {
         let v: Vec<f64> = descs.iter().map(|&d| pred(p, d, 2)).collect();
-        println!("pkt {p:>4}: hit vs desc {:?}", v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>());
+        println!("trend pkt {p:>4}: hit vs desc {:?}", v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>());
         assert!(is_non_increasing(&v, TREND_TOL), "hit must fall as descriptors grow at {p} B: {v:?}");
-        assert!(v[5] < v[0] - 1.0 || p == 256, "{p}: no visible fall {v:?}");
+        assert!(v[5] < v[0] - 1.0, "{p}: no visible fall {v:?}");
         table.push(v);
     }
     for (j, d) in descs.iter().enumerate() {
         let v: Vec<f64> = table.iter().map(|row| row[j]).collect();
-        println!("desc {d:>4}: hit vs pkt {:?}", v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>());
+        println!("trend desc {d:>4}: hit vs pkt {:?}", v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>());
         assert!(is_non_increasing(&v, TREND_TOL), "hit must fall as packets grow at {d} desc: {v:?}");
     }
     let w: Vec<f64> = (2..=11).map(|w| pred(1024, 4096, w)).collect();
-    println!("1024 B x 4096: hit vs ways {:?}", w.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>());
+    println!("trend 1024 B x 4096: hit vs ways {:?}", w.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>());
     assert!(w.windows(2).all(|x| x[1] >= x[0] - TREND_TOL), "hit must rise with ways: {w:?}");
     assert!(w[2] - w[0] > 20.0);
 }
