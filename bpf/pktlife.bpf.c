@@ -34,6 +34,10 @@ const volatile __u32 filter_ifindex = 0;   /* 0: every device (not used by the C
 const volatile __u32 filter_netns = 0;     /* netns inode; 0: any namespace */
 const volatile __u32 sample_every = 0;     /* 1-in-N packet records; 0: none */
 const volatile __u8 track_flows = 1;
+/* How the driver stores the RX queue in skb->queue_mapping: NIC drivers call
+ * skb_record_rx_queue (queue + 1); veth hands the peer's TX queue index
+ * through unchanged (offset 0). */
+const volatile __u8 rx_queue_offset = 1;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -249,8 +253,7 @@ static __always_inline int on_rx_handup(const struct sk_buff *skb)
 
 	__u64 now = bpf_ktime_get_ns();
 	__u16 qm = BPF_CORE_READ(skb, queue_mapping);
-	/* Drivers record the RX queue as queue_mapping = queue + 1 (skb_record_rx_queue). */
-	__u32 queue = qm ? qm - 1 : 0;
+	__u32 queue = qm >= rx_queue_offset ? qm - rx_queue_offset : 0;
 	__u32 l3_len = BPF_CORE_READ(skb, len);
 	unsigned char *head = BPF_CORE_READ(skb, head);
 	unsigned char *data = BPF_CORE_READ(skb, data);

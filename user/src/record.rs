@@ -97,6 +97,7 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary> {
         netns_inode: iface.netns_inode,
         sample_every: opts.sample_every,
         track_flows: true,
+        rx_queue_offset: crate::probe::pktlife::rx_queue_offset_for_driver(iface.driver.as_deref()),
     };
     let probe = PktlifeProbe::attach(&cfg, &features)?;
     writer.set_meta_json("hooks", &probe.hooks)?;

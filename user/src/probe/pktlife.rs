@@ -37,6 +37,18 @@ pub struct ProbeConfig {
     pub netns_inode: u32,
     pub sample_every: u32,
     pub track_flows: bool,
+    /// skb->queue_mapping - this = RX queue (see `rx_queue_offset_for_driver`).
+    pub rx_queue_offset: u8,
+}
+
+/// Drivers that do not store RX queue + 1 in skb->queue_mapping. veth passes
+/// the peer's TX queue (which selects its RX queue) through unchanged; checked
+/// against veth's own per-queue counters by the system tests.
+pub fn rx_queue_offset_for_driver(driver: Option<&str>) -> u8 {
+    match driver {
+        Some("veth") => 0,
+        _ => 1,
+    }
 }
 
 /// What got attached, for the recording and the report.
@@ -69,6 +81,7 @@ fn open_and_load(cfg: &ProbeConfig, flavors: &[Flavor]) -> Result<PktlifeSkel<'s
         ro.filter_netns = cfg.netns_inode;
         ro.sample_every = cfg.sample_every;
         ro.track_flows = u8::from(cfg.track_flows);
+        ro.rx_queue_offset = cfg.rx_queue_offset;
     } else {
         bail!("pktlife BPF object has no read-only config section (build problem)");
     }

@@ -1,0 +1,150 @@
+"""System-test fixtures: fresh testbeds, a recorder that reports readiness, iperf3.
+
+Every fixture removes what it created, even when the test fails. Nothing here
+sleeps for a fixed time: waits are on readiness (the recorder's "attached" line,
+a listening port) with a deadline.
+"""
+import json
+import os
+import re
+import select
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(os.environ.get("DDIOSCOPE", ROOT / "user/target/release/ddioscope"))
+TESTBED = ROOT / "scripts/testbed.sh"
+WAIT_PORT = ROOT / "scripts/wait-port.sh"
+
+
+def run(*args, check=True, **kw):
+    return subprocess.run([str(a) for a in args], check=check, capture_output=True, text=True, **kw)
+
+
+class Testbed:
+    def __init__(self, name):
+        self.name = name
+        run(TESTBED, "up", name)
+        env = dict(l.split("=", 1) for l in run(TESTBED, "env", name).stdout.split())
+        self.ns_snd, self.ns_rcv = env["NS_SND"], env["NS_RCV"]
+        self.if_snd, self.if_rcv = env["IF_SND"], env["IF_RCV"]
+        self.ip_snd, self.ip_rcv = env["IP_SND"], env["IP_RCV"]
+        self.ip6_rcv = env["IP6_RCV"]
+        self.servers = []
+
+    def down(self):
+        for p in self.servers:
+            p.kill()
+            p.wait()
+        run(TESTBED, "down", self.name, check=False)
+
+    def ns(self, ns, *cmd, **kw):
+        return run("ip", "netns", "exec", ns, *cmd, **kw)
+
+    def stats(self, ns, dev):
+        """The kernel's own interface statistics."""
+        out = self.ns(ns, "sh", "-c", f"cd /sys/class/net/{dev}/statistics && grep . rx_packets rx_bytes tx_packets tx_bytes").stdout
+        return {k: int(v) for k, v in (l.split(":") for l in out.split())}
+
+    def rx_queue_packets(self):
+        """veth's per-RX-queue driver counters on the receiver (ethtool -S)."""
+        out = self.ns(self.ns_rcv, "ethtool", "-S", self.if_rcv).stdout
+        return {int(m.group(1)): int(m.group(2)) for m in re.finditer(r"rx_queue_(\d+)_xdp_packets: (\d+)", out)}
+
+    def iperf3_server(self, port=5201):
+        p = subprocess.Popen(
+            ["ip", "netns", "exec", self.ns_rcv, "iperf3", "-s", "-p", str(port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.servers.append(p)
+        run(WAIT_PORT, self.ns_rcv, port, 20)
+        return p
+
+    def iperf3(self, *args, port=5201, dst=None):
+        out = self.ns(self.ns_snd, "iperf3", "-c", dst or self.ip_rcv, "-p", str(port), "-J", *args, timeout=120).stdout
+        return json.loads(out)
+
+
+@pytest.fixture
+def testbed():
+    tb = Testbed("t" + uuid.uuid4().hex[:8])
+    try:
+        yield tb
+    finally:
+        tb.down()
+
+
+class Recorder:
+    """`ddioscope record --json-progress`, started and waited on until attached."""
+
+    def __init__(self, out, *args):
+        self.out = out
+        self.proc = subprocess.Popen(
+            [str(BIN), "record", "-o", str(out), "--json-progress", *map(str, args)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.attached = self._read_line(30)
+        assert self.attached.get("event") == "attached", self.attached
+        self.prog_ids = self.attached["prog_ids"]
+
+    def _read_line(self, timeout):
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            self.proc.kill()
+            raise AssertionError("recorder did not become ready in time")
+        line = self.proc.stdout.readline()
+        if not line:
+            err = self.proc.stderr.read()
+            raise AssertionError(f"recorder exited before attaching: {err}")
+        return json.loads(line)
+
+    def stop(self, sig=signal.SIGINT, timeout=30):
+        self.proc.send_signal(sig)
+        out, err = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode, out, err
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def recorder(tmp_path):
+    started = []
+
+    def start(*args, out=None):
+        r = Recorder(out or tmp_path / f"rec{len(started)}.ddio", *args)
+        started.append(r)
+        return r
+
+    yield start
+    for r in started:
+        r.kill()
+
+
+def report_json(path):
+    return json.loads(run(BIN, "report", path, "--json").stdout)
+
+
+def live_prog_ids():
+    """Ids of every BPF program loaded on the host now."""
+    out = run("bpftool", "prog", "show", "--json").stdout
+    return {p["id"] for p in json.loads(out or "[]")}
+
+
+def live_link_prog_ids():
+    out = run("bpftool", "link", "show", "--json").stdout
+    return {l.get("prog_id") for l in json.loads(out or "[]")}
+
+
+def wait_until(pred, timeout=10.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")

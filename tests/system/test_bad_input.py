@@ -1,0 +1,87 @@
+"""Bad input: one clear line naming the problem, a non-zero exit, nothing left attached."""
+import shutil
+import sqlite3
+
+import pytest
+
+from conftest import BIN, live_prog_ids, run
+
+
+def expect_error(args, *needles, user=None):
+    before = live_prog_ids()
+    cmd = [str(BIN), *map(str, args)]
+    if user:
+        cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
+    p = run(*cmd, check=False)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode != 0, p
+    assert len(lines) == 1, p.stderr
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    assert live_prog_ids() <= before, "a failed command left BPF programs loaded"
+    return lines[0]
+
+
+def test_record_bad_interface_and_namespace(testbed, tmp_path):
+    out = tmp_path / "x.ddio"
+    expect_error(["record", "-i", "nosuchif0", "-d", "1", "-o", out], "nosuchif0", "not found")
+    expect_error(["record", "-i", testbed.if_rcv, "--netns", "no-such-ns", "-d", "1", "-o", out], "no-such-ns", "does not exist")
+    # Right name, wrong namespace: ddrcv lives only inside the testbed.
+    expect_error(["record", "-i", testbed.if_rcv, "-d", "1", "-o", out], testbed.if_rcv, "--netns")
+    assert not out.exists()
+
+
+def test_record_bad_output(testbed, tmp_path):
+    base = ["record", "-i", testbed.if_rcv, "--netns", testbed.ns_rcv, "-d", "1"]
+    expect_error(base + ["-o", tmp_path / "missing-dir" / "x.ddio"], "does not exist")
+    existing = tmp_path / "exists.ddio"
+    existing.write_text("keep me")
+    expect_error(base + ["-o", existing], "already exists", "--force")
+    assert existing.read_text() == "keep me"
+    expect_error(base + ["-o", tmp_path], "already exists")
+    expect_error(base + ["--interval", "1", "-o", tmp_path / "y.ddio"], "--interval")
+
+
+def test_record_needs_root(testbed, tmp_path):
+    expect_error(["record", "-i", testbed.if_rcv, "--netns", testbed.ns_rcv, "-d", "1", "-o", "/tmp/ddioscope-nobody.ddio"],
+                 "root", user=65534)
+
+
+def test_report_rejects_non_recordings(tmp_path):
+    garbage = tmp_path / "garbage.ddio"
+    garbage.write_bytes(b"\x00not a database at all\n" * 200)
+    expect_error(["report", garbage], "not a readable ddioscope recording")
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as c:
+        c.execute("CREATE TABLE t(x)")
+    expect_error(["report", other], "not a ddioscope recording")
+    expect_error(["report", tmp_path / "absent.ddio"], "no such file")
+    expect_error(["report", tmp_path], "directory")
+
+
+@pytest.fixture
+def small_recording(testbed, recorder, tmp_path):
+    testbed.iperf3_server()
+    rec = recorder("-i", testbed.if_rcv, "--netns", testbed.ns_rcv)
+    testbed.iperf3("-t", "1")
+    rec._read_line(10)
+    rc, _, err = rec.stop()
+    assert rc == 0, err
+    return rec.out
+
+
+def test_report_truncated_recording(small_recording, tmp_path):
+    data = small_recording.read_bytes()
+    for frac in (0.1, 0.5):
+        cut = tmp_path / f"cut{frac}.ddio"
+        cut.write_bytes(data[: int(len(data) * frac) // 4096 * 4096 or 100])
+        p = run(BIN, "report", cut, check=False)
+        # Either a clear one-line refusal, or a report that says it is incomplete.
+        if p.returncode != 0:
+            assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+            assert str(cut) in p.stderr
+        else:
+            assert p.stdout.strip()
+    intact = tmp_path / "intact.ddio"
+    shutil.copy(small_recording, intact)
+    assert run(BIN, "report", intact).returncode == 0

@@ -1,0 +1,125 @@
+"""ddioscope record/report on a live testbed, checked against independent truth:
+the kernel's interface statistics, veth's own per-queue driver counters, and
+iperf3's report."""
+import signal
+
+from conftest import live_link_prog_ids, live_prog_ids, report_json, wait_until
+
+
+def within(a, b, rel, slack=0):
+    return abs(a - b) <= max(rel * max(a, b), slack)
+
+
+def test_tcp_counts_queues_flows_and_stages(testbed, recorder):
+    tb = testbed
+    tb.iperf3_server()
+    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--interval", "100")
+    k0, q0 = tb.stats(tb.ns_rcv, tb.if_rcv), tb.rx_queue_packets()
+    ip = tb.iperf3("-P", "4", "-t", "3")
+    k1, q1 = tb.stats(tb.ns_rcv, tb.if_rcv), tb.rx_queue_packets()
+    rc, _, err = rec.stop()
+    assert rc == 0, err
+    r = report_json(rec.out)
+
+    # Totals against the kernel's interface statistics (1%).
+    rx = [q for q in r["queues"] if q["dir"] == "rx"]
+    tx = [q for q in r["queues"] if q["dir"] == "tx"]
+    rx_pk, rx_by = sum(q["packets"] for q in rx), sum(q["bytes"] for q in rx)
+    assert rx_pk > 10000
+    assert within(rx_pk, k1["rx_packets"] - k0["rx_packets"], 0.01), (rx_pk, k1["rx_packets"] - k0["rx_packets"])
+    assert within(rx_by, k1["rx_bytes"] - k0["rx_bytes"], 0.01), (rx_by, k1["rx_bytes"] - k0["rx_bytes"])
+    tx_pk = sum(q["packets"] for q in tx)
+    assert within(tx_pk, k1["tx_packets"] - k0["tx_packets"], 0.01, slack=5)
+
+    # Per queue against the driver's own per-queue counters: every queue's
+    # count and share, and the shares sum to the whole.
+    per_q = {q["queue"]: q["packets"] for q in rx}
+    truth = {i: q1[i] - q0.get(i, 0) for i in q1}
+    truth_total = sum(truth.values())
+    for i, n in truth.items():
+        got = per_q.get(i, 0)
+        assert within(got, n, 0.01, slack=10), f"queue {i}: ddioscope {got} driver {n}"
+        assert abs(got / rx_pk - n / truth_total) < 0.01
+    assert set(per_q) <= set(truth)
+
+    # Flows: exactly iperf3's data streams, with iperf3's byte counts (2%).
+    streams = {(c["local_host"], c["local_port"], c["remote_host"], c["remote_port"]) for c in ip["start"]["connected"]}
+    # iperf3's sender count: what crossed the link. Its receiver count stops at
+    # the test deadline with data still in flight, so it runs a few % short.
+    by_port = {s["sender"]["socket"]: s["sender"]["bytes"] for s in ip["end"]["streams"]}
+    port_of_socket = {c["socket"]: c["local_port"] for c in ip["start"]["connected"]}
+    data_flows = [f for f in r["flows"] if f["dir"] == "rx" and f["payload_bytes"] > 1_000_000]
+    found = {(f["src"], f["sport"], f["dst"], f["dport"]) for f in data_flows}
+    assert found == streams, (found, streams)
+    assert all(f["proto"] == "tcp" for f in data_flows)
+    for sock, nbytes in by_port.items():
+        flow = next(f for f in data_flows if f["sport"] == port_of_socket[sock])
+        assert within(flow["payload_bytes"], nbytes, 0.02), (flow, nbytes)
+        assert flow["rx_queue"] in per_q
+
+    # Stage histograms: present where traffic ran, and ordered.
+    for q in rx:
+        if q["packets"] < 1000:
+            continue
+        for stage in ("driver_to_stack", "stack_to_copy", "driver_to_free"):
+            assert q["stages"][stage]["count"] > 0, (q["queue"], stage)
+        assert q["napi"]["polls"] > 0
+    for q in r["queues"]:
+        for name, s in q["stages"].items():
+            assert s["p50_ns"] <= s["p99_ns"] <= s["max_ns"], (q["dir"], q["queue"], name, s)
+
+    assert r["meta"]["iface"] == tb.if_rcv and r["meta"]["netns"] == tb.ns_rcv
+    assert r["meta"]["rx_queues"] == 4 and r["meta"]["tx_queues"] == 4
+    assert "napi_gro_receive_entry" in " ".join(r["meta"]["hooks"])
+    assert r["events"]["lost"] == 0
+    assert r["events"]["sampled"] == r["events"]["received"] > 0
+
+
+def test_udp_small_packets_and_ipv6(testbed, recorder):
+    tb = testbed
+    tb.iperf3_server()
+    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--sample", "16")
+    udp = tb.iperf3("-u", "-l", "64", "-b", "40M", "-t", "2")
+    v6 = tb.iperf3("-P", "2", "-t", "1", dst=tb.ip6_rcv)
+    rc, _, err = rec.stop()
+    assert rc == 0, err
+    r = report_json(rec.out)
+
+    sent = udp["end"]["sum"]
+    udp_flows = [f for f in r["flows"] if f["proto"] == "udp" and f["dir"] == "rx"]
+    assert len(udp_flows) == 1, udp_flows
+    f = udp_flows[0]
+    assert (f["src"], f["dst"], f["dport"]) == (tb.ip_snd, tb.ip_rcv, 5201)
+    assert within(f["packets"], sent["packets"], 0.02), (f, sent)
+    assert within(f["payload_bytes"], sent["bytes"], 0.02), (f, sent)
+
+    v6_streams = {(c["local_host"], c["local_port"]) for c in v6["start"]["connected"]}
+    v6_flows = {(f["src"], f["sport"]) for f in r["flows"]
+                if f["dir"] == "rx" and ":" in f["src"] and f["payload_bytes"] > 100_000}
+    assert v6_flows == v6_streams
+
+    samples_ok = r["events"]["sampled"]
+    assert samples_ok > 0 and r["events"]["lost"] == 0
+
+
+def test_nothing_stays_attached_after_sigint_or_sigkill(testbed, recorder):
+    tb = testbed
+    tb.iperf3_server()
+    for sig in (signal.SIGINT, signal.SIGKILL):
+        rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv)
+        ids = set(rec.prog_ids)
+        assert ids and ids <= live_prog_ids()
+        tb.iperf3("-t", "1")
+        # At least one interval must be committed before the kill.
+        line = rec._read_line(10)
+        assert line["event"] == "interval"
+        rc, _, err = rec.stop(sig)
+        if sig == signal.SIGINT:
+            assert rc == 0, err
+        # The kernel frees programs once the last fd closes; links go with them.
+        wait_until(lambda: not (ids & live_prog_ids()), what="programs to be unloaded")
+        assert not (ids & live_link_prog_ids())
+        r = report_json(rec.out)
+        assert r["meta"]["complete"] == (sig == signal.SIGINT)
+        assert r["meta"]["intervals"] >= 1
+        assert sum(q["packets"] for q in r["queues"] if q["dir"] == "rx") > 0
