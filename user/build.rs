@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use libbpf_cargo::SkeletonBuilder;
 
-const PROBES: &[&str] = &["pktlife"];
+const PROBES: &[&str] = &["pktlife", "features"];
 
 fn main() {
     let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));

@@ -1,6 +1,8 @@
 //! ddioscope: per-queue and per-flow Intel DDIO observability.
+pub mod advise;
 pub mod counters;
 pub mod doctor;
+pub mod model;
 pub mod probe;
 pub mod record;
 pub mod recording;

@@ -51,6 +51,21 @@ enum Cmd {
         /// Print the feature table and attach details.
         #[arg(short, long)]
         verbose: bool,
+        /// Hardware counters: auto (uncore PMUs when present), software (software
+        /// perf events through the same path), off.
+        #[arg(long, value_enum, default_value = "auto")]
+        counters: record::CountersMode,
+        /// Import a `perf stat -I MS -x,` CSV captured on this or another host
+        /// (see scripts/capture-counters.sh) into the recording.
+        #[arg(long, value_name = "FILE")]
+        counters_from: Option<PathBuf>,
+    },
+    /// Import a `perf stat -I MS -x, -e …` CSV into an existing recording.
+    ImportCounters {
+        /// Recording to add the counters to.
+        rec: PathBuf,
+        /// CSV written by `perf stat -I MS -x, …` (scripts/capture-counters.sh prints the command).
+        csv: PathBuf,
     },
     /// Print the report of a recording.
     Report {
@@ -62,6 +77,29 @@ enum Cmd {
         /// How many flows the text report lists.
         #[arg(long, default_value_t = 10)]
         top: usize,
+    },
+    /// What-if grid from the DDIO cache simulator (synthetic experiment descriptions).
+    Simulate {
+        /// Experiment, as JSON or key=value,... (e.g. "preset=skx6140,queues=1,ring=1024,pkt=1500,consumer=forward").
+        #[arg(long, value_name = "SPEC", required_unless_present = "bench")]
+        synthetic: Option<String>,
+        /// Ring sizes to try (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        ring: Vec<u32>,
+        /// DDIO (IIO LLC) way counts to try.
+        #[arg(long, value_delimiter = ',')]
+        ways: Vec<u32>,
+        /// Queue counts to try.
+        #[arg(long, value_delimiter = ',')]
+        queues: Vec<u32>,
+        /// Packet sizes to try.
+        #[arg(long, value_delimiter = ',')]
+        pkt_bytes: Vec<u32>,
+        #[arg(long)]
+        json: bool,
+        /// Measure simulator throughput (cache-line accesses per second, one core).
+        #[arg(long)]
+        bench: bool,
     },
     /// Check what this host offers ddioscope and what each missing piece costs.
     Doctor {
@@ -79,7 +117,17 @@ fn run() -> anyhow::Result<ExitCode> {
         libbpf_rs::set_print(None);
     }
     match cli.cmd {
-        Cmd::Record { iface, netns, duration, output, force, interval, sample, json_progress, verbose } => {
+        Cmd::ImportCounters { rec, csv } => {
+            let n = record::import_counters(&rec, &csv)?;
+            eprintln!("imported {n} counter readings from {} into {}", csv.display(), rec.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Record { iface, netns, duration, output, force, interval, sample, json_progress, verbose, counters, counters_from } => {
+            if let Some(f) = &counters_from {
+                if !f.is_file() {
+                    anyhow::bail!("--counters-from {}: no such file", f.display());
+                }
+            }
             let opts = record::RecordOptions {
                 iface,
                 netns,
@@ -90,6 +138,8 @@ fn run() -> anyhow::Result<ExitCode> {
                 sample_every: sample,
                 json_progress,
                 verbose,
+                counters,
+                counters_from,
                 command_line: std::env::args().collect::<Vec<_>>().join(" "),
             };
             let s = record::record(&opts)?;
@@ -119,6 +169,26 @@ fn run() -> anyhow::Result<ExitCode> {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
                 print!("{}", report::render_text(&r, top));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Simulate { synthetic, ring, ways, queues, pkt_bytes, json, bench } => {
+            if bench {
+                let lps = ddioscope::model::sim::bench_lines_per_sec();
+                println!("simulator: {:.1} M cache-line accesses/s on one core (target >= 50 M/s)", lps / 1e6);
+                return Ok(ExitCode::SUCCESS);
+            }
+            let spec_text = synthetic.unwrap_or_default();
+            let spec = ddioscope::model::spec::SimSpec::parse(&spec_text)
+                .map_err(|e| anyhow::anyhow!("--synthetic: {e}"))?;
+            let grid = ddioscope::model::spec::what_if(&spec, &ring, &ways, &queues, &pkt_bytes);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&grid)?);
+            } else {
+                eprintln!("model-only: simulated from the description, not measured");
+                for p in &grid {
+                    println!("{}", serde_json::to_string(p)?);
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -10,6 +10,8 @@ use anyhow::{bail, Context, Result};
 
 use crate::probe::features::Features;
 use crate::probe::pktlife::{PktlifeProbe, ProbeConfig};
+use crate::counters;
+use crate::recording::writer::CounterRow;
 use crate::recording::Writer;
 use crate::snapshot::{EventCounters, QueueCounters, Snapshot};
 use crate::topology;
@@ -26,6 +28,85 @@ pub struct RecordOptions {
     pub json_progress: bool,
     pub verbose: bool,
     pub command_line: String,
+    pub counters: CountersMode,
+    /// perf-stat CSV captured elsewhere, imported into this recording at the end.
+    pub counters_from: Option<PathBuf>,
+}
+
+/// Which hardware view `record` takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CountersMode {
+    /// Uncore/core PMUs when the platform has them; otherwise none, quietly.
+    Auto,
+    /// Software perf events through the same read path (hosts without a PMU; tests).
+    Software,
+    /// No counters.
+    Off,
+}
+
+/// Open the counter sampler the user asked for. Auto degrades quietly (the
+/// reason is recorded); an explicit request fails loudly.
+fn open_counters(mode: CountersMode) -> Result<(Option<counters::Sampler>, &'static str, Vec<String>)> {
+    use counters::{Sampler, SamplerConfig};
+    let detection = counters::platform::detect_host();
+    Ok(match mode {
+        CountersMode::Off => (None, "absent", vec!["counters disabled (--counters off)".into()]),
+        CountersMode::Software => {
+            let (s, rep) = Sampler::try_open(&SamplerConfig::software());
+            if s.is_none() {
+                bail!("--counters software: {}", rep.failure_lines().join("; "));
+            }
+            (s, "software", rep.failure_lines())
+        }
+        CountersMode::Auto => match detection.platform() {
+            Some(p) => {
+                let (s, rep) = Sampler::try_open(&SamplerConfig::hardware(p));
+                let src = if s.is_some() { "live" } else { "absent" };
+                (s, src, rep.failure_lines())
+            }
+            None => (None, "absent", vec![format!("no uncore DDIO counters: {}", detection.describe())]),
+        },
+    })
+}
+
+pub fn counter_rows(readings: &[counters::CounterReading], source: &str) -> Vec<CounterRow> {
+    readings
+        .iter()
+        .map(|r| CounterRow {
+            t_ns: r.t_ns,
+            socket: r.socket,
+            pmu: r.pmu.clone(),
+            event: r.event.clone(),
+            value: r.value,
+            raw: r.raw,
+            enabled_ns: r.enabled_ns,
+            running_ns: r.running_ns,
+            source: source.to_string(),
+        })
+        .collect()
+}
+
+/// Import a `perf stat -I … -x,` CSV into an existing recording, aligned to
+/// its clock: the capture's first interval is taken to start with the recording.
+pub fn import_counters(rec_path: &std::path::Path, csv: &std::path::Path) -> Result<usize> {
+    let text = std::fs::read_to_string(csv).with_context(|| format!("reading {}", csv.display()))?;
+    let intervals = counters::import::parse_perf_stat_csv(&text)
+        .with_context(|| format!("{} is not perf stat -I -x, output", csv.display()))?;
+    let rec = crate::recording::Recording::open(rec_path)?;
+    let start_ns: u64 = rec.meta.get("start_ns").and_then(|v| v.parse().ok()).unwrap_or(0);
+    let mut w = Writer::open_existing(rec_path)?;
+    let mut n = 0;
+    for (i, iv) in intervals.iter().enumerate() {
+        let mut rows = counter_rows(iv, "imported");
+        for r in &mut rows {
+            r.t_ns += start_ns;
+        }
+        n += rows.len();
+        w.write_counters(i as u64, &rows)?;
+    }
+    w.set_meta("counters_source", "imported")?;
+    w.set_meta("counters_imported_from", &csv.display().to_string())?;
+    Ok(n)
 }
 
 /// CLOCK_MONOTONIC in ns: the clock of bpf_ktime_get_ns, so BPF timestamps,
@@ -101,6 +182,15 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary> {
     };
     let probe = PktlifeProbe::attach(&cfg, &features)?;
     writer.set_meta_json("hooks", &probe.hooks)?;
+    let (mut sampler, counters_source, counter_notes) = open_counters(opts.counters)?;
+    writer.set_meta("platform", &counters::platform::detect_host().describe())?;
+    writer.set_meta("counters_source", counters_source)?;
+    writer.set_meta_json("counters_notes", &counter_notes)?;
+    if opts.verbose {
+        for n in &counter_notes {
+            eprintln!("counters: {n}");
+        }
+    }
     writer.set_meta_json("prog_ids", &probe.prog_ids())?;
     let start_ns = monotonic_ns();
     writer.set_meta("start_ns", &start_ns.to_string())?;
@@ -188,6 +278,21 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary> {
             write_error = Some(e);
             break;
         }
+        if let Some(s) = sampler.as_mut() {
+            match s.read() {
+                Ok(readings) => {
+                    if let Err(e) = writer.write_counters(index, &counter_rows(&readings, counters_source)) {
+                        write_error = Some(e);
+                        break;
+                    }
+                }
+                Err(e) => {
+                    // Keep recording the software view; say why counters stopped.
+                    writer.set_meta_json("counters_notes", &[format!("counter reads stopped at interval {index}: {e:#}")])?;
+                    sampler = None;
+                }
+            }
+        }
         events_total = cur_e;
         prev_q = cur_q;
         prev_e = cur_e;
@@ -232,5 +337,9 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary> {
     writer.set_meta("end_ns", &monotonic_ns().to_string())?;
     writer.set_meta("stopped_by", if stopped_by_signal { "signal" } else { "duration" })?;
     writer.set_meta("complete", "true")?;
+    drop(writer);
+    if let Some(csv) = &opts.counters_from {
+        import_counters(&opts.output, csv)?;
+    }
     Ok(RecordSummary { intervals: index, rx_packets: rx_total, tx_packets: tx_total, events: events_total, stopped_by_signal })
 }

@@ -51,6 +51,13 @@ impl Writer {
         Ok(w)
     }
 
+    /// Append to a finished recording (counter import).
+    pub fn open_existing(path: &Path) -> Result<Writer> {
+        let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE)
+            .map_err(|e| anyhow::anyhow!(explain_sqlite(&e, path)))?;
+        Ok(Writer { conn, path: path.to_path_buf() })
+    }
+
     fn err(&self, e: rusqlite::Error) -> anyhow::Error {
         anyhow::anyhow!(explain_sqlite(&e, &self.path))
     }

@@ -14,6 +14,60 @@ pub struct Report {
     pub flows: Vec<FlowReport>,
     pub events: Events,
     pub drops: Drops,
+    pub counters: CountersReport,
+}
+
+/// The socket DDIO view, with where its numbers came from.
+#[derive(Debug, Serialize)]
+pub struct CountersReport {
+    pub platform: String,
+    /// live | software | imported | absent
+    pub source: String,
+    pub sockets: Vec<crate::counters::SocketMetrics>,
+    pub warnings: Vec<String>,
+    pub notes: Vec<String>,
+    pub readings: usize,
+}
+
+fn counters_report(rec: &Recording) -> CountersReport {
+    let source = rec.meta.get("counters_source").cloned().unwrap_or_else(|| "absent".into());
+    // A recording can hold several sources (software live + imported): report the current one.
+    let rows: Vec<&(u64, crate::recording::writer::CounterRow)> =
+        rec.counters.iter().filter(|(_, r)| r.source == source).collect();
+    let readings: Vec<crate::counters::CounterReading> = rows
+        .iter()
+        .map(|(_, r)| crate::counters::CounterReading {
+            t_ns: r.t_ns,
+            socket: r.socket,
+            pmu: r.pmu.clone(),
+            event: r.event.clone(),
+            value: r.value,
+            raw: r.raw,
+            enabled_ns: r.enabled_ns,
+            running_ns: r.running_ns,
+        })
+        .collect();
+    let intervals: std::collections::BTreeSet<u64> = rows.iter().map(|(i, _)| *i).collect();
+    // Imported captures carry their own interval; live ones share the recording's.
+    // Imported captures carry perf's own clock (interval ends, seconds since the
+    // capture started, shifted onto the recording's start): the capture spans
+    // up to its last interval end. Live readings share the recording's intervals.
+    let dur = if source == "imported" {
+        let start_ns: u64 = rec.meta.get("start_ns").and_then(|v| v.parse().ok()).unwrap_or(0);
+        rows.iter().map(|(_, r)| r.t_ns).max().map_or(0.0, |t| t.saturating_sub(start_ns) as f64 / 1e9)
+    } else {
+        rec.snapshots.iter().filter(|s| intervals.contains(&s.index)).map(|s| s.dur_ns).sum::<u64>() as f64 / 1e9
+    };
+    let sockets = if readings.is_empty() || dur <= 0.0 { Vec::new() } else { crate::counters::socket_metrics(&readings, dur) };
+    let warnings = sockets.iter().flat_map(|s| s.warnings.iter().map(move |w| format!("socket {}: {w}", s.socket))).collect();
+    CountersReport {
+        platform: rec.meta.get("platform").cloned().unwrap_or_else(|| "unknown".into()),
+        source,
+        sockets,
+        warnings,
+        notes: rec.meta_json("counters_notes").unwrap_or_default(),
+        readings: readings.len(),
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -235,6 +289,7 @@ pub fn build(rec: &Recording) -> Report {
             queue_clamped: e.queue_clamped,
         },
         drops,
+        counters: counters_report(rec),
     }
 }
 
@@ -393,7 +448,39 @@ pub fn render_text(r: &Report, top_flows: usize) -> String {
         e.state_evicted,
         if e.queue_clamped > 0 { format!(", {} packets on queues ≥ 64 folded into queue 63", e.queue_clamped) } else { String::new() }
     );
-    let _ = write!(o, "Drops: {}", r.drops.total);
+    let c = &r.counters;
+    let _ = writeln!(o, "\nSocket DDIO (counters: {}; platform {})", c.source, c.platform);
+    let pct = |v: Option<f64>| v.map(|v| format!("{v:.1}%")).unwrap_or_else(|| "-".into());
+    let mbs = |v: Option<f64>| v.map(|v| format!("{v:.0} MB/s")).unwrap_or_else(|| "-".into());
+    if c.sockets.iter().all(|s| s.write_miss_pct.is_none() && s.inbound_write_mbps.is_none() && s.dram_read_mbps.is_none()) {
+        let why = match c.source.as_str() {
+            "software" => format!("software events only ({} readings): this host has no uncore PMU, so no DDIO numbers", c.readings),
+            _ => c.notes.first().cloned().unwrap_or_else(|| "no counters in this recording".into()),
+        };
+        let _ = writeln!(o, "  {why}");
+        let _ = writeln!(o, "  (capture on the host with scripts/capture-counters.sh, then `ddioscope import-counters REC FILE`)");
+    } else {
+        for s in &c.sockets {
+            let _ = writeln!(
+                o,
+                "  socket {}: write miss {} (partial {}), read miss {}, inbound write {} read {}, DRAM read {} write {}, L3 misses/s {}{}",
+                s.socket,
+                pct(s.write_miss_pct),
+                pct(s.partial_write_miss_pct),
+                pct(s.read_miss_pct),
+                mbs(s.inbound_write_mbps),
+                mbs(s.inbound_read_mbps),
+                mbs(s.dram_read_mbps),
+                mbs(s.dram_write_mbps),
+                s.l3_miss_per_s.map(|v| format!("{v:.3e}")).unwrap_or_else(|| "-".into()),
+                if s.write_allocation_disabled { "  DDIO WRITE ALLOCATION DISABLED" } else { "" }
+            );
+        }
+    }
+    for w in &c.warnings {
+        let _ = writeln!(o, "  warning: {w}");
+    }
+    let _ = write!(o, "\nDrops: {}", r.drops.total);
     for d in &r.drops.reasons {
         let _ = write!(o, "  {}={}", d.name.clone().unwrap_or_else(|| format!("reason{}", d.reason)), d.count);
     }
