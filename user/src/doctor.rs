@@ -23,6 +23,8 @@ pub struct Doctor {
     pub checks: Vec<Check>,
     pub features: Features,
     pub pmus: Vec<String>,
+    /// Which uncore/core events of this platform would open here, and why others would not.
+    pub counters: crate::counters::DoctorReport,
 }
 
 fn check(name: &str, ok: bool, detail: impl Into<String>, impact: &str) -> Check {
@@ -86,10 +88,12 @@ pub fn run() -> Doctor {
         "MSR 0xC8B (IIO LLC WAYS)",
         msr,
         if msr { "/dev/cpu/0/msr present (read only)" } else { "/dev/cpu/*/msr absent (msr module not loaded)" },
-        "DDIO ways assumed to be the default 2 (pass --ddio-ways to override)",
+        "DDIO ways assumed to be the default 2 (a simulate spec can set ddio_ways)",
     ));
     let fatal = features.fatal().or_else(|| (!root).then(|| "not running as root".to_string()));
-    Doctor { can_record: fatal.is_none(), fatal, checks, features, pmus }
+    let detection = crate::counters::platform::detect_host();
+    let counters = crate::counters::doctor(Path::new("/sys"), &detection, true);
+    Doctor { can_record: fatal.is_none(), fatal, checks, features, pmus, counters }
 }
 
 pub fn render_text(d: &Doctor) -> String {
@@ -104,6 +108,10 @@ pub fn render_text(d: &Doctor) -> String {
         ));
     }
     o.push_str(&format!("  perf PMUs: {}\n", d.pmus.join(" ")));
+    o.push_str("  counters:\n");
+    for l in &d.counters.lines {
+        o.push_str(&format!("    {l}\n"));
+    }
     match &d.fatal {
         None => o.push_str("recording: possible\n"),
         Some(f) => o.push_str(&format!("recording: NOT possible — {f}\n")),
