@@ -2,6 +2,7 @@
 pub mod advise;
 pub mod counters;
 pub mod doctor;
+pub mod live;
 pub mod model;
 pub mod probe;
 pub mod record;

@@ -155,9 +155,8 @@ fn run() -> anyhow::Result<ExitCode> {
                     if s.stopped_by_signal { "; stopped by signal" } else { "" }
                 );
             } else {
-                println!(
-                    "{}",
-                    serde_json::json!({"event": "done", "intervals": s.intervals, "output": opts.output.display().to_string()})
+                record::progress_line(
+                    serde_json::json!({"event": "done", "intervals": s.intervals, "output": opts.output.display().to_string()}),
                 );
             }
             Ok(ExitCode::SUCCESS)

@@ -216,6 +216,8 @@ pub struct Snapshot {
     pub flows: Vec<FlowCounters>,
     /// Drop reasons, cumulative: (reason id, count).
     pub drop_reasons: Vec<(u32, u64)>,
+    /// Counter deltas of this interval (any source), per socket.
+    pub counters: Vec<crate::counters::CounterReading>,
 }
 
 /// Percentile of a log2 histogram (bucket b = [2^b, 2^(b+1)) ns), interpolated

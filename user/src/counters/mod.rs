@@ -19,7 +19,7 @@ pub use platform::{Detection, Platform};
 
 /// One event's scaled delta over one interval on one socket (all boxes / CPUs of that socket summed).
 /// Maps 1:1 onto the `counters` SQLite table.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct CounterReading {
     /// CLOCK_MONOTONIC ns at the end of the interval (imported data: seconds since capture start, in ns).
     pub t_ns: u64,

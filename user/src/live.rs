@@ -1,0 +1,224 @@
+//! The live Snapshot stream: resolve the interface, attach the probes and the
+//! counter sampler, and produce one Snapshot per interval. `record`, `top` and
+//! `serve` all consume it, so what they show is one code path.
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use crate::counters;
+use crate::probe::features::Features;
+use crate::probe::pktlife::{rx_queue_offset_for_driver, PktlifeProbe, ProbeConfig};
+use crate::snapshot::{EventCounters, QueueCounters, Snapshot};
+use crate::topology::{self, HostInfo, IfaceInfo};
+
+/// Which hardware view a live session takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CountersMode {
+    /// Uncore/core PMUs when the platform has them; otherwise none, quietly.
+    Auto,
+    /// Software perf events through the same read path (hosts without a PMU; tests).
+    Software,
+    /// No counters.
+    Off,
+}
+
+#[derive(Debug, Clone)]
+pub struct LiveOptions {
+    pub iface: String,
+    pub netns: Option<String>,
+    pub interval_ms: u64,
+    pub sample_every: u32,
+    pub counters: CountersMode,
+    /// Flows are read from the kernel every this many intervals (and on the last).
+    pub flow_every: u64,
+    pub verbose: bool,
+}
+
+/// CLOCK_MONOTONIC in ns: the clock of bpf_ktime_get_ns, so BPF timestamps,
+/// intervals and counter readings line up.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into ts.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no failure mode.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// SIGINT/SIGTERM/SIGHUP set the returned flag instead of killing the process,
+/// so every consumer detaches cleanly.
+pub fn stop_flag() -> Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
+        signal_hook::flag::register(sig, Arc::clone(&stop)).context("installing signal handlers")?;
+    }
+    Ok(stop)
+}
+
+/// Open the counter sampler asked for. Auto degrades quietly (the reason is
+/// kept in `notes`); an explicit request fails loudly.
+fn open_counters(mode: CountersMode) -> Result<(Option<counters::Sampler>, &'static str, Vec<String>)> {
+    use counters::{Sampler, SamplerConfig};
+    let detection = counters::platform::detect_host();
+    Ok(match mode {
+        CountersMode::Off => (None, "absent", vec!["counters disabled (--counters off)".into()]),
+        CountersMode::Software => {
+            let (s, rep) = Sampler::try_open(&SamplerConfig::software());
+            if s.is_none() {
+                bail!("--counters software: {}", rep.failure_lines().join("; "));
+            }
+            (s, "software", rep.failure_lines())
+        }
+        CountersMode::Auto => match detection.platform() {
+            Some(p) => {
+                let (s, rep) = Sampler::try_open(&SamplerConfig::hardware(p));
+                let src = if s.is_some() { "live" } else { "absent" };
+                (s, src, rep.failure_lines())
+            }
+            None => (None, "absent", vec![format!("no uncore DDIO counters: {}", detection.describe())]),
+        },
+    })
+}
+
+pub struct LiveSession {
+    pub iface: IfaceInfo,
+    pub host: HostInfo,
+    pub features: Features,
+    pub probe: PktlifeProbe,
+    pub platform: String,
+    pub counters_source: &'static str,
+    pub counter_notes: Vec<String>,
+    pub start_ns: u64,
+    pub started: Instant,
+    sampler: Option<counters::Sampler>,
+    interval: Duration,
+    flow_every: u64,
+    index: u64,
+    prev_q: Vec<QueueCounters>,
+    prev_e: EventCounters,
+    prev_t: u64,
+}
+
+impl LiveSession {
+    /// Everything that can fail for a bad argument fails here, before attaching.
+    pub fn preflight(opts: &LiveOptions) -> Result<(Features, IfaceInfo)> {
+        if opts.interval_ms < 10 {
+            bail!("--interval must be at least 10 ms");
+        }
+        if !is_root() {
+            bail!("ddioscope needs root to load BPF programs: run it with sudo");
+        }
+        let features = Features::detect();
+        if let Some(why) = features.fatal() {
+            bail!(why);
+        }
+        if opts.verbose {
+            eprintln!("features: {}", serde_json::to_string(&features)?);
+        }
+        let iface = topology::resolve_iface_live(&opts.iface, opts.netns.as_deref())?;
+        Ok((features, iface))
+    }
+
+    pub fn start(opts: &LiveOptions, features: Features, iface: IfaceInfo) -> Result<LiveSession> {
+        let cfg = ProbeConfig {
+            ifindex: iface.ifindex,
+            netns_inode: iface.netns_inode,
+            sample_every: opts.sample_every,
+            track_flows: true,
+            rx_queue_offset: rx_queue_offset_for_driver(iface.driver.as_deref()),
+        };
+        let probe = PktlifeProbe::attach(&cfg, &features)?;
+        let (sampler, counters_source, counter_notes) = open_counters(opts.counters)?;
+        if opts.verbose {
+            for n in &counter_notes {
+                eprintln!("counters: {n}");
+            }
+        }
+        let start_ns = monotonic_ns();
+        Ok(LiveSession {
+            host: topology::host_live(),
+            iface,
+            features,
+            probe,
+            platform: counters::platform::detect_host().describe(),
+            counters_source,
+            counter_notes,
+            start_ns,
+            started: Instant::now(),
+            sampler,
+            interval: Duration::from_millis(opts.interval_ms),
+            flow_every: opts.flow_every.max(1),
+            index: 0,
+            prev_q: Vec::new(),
+            prev_e: EventCounters::default(),
+            prev_t: start_ns,
+        })
+    }
+
+    pub fn index(&self) -> u64 {
+        self.index
+    }
+
+    /// Wait (on the ring buffer's epoll, not a busy loop) until the next
+    /// interval ends, `end` passes or `stop` is set; then take the snapshot.
+    /// Returns the snapshot and whether this is the last one.
+    pub fn next(&mut self, stop: &AtomicBool, end: Option<Instant>) -> Result<(Snapshot, bool)> {
+        let mut deadline = self.started + self.interval * (self.index as u32 + 1);
+        if let Some(e) = end {
+            deadline = deadline.min(e);
+        }
+        while !stop.load(Ordering::Relaxed) {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            self.probe.poll((deadline - now).min(Duration::from_millis(200)))?;
+        }
+        let finishing = stop.load(Ordering::Relaxed) || end.is_some_and(|e| Instant::now() >= e);
+
+        let t_ns = monotonic_ns();
+        let cur_q = self.probe.read_queues()?;
+        let cur_e = self.probe.read_events()?;
+        let mut snap = Snapshot {
+            index: self.index,
+            t_ns,
+            dur_ns: t_ns - self.prev_t,
+            events: cur_e.delta(&self.prev_e),
+            samples: self.probe.drain_samples(),
+            ..Default::default()
+        };
+        for q in &cur_q {
+            let d = match self.prev_q.iter().find(|p| p.dir == q.dir && p.queue == q.queue) {
+                Some(p) => q.delta(p),
+                None => q.clone(),
+            };
+            if !d.is_zero() {
+                snap.queues.push(d);
+            }
+        }
+        if finishing || self.index % self.flow_every == self.flow_every - 1 {
+            snap.flows = self.probe.read_flows()?;
+            snap.drop_reasons = self.probe.read_drop_reasons()?;
+        }
+        if let Some(s) = self.sampler.as_mut() {
+            match s.read() {
+                Ok(r) => snap.counters = r,
+                Err(e) => {
+                    // Keep the software view going; say why counters stopped.
+                    self.counter_notes.push(format!("counter reads stopped at interval {}: {e:#}", self.index));
+                    self.sampler = None;
+                }
+            }
+        }
+        self.prev_q = cur_q;
+        self.prev_e = cur_e;
+        self.prev_t = t_ns;
+        self.index += 1;
+        Ok((snap, finishing))
+    }
+}
