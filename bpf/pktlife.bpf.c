@@ -33,6 +33,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 const volatile __u32 filter_ifindex = 0;   /* 0: every device (not used by the CLI) */
 const volatile __u32 filter_netns = 0;     /* netns inode; 0: any namespace */
 const volatile __u32 sample_every = 0;     /* 1-in-N packet records; 0: none */
+const volatile __u32 stage_every = 1;      /* stage latencies for 1 in N packets; 0: none */
 const volatile __u8 track_flows = 1;
 /* How the driver stores the RX queue in skb->queue_mapping: NIC drivers call
  * skb_record_rx_queue (queue + 1); veth hands the peer's TX queue index
@@ -48,13 +49,15 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
+	/* Sized for the packets in flight at once, not more: every free on the
+	 * host looks this map up, and a small table stays in cache. */
+	__uint(max_entries, 8192);
 	__type(key, __u64);               /* struct sk_buff * */
 	__type(value, struct pl_skb_state);
 } skb_states SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH); /* per-CPU: no atomics per packet */
 	__uint(max_entries, 16384);
 	__type(key, struct pl_flow_key);
 	__type(value, struct pl_flow_stats);
@@ -83,13 +86,8 @@ struct {
 	__type(value, __u32);
 } napi_queue SEC(".maps");
 
-/* The RX queue of the last frame handed up on this CPU: a NAPI poll runs on one
- * CPU without preemption, so at napi_poll it names the polled queue. */
-struct pl_cpu_ctx {
-	__u32 rx_queue;
-	__u32 frames;
-	__u64 sample_seq;
-};
+/* struct pl_cpu_ctx (pktlife.h): a NAPI poll runs on one CPU without
+ * preemption, so per-CPU scratch is consistent within a poll. */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -122,15 +120,19 @@ static __always_inline __u32 log2_u64(__u64 v)
 	return r;
 }
 
-static __always_inline bool dev_matches(const struct net_device *dev)
+static __always_inline struct pl_cpu_ctx *cpu_ctx_get(void)
 {
-	if (!dev)
-		return false;
-	if (filter_ifindex && BPF_CORE_READ(dev, ifindex) != filter_ifindex)
-		return false;
-	if (filter_netns && BPF_CORE_READ(dev, nd_net.net, ns.inum) != filter_netns)
-		return false;
-	return true;
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&cpu_ctx, &zero);
+}
+
+/* A 1-in-n decision on a per-CPU sequence: n == 1 always, n == 0 never. */
+static __always_inline bool every_nth(__u64 *seq, __u32 n)
+{
+	if (n <= 1)
+		return n == 1;
+	*seq += 1;
+	return (*seq % n) == 0;
 }
 
 static __always_inline struct pl_queue_stats *qstats(__u8 dir, __u32 queue)
@@ -160,80 +162,98 @@ static __always_inline void record_stage(struct pl_queue_stats *qs, __u32 stage,
 
 /* Parse the 5-tuple from an IPv4/IPv6 header at l3 (TCP/UDP only; IPv6
  * extension headers are not walked). */
-static __always_inline bool parse_flow(const void *l3, __u16 proto_be, struct pl_flow_key *k,
+/* Parse the 5-tuple (TCP/UDP over IPv4/IPv6; IPv6 extension headers are not
+ * walked). One read covers an IPv6 header, or an IPv4 header with up to 20
+ * bytes of options, plus the L4 ports and the TCP data offset. */
+static __always_inline bool parse_flow(const unsigned char *l3, __u16 proto_be, struct pl_flow_key *k,
 				      __u32 *hdr_len)
 {
+	__u8 b[56];
 	__u16 proto = bpf_ntohs(proto_be);
 	__u32 l4_off;
 	__u8 l4proto;
 
-	if (proto == ETH_P_IP) {
-		struct iphdr ip;
-		if (bpf_probe_read_kernel(&ip, sizeof(ip), l3))
-			return false;
-		if (bpf_ntohs(ip.frag_off) & IP_OFFSET_MASK)
-			return false;
-		l4proto = ip.protocol;
-		l4_off = (__u32)ip.ihl * 4;
-		k->family = 4;
-		__builtin_memcpy(k->saddr, &ip.saddr, 4);
-		__builtin_memcpy(k->daddr, &ip.daddr, 4);
-	} else if (proto == ETH_P_IPV6) {
-		struct ipv6hdr ip6;
-		if (bpf_probe_read_kernel(&ip6, sizeof(ip6), l3))
-			return false;
-		l4proto = ip6.nexthdr;
-		l4_off = sizeof(ip6);
-		k->family = 6;
-		__builtin_memcpy(k->saddr, &ip6.saddr, 16);
-		__builtin_memcpy(k->daddr, &ip6.daddr, 16);
-	} else {
+	if (proto != ETH_P_IP && proto != ETH_P_IPV6)
 		return false;
+	if (bpf_probe_read_kernel(b, sizeof(b), l3))
+		return false;
+	if (proto == ETH_P_IP) {
+		struct iphdr *ip = (struct iphdr *)b;
+		if (bpf_ntohs(ip->frag_off) & IP_OFFSET_MASK)
+			return false;
+		l4proto = ip->protocol;
+		l4_off = (__u32)ip->ihl * 4;
+		k->family = 4;
+		__builtin_memcpy(k->saddr, &ip->saddr, 4);
+		__builtin_memcpy(k->daddr, &ip->daddr, 4);
+	} else {
+		struct ipv6hdr *ip6 = (struct ipv6hdr *)b;
+		l4proto = ip6->nexthdr;
+		l4_off = 40;
+		k->family = 6;
+		__builtin_memcpy(k->saddr, &ip6->saddr, 16);
+		__builtin_memcpy(k->daddr, &ip6->daddr, 16);
 	}
 	if (l4proto != IPPROTO_TCP_ && l4proto != IPPROTO_UDP_)
 		return false;
-	/* Ports, and for TCP the data offset (byte 12 of the header). */
-	__u8 l4[13];
-	if (bpf_probe_read_kernel(l4, sizeof(l4), l3 + l4_off))
+	if (l4_off < 20 || l4_off > 40)
 		return false;
-	__u16 ports[2];
-	__builtin_memcpy(ports, l4, sizeof(ports));
-	*hdr_len = l4_off + (l4proto == IPPROTO_TCP_ ? (__u32)(l4[12] >> 4) * 4 : 8);
+	/* Bounded for the verifier: b[l4_off .. l4_off + 12] lies inside b. */
+	l4_off &= 63;
+	if (l4_off > 40)
+		return false;
 	k->proto = l4proto;
-	k->sport = bpf_ntohs(ports[0]);
-	k->dport = bpf_ntohs(ports[1]);
+	k->sport = ((__u16)b[l4_off] << 8) | b[l4_off + 1];
+	k->dport = ((__u16)b[l4_off + 2] << 8) | b[l4_off + 3];
+	*hdr_len = l4_off + (l4proto == IPPROTO_TCP_ ? (__u32)(b[l4_off + 12] >> 4) * 4 : 8);
 	return true;
+}
+
+static __always_inline bool flow_key_eq(const struct pl_flow_key *a, const struct pl_flow_key *b)
+{
+	const __u64 *x = (const __u64 *)a, *y = (const __u64 *)b;
+	return x[0] == y[0] && x[1] == y[1] && x[2] == y[2] && x[3] == y[3] && x[4] == y[4];
+}
+
+static __always_inline void flow_flush(const struct pl_flow_key *k, const struct pl_flow_stats *p)
+{
+	struct pl_flow_stats *fs = bpf_map_lookup_elem(&flows, k);
+	if (fs) {
+		/* This CPU's own copy of the entry: plain adds suffice. */
+		fs->packets += p->packets;
+		fs->bytes += p->bytes;
+		fs->payload_bytes += p->payload_bytes;
+		fs->last_ns = p->last_ns;
+		fs->queue = p->queue;
+		return;
+	}
+	bpf_map_update_elem(&flows, k, p, BPF_NOEXIST);
 }
 
 static __always_inline void account_flow(struct pl_flow_key *k, __u32 len, __u32 l3_len, __u32 hdr_len,
 					 __u32 queue, __u64 now)
 {
 	__u32 payload = l3_len > hdr_len ? l3_len - hdr_len : 0;
-	struct pl_flow_stats *fs = bpf_map_lookup_elem(&flows, k);
-	if (fs) {
-		__sync_fetch_and_add(&fs->packets, 1);
-		__sync_fetch_and_add(&fs->bytes, len);
-		__sync_fetch_and_add(&fs->payload_bytes, payload);
-		fs->last_ns = now;
-		fs->queue = queue;
+	struct pl_cpu_ctx *c = cpu_ctx_get();
+	if (!c)
+		return;
+	if (c->fpend.packets && flow_key_eq(&c->fkey, k)) {
+		c->fpend.packets += 1;
+		c->fpend.bytes += len;
+		c->fpend.payload_bytes += payload;
+		c->fpend.last_ns = now;
+		c->fpend.queue = queue;
 		return;
 	}
-	struct pl_flow_stats init = {
-		.packets = 1, .bytes = len, .payload_bytes = payload, .first_ns = now, .last_ns = now, .queue = queue,
-	};
-	bpf_map_update_elem(&flows, k, &init, BPF_NOEXIST);
-}
-
-static __always_inline bool take_sample(void)
-{
-	if (!sample_every)
-		return false;
-	__u32 zero = 0;
-	struct pl_cpu_ctx *c = bpf_map_lookup_elem(&cpu_ctx, &zero);
-	if (!c)
-		return false;
-	c->sample_seq++;
-	return (c->sample_seq % sample_every) == 0;
+	if (c->fpend.packets)
+		flow_flush(&c->fkey, &c->fpend);
+	c->fkey = *k;
+	c->fpend.packets = 1;
+	c->fpend.bytes = len;
+	c->fpend.payload_bytes = payload;
+	c->fpend.first_ns = now;
+	c->fpend.last_ns = now;
+	c->fpend.queue = queue;
 }
 
 static __always_inline void store_state(__u64 key, struct pl_skb_state *st)
@@ -243,65 +263,9 @@ static __always_inline void store_state(__u64 key, struct pl_skb_state *st)
 		count(PLC_STATE_EVICT);
 }
 
-/* ---- RX ---------------------------------------------------------------- */
+/* ---- flavour-independent stages (map lookups only) ----------------------- */
 
-static __always_inline int on_rx_handup(const struct sk_buff *skb)
-{
-	const struct net_device *dev = BPF_CORE_READ(skb, dev);
-	if (!dev_matches(dev))
-		return 0;
-
-	__u64 now = bpf_ktime_get_ns();
-	__u16 qm = BPF_CORE_READ(skb, queue_mapping);
-	__u32 queue = qm >= rx_queue_offset ? qm - rx_queue_offset : 0;
-	__u32 l3_len = BPF_CORE_READ(skb, len);
-	unsigned char *head = BPF_CORE_READ(skb, head);
-	unsigned char *data = BPF_CORE_READ(skb, data);
-	__u16 mac = BPF_CORE_READ(skb, mac_header);
-	/* eth_type_trans already pulled L2; count it back so bytes are frame
-	 * bytes, as the interface statistics count them. */
-	__u32 l2_len = (mac != (__u16)~0U && data >= head + mac) ? (__u32)(data - (head + mac)) : 0;
-	__u32 len = l3_len + (l2_len <= 64 ? l2_len : 0);
-
-	struct pl_queue_stats *qs = qstats(PL_RX, queue);
-	if (qs) {
-		qs->packets += 1;
-		qs->bytes += len;
-	}
-
-	__u32 zero = 0;
-	struct pl_cpu_ctx *c = bpf_map_lookup_elem(&cpu_ctx, &zero);
-	if (c) {
-		c->rx_queue = queue;
-		c->frames += 1;
-	}
-
-	struct pl_skb_state st = {};
-	st.ts[0] = now;
-	st.dir = PL_RX;
-	st.queue = queue;
-	st.len = len;
-	st.data_addr = (__u64)data;
-
-	if (track_flows || sample_every) {
-		struct pl_flow_key k = {};
-		__u32 hdr_len = 0;
-		/* At hand-up eth_type_trans has pulled L2: data is the L3 header. */
-		if (parse_flow(data, BPF_CORE_READ(skb, protocol), &k, &hdr_len)) {
-			k.dir = PL_RX;
-			if (track_flows)
-				account_flow(&k, len, l3_len, hdr_len, queue, now);
-			if (take_sample()) {
-				st.sampled = 1;
-				st.flow = k;
-			}
-		}
-	}
-	store_state((__u64)skb, &st);
-	return 0;
-}
-
-static __always_inline int on_rx_stack(const struct sk_buff *skb)
+static __always_inline int rx_stack_stage(const struct sk_buff *skb)
 {
 	__u64 key = (__u64)skb;
 	struct pl_skb_state *st = bpf_map_lookup_elem(&skb_states, &key);
@@ -383,20 +347,19 @@ static __always_inline int on_free(const struct sk_buff *skb, bool dropped, __u3
 	return 0;
 }
 
-static __always_inline int on_napi_poll(const struct napi_struct *napi, int work, int budget)
+/* NAPI accounting for a poll of our device (filtering is flavour-specific). */
+static __always_inline int napi_poll_account(__u64 key, int work, int budget)
 {
-	if (!dev_matches(BPF_CORE_READ(napi, dev)))
-		return 0;
-	__u64 key = (__u64)napi;
-	__u32 zero = 0, queue = 0;
-	struct pl_cpu_ctx *c = bpf_map_lookup_elem(&cpu_ctx, &zero);
+	__u32 queue = 0;
+	struct pl_cpu_ctx *c = cpu_ctx_get();
+	__u32 *known = bpf_map_lookup_elem(&napi_queue, &key);
 	if (c && c->frames) {
 		queue = c->rx_queue;
-		bpf_map_update_elem(&napi_queue, &key, &queue, BPF_ANY);
-	} else {
-		__u32 *q = bpf_map_lookup_elem(&napi_queue, &key);
-		if (q)
-			queue = *q;
+		/* Written only when a NAPI instance's queue is new or moved. */
+		if (!known || *known != queue)
+			bpf_map_update_elem(&napi_queue, &key, &queue, BPF_ANY);
+	} else if (known) {
+		queue = *known;
 	}
 	if (c)
 		c->frames = 0;
@@ -416,69 +379,7 @@ static __always_inline int on_napi_poll(const struct napi_struct *napi, int work
 	return 0;
 }
 
-/* ---- TX ---------------------------------------------------------------- */
-
-static __always_inline int on_tx_queue(const struct sk_buff *skb)
-{
-	if (!dev_matches(BPF_CORE_READ(skb, dev)))
-		return 0;
-	struct pl_skb_state st = {};
-	st.ts[0] = bpf_ktime_get_ns();
-	st.dir = PL_TX;
-	store_state((__u64)skb, &st);
-	return 0;
-}
-
-static __always_inline int on_tx_xmit(const struct sk_buff *skb, const struct net_device *dev)
-{
-	if (!dev_matches(dev))
-		return 0;
-	__u64 now = bpf_ktime_get_ns();
-	__u64 key = (__u64)skb;
-	__u32 queue = BPF_CORE_READ(skb, queue_mapping);
-	__u32 len = BPF_CORE_READ(skb, len);
-	struct pl_queue_stats *qs = qstats(PL_TX, queue);
-	if (qs) {
-		qs->packets += 1;
-		qs->bytes += len;
-	}
-
-	struct pl_skb_state fresh = {};
-	struct pl_skb_state *st = bpf_map_lookup_elem(&skb_states, &key);
-	if (!st || st->dir != PL_TX) {
-		/* Not seen at enqueue (e.g. sent by a path that skips dev_queue_xmit). */
-		fresh.dir = PL_TX;
-		st = &fresh;
-	}
-	st->ts[1] = now;
-	st->queue = queue;
-	st->len = len;
-	record_stage(qs, TX_QUEUE_TO_XMIT, st->ts[0], now);
-
-	if (track_flows || sample_every) {
-		struct pl_flow_key k = {};
-		__u32 hdr_len = 0;
-		unsigned char *head = BPF_CORE_READ(skb, head);
-		unsigned char *data = BPF_CORE_READ(skb, data);
-		__u16 nh = BPF_CORE_READ(skb, network_header);
-		st->data_addr = (__u64)data;
-		__u32 l3_len = head + nh >= data ? len - (__u32)(head + nh - data) : len;
-		if (parse_flow(head + nh, BPF_CORE_READ(skb, protocol), &k, &hdr_len)) {
-			k.dir = PL_TX;
-			if (track_flows)
-				account_flow(&k, len, l3_len, hdr_len, queue, now);
-			if (take_sample()) {
-				st->sampled = 1;
-				st->flow = k;
-			}
-		}
-	}
-	if (st == &fresh)
-		store_state(key, &fresh);
-	return 0;
-}
-
-static __always_inline int on_tx_done(const struct sk_buff *skb, int rc)
+static __always_inline int tx_done_stage(const struct sk_buff *skb)
 {
 	__u64 key = (__u64)skb;
 	struct pl_skb_state *st = bpf_map_lookup_elem(&skb_states, &key);
@@ -490,30 +391,57 @@ static __always_inline int on_tx_done(const struct sk_buff *skb, int rc)
 	return 0;
 }
 
-/* ---- attach points: each hook as tp_btf and as raw_tp ------------------- */
+/* ---- flavour-specific hooks: tp_btf (direct loads) and raw_tp (probe reads) -- */
 
-#define HOOK1(name, tp, T1, call)                                   \
-	SEC("tp_btf/" #tp) int BPF_PROG(name##_btf, T1 a1) { return call; } \
-	SEC("raw_tp/" #tp) int BPF_PROG(name##_raw, T1 a1) { return call; }
-#define HOOK2(name, tp, T1, T2, call)                                      \
-	SEC("tp_btf/" #tp) int BPF_PROG(name##_btf, T1 a1, T2 a2) { return call; } \
-	SEC("raw_tp/" #tp) int BPF_PROG(name##_raw, T1 a1, T2 a2) { return call; }
-#define HOOK3(name, tp, T1, T2, T3, call)                                         \
-	SEC("tp_btf/" #tp) int BPF_PROG(name##_btf, T1 a1, T2 a2, T3 a3) { return call; } \
-	SEC("raw_tp/" #tp) int BPF_PROG(name##_raw, T1 a1, T2 a2, T3 a3) { return call; }
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
 
-HOOK1(rx_gro, napi_gro_receive_entry, const struct sk_buff *, on_rx_handup(a1))
-HOOK1(rx_nrs, netif_receive_skb_entry, const struct sk_buff *, on_rx_handup(a1))
-HOOK1(rx_list, netif_receive_skb_list_entry, const struct sk_buff *, on_rx_handup(a1))
-HOOK1(rx_netif_rx, netif_rx_entry, const struct sk_buff *, on_rx_handup(a1))
-HOOK1(rx_stack, netif_receive_skb, struct sk_buff *, on_rx_stack(a1))
-HOOK3(napi_poll, napi_poll, struct napi_struct *, int, int, on_napi_poll(a1, a2, a3))
-HOOK2(rx_copy, skb_copy_datagram_iovec, const struct sk_buff *, int, on_copy(a1))
-HOOK2(skb_consume, consume_skb, struct sk_buff *, void *, on_free(a1, false, 0))
-HOOK3(skb_kfree, kfree_skb, struct sk_buff *, void *, int, on_free(a1, true, (__u32)a3))
-HOOK1(tx_queue, net_dev_queue, struct sk_buff *, on_tx_queue(a1))
-HOOK2(tx_xmit, net_dev_start_xmit, const struct sk_buff *, const struct net_device *, on_tx_xmit(a1, a2))
-HOOK2(tx_done, net_dev_xmit, struct sk_buff *, int, on_tx_done(a1, a2))
+#define H(name) CAT(name, _btf)
+#define RD(p, f) ((p)->f)
+#include "pktlife.hooks.h"
+#undef H
+#undef RD
+
+#define H(name) CAT(name, _raw)
+#define RD(p, f) BPF_CORE_READ(p, f)
+#include "pktlife.hooks.h"
+#undef H
+#undef RD
+
+/* ---- attach points: every hook as tp_btf and as raw_tp ------------------ */
+
+#define PKTLIFE_HOOKS(FL, PFX)                                                                        \
+	SEC(PFX "napi_gro_receive_entry")                                                             \
+	int BPF_PROG(rx_gro##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb); }         \
+	SEC(PFX "netif_receive_skb_entry")                                                            \
+	int BPF_PROG(rx_nrs##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb); }         \
+	SEC(PFX "netif_receive_skb_list_entry")                                                       \
+	int BPF_PROG(rx_list##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb); }        \
+	SEC(PFX "netif_rx_entry")                                                                     \
+	int BPF_PROG(rx_netif_rx##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb); }    \
+	SEC(PFX "netif_receive_skb")                                                                  \
+	int BPF_PROG(rx_stack##FL, struct sk_buff *skb) { return on_rx_stack##FL(skb); }              \
+	SEC(PFX "napi_poll")                                                                          \
+	int BPF_PROG(napi_poll##FL, struct napi_struct *napi, int work, int budget)                   \
+	{ return on_napi_poll##FL(napi, work, budget); }                                              \
+	SEC(PFX "skb_copy_datagram_iovec")                                                            \
+	int BPF_PROG(rx_copy##FL, const struct sk_buff *skb, int len) { return on_copy(skb); }        \
+	SEC(PFX "consume_skb")                                                                        \
+	int BPF_PROG(skb_consume##FL, struct sk_buff *skb, void *loc) { return on_free(skb, false, 0); } \
+	SEC(PFX "kfree_skb")                                                                          \
+	int BPF_PROG(skb_kfree##FL, struct sk_buff *skb, void *loc, int reason)                       \
+	{ return on_free(skb, true, (__u32)reason); }                                                 \
+	SEC(PFX "net_dev_queue")                                                                      \
+	int BPF_PROG(tx_queue##FL, struct sk_buff *skb) { return on_tx_queue##FL(skb); }              \
+	SEC(PFX "net_dev_start_xmit")                                                                 \
+	int BPF_PROG(tx_xmit##FL, const struct sk_buff *skb, const struct net_device *dev)            \
+	{ return on_tx_xmit##FL(skb, dev); }                                                          \
+	SEC(PFX "net_dev_xmit")                                                                       \
+	int BPF_PROG(tx_done##FL, struct sk_buff *skb, int rc, struct net_device *dev)                \
+	{ return on_tx_done##FL(skb, dev); }
+
+PKTLIFE_HOOKS(_btf, "tp_btf/")
+PKTLIFE_HOOKS(_raw, "raw_tp/")
 
 /* Anchors the ring-buffer record type in BTF so libbpf-cargo generates its Rust
  * twin (ring buffers carry no value type of their own). */

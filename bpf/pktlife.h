@@ -72,6 +72,19 @@ struct pl_flow_stats {
 	__u32 pad;
 };
 
+/* Per-CPU scratch. rx_queue: the queue of the last frame handed up, which
+ * names the queue a NAPI poll served. fkey/fpend: the flow being accumulated:
+ * a NAPI batch is mostly one flow, so its frames cost one map update, not one
+ * each; userspace adds the pending counts when it reads flows. */
+struct pl_cpu_ctx {
+	__u32 rx_queue;
+	__u32 frames;
+	__u64 sample_seq;
+	__u64 stage_seq;
+	struct pl_flow_key fkey;
+	struct pl_flow_stats fpend;  /* fpend.packets == 0: nothing pending */
+};
+
 /* What the probes remember about a packet between stages. */
 struct pl_skb_state {
 	__u64 ts[NSTAGES];     /* stage-entry times, bpf_ktime_get_ns */

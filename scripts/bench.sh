@@ -15,7 +15,8 @@
 # Traffic only flows between the testbed's namespaces. Needs root.
 #
 # Knobs (environment): BIN, OUT_JSON, BENCH_ROUNDS (3), BENCH_RUN_SECS (5),
-# BENCH_UDP_RATE (iperf3 -b for the UDP loads, 0 = unlimited).
+# BENCH_UDP_RATE (iperf3 -b for the UDP loads, 0 = unlimited),
+# BENCH_RECORD_ARGS (extra `ddioscope record` options, e.g. "--stage-sample 8").
 set -Eeuo pipefail
 cd "$(dirname "$0")/.."
 
@@ -99,7 +100,7 @@ start_recorder() {
     local secs=$1 tag=$2 line=''
     REC_LOG=$TMP/$tag.rec.log
     exec {REC_FD}< <(exec "$BIN" record -i "$IF_RCV" --netns "$NS_RCV" -d "$secs" \
-        -o "$TMP/$tag.ddio" --force --json-progress 2>"$TMP/$tag.rec.err")
+        -o "$TMP/$tag.ddio" --force --json-progress ${BENCH_RECORD_ARGS:-} 2>"$TMP/$tag.rec.err")
     REC_PID=$!
     if ! read -r -t 30 line <&"$REC_FD"; then
         die "recorder did not attach within 30 s: $(tail -n1 "$TMP/$tag.rec.err" 2>/dev/null)"

@@ -30,6 +30,7 @@ pub struct LiveOptions {
     pub netns: Option<String>,
     pub interval_ms: u64,
     pub sample_every: u32,
+    pub stage_every: u32,
     pub counters: CountersMode,
     /// Flows are read from the kernel every this many intervals (and on the last).
     pub flow_every: u64,
@@ -129,6 +130,7 @@ impl LiveSession {
             ifindex: iface.ifindex,
             netns_inode: iface.netns_inode,
             sample_every: opts.sample_every,
+            stage_every: opts.stage_every,
             track_flows: true,
             rx_queue_offset: rx_queue_offset_for_driver(iface.driver.as_deref()),
         };

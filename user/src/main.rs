@@ -45,6 +45,11 @@ enum Cmd {
         /// Send 1 in N packets' full life records to userspace (0 disables sampling).
         #[arg(long, value_name = "N", default_value_t = 64)]
         sample: u32,
+        /// Measure stage latencies on 1 in N packets (1: every packet). Counts,
+        /// bytes and flows always cover every packet; this trades histogram
+        /// density for per-packet cost.
+        #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        stage_sample: u32,
         /// Print progress as JSON lines on stdout (first line once the probes are attached).
         #[arg(long)]
         json_progress: bool,
@@ -122,7 +127,7 @@ fn run() -> anyhow::Result<ExitCode> {
             eprintln!("imported {n} counter readings from {} into {}", csv.display(), rec.display());
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Record { iface, netns, duration, output, force, interval, sample, json_progress, verbose, counters, counters_from } => {
+        Cmd::Record { iface, netns, duration, output, force, interval, sample, stage_sample, json_progress, verbose, counters, counters_from } => {
             if let Some(f) = &counters_from {
                 if !f.is_file() {
                     anyhow::bail!("--counters-from {}: no such file", f.display());
@@ -136,6 +141,7 @@ fn run() -> anyhow::Result<ExitCode> {
                 force,
                 interval_ms: interval,
                 sample_every: sample,
+                stage_every: stage_sample,
                 json_progress,
                 verbose,
                 counters,

@@ -23,6 +23,7 @@ pub struct RecordOptions {
     pub force: bool,
     pub interval_ms: u64,
     pub sample_every: u32,
+    pub stage_every: u32,
     pub json_progress: bool,
     pub verbose: bool,
     pub command_line: String,
@@ -100,6 +101,7 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary> {
         netns: opts.netns.clone(),
         interval_ms: opts.interval_ms,
         sample_every: opts.sample_every,
+        stage_every: opts.stage_every,
         counters: opts.counters,
         flow_every: (1000 / opts.interval_ms.max(1)).max(1),
         verbose: opts.verbose,
@@ -116,6 +118,7 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary> {
     writer.set_meta_json("drop_reason_names", &crate::probe::features::drop_reason_names())?;
     writer.set_meta("interval_ms", &opts.interval_ms.to_string())?;
     writer.set_meta("sample_every", &opts.sample_every.to_string())?;
+    writer.set_meta("stage_every", &opts.stage_every.to_string())?;
     writer.set_meta("complete", "false")?;
 
     // Signals first, so a Ctrl-C during attach still detaches cleanly.

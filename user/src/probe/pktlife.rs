@@ -13,7 +13,7 @@ use libbpf_rs::{AsRawLibbpf, Link, MapCore, MapFlags, OpenObject, RingBuffer, Ri
 use serde::Serialize;
 
 use super::features::{Features, Flavor, PKTLIFE_HOOKS};
-use super::skel::types::{pl_flow_key, pl_flow_stats, pl_pkt_event, pl_queue_stats};
+use super::skel::types::{pl_cpu_ctx, pl_flow_key, pl_flow_stats, pl_pkt_event, pl_queue_stats};
 use super::skel::{PktlifeSkel, PktlifeSkelBuilder};
 use crate::snapshot::{
     Dir, EventCounters, FlowCounters, FlowKey, PacketSample, QueueCounters, NAPI_BUCKETS, NBUCKETS, NSTAGES,
@@ -24,6 +24,7 @@ unsafe impl plain::Plain for pl_queue_stats {}
 unsafe impl plain::Plain for pl_flow_key {}
 unsafe impl plain::Plain for pl_flow_stats {}
 unsafe impl plain::Plain for pl_pkt_event {}
+unsafe impl plain::Plain for pl_cpu_ctx {}
 
 pub const MAX_QUEUES: u32 = 64;
 const PLC_SAMPLED: u32 = 0;
@@ -36,6 +37,8 @@ pub struct ProbeConfig {
     pub ifindex: u32,
     pub netns_inode: u32,
     pub sample_every: u32,
+    /// Stage latencies for 1 in N packets (1: every packet).
+    pub stage_every: u32,
     pub track_flows: bool,
     /// skb->queue_mapping - this = RX queue (see `rx_queue_offset_for_driver`).
     pub rx_queue_offset: u8,
@@ -80,6 +83,7 @@ fn open_and_load(cfg: &ProbeConfig, flavors: &[Flavor]) -> Result<PktlifeSkel<'s
         ro.filter_ifindex = cfg.ifindex;
         ro.filter_netns = cfg.netns_inode;
         ro.sample_every = cfg.sample_every;
+        ro.stage_every = cfg.stage_every;
         ro.track_flows = u8::from(cfg.track_flows);
         ro.rx_queue_offset = cfg.rx_queue_offset;
     } else {
@@ -260,26 +264,67 @@ impl PktlifeProbe {
         Ok(out)
     }
 
+    /// Flows, summed over the per-CPU copies of each entry.
     pub fn read_flows(&self) -> Result<Vec<FlowCounters>> {
         let map = &self.skel.maps.flows;
         let mut out = Vec::new();
         for key in map.keys() {
-            let Some(val) = map.lookup(&key, MapFlags::ANY).context("reading flows")? else { continue };
+            let Some(vals) = map.lookup_percpu(&key, MapFlags::ANY).context("reading flows")? else { continue };
             let mut k = pl_flow_key::default();
-            let mut v = pl_flow_stats::default();
-            if plain::copy_from_bytes(&mut k, &key).is_err() || plain::copy_from_bytes(&mut v, &val).is_err() {
+            if plain::copy_from_bytes(&mut k, &key).is_err() {
                 continue;
             }
-            if let Some(key) = flow_key(&k) {
-                out.push(FlowCounters {
+            let Some(key) = flow_key(&k) else { continue };
+            let mut f = FlowCounters { key, queue: 0, packets: 0, bytes: 0, payload_bytes: 0, first_ns: u64::MAX, last_ns: 0 };
+            for raw in vals.iter().take(self.ncpus) {
+                let mut v = pl_flow_stats::default();
+                if plain::copy_from_bytes(&mut v, raw).is_err() || v.packets == 0 {
+                    continue;
+                }
+                f.packets += v.packets;
+                f.bytes += v.bytes;
+                f.payload_bytes += v.payload_bytes;
+                f.first_ns = f.first_ns.min(v.first_ns);
+                if v.last_ns >= f.last_ns {
+                    f.last_ns = v.last_ns;
+                    f.queue = v.queue;
+                }
+            }
+            if f.packets > 0 {
+                out.push(f);
+            }
+        }
+        // Counts each CPU still holds for its current flow. Read after the map:
+        // a flush in between can only delay packets to the next read, never
+        // count them twice.
+        let ctx = self.skel.maps.cpu_ctx.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY).context("reading cpu_ctx")?;
+        for raw in ctx.unwrap_or_default().iter().take(self.ncpus) {
+            let mut c = pl_cpu_ctx::default();
+            if plain::copy_from_bytes(&mut c, raw).is_err() || c.fpend.packets == 0 {
+                continue;
+            }
+            let Some(key) = flow_key(&c.fkey) else { continue };
+            let p = &c.fpend;
+            match out.iter_mut().find(|f| f.key == key) {
+                Some(f) => {
+                    f.packets += p.packets;
+                    f.bytes += p.bytes;
+                    f.payload_bytes += p.payload_bytes;
+                    f.first_ns = f.first_ns.min(p.first_ns);
+                    if p.last_ns >= f.last_ns {
+                        f.last_ns = p.last_ns;
+                        f.queue = p.queue;
+                    }
+                }
+                None => out.push(FlowCounters {
                     key,
-                    queue: v.queue,
-                    packets: v.packets,
-                    bytes: v.bytes,
-                    payload_bytes: v.payload_bytes,
-                    first_ns: v.first_ns,
-                    last_ns: v.last_ns,
-                });
+                    queue: p.queue,
+                    packets: p.packets,
+                    bytes: p.bytes,
+                    payload_bytes: p.payload_bytes,
+                    first_ns: p.first_ns,
+                    last_ns: p.last_ns,
+                }),
             }
         }
         Ok(out)

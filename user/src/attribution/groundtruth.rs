@@ -1,0 +1,357 @@
+//! Ground-truth tests: multi-queue, multi-flow simulator scenarios whose every miss is labelled with its queue and flow; each method gets only what a real host would record, and its shares are compared with the labels.
+//!
+//! One scenario = `INTERVALS` simulator runs ("intervals") of the same workload with each
+//! queue's rate scaled by an independent factor in [0.5, 1.5] (load varies over a recording;
+//! without variation no regression can separate queues). Per interval the harness derives:
+//! * per-queue inbound bytes (what the RX probes count) from the simulator's per-flow DMA
+//!   line counts, in-flight bytes by Little's law (byte rate × residence, ±3% measurement
+//!   noise), ring footprint;
+//! * socket counters: Σ queue DDIO write misses and Σ queue core-read misses, each with ±3%
+//!   multiplicative noise plus a background miss rate (other cores) — never the per-queue split;
+//! * address join: the core-read (L3 load) miss stream, interleaved with 30% misses on
+//!   non-packet memory, sampled every `PERIOD`-th event as PEBS does;
+//! * CPU context: the same samples, 10% charged to a wrong queue/flow (softirq of another
+//!   queue on that CPU).
+
+use std::collections::BTreeMap;
+
+use super::{address_join, attribute, cpu_context, model_prior, regression, Attribution, Confidence, Evidence, FlowId, Interval, Method, ModelPrediction, QueueFeatures, QueueId, RegressionInput, SampledCounts, SocketMisses};
+use crate::model::{simulate, SimResult, SimSpec};
+
+const INTERVALS: usize = 24;
+const PERIOD: u64 = 200;
+const NON_PACKET_FRACTION: f64 = 0.3;
+const MISCHARGE: f64 = 0.1;
+
+/// splitmix64: deterministic test noise.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    fn range(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * self.unit()
+    }
+}
+
+fn flow_id(f: u32) -> FlowId {
+    FlowId { proto: "tcp".into(), src: format!("10.0.0.{}", 10 + f), sport: 40000 + f as u16, dst: "10.0.1.1".into(), dport: 5201 }
+}
+
+struct Run {
+    spec: SimSpec,
+    res: SimResult,
+    /// Core-read misses in time order as (queue, flow).
+    loads: Vec<(u32, u32)>,
+}
+
+struct Scenario {
+    name: &'static str,
+    base: SimSpec,
+    runs: Vec<Run>,
+}
+
+fn spec(json: &str) -> SimSpec {
+    match SimSpec::parse(json) {
+        Ok(s) => s,
+        Err(e) => panic!("scenario spec: {e}"),
+    }
+}
+
+fn build(name: &'static str, json: &str, seed: u64) -> Scenario {
+    let base = spec(json);
+    let mut rng = Rng(seed);
+    let rates0 = base.queue_pps();
+    let specs: Vec<SimSpec> = (0..INTERVALS)
+        .map(|i| {
+            let mut s = base.clone();
+            let rates: Vec<f64> = rates0.iter().map(|r| r * rng.range(0.5, 1.5)).collect();
+            s.pps = rates.iter().sum();
+            s.queue_weights = rates;
+            s.seed = seed ^ (i as u64 + 1);
+            s.miss_log_cap = 4_000_000;
+            s
+        })
+        .collect();
+    // Two workers: the box has two cores.
+    let mid = specs.len() / 2;
+    let (a, b) = specs.split_at(mid);
+    let run = |v: &[SimSpec]| -> Vec<Run> {
+        v.iter()
+            .map(|s| {
+                let mut res = simulate(s);
+                assert_eq!(res.misses_dropped, 0, "miss log too small");
+                let loads = res.misses.iter().filter(|m| m.kind == crate::model::AccessKind::CpuRead).map(|m| (m.queue, m.flow)).collect();
+                res.misses = Vec::new();
+                Run { spec: s.clone(), res, loads }
+            })
+            .collect()
+    };
+    let runs = std::thread::scope(|sc| {
+        let h = sc.spawn(|| run(b));
+        let mut r = run(a);
+        match h.join() {
+            Ok(x) => r.extend(x),
+            Err(_) => panic!("simulator worker panicked"),
+        }
+        r
+    });
+    Scenario { name, base, runs }
+}
+
+/// Per-queue (io_write + cpu_read) and cpu_read-only truth over all intervals.
+fn truth(sc: &Scenario) -> (Vec<f64>, Vec<f64>) {
+    let nq = sc.base.queues as usize;
+    let mut all = vec![0.0; nq];
+    let mut loads = vec![0.0; nq];
+    for r in &sc.runs {
+        for (q, h) in r.res.per_queue.iter().enumerate() {
+            all[q] += (h.io_write_misses + h.cpu_read_misses) as f64;
+            loads[q] += h.cpu_read_misses as f64;
+        }
+    }
+    (all, loads)
+}
+
+fn pct(v: &[f64]) -> Vec<f64> {
+    let s: f64 = v.iter().sum();
+    v.iter().map(|x| if s > 0.0 { 100.0 * x / s } else { 0.0 }).collect()
+}
+
+/// Packet bytes per flow id of a spec (flows listed explicitly in every scenario).
+fn flow_bytes_of(s: &SimSpec) -> Vec<u32> {
+    s.flows.iter().map(|f| f.pkt_bytes).collect()
+}
+
+fn regression_input(sc: &Scenario, rng: &mut Rng) -> RegressionInput {
+    let nq = sc.base.queues as usize;
+    let fb = flow_bytes_of(&sc.base);
+    let mut intervals = Vec::new();
+    let mut flow_tot: BTreeMap<u32, f64> = BTreeMap::new();
+    // Background rates: 5% of the scenario's mean network miss rate, per counter.
+    let mut w_rate = 0.0;
+    let mut l_rate = 0.0;
+    let mut secs_all = 0.0;
+    let mut rows = Vec::new();
+    for r in &sc.runs {
+        let s = &r.spec;
+        let mut qbytes = vec![0.0; nq];
+        let mut pkts = 0.0;
+        for (f, h) in r.res.per_flow.iter().enumerate() {
+            let Some(&b) = fb.get(f) else { continue };
+            // Each packet: ceil(b/64) data lines (data offset is line-aligned) + one CQE line.
+            let lines_per_pkt = (b as f64 / 64.0).ceil() + (s.cqe_bytes as f64 / 64.0).ceil();
+            let p = (h.io_write_hits + h.io_write_misses) as f64 / lines_per_pkt;
+            let q = s.flows[f].queue as usize;
+            qbytes[q] += p * b as f64;
+            pkts += p;
+            *flow_tot.entry(f as u32).or_default() += p * b as f64;
+        }
+        let secs = pkts / s.pps;
+        let w: f64 = r.res.per_queue.iter().map(|h| h.io_write_misses as f64).sum();
+        let l: f64 = r.res.per_queue.iter().map(|h| h.cpu_read_misses as f64).sum();
+        w_rate += w;
+        l_rate += l;
+        secs_all += secs;
+        rows.push((secs, qbytes, w, l));
+    }
+    let (w_bg, l_bg) = (0.05 * w_rate / secs_all, 0.05 * l_rate / secs_all);
+    for (i, (secs, qbytes, w, l)) in rows.into_iter().enumerate() {
+        let s = &sc.runs[i].spec;
+        let queues = (0..nq)
+            .map(|q| {
+                let res_us = s.queue_residence_us.get(q).copied().unwrap_or(s.residence_us);
+                QueueFeatures {
+                    queue: QueueId::rx(q as u32),
+                    inbound_bytes: qbytes[q],
+                    inflight_bytes: Some(qbytes[q] / secs * res_us * 1e-6 * rng.range(0.97, 1.03)),
+                    footprint_bytes: Some(s.ring_footprint_bytes(q) as f64),
+                }
+            })
+            .collect();
+        let socket = SocketMisses {
+            io_write: Some(w * rng.range(0.97, 1.03) + w_bg * secs * rng.range(0.9, 1.1)),
+            io_read: None,
+            l3: Some(l * rng.range(0.97, 1.03) + l_bg * secs * rng.range(0.9, 1.1)),
+        };
+        intervals.push(Interval { duration_ns: (secs * 1e9) as u64, queues, socket });
+    }
+    let flow_bytes = flow_tot.into_iter().map(|(f, b)| (flow_id(f), QueueId::rx(sc.base.flows[f as usize].queue), b)).collect();
+    RegressionInput { intervals, flow_bytes }
+}
+
+/// PEBS-like sampling of the load-miss stream (packet misses + non-packet misses).
+fn sampled(sc: &Scenario, rng: &mut Rng, mischarge: f64) -> SampledCounts {
+    let nq = sc.base.queues;
+    let nf = sc.base.flows.len() as u32;
+    let mut q: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut f: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut other = 0u64;
+    let mut count = rng.next() % PERIOD;
+    let mut take = |count: &mut u64| {
+        *count += 1;
+        *count % PERIOD == 0
+    };
+    for r in &sc.runs {
+        for &(lq, lf) in &r.loads {
+            // Non-packet misses interleaved: geometric run with mean φ/(1−φ) per packet miss.
+            while rng.unit() < NON_PACKET_FRACTION {
+                if take(&mut count) {
+                    other += 1;
+                }
+            }
+            if take(&mut count) {
+                let (cq, cf) = if rng.unit() < mischarge { ((rng.next() % nq as u64) as u32, (rng.next() % nf as u64) as u32) } else { (lq, lf) };
+                *q.entry(cq).or_default() += 1;
+                *f.entry(cf).or_default() += 1;
+            }
+        }
+    }
+    SampledCounts {
+        period: PERIOD,
+        queues: q.into_iter().map(|(k, v)| (QueueId::rx(k), v)).collect(),
+        flows: f.into_iter().map(|(k, v)| (flow_id(k), v)).collect(),
+        other_samples: other,
+        age_hist: Vec::new(),
+    }
+}
+
+fn shares(a: &Attribution, nq: usize) -> Vec<f64> {
+    let mut v = vec![0.0; nq];
+    for s in &a.queues {
+        if let Some(x) = v.get_mut(s.queue as usize) {
+            *x = s.share_pct;
+        }
+    }
+    v
+}
+
+fn max_err(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
+}
+
+fn row(label: &str, v: &[f64], truth: Option<&[f64]>, extra: &str) -> String {
+    let cells: String = v.iter().map(|x| format!("{x:7.1}")).collect();
+    let err = truth.map_or("       ".into(), |t| format!("{:7.2}", max_err(v, t)));
+    format!("  {label:<24}{cells} {err}  {extra}")
+}
+
+struct Outcome {
+    join_err: f64,
+    ctx_err: f64,
+    reg_err: f64,
+    prior_err: f64,
+}
+
+fn evaluate(sc: &Scenario, seed: u64) -> Outcome {
+    let nq = sc.base.queues as usize;
+    let mut rng = Rng(seed);
+    let (t_all, t_loads) = truth(sc);
+    let (p_all, p_loads) = (pct(&t_all), pct(&t_loads));
+
+    let join = address_join(&sampled(sc, &mut rng, 0.0));
+    let ctx = cpu_context(&sampled(sc, &mut rng, MISCHARGE));
+    let reg_in = regression_input(sc, &mut rng);
+    let reg = regression(&reg_in);
+    let measured: f64 = reg_in.intervals.iter().map(|i| i.socket.io_write.unwrap_or(0.0) + i.socket.l3.unwrap_or(0.0)).sum();
+    let prior = model_prior(&ModelPrediction::from_sim(&simulate(&sc.base), Some(measured)));
+
+    let (sj, sc_, sr, sp) = (shares(&join, nq), shares(&ctx, nq), shares(&reg, nq), shares(&prior, nq));
+    let qs: String = (0..nq).map(|q| format!("{:>7}", format!("rx{q}"))).collect();
+    let lines = [
+        format!("scenario {}: {} intervals, {} flows, {:.3e} labelled misses ({:.3e} core loads)", sc.name, sc.runs.len(), sc.base.flows.len(), t_all.iter().sum::<f64>(), t_loads.iter().sum::<f64>()),
+        format!("  {:<24}{qs} {:>7}  confidence", "share %", "maxerr"),
+        row("truth (write+load)", &p_all, None, ""),
+        row("truth (load misses)", &p_loads, None, ""),
+        row("address_join vs load", &sj, Some(&p_loads), &format!("{:?}", join.confidence)),
+        row("cpu_context vs load", &sc_, Some(&p_loads), &format!("{:?}", ctx.confidence)),
+        row("regression vs w+l", &sr, Some(&p_all), &format!("{:?}", reg.confidence)),
+        row("model_prior vs w+l", &sp, Some(&p_all), &format!("{:?} (same simulator, mean rates)", prior.confidence)),
+    ];
+    println!("{}", lines.join("\n"));
+    for n in &reg.notes {
+        println!("    regression: {n}");
+    }
+    // Flows by address join vs labels.
+    let mut tf: BTreeMap<u32, f64> = BTreeMap::new();
+    for r in &sc.runs {
+        for &(_, f) in &r.loads {
+            *tf.entry(f).or_default() += 1.0;
+        }
+    }
+    let tfs: f64 = tf.values().sum();
+    let mut flow_err = 0.0f64;
+    for (f, n) in &tf {
+        let id = flow_id(*f);
+        let got = join.flows.iter().find(|x| x.sport == id.sport).map_or(0.0, |x| x.share_pct);
+        flow_err = flow_err.max((got - 100.0 * n / tfs).abs());
+    }
+    println!("  address_join per-flow max error {flow_err:.2} pp over {} flows\n", tf.len());
+    assert!(flow_err <= 2.0, "{}: flow shares off by {flow_err:.2} pp", sc.name);
+    assert_eq!(join.method, Method::AddressJoin);
+    assert_ne!(join.confidence, Confidence::Insufficient);
+    assert!(matches!(ctx.confidence, Confidence::Medium | Confidence::Low), "context is never high");
+    assert_ne!(reg.confidence, Confidence::Insufficient, "{}: {:?}", sc.name, reg.notes);
+    assert_eq!(attribute(&Evidence { address_join: Some(sampled(sc, &mut rng, 0.0)), regression: Some(reg_in), ..Default::default() }).method, Method::AddressJoin);
+    Outcome { join_err: max_err(&sj, &p_loads), ctx_err: max_err(&sc_, &p_loads), reg_err: max_err(&sr, &p_all), prior_err: max_err(&sp, &p_all) }
+}
+
+fn check(sc: &Scenario, seed: u64) {
+    let o = evaluate(sc, seed);
+    println!(
+        "SUMMARY {:<22} max abs error (pp): address_join {:.2}  cpu_context {:.2}  regression {:.2}  model_prior {:.2}",
+        sc.name, o.join_err, o.ctx_err, o.reg_err, o.prior_err
+    );
+    assert!(o.join_err <= 2.0, "{}: address join off by {:.2} pp", sc.name, o.join_err);
+    assert!(o.ctx_err <= 8.0, "{}: cpu context off by {:.2} pp", sc.name, o.ctx_err);
+    assert!(o.reg_err <= 10.0, "{}: regression off by {:.2} pp", sc.name, o.reg_err);
+}
+
+/// Queue 0: two large-packet flows, a slow consumer (8 ms residence) and most of the load —
+/// it overflows the DDIO ways and causes most misses. Queues 1–3: small/mixed packets,
+/// prompt consumers.
+const HEAVY: &str = r#"{"queues":4,"ring":256,"pps":2e6,"consumer":"copy","pool_extra":16384,"queue_weights":[3,1,1,1],
+  "queue_residence_us":[8000,5,5,5],"max_packets":3000000,
+  "flows":[{"queue":0,"weight":2,"pkt_bytes":1500},{"queue":0,"weight":1,"pkt_bytes":1024},
+           {"queue":1,"weight":1,"pkt_bytes":256},{"queue":1,"weight":1,"pkt_bytes":512},
+           {"queue":2,"weight":1,"pkt_bytes":1500},
+           {"queue":3,"weight":3,"pkt_bytes":128},{"queue":3,"weight":1,"pkt_bytes":900}]}"#;
+
+/// Similar queues (weights 1.2/1/0.9/1.1), similar residences, mixed sizes: misses spread.
+const BALANCED: &str = r#"{"queues":4,"ring":512,"pps":2.4e6,"consumer":"copy","pool_extra":8192,"queue_weights":[1.2,1,0.9,1.1],
+  "queue_residence_us":[1500,1800,1400,1600],"max_packets":3000000,
+  "flows":[{"queue":0,"weight":1,"pkt_bytes":1500},{"queue":0,"weight":1,"pkt_bytes":700},
+           {"queue":1,"weight":1,"pkt_bytes":1200},{"queue":1,"weight":2,"pkt_bytes":900},
+           {"queue":2,"weight":1,"pkt_bytes":1400},{"queue":2,"weight":1,"pkt_bytes":600},
+           {"queue":3,"weight":1,"pkt_bytes":1000},{"queue":3,"weight":1,"pkt_bytes":1100}]}"#;
+
+/// Queue 3 carries little traffic but its consumer is starved (20 ms residence); queues 0–2
+/// are busy with prompt consumers.
+const SMALL_SLOW: &str = r#"{"queues":4,"ring":256,"pps":2e6,"consumer":"copy","pool_extra":16384,"queue_weights":[2,2,1.5,0.5],
+  "queue_residence_us":[10,10,10,20000],"max_packets":3000000,
+  "flows":[{"queue":0,"weight":1,"pkt_bytes":1500},{"queue":0,"weight":1,"pkt_bytes":300},
+           {"queue":1,"weight":3,"pkt_bytes":1024},{"queue":1,"weight":1,"pkt_bytes":64},
+           {"queue":2,"weight":1,"pkt_bytes":1500},
+           {"queue":3,"weight":1,"pkt_bytes":1400},{"queue":3,"weight":1,"pkt_bytes":800}]}"#;
+
+#[test]
+fn ground_truth_heavy_slow_queue() {
+    check(&build("heavy-slow-queue", HEAVY, 11), 101);
+}
+
+#[test]
+fn ground_truth_balanced() {
+    check(&build("balanced", BALANCED, 22), 202);
+}
+
+#[test]
+fn ground_truth_small_queue_long_residence() {
+    check(&build("small-queue-long-residence", SMALL_SLOW, 33), 303);
+}

@@ -1,0 +1,456 @@
+//! Regression attribution: per-interval socket miss deltas explained by non-negative least squares on per-queue features, with rank/collinearity checks, leave-one-out model selection, goodness of fit and delta-method share intervals.
+//!
+//! Model, per miss counter c and interval i (length T_i):
+//!   y_c,i = Σ_q Σ_f β_c,q,f · x_q,f,i + β_c,bg · T_i + ε
+//! with every β ≥ 0 (a queue cannot remove misses). A queue's misses are Σ_i Σ_f β·x; the
+//! background term (other cores, other devices) is not spread over queues. Feature sets
+//! (bytes; bytes+in-flight; bytes+pressure = bytes×in-flight/T; bytes+footprint) are chosen
+//! per counter by leave-one-out prediction error, preferring the simpler on near-ties.
+
+use std::collections::BTreeSet;
+
+use super::nnls::{nnls, pivoted_qr, Mat};
+use super::sampled::Z95;
+use super::{flow_share, merge, sort_flows, Attribution, Confidence, Interval, Method, QueueId, QueueShare, RegressionInput};
+
+/// Residual degrees of freedom required beyond the fitted columns.
+pub const MIN_DOF: usize = 4;
+/// Fewer intervals than this never give a regression answer.
+pub const MIN_INTERVALS: usize = 8;
+/// Relative pivot below which columns count as linearly dependent (exact/near-exact collinearity).
+const RANK_TOL: f64 = 1e-7;
+/// A richer feature set must predict held-out intervals this much better to be chosen.
+const SIMPLER_PREFERENCE: f64 = 1.02;
+/// Fit quality and share precision thresholds for the confidence levels.
+const MIN_R2: f64 = 0.5;
+const MEDIUM_R2: f64 = 0.9;
+const MEDIUM_HALF_WIDTH_PP: f64 = 5.0;
+const MAX_HALF_WIDTH_PP: f64 = 20.0;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Feature {
+    Bytes,
+    Inflight,
+    /// bytes × in-flight / T: misses of a queue whose own lines are evicted during their
+    /// residence grow with rate × (rate × residence), i.e. faster than linearly in rate.
+    Pressure,
+    Footprint,
+    /// footprint × fill pressure: a freed buffer waits one ring cycle before the NIC rewrites
+    /// it, so its lines are exposed to eviction in proportion to the ring's bytes times how
+    /// fast the rest of the socket fills the LLC (write misses).
+    RingExposure,
+    /// in-flight × fill pressure: the same for lines waiting for the consumer (read misses).
+    ReadExposure,
+}
+
+impl Feature {
+    fn name(self) -> &'static str {
+        match self {
+            Feature::Bytes => "bytes",
+            Feature::Inflight => "in-flight",
+            Feature::Pressure => "pressure",
+            Feature::Footprint => "footprint",
+            Feature::RingExposure => "ring-exposure",
+            Feature::ReadExposure => "read-exposure",
+        }
+    }
+}
+
+/// Per-queue feature series, indexed [interval][queue]; None when any interval lacks it.
+struct Table {
+    queues: Vec<QueueId>,
+    secs: Vec<f64>,
+    bytes: Vec<Vec<f64>>,
+    inflight: Option<Vec<Vec<f64>>>,
+    footprint: Option<Vec<Vec<f64>>>,
+}
+
+impl Table {
+    fn build(iv: &[Interval]) -> Table {
+        let queues: Vec<QueueId> = iv.iter().flat_map(|i| i.queues.iter().map(|f| f.queue.clone())).collect::<BTreeSet<_>>().into_iter().collect();
+        let nq = queues.len();
+        let idx = |q: &QueueId| queues.binary_search(q).ok();
+        let mut bytes = vec![vec![0.0; nq]; iv.len()];
+        let mut infl = vec![vec![0.0; nq]; iv.len()];
+        let mut foot = vec![vec![0.0; nq]; iv.len()];
+        let (mut has_infl, mut has_foot) = (true, true);
+        for (i, it) in iv.iter().enumerate() {
+            let mut seen = vec![false; nq];
+            for f in &it.queues {
+                let Some(q) = idx(&f.queue) else { continue };
+                seen[q] = true;
+                bytes[i][q] += f.inbound_bytes.max(0.0);
+                match f.inflight_bytes {
+                    Some(v) => infl[i][q] += v.max(0.0),
+                    None => has_infl = false,
+                }
+                match f.footprint_bytes {
+                    Some(v) => foot[i][q] = v.max(0.0),
+                    None => has_foot = false,
+                }
+            }
+            // A queue absent from an interval carried no traffic then: zero bytes and
+            // in-flight are right, but its footprint is unknown.
+            if seen.iter().any(|s| !s) {
+                has_foot = false;
+            }
+        }
+        Table {
+            queues,
+            secs: iv.iter().map(|i| (i.duration_ns.max(1) as f64) / 1e9).collect(),
+            bytes,
+            inflight: has_infl.then_some(infl),
+            footprint: has_foot.then_some(foot),
+        }
+    }
+
+    /// Feature value; `driver` is the per-interval fill pressure for the exposure features.
+    fn value(&self, f: Feature, i: usize, q: usize, driver: &[f64]) -> Option<f64> {
+        match f {
+            Feature::Bytes => Some(self.bytes[i][q]),
+            Feature::Inflight => self.inflight.as_ref().map(|v| v[i][q]),
+            Feature::Pressure => self.inflight.as_ref().map(|v| self.bytes[i][q] * v[i][q] / self.secs[i]),
+            Feature::Footprint => self.footprint.as_ref().map(|v| v[i][q]),
+            Feature::RingExposure => self.footprint.as_ref().map(|v| v[i][q] * driver[i]),
+            Feature::ReadExposure => self.inflight.as_ref().map(|v| v[i][q] * driver[i]),
+        }
+    }
+}
+
+/// How a candidate uses a feature: one coefficient per queue, or one coefficient shared by
+/// all queues (the column is Σ_q x_q and its contribution is split by each queue's x_q).
+/// Sharing encodes physics that is the same for every queue (random replacement evicts a
+/// line regardless of its queue) and keeps the model identifiable when a feature such as a
+/// fixed ring footprint does not vary per queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Term {
+    PerQueue(Feature),
+    Pooled(Feature),
+}
+
+impl Term {
+    fn name(self) -> String {
+        match self {
+            Term::PerQueue(f) => f.name().to_string(),
+            Term::Pooled(f) => format!("shared {}", f.name()),
+        }
+    }
+}
+
+/// A design matrix with unit-norm columns. `split[j][q]` = Σ_i (queue q's part of column j),
+/// in scaled units: queue q's fitted misses are Σ_j split[j][q]·β_j. The last column is the
+/// background (interval length), owned by no queue.
+struct Design {
+    a: Mat,
+    split: Vec<Vec<f64>>,
+    terms: Vec<Term>,
+}
+
+fn design(t: &Table, driver: &[f64], terms: &[Term], active: &[usize]) -> Option<Design> {
+    let n = t.secs.len();
+    let nq = t.queues.len();
+    // Each column as (values, per-queue part summed over intervals, unscaled).
+    let mut cols: Vec<(Vec<f64>, Vec<f64>)> = Vec::new();
+    for &term in terms {
+        match term {
+            Term::PerQueue(f) => {
+                for &q in active {
+                    let c: Vec<f64> = (0..n).map(|i| t.value(f, i, q, driver)).collect::<Option<_>>()?;
+                    let mut part = vec![0.0; nq];
+                    part[q] = c.iter().sum();
+                    cols.push((c, part));
+                }
+            }
+            Term::Pooled(f) => {
+                let mut c = vec![0.0; n];
+                let mut part = vec![0.0; nq];
+                for &q in active {
+                    for (i, ci) in c.iter_mut().enumerate() {
+                        let v = t.value(f, i, q, driver)?;
+                        *ci += v;
+                        part[q] += v;
+                    }
+                }
+                cols.push((c, part));
+            }
+        }
+    }
+    cols.push((t.secs.clone(), vec![0.0; nq]));
+    let mut a = Mat::zeros(n, cols.len());
+    let mut split = Vec::with_capacity(cols.len());
+    for (j, (c, part)) in cols.iter().enumerate() {
+        let norm = c.iter().map(|v| v * v).sum::<f64>().sqrt();
+        let inv = if norm > 0.0 { 1.0 / norm } else { 0.0 };
+        for (i, v) in c.iter().enumerate() {
+            a.set(i, j, v * inv);
+        }
+        split.push(part.iter().map(|p| p * inv).collect());
+    }
+    Some(Design { a, split, terms: terms.to_vec() })
+}
+
+/// Columns that are (numerically) linear combinations of the others.
+fn dependent_columns(a: &Mat) -> Vec<usize> {
+    (0..a.cols)
+        .filter(|&j| {
+            let others: Vec<usize> = (0..a.cols).filter(|&k| k != j).collect();
+            let sub = a.select_cols(&others);
+            let y = a.col(j);
+            let (x, _) = super::nnls::lstsq(&sub, &y, 1e-12);
+            let fit = sub.mul_vec(&x);
+            let r: f64 = fit.iter().zip(&y).map(|(p, q)| (p - q).powi(2)).sum::<f64>().sqrt();
+            r < 1e-5 // columns have unit norm
+        })
+        .collect()
+}
+
+struct Fit {
+    /// Scaled coefficients (design columns and y both unit-norm).
+    x: Vec<f64>,
+    rss: f64,
+    tss: f64,
+    loo_rmse: f64,
+}
+
+fn fit(d: &Design, y: &[f64]) -> Option<Fit> {
+    let s = nnls(&d.a, y).ok()?;
+    let mean = y.iter().sum::<f64>() / y.len() as f64;
+    let tss: f64 = y.iter().map(|v| (v - mean).powi(2)).sum();
+    let mut press = 0.0;
+    for i in 0..y.len() {
+        let yi: Vec<f64> = y.iter().enumerate().filter(|(k, _)| *k != i).map(|(_, v)| *v).collect();
+        let si = nnls(&d.a.without_row(i), &yi).ok()?;
+        let pred: f64 = d.a.row(i).iter().zip(&si.x).map(|(a, b)| a * b).sum();
+        press += (pred - y[i]).powi(2);
+    }
+    Some(Fit { rss: s.residual_norm.powi(2), tss, loo_rmse: (press / y.len() as f64).sqrt(), x: s.x })
+}
+
+/// One counter's contribution: per-queue totals (counter units) and their covariance.
+struct SeriesResult {
+    totals: Vec<f64>,
+    cov: Vec<Vec<f64>>,
+    background: f64,
+    r2: f64,
+    note: String,
+}
+
+fn fit_series(name: &str, t: &Table, active: &[usize], y_raw: &[f64], cands: &[Design]) -> Result<SeriesResult, String> {
+    let nq = t.queues.len();
+    let ynorm = y_raw.iter().map(|v| v * v).sum::<f64>().sqrt();
+    if !(ynorm > 0.0 && ynorm.is_finite()) {
+        return Err(format!("{name}: counter is zero or invalid in every interval"));
+    }
+    let y: Vec<f64> = y_raw.iter().map(|v| v / ynorm).collect();
+    let fits: Vec<(usize, Fit)> = cands.iter().enumerate().filter_map(|(k, d)| fit(d, &y).map(|f| (k, f))).collect();
+    if std::env::var_os("ATTR_DEBUG").is_some() {
+        for (k, f) in &fits {
+            let d = &cands[*k];
+            let tq: Vec<f64> = (0..nq).map(|q| (0..d.a.cols).map(|j| d.split[j][q] * f.x[j]).sum()).collect();
+            let s: f64 = tq.iter().sum();
+            let sh: Vec<String> = tq.iter().map(|v| format!("{:.1}", 100.0 * v / s)).collect();
+            eprintln!("DBG {name} {:?} loo {:.4} r2 {:.3} shares {:?}", d.terms, f.loo_rmse, 1.0 - f.rss / f.tss, sh);
+        }
+    }
+    let best_cv = fits.iter().map(|(_, f)| f.loo_rmse).fold(f64::INFINITY, f64::min);
+    // Candidates are ordered simplest first: take the first within a hair of the best.
+    let Some((k, f)) = fits.into_iter().find(|(_, f)| f.loo_rmse <= best_cv * SIMPLER_PREFERENCE) else {
+        return Err(format!("{name}: NNLS failed on every feature set"));
+    };
+    let d = &cands[k];
+    let n = y.len();
+    let bg_col = d.a.cols - 1;
+    let totals: Vec<f64> = (0..nq).map(|q| (0..d.a.cols).map(|j| d.split[j][q] * f.x[j]).sum::<f64>() * ynorm).collect();
+    let background = d.a.col(bg_col).iter().sum::<f64>() * f.x[bg_col] * ynorm;
+    // Covariance of the free (positive) coefficients: σ²(AₚᵀAₚ)⁻¹. Coefficients held at zero
+    // by the constraint contribute none, so intervals are optimistic when many are at zero.
+    let passive: Vec<usize> = (0..d.a.cols).filter(|&j| f.x[j] > 0.0).collect();
+    let dof = n.saturating_sub(passive.len()).max(1);
+    let sigma2 = f.rss / dof as f64;
+    let mut cov = vec![vec![0.0; nq]; nq];
+    if !passive.is_empty() {
+        let g = pivoted_qr(&d.a.select_cols(&passive), 1e-12).inv_gram();
+        for (a, &ja) in passive.iter().enumerate() {
+            for (b, &jb) in passive.iter().enumerate() {
+                let v = sigma2 * g.get(a, b) * ynorm * ynorm;
+                for (qa, row) in cov.iter_mut().enumerate() {
+                    for (qb, c) in row.iter_mut().enumerate() {
+                        *c += v * d.split[ja][qa] * d.split[jb][qb];
+                    }
+                }
+            }
+        }
+    }
+    let r2 = if f.tss > 0.0 { 1.0 - f.rss / f.tss } else { 0.0 };
+    let mean = y_raw.iter().sum::<f64>() / n as f64;
+    let feats: Vec<String> = d.terms.iter().map(|t| t.name()).collect();
+    let tot = totals.iter().sum::<f64>() + background;
+    let note = format!(
+        "{name}: {n} intervals, features {}, R² {r2:.3}, residual rms {:.1}% of mean, background {:.1}% of misses, {} of {} queues active",
+        feats.join("+"),
+        100.0 * (f.rss / n as f64).sqrt() * ynorm / mean.abs().max(f64::MIN_POSITIVE),
+        if tot > 0.0 { 100.0 * background / tot } else { 0.0 },
+        active.len(),
+        nq
+    );
+    Ok(SeriesResult { totals, cov, background, r2, note })
+}
+
+/// Full-rank candidate designs, simplest first (the bytes-only design always first).
+fn candidates(t: &Table, driver: &[f64], active: &[usize], n: usize) -> Vec<Design> {
+    use Feature::*;
+    use Term::*;
+    let sets: [&[Term]; 11] = [
+        &[PerQueue(Bytes)],
+        &[PerQueue(Bytes), PerQueue(Inflight)],
+        &[PerQueue(Bytes), PerQueue(Pressure)],
+        &[PerQueue(Bytes), PerQueue(Footprint)],
+        &[Pooled(RingExposure), Pooled(ReadExposure)],
+        &[PerQueue(Bytes), Pooled(RingExposure)],
+        &[PerQueue(Bytes), Pooled(ReadExposure)],
+        &[PerQueue(Bytes), Pooled(RingExposure), Pooled(ReadExposure)],
+        &[PerQueue(ReadExposure), Pooled(RingExposure)],
+        &[PerQueue(Bytes), PerQueue(Pressure), Pooled(RingExposure), Pooled(ReadExposure)],
+        &[PerQueue(Bytes), PerQueue(ReadExposure), Pooled(RingExposure)],
+    ];
+    sets.iter()
+        .filter_map(|terms| design(t, driver, terms, active))
+        // Too few residual degrees of freedom, or rank-deficient (typically a feature that
+        // does not vary, like a fixed footprint, or one proportional to bytes).
+        .filter(|d| n >= d.a.cols + MIN_DOF && pivoted_qr(&d.a, RANK_TOL).rank == d.a.cols)
+        .collect()
+}
+
+pub fn regression(inp: &RegressionInput) -> Attribution {
+    let m = Method::Regression;
+    let iv = &inp.intervals;
+    let t = Table::build(iv);
+    let nq = t.queues.len();
+    if nq == 0 {
+        return Attribution::insufficient(m, "no per-queue features");
+    }
+    type Pick = fn(&super::SocketMisses) -> Option<f64>;
+    let counters: [(&str, Pick); 3] = [("io_write", |s| s.io_write), ("io_read", |s| s.io_read), ("l3", |s| s.l3)];
+    let series: Vec<(&str, Vec<f64>)> = counters
+        .iter()
+        .filter_map(|(name, get)| {
+            let v: Option<Vec<f64>> = iv.iter().map(|i| get(&i.socket).filter(|x| x.is_finite())).collect();
+            v.map(|v| (*name, v))
+        })
+        .collect();
+    if series.is_empty() {
+        return Attribution::insufficient(m, "no socket miss counter present in every interval");
+    }
+    // Queues that never carried traffic cannot have caused misses: fixed at zero.
+    let active: Vec<usize> = (0..nq).filter(|&q| t.bytes.iter().any(|r| r[q] > 0.0)).collect();
+    let need = (active.len() + 1 + MIN_DOF).max(MIN_INTERVALS);
+    if iv.len() < need {
+        return Attribution::insufficient(m, format!("{} intervals for {} active queues; at least {need} needed", iv.len(), active.len()));
+    }
+    let Some(base) = design(&t, &[], &[Term::PerQueue(Feature::Bytes)], &active) else {
+        return Attribution::insufficient(m, "no per-queue byte counts");
+    };
+    if pivoted_qr(&base.a, RANK_TOL).rank < base.a.cols {
+        let dep = dependent_columns(&base.a);
+        let mut who: Vec<String> = dep
+            .iter()
+            .map(|&j| match base.split[j].iter().position(|v| *v != 0.0) {
+                Some(q) => format!("{}{}", t.queues[q].dir, t.queues[q].queue),
+                None => "background (interval length)".into(),
+            })
+            .collect();
+        if who.is_empty() {
+            who.push("several queues".into());
+        }
+        return Attribution::insufficient(
+            m,
+            format!("per-queue traffic is collinear across intervals ({}): their misses cannot be told apart", who.join(", ")),
+        );
+    }
+    let total_bytes: Vec<f64> = t.bytes.iter().map(|r| r.iter().sum()).collect();
+    let mut notes = Vec::new();
+    let mut totals = vec![0.0; nq];
+    let mut cov = vec![vec![0.0; nq]; nq];
+    let mut worst_r2 = f64::INFINITY;
+    let mut background = 0.0;
+    for (k, (name, y)) in series.iter().enumerate() {
+        // Fill pressure for the exposure features: the other miss counters (allocations into
+        // the LLC evict waiting lines); a series is never its own driver, which would make the
+        // fit circular. Without another counter, total inbound bytes.
+        let others: Vec<&Vec<f64>> = series.iter().enumerate().filter(|(j, _)| *j != k).map(|(_, (_, v))| v).collect();
+        let driver: Vec<f64> = if others.is_empty() {
+            total_bytes.clone()
+        } else {
+            (0..iv.len()).map(|i| others.iter().map(|v| v[i].max(0.0)).sum()).collect()
+        };
+        let cands = candidates(&t, &driver, &active, iv.len());
+        match fit_series(name, &t, &active, y, &cands) {
+            Ok(s) => {
+                for q in 0..nq {
+                    totals[q] += s.totals[q];
+                    for r in 0..nq {
+                        cov[q][r] += s.cov[q][r];
+                    }
+                }
+                worst_r2 = worst_r2.min(s.r2);
+                background += s.background;
+                notes.push(s.note);
+            }
+            Err(e) => return Attribution::insufficient(m, e),
+        }
+    }
+    let sum: f64 = totals.iter().sum();
+    if !(sum > 0.0) {
+        let mut a = Attribution::insufficient(m, "no miss variation is explained by queue traffic (all queue coefficients zero)");
+        a.notes.extend(notes);
+        return a;
+    }
+    // Delta method: ∂s_q/∂T_j = (δ_qj − s_q)/S.
+    let shares: Vec<f64> = totals.iter().map(|v| v / sum).collect();
+    let mut worst_half = 0.0f64;
+    let queues: Vec<QueueShare> = (0..nq)
+        .map(|q| {
+            let g: Vec<f64> = (0..nq).map(|j| (if j == q { 1.0 } else { 0.0 } - shares[q]) / sum).collect();
+            let var: f64 = (0..nq).map(|a| (0..nq).map(|b| g[a] * cov[a][b] * g[b]).sum::<f64>()).sum();
+            let half = 100.0 * Z95 * var.max(0.0).sqrt();
+            worst_half = worst_half.max(half);
+            let pct = 100.0 * shares[q];
+            QueueShare {
+                dir: t.queues[q].dir.clone(),
+                queue: t.queues[q].queue,
+                misses: totals[q],
+                share_pct: pct,
+                ci_pct: Some(((pct - half).max(0.0), (pct + half).min(100.0))),
+            }
+        })
+        .collect();
+    notes.push(format!(
+        "queues explain {:.3e} misses, background {:.3e}; widest 95% share interval ±{worst_half:.1} pp (zero-held coefficients excluded)",
+        sum, background
+    ));
+    let confidence = if worst_r2 < MIN_R2 || worst_half > MAX_HALF_WIDTH_PP {
+        notes.push(format!("fit too weak for an answer (worst R² {worst_r2:.2}, ±{worst_half:.1} pp)"));
+        return Attribution { method: m, confidence: Confidence::Insufficient, queues: Vec::new(), flows: Vec::new(), notes };
+    } else if worst_r2 >= MEDIUM_R2 && worst_half <= MEDIUM_HALF_WIDTH_PP {
+        // Never High: a regression explains co-variation, not which buffer missed.
+        Confidence::Medium
+    } else {
+        Confidence::Low
+    };
+
+    // Flows: a queue's misses split by its flows' byte shares (an assumption, noted).
+    let flow_bytes = merge(&inp.flow_bytes.iter().map(|(f, q, b)| ((q.clone(), f.clone()), b.max(0.0))).collect::<Vec<_>>());
+    let mut flows = Vec::new();
+    for (q, qid) in t.queues.iter().enumerate() {
+        let fs: Vec<_> = flow_bytes.iter().filter(|((fq, _), _)| fq == qid).collect();
+        let tb: f64 = fs.iter().map(|(_, b)| *b).sum();
+        if tb > 0.0 {
+            flows.extend(fs.iter().map(|((_, f), b)| flow_share(f, totals[q] * b / tb, sum)));
+        }
+    }
+    if !flows.is_empty() {
+        sort_flows(&mut flows);
+        notes.push("flow misses are their queue's misses split by byte share (regression sees queues only)".into());
+    }
+    Attribution { method: m, confidence, queues, flows, notes }
+}

@@ -1,0 +1,192 @@
+//! Estimators from sampled miss counts: address join (PEBS data address found in the packet-buffer map) and CPU context (sample charged to the network work running on the CPU), with Wilson intervals as the confidence measure.
+
+use super::{flow_share, merge, sort_flows, Attribution, Confidence, Method, QueueShare, SampledCounts};
+
+/// Below this many samples on packet buffers no share is reported: a handful of samples
+/// says which queue was hot by luck as often as by cause.
+pub const MIN_SAMPLES: u64 = 30;
+
+/// Confidence from the widest 95% share interval (half-width, percentage points).
+const HIGH_HALF_WIDTH_PP: f64 = 2.5;
+const MEDIUM_HALF_WIDTH_PP: f64 = 6.0;
+
+/// 95% two-sided normal quantile.
+pub(crate) const Z95: f64 = 1.959_964;
+
+/// Wilson score interval for k successes in n trials, as fractions.
+pub fn wilson(k: u64, n: u64, z: f64) -> (f64, f64) {
+    if n == 0 {
+        return (0.0, 1.0);
+    }
+    let (k, n) = (k.min(n) as f64, n as f64);
+    let p = k / n;
+    let z2 = z * z;
+    let denom = 1.0 + z2 / n;
+    let centre = (p + z2 / (2.0 * n)) / denom;
+    let half = z / denom * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt();
+    ((centre - half).max(0.0), (centre + half).min(1.0))
+}
+
+/// Address join: the PEBS sample's data address was looked up in the live packet-buffer map.
+pub fn address_join(c: &SampledCounts) -> Attribution {
+    estimate(c, Method::AddressJoin)
+}
+
+/// CPU context: samples charged to the NAPI poll / socket copy running on the sampled CPU.
+/// Same estimator, one confidence step weaker: context is a proxy for ownership (a copy on
+/// the CPU can miss on another queue's line, softirq can interleave).
+pub fn cpu_context(c: &SampledCounts) -> Attribution {
+    estimate(c, Method::CpuContext)
+}
+
+fn estimate(c: &SampledCounts, method: Method) -> Attribution {
+    if c.period == 0 {
+        return Attribution::insufficient(method, "sampling period unknown (0)");
+    }
+    let queues = merge(&c.queues.iter().map(|(q, n)| (q.clone(), *n as f64)).collect::<Vec<_>>());
+    let n: u64 = c.queues.iter().map(|(_, k)| *k).sum();
+    let total_samples = n + c.other_samples;
+    if n < MIN_SAMPLES {
+        let mut a = Attribution::insufficient(
+            method,
+            format!("{n} samples on packet buffers (of {total_samples}); at least {MIN_SAMPLES} needed"),
+        );
+        if total_samples >= MIN_SAMPLES {
+            a.notes.push(format!(
+                "{:.1}% of sampled misses are outside network buffers: packet buffers are not where this socket misses",
+                100.0 * c.other_samples as f64 / total_samples as f64
+            ));
+        }
+        return a;
+    }
+    let period = c.period as f64;
+    let mut worst_half = 0.0f64;
+    let qs: Vec<QueueShare> = queues
+        .iter()
+        .map(|(q, k)| {
+            let k = *k as u64;
+            let (lo, hi) = wilson(k, n, Z95);
+            worst_half = worst_half.max(50.0 * (hi - lo));
+            QueueShare {
+                dir: q.dir.clone(),
+                queue: q.queue,
+                misses: k as f64 * period,
+                share_pct: 100.0 * k as f64 / n as f64,
+                ci_pct: Some((100.0 * lo, 100.0 * hi)),
+            }
+        })
+        .collect();
+    let total_misses = n as f64 * period;
+    let mut flows: Vec<_> = merge(&c.flows.iter().map(|(f, k)| (f.clone(), *k as f64)).collect::<Vec<_>>())
+        .iter()
+        .map(|(f, k)| flow_share(f, k * period, total_misses))
+        .collect();
+    sort_flows(&mut flows);
+
+    let mut confidence = if worst_half <= HIGH_HALF_WIDTH_PP {
+        Confidence::High
+    } else if worst_half <= MEDIUM_HALF_WIDTH_PP {
+        Confidence::Medium
+    } else {
+        Confidence::Low
+    };
+    let mut notes = vec![format!(
+        "{n} samples on packet buffers × period {} ≈ {:.3e} misses; widest 95% share interval ±{worst_half:.1} pp",
+        c.period, total_misses
+    )];
+    if method == Method::CpuContext {
+        confidence = confidence.weaker();
+        notes.push("charged to the network work running on the CPU at the sample (not the address): a proxy".into());
+    }
+    if c.other_samples > 0 {
+        let what = if method == Method::AddressJoin { "outside packet buffers" } else { "with no network work on the CPU" };
+        notes.push(format!(
+            "{:.1}% of samples {what} (≈ {:.3e} misses), not included in the shares",
+            100.0 * c.other_samples as f64 / total_samples as f64,
+            c.other_samples as f64 * period
+        ));
+    }
+    let flow_samples: u64 = c.flows.iter().map(|(_, k)| *k).sum();
+    if !c.flows.is_empty() && flow_samples < n {
+        notes.push(format!("{:.1}% of packet-buffer samples had no flow key", 100.0 * (n - flow_samples) as f64 / n as f64));
+    }
+    if let Some(med) = median_bucket(&c.age_hist) {
+        notes.push(format!("median miss ≤ {:.1} µs after hand-up", med as f64 / 1e3));
+    }
+    Attribution { method, confidence, queues: qs, flows, notes }
+}
+
+/// Upper bound of the bucket holding the median sample.
+fn median_bucket(h: &[(u64, u64)]) -> Option<u64> {
+    let mut h = h.to_vec();
+    h.sort_unstable();
+    let tot: u64 = h.iter().map(|b| b.1).sum();
+    if tot == 0 {
+        return None;
+    }
+    let mut acc = 0;
+    for (le, n) in h {
+        acc += n;
+        if 2 * acc >= tot {
+            return Some(le);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{FlowId, QueueId};
+    use super::*;
+
+    #[test]
+    fn wilson_known_values() {
+        // k=0,n=10: upper bound ≈ 0.2775 (standard table value).
+        let (lo, hi) = wilson(0, 10, Z95);
+        assert!(lo == 0.0 && (hi - 0.2775).abs() < 1e-3, "{hi}");
+        // k=50,n=100: 0.4038..0.5962.
+        let (lo, hi) = wilson(50, 100, Z95);
+        assert!((lo - 0.4038).abs() < 1e-3 && (hi - 0.5962).abs() < 1e-3);
+    }
+
+    #[test]
+    fn shares_misses_and_confidence() {
+        let f = |p: u16| FlowId { proto: "tcp".into(), src: "10.0.0.1".into(), sport: p, dst: "10.0.0.2".into(), dport: 5201 };
+        let c = SampledCounts {
+            period: 1000,
+            queues: vec![(QueueId::rx(1), 1500), (QueueId::rx(0), 4500), (QueueId::rx(1), 0)],
+            flows: vec![(f(1), 4000), (f(2), 1900)],
+            other_samples: 2000,
+            age_hist: vec![(1000, 10), (10_000, 100), (100_000, 5)],
+        };
+        let a = address_join(&c);
+        assert_eq!((a.method, a.confidence), (Method::AddressJoin, Confidence::High));
+        assert_eq!(a.queues.len(), 2);
+        assert_eq!((a.queues[0].queue, a.queues[0].misses, a.queues[0].share_pct), (0, 4.5e6, 75.0));
+        let (lo, hi) = a.queues[0].ci_pct.unwrap_or((0.0, 0.0));
+        assert!(lo < 75.0 && hi > 75.0 && hi - lo < 3.0);
+        assert_eq!(a.flows[0].sport, 1);
+        assert!(a.notes.iter().any(|n| n.contains("25.0% of samples outside")));
+        assert!(a.notes.iter().any(|n| n.contains("no flow key")));
+        assert!(a.notes.iter().any(|n| n.contains("10.0 µs")));
+        let b = cpu_context(&c);
+        assert_eq!((b.method, b.confidence), (Method::CpuContext, Confidence::Medium));
+        // 200 samples: ±6.5 pp → low.
+        let c2 = SampledCounts { period: 1000, queues: vec![(QueueId::rx(0), 100), (QueueId::rx(1), 100)], ..Default::default() };
+        assert_eq!(address_join(&c2).confidence, Confidence::Low);
+    }
+
+    #[test]
+    fn no_or_few_samples_are_insufficient() {
+        let empty = SampledCounts { period: 200, ..Default::default() };
+        let a = address_join(&empty);
+        assert_eq!(a.confidence, Confidence::Insufficient);
+        assert!(a.queues.is_empty() && a.flows.is_empty());
+        let few = SampledCounts { period: 200, queues: vec![(QueueId::rx(0), 20), (QueueId::rx(1), 5)], other_samples: 5000, ..Default::default() };
+        let a = address_join(&few);
+        assert_eq!(a.confidence, Confidence::Insufficient);
+        assert!(a.notes.iter().any(|n| n.contains("outside network buffers")), "{:?}", a.notes);
+        let nop = SampledCounts { period: 0, queues: vec![(QueueId::rx(0), 2000)], ..Default::default() };
+        assert_eq!(cpu_context(&nop).confidence, Confidence::Insufficient);
+    }
+}
