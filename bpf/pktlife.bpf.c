@@ -39,6 +39,11 @@ const volatile __u8 track_flows = 1;
  * skb_record_rx_queue (queue + 1); veth hands the peer's TX queue index
  * through unchanged (offset 0). */
 const volatile __u8 rx_queue_offset = 1;
+/* Keep the page → packet map and the per-CPU work context (costs a map update
+ * per packet): only when an L3-miss sampler is attached. */
+const volatile __u8 join_buffers = 0;
+/* A context older than this is stale: the CPU has moved on to other work. */
+const volatile __u64 ctx_window_ns = 200000;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -95,6 +100,42 @@ struct {
 	__type(key, __u32);
 	__type(value, struct pl_cpu_ctx);
 } cpu_ctx SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);                /* page address */
+	__type(value, struct pl_buf_info);
+} buf_pages SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct pl_miss_totals);
+} miss_totals SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2 * MAX_QUEUES);
+	__type(key, __u32);
+	__type(value, struct pl_miss_count);
+} miss_queues SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct pl_flow_key);
+	__type(value, struct pl_miss_count);
+} miss_flows SEC(".maps");
+
+/* Samples per 2 MiB region of the data address: where misses land. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, __u64);
+} miss_regions SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -277,7 +318,7 @@ static __always_inline int rx_stack_stage(const struct sk_buff *skb)
 	return 0;
 }
 
-static __always_inline int on_copy(const struct sk_buff *skb)
+static __always_inline int copy_stage(const struct sk_buff *skb)
 {
 	__u64 key = (__u64)skb;
 	struct pl_skb_state *st = bpf_map_lookup_elem(&skb_states, &key);
@@ -361,8 +402,11 @@ static __always_inline int napi_poll_account(__u64 key, int work, int budget)
 	} else if (known) {
 		queue = *known;
 	}
-	if (c)
+	if (c) {
 		c->frames = 0;
+		if (c->cur_kind == PL_CTX_RX_NAPI)
+			c->cur_kind = PL_CTX_NONE;
+	}
 
 	struct pl_queue_stats *qs = qstats(PL_RX, queue);
 	if (!qs)
@@ -388,6 +432,107 @@ static __always_inline int tx_done_stage(const struct sk_buff *skb)
 	__u64 now = bpf_ktime_get_ns();
 	st->ts[2] = now;
 	record_stage(qstats(PL_TX, st->queue), TX_XMIT_TO_DONE, st->ts[1], now);
+	return 0;
+}
+
+/* ---- L3-miss attribution: buffer pages, CPU context, the sample program --- */
+
+static __always_inline void set_ctx(__u8 kind, __u8 dir, __u32 queue, const struct pl_flow_key *k, __u64 now)
+{
+	struct pl_cpu_ctx *c = cpu_ctx_get();
+	if (!c)
+		return;
+	c->cur_kind = kind;
+	c->cur_dir = dir;
+	c->cur_queue = queue;
+	c->cur_since = now;
+	c->cur_has_flow = k != NULL;
+	if (k)
+		c->cur_flow = *k;
+}
+
+static __always_inline void remember_buffer(__u64 data, __u32 len, __u8 dir, __u32 queue,
+					    const struct pl_flow_key *k, __u64 now)
+{
+	struct pl_buf_info b = { .handup_ns = now, .queue = queue, .dir = dir, .has_flow = k != NULL };
+	if (k)
+		b.flow = *k;
+	__u64 first = data & ~4095ULL, last = (data + (len ? len - 1 : 0)) & ~4095ULL;
+	bpf_map_update_elem(&buf_pages, &first, &b, BPF_ANY);
+	if (last != first)
+		bpf_map_update_elem(&buf_pages, &last, &b, BPF_ANY);
+}
+
+static __always_inline void charge(__u8 dir, __u32 queue, const struct pl_flow_key *flow, bool by_addr)
+{
+	if (queue >= MAX_QUEUES)
+		queue = MAX_QUEUES - 1;
+	__u32 idx = (__u32)dir * MAX_QUEUES + queue;
+	struct pl_miss_count *q = bpf_map_lookup_elem(&miss_queues, &idx);
+	if (q) {
+		if (by_addr)
+			q->addr_join += 1;
+		else
+			q->cpu_ctx += 1;
+	}
+	if (!flow)
+		return;
+	struct pl_miss_count *f = bpf_map_lookup_elem(&miss_flows, flow);
+	if (f) {
+		if (by_addr)
+			f->addr_join += 1;
+		else
+			f->cpu_ctx += 1;
+		return;
+	}
+	struct pl_miss_count init = { .addr_join = by_addr, .cpu_ctx = !by_addr };
+	bpf_map_update_elem(&miss_flows, flow, &init, BPF_NOEXIST);
+}
+
+/* One L3-miss sample (PEBS MEM_LOAD_RETIRED.L3_MISS on Intel; a software
+ * event stands in where there is no PMU). Strongest evidence first: the data
+ * address on a live packet buffer; else the CPU's current network work. */
+SEC("perf_event")
+int l3miss_sample(struct bpf_perf_event_data *ctx)
+{
+	__u32 zero = 0;
+	struct pl_miss_totals *t = bpf_map_lookup_elem(&miss_totals, &zero);
+	if (!t)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 addr = ctx->addr;
+	t->c[PLM_SAMPLES] += 1;
+	if (addr) {
+		__u64 region = addr >> 21;
+		__u64 *r = bpf_map_lookup_elem(&miss_regions, &region);
+		if (r) {
+			*r += 1;
+		} else {
+			__u64 one = 1;
+			bpf_map_update_elem(&miss_regions, &region, &one, BPF_NOEXIST);
+		}
+		__u64 page = addr & ~4095ULL;
+		struct pl_buf_info *b = bpf_map_lookup_elem(&buf_pages, &page);
+		if (b) {
+			t->c[PLM_ON_PACKET] += 1;
+			__u32 bucket = now > b->handup_ns ? log2_u64(now - b->handup_ns) : 0;
+			if (bucket >= NBUCKETS)
+				bucket = NBUCKETS - 1;
+			t->age_hist[bucket] += 1;
+			charge(b->dir, b->queue, b->has_flow ? &b->flow : NULL, true);
+			return 0;
+		}
+		t->c[PLM_OTHER_ADDR] += 1;
+	} else {
+		t->c[PLM_NO_ADDR] += 1;
+	}
+	struct pl_cpu_ctx *c = cpu_ctx_get();
+	if (c && c->cur_kind != PL_CTX_NONE && now - c->cur_since < ctx_window_ns) {
+		t->c[PLM_CTX_CHARGED] += 1;
+		charge(c->cur_dir, c->cur_queue, c->cur_has_flow ? &c->cur_flow : NULL, false);
+	} else {
+		t->c[PLM_UNCHARGED] += 1;
+	}
 	return 0;
 }
 
@@ -425,7 +570,7 @@ static __always_inline int tx_done_stage(const struct sk_buff *skb)
 	int BPF_PROG(napi_poll##FL, struct napi_struct *napi, int work, int budget)                   \
 	{ return on_napi_poll##FL(napi, work, budget); }                                              \
 	SEC(PFX "skb_copy_datagram_iovec")                                                            \
-	int BPF_PROG(rx_copy##FL, const struct sk_buff *skb, int len) { return on_copy(skb); }        \
+	int BPF_PROG(rx_copy##FL, const struct sk_buff *skb, int len) { return on_copy##FL(skb); }    \
 	SEC(PFX "consume_skb")                                                                        \
 	int BPF_PROG(skb_consume##FL, struct sk_buff *skb, void *loc) { return on_free(skb, false, 0); } \
 	SEC(PFX "kfree_skb")                                                                          \

@@ -83,6 +83,49 @@ struct pl_cpu_ctx {
 	__u64 stage_seq;
 	struct pl_flow_key fkey;
 	struct pl_flow_stats fpend;  /* fpend.packets == 0: nothing pending */
+	/* The network work this CPU is doing now (enum pl_ctx_kind), for charging
+	 * L3-miss samples that carry no packet-buffer address. */
+	__u64 cur_since;
+	__u32 cur_queue;
+	__u8 cur_kind;
+	__u8 cur_dir;
+	__u8 cur_has_flow;
+	__u8 cur_pad;
+	struct pl_flow_key cur_flow;
+};
+
+enum pl_ctx_kind { PL_CTX_NONE = 0, PL_CTX_RX_NAPI = 1, PL_CTX_RX_COPY = 2, PL_CTX_TX = 3 };
+
+/* A live packet buffer page: who owns it, since when (address join). */
+struct pl_buf_info {
+	__u64 handup_ns;
+	struct pl_flow_key flow;
+	__u32 queue;
+	__u8 dir;
+	__u8 has_flow;
+	__u16 pad;
+};
+
+/* L3-miss sample totals (per-CPU array, one slot). */
+enum pl_miss_counter {
+	PLM_SAMPLES = 0,     /* samples the perf_event program saw */
+	PLM_ON_PACKET = 1,   /* data address on a live packet buffer: joined */
+	PLM_OTHER_ADDR = 2,  /* data address elsewhere */
+	PLM_NO_ADDR = 3,     /* no data address (software stand-in events, non-PEBS) */
+	PLM_CTX_CHARGED = 4, /* not joined, charged to the CPU's current network work */
+	PLM_UNCHARGED = 5,   /* neither */
+	PLM_NR = 8,
+};
+
+struct pl_miss_totals {
+	__u64 c[PLM_NR];
+	__u64 age_hist[NBUCKETS];  /* joined samples: ns since the buffer's hand-up, log2 */
+};
+
+/* Miss samples charged to a queue or flow, by method. */
+struct pl_miss_count {
+	__u64 addr_join;
+	__u64 cpu_ctx;
 };
 
 /* What the probes remember about a packet between stages. */

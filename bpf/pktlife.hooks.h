@@ -49,7 +49,7 @@ static __always_inline int H(on_rx_handup)(const struct sk_buff *skb)
 	 * and for 1 in stage_every packets (the per-skb map is the costly part). */
 	bool sampled = c && every_nth(&c->sample_seq, sample_every);
 	bool track = sampled || (c && every_nth(&c->stage_seq, stage_every));
-	if (!track && !track_flows)
+	if (!track && !track_flows && !join_buffers)
 		return 0;
 
 	struct pl_flow_key k = {};
@@ -61,6 +61,10 @@ static __always_inline int H(on_rx_handup)(const struct sk_buff *skb)
 		k.dir = PL_RX;
 		if (track_flows)
 			account_flow(&k, len, l3_len, hdr_len, queue, now);
+	}
+	if (join_buffers) {
+		remember_buffer((__u64)data, l3_len, PL_RX, queue, have_flow ? &k : NULL, now);
+		set_ctx(PL_CTX_RX_NAPI, PL_RX, queue, have_flow ? &k : NULL, now);
 	}
 	if (!track)
 		return 0;
@@ -126,7 +130,7 @@ static __always_inline int H(on_tx_xmit)(const struct sk_buff *skb, const struct
 	} else {
 		st = NULL;
 	}
-	if (!track_flows && !st)
+	if (!track_flows && !st && !join_buffers)
 		return 0;
 
 	struct pl_flow_key k = {};
@@ -141,6 +145,10 @@ static __always_inline int H(on_tx_xmit)(const struct sk_buff *skb, const struct
 			account_flow(&k, len, l3_len, hdr_len, queue, now);
 		if (st && st->sampled)
 			st->flow = k;
+		if (join_buffers) {
+			remember_buffer((__u64)data, len, PL_TX, queue, &k, now);
+			set_ctx(PL_CTX_TX, PL_TX, queue, &k, now);
+		}
 	}
 	if (st)
 		st->data_addr = (__u64)data;
@@ -161,4 +169,23 @@ static __always_inline int H(on_tx_done)(const struct sk_buff *skb, const struct
 	if (!H(dev_matches)(dev))
 		return 0;
 	return tx_done_stage(skb);
+}
+
+/* The socket copy: with a miss sampler attached, the CPU is now working for
+ * this skb's flow (skb_iif names the device it arrived on; skb->dev may be
+ * reused as scratch by the socket layer by now). */
+static __always_inline int H(on_copy)(const struct sk_buff *skb)
+{
+	if (join_buffers && RD(skb, skb_iif) == filter_ifindex) {
+		struct pl_flow_key k = {};
+		__u32 hdr_len = 0;
+		unsigned char *head = RD(skb, head);
+		__u16 nh = RD(skb, network_header);
+		__u16 qm = RD(skb, queue_mapping);
+		__u32 queue = qm >= rx_queue_offset ? qm - rx_queue_offset : 0;
+		bool have_flow = parse_flow(head + nh, RD(skb, protocol), &k, &hdr_len);
+		k.dir = PL_RX;
+		set_ctx(PL_CTX_RX_COPY, PL_RX, queue, have_flow ? &k : NULL, bpf_ktime_get_ns());
+	}
+	return copy_stage(skb);
 }

@@ -32,6 +32,9 @@ pub struct LiveOptions {
     pub sample_every: u32,
     pub stage_every: u32,
     pub counters: CountersMode,
+    pub miss_source: crate::probe::l3miss::MissSource,
+    /// Sample period of the L3-miss event (events, or ns for cpu-clock).
+    pub miss_period: u64,
     /// Flows are read from the kernel every this many intervals (and on the last).
     pub flow_every: u64,
     pub verbose: bool,
@@ -94,6 +97,8 @@ pub struct LiveSession {
     pub platform: String,
     pub counters_source: &'static str,
     pub counter_notes: Vec<String>,
+    /// What drives the L3-miss samples, or why there are none.
+    pub miss_label: String,
     pub start_ns: u64,
     pub started: Instant,
     sampler: Option<counters::Sampler>,
@@ -103,6 +108,7 @@ pub struct LiveSession {
     prev_q: Vec<QueueCounters>,
     prev_e: EventCounters,
     prev_t: u64,
+    prev_m: crate::snapshot::MissSnapshot,
 }
 
 impl LiveSession {
@@ -126,6 +132,9 @@ impl LiveSession {
     }
 
     pub fn start(opts: &LiveOptions, features: Features, iface: IfaceInfo) -> Result<LiveSession> {
+        use crate::probe::l3miss::{event_attr, MissSource};
+        let platform = counters::platform::detect_host().platform();
+        let miss_attr = event_attr(opts.miss_source, platform, opts.miss_period, std::path::Path::new("/sys"))?;
         let cfg = ProbeConfig {
             ifindex: iface.ifindex,
             netns_inode: iface.netns_inode,
@@ -133,13 +142,31 @@ impl LiveSession {
             stage_every: opts.stage_every,
             track_flows: true,
             rx_queue_offset: rx_queue_offset_for_driver(iface.driver.as_deref()),
+            join_buffers: miss_attr.is_some(),
         };
-        let probe = PktlifeProbe::attach(&cfg, &features)?;
+        let mut probe = PktlifeProbe::attach(&cfg, &features)?;
+        let miss_label = match miss_attr {
+            None => match opts.miss_source {
+                MissSource::Off => "off (--miss-sampling off)".to_string(),
+                _ => "absent: no PEBS L3-miss event on this host (no Intel core PMU); attribution is model/regression-only".to_string(),
+            },
+            Some((attr, label)) => match probe.attach_miss_sampler(attr, label) {
+                Ok(desc) => desc,
+                Err(e) if opts.miss_source == MissSource::Auto => format!("absent: {e:#}"),
+                Err(e) => return Err(e),
+            },
+        };
         let (sampler, counters_source, counter_notes) = open_counters(opts.counters)?;
         if opts.verbose {
             for n in &counter_notes {
                 eprintln!("counters: {n}");
             }
+        }
+        let mut sampler = sampler;
+        if let Some(s) = sampler.as_mut() {
+            // Counts since the counters were opened (before the probes attached)
+            // belong to no interval: read them away so interval 0 starts here.
+            let _ = s.read();
         }
         let start_ns = monotonic_ns();
         Ok(LiveSession {
@@ -150,6 +177,7 @@ impl LiveSession {
             platform: counters::platform::detect_host().describe(),
             counters_source,
             counter_notes,
+            miss_label,
             start_ns,
             started: Instant::now(),
             sampler,
@@ -159,6 +187,7 @@ impl LiveSession {
             prev_q: Vec::new(),
             prev_e: EventCounters::default(),
             prev_t: start_ns,
+            prev_m: Default::default(),
         })
     }
 
@@ -203,9 +232,18 @@ impl LiveSession {
                 snap.queues.push(d);
             }
         }
-        if finishing || self.index % self.flow_every == self.flow_every - 1 {
+        let flow_turn = finishing || self.index % self.flow_every == self.flow_every - 1;
+        if flow_turn {
             snap.flows = self.probe.read_flows()?;
             snap.drop_reasons = self.probe.read_drop_reasons()?;
+        }
+        if self.probe.has_miss_sampler() {
+            let cur = self.probe.read_misses(flow_turn)?;
+            let mut d = cur.delta(&self.prev_m);
+            d.flows = cur.flows.clone();
+            d.regions = cur.regions.clone();
+            self.prev_m = cur;
+            snap.misses = Some(d);
         }
         if let Some(s) = self.sampler.as_mut() {
             match s.read() {

@@ -64,6 +64,13 @@ enum Cmd {
         /// (see scripts/capture-counters.sh) into the recording.
         #[arg(long, value_name = "FILE")]
         counters_from: Option<PathBuf>,
+        /// L3-miss sampling for attribution: auto (PEBS where the CPU has it), pebs,
+        /// software-clock / software-faults (stand-ins on hosts without a PMU), off.
+        #[arg(long, value_enum, default_value = "auto")]
+        miss_sampling: ddioscope::probe::l3miss::MissSource,
+        /// Sample period: 1 in N L3 misses (or N ns for software-clock).
+        #[arg(long, value_name = "N", default_value_t = 2000)]
+        miss_period: u64,
     },
     /// Import a `perf stat -I MS -x, -e …` CSV into an existing recording.
     ImportCounters {
@@ -127,7 +134,7 @@ fn run() -> anyhow::Result<ExitCode> {
             eprintln!("imported {n} counter readings from {} into {}", csv.display(), rec.display());
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Record { iface, netns, duration, output, force, interval, sample, stage_sample, json_progress, verbose, counters, counters_from } => {
+        Cmd::Record { iface, netns, duration, output, force, interval, sample, stage_sample, json_progress, verbose, counters, counters_from, miss_sampling, miss_period } => {
             if let Some(f) = &counters_from {
                 if !f.is_file() {
                     anyhow::bail!("--counters-from {}: no such file", f.display());
@@ -145,6 +152,8 @@ fn run() -> anyhow::Result<ExitCode> {
                 json_progress,
                 verbose,
                 counters,
+                miss_source: miss_sampling,
+                miss_period,
                 counters_from,
                 command_line: std::env::args().collect::<Vec<_>>().join(" "),
             };

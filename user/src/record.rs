@@ -28,6 +28,8 @@ pub struct RecordOptions {
     pub verbose: bool,
     pub command_line: String,
     pub counters: CountersMode,
+    pub miss_source: crate::probe::l3miss::MissSource,
+    pub miss_period: u64,
     /// perf-stat CSV captured elsewhere, imported into this recording at the end.
     pub counters_from: Option<PathBuf>,
 }
@@ -103,6 +105,8 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary> {
         sample_every: opts.sample_every,
         stage_every: opts.stage_every,
         counters: opts.counters,
+        miss_source: opts.miss_source,
+        miss_period: opts.miss_period,
         flow_every: (1000 / opts.interval_ms.max(1)).max(1),
         verbose: opts.verbose,
     };
@@ -129,6 +133,7 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary> {
     writer.set_meta("platform", &live.platform)?;
     writer.set_meta("counters_source", live.counters_source)?;
     writer.set_meta_json("counters_notes", &live.counter_notes)?;
+    writer.set_meta("miss_sampling", &live.miss_label)?;
     let prog_ids = live.probe.prog_ids();
     writer.set_meta_json("prog_ids", &prog_ids)?;
     writer.set_meta("start_ns", &live.start_ns.to_string())?;

@@ -218,6 +218,51 @@ pub struct Snapshot {
     pub drop_reasons: Vec<(u32, u64)>,
     /// Counter deltas of this interval (any source), per socket.
     pub counters: Vec<crate::counters::CounterReading>,
+    /// L3-miss samples of this interval, when a miss sampler is attached.
+    pub misses: Option<MissSnapshot>,
+}
+
+/// L3-miss samples: totals and per-queue charges are deltas; flows and
+/// regions cumulative (present on the intervals where they were read).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MissSnapshot {
+    pub samples: u64,
+    pub on_packet_buffers: u64,
+    pub other_addr: u64,
+    pub no_addr: u64,
+    pub ctx_charged: u64,
+    pub uncharged: u64,
+    /// Joined samples by ns since the buffer's hand-up (log2 buckets).
+    pub age_hist: Vec<u64>,
+    /// (dir, queue, by address join, by CPU context)
+    pub queues: Vec<(Dir, u32, u64, u64)>,
+    /// (flow, by address join, by CPU context), cumulative
+    pub flows: Vec<(FlowKey, u64, u64)>,
+    /// (2 MiB region index = address >> 21, samples), cumulative, top entries
+    pub regions: Vec<(u64, u64)>,
+}
+
+impl MissSnapshot {
+    pub fn delta(&self, e: &MissSnapshot) -> MissSnapshot {
+        let mut d = self.clone();
+        d.samples = self.samples.saturating_sub(e.samples);
+        d.on_packet_buffers = self.on_packet_buffers.saturating_sub(e.on_packet_buffers);
+        d.other_addr = self.other_addr.saturating_sub(e.other_addr);
+        d.no_addr = self.no_addr.saturating_sub(e.no_addr);
+        d.ctx_charged = self.ctx_charged.saturating_sub(e.ctx_charged);
+        d.uncharged = self.uncharged.saturating_sub(e.uncharged);
+        d.age_hist = self.age_hist.iter().enumerate().map(|(i, v)| v.saturating_sub(*e.age_hist.get(i).unwrap_or(&0))).collect();
+        d.queues = self
+            .queues
+            .iter()
+            .map(|&(dir, q, a, c)| {
+                let prev = e.queues.iter().find(|p| p.0 == dir && p.1 == q).map_or((0, 0), |p| (p.2, p.3));
+                (dir, q, a.saturating_sub(prev.0), c.saturating_sub(prev.1))
+            })
+            .filter(|q| q.2 + q.3 > 0)
+            .collect();
+        d
+    }
 }
 
 /// Percentile of a log2 histogram (bucket b = [2^b, 2^(b+1)) ns), interpolated

@@ -233,7 +233,13 @@ struct SeriesResult {
     background: f64,
     r2: f64,
     note: String,
+    /// Queue totals of the other feature sets that predict held-out intervals almost as well:
+    /// their disagreement is model uncertainty the covariance does not see.
+    alternatives: Vec<Vec<f64>>,
 }
+
+/// Feature sets whose leave-one-out error is within this factor of the best are plausible.
+const PLAUSIBLE_LOO: f64 = 1.25;
 
 fn fit_series(name: &str, t: &Table, active: &[usize], y_raw: &[f64], cands: &[Design]) -> Result<SeriesResult, String> {
     let nq = t.queues.len();
@@ -243,24 +249,25 @@ fn fit_series(name: &str, t: &Table, active: &[usize], y_raw: &[f64], cands: &[D
     }
     let y: Vec<f64> = y_raw.iter().map(|v| v / ynorm).collect();
     let fits: Vec<(usize, Fit)> = cands.iter().enumerate().filter_map(|(k, d)| fit(d, &y).map(|f| (k, f))).collect();
-    if std::env::var_os("ATTR_DEBUG").is_some() {
-        for (k, f) in &fits {
-            let d = &cands[*k];
-            let tq: Vec<f64> = (0..nq).map(|q| (0..d.a.cols).map(|j| d.split[j][q] * f.x[j]).sum()).collect();
-            let s: f64 = tq.iter().sum();
-            let sh: Vec<String> = tq.iter().map(|v| format!("{:.1}", 100.0 * v / s)).collect();
-            eprintln!("DBG {name} {:?} loo {:.4} r2 {:.3} shares {:?}", d.terms, f.loo_rmse, 1.0 - f.rss / f.tss, sh);
-        }
-    }
     let best_cv = fits.iter().map(|(_, f)| f.loo_rmse).fold(f64::INFINITY, f64::min);
     // Candidates are ordered simplest first: take the first within a hair of the best.
-    let Some((k, f)) = fits.into_iter().find(|(_, f)| f.loo_rmse <= best_cv * SIMPLER_PREFERENCE) else {
+    let queue_totals = |d: &Design, x: &[f64]| -> Vec<f64> { (0..nq).map(|q| (0..d.a.cols).map(|j| d.split[j][q] * x[j]).sum::<f64>() * ynorm).collect() };
+    let Some(pick) = fits.iter().position(|(_, f)| f.loo_rmse <= best_cv * SIMPLER_PREFERENCE) else {
+        return Err(format!("{name}: NNLS failed on every feature set"));
+    };
+    let alternatives: Vec<Vec<f64>> = fits
+        .iter()
+        .enumerate()
+        .filter(|(i, (_, f))| *i != pick && f.loo_rmse <= best_cv * PLAUSIBLE_LOO)
+        .map(|(_, (k, f))| queue_totals(&cands[*k], &f.x))
+        .collect();
+    let Some((k, f)) = fits.into_iter().nth(pick) else {
         return Err(format!("{name}: NNLS failed on every feature set"));
     };
     let d = &cands[k];
     let n = y.len();
     let bg_col = d.a.cols - 1;
-    let totals: Vec<f64> = (0..nq).map(|q| (0..d.a.cols).map(|j| d.split[j][q] * f.x[j]).sum::<f64>() * ynorm).collect();
+    let totals = queue_totals(d, &f.x);
     let background = d.a.col(bg_col).iter().sum::<f64>() * f.x[bg_col] * ynorm;
     // Covariance of the free (positive) coefficients: σ²(AₚᵀAₚ)⁻¹. Coefficients held at zero
     // by the constraint contribute none, so intervals are optimistic when many are at zero.
@@ -293,7 +300,7 @@ fn fit_series(name: &str, t: &Table, active: &[usize], y_raw: &[f64], cands: &[D
         active.len(),
         nq
     );
-    Ok(SeriesResult { totals, cov, background, r2, note })
+    Ok(SeriesResult { totals, cov, background, r2, note, alternatives })
 }
 
 /// Full-rank candidate designs, simplest first (the bytes-only design always first).
@@ -373,6 +380,7 @@ pub fn regression(inp: &RegressionInput) -> Attribution {
     let mut cov = vec![vec![0.0; nq]; nq];
     let mut worst_r2 = f64::INFINITY;
     let mut background = 0.0;
+    let mut per_series: Vec<SeriesResult> = Vec::new();
     for (k, (name, y)) in series.iter().enumerate() {
         // Fill pressure for the exposure features: the other miss counters (allocations into
         // the LLC evict waiting lines); a series is never its own driver, which would make the
@@ -394,7 +402,8 @@ pub fn regression(inp: &RegressionInput) -> Attribution {
                 }
                 worst_r2 = worst_r2.min(s.r2);
                 background += s.background;
-                notes.push(s.note);
+                notes.push(s.note.clone());
+                per_series.push(s);
             }
             Err(e) => return Attribution::insufficient(m, e),
         }
@@ -407,12 +416,26 @@ pub fn regression(inp: &RegressionInput) -> Attribution {
     }
     // Delta method: ∂s_q/∂T_j = (δ_qj − s_q)/S.
     let shares: Vec<f64> = totals.iter().map(|v| v / sum).collect();
+    // Model spread: swap one counter's fit for a plausible alternative, see how shares move.
+    let mut spread = vec![0.0f64; nq];
+    for (k, s) in per_series.iter().enumerate() {
+        for alt in &s.alternatives {
+            let tot: Vec<f64> = (0..nq).map(|q| totals[q] - per_series[k].totals[q] + alt[q]).collect();
+            let ts: f64 = tot.iter().sum();
+            if ts > 0.0 {
+                for q in 0..nq {
+                    spread[q] = spread[q].max((tot[q] / ts - shares[q]).abs());
+                }
+            }
+        }
+    }
     let mut worst_half = 0.0f64;
     let queues: Vec<QueueShare> = (0..nq)
         .map(|q| {
             let g: Vec<f64> = (0..nq).map(|j| (if j == q { 1.0 } else { 0.0 } - shares[q]) / sum).collect();
             let var: f64 = (0..nq).map(|a| (0..nq).map(|b| g[a] * cov[a][b] * g[b]).sum::<f64>()).sum();
-            let half = 100.0 * Z95 * var.max(0.0).sqrt();
+            // Statistical and model uncertainty added linearly (conservative).
+            let half = 100.0 * (Z95 * var.max(0.0).sqrt() + spread[q]);
             worst_half = worst_half.max(half);
             let pct = 100.0 * shares[q];
             QueueShare {
@@ -425,11 +448,11 @@ pub fn regression(inp: &RegressionInput) -> Attribution {
         })
         .collect();
     notes.push(format!(
-        "queues explain {:.3e} misses, background {:.3e}; widest 95% share interval ±{worst_half:.1} pp (zero-held coefficients excluded)",
+        "queues explain {:.3e} misses, background {:.3e}; widest share interval ±{worst_half:.1} pp (95% statistical + spread of plausible feature sets)",
         sum, background
     ));
     let confidence = if worst_r2 < MIN_R2 || worst_half > MAX_HALF_WIDTH_PP {
-        notes.push(format!("fit too weak for an answer (worst R² {worst_r2:.2}, ±{worst_half:.1} pp)"));
+        notes.push(format!("no answer: fit or share interval too weak (worst R² {worst_r2:.2}, widest share interval ±{worst_half:.1} pp)"));
         return Attribution { method: m, confidence: Confidence::Insufficient, queues: Vec::new(), flows: Vec::new(), notes };
     } else if worst_r2 >= MEDIUM_R2 && worst_half <= MEDIUM_HALF_WIDTH_PP {
         // Never High: a regression explains co-variation, not which buffer missed.
@@ -453,4 +476,115 @@ pub fn regression(inp: &RegressionInput) -> Attribution {
         notes.push("flow misses are their queue's misses split by byte share (regression sees queues only)".into());
     }
     Attribution { method: m, confidence, queues, flows, notes }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Confidence, Interval, QueueFeatures, QueueId, RegressionInput, SocketMisses};
+    use super::*;
+
+    struct Lcg(u64);
+    impl Lcg {
+        fn unit(&mut self) -> f64 {
+            self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (self.0 >> 11) as f64 / (1u64 << 53) as f64
+        }
+    }
+
+    /// Intervals with per-queue bytes = base × U(0.5,1.5); misses = Σ β_q bytes_q + bg·T (+noise).
+    fn synth(n: usize, base: &[f64], beta: &[f64], bg: f64, noise: f64, seed: u64) -> (RegressionInput, Vec<f64>) {
+        let mut r = Lcg(seed);
+        let mut truth = vec![0.0; base.len()];
+        let intervals = (0..n)
+            .map(|_| {
+                let bytes: Vec<f64> = base.iter().map(|b| b * (0.5 + r.unit())).collect();
+                let m: f64 = bytes.iter().zip(beta).map(|(b, k)| b * k).sum();
+                for (t, (b, k)) in truth.iter_mut().zip(bytes.iter().zip(beta)) {
+                    *t += b * k;
+                }
+                let y = m * (1.0 + noise * (r.unit() - 0.5)) + bg;
+                Interval {
+                    duration_ns: 1_000_000_000,
+                    queues: bytes.iter().enumerate().map(|(q, b)| QueueFeatures { queue: QueueId::rx(q as u32), inbound_bytes: *b, inflight_bytes: None, footprint_bytes: None }).collect(),
+                    socket: SocketMisses { io_write: None, io_read: None, l3: Some(y) },
+                }
+            })
+            .collect();
+        (RegressionInput { intervals, flow_bytes: Vec::new() }, truth)
+    }
+
+    #[test]
+    fn linear_truth_recovered() {
+        let (inp, truth) = synth(30, &[1e9, 5e8, 2e9], &[1e-3, 4e-3, 1e-4], 2e5, 0.02, 7);
+        let a = regression(&inp);
+        let ts: f64 = truth.iter().sum();
+        println!("linear truth {:?}", truth.iter().map(|t| 100.0 * t / ts).collect::<Vec<_>>());
+        println!("regression   {:?} {:?}", a.queues.iter().map(|q| q.share_pct).collect::<Vec<_>>(), a.confidence);
+        assert_eq!(a.confidence, Confidence::Medium, "{:?}", a.notes);
+        for (q, t) in a.queues.iter().zip(&truth) {
+            assert!((q.share_pct - 100.0 * t / ts).abs() < 2.0);
+            let (lo, hi) = q.ci_pct.unwrap_or((0.0, 0.0));
+            assert!(lo <= q.share_pct && q.share_pct <= hi);
+        }
+        assert!(a.notes.iter().any(|n| n.contains("R²")));
+    }
+
+    #[test]
+    fn too_few_intervals_is_insufficient() {
+        let (inp, _) = synth(6, &[1e9, 5e8, 2e9], &[1e-3, 4e-3, 1e-4], 0.0, 0.0, 1);
+        let a = regression(&inp);
+        assert_eq!(a.confidence, Confidence::Insufficient);
+        assert!(a.queues.is_empty());
+        assert!(a.notes[0].contains("intervals"), "{:?}", a.notes);
+        assert_eq!(regression(&RegressionInput::default()).confidence, Confidence::Insufficient);
+    }
+
+    #[test]
+    fn collinear_queues_are_insufficient() {
+        // Queues 1 and 2 carry identical byte series (e.g. RSS splits one flow mix evenly).
+        let (mut inp, _) = synth(30, &[1e9, 5e8, 5e8], &[1e-3, 4e-3, 1e-4], 1e5, 0.02, 3);
+        for iv in &mut inp.intervals {
+            let b1 = iv.queues[1].inbound_bytes;
+            iv.queues[2].inbound_bytes = b1;
+        }
+        let a = regression(&inp);
+        println!("collinear: {:?}", a.notes);
+        assert_eq!(a.confidence, Confidence::Insufficient);
+        assert!(a.notes[0].contains("rx1") && a.notes[0].contains("rx2") && !a.notes[0].contains("rx0"));
+        // Constant traffic is indistinguishable from the background term.
+        let (mut inp, _) = synth(30, &[1e9, 5e8], &[1e-3, 4e-3], 1e5, 0.02, 4);
+        for iv in &mut inp.intervals {
+            iv.queues[0].inbound_bytes = 1e9;
+        }
+        let a = regression(&inp);
+        assert_eq!(a.confidence, Confidence::Insufficient);
+        assert!(a.notes[0].contains("background"), "{:?}", a.notes);
+    }
+
+    #[test]
+    fn unrelated_misses_are_not_attributed() {
+        // Misses are pure noise around a constant: no queue explains them.
+        let (mut inp, _) = synth(30, &[1e9, 5e8, 2e9], &[1e-3, 4e-3, 1e-4], 0.0, 0.0, 5);
+        let mut r = Lcg(99);
+        for iv in &mut inp.intervals {
+            iv.socket.l3 = Some(1e6 * (1.0 + 0.5 * (r.unit() - 0.5)));
+        }
+        let a = regression(&inp);
+        println!("noise: {:?} {:?}", a.confidence, a.notes);
+        assert_eq!(a.confidence, Confidence::Insufficient);
+        // No counters at all.
+        let (mut inp, _) = synth(30, &[1e9, 5e8], &[1e-3, 4e-3], 0.0, 0.0, 6);
+        inp.intervals[3].socket.l3 = None;
+        assert_eq!(regression(&inp).confidence, Confidence::Insufficient);
+    }
+
+    #[test]
+    fn idle_queue_gets_zero() {
+        // Queue 1 never carries traffic.
+        let (inp, _) = synth(30, &[1e9, 0.0, 2e9], &[1e-3, 4e-3, 1e-4], 1e5, 0.01, 8);
+        let a = regression(&inp);
+        assert_ne!(a.confidence, Confidence::Insufficient, "{:?}", a.notes);
+        assert_eq!(a.queues[1].misses, 0.0);
+        assert!(a.notes.iter().any(|n| n.contains("2 of 3 queues active")));
+    }
 }

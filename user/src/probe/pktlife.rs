@@ -13,10 +13,13 @@ use libbpf_rs::{AsRawLibbpf, Link, MapCore, MapFlags, OpenObject, RingBuffer, Ri
 use serde::Serialize;
 
 use super::features::{Features, Flavor, PKTLIFE_HOOKS};
-use super::skel::types::{pl_cpu_ctx, pl_flow_key, pl_flow_stats, pl_pkt_event, pl_queue_stats};
+use super::skel::types::{
+    pl_cpu_ctx, pl_flow_key, pl_flow_stats, pl_miss_count, pl_miss_totals, pl_pkt_event, pl_queue_stats,
+};
 use super::skel::{PktlifeSkel, PktlifeSkelBuilder};
 use crate::snapshot::{
-    Dir, EventCounters, FlowCounters, FlowKey, PacketSample, QueueCounters, NAPI_BUCKETS, NBUCKETS, NSTAGES,
+    Dir, EventCounters, FlowCounters, FlowKey, MissSnapshot, PacketSample, QueueCounters, NAPI_BUCKETS, NBUCKETS,
+    NSTAGES,
 };
 
 // SAFETY: generated from pktlife.h: plain integer structs without padding invariants.
@@ -25,6 +28,8 @@ unsafe impl plain::Plain for pl_flow_key {}
 unsafe impl plain::Plain for pl_flow_stats {}
 unsafe impl plain::Plain for pl_pkt_event {}
 unsafe impl plain::Plain for pl_cpu_ctx {}
+unsafe impl plain::Plain for pl_miss_totals {}
+unsafe impl plain::Plain for pl_miss_count {}
 
 pub const MAX_QUEUES: u32 = 64;
 const PLC_SAMPLED: u32 = 0;
@@ -42,6 +47,8 @@ pub struct ProbeConfig {
     pub track_flows: bool,
     /// skb->queue_mapping - this = RX queue (see `rx_queue_offset_for_driver`).
     pub rx_queue_offset: u8,
+    /// Keep the packet-buffer page map and CPU work context for an L3-miss sampler.
+    pub join_buffers: bool,
 }
 
 /// Drivers that do not store RX queue + 1 in skb->queue_mapping. veth passes
@@ -67,6 +74,7 @@ pub struct PktlifeProbe {
     _links: Vec<Link>,
     pub hooks: Vec<AttachedHook>,
     ring: Option<RingBuffer<'static>>,
+    miss_sampler: Option<super::l3miss::MissSampler>,
     pending: Rc<RefCell<Vec<PacketSample>>>,
     received: Rc<RefCell<u64>>,
     ncpus: usize,
@@ -86,14 +94,14 @@ fn open_and_load(cfg: &ProbeConfig, flavors: &[Flavor]) -> Result<PktlifeSkel<'s
         ro.stage_every = cfg.stage_every;
         ro.track_flows = u8::from(cfg.track_flows);
         ro.rx_queue_offset = cfg.rx_queue_offset;
+        ro.join_buffers = u8::from(cfg.join_buffers);
     } else {
         bail!("pktlife BPF object has no read-only config section (build problem)");
     }
     for mut prog in open.open_object_mut().progs_mut() {
         let section = prog.section().to_string_lossy().into_owned();
-        let keep = PKTLIFE_HOOKS.iter().zip(flavors).any(|(h, f)| {
-            section == format!("{}{}", f.section_prefix(), h.tracepoint)
-        });
+        let keep = (section == "perf_event" && cfg.join_buffers)
+            || PKTLIFE_HOOKS.iter().zip(flavors).any(|(h, f)| section == format!("{}{}", f.section_prefix(), h.tracepoint));
         prog.set_autoload(keep);
     }
     open.load().map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, "loading the pktlife BPF programs")))
@@ -132,7 +140,8 @@ impl PktlifeProbe {
         let mut links = Vec::new();
         let mut hooks = Vec::new();
         for prog in skel.object().progs_mut() {
-            if !prog.autoload() {
+            // perf_event programs attach to sampling fds (attach_miss_sampler), not by section.
+            if !prog.autoload() || prog.section() == "perf_event" {
                 continue;
             }
             let section = prog.section().to_string_lossy().into_owned();
@@ -162,6 +171,7 @@ impl PktlifeProbe {
             _links: links,
             hooks,
             ring: None,
+            miss_sampler: None,
             pending: Rc::new(RefCell::new(Vec::new())),
             received: Rc::new(RefCell::new(0)),
             ncpus,
@@ -330,6 +340,92 @@ impl PktlifeProbe {
         Ok(out)
     }
 
+    /// Attach the L3-miss program to a sampling event on every CPU (the probe
+    /// must have been loaded with `join_buffers`).
+    pub fn attach_miss_sampler(&mut self, attr: perf_event_open_sys::bindings::perf_event_attr, label: String) -> Result<String> {
+        let prog = &self.skel.progs.l3miss_sample;
+        let sampler = super::l3miss::MissSampler::open(prog, attr, label)?;
+        let desc = format!("{} on {} CPUs", sampler.label, sampler.cpus);
+        self.miss_sampler = Some(sampler);
+        Ok(desc)
+    }
+
+    pub fn has_miss_sampler(&self) -> bool {
+        self.miss_sampler.is_some()
+    }
+
+    /// Cumulative L3-miss sample counts; flows and regions only when `with_flows`.
+    pub fn read_misses(&self, with_flows: bool) -> Result<MissSnapshot> {
+        let mut m = MissSnapshot { age_hist: vec![0; NBUCKETS], ..Default::default() };
+        let tot = self.skel.maps.miss_totals.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
+        for raw in tot.iter().take(self.ncpus) {
+            let mut t = pl_miss_totals::default();
+            if plain::copy_from_bytes(&mut t, raw).is_err() {
+                continue;
+            }
+            m.samples += t.c[0];
+            m.on_packet_buffers += t.c[1];
+            m.other_addr += t.c[2];
+            m.no_addr += t.c[3];
+            m.ctx_charged += t.c[4];
+            m.uncharged += t.c[5];
+            for (i, v) in t.age_hist.iter().enumerate() {
+                m.age_hist[i] += v;
+            }
+        }
+        for idx in 0..(2 * MAX_QUEUES) {
+            let vals = self.skel.maps.miss_queues.lookup_percpu(&idx.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
+            let (mut a, mut c) = (0, 0);
+            for raw in vals.iter().take(self.ncpus) {
+                let mut v = pl_miss_count::default();
+                if plain::copy_from_bytes(&mut v, raw).is_ok() {
+                    a += v.addr_join;
+                    c += v.cpu_ctx;
+                }
+            }
+            if a + c > 0 {
+                let dir = if idx < MAX_QUEUES { Dir::Rx } else { Dir::Tx };
+                m.queues.push((dir, idx % MAX_QUEUES, a, c));
+            }
+        }
+        if with_flows {
+            let map = &self.skel.maps.miss_flows;
+            for key in map.keys() {
+                let Some(vals) = map.lookup_percpu(&key, MapFlags::ANY)? else { continue };
+                let mut k = pl_flow_key::default();
+                if plain::copy_from_bytes(&mut k, &key).is_err() {
+                    continue;
+                }
+                let Some(fk) = flow_key(&k) else { continue };
+                let (mut a, mut c) = (0, 0);
+                for raw in vals.iter().take(self.ncpus) {
+                    let mut v = pl_miss_count::default();
+                    if plain::copy_from_bytes(&mut v, raw).is_ok() {
+                        a += v.addr_join;
+                        c += v.cpu_ctx;
+                    }
+                }
+                if a + c > 0 {
+                    m.flows.push((fk, a, c));
+                }
+            }
+            let map = &self.skel.maps.miss_regions;
+            for key in map.keys() {
+                let Some(vals) = map.lookup_percpu(&key, MapFlags::ANY)? else { continue };
+                let n: u64 = vals
+                    .iter()
+                    .take(self.ncpus)
+                    .map(|v| v.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_ne_bytes).unwrap_or(0))
+                    .sum();
+                let region = key.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_ne_bytes).unwrap_or(0);
+                m.regions.push((region, n));
+            }
+            m.regions.sort_by(|a, b| b.1.cmp(&a.1));
+            m.regions.truncate(32);
+        }
+        Ok(m)
+    }
+
     /// BPF program ids of this probe (for leak checks and bpf_stats).
     pub fn prog_ids(&self) -> Vec<u32> {
         self.skel
@@ -357,7 +453,8 @@ impl PktlifeProbe {
 
 impl Drop for PktlifeProbe {
     fn drop(&mut self) {
-        // The ring buffer refers to the events map: drop it before the skeleton.
+        // Both refer to the skeleton's maps and programs: drop them first.
+        self.miss_sampler.take();
         self.ring.take();
     }
 }

@@ -47,6 +47,19 @@ CREATE TABLE samples (
     free_ns INTEGER NOT NULL, dropped INTEGER NOT NULL, drop_reason INTEGER NOT NULL,
     proto TEXT, src TEXT, sport INTEGER, dst TEXT, dport INTEGER);
 CREATE TABLE drop_reasons (reason INTEGER PRIMARY KEY, count INTEGER NOT NULL);
+CREATE TABLE miss_intervals (
+    interval INTEGER PRIMARY KEY, samples INTEGER NOT NULL, on_packet_buffers INTEGER NOT NULL,
+    other_addr INTEGER NOT NULL, no_addr INTEGER NOT NULL, ctx_charged INTEGER NOT NULL, uncharged INTEGER NOT NULL);
+CREATE TABLE miss_queues (
+    interval INTEGER NOT NULL, dir TEXT NOT NULL, queue INTEGER NOT NULL,
+    addr_join INTEGER NOT NULL, cpu_ctx INTEGER NOT NULL, PRIMARY KEY (interval, dir, queue));
+CREATE TABLE miss_age_hist (interval INTEGER NOT NULL, bucket INTEGER NOT NULL, count INTEGER NOT NULL,
+    PRIMARY KEY (interval, bucket));
+CREATE TABLE miss_flows (
+    dir TEXT NOT NULL, proto TEXT NOT NULL, src TEXT NOT NULL, sport INTEGER NOT NULL,
+    dst TEXT NOT NULL, dport INTEGER NOT NULL, addr_join INTEGER NOT NULL, cpu_ctx INTEGER NOT NULL,
+    PRIMARY KEY (dir, proto, src, sport, dst, dport));
+CREATE TABLE miss_regions (region INTEGER PRIMARY KEY, samples INTEGER NOT NULL);
 CREATE TABLE counters (
     interval INTEGER NOT NULL, t_ns INTEGER NOT NULL, socket INTEGER NOT NULL, pmu TEXT NOT NULL,
     event TEXT NOT NULL, value REAL NOT NULL, raw INTEGER NOT NULL,

@@ -8,7 +8,7 @@ use rusqlite::{Connection, OpenFlags};
 
 use super::writer::{explain_sqlite, CounterRow};
 use super::{APPLICATION_ID, SCHEMA_VERSION};
-use crate::snapshot::{Dir, EventCounters, FlowCounters, FlowKey, PacketSample, QueueCounters, Snapshot};
+use crate::snapshot::{Dir, EventCounters, FlowCounters, FlowKey, MissSnapshot, PacketSample, QueueCounters, Snapshot};
 use crate::topology::{HostInfo, IfaceInfo};
 
 pub struct Recording {
@@ -267,6 +267,78 @@ impl Recording {
                 .map_err(corrupt)?;
             for r in rows {
                 counters.push(r.map_err(corrupt)?);
+            }
+        }
+        // L3-miss samples: per-interval rows into each Snapshot; cumulative flows and regions into the last.
+        let table_exists = |name: &str| -> bool {
+            conn.query_row("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?1", [name], |_| Ok(()))
+                .is_ok()
+        };
+        if table_exists("miss_intervals") {
+            let mut st = conn
+                .prepare("SELECT interval,samples,on_packet_buffers,other_addr,no_addr,ctx_charged,uncharged FROM miss_intervals")
+                .map_err(corrupt)?;
+            let mut rows = st.query([]).map_err(corrupt)?;
+            while let Some(r) = rows.next().map_err(corrupt)? {
+                let g = |i: usize| -> Result<u64> { Ok(r.get::<_, i64>(i).map_err(corrupt)? as u64) };
+                if let Some(&si) = by_idx.get(&g(0)?) {
+                    snaps[si].misses = Some(MissSnapshot {
+                        samples: g(1)?,
+                        on_packet_buffers: g(2)?,
+                        other_addr: g(3)?,
+                        no_addr: g(4)?,
+                        ctx_charged: g(5)?,
+                        uncharged: g(6)?,
+                        age_hist: vec![0; crate::snapshot::NBUCKETS],
+                        ..Default::default()
+                    });
+                }
+            }
+            let mut st = conn.prepare("SELECT interval,dir,queue,addr_join,cpu_ctx FROM miss_queues").map_err(corrupt)?;
+            let mut rows = st.query([]).map_err(corrupt)?;
+            while let Some(r) = rows.next().map_err(corrupt)? {
+                let iv = r.get::<_, i64>(0).map_err(corrupt)? as u64;
+                let dir = Dir::parse(&r.get::<_, String>(1).map_err(corrupt)?).unwrap_or(Dir::Rx);
+                let q: u32 = r.get(2).map_err(corrupt)?;
+                let a = r.get::<_, i64>(3).map_err(corrupt)? as u64;
+                let c = r.get::<_, i64>(4).map_err(corrupt)? as u64;
+                if let Some(m) = by_idx.get(&iv).and_then(|&si| snaps[si].misses.as_mut()) {
+                    m.queues.push((dir, q, a, c));
+                }
+            }
+            let mut st = conn.prepare("SELECT interval,bucket,count FROM miss_age_hist").map_err(corrupt)?;
+            let mut rows = st.query([]).map_err(corrupt)?;
+            while let Some(r) = rows.next().map_err(corrupt)? {
+                let iv = r.get::<_, i64>(0).map_err(corrupt)? as u64;
+                let b = r.get::<_, i64>(1).map_err(corrupt)? as usize;
+                if let Some(m) = by_idx.get(&iv).and_then(|&si| snaps[si].misses.as_mut()) {
+                    if let Some(slot) = m.age_hist.get_mut(b) {
+                        *slot = r.get::<_, i64>(2).map_err(corrupt)? as u64;
+                    }
+                }
+            }
+            if let Some(last) = snaps.iter_mut().rev().find(|s| s.misses.is_some()).and_then(|s| s.misses.as_mut()) {
+                let mut st = conn
+                    .prepare("SELECT dir,proto,src,sport,dst,dport,addr_join,cpu_ctx FROM miss_flows")
+                    .map_err(corrupt)?;
+                let mut rows = st.query([]).map_err(corrupt)?;
+                while let Some(r) = rows.next().map_err(corrupt)? {
+                    let dir = Dir::parse(&r.get::<_, String>(0).map_err(corrupt)?).unwrap_or(Dir::Rx);
+                    let k = FlowKey {
+                        dir,
+                        proto: r.get(1).map_err(corrupt)?,
+                        src: r.get(2).map_err(corrupt)?,
+                        sport: r.get(3).map_err(corrupt)?,
+                        dst: r.get(4).map_err(corrupt)?,
+                        dport: r.get(5).map_err(corrupt)?,
+                    };
+                    last.flows.push((k, r.get::<_, i64>(6).map_err(corrupt)? as u64, r.get::<_, i64>(7).map_err(corrupt)? as u64));
+                }
+                let mut st = conn.prepare("SELECT region,samples FROM miss_regions ORDER BY samples DESC").map_err(corrupt)?;
+                let rows = st.query_map([], |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64))).map_err(corrupt)?;
+                for r in rows {
+                    last.regions.push(r.map_err(corrupt)?);
+                }
             }
         }
         // Replay parity: each Snapshot carries its interval's readings of the recording's counter source.

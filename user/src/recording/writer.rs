@@ -250,6 +250,39 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
             f.last_ns as i64
         ])?;
     }
+    if let Some(m) = &s.misses {
+        tx.execute(
+            "INSERT INTO miss_intervals(interval,samples,on_packet_buffers,other_addr,no_addr,ctx_charged,uncharged)
+             VALUES (?1,?2,?3,?4,?5,?6,?7)",
+            params![
+                i,
+                m.samples as i64,
+                m.on_packet_buffers as i64,
+                m.other_addr as i64,
+                m.no_addr as i64,
+                m.ctx_charged as i64,
+                m.uncharged as i64
+            ],
+        )?;
+        let mut q = tx.prepare_cached("INSERT INTO miss_queues(interval,dir,queue,addr_join,cpu_ctx) VALUES (?1,?2,?3,?4,?5)")?;
+        for (dir, queue, a, c) in &m.queues {
+            q.execute(params![i, dir.as_str(), queue, *a as i64, *c as i64])?;
+        }
+        let mut h = tx.prepare_cached("INSERT INTO miss_age_hist(interval,bucket,count) VALUES (?1,?2,?3)")?;
+        for (b, c) in m.age_hist.iter().enumerate().filter(|(_, c)| **c > 0) {
+            h.execute(params![i, b as i64, *c as i64])?;
+        }
+        let mut f = tx.prepare_cached(
+            "INSERT OR REPLACE INTO miss_flows(dir,proto,src,sport,dst,dport,addr_join,cpu_ctx) VALUES (?1,?2,?3,?4,?5,?6,?7,?8)",
+        )?;
+        for (k, a, c) in &m.flows {
+            f.execute(params![k.dir.as_str(), k.proto, k.src, k.sport, k.dst, k.dport, *a as i64, *c as i64])?;
+        }
+        let mut r = tx.prepare_cached("INSERT OR REPLACE INTO miss_regions(region,samples) VALUES (?1,?2)")?;
+        for (region, n) in &m.regions {
+            r.execute(params![*region as i64, *n as i64])?;
+        }
+    }
     let mut d_st = tx.prepare_cached("INSERT OR REPLACE INTO drop_reasons(reason,count) VALUES (?1,?2)")?;
     for (r, c) in &s.drop_reasons {
         d_st.execute(params![r, *c as i64])?;

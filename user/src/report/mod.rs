@@ -15,6 +15,107 @@ pub struct Report {
     pub events: Events,
     pub drops: Drops,
     pub counters: CountersReport,
+    pub l3miss: MissReport,
+}
+
+/// L3-miss samples and how they were charged, with the event behind them.
+#[derive(Debug, Serialize)]
+pub struct MissReport {
+    /// The sampling event, or why there is none.
+    pub source: String,
+    pub samples: u64,
+    pub on_packet_buffers: u64,
+    pub other_addr: u64,
+    pub no_addr: u64,
+    pub ctx_charged: u64,
+    pub uncharged: u64,
+    /// Joined samples: p50/p99 ns between the buffer's hand-up and the miss.
+    pub age_p50_ns: Option<u64>,
+    pub age_p99_ns: Option<u64>,
+    pub queues: Vec<MissQueue>,
+    pub flows: Vec<MissFlow>,
+    /// (2 MiB region start address, samples), busiest first.
+    pub regions: Vec<(String, u64)>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct MissQueue {
+    pub dir: Dir,
+    pub queue: u32,
+    pub addr_join: u64,
+    pub cpu_ctx: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct MissFlow {
+    pub dir: Dir,
+    pub proto: String,
+    pub src: String,
+    pub sport: u16,
+    pub dst: String,
+    pub dport: u16,
+    pub addr_join: u64,
+    pub cpu_ctx: u64,
+}
+
+fn miss_report(rec: &Recording) -> MissReport {
+    let mut m = MissReport {
+        source: rec.meta.get("miss_sampling").cloned().unwrap_or_else(|| "absent (not recorded)".into()),
+        samples: 0,
+        on_packet_buffers: 0,
+        other_addr: 0,
+        no_addr: 0,
+        ctx_charged: 0,
+        uncharged: 0,
+        age_p50_ns: None,
+        age_p99_ns: None,
+        queues: Vec::new(),
+        flows: Vec::new(),
+        regions: Vec::new(),
+    };
+    let mut age = vec![0u64; crate::snapshot::NBUCKETS];
+    let mut per_q: std::collections::BTreeMap<(Dir, u32), (u64, u64)> = Default::default();
+    for s in &rec.snapshots {
+        let Some(x) = &s.misses else { continue };
+        m.samples += x.samples;
+        m.on_packet_buffers += x.on_packet_buffers;
+        m.other_addr += x.other_addr;
+        m.no_addr += x.no_addr;
+        m.ctx_charged += x.ctx_charged;
+        m.uncharged += x.uncharged;
+        for (i, v) in x.age_hist.iter().enumerate() {
+            if let Some(a) = age.get_mut(i) {
+                *a += v;
+            }
+        }
+        for (d, q, a, c) in &x.queues {
+            let e = per_q.entry((*d, *q)).or_default();
+            e.0 += a;
+            e.1 += c;
+        }
+        if !x.flows.is_empty() {
+            m.flows = x
+                .flows
+                .iter()
+                .map(|(k, a, c)| MissFlow {
+                    dir: k.dir,
+                    proto: k.proto.clone(),
+                    src: k.src.clone(),
+                    sport: k.sport,
+                    dst: k.dst.clone(),
+                    dport: k.dport,
+                    addr_join: *a,
+                    cpu_ctx: *c,
+                })
+                .collect();
+            m.regions = x.regions.iter().map(|(r, n)| (format!("{:#x}", r << 21), *n)).collect();
+        }
+    }
+    m.flows.sort_by(|a, b| (b.addr_join + b.cpu_ctx).cmp(&(a.addr_join + a.cpu_ctx)));
+    m.queues = per_q.into_iter().map(|((dir, queue), (a, c))| MissQueue { dir, queue, addr_join: a, cpu_ctx: c }).collect();
+    m.age_p50_ns = hist_percentile(&age, 50.0, 0);
+    m.age_p99_ns = hist_percentile(&age, 99.0, 0);
+    m
 }
 
 /// The socket DDIO view, with where its numbers came from.
@@ -290,6 +391,7 @@ pub fn build(rec: &Recording) -> Report {
         },
         drops,
         counters: counters_report(rec),
+        l3miss: miss_report(rec),
     }
 }
 
@@ -479,6 +581,27 @@ pub fn render_text(r: &Report, top_flows: usize) -> String {
     }
     for w in &c.warnings {
         let _ = writeln!(o, "  warning: {w}");
+    }
+    let l = &r.l3miss;
+    let _ = writeln!(o, "\nL3-miss samples ({})", l.source);
+    if l.samples == 0 {
+        let _ = writeln!(o, "  none recorded");
+    } else {
+        let _ = writeln!(
+            o,
+            "  {} samples: {} on live packet buffers (hand-up → miss p50 {} p99 {}), {} elsewhere, {} without address; {} charged by CPU context, {} uncharged",
+            l.samples,
+            l.on_packet_buffers,
+            fmt_ns(l.age_p50_ns),
+            fmt_ns(l.age_p99_ns),
+            l.other_addr,
+            l.no_addr,
+            l.ctx_charged,
+            l.uncharged
+        );
+        for q in &l.queues {
+            let _ = writeln!(o, "  {} queue {}: {} by address, {} by CPU context", q.dir.as_str(), q.queue, q.addr_join, q.cpu_ctx);
+        }
     }
     let _ = write!(o, "\nDrops: {}", r.drops.total);
     for d in &r.drops.reasons {
