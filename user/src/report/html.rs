@@ -1079,7 +1079,7 @@ fn hist_chart(hist: &[u64], p50: Option<u64>, p99: Option<u64>, aria: &str) -> S
     let _ = write!(o, "<line class=\"axis\" x1=\"{L}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\"/>", W - R, H - B, H - B);
     // Percentile markers at their log2 position inside the bucket range. Labels are centred
     // on their lines, pushed apart when the lines are close and kept inside the chart.
-    const LABEL_W: f64 = 16.0;
+    const LABEL_W: f64 = 19.0;
     let xpos = |v: u64| {
         let pos = if v < 2 { v as f64 / 2.0 } else { (v as f64).log2() };
         (L + (pos - lo as f64) * bw).clamp(L, W - R)
