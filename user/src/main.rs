@@ -89,6 +89,12 @@ enum Cmd {
         /// How many flows the text report lists.
         #[arg(long, default_value_t = 10)]
         top: usize,
+        /// Write a self-contained HTML report (inline SVG charts, no network) to this file.
+        #[arg(long, value_name = "OUT", conflicts_with = "json")]
+        html: Option<PathBuf>,
+        /// Overwrite the --html file if it exists.
+        #[arg(long, requires = "html")]
+        force: bool,
     },
     /// What-if grid from the DDIO cache simulator (synthetic experiment descriptions).
     Simulate {
@@ -176,10 +182,19 @@ fn run() -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Report { file, json, top } => {
+        Cmd::Report { file, json, top, html, force } => {
+            // Refuse before the (slower) model runs: the answer does not depend on it.
+            if let Some(out) = &html {
+                check_output(out, force)?;
+            }
             let rec = recording::Recording::open(&file)?;
             let r = report::build(&rec);
-            if json {
+            if let Some(out) = html {
+                // The recommendation engine is not connected to recordings yet (issue 6).
+                let page = report::html::render_html(&rec, &r, &[]);
+                std::fs::write(&out, page).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", out.display()))?;
+                eprintln!("wrote {}", out.display());
+            } else if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
                 print!("{}", report::render_text(&r, top));
@@ -216,6 +231,22 @@ fn run() -> anyhow::Result<ExitCode> {
             Ok(if d.can_record { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
     }
+}
+
+/// An output file for a report: refused when it exists (unless `force`), is a directory, or
+/// its directory does not exist, each with one line naming the fix.
+fn check_output(out: &std::path::Path, force: bool) -> anyhow::Result<()> {
+    if out.is_dir() {
+        anyhow::bail!("{} is a directory; name a file for --html", out.display());
+    }
+    if out.exists() && !force {
+        anyhow::bail!("{} already exists; pass --force to overwrite it", out.display());
+    }
+    let dir = out.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    if !dir.is_dir() {
+        anyhow::bail!("{}: directory {} does not exist", out.display(), dir.display());
+    }
+    Ok(())
 }
 
 fn main() -> ExitCode {

@@ -4,6 +4,8 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+pub mod html;
+
 use crate::recording::Recording;
 use crate::snapshot::{hist_percentile, Dir, QueueCounters, NSTAGES};
 
@@ -404,7 +406,7 @@ pub fn fmt_ns(v: Option<u64>) -> String {
     }
 }
 
-fn fmt_count(v: f64) -> String {
+pub(crate) fn fmt_count(v: f64) -> String {
     if v >= 1e9 {
         format!("{:.2}G", v / 1e9)
     } else if v >= 1e6 {

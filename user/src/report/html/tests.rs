@@ -1,0 +1,296 @@
+//! Tests of the HTML report: a synthetic recording built in memory, and a real one recorded on the
+//! namespace testbed (tests/fixtures/recordings/).
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::*;
+use crate::recording::writer::CounterRow;
+use crate::snapshot::{EventCounters, FlowCounters, FlowKey, Snapshot};
+use crate::topology::{CacheInfo, HostInfo, IfaceInfo};
+
+const START_NS: u64 = 1_000_000_000;
+const IV_NS: u64 = 100_000_000;
+
+fn queue(dir: Dir, q: u32, i: u64) -> QueueCounters {
+    let mut c = QueueCounters::new(dir, q);
+    c.packets = 10_000 + 1_000 * i + 500 * q as u64;
+    c.bytes = c.packets * 1514;
+    if dir == Dir::Rx {
+        c.napi_polls = c.packets / 8;
+        c.napi_work = c.packets;
+    }
+    for s in 0..3 {
+        // Two modes per stage so a chart has more than one bar.
+        c.stage_hist[s][9 + s] = c.packets * 3 / 4;
+        c.stage_hist[s][13 + s] = c.packets / 4;
+        c.stage_count[s] = c.packets;
+        c.stage_sum_ns[s] = c.packets * (1 << (10 + s));
+        c.stage_max_ns[s] = 1 << (14 + s);
+    }
+    c
+}
+
+fn tor(iv: u64, event: &str, value: f64) -> (u64, CounterRow) {
+    (
+        iv,
+        CounterRow {
+            t_ns: START_NS + (iv + 1) * IV_NS,
+            socket: 0,
+            pmu: "cha".into(),
+            event: event.into(),
+            value,
+            raw: value as u64,
+            enabled_ns: IV_NS,
+            running_ns: IV_NS,
+            source: "imported".into(),
+        },
+    )
+}
+
+/// Five 100 ms intervals, two RX queues and one TX queue, optionally LLC info and TOR counters.
+fn synthetic(llc: bool, counters: bool) -> Recording {
+    let iface = IfaceInfo {
+        name: "eth<1>".into(),
+        netns: Some("ns-test".into()),
+        ifindex: 7,
+        driver: Some("veth".into()),
+        rx_queues: 2,
+        tx_queues: 1,
+        ..Default::default()
+    };
+    let host = HostInfo {
+        hostname: "box".into(),
+        kernel: "6.1.0".into(),
+        cpu_model: "Test CPU".into(),
+        cpu_vendor: "GenuineIntel".into(),
+        ncpus: 4,
+        llc: llc.then(|| CacheInfo { level: 3, size_bytes: 8 << 20, ways: 16, sets: 8192, line_bytes: 64, shared_cpus: "0-3".into() }),
+        ..Default::default()
+    };
+    let mut meta = BTreeMap::new();
+    meta.insert("iface".into(), serde_json::to_string(&iface).unwrap());
+    meta.insert("host".into(), serde_json::to_string(&host).unwrap());
+    meta.insert("start_ns".into(), START_NS.to_string());
+    meta.insert("interval_ms".into(), "100".into());
+    meta.insert("sample_every".into(), "64".into());
+    meta.insert("complete".into(), "true".into());
+    meta.insert(
+        "hooks".into(),
+        r#"[{"tracepoint":"net:napi_gro_receive_entry","flavor":"tp_btf"},{"tracepoint":"skb:consume_skb","flavor":null}]"#.into(),
+    );
+    meta.insert("counters_source".into(), if counters { "imported" } else { "absent" }.into());
+    let snapshots = (0..5u64)
+        .map(|i| Snapshot {
+            index: i,
+            t_ns: START_NS + (i + 1) * IV_NS,
+            dur_ns: IV_NS,
+            queues: vec![queue(Dir::Rx, 0, i), queue(Dir::Rx, 1, i), queue(Dir::Tx, 0, i)],
+            events: EventCounters { sampled: 10, received: 10, ..Default::default() },
+            ..Default::default()
+        })
+        .collect();
+    let mut rows = Vec::new();
+    if counters {
+        for iv in 0..5 {
+            rows.push(tor(iv, "UNC_CHA_TOR_INSERTS.IO_ITOM", 100_000.0));
+            rows.push(tor(iv, "UNC_CHA_TOR_INSERTS.IO_HIT_ITOM", 100_000.0 - 10_000.0 * iv as f64));
+            rows.push(tor(iv, "UNC_CHA_TOR_INSERTS.IO_MISS_ITOM", 10_000.0 * iv as f64));
+        }
+    }
+    let flow = FlowCounters {
+        key: FlowKey { dir: Dir::Rx, proto: "tcp".into(), src: "fd77::1".into(), sport: 40000, dst: "fd77::2".into(), dport: 5201 },
+        queue: 1,
+        packets: 1000,
+        bytes: 1_514_000,
+        payload_bytes: 1_448_000,
+        first_ns: START_NS,
+        last_ns: START_NS + 5 * IV_NS,
+    };
+    Recording {
+        path: PathBuf::from("synthetic.ddio"),
+        meta,
+        snapshots,
+        flows: vec![flow],
+        drop_reasons: vec![(2, 5)],
+        counters: rows,
+    }
+}
+
+/// No network fetches: the only URLs allowed are xmlns namespace names.
+fn assert_self_contained(html: &str) {
+    let mut rest = html;
+    while let Some(i) = rest.find("http") {
+        let before = &rest[..i];
+        let after = &rest[i..];
+        let is_url = after.starts_with("http://") || after.starts_with("https://");
+        assert!(!is_url || before.ends_with("xmlns=\"") || before.ends_with("xmlns:xlink=\""), "URL in page: {}", &after[..after.len().min(80)]);
+        rest = &after[4..];
+    }
+    assert!(!html.contains("<script"), "the page needs no script");
+    assert!(!html.contains("<link") && !html.contains("@import") && !html.contains("url("));
+}
+
+fn count(h: &str, pat: &str) -> usize {
+    h.matches(pat).count()
+}
+
+#[test]
+fn renders_every_section_with_charts() {
+    let rec = synthetic(true, true);
+    let r = crate::report::build(&rec);
+    let h = render_html(&rec, &r, &[]);
+    assert!(h.starts_with("<!DOCTYPE html>") && h.trim_end().ends_with("</html>"));
+    assert_self_contained(&h);
+    for id in [
+        "id=\"summary\"",
+        "id=\"queues\"",
+        "id=\"latency\"",
+        "id=\"rates\"",
+        "id=\"rates-rx\"",
+        "id=\"rates-tx\"",
+        "id=\"counters\"",
+        "id=\"miss-over-time\"",
+        "id=\"whatif\"",
+        "id=\"whatif-ring\"",
+        "id=\"whatif-ways\"",
+        "id=\"recommendations\"",
+        "id=\"flows\"",
+        "id=\"events\"",
+    ] {
+        assert!(h.contains(id), "missing {id}");
+    }
+    // 3 queues x 3 stages with data, 2 rate charts, 1 miss chart, 2 what-if curves.
+    assert_eq!(count(&h, "<svg"), 9 + 2 + 1 + 2);
+    assert_eq!(count(&h, "<svg"), count(&h, "</svg>"));
+    assert_eq!(count(&h, "class=\"card hist\""), 9);
+    assert!(h.contains("id=\"lat-rx-1-stack_to_copy\""));
+    assert!(!h.contains("lat-rx-0-driver_to_free"), "a stage without data gets no chart");
+    assert!(h.contains("<polyline"));
+    assert!(h.contains("model-only prediction"));
+    assert!(h.contains("No recommendations (recommend is not connected to recordings yet)"));
+    assert!(!h.contains("assumed-geometry"));
+    // Escaped host-supplied strings, IPv6 endpoints bracketed.
+    assert!(h.contains("eth&lt;1&gt;") && !h.contains("eth<1>"));
+    assert!(h.contains("[fd77::1]:40000"));
+    // Per-queue table: the same numbers as the text report.
+    let text = crate::report::render_text(&r, 10);
+    let q = &r.queues[0];
+    let cell = ns_cell(q.stages["driver_to_stack"]["p99_ns"].as_u64());
+    assert!(h.contains(&cell) && text.contains(&fmt_ns(q.stages["driver_to_stack"]["p99_ns"].as_u64())));
+    assert!(h.contains(&fmt_count(q.pps)));
+    // Units on the latency axes.
+    assert!(h.contains("µs"));
+    std::fs::write(std::env::temp_dir().join("ddioscope-html-synthetic.html"), &h).unwrap();
+}
+
+#[test]
+fn miss_ratios_per_interval_follow_the_counters() {
+    let rec = synthetic(true, true);
+    let s = miss_series(&rec, "imported");
+    let pts = &s[&0];
+    assert_eq!(pts.len(), 5);
+    for (i, (t, w, rd)) in pts.iter().enumerate() {
+        assert!((t - 0.1 * (i + 1) as f64).abs() < 1e-9);
+        assert!((w.unwrap() - 10.0 * i as f64).abs() < 1e-9, "{w:?}");
+        assert!(rd.is_none(), "no PCIRdCur counts, no read ratio");
+    }
+}
+
+#[test]
+fn says_why_when_counters_and_llc_are_missing() {
+    let rec = synthetic(false, false);
+    let r = crate::report::build(&rec);
+    let h = render_html(&rec, &r, &[]);
+    assert_self_contained(&h);
+    assert!(h.contains("id=\"counters-absent\""));
+    assert!(h.contains("no counters in this recording"));
+    assert!(!h.contains("id=\"miss-over-time\""));
+    assert!(h.contains("id=\"assumed-geometry\"") && h.contains("ASSUMED"));
+    assert!(h.contains("id=\"whatif-ring\""));
+}
+
+#[test]
+fn what_if_uses_the_observed_workload() {
+    let rec = synthetic(true, false);
+    let r = crate::report::build(&rec);
+    let w = what_if_for(&rec, &r).unwrap();
+    assert_eq!(w.spec.queues, 2);
+    assert_eq!(w.spec.pkt_bytes, 1514);
+    assert_eq!(w.spec.geometry.size_bytes, 8 << 20);
+    assert_eq!(w.spec.consumer, crate::model::spec::Consumer::Copy);
+    let rx_pk: u64 = r.queues.iter().filter(|q| q.dir == Dir::Rx).map(|q| q.packets).sum();
+    assert!((w.spec.pps - rx_pk as f64 / r.meta.duration_s).abs() < 1e-6);
+    assert_eq!(w.by_ring.iter().map(|p| p.ring).collect::<Vec<_>>(), WHATIF_RINGS.to_vec());
+    assert_eq!(w.by_ways.iter().map(|p| p.ddio_ways).collect::<Vec<_>>(), WHATIF_WAYS.to_vec());
+    // More ring, less DDIO hit; more ways, more hit (monotone up to sampling noise).
+    let hit = |p: &GridPoint| p.io_write_hit_pct.unwrap_or(0.0);
+    assert!(hit(&w.by_ring[0]) >= hit(&w.by_ring[6]));
+    assert!(hit(&w.by_ways[5]) >= hit(&w.by_ways[0]));
+    println!("what-if: {:.2} s for {} points", w.elapsed_s, w.by_ring.len() + w.by_ways.len());
+
+    let mut none = synthetic(true, false);
+    for s in &mut none.snapshots {
+        s.queues.retain(|q| q.dir == Dir::Tx);
+    }
+    let r = crate::report::build(&none);
+    assert!(what_if_for(&none, &r).is_err());
+    assert!(render_html(&none, &r, &[]).contains("id=\"whatif-absent\""));
+}
+
+#[test]
+fn recommendation_cards() {
+    let rec = synthetic(true, false);
+    let r = crate::report::build(&rec);
+    let recs = vec![Recommendation {
+        kind: "ring_size".into(),
+        target: "rx queues of <eth1>".into(),
+        command: "ethtool -G eth1 rx 512".into(),
+        evidence: vec!["ring footprint 12 MiB > usable DDIO 4 MiB".into()],
+        predicted_metric: Some("io_write_hit_pct".into()),
+        predicted_before: Some(61.0),
+        predicted_after: Some(98.5),
+    }];
+    let h = render_html(&rec, &r, &recs);
+    assert!(h.contains("class=\"card rec\""));
+    assert!(h.contains("ethtool -G eth1 rx 512"));
+    assert!(h.contains("&lt;eth1&gt;"));
+    assert!(h.contains("61.0") && h.contains("98.5"));
+    assert!(!h.contains("No recommendations"));
+}
+
+#[test]
+fn histogram_chart_labels_and_markers() {
+    let mut hgram = [0u64; NBUCKETS];
+    hgram[10] = 90; // [1.0µs, 2.0µs)
+    hgram[20] = 10; // [1.0ms, 2.1ms)
+    let svg = hist_chart(&hgram, Some(1500), Some(1_500_000), "t");
+    assert_eq!(count(&svg, "<rect"), 2);
+    assert!(svg.contains("1.0µs") && svg.contains("ms"));
+    assert!(svg.contains(">p50<") && svg.contains(">p99<"));
+    assert!(hist_chart(&[0; NBUCKETS], None, None, "t").is_empty());
+    assert_eq!(fmt_dur(512.0), "512ns");
+    assert_eq!(fmt_dur(4096.0), "4.1µs");
+    assert_eq!(fmt_dur(131072.0), "131µs");
+    assert_eq!(fmt_dur(2e6), "2.0ms");
+}
+
+/// A real recording made on the testbed (see tests/fixtures/recordings/README.md).
+#[test]
+fn renders_a_testbed_recording() {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/recordings/veth-tcp.ddio");
+    let rec = Recording::open(&p).unwrap();
+    let r = crate::report::build(&rec);
+    let h = render_html(&rec, &r, &[]);
+    assert_self_contained(&h);
+    let rx: Vec<_> = r.queues.iter().filter(|q| q.dir == Dir::Rx && q.packets > 0).collect();
+    assert!(!rx.is_empty());
+    let stage_charts: usize = r.queues.iter().map(|q| q.stages.len()).sum();
+    assert_eq!(count(&h, "class=\"card hist\""), stage_charts);
+    assert!(count(&h, "<svg") >= stage_charts + 2 + 2);
+    for id in ["id=\"rates-rx\"", "id=\"whatif-ring\"", "id=\"whatif-ways\"", "id=\"counters-absent\""] {
+        assert!(h.contains(id), "missing {id}");
+    }
+    for q in &rx {
+        assert!(h.contains(&format!("id=\"lat-rx-{}-driver_to_stack\"", q.queue)));
+    }
+}
