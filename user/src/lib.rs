@@ -1,5 +1,6 @@
 //! ddioscope: per-queue and per-flow Intel DDIO observability.
 pub mod advise;
+pub mod analysis;
 pub mod counters;
 pub mod doctor;
 pub mod live;

@@ -95,6 +95,18 @@ enum Cmd {
         /// Overwrite the --html file if it exists.
         #[arg(long, requires = "html")]
         force: bool,
+        #[command(flatten)]
+        geometry: GeometryArgs,
+    },
+    /// Recommend ring sizes, IIO LLC ways and IRQ/NUMA placement from a recording
+    /// (printed commands with evidence and predicted effect; nothing is applied).
+    Recommend {
+        /// Recording file written by `ddioscope record`.
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        geometry: GeometryArgs,
     },
     /// What-if grid from the DDIO cache simulator (synthetic experiment descriptions).
     Simulate {
@@ -124,6 +136,67 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// Evaluate a recording for another cache than the one it was taken on.
+#[derive(clap::Args, Debug, Clone, Copy)]
+struct GeometryArgs {
+    /// LLC size in MiB (default: the recording host's).
+    #[arg(long, value_name = "MIB")]
+    llc_mib: Option<f64>,
+    /// LLC associativity (default: the recording host's).
+    #[arg(long, value_name = "N")]
+    llc_ways: Option<u32>,
+    /// DDIO (IIO LLC WAYS) ways (default: read from MSR 0xC8B at record time, else 2).
+    #[arg(long, value_name = "N")]
+    ddio_ways: Option<u32>,
+}
+
+impl From<GeometryArgs> for ddioscope::analysis::GeometryOverrides {
+    fn from(g: GeometryArgs) -> Self {
+        ddioscope::analysis::GeometryOverrides { llc_mib: g.llc_mib, llc_ways: g.llc_ways, ddio_ways: g.ddio_ways }
+    }
+}
+
+fn render_advice(a: &ddioscope::analysis::Advice) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let g = &a.geometry;
+    let _ = writeln!(
+        o,
+        "\nDDIO model (model-only prediction): LLC {:.2} MiB, {} ways; DDIO {} ways ({}) = {:.2} MiB nominal, {:.2} MiB usable",
+        g.size_bytes as f64 / 1048576.0,
+        g.ways,
+        g.ddio_ways,
+        a.ddio_ways_note,
+        a.model.ddio_capacity_bytes as f64 / 1048576.0,
+        a.model.usable_ddio_bytes as f64 / 1048576.0
+    );
+    for q in &a.model.queues {
+        let _ = writeln!(
+            o,
+            "  {:?} queue {}: footprint {:.0} KiB, in flight {:.0} KiB, predicted write hit {}, read hit {} → {:?}",
+            q.dir,
+            q.queue,
+            q.footprint_bytes as f64 / 1024.0,
+            q.inflight_bytes / 1024.0,
+            q.predicted_write_hit_pct.map(|v| format!("{v:.1}%")).unwrap_or_else(|| "-".into()),
+            q.predicted_read_hit_pct.map(|v| format!("{v:.1}%")).unwrap_or_else(|| "-".into()),
+            q.verdict
+        );
+    }
+    let _ = writeln!(o, "\nRecommendations ({}; nothing is applied)", if a.recommendations.is_empty() { "none" } else { "commands to run yourself" });
+    for r in &a.recommendations {
+        let _ = writeln!(o, "  [{}] {}", r.kind, r.target);
+        let _ = writeln!(o, "      $ {}", r.command);
+        for e in &r.evidence {
+            let _ = writeln!(o, "      · {e}");
+        }
+        if let (Some(b), Some(af)) = (r.predicted_before, r.predicted_after) {
+            let _ = writeln!(o, "      predicted {}: {b:.1} → {af:.1}", r.predicted_metric.as_deref().unwrap_or("hit %"));
+        }
+    }
+    o
 }
 
 fn run() -> anyhow::Result<ExitCode> {
@@ -182,22 +255,52 @@ fn run() -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Report { file, json, top, html, force } => {
+        Cmd::Report { file, json, top, html, force, geometry } => {
             // Refuse before the (slower) model runs: the answer does not depend on it.
             if let Some(out) = &html {
                 check_output(out, force)?;
             }
             let rec = recording::Recording::open(&file)?;
             let r = report::build(&rec);
+            // The model needs an LLC geometry; without one the report still prints, and says why.
+            let advice = ddioscope::analysis::advise(&rec, geometry.into());
+            let recs = advice.as_ref().map(|a| a.recommendations.clone()).unwrap_or_default();
             if let Some(out) = html {
-                // The recommendation engine is not connected to recordings yet (issue 6).
-                let page = report::html::render_html(&rec, &r, &[]);
+                let page = report::html::render_html(&rec, &r, &recs);
                 std::fs::write(&out, page).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", out.display()))?;
                 eprintln!("wrote {}", out.display());
             } else if json {
-                println!("{}", serde_json::to_string_pretty(&r)?);
+                let mut v = serde_json::to_value(&r)?;
+                match &advice {
+                    Ok(a) => {
+                        let mut model = serde_json::to_value(&a.model)?;
+                        model["geometry"] = serde_json::to_value(&a.geometry)?;
+                        model["ddio_ways_note"] = serde_json::Value::String(a.ddio_ways_note.clone());
+                        v["model"] = model;
+                        v["recommendations"] = serde_json::to_value(&a.recommendations)?;
+                    }
+                    Err(e) => {
+                        v["model"] = serde_json::json!({"error": format!("{e:#}")});
+                        v["recommendations"] = serde_json::json!([]);
+                    }
+                }
+                println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 print!("{}", report::render_text(&r, top));
+                match &advice {
+                    Ok(a) => print!("{}", render_advice(a)),
+                    Err(e) => println!("\nDDIO model: not available ({e:#})"),
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Recommend { file, json, geometry } => {
+            let rec = recording::Recording::open(&file)?;
+            let a = ddioscope::analysis::advise(&rec, geometry.into())?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&a)?);
+            } else {
+                print!("{}", render_advice(&a));
             }
             Ok(ExitCode::SUCCESS)
         }

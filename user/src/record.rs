@@ -129,6 +129,10 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary> {
     let stop = crate::live::stop_flag()?;
     let mut live = LiveSession::start(&live_opts, features, iface)?;
     writer.set_meta_json("host", &live.host)?;
+    // LLC from sysfs and IIO LLC WAYS from MSR 0xC8B (read only), as the model will use them.
+    if let Ok(g) = crate::model::geometry::LlcGeometry::detect(std::path::Path::new("/sys"), std::path::Path::new("/dev"), 0) {
+        writer.set_meta_json("geometry", &g)?;
+    }
     writer.set_meta_json("hooks", &live.probe.hooks)?;
     writer.set_meta("platform", &live.platform)?;
     writer.set_meta("counters_source", live.counters_source)?;

@@ -197,7 +197,7 @@ fn sampled(sc: &Scenario, rng: &mut Rng, mischarge: f64) -> SampledCounts {
     let mut count = rng.next() % PERIOD;
     let take = |count: &mut u64| {
         *count += 1;
-        *count % PERIOD == 0
+        (*count).is_multiple_of(PERIOD)
     };
     for r in &sc.runs {
         for &(lq, lf) in &r.loads {

@@ -4,6 +4,9 @@
 //! code favours clarity and numerical robustness (orthogonal factorizations, never normal
 //! equations for solving) over speed.
 
+// Index loops mirror the matrix algebra they implement.
+#![allow(clippy::needless_range_loop)]
+
 /// Row-major dense matrix.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Mat {
@@ -388,7 +391,7 @@ mod tests {
         let s = nnls(&a, &b).unwrap();
         println!("nnls enumerated {:?} lawson-hanson {:?}", best, s.x);
         assert!(close(&s.x, &best, 1e-9));
-        assert!(s.x.iter().any(|v| *v == 0.0), "a constraint is active");
+        assert!(s.x.contains(&0.0), "a constraint is active");
     }
 
     /// Brute force over all 2^n passive sets (tiny n only).
