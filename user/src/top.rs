@@ -163,11 +163,9 @@ fn spawn_keys(stop: Arc<AtomicBool>, done: Arc<AtomicBool>) -> std::thread::Join
             match event::poll(Duration::from_millis(100)) {
                 Ok(true) => {}
                 Ok(false) => continue,
-                // No readable terminal any more (hang-up): stop rather than spin.
-                Err(_) => {
-                    stop.store(true, Ordering::Relaxed);
-                    return;
-                }
+                // No terminal to read keys from: stop reading, not the view
+                // (signals still stop it; a hang-up sends SIGHUP).
+                Err(_) => return,
             }
             if let Ok(Event::Key(k)) = event::read() {
                 if k.kind == KeyEventKind::Release {
