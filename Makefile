@@ -6,7 +6,8 @@ BIN := user/target/release/ddioscope
 # Each command the build or tests run, and the package that provides it.
 NEEDED := clang:clang llvm-strip:llvm pkg-config:pkg-config bpftool:bpftool \
 	iperf3:iperf3 ethtool:ethtool ip:iproute2 ping:iputils-ping sqlite3:sqlite3 \
-	python3:python3 setpriv:util-linux chromium:chromium
+	python3:python3 setpriv:util-linux chromium:chromium \
+	prometheus:prometheus promtool:prometheus tmux:tmux
 
 .PHONY: all build deps demo test unit-test system-test bench clean
 

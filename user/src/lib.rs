@@ -9,5 +9,8 @@ pub mod probe;
 pub mod record;
 pub mod recording;
 pub mod report;
+pub mod serve;
 pub mod snapshot;
+pub mod top;
 pub mod topology;
+pub mod view;

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use ddioscope::{doctor, record, recording, report};
+use ddioscope::{doctor, record, recording, report, serve, top};
 
 #[derive(Parser)]
 #[command(
@@ -71,6 +71,51 @@ enum Cmd {
         /// Sample period: 1 in N L3 misses (or N ns for software-clock).
         #[arg(long, value_name = "N", default_value_t = 2000)]
         miss_period: u64,
+    },
+    /// Live per-queue view in the terminal (plain lines when stdout is not a terminal); q or Ctrl-C quits.
+    Top {
+        /// Interface to observe.
+        #[arg(short, long)]
+        iface: String,
+        /// Named network namespace (from `ip netns list`) the interface lives in.
+        #[arg(long)]
+        netns: Option<String>,
+        /// Refresh interval in milliseconds.
+        #[arg(long, value_name = "MS", default_value_t = 1000)]
+        interval: u64,
+        /// Hardware counters: auto (uncore PMUs when present), software, off.
+        #[arg(long, value_enum, default_value = "auto")]
+        counters: record::CountersMode,
+        /// Print the feature table and the attached program ids on stderr.
+        #[arg(short, long)]
+        verbose: bool,
+    },
+    /// Serve OpenMetrics/Prometheus metrics (/metrics, /healthz) from a live session.
+    Serve {
+        /// Interface to observe.
+        #[arg(short, long)]
+        iface: String,
+        /// Named network namespace (from `ip netns list`) the interface lives in.
+        #[arg(long)]
+        netns: Option<String>,
+        /// Address to listen on (loopback unless --allow-remote).
+        #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:9436")]
+        listen: String,
+        /// Allow a non-loopback --listen address.
+        #[arg(long)]
+        allow_remote: bool,
+        /// Flows exported, the top N by bytes (bounds the series count).
+        #[arg(long, value_name = "N", default_value_t = 10)]
+        top_flows: usize,
+        /// Sampling interval in milliseconds (metrics are cumulative since start).
+        #[arg(long, value_name = "MS", default_value_t = 1000)]
+        interval: u64,
+        /// Hardware counters: auto (uncore PMUs when present), software, off.
+        #[arg(long, value_enum, default_value = "auto")]
+        counters: record::CountersMode,
+        /// Print the feature table and the attached program ids on stderr.
+        #[arg(short, long)]
+        verbose: bool,
     },
     /// Import a `perf stat -I MS -x, -e …` CSV into an existing recording.
     ImportCounters {
@@ -203,7 +248,10 @@ fn run() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     // libbpf's own messages (load failures while probing features) are noise
     // unless asked for; our errors explain themselves.
-    let verbose = matches!(cli.cmd, Cmd::Record { verbose: true, .. });
+    let verbose = matches!(
+        cli.cmd,
+        Cmd::Record { verbose: true, .. } | Cmd::Top { verbose: true, .. } | Cmd::Serve { verbose: true, .. }
+    );
     if !verbose {
         libbpf_rs::set_print(None);
     }
@@ -253,6 +301,23 @@ fn run() -> anyhow::Result<ExitCode> {
                     serde_json::json!({"event": "done", "intervals": s.intervals, "output": opts.output.display().to_string()}),
                 );
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Top { iface, netns, interval, counters, verbose } => {
+            top::run(&top::TopOptions { iface, netns, interval_ms: interval, counters, verbose })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Serve { iface, netns, listen, allow_remote, top_flows, interval, counters, verbose } => {
+            serve::run(&serve::ServeOptions {
+                iface,
+                netns,
+                listen,
+                allow_remote,
+                top_flows,
+                interval_ms: interval,
+                counters,
+                verbose,
+            })?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Report { file, json, top, html, force, geometry } => {

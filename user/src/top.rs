@@ -1,0 +1,363 @@
+//! `ddioscope top`: a refreshing per-queue terminal view of the live Snapshot
+//! stream (rates, NAPI batches, stage p99s, in-flight bytes vs the assumed DDIO
+//! capacity, socket DDIO miss %, top flows); plain periodic lines when stdout
+//! is not a terminal. The terminal is restored on every exit path, panics included.
+use std::io::{self, IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
+use crossterm::{cursor, queue, style, terminal};
+
+use crate::counters::socket_metrics;
+use crate::live::{CountersMode, LiveOptions, LiveSession};
+use crate::snapshot::{Dir, Snapshot};
+use crate::view::{self, fmt_bytes, fmt_ns, FlowRate, FlowRates, QueueView};
+
+#[derive(Debug, Clone)]
+pub struct TopOptions {
+    pub iface: String,
+    pub netns: Option<String>,
+    pub interval_ms: u64,
+    pub counters: CountersMode,
+    pub verbose: bool,
+}
+
+/// Flows listed on screen at most (fewer when the terminal is short).
+const MAX_FLOWS: usize = 10;
+
+pub fn run(opts: &TopOptions) -> Result<()> {
+    let live_opts = LiveOptions {
+        iface: opts.iface.clone(),
+        netns: opts.netns.clone(),
+        interval_ms: opts.interval_ms,
+        // top shows aggregates only: no per-packet records cross to userspace.
+        sample_every: 0,
+        counters: opts.counters,
+        // Live surfaces show aggregates: stage latencies on every packet, no
+        // L3-miss sampler (attribution belongs to recordings).
+        stage_every: 1,
+        miss_source: crate::probe::l3miss::MissSource::Off,
+        miss_period: 0,
+        // Flow rates are per interval, so the flow table is read every interval.
+        flow_every: 1,
+        verbose: opts.verbose,
+    };
+    let (features, iface) = LiveSession::preflight(&live_opts)?;
+    // Signals first, so a Ctrl-C during attach still detaches cleanly; SIGHUP
+    // (an SSH session going away) stops too.
+    let stop = crate::live::stop_flag()?;
+    let mut live = LiveSession::start(&live_opts, features, iface)?;
+    if opts.verbose {
+        let ids: Vec<String> = live.probe.prog_ids().iter().map(|i| i.to_string()).collect();
+        eprintln!("attached: prog ids {}", ids.join(","));
+    }
+    let result = if io::stdout().is_terminal() { run_tty(&mut live, &stop) } else { run_plain(&mut live, &stop) };
+    // Detach (drop the links) before the caller prints anything.
+    drop(live);
+    result
+}
+
+/// Everything one screen or one set of lines needs about one interval.
+struct Frame {
+    dur_s: f64,
+    queues: Vec<QueueView>,
+    flows: Vec<FlowRate>,
+    /// (socket, write miss %, read miss %).
+    ddio: Vec<(u32, Option<f64>, Option<f64>)>,
+    elapsed_s: f64,
+}
+
+fn frame(live: &LiveSession, snap: &Snapshot, flows: &mut FlowRates) -> Frame {
+    let dur_s = snap.dur_ns as f64 / 1e9;
+    let ddio = if snap.counters.is_empty() || dur_s <= 0.0 {
+        Vec::new()
+    } else {
+        socket_metrics(&snap.counters, dur_s).into_iter().map(|m| (m.socket, m.write_miss_pct, m.read_miss_pct)).collect()
+    };
+    Frame {
+        dur_s,
+        queues: view::queue_views(&snap.queues, snap.dur_ns),
+        flows: flows.update(&snap.flows, snap.dur_ns),
+        ddio,
+        elapsed_s: live.started.elapsed().as_secs_f64(),
+    }
+}
+
+// ---------------------------------------------------------------- plain lines
+
+fn run_plain(live: &mut LiveSession, stop: &AtomicBool) -> Result<()> {
+    let mut flows = FlowRates::default();
+    let mut out = io::stdout().lock();
+    loop {
+        let (snap, finishing) = live.next(stop, None)?;
+        let f = frame(live, &snap, &mut flows);
+        let mut text = String::new();
+        for q in &f.queues {
+            text.push_str(&plain_line(&f, q));
+            text.push('\n');
+        }
+        // A reader that went away (`| head`) ends the view, cleanly.
+        if out.write_all(text.as_bytes()).and_then(|()| out.flush()).is_err() || finishing {
+            return Ok(());
+        }
+    }
+}
+
+fn plain_line(f: &Frame, q: &QueueView) -> String {
+    let mut s = format!(
+        "t={:.1}s {} q{} pkts/s={:.0} mbit/s={:.1}",
+        f.elapsed_s,
+        q.dir.as_str(),
+        q.queue,
+        q.packets_per_s,
+        q.mbit_per_s
+    );
+    if q.dir == Dir::Rx {
+        s += &format!(
+            " napi_avg_batch={} budget_exhausted={}",
+            q.napi_avg_batch.map_or("-".into(), |b| format!("{b:.1}")),
+            q.napi_budget_exhausted
+        );
+    }
+    for (name, p) in q.dir.stage_names().iter().zip(q.p99_ns) {
+        s += &format!(" p99_{name}_us={}", p.map_or("-".into(), |n| format!("{:.1}", n as f64 / 1e3)));
+    }
+    if let Some(b) = q.inflight_bytes {
+        s += &format!(" inflight_bytes={b:.0}");
+    }
+    s
+}
+
+// ---------------------------------------------------------------- terminal
+
+/// Raw mode + alternate screen for as long as it lives; Drop restores the
+/// terminal whatever the exit path (error, `?`, panic unwinding).
+struct TerminalGuard;
+
+impl TerminalGuard {
+    fn enter() -> Result<TerminalGuard> {
+        terminal::enable_raw_mode().context("switching the terminal to raw mode")?;
+        // From here on the guard exists, so a failure below still restores.
+        let g = TerminalGuard;
+        let mut out = io::stdout();
+        crossterm::execute!(out, terminal::EnterAlternateScreen, cursor::Hide).context("entering the alternate screen")?;
+        Ok(g)
+    }
+}
+
+fn restore_terminal() {
+    let mut out = io::stdout();
+    let _ = crossterm::execute!(out, style::ResetColor, cursor::Show, terminal::LeaveAlternateScreen);
+    let _ = terminal::disable_raw_mode();
+}
+
+impl Drop for TerminalGuard {
+    fn drop(&mut self) {
+        restore_terminal();
+    }
+}
+
+/// Reads keys on its own thread, blocking in `event::poll` with a timeout (no
+/// busy loop); `q`, Esc and Ctrl-C (raw mode turns it into a key) set `stop`.
+fn spawn_keys(stop: Arc<AtomicBool>, done: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        while !done.load(Ordering::Relaxed) && !stop.load(Ordering::Relaxed) {
+            match event::poll(Duration::from_millis(100)) {
+                Ok(true) => {}
+                Ok(false) => continue,
+                // No terminal to read keys from: stop reading, not the view
+                // (signals still stop it; a hang-up sends SIGHUP).
+                Err(_) => return,
+            }
+            if let Ok(Event::Key(k)) = event::read() {
+                if k.kind == KeyEventKind::Release {
+                    continue;
+                }
+                let quit = matches!(k.code, KeyCode::Char('q') | KeyCode::Char('Q') | KeyCode::Esc)
+                    || (k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL));
+                if quit {
+                    stop.store(true, Ordering::Relaxed);
+                }
+            }
+        }
+    })
+}
+
+fn run_tty(live: &mut LiveSession, stop: &Arc<AtomicBool>) -> Result<()> {
+    // A panic prints its message after the terminal is back to normal.
+    let prev_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        restore_terminal();
+        prev_hook(info);
+    }));
+    let guard = TerminalGuard::enter()?;
+    let done = Arc::new(AtomicBool::new(false));
+    let keys = spawn_keys(Arc::clone(stop), Arc::clone(&done));
+    let result = tty_loop(live, stop);
+    done.store(true, Ordering::Relaxed);
+    // The key thread wakes within its poll timeout; join it so it no longer
+    // reads the terminal once it is restored.
+    let _ = keys.join();
+    drop(guard);
+    result
+}
+
+fn tty_loop(live: &mut LiveSession, stop: &AtomicBool) -> Result<()> {
+    let mut flows = FlowRates::default();
+    draw(&header_lines(live, None), &[])?;
+    loop {
+        let (snap, finishing) = live.next(stop, None)?;
+        if finishing {
+            return Ok(());
+        }
+        let f = frame(live, &snap, &mut flows);
+        draw(&header_lines(live, Some(&f)), &body_lines(live, &f))?;
+    }
+}
+
+fn header_lines(live: &LiveSession, f: Option<&Frame>) -> Vec<String> {
+    let i = &live.iface;
+    let mut h = vec![format!(
+        "ddioscope top — {}{} ({}, {} rx / {} tx queues)  {}   q: quit",
+        i.name,
+        i.netns.as_deref().map(|n| format!(" in netns {n}")).unwrap_or_default(),
+        i.driver.as_deref().unwrap_or("unknown driver"),
+        i.rx_queues,
+        i.tx_queues,
+        match f {
+            Some(f) => format!("t={:.1} s, interval {:.2} s", f.elapsed_s, f.dur_s),
+            None => "waiting for the first interval…".into(),
+        }
+    )];
+    h.push(match (&live.host.llc, view::ddio_capacity_bytes(&live.host)) {
+        (Some(llc), Some(cap)) => format!(
+            "LLC {} / {} ways → DDIO capacity {} (assumed {} DDIO ways)",
+            fmt_bytes(llc.size_bytes as f64),
+            llc.ways,
+            fmt_bytes(cap as f64),
+            view::ASSUMED_DDIO_WAYS
+        ),
+        _ => "LLC geometry unknown: no DDIO capacity".into(),
+    });
+    let ddio = match f {
+        Some(f) if !f.ddio.is_empty() => f
+            .ddio
+            .iter()
+            .map(|(s, w, r)| {
+                let pct = |v: &Option<f64>| v.map_or("-".into(), |p| format!("{p:.1} %"));
+                format!("socket {s}: DDIO write miss {}, read miss {}", pct(w), pct(r))
+            })
+            .collect::<Vec<_>>()
+            .join("   "),
+        _ => format!(
+            "DDIO counters: {}{}",
+            live.counters_source,
+            live.counter_notes.first().map(|n| format!(" ({n})")).unwrap_or_default()
+        ),
+    };
+    h.push(ddio);
+    h
+}
+
+fn body_lines(live: &LiveSession, f: &Frame) -> Vec<String> {
+    let cap = view::ddio_capacity_bytes(&live.host);
+    let mut out = vec![String::new()];
+    for dir in [Dir::Rx, Dir::Tx] {
+        let names = dir.stage_names();
+        let mut hdr = format!("{:<3} {:>3} {:>11} {:>10}", dir.as_str().to_uppercase(), "Q", "PKTS/S", "MBIT/S");
+        if dir == Dir::Rx {
+            hdr += &format!(" {:>7} {:>8}", "BATCH", "BUDGET");
+        }
+        for n in names {
+            hdr += &format!(" {:>15}", format!("p99 {n}"));
+        }
+        if dir == Dir::Rx {
+            hdr += &format!(" {:>10} {:>7}", "IN-FLIGHT", "%DDIO");
+        }
+        out.push(hdr);
+        let qs: Vec<&QueueView> = f.queues.iter().filter(|q| q.dir == dir).collect();
+        if qs.is_empty() {
+            out.push("    (no activity this interval)".into());
+        }
+        let mut inflight_sum = 0.0;
+        for q in qs {
+            let mut l = format!("{:<3} {:>3} {:>11.0} {:>10.1}", "", q.queue, q.packets_per_s, q.mbit_per_s);
+            if dir == Dir::Rx {
+                l += &format!(
+                    " {:>7} {:>8}",
+                    q.napi_avg_batch.map_or("-".into(), |b| format!("{b:.1}")),
+                    q.napi_budget_exhausted
+                );
+            }
+            for p in q.p99_ns {
+                l += &format!(" {:>15}", fmt_ns(p));
+            }
+            if dir == Dir::Rx {
+                inflight_sum += q.inflight_bytes.unwrap_or(0.0);
+                l += &format!(
+                    " {:>10} {:>7}",
+                    q.inflight_bytes.map_or("-".into(), fmt_bytes),
+                    pct_of(q.inflight_bytes, cap)
+                );
+            }
+            out.push(l);
+        }
+        if dir == Dir::Rx && inflight_sum > 0.0 {
+            out.push(format!(
+                "    all RX queues: {} in flight (Little's law: bytes/s × mean driver_to_free), {} of DDIO capacity",
+                fmt_bytes(inflight_sum),
+                pct_of(Some(inflight_sum), cap)
+            ));
+        }
+        out.push(String::new());
+    }
+    out.push(format!("{:<3} {:<5} {:>41} {:>41} {:>4} {:>10} {:>10}", "DIR", "PROTO", "SOURCE", "DESTINATION", "Q", "MBIT/S", "PKTS/S"));
+    if f.flows.is_empty() {
+        out.push("    (no flow traffic this interval)".into());
+    }
+    for fr in f.flows.iter().take(MAX_FLOWS) {
+        let k = &fr.flow.key;
+        out.push(format!(
+            "{:<3} {:<5} {:>41} {:>41} {:>4} {:>10.1} {:>10.0}",
+            k.dir.as_str(),
+            k.proto,
+            endpoint(&k.src, k.sport),
+            endpoint(&k.dst, k.dport),
+            fr.flow.queue,
+            fr.bytes_per_s * 8.0 / 1e6,
+            fr.packets_per_s
+        ));
+    }
+    out
+}
+
+fn endpoint(addr: &str, port: u16) -> String {
+    if addr.contains(':') {
+        format!("[{addr}]:{port}")
+    } else {
+        format!("{addr}:{port}")
+    }
+}
+
+fn pct_of(v: Option<f64>, cap: Option<u64>) -> String {
+    match (v, cap) {
+        (Some(v), Some(c)) if c > 0 => format!("{:.1}%", 100.0 * v / c as f64),
+        _ => "-".into(),
+    }
+}
+
+/// Repaint in place (no full clear, so no flicker), cut to the terminal's size.
+fn draw(header: &[String], body: &[String]) -> Result<()> {
+    let (w, h) = terminal::size().unwrap_or((80, 24));
+    let mut out = io::stdout().lock();
+    for (row, line) in header.iter().chain(body).take(h as usize).enumerate() {
+        let cut: String = line.chars().take(w as usize).collect();
+        queue!(out, cursor::MoveTo(0, row as u16), style::Print(cut), terminal::Clear(terminal::ClearType::UntilNewLine))?;
+    }
+    queue!(out, terminal::Clear(terminal::ClearType::FromCursorDown))?;
+    out.flush().context("writing to the terminal")?;
+    Ok(())
+}
