@@ -53,6 +53,17 @@ def test_cpu_context_attribution_follows_rates(testbed, recorder):
     # Bounded: the flow and region maps never exceed their sizes.
     assert len(m["flows"]) <= 4096 and len(m["regions"]) <= 32
 
+    # The report's attribution: no addresses here, so CPU context is the
+    # strongest method; it says so, and that the event is a stand-in.
+    a = r["attribution"]
+    assert a["method"] == "cpu_context" and a["confidence"] != "insufficient", a
+    assert any("stand-in" in n for n in a["notes"])
+    share = {q["queue"]: q["share_pct"] for q in a["queues"] if q["dir"] == "rx"}
+    assert share.get(0, 0) > share.get(1, 0) > 0, share
+    heavy = [f for f in a["flows"] if f["dport"] == 5201]
+    light = [f for f in a["flows"] if f["dport"] == 5202]
+    assert sum(f["share_pct"] for f in heavy) > sum(f["share_pct"] for f in light)
+
 
 def test_address_path_loads_and_sees_addresses(testbed, recorder):
     tb = testbed

@@ -177,6 +177,7 @@ pub fn observation(rec: &Recording, o: GeometryOverrides) -> Result<HostObservat
 /// What `recommend` prints and the report embeds.
 #[derive(Debug, Serialize)]
 pub struct Advice {
+    pub attribution: AttributionReport,
     pub model: ModelView,
     pub geometry: LlcGeometry,
     /// "measured" when MSR 0xC8B was read at record time; "assumed" otherwise.
@@ -192,6 +193,7 @@ pub fn advise(rec: &Recording, o: GeometryOverrides) -> Result<Advice> {
         WaysSource::Override => "given on the command line".to_string(),
     };
     Ok(Advice {
+        attribution: attribution(rec, &obs),
         model: advise::model_view(&obs),
         geometry: obs.geometry.clone(),
         ddio_ways_note: note,
@@ -209,4 +211,142 @@ mod tests {
         assert_eq!(irq_queue("ens1f0-TxRx-12"), Some(12));
         assert_eq!(irq_queue("ens1f0-TxRx-"), None);
     }
+}
+
+/// Every piece of attribution evidence the recording holds, in the
+/// attribution module's terms.
+pub fn evidence(rec: &Recording, obs: &HostObservation) -> crate::attribution::Evidence {
+    use crate::attribution::{
+        Evidence, FlowId, Interval, ModelPrediction, QueueFeatures, QueueId, RegressionInput, SampledCounts, SocketMisses,
+    };
+    let qid = |d: Dir, q: u32| QueueId { dir: d.as_str().to_string(), queue: q };
+    let fid = |k: &crate::snapshot::FlowKey| FlowId {
+        proto: k.proto.clone(),
+        src: k.src.clone(),
+        sport: k.sport,
+        dst: k.dst.clone(),
+        dport: k.dport,
+    };
+    let report = crate::report::build(rec);
+    let m = &report.l3miss;
+    let period: u64 = rec.meta.get("miss_period").and_then(|v| v.parse().ok()).unwrap_or(0);
+    let sampled = |by_addr: bool, other: u64| -> Option<SampledCounts> {
+        if m.samples == 0 {
+            return None;
+        }
+        Some(SampledCounts {
+            period,
+            queues: m.queues.iter().map(|q| (qid(q.dir, q.queue), if by_addr { q.addr_join } else { q.cpu_ctx })).collect(),
+            flows: m
+                .flows
+                .iter()
+                .map(|f| {
+                    (
+                        FlowId { proto: f.proto.clone(), src: f.src.clone(), sport: f.sport, dst: f.dst.clone(), dport: f.dport },
+                        if by_addr { f.addr_join } else { f.cpu_ctx },
+                    )
+                })
+                .collect(),
+            other_samples: other,
+            age_hist: Vec::new(),
+        })
+    };
+    let address_join = sampled(true, m.other_addr);
+    let cpu_context = sampled(false, m.uncharged);
+
+    // Regression needs socket miss counts in the recording's own intervals: live counters only.
+    let socket = rec.iface().numa_node.unwrap_or(0).max(0) as u32;
+    let live = rec.meta.get("counters_source").is_some_and(|s| s == "live");
+    let sum_of = |s: &crate::snapshot::Snapshot, names: &[&str]| -> Option<f64> {
+        let v: Vec<f64> = s
+            .counters
+            .iter()
+            .filter(|r| r.socket == socket && r.is_socket_total() && names.iter().any(|n| r.event.eq_ignore_ascii_case(n)))
+            .map(|r| r.value)
+            .collect();
+        (!v.is_empty()).then(|| v.iter().sum())
+    };
+    let regression = live.then(|| RegressionInput {
+        intervals: rec
+            .snapshots
+            .iter()
+            .filter(|s| !s.counters.is_empty())
+            .map(|s| Interval {
+                duration_ns: s.dur_ns,
+                queues: s
+                    .queues
+                    .iter()
+                    .map(|q| {
+                        let life = if q.dir == Dir::Rx { 3 } else { 2 };
+                        let inflight = (q.stage_count[life] > 0 && s.dur_ns > 0).then(|| {
+                            q.bytes as f64 / (s.dur_ns as f64 / 1e9) * (q.stage_sum_ns[life] as f64 / q.stage_count[life] as f64) / 1e9
+                        });
+                        QueueFeatures { queue: qid(q.dir, q.queue), inbound_bytes: q.bytes as f64, inflight_bytes: inflight, footprint_bytes: None }
+                    })
+                    .collect(),
+                socket: SocketMisses {
+                    io_write: sum_of(s, &["UNC_CHA_TOR_INSERTS.IO_MISS_ITOM"]),
+                    io_read: sum_of(s, &["UNC_CHA_TOR_INSERTS.IO_MISS_PCIRDCUR", "UNC_CHA_TOR_INSERTS.IO_MISS_RDCUR"]),
+                    l3: sum_of(s, &["MEM_LOAD_RETIRED.L3_MISS"]),
+                },
+            })
+            .collect(),
+        flow_bytes: rec.flows.iter().map(|f| (fid(&f.key), qid(f.key.dir, f.queue), f.bytes as f64)).collect(),
+    });
+
+    // Model prior: the simulator's per-queue misses (sim queue i is the i-th RX
+    // queue by id), each split over its flows by bytes.
+    let model = crate::advise::spec_from_observation(obs, None, None).map(|spec| {
+        let r = crate::model::spec::simulate(&spec);
+        let mut rx_ids: Vec<u32> = obs.queues.iter().filter(|q| q.dir == MDir::Rx).map(|q| q.queue).collect();
+        rx_ids.sort_unstable();
+        let mut p = ModelPrediction::from_sim(&r, None);
+        for (id, _) in p.queues.iter_mut() {
+            if let Some(real) = rx_ids.get(id.queue as usize) {
+                id.queue = *real;
+            }
+        }
+        for (id, misses) in &p.queues {
+            let flows: Vec<_> = rec.flows.iter().filter(|f| f.key.dir == Dir::Rx && f.queue == id.queue).collect();
+            let total: f64 = flows.iter().map(|f| f.bytes as f64).sum();
+            if total > 0.0 {
+                for f in flows {
+                    p.flows.push((fid(&f.key), misses * f.bytes as f64 / total));
+                }
+            }
+        }
+        let measured = report.counters.sockets.iter().find(|s| s.socket == socket).and_then(|_| {
+            let live_or_imported = matches!(report.counters.source.as_str(), "live" | "imported");
+            live_or_imported.then(|| rec.snapshots.iter().filter_map(|s| sum_of(s, &["UNC_CHA_TOR_INSERTS.IO_MISS_ITOM"])).sum())
+        });
+        p.measured_total = measured.filter(|v: &f64| *v > 0.0);
+        p
+    });
+    Evidence { address_join, cpu_context, regression, model }
+}
+
+/// The attribution `report` shows: the strongest method the evidence
+/// supports, plus every method's own answer for comparison.
+#[derive(Debug, Serialize)]
+pub struct AttributionReport {
+    #[serde(flatten)]
+    pub chosen: crate::attribution::Attribution,
+    pub stand_in: bool,
+    pub all: Vec<crate::attribution::Attribution>,
+}
+
+pub fn attribution(rec: &Recording, obs: &HostObservation) -> AttributionReport {
+    let ev = evidence(rec, obs);
+    let mut chosen = crate::attribution::attribute(&ev);
+    let all = crate::attribution::attribute_all(&ev);
+    // Software stand-in events measure where network CPU time goes, not L3 misses.
+    let source = rec.meta.get("miss_sampling").cloned().unwrap_or_default();
+    let stand_in = source.contains("stand-in");
+    if stand_in && matches!(chosen.method, crate::attribution::Method::AddressJoin | crate::attribution::Method::CpuContext) {
+        chosen.notes.insert(
+            0,
+            format!("samples come from {source}: they show which queues' and flows' work the CPUs were doing, a stand-in for L3-miss samples"),
+        );
+    }
+    AttributionReport { chosen, stand_in, all }
 }

@@ -1,6 +1,7 @@
 //! ddioscope: per-queue and per-flow Intel DDIO observability.
 pub mod advise;
 pub mod analysis;
+pub mod attribution;
 pub mod counters;
 pub mod doctor;
 pub mod live;

@@ -206,6 +206,23 @@ impl From<GeometryArgs> for ddioscope::analysis::GeometryOverrides {
 fn render_advice(a: &ddioscope::analysis::Advice) -> String {
     use std::fmt::Write as _;
     let mut o = String::new();
+    let at = &a.attribution.chosen;
+    let _ = writeln!(
+        o,
+        "\nAttributed DDIO/L3 misses: method {}, confidence {}",
+        serde_json::to_value(at.method).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
+        serde_json::to_value(at.confidence).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+    );
+    for n in &at.notes {
+        let _ = writeln!(o, "  note: {n}");
+    }
+    for q in &at.queues {
+        let ci = q.ci_pct.map(|(lo, hi)| format!(" [{lo:.0}–{hi:.0}%]")).unwrap_or_default();
+        let _ = writeln!(o, "  {} queue {:>2}: {:>12.0} misses  {:5.1}%{}", q.dir, q.queue, q.misses, q.share_pct, ci);
+    }
+    for f in at.flows.iter().take(5) {
+        let _ = writeln!(o, "  {} {}:{} -> {}:{}  {:.0} misses  {:.1}%", f.proto, f.src, f.sport, f.dst, f.dport, f.misses, f.share_pct);
+    }
     let g = &a.geometry;
     let _ = writeln!(
         o,
@@ -343,10 +360,12 @@ fn run() -> anyhow::Result<ExitCode> {
                         model["ddio_ways_note"] = serde_json::Value::String(a.ddio_ways_note.clone());
                         v["model"] = model;
                         v["recommendations"] = serde_json::to_value(&a.recommendations)?;
+                        v["attribution"] = serde_json::to_value(&a.attribution)?;
                     }
                     Err(e) => {
                         v["model"] = serde_json::json!({"error": format!("{e:#}")});
                         v["recommendations"] = serde_json::json!([]);
+                        v["attribution"] = serde_json::json!({"method": "none", "confidence": "insufficient", "queues": [], "flows": [], "notes": [format!("{e:#}")]});
                     }
                 }
                 println!("{}", serde_json::to_string_pretty(&v)?);

@@ -138,6 +138,7 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary> {
     writer.set_meta("counters_source", live.counters_source)?;
     writer.set_meta_json("counters_notes", &live.counter_notes)?;
     writer.set_meta("miss_sampling", &live.miss_label)?;
+    writer.set_meta("miss_period", &opts.miss_period.to_string())?;
     let prog_ids = live.probe.prog_ids();
     writer.set_meta_json("prog_ids", &prog_ids)?;
     writer.set_meta("start_ns", &live.start_ns.to_string())?;

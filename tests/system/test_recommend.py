@@ -1,0 +1,49 @@
+"""recommend on testbed recordings: stable across repeated runs of the same
+load; the placement finding when the NIC sits on another NUMA node than the
+cores that process its queues (VTune DDIO recipe, remote_core case)."""
+import json
+import shutil
+import sqlite3
+
+from conftest import BIN, ROOT, run
+
+
+def recommend(path):
+    return json.loads(run(BIN, "recommend", path, "--json").stdout)
+
+
+def test_recommendations_are_stable_across_runs(testbed, recorder):
+    tb = testbed
+    tb.iperf3_server()
+    keys = []
+    for _ in range(2):
+        rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv)
+        tb.iperf3("-P", "2", "-t", "3", "-b", "500M")
+        rc, _, err = rec.stop()
+        assert rc == 0, err
+        a = recommend(rec.out)
+        assert a["model"]["ddio_capacity_bytes"] > 0
+        keys.append(sorted((r["kind"], r["target"]) for r in a["recommendations"]))
+    assert keys[0] == keys[1], keys
+
+
+def test_numa_placement_from_a_recording(tmp_path):
+    # The committed veth recording, with its metadata moved onto a 2-node host
+    # whose NIC hangs off node 1 while the queues were processed on node 0's CPUs.
+    src = ROOT / "tests/fixtures/recordings/veth-tcp.ddio"
+    rec = tmp_path / "remote.ddio"
+    shutil.copy(src, rec)
+    with sqlite3.connect(rec) as c:
+        iface = json.loads(c.execute("SELECT value FROM meta WHERE key='iface'").fetchone()[0])
+        host = json.loads(c.execute("SELECT value FROM meta WHERE key='host'").fetchone()[0])
+        iface["numa_node"] = 1
+        host["cpu_node"] = {"0": 0, "1": 0, "2": 1, "3": 1}
+        c.execute("UPDATE meta SET value=? WHERE key='iface'", (json.dumps(iface),))
+        c.execute("UPDATE meta SET value=? WHERE key='host'", (json.dumps(host),))
+    a = recommend(rec)
+    kinds = [r["kind"] for r in a["recommendations"]]
+    assert "numa_placement" in kinds, a["recommendations"]
+    r = next(r for r in a["recommendations"] if r["kind"] == "numa_placement")
+    assert "node 1" in " ".join(r["evidence"]) + r["target"] + r["command"]
+    # The untouched recording (NIC node unknown) gets no placement advice.
+    assert "numa_placement" not in [r["kind"] for r in recommend(src)["recommendations"]]
