@@ -192,13 +192,45 @@ pub fn advise(rec: &Recording, o: GeometryOverrides) -> Result<Advice> {
         WaysSource::Assumed => format!("assumed {} (MSR 0xC8B not readable at record time)", obs.geometry.ddio_ways),
         WaysSource::Override => "given on the command line".to_string(),
     };
-    Ok(Advice {
-        attribution: attribution(rec, &obs),
-        model: advise::model_view(&obs),
-        geometry: obs.geometry.clone(),
-        ddio_ways_note: note,
-        recommendations: advise::recommend(&obs),
-    })
+    let attribution = attribution(rec, &obs);
+    let mut recommendations = advise::recommend(&obs);
+    target_with_attribution(&mut recommendations, &attribution.chosen);
+    Ok(Advice { attribution, model: advise::model_view(&obs), geometry: obs.geometry.clone(), ddio_ways_note: note, recommendations })
+}
+
+/// Put the attributed misses behind each recommendation that names a queue, and
+/// order the recommendations by the share of misses their queue carries, so the
+/// queues that matter come first.
+fn target_with_attribution(recs: &mut [Recommendation], a: &crate::attribution::Attribution) {
+    use crate::attribution::Confidence;
+    if a.confidence == Confidence::Insufficient || a.queues.is_empty() {
+        return;
+    }
+    let method = serde_json::to_value(a.method).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+    let share_of = |target: &str| -> Option<&crate::attribution::QueueShare> {
+        a.queues.iter().find(|q| {
+            let name = format!("{}{}", q.dir, q.queue);
+            target.split(|c: char| !c.is_ascii_alphanumeric()).any(|w| w == name)
+        })
+    };
+    for r in recs.iter_mut() {
+        if let Some(q) = share_of(&r.target) {
+            r.evidence.push(format!(
+                "{}{} carries {:.1}% of the attributed misses ({method}, {:?} confidence)",
+                q.dir, q.queue, q.share_pct, a.confidence
+            ));
+            if let Some(top) = a.flows.first() {
+                r.evidence.push(format!(
+                    "top flow by attributed misses: {} {}:{} -> {}:{} ({:.1}%)",
+                    top.proto, top.src, top.sport, top.dst, top.dport, top.share_pct
+                ));
+            }
+        }
+    }
+    recs.sort_by(|x, y| {
+        let s = |r: &Recommendation| share_of(&r.target).map_or(-1.0, |q| q.share_pct);
+        s(y).total_cmp(&s(x))
+    });
 }
 
 #[cfg(test)]

@@ -155,8 +155,11 @@ enum Cmd {
     },
     /// What-if grid from the DDIO cache simulator (synthetic experiment descriptions).
     Simulate {
-        /// Experiment, as JSON or key=value,... (e.g. "preset=skx6140,queues=1,ring=1024,pkt=1500,consumer=forward").
-        #[arg(long, value_name = "SPEC", required_unless_present = "bench")]
+        /// Recording whose queues, rates, packet sizes and residence times drive the simulation.
+        #[arg(conflicts_with = "synthetic")]
+        recording: Option<PathBuf>,
+        /// Experiment, as JSON or key=value,... (e.g. "preset=skx6140,queues=1,ring=1024,pkt_bytes=1500,consumer=forward").
+        #[arg(long, value_name = "SPEC", required_unless_present_any = ["bench", "recording"])]
         synthetic: Option<String>,
         /// Ring sizes to try (comma-separated).
         #[arg(long, value_delimiter = ',')]
@@ -175,6 +178,8 @@ enum Cmd {
         /// Measure simulator throughput (cache-line accesses per second, one core).
         #[arg(long)]
         bench: bool,
+        #[command(flatten)]
+        geometry: GeometryArgs,
     },
     /// Check what this host offers ddioscope and what each missing piece costs.
     Doctor {
@@ -388,22 +393,49 @@ fn run() -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Simulate { synthetic, ring, ways, queues, pkt_bytes, json, bench } => {
+        Cmd::Simulate { recording: rec_path, synthetic, ring, ways, queues, pkt_bytes, json, bench, geometry } => {
             if bench {
                 let lps = ddioscope::model::sim::bench_lines_per_sec();
                 println!("simulator: {:.1} M cache-line accesses/s on one core (target >= 50 M/s)", lps / 1e6);
                 return Ok(ExitCode::SUCCESS);
             }
-            let spec_text = synthetic.unwrap_or_default();
-            let spec = ddioscope::model::spec::SimSpec::parse(&spec_text)
-                .map_err(|e| anyhow::anyhow!("--synthetic: {e}"))?;
+            let spec = match rec_path {
+                Some(path) => {
+                    let rec = recording::Recording::open(&path)?;
+                    let obs = ddioscope::analysis::observation(&rec, geometry.into())?;
+                    ddioscope::advise::spec_from_observation(&obs, None, None).ok_or_else(|| {
+                        anyhow::anyhow!("{} has no RX traffic to simulate", path.display())
+                    })?
+                }
+                None => {
+                    let spec_text = synthetic.unwrap_or_default();
+                    ddioscope::model::spec::SimSpec::parse(&spec_text).map_err(|e| anyhow::anyhow!("--synthetic: {e}"))?
+                }
+            };
             let grid = ddioscope::model::spec::what_if(&spec, &ring, &ways, &queues, &pkt_bytes);
             if json {
                 println!("{}", serde_json::to_string_pretty(&grid)?);
             } else {
-                eprintln!("model-only: simulated from the description, not measured");
+                println!("model-only prediction (simulated, not measured)");
+                println!(
+                    "{:>6} {:>5} {:>8} {:>7} {:>6} {:>11} {:>11} {:>9} {:>9} {:>9}",
+                    "ring", "ways", "mask", "queues", "pkt B", "footprint", "DDIO cap", "verdict", "write hit", "read hit"
+                );
+                let pct = |v: Option<f64>| v.map(|v| format!("{v:.1}%")).unwrap_or_else(|| "-".into());
                 for p in &grid {
-                    println!("{}", serde_json::to_string(p)?);
+                    println!(
+                        "{:>6} {:>5} {:>#8x} {:>7} {:>6} {:>9.2}Mi {:>9.2}Mi {:>9} {:>9} {:>9}",
+                        p.ring,
+                        p.ddio_ways,
+                        p.ddio_mask,
+                        p.queues,
+                        p.pkt_bytes,
+                        p.footprint_bytes as f64 / 1048576.0,
+                        p.ddio_capacity_bytes as f64 / 1048576.0,
+                        serde_json::to_value(p.verdict).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
+                        pct(p.io_write_hit_pct),
+                        pct(p.io_read_hit_pct)
+                    );
                 }
             }
             Ok(ExitCode::SUCCESS)

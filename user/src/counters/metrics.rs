@@ -34,9 +34,13 @@ pub struct SocketMetrics {
     pub partial_write_miss_pct: Option<f64>,
     /// Inbound reads (PCIRdCur) that missed, %.
     pub read_miss_pct: Option<f64>,
+    #[serde(rename = "inbound_write_MBps")]
     pub inbound_write_mbps: Option<f64>,
+    #[serde(rename = "inbound_read_MBps")]
     pub inbound_read_mbps: Option<f64>,
+    #[serde(rename = "dram_read_MBps")]
     pub dram_read_mbps: Option<f64>,
+    #[serde(rename = "dram_write_MBps")]
     pub dram_write_mbps: Option<f64>,
     pub l3_miss_per_s: Option<f64>,
     pub write_allocation_disabled: bool,
