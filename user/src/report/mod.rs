@@ -130,6 +130,19 @@ pub struct CountersReport {
     pub warnings: Vec<String>,
     pub notes: Vec<String>,
     pub readings: usize,
+    /// The NIC's own IIO port (its root bus's IIO box), when known.
+    pub nic_port: Option<NicPort>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct NicPort {
+    pub pci_root: Option<String>,
+    pub iio_box: Option<String>,
+    #[serde(rename = "inbound_write_MBps")]
+    pub inbound_write_mbps: Option<f64>,
+    #[serde(rename = "inbound_read_MBps")]
+    pub inbound_read_mbps: Option<f64>,
+    pub note: String,
 }
 
 fn counters_report(rec: &Recording) -> CountersReport {
@@ -163,7 +176,29 @@ fn counters_report(rec: &Recording) -> CountersReport {
     };
     let sockets = if readings.is_empty() || dur <= 0.0 { Vec::new() } else { crate::counters::socket_metrics(&readings, dur) };
     let warnings = sockets.iter().flat_map(|s| s.warnings.iter().map(move |w| format!("socket {}: {w}", s.socket))).collect();
+    let iface = rec.iface();
+    let nic_port = iface.pci_root.as_ref().map(|root| {
+        let boxed = iface.iio_box.clone();
+        // All partitions of the NIC's box: which lanes of the stack the NIC
+        // uses is not visible from sysfs.
+        let ports: Vec<_> = sockets.iter().flat_map(|s| s.ports.iter()).filter(|p| Some(&p.pmu) == boxed.as_ref()).collect();
+        let sum = |f: &dyn Fn(&crate::counters::metrics::PortBandwidth) -> f64| {
+            (!ports.is_empty()).then(|| ports.iter().map(|p| f(p)).sum::<f64>())
+        };
+        NicPort {
+            pci_root: Some(root.clone()),
+            iio_box: boxed.clone(),
+            inbound_write_mbps: sum(&|p| p.write_mbps),
+            inbound_read_mbps: sum(&|p| p.read_mbps),
+            note: match (&boxed, ports.is_empty()) {
+                (None, _) => format!("root bus {root}: no uncore IIO box maps to it on the recording host"),
+                (Some(b), true) => format!("{b} (root bus {root}): no per-box IIO readings in this recording"),
+                (Some(b), false) => format!("{b} (root bus {root}), all partitions summed"),
+            },
+        }
+    });
     CountersReport {
+        nic_port,
         platform: rec.meta.get("platform").cloned().unwrap_or_else(|| "unknown".into()),
         source,
         sockets,
@@ -580,6 +615,15 @@ pub fn render_text(r: &Report, top_flows: usize) -> String {
                 if s.write_allocation_disabled { "  DDIO WRITE ALLOCATION DISABLED" } else { "" }
             );
         }
+    }
+    if let Some(p) = &c.nic_port {
+        let _ = writeln!(
+            o,
+            "  NIC port: {}; inbound write {} read {}",
+            p.note,
+            mbs(p.inbound_write_mbps),
+            mbs(p.inbound_read_mbps)
+        );
     }
     for w in &c.warnings {
         let _ = writeln!(o, "  warning: {w}");

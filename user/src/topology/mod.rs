@@ -28,6 +28,12 @@ pub struct IfaceInfo {
     pub rx_ring_max: Option<u32>,
     pub tx_ring_max: Option<u32>,
     pub numa_node: Option<i32>,
+    /// PCI root bus above the NIC ("0000:5d"): the IIO stack its DMA goes through.
+    #[serde(default)]
+    pub pci_root: Option<String>,
+    /// The uncore IIO PMU box of that root bus, where one exists.
+    #[serde(default)]
+    pub iio_box: Option<String>,
     /// IRQ number → (IRQ name, CPUs it may run on).
     pub irqs: BTreeMap<u32, IrqInfo>,
 }
@@ -207,6 +213,14 @@ pub fn cpu_nodes(sys_root: &Path) -> BTreeMap<u32, i32> {
     map
 }
 
+/// The root bus of a PCI device from its sysfs path, e.g.
+/// "/sys/devices/pci0000:5d/0000:5d:00.0/0000:5e:00.0" → (0x0000, 0x5d).
+pub fn pci_root_of(device_path: &str) -> Option<(u16, u8)> {
+    let comp = device_path.split('/').find_map(|c| c.strip_prefix("pci"))?;
+    let (seg, bus) = comp.split_once(':')?;
+    Some((u16::from_str_radix(seg, 16).ok()?, u8::from_str_radix(bus, 16).ok()?))
+}
+
 /// Where named network namespaces live (iproute2's convention).
 pub const NETNS_RUN_DIR: &str = "/run/netns";
 
@@ -260,9 +274,14 @@ pub fn resolve_iface_live(iface: &str, netns: Option<&str>) -> Result<IfaceInfo>
         info.tx_queues = count_queues(Path::new("/sys"), iface, "tx-");
     }
     if let Some(bus) = info.bus_info.clone().filter(|b| !b.is_empty()) {
-        info.numa_node = read_trim(&Path::new("/sys/bus/pci/devices").join(&bus).join("numa_node"))
-            .and_then(|s| s.parse().ok())
-            .filter(|n: &i32| *n >= 0);
+        let dev = Path::new("/sys/bus/pci/devices").join(&bus);
+        info.numa_node = read_trim(&dev.join("numa_node")).and_then(|s| s.parse().ok()).filter(|n: &i32| *n >= 0);
+        if let Some((seg, rb)) = fs::canonicalize(&dev).ok().and_then(|p| pci_root_of(&p.to_string_lossy())) {
+            info.pci_root = Some(format!("{seg:04x}:{rb:02x}"));
+            info.iio_box = crate::counters::sysfs::discover(Path::new("/sys"))
+                .ok()
+                .and_then(|inv| inv.iio_for_root_bus(seg, rb).map(|(pmu, _)| pmu.name.clone()));
+        }
     }
     let interrupts = fs::read_to_string("/proc/interrupts").unwrap_or_default();
     for (irq, irq_name) in parse_irqs(&interrupts, iface, info.bus_info.as_deref()) {
@@ -287,6 +306,13 @@ mod tests {
 
     fn fixture(p: &str) -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/topology").join(p)
+    }
+
+    #[test]
+    fn root_bus_of_a_nic() {
+        assert_eq!(pci_root_of("/sys/devices/pci0000:5d/0000:5d:00.0/0000:5e:00.0"), Some((0, 0x5d)));
+        assert_eq!(pci_root_of("/sys/devices/pci0001:a0/0001:a0:02.0/0001:a1:00.1"), Some((1, 0xa0)));
+        assert_eq!(pci_root_of("/sys/devices/virtual/net/veth0"), None);
     }
 
     #[test]
