@@ -195,6 +195,23 @@ for load in udp tcp; do
     echo "$((t1 - t0))" >"$TMP/cost_$load.window_ns"
 done
 finish_recorder
+
+# The same UDP load with attribution on: the L3-miss program on a software
+# stand-in event (this host may have no PEBS) and the buffer-page map kept
+# per packet.
+log "attribution cost: L3-miss program on software cpu-clock samples, ${T_COST_UDP} s UDP"
+SAVED_RECORD_ARGS=${BENCH_RECORD_ARGS:-}
+BENCH_RECORD_ARGS="$SAVED_RECORD_ARGS --miss-sampling software-clock --miss-period 1000000"
+start_recorder 90 attr
+printf '%s\n' "$ATTACHED_LINE" >"$TMP/attr.attached"
+snap attr_udp_before
+t0=$(now_ns)
+run_iperf "$TMP/attr_udp.iperf.json" "$T_COST_UDP" "${UDP_ARGS[@]}"
+t1=$(now_ns)
+snap attr_udp_after
+echo "$((t1 - t0))" >"$TMP/attr_udp.window_ns"
+finish_recorder
+BENCH_RECORD_ARGS=$SAVED_RECORD_ARGS
 sysctl -qw "$STATS_SYSCTL=0" >/dev/null
 
 # ---------------------------------------------------------------- 2. throughput
@@ -326,6 +343,29 @@ hn = sum(c["hot_run_time_ns"] for c in cost.values())
 overall = hn / hc if hc else None
 overall_verdict = "n/a" if overall is None else ("PASS" if overall <= target else "ABOVE target")
 print(f"\n  hot hooks, both loads: {fmt_ns(overall)} ns/event vs target <= {target:.0f} ns: {overall_verdict}")
+
+# ---- 1b. attribution cost
+attr_ids = json.loads(open(os.path.join(tmp, "attr.attached")).read())["prog_ids"]
+before = {p["id"]: p for p in load("attr_udp_before.json")}
+after = {p["id"]: p for p in load("attr_udp_after.json")}
+window_s = int(open(os.path.join(tmp, "attr_udp.window_ns")).read()) / 1e9
+base = {p["name"]: p for p in cost["udp"]["programs"]}
+print(f"\n1b. attribution cost ({loads['udp']}, L3-miss program on software cpu-clock samples)")
+print(f"  {'program':<16} {'run_cnt':>11} {'ns/event':>9} {'without':>9} {'extra':>8}")
+attr_progs = []
+for i in attr_ids:
+    b, a = before.get(i, {}), after.get(i, {})
+    name = a.get("name", "?")
+    cnt = (a.get("run_cnt") or 0) - (b.get("run_cnt") or 0)
+    ns = (a.get("run_time_ns") or 0) - (b.get("run_time_ns") or 0)
+    if not cnt:
+        continue
+    avg = ns / cnt
+    was = base.get(name, {}).get("avg_ns")
+    extra = "" if was is None else f"{avg - was:+.1f}"
+    attr_progs.append({"name": name, "run_cnt": cnt, "avg_ns": avg, "without_ns": was})
+    print(f"  {name:<16} {cnt:>11} {avg:>9.1f} {fmt_ns(was):>9} {extra:>8}")
+cost["attribution_udp"] = {"window_s": window_s, "programs": attr_progs}
 
 # ---- 2. throughput
 tests = {
