@@ -52,12 +52,17 @@ struct {
 	__type(value, struct pl_queue_stats);
 } queue_stats SEC(".maps");
 
+/* In-flight packet state: a direct-mapped table indexed by a hash of the skb
+ * pointer, the owner stored in the slot. Every free on the host checks it, so
+ * the check must be cheap: array lookups are inlined by the verifier (no
+ * helper call, no lock), where a hash map costs a call and a bucket walk. A
+ * packet whose slot is taken over before it is freed loses its remaining
+ * stages, and that is counted (PLC_STATE_EVICT). */
+#define STATE_SLOTS 16384
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	/* Sized for the packets in flight at once, not more: every free on the
-	 * host looks this map up, and a small table stays in cache. */
-	__uint(max_entries, 8192);
-	__type(key, __u64);               /* struct sk_buff * */
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, STATE_SLOTS);
+	__type(key, __u32);
 	__type(value, struct pl_skb_state);
 } skb_states SEC(".maps");
 
@@ -268,7 +273,15 @@ static __always_inline void flow_flush(const struct pl_flow_key *k, const struct
 		fs->queue = p->queue;
 		return;
 	}
-	bpf_map_update_elem(&flows, k, p, BPF_NOEXIST);
+	if (bpf_map_update_elem(&flows, k, p, BPF_NOEXIST)) {
+		/* Another path created it meanwhile on this CPU: add instead. */
+		fs = bpf_map_lookup_elem(&flows, k);
+		if (fs) {
+			fs->packets += p->packets;
+			fs->bytes += p->bytes;
+			fs->payload_bytes += p->payload_bytes;
+		}
+	}
 }
 
 static __always_inline void account_flow(struct pl_flow_key *k, __u32 len, __u32 l3_len, __u32 hdr_len,
@@ -297,19 +310,41 @@ static __always_inline void account_flow(struct pl_flow_key *k, __u32 len, __u32
 	c->fpend.queue = queue;
 }
 
+static __always_inline __u32 state_slot(__u64 skb)
+{
+	/* skbs are slab objects: drop the alignment bits, then a multiplicative hash. */
+	return (__u32)(((skb >> 6) * 0x9E3779B97F4A7C15ULL) >> 40) & (STATE_SLOTS - 1);
+}
+
+/* The state of this skb, or NULL if it is not being tracked. */
+static __always_inline struct pl_skb_state *state_of(__u64 skb)
+{
+	__u32 slot = state_slot(skb);
+	struct pl_skb_state *st = bpf_map_lookup_elem(&skb_states, &slot);
+	return (st && st->skb == skb) ? st : NULL;
+}
+
 static __always_inline void store_state(__u64 key, struct pl_skb_state *st)
 {
-	/* A full LRU silently evicts the oldest in-flight packet; count it. */
-	if (bpf_map_update_elem(&skb_states, &key, st, BPF_ANY))
+	__u32 slot = state_slot(key);
+	struct pl_skb_state *cur = bpf_map_lookup_elem(&skb_states, &slot);
+	if (!cur)
+		return;
+	if (cur->skb && cur->skb != key)
 		count(PLC_STATE_EVICT);
+	st->skb = key;
+	*cur = *st;
+}
+
+static __always_inline void drop_state(struct pl_skb_state *st)
+{
+	st->skb = 0;
 }
 
 /* ---- flavour-independent stages (map lookups only) ----------------------- */
 
-static __always_inline int rx_stack_stage(const struct sk_buff *skb)
+static __always_inline int rx_stack_stage(struct pl_skb_state *st)
 {
-	__u64 key = (__u64)skb;
-	struct pl_skb_state *st = bpf_map_lookup_elem(&skb_states, &key);
 	if (!st || st->dir != PL_RX || st->ts[1])
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
@@ -318,10 +353,8 @@ static __always_inline int rx_stack_stage(const struct sk_buff *skb)
 	return 0;
 }
 
-static __always_inline int copy_stage(const struct sk_buff *skb)
+static __always_inline int copy_stage(struct pl_skb_state *st)
 {
-	__u64 key = (__u64)skb;
-	struct pl_skb_state *st = bpf_map_lookup_elem(&skb_states, &key);
 	if (!st || st->dir != PL_RX || st->ts[2])
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
@@ -356,19 +389,25 @@ static __always_inline void emit_sample(const struct pl_skb_state *st, __u64 skb
 	count(PLC_SAMPLED);
 }
 
-static __always_inline int on_free(const struct sk_buff *skb, bool dropped, __u32 reason)
+static __always_inline void count_drop(__u8 dir, __u32 queue, __u32 reason)
 {
-	__u64 key = (__u64)skb;
-	struct pl_skb_state *st = bpf_map_lookup_elem(&skb_states, &key);
-	if (!st)
-		return 0;
+	struct pl_queue_stats *qs = qstats(dir, queue);
+	if (qs)
+		qs->drops += 1;
+	__u32 r = reason < MAX_DROP_REASONS ? reason : MAX_DROP_REASONS - 1;
+	__u64 *c = bpf_map_lookup_elem(&drop_reasons, &r);
+	if (c)
+		*c += 1;
+}
+
+/* The end of a tracked packet's life (drops are counted by the caller, for
+ * tracked and untracked packets alike). */
+static __always_inline int free_stage(struct pl_skb_state *st, __u64 key, bool dropped, __u32 reason)
+{
 	__u64 now = bpf_ktime_get_ns();
 	struct pl_queue_stats *qs = qstats(st->dir, st->queue);
-	if (qs) {
+	if (qs)
 		qs->frees += 1;
-		if (dropped)
-			qs->drops += 1;
-	}
 	if (st->dir == PL_RX) {
 		record_stage(qs, RX_COPY_TO_FREE, st->ts[2], now);
 		record_stage(qs, RX_DRIVER_TO_FREE, st->ts[0], now);
@@ -376,15 +415,9 @@ static __always_inline int on_free(const struct sk_buff *skb, bool dropped, __u3
 		record_stage(qs, TX_XMIT_TO_FREE, st->ts[1], now);
 		record_stage(qs, TX_QUEUE_TO_FREE, st->ts[0], now);
 	}
-	if (dropped) {
-		__u32 r = reason < MAX_DROP_REASONS ? reason : MAX_DROP_REASONS - 1;
-		__u64 *c = bpf_map_lookup_elem(&drop_reasons, &r);
-		if (c)
-			*c += 1;
-	}
 	if (st->sampled)
 		emit_sample(st, key, now, dropped, reason);
-	bpf_map_delete_elem(&skb_states, &key);
+	drop_state(st);
 	return 0;
 }
 
@@ -423,15 +456,29 @@ static __always_inline int napi_poll_account(__u64 key, int work, int budget)
 	return 0;
 }
 
-static __always_inline int tx_done_stage(const struct sk_buff *skb)
+static __always_inline int tx_done_stage(struct pl_skb_state *st)
 {
-	__u64 key = (__u64)skb;
-	struct pl_skb_state *st = bpf_map_lookup_elem(&skb_states, &key);
-	if (!st || st->dir != PL_TX || !st->ts[1])
+	if (!st || st->dir != PL_TX || !st->ts[1] || st->ts[2])
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	st->ts[2] = now;
 	record_stage(qstats(PL_TX, st->queue), TX_XMIT_TO_DONE, st->ts[1], now);
+	return 0;
+}
+
+/* napi_gro_receive returned: GRO_MERGED_FREE means the frame's data was merged
+ * into another skb and the frame itself freed with no free tracepoint. */
+static __always_inline int on_gro_exit(int ret)
+{
+	if (ret != GRO_MERGED_FREE)
+		return 0;
+	struct pl_cpu_ctx *c = cpu_ctx_get();
+	if (!c || !c->last_rx_skb)
+		return 0;
+	struct pl_skb_state *st = state_of(c->last_rx_skb);
+	if (st)
+		drop_state(st);
+	c->last_rx_skb = 0;
 	return 0;
 }
 
@@ -558,6 +605,10 @@ int l3miss_sample(struct bpf_perf_event_data *ctx)
 #define PKTLIFE_HOOKS(FL, PFX)                                                                        \
 	SEC(PFX "napi_gro_receive_entry")                                                             \
 	int BPF_PROG(rx_gro##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb); }         \
+	SEC(PFX "napi_gro_frags_entry")                                                               \
+	int BPF_PROG(rx_frags##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb); }       \
+	SEC(PFX "napi_gro_receive_exit")                                                              \
+	int BPF_PROG(rx_gro_exit##FL, int ret) { return on_gro_exit(ret); }                           \
 	SEC(PFX "netif_receive_skb_entry")                                                            \
 	int BPF_PROG(rx_nrs##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb); }         \
 	SEC(PFX "netif_receive_skb_list_entry")                                                       \
@@ -572,10 +623,10 @@ int l3miss_sample(struct bpf_perf_event_data *ctx)
 	SEC(PFX "skb_copy_datagram_iovec")                                                            \
 	int BPF_PROG(rx_copy##FL, const struct sk_buff *skb, int len) { return on_copy##FL(skb); }    \
 	SEC(PFX "consume_skb")                                                                        \
-	int BPF_PROG(skb_consume##FL, struct sk_buff *skb, void *loc) { return on_free(skb, false, 0); } \
+	int BPF_PROG(skb_consume##FL, struct sk_buff *skb, void *loc) { return on_free##FL(skb, false, 0); } \
 	SEC(PFX "kfree_skb")                                                                          \
 	int BPF_PROG(skb_kfree##FL, struct sk_buff *skb, void *loc, int reason)                       \
-	{ return on_free(skb, true, (__u32)reason); }                                                 \
+	{ return on_free##FL(skb, true, (__u32)reason); }                                             \
 	SEC(PFX "net_dev_queue")                                                                      \
 	int BPF_PROG(tx_queue##FL, struct sk_buff *skb) { return on_tx_queue##FL(skb); }              \
 	SEC(PFX "net_dev_start_xmit")                                                                 \

@@ -7,7 +7,7 @@
 #define MAX_QUEUES 64          /* per direction; higher queue ids fold into the last slot */
 #define NBUCKETS 32            /* log2(ns) latency buckets: bucket b holds [2^b, 2^(b+1)) ns */
 #define NSTAGES 4
-#define NAPI_BUCKETS 12        /* log2(work per poll): budget 64 lands in bucket 6 */
+#define NAPI_BUCKETS 12        /* bucket 0: empty polls; b > 0: work in [2^(b-1), 2^b), budget 64 in 7 */
 #define MAX_DROP_REASONS 256
 
 enum pl_dir { PL_RX = 0, PL_TX = 1 };
@@ -32,6 +32,7 @@ enum pl_counter {
 	PLC_LOST = 1,          /* records the ring buffer had no room for */
 	PLC_STATE_EVICT = 2,   /* in-flight skb states pushed out of the LRU before free */
 	PLC_QUEUE_CLAMPED = 3, /* packets on queues >= MAX_QUEUES, counted in the last slot */
+	PLC_STATE_STALE = 4,   /* states whose free went unseen (GRO merge, coalesce): discarded */
 	PLC_NR = 8,
 };
 
@@ -92,6 +93,7 @@ struct pl_cpu_ctx {
 	__u8 cur_has_flow;
 	__u8 cur_pad;
 	struct pl_flow_key cur_flow;
+	__u64 last_rx_skb;  /* the skb just handed to GRO on this CPU */
 };
 
 enum pl_ctx_kind { PL_CTX_NONE = 0, PL_CTX_RX_NAPI = 1, PL_CTX_RX_COPY = 2, PL_CTX_TX = 3 };
@@ -130,6 +132,8 @@ struct pl_miss_count {
 
 /* What the probes remember about a packet between stages. */
 struct pl_skb_state {
+	__u64 skb;             /* owner of the slot (struct sk_buff *); 0: free */
+	__u64 head;            /* skb->head at the start: tells a reused skb address apart */
 	__u64 ts[NSTAGES];     /* stage-entry times, bpf_ktime_get_ns */
 	__u64 data_addr;       /* skb->data at hand-up: the buffer the NIC DMA'd into */
 	__u32 len;

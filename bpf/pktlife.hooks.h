@@ -18,6 +18,35 @@ static __always_inline bool H(dev_matches)(const struct net_device *dev)
 	return true;
 }
 
+/* The tracked state of this skb, if it really is the packet that was tracked.
+ * The address alone is not enough: an skb freed where no tracepoint sees it
+ * (coalesced into another, stolen by GRO) leaves its state behind, and the
+ * slab soon hands the same address to a new packet. A different head buffer
+ * gives the stale state away; it is discarded and counted. */
+static __always_inline struct pl_skb_state *H(tracked)(const struct sk_buff *skb)
+{
+	struct pl_skb_state *st = state_of((__u64)skb);
+	if (st && st->head != (__u64)RD(skb, head)) {
+		drop_state(st);
+		count(PLC_STATE_STALE);
+		return NULL;
+	}
+	return st;
+}
+
+/* Wire frames in this skb: a GSO/LRO super-packet counts as its segments. */
+static __always_inline __u32 H(segments)(const struct sk_buff *skb)
+{
+	if (!RD(skb, data_len))
+		return 1;
+	unsigned char *head = RD(skb, head);
+	__u32 end = RD(skb, end);
+	__u16 segs = 0;
+	bpf_probe_read_kernel(&segs, sizeof(segs),
+			      head + end + bpf_core_field_offset(struct skb_shared_info, gso_segs));
+	return segs > 1 ? segs : 1;
+}
+
 static __always_inline int H(on_rx_handup)(const struct sk_buff *skb)
 {
 	if (!H(dev_matches)(RD(skb, dev)))
@@ -26,50 +55,65 @@ static __always_inline int H(on_rx_handup)(const struct sk_buff *skb)
 	__u16 qm = RD(skb, queue_mapping);
 	__u32 queue = qm >= rx_queue_offset ? qm - rx_queue_offset : 0;
 	__u32 l3_len = RD(skb, len);
+	__u32 linear = l3_len - RD(skb, data_len);
 	unsigned char *head = RD(skb, head);
 	unsigned char *data = RD(skb, data);
 	__u16 mac = RD(skb, mac_header);
-	/* eth_type_trans already pulled L2; count it back so bytes are frame
-	 * bytes, as the interface statistics count them. */
+	/* eth_type_trans already pulled L2 (except on the frags path, where the
+	 * frame is still whole): count it back so bytes are frame bytes, as the
+	 * interface statistics count them. */
 	__u32 l2_len = (mac != (__u16)~0U && data >= head + mac) ? (__u32)(data - (head + mac)) : 0;
-	__u32 len = l3_len + (l2_len <= 64 ? l2_len : 0);
+	if (l2_len > 64)
+		l2_len = 0;
+	__u32 len = l3_len + l2_len;
+	__u32 segs = H(segments)(skb);
 
-	struct pl_queue_stats *qs = qstats(PL_RX, queue);
-	if (qs) {
-		qs->packets += 1;
-		qs->bytes += len;
-	}
 	struct pl_cpu_ctx *c = cpu_ctx_get();
 	if (c) {
 		c->rx_queue = queue;
 		c->frames += 1;
+		c->last_rx_skb = (__u64)skb;
 	}
 
 	/* Full records for 1 in sample_every packets; stage timestamps for those
-	 * and for 1 in stage_every packets (the per-skb map is the costly part). */
+	 * and for 1 in stage_every packets (the per-skb state is the costly part). */
 	bool sampled = c && every_nth(&c->sample_seq, sample_every);
 	bool track = sampled || (c && every_nth(&c->stage_seq, stage_every));
-	if (!track && !track_flows && !join_buffers)
-		return 0;
 
 	struct pl_flow_key k = {};
 	__u32 hdr_len = 0;
-	/* At hand-up eth_type_trans has pulled L2: data is the L3 header. */
 	__u64 now = bpf_ktime_get_ns();
-	bool have_flow = parse_flow(data, RD(skb, protocol), &k, &hdr_len);
+	/* data is the L3 header once L2 is pulled; on the frags path the headers
+	 * are not in the linear area yet, so no flow. */
+	bool have_flow = (track_flows || track || join_buffers) && linear >= 20 && l2_len &&
+			 parse_flow(data, RD(skb, protocol), &k, &hdr_len);
+	if (segs > 1 && have_flow)
+		len += (segs - 1) * (l2_len + hdr_len);
+
+	struct pl_queue_stats *qs = qstats(PL_RX, queue);
+	if (qs) {
+		qs->packets += segs;
+		qs->bytes += len;
+	}
 	if (have_flow) {
 		k.dir = PL_RX;
 		if (track_flows)
 			account_flow(&k, len, l3_len, hdr_len, queue, now);
 	}
 	if (join_buffers) {
-		remember_buffer((__u64)data, l3_len, PL_RX, queue, have_flow ? &k : NULL, now);
+		remember_buffer((__u64)data, linear, PL_RX, queue, have_flow ? &k : NULL, now);
 		set_ctx(PL_CTX_RX_NAPI, PL_RX, queue, have_flow ? &k : NULL, now);
 	}
-	if (!track)
+	if (!track) {
+		/* A state left at this address belongs to an earlier packet. */
+		struct pl_skb_state *old = state_of((__u64)skb);
+		if (old)
+			drop_state(old);
 		return 0;
+	}
 	struct pl_skb_state st = {};
 	st.ts[0] = now;
+	st.head = (__u64)head;
 	st.dir = PL_RX;
 	st.queue = queue;
 	st.len = len;
@@ -89,6 +133,79 @@ static __always_inline int H(on_napi_poll)(const struct napi_struct *napi, int w
 	return napi_poll_account((__u64)napi, work, budget);
 }
 
+static __always_inline int H(on_rx_stack)(const struct sk_buff *skb)
+{
+	/* Cheap device check first: other devices' packets cost no lookup. */
+	if (!H(dev_matches)(RD(skb, dev)))
+		return 0;
+	return rx_stack_stage(H(tracked)(skb));
+}
+
+/* The socket copy. With a miss sampler attached, the CPU now works for this
+ * skb's flow: ours if tracked, else if it arrived on our device (skb_iif; by
+ * now skb->dev may be socket-layer scratch) and its socket is in our netns. */
+static __always_inline int H(on_copy)(const struct sk_buff *skb)
+{
+	struct pl_skb_state *st = H(tracked)(skb);
+	if (join_buffers) {
+		bool ours = st && st->dir == PL_RX;
+		__u32 queue = ours ? st->queue : 0;
+		if (!ours && RD(skb, skb_iif) == filter_ifindex) {
+			ours = !filter_netns;
+			const struct sock *sk = RD(skb, sk);
+			if (!ours && sk) {
+				struct net *net = RD(sk, __sk_common.skc_net.net);
+				ours = net && RD(net, ns.inum) == filter_netns;
+			}
+			__u16 qm = RD(skb, queue_mapping);
+			queue = qm >= rx_queue_offset ? qm - rx_queue_offset : 0;
+		}
+		if (ours) {
+			struct pl_flow_key k = {};
+			__u32 hdr_len = 0;
+			unsigned char *head = RD(skb, head);
+			__u16 nh = RD(skb, network_header);
+			bool have_flow = parse_flow(head + nh, RD(skb, protocol), &k, &hdr_len);
+			k.dir = PL_RX;
+			set_ctx(PL_CTX_RX_COPY, PL_RX, queue, have_flow ? &k : NULL, bpf_ktime_get_ns());
+		}
+	}
+	return copy_stage(st);
+}
+
+/* consume_skb / kfree_skb: every free on the host passes here. */
+static __always_inline int H(on_free)(const struct sk_buff *skb, bool dropped, __u32 reason)
+{
+	/* Kernels that report consumption through kfree_skb say so in the reason. */
+	if (dropped && bpf_core_enum_value_exists(enum skb_drop_reason, SKB_CONSUMED) &&
+	    reason == bpf_core_enum_value(enum skb_drop_reason, SKB_CONSUMED))
+		dropped = false;
+	struct pl_skb_state *st = H(tracked)(skb);
+	if (dropped) {
+		/* Drops count for every packet of our device, tracked or not. */
+		if (st) {
+			count_drop(st->dir, st->queue, reason);
+		} else if (RD(skb, skb_iif) == filter_ifindex || H(dev_matches)(RD(skb, dev))) {
+			/* skb_iif is set at stack entry; before it (GRO) an RX frame
+			 * is recognised by its pulled L2 header, which a TX frame at
+			 * the driver still carries. */
+			unsigned char *head = RD(skb, head);
+			unsigned char *data = RD(skb, data);
+			__u16 mac = RD(skb, mac_header);
+			__u16 qm = RD(skb, queue_mapping);
+			bool rx = RD(skb, skb_iif) == filter_ifindex ||
+				  (mac != (__u16)~0U && data > head + mac);
+			if (rx)
+				count_drop(PL_RX, qm >= rx_queue_offset ? qm - rx_queue_offset : 0, reason);
+			else
+				count_drop(PL_TX, qm, reason);
+		}
+	}
+	if (!st)
+		return 0;
+	return free_stage(st, (__u64)skb, dropped, reason);
+}
+
 static __always_inline int H(on_tx_queue)(const struct sk_buff *skb)
 {
 	if (!H(dev_matches)(RD(skb, dev)))
@@ -97,11 +214,18 @@ static __always_inline int H(on_tx_queue)(const struct sk_buff *skb)
 	struct pl_cpu_ctx *c = cpu_ctx_get();
 	bool sampled = c && every_nth(&c->sample_seq, sample_every);
 	bool track = sampled || (c && every_nth(&c->stage_seq, stage_every));
-	if (!track)
+	if (!track) {
+		struct pl_skb_state *old = state_of((__u64)skb);
+		if (old)
+			drop_state(old);
 		return 0;
+	}
 	struct pl_skb_state st = {};
 	st.ts[0] = bpf_ktime_get_ns();
+	st.head = (__u64)RD(skb, head);
 	st.dir = PL_TX;
+	/* The TX queue is picked before net_dev_queue fires. */
+	st.queue = RD(skb, queue_mapping);
 	st.sampled = sampled;
 	store_state((__u64)skb, &st);
 	return 0;
@@ -111,42 +235,45 @@ static __always_inline int H(on_tx_xmit)(const struct sk_buff *skb, const struct
 {
 	if (!H(dev_matches)(dev))
 		return 0;
-	__u64 key = (__u64)skb;
 	__u32 queue = RD(skb, queue_mapping);
 	__u32 len = RD(skb, len);
-	struct pl_queue_stats *qs = qstats(PL_TX, queue);
-	if (qs) {
-		qs->packets += 1;
-		qs->bytes += len;
-	}
-
-	struct pl_skb_state *st = bpf_map_lookup_elem(&skb_states, &key);
+	__u32 segs = H(segments)(skb);
+	struct pl_skb_state *st = H(tracked)(skb);
+	if (st && st->dir != PL_TX)
+		st = NULL;
 	__u64 now = bpf_ktime_get_ns();
-	if (st && st->dir == PL_TX) {
+	struct pl_queue_stats *qs = qstats(PL_TX, queue);
+	if (st) {
 		st->ts[1] = now;
 		st->queue = queue;
 		st->len = len;
 		record_stage(qs, TX_QUEUE_TO_XMIT, st->ts[0], now);
-	} else {
-		st = NULL;
 	}
-	if (!track_flows && !st && !join_buffers)
-		return 0;
 
 	struct pl_flow_key k = {};
 	__u32 hdr_len = 0;
 	unsigned char *head = RD(skb, head);
 	unsigned char *data = RD(skb, data);
 	__u16 nh = RD(skb, network_header);
-	__u32 l3_len = head + nh >= data ? len - (__u32)(head + nh - data) : len;
-	if (parse_flow(head + nh, RD(skb, protocol), &k, &hdr_len)) {
+	__u32 l2_len = head + nh >= data ? (__u32)(head + nh - data) : 0;
+	__u32 l3_len = len > l2_len ? len - l2_len : len;
+	bool have_flow = (track_flows || st || join_buffers || segs > 1) &&
+			 parse_flow(head + nh, RD(skb, protocol), &k, &hdr_len);
+	/* Each extra segment of a GSO packet repeats the headers on the wire. */
+	if (segs > 1 && have_flow && l2_len <= 64)
+		len += (segs - 1) * (l2_len + hdr_len);
+	if (qs) {
+		qs->packets += segs;
+		qs->bytes += len;
+	}
+	if (have_flow) {
 		k.dir = PL_TX;
 		if (track_flows)
 			account_flow(&k, len, l3_len, hdr_len, queue, now);
 		if (st && st->sampled)
 			st->flow = k;
 		if (join_buffers) {
-			remember_buffer((__u64)data, len, PL_TX, queue, &k, now);
+			remember_buffer((__u64)data, RD(skb, len) - RD(skb, data_len), PL_TX, queue, &k, now);
 			set_ctx(PL_CTX_TX, PL_TX, queue, &k, now);
 		}
 	}
@@ -155,37 +282,9 @@ static __always_inline int H(on_tx_xmit)(const struct sk_buff *skb, const struct
 	return 0;
 }
 
-/* Stage hooks that see every skb on the host: a cheap device check first, so
- * other devices' packets cost no map lookup. */
-static __always_inline int H(on_rx_stack)(const struct sk_buff *skb)
-{
-	if (!H(dev_matches)(RD(skb, dev)))
-		return 0;
-	return rx_stack_stage(skb);
-}
-
 static __always_inline int H(on_tx_done)(const struct sk_buff *skb, const struct net_device *dev)
 {
 	if (!H(dev_matches)(dev))
 		return 0;
-	return tx_done_stage(skb);
-}
-
-/* The socket copy: with a miss sampler attached, the CPU is now working for
- * this skb's flow (skb_iif names the device it arrived on; skb->dev may be
- * reused as scratch by the socket layer by now). */
-static __always_inline int H(on_copy)(const struct sk_buff *skb)
-{
-	if (join_buffers && RD(skb, skb_iif) == filter_ifindex) {
-		struct pl_flow_key k = {};
-		__u32 hdr_len = 0;
-		unsigned char *head = RD(skb, head);
-		__u16 nh = RD(skb, network_header);
-		__u16 qm = RD(skb, queue_mapping);
-		__u32 queue = qm >= rx_queue_offset ? qm - rx_queue_offset : 0;
-		bool have_flow = parse_flow(head + nh, RD(skb, protocol), &k, &hdr_len);
-		k.dir = PL_RX;
-		set_ctx(PL_CTX_RX_COPY, PL_RX, queue, have_flow ? &k : NULL, bpf_ktime_get_ns());
-	}
-	return copy_stage(skb);
+	return tx_done_stage(H(tracked)(skb));
 }

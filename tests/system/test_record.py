@@ -64,9 +64,15 @@ def test_tcp_counts_queues_flows_and_stages(testbed, recorder):
         for stage in ("driver_to_stack", "stack_to_copy", "driver_to_free"):
             assert q["stages"][stage]["count"] > 0, (q["queue"], stage)
         assert q["napi"]["polls"] > 0
+    duration_ns = r["meta"]["duration_s"] * 1e9
     for q in r["queues"]:
         for name, s in q["stages"].items():
             assert s["p50_ns"] <= s["p99_ns"] <= s["max_ns"], (q["dir"], q["queue"], name, s)
+            # A stage is measured on at most every packet of its queue, and
+            # lasts no longer than the recording.
+            assert s["count"] <= q["packets"], (q["dir"], q["queue"], name, s, q["packets"])
+            assert s["max_ns"] < duration_ns, (q["dir"], q["queue"], name, s)
+        assert q["drops"] <= q["packets"], q
 
     assert r["meta"]["iface"] == tb.if_rcv and r["meta"]["netns"] == tb.ns_rcv
     assert r["meta"]["rx_queues"] == 4 and r["meta"]["tx_queues"] == 4

@@ -194,6 +194,18 @@ pub fn advise(rec: &Recording, o: GeometryOverrides) -> Result<Advice> {
     };
     let attribution = attribution(rec, &obs);
     let mut recommendations = advise::recommend(&obs);
+    let iface = rec.iface();
+    for r in recommendations.iter_mut().filter(|r| r.kind == "spread_load") {
+        // Spread over every configured queue, not only the ones that saw traffic.
+        if iface.rx_queues > 0 {
+            r.command = format!("ethtool -X {} equal {}", iface.name, iface.rx_queues);
+        }
+        if iface.driver.as_deref() == Some("veth") {
+            r.evidence.push(
+                "veth has no RSS indirection table: spread flows by the sender's TX queue (XPS) instead".to_string(),
+            );
+        }
+    }
     target_with_attribution(&mut recommendations, &attribution.chosen);
     Ok(Advice { attribution, model: advise::model_view(&obs), geometry: obs.geometry.clone(), ddio_ways_note: note, recommendations })
 }

@@ -68,9 +68,10 @@ enum Cmd {
         /// software-clock / software-faults (stand-ins on hosts without a PMU), off.
         #[arg(long, value_enum, default_value = "auto")]
         miss_sampling: ddioscope::probe::l3miss::MissSource,
-        /// Sample period: 1 in N L3 misses (or N ns for software-clock).
-        #[arg(long, value_name = "N", default_value_t = 2000)]
-        miss_period: u64,
+        /// Sample period: 1 in N L3 misses (default 2000), N ns for software-clock
+        /// (default 1 ms), 1 in N page faults for software-faults (default 1).
+        #[arg(long, value_name = "N")]
+        miss_period: Option<u64>,
     },
     /// Live per-queue view in the terminal (plain lines when stdout is not a terminal); q or Ctrl-C quits.
     Top {
@@ -302,7 +303,11 @@ fn run() -> anyhow::Result<ExitCode> {
                 verbose,
                 counters,
                 miss_source: miss_sampling,
-                miss_period,
+                miss_period: miss_period.unwrap_or(match miss_sampling {
+                    ddioscope::probe::l3miss::MissSource::SoftwareClock => 1_000_000,
+                    ddioscope::probe::l3miss::MissSource::SoftwareFaults => 1,
+                    _ => 2000,
+                }),
                 counters_from,
                 command_line: std::env::args().collect::<Vec<_>>().join(" "),
             };

@@ -68,6 +68,8 @@ pub fn import_counters(rec_path: &std::path::Path, csv: &std::path::Path) -> Res
     let rec = crate::recording::Recording::open(rec_path)?;
     let start_ns: u64 = rec.meta.get("start_ns").and_then(|v| v.parse().ok()).unwrap_or(0);
     let mut w = Writer::open_existing(rec_path)?;
+    // Importing again replaces the earlier import rather than doubling it.
+    w.delete_counters("imported")?;
     let mut n = 0;
     for (i, iv) in intervals.iter().enumerate() {
         let mut rows = counter_rows(iv, "imported");

@@ -186,6 +186,9 @@ pub struct EventCounters {
     pub lost: u64,
     pub state_evicted: u64,
     pub queue_clamped: u64,
+    /// In-flight states found to belong to an earlier packet (its free went unseen).
+    #[serde(default)]
+    pub state_stale: u64,
     /// Records the userspace reader received (should equal `sampled`).
     pub received: u64,
 }
@@ -197,6 +200,7 @@ impl EventCounters {
             lost: self.lost.saturating_sub(e.lost),
             state_evicted: self.state_evicted.saturating_sub(e.state_evicted),
             queue_clamped: self.queue_clamped.saturating_sub(e.queue_clamped),
+            state_stale: self.state_stale.saturating_sub(e.state_stale),
             received: self.received.saturating_sub(e.received),
         }
     }

@@ -40,6 +40,8 @@ pub struct Hook {
 
 pub const PKTLIFE_HOOKS: &[Hook] = &[
     Hook { tracepoint: "napi_gro_receive_entry", required: false, without: "no per-frame RX hand-up from GRO drivers" },
+    Hook { tracepoint: "napi_gro_frags_entry", required: false, without: "no RX hand-up from page-frag GRO drivers" },
+    Hook { tracepoint: "napi_gro_receive_exit", required: false, without: "states of GRO-merged frames end only when found stale" },
     Hook { tracepoint: "netif_receive_skb_entry", required: false, without: "no RX hand-up from non-GRO drivers" },
     Hook { tracepoint: "netif_receive_skb_list_entry", required: false, without: "no RX hand-up from list-receive drivers" },
     Hook { tracepoint: "netif_rx_entry", required: false, without: "no RX hand-up from netif_rx (backlog) drivers" },

@@ -36,6 +36,7 @@ const PLC_SAMPLED: u32 = 0;
 const PLC_LOST: u32 = 1;
 const PLC_STATE_EVICT: u32 = 2;
 const PLC_QUEUE_CLAMPED: u32 = 3;
+const PLC_STATE_STALE: u32 = 4;
 
 #[derive(Debug, Clone)]
 pub struct ProbeConfig {
@@ -76,6 +77,8 @@ pub struct PktlifeProbe {
     ring: Option<RingBuffer<'static>>,
     miss_sampler: Option<super::l3miss::MissSampler>,
     pending: Rc<RefCell<Vec<PacketSample>>>,
+    /// Last flow totals reported: counters never go backwards.
+    flow_floor: RefCell<std::collections::HashMap<FlowKey, (u64, u64, u64)>>,
     received: Rc<RefCell<u64>>,
     ncpus: usize,
 }
@@ -173,6 +176,7 @@ impl PktlifeProbe {
             ring: None,
             miss_sampler: None,
             pending: Rc::new(RefCell::new(Vec::new())),
+            flow_floor: RefCell::new(std::collections::HashMap::new()),
             received: Rc::new(RefCell::new(0)),
             ncpus,
         };
@@ -259,6 +263,7 @@ impl PktlifeProbe {
             lost: Self::percpu_sum(m, PLC_LOST)?,
             state_evicted: Self::percpu_sum(m, PLC_STATE_EVICT)?,
             queue_clamped: Self::percpu_sum(m, PLC_QUEUE_CLAMPED)?,
+            state_stale: Self::percpu_sum(m, PLC_STATE_STALE)?,
             received: *self.received.borrow(),
         })
     }
@@ -337,6 +342,19 @@ impl PktlifeProbe {
                 }),
             }
         }
+        // A flush between the two reads above can hide packets from this read
+        // (they show up in the next): hold every total at its last value.
+        let mut floor = self.flow_floor.borrow_mut();
+        for f in &mut out {
+            let e = floor.entry(f.key.clone()).or_insert((0, 0, 0));
+            f.packets = f.packets.max(e.0);
+            f.bytes = f.bytes.max(e.1);
+            f.payload_bytes = f.payload_bytes.max(e.2);
+            *e = (f.packets, f.bytes, f.payload_bytes);
+        }
+        // Bounded like the kernel's LRU: forget flows it has dropped.
+        let live: std::collections::HashSet<&FlowKey> = out.iter().map(|f| &f.key).collect();
+        floor.retain(|k, _| live.contains(k));
         Ok(out)
     }
 

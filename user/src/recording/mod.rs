@@ -16,7 +16,7 @@ CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE intervals (
     idx INTEGER PRIMARY KEY, t_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL,
     sampled INTEGER NOT NULL, lost INTEGER NOT NULL, received INTEGER NOT NULL,
-    state_evicted INTEGER NOT NULL, queue_clamped INTEGER NOT NULL);
+    state_evicted INTEGER NOT NULL, queue_clamped INTEGER NOT NULL, state_stale INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE queue_intervals (
     interval INTEGER NOT NULL, dir TEXT NOT NULL, queue INTEGER NOT NULL,
     packets INTEGER NOT NULL, bytes INTEGER NOT NULL,

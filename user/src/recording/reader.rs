@@ -67,11 +67,18 @@ impl Recording {
             bail!("{p} has no run metadata: the recording was cut off before its first write");
         }
 
+        // Recordings from before state_stale existed read it as 0.
+        let has_stale = conn
+            .prepare("SELECT state_stale FROM intervals LIMIT 0")
+            .is_ok();
+        let stale_col = if has_stale { "state_stale" } else { "0" };
         let mut snaps: Vec<Snapshot> = Vec::new();
         let mut by_idx: HashMap<u64, usize> = HashMap::new();
         {
             let mut st = conn
-                .prepare("SELECT idx,t_ns,dur_ns,sampled,lost,received,state_evicted,queue_clamped FROM intervals ORDER BY idx")
+                .prepare(&format!(
+                    "SELECT idx,t_ns,dur_ns,sampled,lost,received,state_evicted,queue_clamped,{stale_col} FROM intervals ORDER BY idx"
+                ))
                 .map_err(corrupt)?;
             let rows = st
                 .query_map([], |r| {
@@ -85,6 +92,7 @@ impl Recording {
                             received: r.get::<_, i64>(5)? as u64,
                             state_evicted: r.get::<_, i64>(6)? as u64,
                             queue_clamped: r.get::<_, i64>(7)? as u64,
+                            state_stale: r.get::<_, i64>(8)? as u64,
                         },
                         ..Default::default()
                     })
@@ -399,6 +407,7 @@ impl Recording {
             t.received += s.events.received;
             t.state_evicted += s.events.state_evicted;
             t.queue_clamped += s.events.queue_clamped;
+            t.state_stale += s.events.state_stale;
         }
         t
     }

@@ -58,6 +58,11 @@ impl Writer {
         Ok(Writer { conn, path: path.to_path_buf() })
     }
 
+    pub fn delete_counters(&self, source: &str) -> Result<()> {
+        self.conn.execute("DELETE FROM counters WHERE source = ?1", params![source]).map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
     fn err(&self, e: rusqlite::Error) -> anyhow::Error {
         anyhow::anyhow!(explain_sqlite(&e, &self.path))
     }
@@ -136,8 +141,8 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
     let i = s.index as i64;
     let e = &s.events;
     tx.execute(
-        "INSERT INTO intervals(idx,t_ns,dur_ns,sampled,lost,received,state_evicted,queue_clamped)
-         VALUES (?1,?2,?3,?4,?5,?6,?7,?8)",
+        "INSERT INTO intervals(idx,t_ns,dur_ns,sampled,lost,received,state_evicted,queue_clamped,state_stale)
+         VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)",
         params![
             i,
             s.t_ns as i64,
@@ -146,7 +151,8 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
             e.lost as i64,
             e.received as i64,
             e.state_evicted as i64,
-            e.queue_clamped as i64
+            e.queue_clamped as i64,
+            e.state_stale as i64
         ],
     )?;
     let mut q_st = tx.prepare_cached(

@@ -289,6 +289,8 @@ pub struct Events {
     pub received: u64,
     pub state_evicted: u64,
     pub queue_clamped: u64,
+    /// States discarded because their packet's free went unseen (GRO merge, coalescing).
+    pub state_stale: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -425,6 +427,7 @@ pub fn build(rec: &Recording) -> Report {
             received: e.received,
             state_evicted: e.state_evicted,
             queue_clamped: e.queue_clamped,
+            state_stale: e.state_stale,
         },
         drops,
         counters: counters_report(rec),
@@ -580,11 +583,12 @@ pub fn render_text(r: &Report, top_flows: usize) -> String {
     let e = &r.events;
     let _ = writeln!(
         o,
-        "\nEvents: {} packet records sampled (1 in {}), {} lost in the ring buffer, {} in-flight states evicted{}",
+        "\nEvents: {} packet records sampled (1 in {}), {} lost in the ring buffer, {} in-flight states evicted, {} found stale{}",
         e.sampled,
         m.sample_every.map(|v| v.to_string()).unwrap_or_else(|| "?".into()),
         e.lost,
         e.state_evicted,
+        e.state_stale,
         if e.queue_clamped > 0 { format!(", {} packets on queues ≥ 64 folded into queue 63", e.queue_clamped) } else { String::new() }
     );
     let c = &r.counters;
