@@ -310,27 +310,44 @@ static __always_inline void account_flow(struct pl_flow_key *k, __u32 len, __u32
 	c->fpend.queue = queue;
 }
 
-static __always_inline __u32 state_slot(__u64 skb)
+/* A kernel address as a plain number. The verifier keeps typing a pointer
+ * loaded from a BTF object (and forbids hashing it); a value read back from
+ * map memory is a number. */
+static __always_inline __u64 as_number(__u64 v)
 {
-	/* skbs are slab objects: drop the alignment bits, then a multiplicative hash. */
-	return (__u32)(((skb >> 6) * 0x9E3779B97F4A7C15ULL) >> 40) & (STATE_SLOTS - 1);
+	struct pl_cpu_ctx *c = cpu_ctx_get();
+	if (!c)
+		return 0;
+	*(volatile __u64 *)&c->scratch = v;
+	return *(volatile __u64 *)&c->scratch;
 }
 
-/* The state of this skb, or NULL if it is not being tracked. */
-static __always_inline struct pl_skb_state *state_of(__u64 skb)
+/* Slots are chosen by the head buffer's address. */
+static __always_inline __u32 state_slot(__u64 head)
 {
-	__u32 slot = state_slot(skb);
+	/* Drop the alignment bits, then a multiplicative hash. */
+	return (__u32)(((head >> 6) * 0x9E3779B97F4A7C15ULL) >> 40) & (STATE_SLOTS - 1);
+}
+
+/* The state of this packet (skb and head buffer), or NULL if not tracked. */
+static __always_inline struct pl_skb_state *state_of(__u64 skb, __u64 head)
+{
+	skb = as_number(skb);
+	head = as_number(head);
+	__u32 slot = state_slot(head);
 	struct pl_skb_state *st = bpf_map_lookup_elem(&skb_states, &slot);
-	return (st && st->skb == skb) ? st : NULL;
+	return (st && st->skb == skb && st->head == head) ? st : NULL;
 }
 
 static __always_inline void store_state(__u64 key, struct pl_skb_state *st)
 {
-	__u32 slot = state_slot(key);
+	key = as_number(key);
+	st->head = as_number(st->head);
+	__u32 slot = state_slot(st->head);
 	struct pl_skb_state *cur = bpf_map_lookup_elem(&skb_states, &slot);
 	if (!cur)
 		return;
-	if (cur->skb && cur->skb != key)
+	if (cur->skb && !(cur->skb == key && cur->head == st->head))
 		count(PLC_STATE_EVICT);
 	st->skb = key;
 	*cur = *st;
@@ -475,7 +492,7 @@ static __always_inline int on_gro_exit(int ret)
 	struct pl_cpu_ctx *c = cpu_ctx_get();
 	if (!c || !c->last_rx_skb)
 		return 0;
-	struct pl_skb_state *st = state_of(c->last_rx_skb);
+	struct pl_skb_state *st = state_of(c->last_rx_skb, c->last_rx_head);
 	if (st)
 		drop_state(st);
 	c->last_rx_skb = 0;

@@ -94,6 +94,8 @@ struct pl_cpu_ctx {
 	__u8 cur_pad;
 	struct pl_flow_key cur_flow;
 	__u64 last_rx_skb;  /* the skb just handed to GRO on this CPU */
+	__u64 last_rx_head; /* and its head buffer */
+	__u64 scratch;      /* see as_number() */
 };
 
 enum pl_ctx_kind { PL_CTX_NONE = 0, PL_CTX_RX_NAPI = 1, PL_CTX_RX_COPY = 2, PL_CTX_TX = 3 };

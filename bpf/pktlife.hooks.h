@@ -21,17 +21,22 @@ static __always_inline bool H(dev_matches)(const struct net_device *dev)
 /* The tracked state of this skb, if it really is the packet that was tracked.
  * The address alone is not enough: an skb freed where no tracepoint sees it
  * (coalesced into another, stolen by GRO) leaves its state behind, and the
- * slab soon hands the same address to a new packet. A different head buffer
- * gives the stale state away; it is discarded and counted. */
+ * slab soon hands the same address to a new packet; the head buffer tells
+ * them apart (states are keyed by both). */
 static __always_inline struct pl_skb_state *H(tracked)(const struct sk_buff *skb)
 {
-	struct pl_skb_state *st = state_of((__u64)skb);
-	if (st && st->head != (__u64)RD(skb, head)) {
-		drop_state(st);
+	return state_of((__u64)skb, (__u64)RD(skb, head));
+}
+
+/* A new packet starts at this address: any state still here is a leftover of
+ * an earlier packet whose free went unseen. */
+static __always_inline void H(forget_leftover)(const struct sk_buff *skb)
+{
+	struct pl_skb_state *old = H(tracked)(skb);
+	if (old) {
+		drop_state(old);
 		count(PLC_STATE_STALE);
-		return NULL;
 	}
-	return st;
 }
 
 /* Wire frames in this skb: a GSO/LRO super-packet counts as its segments. */
@@ -73,6 +78,7 @@ static __always_inline int H(on_rx_handup)(const struct sk_buff *skb)
 		c->rx_queue = queue;
 		c->frames += 1;
 		c->last_rx_skb = (__u64)skb;
+		c->last_rx_head = (__u64)head;
 	}
 
 	/* Full records for 1 in sample_every packets; stage timestamps for those
@@ -105,10 +111,7 @@ static __always_inline int H(on_rx_handup)(const struct sk_buff *skb)
 		set_ctx(PL_CTX_RX_NAPI, PL_RX, queue, have_flow ? &k : NULL, now);
 	}
 	if (!track) {
-		/* A state left at this address belongs to an earlier packet. */
-		struct pl_skb_state *old = state_of((__u64)skb);
-		if (old)
-			drop_state(old);
+		H(forget_leftover)(skb);
 		return 0;
 	}
 	struct pl_skb_state st = {};
@@ -215,9 +218,7 @@ static __always_inline int H(on_tx_queue)(const struct sk_buff *skb)
 	bool sampled = c && every_nth(&c->sample_seq, sample_every);
 	bool track = sampled || (c && every_nth(&c->stage_seq, stage_every));
 	if (!track) {
-		struct pl_skb_state *old = state_of((__u64)skb);
-		if (old)
-			drop_state(old);
+		H(forget_leftover)(skb);
 		return 0;
 	}
 	struct pl_skb_state st = {};

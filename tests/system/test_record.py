@@ -77,6 +77,13 @@ def test_tcp_counts_queues_flows_and_stages(testbed, recorder):
     assert r["meta"]["iface"] == tb.if_rcv and r["meta"]["netns"] == tb.ns_rcv
     assert r["meta"]["rx_queues"] == 4 and r["meta"]["tx_queues"] == 4
     assert "napi_gro_receive_entry" in " ".join(r["meta"]["hooks"])
+    # Where this kernel loads tp_btf programs, the fallback to raw_tp must not
+    # have been taken (it would hide a verifier regression behind slower hooks).
+    import json as _json
+    from conftest import run as _run, BIN as _BIN
+    doctor = _json.loads(_run(_BIN, "doctor", "--json").stdout)
+    if doctor["features"]["tracing_prog"]:
+        assert all(h.startswith("tp_btf:") for h in r["meta"]["hooks"]), r["meta"]["hooks"]
     assert r["events"]["lost"] == 0
     assert r["events"]["sampled"] == r["events"]["received"] > 0
 
