@@ -12,6 +12,9 @@ use crate::model::geometry::{LlcGeometry, WaysSource};
 use crate::recording::Recording;
 use crate::snapshot::{hist_percentile, Dir};
 
+/// Fewer packets than this on a queue: no predicted hit rate for it.
+pub const MIN_PACKETS_FOR_PREDICTION: f64 = 1000.0;
+
 /// Command-line overrides, so a recording from one host can be evaluated for another.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct GeometryOverrides {
@@ -207,7 +210,18 @@ pub fn advise(rec: &Recording, o: GeometryOverrides) -> Result<Advice> {
         }
     }
     target_with_attribution(&mut recommendations, &attribution.chosen);
-    Ok(Advice { attribution, model: advise::model_view(&obs), geometry: obs.geometry.clone(), ddio_ways_note: note, recommendations })
+    let mut model = advise::model_view(&obs);
+    // A queue that carried a handful of packets gives the simulator nothing to
+    // measure: no predicted hit rate rather than a confident 0 %.
+    let dur = rec.duration_s().max(1e-9);
+    for q in &mut model.queues {
+        let carried = obs.queues.iter().find(|o| o.dir == q.dir && o.queue == q.queue).map_or(0.0, |o| o.pkts_per_s * dur);
+        if carried < MIN_PACKETS_FOR_PREDICTION {
+            q.predicted_write_hit_pct = None;
+            q.predicted_read_hit_pct = None;
+        }
+    }
+    Ok(Advice { attribution, model, geometry: obs.geometry.clone(), ddio_ways_note: note, recommendations })
 }
 
 /// Put the attributed misses behind each recommendation that names a queue, and
