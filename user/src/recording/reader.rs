@@ -353,16 +353,7 @@ impl Recording {
         let source = meta.get("counters_source").cloned().unwrap_or_default();
         for (iv, r) in counters.iter().filter(|(_, r)| r.source == source) {
             if let Some(&si) = by_idx.get(iv) {
-                snaps[si].counters.push(crate::counters::CounterReading {
-                    t_ns: r.t_ns,
-                    socket: r.socket,
-                    pmu: r.pmu.clone(),
-                    event: r.event.clone(),
-                    value: r.value,
-                    raw: r.raw,
-                    enabled_ns: r.enabled_ns,
-                    running_ns: r.running_ns,
-                });
+                snaps[si].counters.push(r.reading());
             }
         }
         Ok(Recording { path: path.to_path_buf(), meta, snapshots: snaps, flows, drop_reasons, counters })

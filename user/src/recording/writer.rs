@@ -123,7 +123,7 @@ impl Writer {
     }
 }
 
-/// A counter row as stored (see the `counters` table).
+/// A counter row as stored (see the `counters` table): a reading plus its source.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct CounterRow {
     pub t_ns: u64,
@@ -135,6 +135,21 @@ pub struct CounterRow {
     pub enabled_ns: u64,
     pub running_ns: u64,
     pub source: String,
+}
+
+impl CounterRow {
+    pub fn reading(&self) -> crate::counters::CounterReading {
+        crate::counters::CounterReading {
+            t_ns: self.t_ns,
+            socket: self.socket,
+            pmu: self.pmu.clone(),
+            event: self.event.clone(),
+            value: self.value,
+            raw: self.raw,
+            enabled_ns: self.enabled_ns,
+            running_ns: self.running_ns,
+        }
+    }
 }
 
 fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::Result<()> {

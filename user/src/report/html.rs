@@ -372,16 +372,7 @@ pub fn miss_series(rec: &Recording, source: &str) -> BTreeMap<u32, MissPoints> {
     let start_ns: Option<u64> = rec.meta.get("start_ns").and_then(|v| v.parse().ok());
     let mut by_iv: BTreeMap<u64, Vec<CounterReading>> = BTreeMap::new();
     for (iv, r) in rec.counters.iter().filter(|(_, r)| r.source == source) {
-        by_iv.entry(*iv).or_default().push(CounterReading {
-            t_ns: r.t_ns,
-            socket: r.socket,
-            pmu: r.pmu.clone(),
-            event: r.event.clone(),
-            value: r.value,
-            raw: r.raw,
-            enabled_ns: r.enabled_ns,
-            running_ns: r.running_ns,
-        });
+        by_iv.entry(*iv).or_default().push(r.reading());
     }
     let mut out: BTreeMap<u32, MissPoints> = BTreeMap::new();
     let mut prev_t: Option<f64> = Some(0.0);

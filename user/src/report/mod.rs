@@ -150,19 +150,7 @@ fn counters_report(rec: &Recording) -> CountersReport {
     // A recording can hold several sources (software live + imported): report the current one.
     let rows: Vec<&(u64, crate::recording::writer::CounterRow)> =
         rec.counters.iter().filter(|(_, r)| r.source == source).collect();
-    let readings: Vec<crate::counters::CounterReading> = rows
-        .iter()
-        .map(|(_, r)| crate::counters::CounterReading {
-            t_ns: r.t_ns,
-            socket: r.socket,
-            pmu: r.pmu.clone(),
-            event: r.event.clone(),
-            value: r.value,
-            raw: r.raw,
-            enabled_ns: r.enabled_ns,
-            running_ns: r.running_ns,
-        })
-        .collect();
+    let readings: Vec<crate::counters::CounterReading> = rows.iter().map(|(_, r)| r.reading()).collect();
     let intervals: std::collections::BTreeSet<u64> = rows.iter().map(|(i, _)| *i).collect();
     // Imported captures carry their own interval; live ones share the recording's.
     // Imported captures carry perf's own clock (interval ends, seconds since the
