@@ -728,7 +728,7 @@ fn whatif_section(o: &mut String, rec: &Recording, r: &Report) {
 fn recommendations_section(o: &mut String, recs: &[Recommendation]) {
     let _ = writeln!(o, "<section id=\"recommendations\">\n<h2>Recommendations</h2>");
     if recs.is_empty() {
-        let _ = writeln!(o, "<p class=\"note\">No recommendations (recommend is not connected to recordings yet).</p>");
+        let _ = writeln!(o, "<p class=\"note\">No recommendations: the model finds nothing to change for this recording.</p>");
     } else {
         o.push_str("<div class=\"grid two\">\n");
         for r in recs {

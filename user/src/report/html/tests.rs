@@ -167,7 +167,7 @@ fn renders_every_section_with_charts() {
     assert!(!h.contains("lat-rx-0-driver_to_free"), "a stage without data gets no chart");
     assert!(h.contains("<polyline"));
     assert!(h.contains("model-only prediction"));
-    assert!(h.contains("No recommendations (recommend is not connected to recordings yet)"));
+    assert!(h.contains("No recommendations: the model finds nothing to change"));
     assert!(!h.contains("assumed-geometry"));
     // Escaped host-supplied strings, IPv6 endpoints bracketed.
     assert!(h.contains("eth&lt;1&gt;") && !h.contains("eth<1>"));
