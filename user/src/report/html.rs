@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Instant;
 
-use super::{fmt_count, fmt_ns, Report};
+use super::{fmt_count, fmt_ns, queue_cells, queue_columns, Report};
 use crate::advise::Recommendation;
 use crate::counters::CounterReading;
 use crate::model::geometry::{LlcGeometry, WaysSource};
@@ -184,56 +184,23 @@ fn queue_tables(o: &mut String, r: &Report) {
             let _ = writeln!(o, "<p class=\"note\">No traffic.</p>");
             continue;
         }
-        let names = dir.stage_names();
-        let _ = write!(
-            o,
-            "<div class=\"scroll\"><table class=\"num\" id=\"queues-{}\"><thead><tr><th>queue</th><th>packets</th><th>pkt/s</th><th>Mbit/s</th><th>avg B</th>",
-            dir.as_str()
-        );
-        if dir == Dir::Rx {
-            let _ = write!(o, "<th title=\"NAPI polls\">polls</th><th title=\"average packets per NAPI poll\">batch</th><th title=\"polls that used their whole budget\">full</th>");
-        }
-        for n in names {
-            let _ = write!(o, "<th>{n}<br><small>p50/p99/max</small></th>");
+        let _ = write!(o, "<div class=\"scroll\"><table class=\"num\" id=\"queues-{}\"><thead><tr>", dir.as_str());
+        for c in queue_columns(dir) {
+            // "driver_to_stack p50/p99/max" → name over a small unit line.
+            match c.split_once(' ') {
+                Some((name, unit)) if unit == "p50/p99/max" => {
+                    let _ = write!(o, "<th>{}<br><small>{unit}</small></th>", esc(name));
+                }
+                _ => {
+                    let _ = write!(o, "<th>{}</th>", esc(&c));
+                }
+            }
         }
         let _ = writeln!(o, "</tr></thead><tbody>");
         for q in qs {
-            let _ = write!(
-                o,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.0}</td>",
-                q.queue,
-                fmt_count(q.packets as f64),
-                fmt_count(q.pps),
-                q.mbps,
-                q.avg_pkt_bytes.unwrap_or(0.0)
-            );
-            if dir == Dir::Rx {
-                match &q.napi {
-                    Some(n) => {
-                        let _ = write!(
-                            o,
-                            "<td>{}</td><td>{:.1}</td><td>{}</td>",
-                            fmt_count(n.polls as f64),
-                            n.avg_work.unwrap_or(0.0),
-                            n.budget_exhausted
-                        );
-                    }
-                    None => o.push_str("<td>-</td><td>-</td><td>-</td>"),
-                }
-            }
-            for n in names {
-                match q.stages.get(n) {
-                    Some(s) => {
-                        let _ = write!(
-                            o,
-                            "<td>{}/{}/{}</td>",
-                            ns_cell(s["p50_ns"].as_u64()),
-                            ns_cell(s["p99_ns"].as_u64()),
-                            ns_cell(s["max_ns"].as_u64())
-                        );
-                    }
-                    None => o.push_str("<td>-</td>"),
-                }
+            o.push_str("<tr>");
+            for c in queue_cells(q) {
+                let _ = write!(o, "<td>{}</td>", esc(&c.replace("us", "µs")));
             }
             o.push_str("</tr>\n");
         }

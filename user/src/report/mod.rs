@@ -423,6 +423,49 @@ pub fn build(rec: &Recording) -> Report {
     }
 }
 
+/// Column headers of a direction's queue table (text and HTML share them).
+pub fn queue_columns(dir: Dir) -> Vec<String> {
+    let mut c: Vec<String> = ["queue", "packets", "pkt/s", "Mbit/s", "avg B"].iter().map(|s| s.to_string()).collect();
+    if dir == Dir::Rx {
+        c.extend(["polls", "batch", "full"].iter().map(|s| s.to_string()));
+    }
+    c.extend(dir.stage_names().iter().map(|n| format!("{n} p50/p99/max")));
+    c
+}
+
+/// One queue's row, formatted once for every surface that shows it.
+pub fn queue_cells(q: &QueueReport) -> Vec<String> {
+    let mut c = vec![
+        q.queue.to_string(),
+        fmt_count(q.packets as f64),
+        fmt_count(q.pps),
+        format!("{:.1}", q.mbps),
+        format!("{:.0}", q.avg_pkt_bytes.unwrap_or(0.0)),
+    ];
+    if q.dir == Dir::Rx {
+        match &q.napi {
+            Some(n) => c.extend([
+                fmt_count(n.polls as f64),
+                format!("{:.1}", n.avg_work.unwrap_or(0.0)),
+                n.budget_exhausted.to_string(),
+            ]),
+            None => c.extend(["-".to_string(), "-".to_string(), "-".to_string()]),
+        }
+    }
+    for n in q.dir.stage_names() {
+        c.push(match q.stages.get(n) {
+            Some(s) => format!(
+                "{}/{}/{}",
+                fmt_ns(s["p50_ns"].as_u64()),
+                fmt_ns(s["p99_ns"].as_u64()),
+                fmt_ns(s["max_ns"].as_u64())
+            ),
+            None => "-".into(),
+        });
+    }
+    c
+}
+
 pub fn fmt_ns(v: Option<u64>) -> String {
     match v {
         None => "-".into(),
@@ -489,54 +532,18 @@ pub fn render_text(r: &Report, top_flows: usize) -> String {
             let _ = writeln!(o, "  (no traffic)");
             continue;
         }
-        let names = dir.stage_names();
-        let _ = write!(o, "  {:>5} {:>9} {:>9} {:>9} {:>7}", "queue", "packets", "pkt/s", "Mbit/s", "avg B");
+        // Widths: queue, packets, pkt/s, Mbit/s, avg B, [polls, batch, full], stages.
+        let mut widths = vec![5, 9, 9, 9, 7];
         if dir == Dir::Rx {
-            let _ = write!(o, " {:>7} {:>6} {:>5}", "polls", "batch", "full");
+            widths.extend([7, 6, 5]);
         }
-        for n in names {
-            let _ = write!(o, " {:>21}", format!("{n} p50/p99/max"));
-        }
-        let _ = writeln!(o);
+        widths.extend([21; crate::snapshot::NSTAGES]);
+        let line = |cells: &[String]| -> String {
+            cells.iter().zip(&widths).map(|(c, w)| format!(" {c:>w$}", w = *w)).collect::<String>()
+        };
+        let _ = writeln!(o, " {}", line(&queue_columns(dir)));
         for q in qs {
-            let _ = write!(
-                o,
-                "  {:>5} {:>9} {:>9} {:>9.1} {:>7.0}",
-                q.queue,
-                fmt_count(q.packets as f64),
-                fmt_count(q.pps),
-                q.mbps,
-                q.avg_pkt_bytes.unwrap_or(0.0)
-            );
-            if dir == Dir::Rx {
-                match &q.napi {
-                    Some(n) => {
-                        let _ = write!(
-                            o,
-                            " {:>7} {:>6.1} {:>5}",
-                            fmt_count(n.polls as f64),
-                            n.avg_work.unwrap_or(0.0),
-                            n.budget_exhausted
-                        );
-                    }
-                    None => {
-                        let _ = write!(o, " {:>7} {:>6} {:>5}", "-", "-", "-");
-                    }
-                }
-            }
-            for n in names {
-                let cell = match q.stages.get(n) {
-                    Some(s) => format!(
-                        "{}/{}/{}",
-                        fmt_ns(s["p50_ns"].as_u64()),
-                        fmt_ns(s["p99_ns"].as_u64()),
-                        fmt_ns(s["max_ns"].as_u64())
-                    ),
-                    None => "-".into(),
-                };
-                let _ = write!(o, " {cell:>21}");
-            }
-            let _ = writeln!(o);
+            let _ = writeln!(o, " {}", line(&queue_cells(q)));
         }
     }
 
