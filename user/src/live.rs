@@ -40,6 +40,33 @@ pub struct LiveOptions {
     pub verbose: bool,
 }
 
+impl LiveOptions {
+    /// A live surface (top, serve): aggregates only, so no per-packet records
+    /// cross to userspace, stage latencies on every packet, and no L3-miss
+    /// sampler (attribution belongs to recordings).
+    pub fn surface(
+        iface: &str,
+        netns: Option<&str>,
+        interval_ms: u64,
+        counters: CountersMode,
+        flow_every: u64,
+        verbose: bool,
+    ) -> LiveOptions {
+        LiveOptions {
+            iface: iface.to_string(),
+            netns: netns.map(str::to_string),
+            interval_ms,
+            sample_every: 0,
+            stage_every: 1,
+            counters,
+            miss_source: crate::probe::l3miss::MissSource::Off,
+            miss_period: 0,
+            flow_every,
+            verbose,
+        }
+    }
+}
+
 /// CLOCK_MONOTONIC in ns: the clock of bpf_ktime_get_ns, so BPF timestamps,
 /// intervals and counter readings line up.
 pub fn monotonic_ns() -> u64 {

@@ -385,21 +385,15 @@ pub fn run(opts: &ServeOptions) -> Result<()> {
     if opts.top_flows > 1000 {
         bail!("--top-flows {} is too many series: use at most 1000", opts.top_flows);
     }
-    let live_opts = LiveOptions {
-        iface: opts.iface.clone(),
-        netns: opts.netns.clone(),
-        interval_ms: opts.interval_ms,
-        // Metrics are aggregates: no per-packet records cross to userspace.
-        sample_every: 0,
-        counters: opts.counters,
-        // Live surfaces show aggregates: stage latencies on every packet, no
-        // L3-miss sampler (attribution belongs to recordings).
-        stage_every: 1,
-        miss_source: crate::probe::l3miss::MissSource::Off,
-        miss_period: 0,
-        flow_every: (1000 / opts.interval_ms.max(1)).max(1),
-        verbose: opts.verbose,
-    };
+    let flow_every = (1000 / opts.interval_ms.max(1)).max(1);
+    let live_opts = LiveOptions::surface(
+        &opts.iface,
+        opts.netns.as_deref(),
+        opts.interval_ms,
+        opts.counters,
+        flow_every,
+        opts.verbose,
+    );
     let (features, iface) = LiveSession::preflight(&live_opts)?;
     // Bind before attaching: a taken port fails without anything loaded.
     let listener = std::net::TcpListener::bind(addr).with_context(|| format!("--listen {addr}"))?;

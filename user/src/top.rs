@@ -29,22 +29,9 @@ pub struct TopOptions {
 const MAX_FLOWS: usize = 10;
 
 pub fn run(opts: &TopOptions) -> Result<()> {
-    let live_opts = LiveOptions {
-        iface: opts.iface.clone(),
-        netns: opts.netns.clone(),
-        interval_ms: opts.interval_ms,
-        // top shows aggregates only: no per-packet records cross to userspace.
-        sample_every: 0,
-        counters: opts.counters,
-        // Live surfaces show aggregates: stage latencies on every packet, no
-        // L3-miss sampler (attribution belongs to recordings).
-        stage_every: 1,
-        miss_source: crate::probe::l3miss::MissSource::Off,
-        miss_period: 0,
-        // Flow rates are per interval, so the flow table is read every interval.
-        flow_every: 1,
-        verbose: opts.verbose,
-    };
+    // Flow rates are per interval, so the flow table is read every interval.
+    let live_opts =
+        LiveOptions::surface(&opts.iface, opts.netns.as_deref(), opts.interval_ms, opts.counters, 1, opts.verbose);
     let (features, iface) = LiveSession::preflight(&live_opts)?;
     // Signals first, so a Ctrl-C during attach still detaches cleanly; SIGHUP
     // (an SSH session going away) stops too.
