@@ -185,6 +185,8 @@ pub struct Advice {
     pub geometry: LlcGeometry,
     /// "measured" when MSR 0xC8B was read at record time; "assumed" otherwise.
     pub ddio_ways_note: String,
+    /// What the model had to assume about this recording, in plain words.
+    pub notes: Vec<String>,
     pub recommendations: Vec<Recommendation>,
 }
 
@@ -221,7 +223,20 @@ pub fn advise(rec: &Recording, o: GeometryOverrides) -> Result<Advice> {
             q.predicted_read_hit_pct = None;
         }
     }
-    Ok(Advice { attribution, model, geometry: obs.geometry.clone(), ddio_ways_note: note, recommendations })
+    let mut notes = Vec::new();
+    if let Some(p) = rec.meta.get("platform").filter(|p| p.starts_with("unsupported")) {
+        notes.push(format!(
+            "the recording host has no Intel DDIO ({}): the model shows what an Intel LLC of the recorded size and ways would do with this traffic",
+            p.trim_start_matches("unsupported: ")
+        ));
+    }
+    if obs.queues.iter().filter(|q| q.dir == MDir::Rx).all(|q| q.ring_entries.is_none()) {
+        notes.push(format!(
+            "{} reports no ring size: the model assumes 1024 descriptors per RX queue, and makes no ring-size recommendation",
+            iface.driver.as_deref().unwrap_or("the driver")
+        ));
+    }
+    Ok(Advice { attribution, model, geometry: obs.geometry.clone(), ddio_ways_note: note, notes, recommendations })
 }
 
 /// Put the attributed misses behind each recommendation that names a queue, and

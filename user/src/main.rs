@@ -240,6 +240,9 @@ fn render_advice(a: &ddioscope::analysis::Advice) -> String {
         a.model.ddio_capacity_bytes as f64 / 1048576.0,
         a.model.usable_ddio_bytes as f64 / 1048576.0
     );
+    for n in &a.notes {
+        let _ = writeln!(o, "  note: {n}");
+    }
     for q in &a.model.queues {
         let _ = writeln!(
             o,
@@ -368,6 +371,7 @@ fn run() -> anyhow::Result<ExitCode> {
                         let mut model = serde_json::to_value(&a.model)?;
                         model["geometry"] = serde_json::to_value(&a.geometry)?;
                         model["ddio_ways_note"] = serde_json::Value::String(a.ddio_ways_note.clone());
+                        model["notes"] = serde_json::to_value(&a.notes)?;
                         v["model"] = model;
                         v["recommendations"] = serde_json::to_value(&a.recommendations)?;
                         v["attribution"] = serde_json::to_value(&a.attribution)?;
