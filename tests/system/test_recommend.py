@@ -13,18 +13,37 @@ def recommend(path):
 
 
 def test_recommendations_are_stable_across_runs(testbed, recorder):
+    # The same load twice: two streams pinned (XPS + CPU affinity) to queues 0
+    # and 1, so hashing cannot put them on different queues from run to run.
+    import subprocess
+    from test_l3miss import pin_tx_queues
     tb = testbed
-    tb.iperf3_server()
-    keys = []
+    tb.iperf3_server(5201)
+    tb.iperf3_server(5202)
+    pin_tx_queues(tb)
+    keys, models = [], []
     for _ in range(2):
         rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv)
-        tb.iperf3("-P", "2", "-t", "3", "-b", "500M")
+        a = subprocess.Popen(["ip", "netns", "exec", tb.ns_snd, "taskset", "-c", "0", "iperf3", "-c", tb.ip_rcv,
+                              "-p", "5201", "-t", "3", "-b", "500M"], stdout=subprocess.DEVNULL)
+        tb.ns(tb.ns_snd, "taskset", "-c", "1", "iperf3", "-c", tb.ip_rcv, "-p", "5202", "-t", "3", "-b", "500M")
+        a.wait(timeout=60)
         rc, _, err = rec.stop()
         assert rc == 0, err
-        a = recommend(rec.out)
-        assert a["model"]["ddio_capacity_bytes"] > 0
-        keys.append(sorted((r["kind"], r["target"]) for r in a["recommendations"]))
+        adv = recommend(rec.out)
+        assert adv["model"]["ddio_capacity_bytes"] > 0
+        keys.append(sorted((r["kind"], r["target"]) for r in adv["recommendations"]))
+        models.append({(q["dir"], q["queue"]): q for q in adv["model"]["queues"]})
+    print("recommendations per run:", keys)
     assert keys[0] == keys[1], keys
+    # What the recommendations rest on is stable too: the busy queues' verdicts
+    # and predicted write-hit rates.
+    busy = [("rx", 0), ("rx", 1)]
+    for k in busy:
+        a, b = models[0].get(k), models[1].get(k)
+        assert a and b, (k, models)
+        assert a["verdict"] == b["verdict"], (k, a, b)
+        assert abs(a["predicted_write_hit_pct"] - b["predicted_write_hit_pct"]) <= 5, (k, a, b)
 
 
 def test_numa_placement_from_a_recording(tmp_path):
