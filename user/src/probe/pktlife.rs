@@ -372,6 +372,17 @@ impl PktlifeProbe {
         self.miss_sampler.is_some()
     }
 
+    /// (by address join, by CPU context) summed over the per-CPU copies.
+    fn sum_miss_counts(&self, per_cpu: &[Vec<u8>]) -> (u64, u64) {
+        per_cpu.iter().take(self.ncpus).fold((0, 0), |(a, c), raw| {
+            let mut v = pl_miss_count::default();
+            match plain::copy_from_bytes(&mut v, raw) {
+                Ok(()) => (a + v.addr_join, c + v.cpu_ctx),
+                Err(_) => (a, c),
+            }
+        })
+    }
+
     /// Cumulative L3-miss sample counts; flows and regions only when `with_flows`.
     pub fn read_misses(&self, with_flows: bool) -> Result<MissSnapshot> {
         let mut m = MissSnapshot { age_hist: vec![0; NBUCKETS], ..Default::default() };
@@ -393,14 +404,7 @@ impl PktlifeProbe {
         }
         for idx in 0..(2 * MAX_QUEUES) {
             let vals = self.skel.maps.miss_queues.lookup_percpu(&idx.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
-            let (mut a, mut c) = (0, 0);
-            for raw in vals.iter().take(self.ncpus) {
-                let mut v = pl_miss_count::default();
-                if plain::copy_from_bytes(&mut v, raw).is_ok() {
-                    a += v.addr_join;
-                    c += v.cpu_ctx;
-                }
-            }
+            let (a, c) = self.sum_miss_counts(&vals);
             if a + c > 0 {
                 let dir = if idx < MAX_QUEUES { Dir::Rx } else { Dir::Tx };
                 m.queues.push((dir, idx % MAX_QUEUES, a, c));
@@ -415,14 +419,7 @@ impl PktlifeProbe {
                     continue;
                 }
                 let Some(fk) = flow_key(&k) else { continue };
-                let (mut a, mut c) = (0, 0);
-                for raw in vals.iter().take(self.ncpus) {
-                    let mut v = pl_miss_count::default();
-                    if plain::copy_from_bytes(&mut v, raw).is_ok() {
-                        a += v.addr_join;
-                        c += v.cpu_ctx;
-                    }
-                }
+                let (a, c) = self.sum_miss_counts(&vals);
                 if a + c > 0 {
                     m.flows.push((fk, a, c));
                 }

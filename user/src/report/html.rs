@@ -389,26 +389,19 @@ fn counters_section(o: &mut String, rec: &Recording, r: &Report) {
             let _ = writeln!(o, "<p class=\"note\">{}</p>", esc(n));
         }
     } else {
-        let pct = |v: Option<f64>| v.map(|v| format!("{v:.1}%")).unwrap_or_else(|| "-".into());
-        let mbs = |v: Option<f64>| v.map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into());
         let _ = writeln!(
             o,
             "<table class=\"num\"><thead><tr><th>socket</th><th>write miss</th><th>partial write miss</th><th>read miss</th>\
              <th>inbound write MB/s</th><th>inbound read MB/s</th><th>DRAM read MB/s</th><th>DRAM write MB/s</th><th>L3 misses/s</th><th></th></tr></thead><tbody>"
         );
         for s in &c.sockets {
+            let _ = write!(o, "<tr><td>{}</td>", s.socket);
+            for cell in super::socket_cells(s) {
+                let _ = write!(o, "<td>{}</td>", esc(&cell));
+            }
             let _ = writeln!(
                 o,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                s.socket,
-                pct(s.write_miss_pct),
-                pct(s.partial_write_miss_pct),
-                pct(s.read_miss_pct),
-                mbs(s.inbound_write_mbps),
-                mbs(s.inbound_read_mbps),
-                mbs(s.dram_read_mbps),
-                mbs(s.dram_write_mbps),
-                s.l3_miss_per_s.map(|v| format!("{v:.3e}")).unwrap_or_else(|| "-".into()),
+                "<td>{}</td></tr>",
                 if s.write_allocation_disabled { "<b class=\"bad\">DDIO write allocation disabled</b>" } else { "" }
             );
         }

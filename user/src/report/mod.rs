@@ -423,6 +423,23 @@ pub fn build(rec: &Recording) -> Report {
     }
 }
 
+/// One socket's DDIO numbers as display cells: write miss, partial write
+/// miss, read miss, inbound write/read, DRAM read/write, L3 misses/s.
+pub fn socket_cells(s: &crate::counters::SocketMetrics) -> [String; 8] {
+    let pct = |v: Option<f64>| v.map(|v| format!("{v:.1}%")).unwrap_or_else(|| "-".into());
+    let mbs = |v: Option<f64>| v.map(|v| format!("{v:.0} MB/s")).unwrap_or_else(|| "-".into());
+    [
+        pct(s.write_miss_pct),
+        pct(s.partial_write_miss_pct),
+        pct(s.read_miss_pct),
+        mbs(s.inbound_write_mbps),
+        mbs(s.inbound_read_mbps),
+        mbs(s.dram_read_mbps),
+        mbs(s.dram_write_mbps),
+        s.l3_miss_per_s.map(|v| format!("{v:.3e}")).unwrap_or_else(|| "-".into()),
+    ]
+}
+
 /// Column headers of a direction's queue table (text and HTML share them).
 pub fn queue_columns(dir: Dir) -> Vec<String> {
     let mut c: Vec<String> = ["queue", "packets", "pkt/s", "Mbit/s", "avg B"].iter().map(|s| s.to_string()).collect();
@@ -588,7 +605,6 @@ pub fn render_text(r: &Report, top_flows: usize) -> String {
     );
     let c = &r.counters;
     let _ = writeln!(o, "\nSocket DDIO (counters: {}; platform {})", c.source, c.platform);
-    let pct = |v: Option<f64>| v.map(|v| format!("{v:.1}%")).unwrap_or_else(|| "-".into());
     let mbs = |v: Option<f64>| v.map(|v| format!("{v:.0} MB/s")).unwrap_or_else(|| "-".into());
     if c.sockets.iter().all(|s| s.write_miss_pct.is_none() && s.inbound_write_mbps.is_none() && s.dram_read_mbps.is_none()) {
         let why = match c.source.as_str() {
@@ -599,18 +615,11 @@ pub fn render_text(r: &Report, top_flows: usize) -> String {
         let _ = writeln!(o, "  (capture on the host with scripts/capture-counters.sh, then `ddioscope import-counters REC FILE`)");
     } else {
         for s in &c.sockets {
+            let [w, pw, r, iw, ir, dr, dw, l3] = socket_cells(s);
             let _ = writeln!(
                 o,
-                "  socket {}: write miss {} (partial {}), read miss {}, inbound write {} read {}, DRAM read {} write {}, L3 misses/s {}{}",
+                "  socket {}: write miss {w} (partial {pw}), read miss {r}, inbound write {iw} read {ir}, DRAM read {dr} write {dw}, L3 misses/s {l3}{}",
                 s.socket,
-                pct(s.write_miss_pct),
-                pct(s.partial_write_miss_pct),
-                pct(s.read_miss_pct),
-                mbs(s.inbound_write_mbps),
-                mbs(s.inbound_read_mbps),
-                mbs(s.dram_read_mbps),
-                mbs(s.dram_write_mbps),
-                s.l3_miss_per_s.map(|v| format!("{v:.3e}")).unwrap_or_else(|| "-".into()),
                 if s.write_allocation_disabled { "  DDIO WRITE ALLOCATION DISABLED" } else { "" }
             );
         }
