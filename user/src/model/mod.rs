@@ -13,7 +13,9 @@
 //!   shared LIFO, or FIFO over the whole pool; spare buffers per queue `pool_extra` (512).
 //! * Consumers: forward reads+rewrites the header line, NIC TX reads the packet 2 µs later;
 //!   copy reads the whole packet and writes it to a 256 KiB per-flow socket buffer.
-//! * Usable DDIO capacity = 0.45 × nominal (`analytic::USABLE_DDIO_FRACTION`).
+//! * Usable DDIO capacity = 0.45 × nominal (`analytic::USABLE_DDIO_FRACTION`), the target for
+//!   recommended rings; verdicts use nominal capacity and the expected conflict-miss fraction
+//!   (`analytic::expected_conflict_miss_fraction`).
 //! * Presets: SKX Gold 6140 (24.75 MiB, 11 ways, 18 slices), BDW E5-2695 v4 (45 MiB, 20
 //!   ways), EMR 8592+ (ASSUMED 320 MiB per socket, 20 ways, 64 slices, 2 DDIO ways).
 
