@@ -1,10 +1,11 @@
 # ddioscope — build, demo, test, bench.  `make demo` and `make test` set up a
 # fresh Debian machine by themselves (via `make deps`).
 SHELL := /bin/bash
-CARGO ?= cargo
+# rustup's default place when cargo is not on PATH (e.g. right after `make deps` installed it).
+CARGO ?= $(shell command -v cargo 2>/dev/null || echo $(HOME)/.cargo/bin/cargo)
 BIN := user/target/release/ddioscope
 # Each command the build or tests run, and the package that provides it.
-NEEDED := clang:clang llvm-strip:llvm pkg-config:pkg-config bpftool:bpftool \
+NEEDED := curl:curl clang:clang llvm-strip:llvm pkg-config:pkg-config bpftool:bpftool \
 	iperf3:iperf3 ethtool:ethtool ip:iproute2 ping:iputils-ping sqlite3:sqlite3 \
 	python3:python3 setpriv:util-linux chromium:chromium \
 	prometheus:prometheus promtool:prometheus tmux:tmux
@@ -30,7 +31,14 @@ deps:
 		export DEBIAN_FRONTEND=noninteractive; \
 		apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
-	@command -v $(CARGO) >/dev/null || { echo "deps: Rust (cargo >= 1.82) is required: install it with rustup" >&2; exit 1; }
+	@command -v $(CARGO) >/dev/null 2>&1 || { \
+		echo "deps: installing Rust (rustup, minimal stable toolchain) into $(HOME)/.cargo"; \
+		tmp=$$(mktemp -d) && \
+		curl -sSfL -o $$tmp/rustup-init https://static.rust-lang.org/rustup/dist/$$(uname -m)-unknown-linux-gnu/rustup-init && \
+		chmod +x $$tmp/rustup-init && \
+		$$tmp/rustup-init -y -q --profile minimal --component rustfmt --no-modify-path >/dev/null; \
+		rc=$$?; rm -rf $$tmp; \
+		[ $$rc -eq 0 ] && [ -x $(HOME)/.cargo/bin/cargo ] || { echo "deps: could not install Rust; install cargo >= 1.82 with rustup" >&2; exit 1; }; }
 	@python3 -c 'import pytest' 2>/dev/null || python3 -m pip install -q pytest
 
 demo: deps build
