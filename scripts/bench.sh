@@ -16,7 +16,8 @@
 #
 # Knobs (environment): BIN, OUT_JSON, BENCH_ROUNDS (3), BENCH_RUN_SECS (5),
 # BENCH_UDP_RATE (iperf3 -b for the UDP loads, 0 = unlimited),
-# BENCH_RECORD_ARGS (extra `ddioscope record` options, e.g. "--stage-sample 8").
+# BENCH_RECORD_ARGS (extra `ddioscope record` options, e.g. "--stage-sample 8"),
+# BENCH_MISS_SAMPLING (the stand-in of the attribution-cost phase, software-clock).
 set -Eeuo pipefail
 cd "$(dirname "$0")/.."
 
@@ -196,20 +197,26 @@ for load in udp tcp; do
 done
 finish_recorder
 
-# The same UDP load with attribution on: the L3-miss program on a software
+# The same loads with attribution on: the L3-miss program on a software
 # stand-in event (this host may have no PEBS) and the buffer-page map kept
-# per packet.
-log "attribution cost: L3-miss program on software cpu-clock samples, ${T_COST_UDP} s UDP"
+# per packet (linear data and page frags; TCP payload arrives in frags).
+# BENCH_MISS_SAMPLING picks the stand-in (software-clock, or software-copy for
+# the address-join path).
+MISS_SAMPLING=${BENCH_MISS_SAMPLING:-software-clock}
+log "attribution cost: L3-miss program on --miss-sampling $MISS_SAMPLING, ${T_COST_UDP} s UDP then ${T_COST_TCP} s TCP"
 SAVED_RECORD_ARGS=${BENCH_RECORD_ARGS:-}
-BENCH_RECORD_ARGS="$SAVED_RECORD_ARGS --miss-sampling software-clock --miss-period 1000000"
+BENCH_RECORD_ARGS="$SAVED_RECORD_ARGS --miss-sampling $MISS_SAMPLING --miss-period 1000000"
 start_recorder 90 attr
 printf '%s\n' "$ATTACHED_LINE" >"$TMP/attr.attached"
-snap attr_udp_before
-t0=$(now_ns)
-run_iperf "$TMP/attr_udp.iperf.json" "$T_COST_UDP" "${UDP_ARGS[@]}"
-t1=$(now_ns)
-snap attr_udp_after
-echo "$((t1 - t0))" >"$TMP/attr_udp.window_ns"
+for load in udp tcp; do
+    if [ "$load" = udp ]; then args=("${UDP_ARGS[@]}") secs=$T_COST_UDP; else args=("${TCP_ARGS[@]}") secs=$T_COST_TCP; fi
+    snap "attr_${load}_before"
+    t0=$(now_ns)
+    run_iperf "$TMP/attr_$load.iperf.json" "$secs" "${args[@]}"
+    t1=$(now_ns)
+    snap "attr_${load}_after"
+    echo "$((t1 - t0))" >"$TMP/attr_$load.window_ns"
+done
 finish_recorder
 BENCH_RECORD_ARGS=$SAVED_RECORD_ARGS
 sysctl -qw "$STATS_SYSCTL=0" >/dev/null
@@ -256,7 +263,7 @@ print(" ".join(str(i) for i in sorted(ids & live)))
 # ---------------------------------------------------------------- report
 mkdir -p "$(dirname "$OUT_JSON")"
 TMP=$TMP OUT_JSON=$OUT_JSON ROUNDS=$ROUNDS T_RUN=$T_RUN T_COST_UDP=$T_COST_UDP \
-    T_COST_TCP=$T_COST_TCP UDP_LEN=$UDP_LEN UDP_STREAMS=$UDP_STREAMS UDP_RATE=$UDP_RATE \
+    T_COST_TCP=$T_COST_TCP MISS_SAMPLING=$MISS_SAMPLING UDP_LEN=$UDP_LEN UDP_STREAMS=$UDP_STREAMS UDP_RATE=$UDP_RATE \
     TCP_STREAMS=$TCP_STREAMS TARGET_NS=$TARGET_NS HOT_RE=$HOT_RE CPU_MODEL=$CPU_MODEL \
     NPROC=$(nproc) KERNEL=$(uname -r) BIN=$BIN LOAD_START=$LOAD_START \
     LOAD_END=$(cut -d' ' -f1 /proc/loadavg) \
@@ -346,26 +353,30 @@ print(f"\n  hot hooks, both loads: {fmt_ns(overall)} ns/event vs target <= {targ
 
 # ---- 1b. attribution cost
 attr_ids = json.loads(open(os.path.join(tmp, "attr.attached")).read())["prog_ids"]
-before = {p["id"]: p for p in load("attr_udp_before.json")}
-after = {p["id"]: p for p in load("attr_udp_after.json")}
-window_s = int(open(os.path.join(tmp, "attr_udp.window_ns")).read()) / 1e9
-base = {p["name"]: p for p in cost["udp"]["programs"]}
-print(f"\n1b. attribution cost ({loads['udp']}, L3-miss program on software cpu-clock samples)")
-print(f"  {'program':<16} {'run_cnt':>11} {'ns/event':>9} {'without':>9} {'extra':>8}")
-attr_progs = []
-for i in attr_ids:
-    b, a = before.get(i, {}), after.get(i, {})
-    name = a.get("name", "?")
-    cnt = (a.get("run_cnt") or 0) - (b.get("run_cnt") or 0)
-    ns = (a.get("run_time_ns") or 0) - (b.get("run_time_ns") or 0)
-    if not cnt:
-        continue
-    avg = ns / cnt
-    was = base.get(name, {}).get("avg_ns")
-    extra = "" if was is None else f"{avg - was:+.1f}"
-    attr_progs.append({"name": name, "run_cnt": cnt, "avg_ns": avg, "without_ns": was})
-    print(f"  {name:<16} {cnt:>11} {avg:>9.1f} {fmt_ns(was):>9} {extra:>8}")
-cost["attribution_udp"] = {"window_s": window_s, "programs": attr_progs}
+for key in ("udp", "tcp"):
+    before = {p["id"]: p for p in load(f"attr_{key}_before.json")}
+    after = {p["id"]: p for p in load(f"attr_{key}_after.json")}
+    window_s = int(open(os.path.join(tmp, f"attr_{key}.window_ns")).read()) / 1e9
+    ij = load(f"attr_{key}.iperf.json")
+    rate = f"{udp_rx(ij)/1e3:.0f} kpkt/s received" if key == "udp" else f"{tcp_gbps(ij):.2f} Gbit/s"
+    base = {p["name"]: p for p in cost[key]["programs"]}
+    print(f"\n1b. attribution cost ({loads[key]}: {rate}; --miss-sampling {E['MISS_SAMPLING']})")
+    print(f"  {'program':<16} {'run_cnt':>11} {'ns/event':>9} {'without':>9} {'extra':>8}")
+    attr_progs = []
+    for i in attr_ids:
+        b, a = before.get(i, {}), after.get(i, {})
+        name = a.get("name", "?")
+        cnt = (a.get("run_cnt") or 0) - (b.get("run_cnt") or 0)
+        ns = (a.get("run_time_ns") or 0) - (b.get("run_time_ns") or 0)
+        if not cnt:
+            continue
+        avg = ns / cnt
+        was = base.get(name, {}).get("avg_ns")
+        extra = "" if was is None else f"{avg - was:+.1f}"
+        attr_progs.append({"name": name, "run_cnt": cnt, "avg_ns": avg, "without_ns": was})
+        print(f"  {name:<16} {cnt:>11} {avg:>9.1f} {fmt_ns(was):>9} {extra:>8}")
+    cost[f"attribution_{key}"] = {"window_s": window_s, "miss_sampling": E["MISS_SAMPLING"],
+                                  "iperf3_end": ij["end"].get("sum_received"), "programs": attr_progs}
 
 # ---- 2. throughput
 tests = {
