@@ -20,6 +20,7 @@
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_endian.h>
 #include "pktlife.h"
+#include "fragaddr.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -44,6 +45,23 @@ const volatile __u8 rx_queue_offset = 1;
 const volatile __u8 join_buffers = 0;
 /* A context older than this is stale: the CPU has moved on to other work. */
 const volatile __u64 ctx_window_ns = 200000;
+/* Map frag pages too (with join_buffers), through the page -> address layout
+ * below (see fragaddr.h); 0 where userspace found no layout for this host. */
+const volatile __u8 join_frags = 0;
+const volatile __u64 mem_page_offset = 0;      /* direct-map base, or 0 ... */
+const volatile __u64 mem_page_offset_addr = 0; /* ... read at this address */
+const volatile __u64 mem_vmemmap = 0;          /* vmemmap base, or 0 ... */
+const volatile __u64 mem_vmemmap_addr = 0;     /* ... read at this address */
+const volatile __u64 mem_max_pfn = 0;          /* end of the memory map, in pages */
+/* --miss-sampling software-copy: a cpu-clock sample taken while the CPU copies
+ * an skb to a socket reader takes a byte of that skb's buffers as its data
+ * address, where PEBS would report the copy's load. A stand-in that exercises
+ * the join, not a measured miss. */
+const volatile __u8 copy_standin = 0;
+
+/* The bases read from kernel variables, once (pl_base). */
+__u64 mem_page_offset_cache = 0;
+__u64 mem_vmemmap_cache = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -515,16 +533,92 @@ static __always_inline void set_ctx(__u8 kind, __u8 dir, __u32 queue, const stru
 		c->cur_flow = *k;
 }
 
-static __always_inline void remember_buffer(__u64 data, __u32 len, __u8 dir, __u32 queue,
-					    const struct pl_flow_key *k, __u64 now)
+static __always_inline void count_n(__u32 idx, __u32 n)
+{
+	__u64 *c = bpf_map_lookup_elem(&counters, &idx);
+	if (c)
+		*c += n;
+}
+
+/* One page of a live packet buffer. A page that comes back for the same queue
+ * and flow (page_pool recycling, a socket's page frag) only gets its hand-up
+ * time renewed in place: one 8-byte store, no LRU node taken. Anything else
+ * is replaced whole by the map update, so a sample never reads a mix of two
+ * owners. */
+static __always_inline void remember_page(__u64 page, const struct pl_buf_info *b)
+{
+	struct pl_buf_info *e = bpf_map_lookup_elem(&buf_pages, &page);
+	if (e && e->queue == b->queue && e->dir == b->dir && e->has_flow == b->has_flow &&
+	    (!b->has_flow || flow_key_eq(&e->flow, &b->flow))) {
+		e->handup_ns = b->handup_ns;
+		return;
+	}
+	bpf_map_update_elem(&buf_pages, &page, b, BPF_ANY);
+}
+
+/* The first and last page of [addr, addr + len) (buffers of up to two pages
+ * are covered whole); returns the last page written. */
+static __always_inline __u64 remember_range(__u64 addr, __u32 len, __u64 prev, const struct pl_buf_info *b,
+					    __u32 counter)
+{
+	__u64 first = addr & ~4095ULL, last = (addr + (len ? len - 1 : 0)) & ~4095ULL;
+	if (first != prev) {
+		remember_page(first, b);
+		count(counter);
+	}
+	if (last != first) {
+		remember_page(last, b);
+		count(counter);
+	}
+	return last;
+}
+
+/* The page -> address layout, or false (bases unknown or unreadable). */
+static __always_inline bool mem_layout(__u64 *page_offset, __u64 *vmemmap)
+{
+	*page_offset = pl_base(mem_page_offset, mem_page_offset_addr, &mem_page_offset_cache);
+	*vmemmap = pl_base(mem_vmemmap, mem_vmemmap_addr, &mem_vmemmap_cache);
+	return *page_offset && *vmemmap && mem_max_pfn;
+}
+
+/* An skb's buffers in the page map: the linear data, then (join_frags) the
+ * pages of its first PL_MAX_JOIN_FRAGS frags. head: the skb's head buffer, a
+ * direct-map address that checks the layout; shinfo: head + end. */
+static __always_inline void remember_buffer(__u64 data, __u32 len, __u64 head, const unsigned char *shinfo,
+					    __u32 nr_frags, __u8 dir, __u32 queue, const struct pl_flow_key *k,
+					    __u64 now)
 {
 	struct pl_buf_info b = { .handup_ns = now, .queue = queue, .dir = dir, .has_flow = k != NULL };
 	if (k)
 		b.flow = *k;
-	__u64 first = data & ~4095ULL, last = (data + (len ? len - 1 : 0)) & ~4095ULL;
-	bpf_map_update_elem(&buf_pages, &first, &b, BPF_ANY);
-	if (last != first)
-		bpf_map_update_elem(&buf_pages, &last, &b, BPF_ANY);
+	data = as_number(data);
+	__u64 prev = remember_range(data, len, 0, &b, PLC_BUF_LINEAR);
+	if (!join_frags || !nr_frags)
+		return;
+	__u64 po, vm;
+	struct pl_frag f[PL_MAX_JOIN_FRAGS] = {};
+	if (!mem_layout(&po, &vm) || !pl_in_direct_map(as_number(head), po, mem_max_pfn) ||
+	    pl_read_frags(shinfo, f, PL_MAX_JOIN_FRAGS)) {
+		count_n(PLC_FRAG_NO_LAYOUT, nr_frags);
+		return;
+	}
+	if (nr_frags > PL_MAX_JOIN_FRAGS)
+		count_n(PLC_FRAG_OVER_CAP, nr_frags - PL_MAX_JOIN_FRAGS);
+#pragma unroll
+	for (int i = 0; i < PL_MAX_JOIN_FRAGS; i++) {
+		if (i >= nr_frags)
+			break;
+		if (f[i].page & 1) {
+			count(PLC_FRAG_NO_PAGE);
+			continue;
+		}
+		__u64 virt = pl_page_virt(f[i].page, po, vm, mem_max_pfn);
+		if (!virt) {
+			count(PLC_FRAG_NO_LAYOUT);
+			continue;
+		}
+		prev = remember_range(virt + f[i].offset, f[i].len, prev, &b, PLC_BUF_FRAG);
+	}
 }
 
 static __always_inline void charge(__u8 dir, __u32 queue, const struct pl_flow_key *flow, bool by_addr)
@@ -565,6 +659,28 @@ int l3miss_sample(struct bpf_perf_event_data *ctx)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	__u64 addr = ctx->addr;
+	bool from_frag = false;
+	if (copy_standin) {
+		/* A clock sample inside a socket copy: a byte of the buffers being
+		 * copied (uniform over their bytes), what PEBS would report had the
+		 * copy's load missed. Elsewhere: no address. */
+		addr = 0;
+		struct pl_cpu_ctx *c = cpu_ctx_get();
+		if (c && c->cur_kind == PL_CTX_RX_COPY && now - c->cur_since < ctx_window_ns && c->copy_total) {
+			__u32 r = bpf_get_prandom_u32() % c->copy_total;
+#pragma unroll
+			for (int i = 0; i < PL_COPY_SEGS; i++) {
+				if (i >= c->copy_nseg)
+					break;
+				if (r < c->copy_len[i]) {
+					addr = c->copy_addr[i] + r;
+					from_frag = i >= c->copy_nlinear;
+					break;
+				}
+				r -= c->copy_len[i];
+			}
+		}
+	}
 	t->c[PLM_SAMPLES] += 1;
 	if (addr) {
 		__u64 region = addr >> 21;
@@ -579,6 +695,8 @@ int l3miss_sample(struct bpf_perf_event_data *ctx)
 		struct pl_buf_info *b = bpf_map_lookup_elem(&buf_pages, &page);
 		if (b) {
 			t->c[PLM_ON_PACKET] += 1;
+			if (copy_standin)
+				t->c[from_frag ? PLM_COPY_FRAG_JOINED : PLM_COPY_LINEAR_JOINED] += 1;
 			__u32 bucket = now > b->handup_ns ? log2_u64(now - b->handup_ns) : 0;
 			if (bucket >= NBUCKETS)
 				bucket = NBUCKETS - 1;
@@ -599,6 +717,13 @@ int l3miss_sample(struct bpf_perf_event_data *ctx)
 	}
 	return 0;
 }
+
+/* An skb's shared info, as the hooks read it (H(shinfo)). */
+struct pl_shinfo {
+	const unsigned char *at;  /* skb->head + skb->end */
+	__u32 segs;
+	__u32 nr_frags;
+};
 
 /* ---- flavour-specific hooks: tp_btf (direct loads) and raw_tp (probe reads) -- */
 

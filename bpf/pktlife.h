@@ -33,8 +33,24 @@ enum pl_counter {
 	PLC_STATE_EVICT = 2,   /* in-flight skb states pushed out of the LRU before free */
 	PLC_QUEUE_CLAMPED = 3, /* packets on queues >= MAX_QUEUES, counted in the last slot */
 	PLC_STATE_STALE = 4,   /* states whose free went unseen (GRO merge, coalesce): discarded */
-	PLC_NR = 8,
+	/* The buffer-page map (address join; only with a miss sampler attached). */
+	PLC_BUF_LINEAR = 5,    /* linear-data pages written */
+	PLC_BUF_FRAG = 6,      /* frag pages written */
+	PLC_FRAG_OVER_CAP = 7, /* frags past PL_MAX_JOIN_FRAGS: not mapped */
+	PLC_FRAG_NO_PAGE = 8,  /* frags without a struct page (net_iov device memory): not mapped */
+	PLC_FRAG_NO_LAYOUT = 9, /* frags not mapped: no page->address layout, or it failed its check */
+	PLC_NR = 16,
 };
+
+/* Frags mapped per skb at hand-up / xmit. A frame before GRO has one frag per
+ * page of payload: 1 for a standard frame in page_pool or page-frag memory,
+ * up to 3 for a 9000-byte jumbo frame in 4 KiB pages. Each mapped page costs a
+ * hash-map write, so a 17-frag TSO skb at xmit is mapped in part; the rest is
+ * counted (PLC_FRAG_OVER_CAP). */
+#define PL_MAX_JOIN_FRAGS 4
+/* Segments the software-copy stand-in remembers of the skb being copied: the
+ * linear data and the first frags (a GRO-merged skb holds up to 17). */
+#define PL_COPY_SEGS 9
 
 struct pl_queue_stats {
 	__u64 packets;
@@ -96,6 +112,14 @@ struct pl_cpu_ctx {
 	__u64 last_rx_skb;  /* the skb just handed to GRO on this CPU */
 	__u64 last_rx_head; /* and its head buffer */
 	__u64 scratch;      /* see as_number() */
+	/* --miss-sampling software-copy: the buffers of the skb being copied to
+	 * a socket reader on this CPU (kernel virtual addresses and lengths). */
+	__u64 copy_addr[PL_COPY_SEGS];
+	__u32 copy_len[PL_COPY_SEGS];
+	__u32 copy_nseg;
+	__u32 copy_total;
+	__u32 copy_nlinear;  /* 1: copy_addr[0] is the linear data */
+	__u32 copy_pad;
 };
 
 enum pl_ctx_kind { PL_CTX_NONE = 0, PL_CTX_RX_NAPI = 1, PL_CTX_RX_COPY = 2, PL_CTX_TX = 3 };
@@ -118,6 +142,10 @@ enum pl_miss_counter {
 	PLM_NO_ADDR = 3,     /* no data address (software stand-in events, non-PEBS) */
 	PLM_CTX_CHARGED = 4, /* not joined, charged to the CPU's current network work */
 	PLM_UNCHARGED = 5,   /* neither */
+	/* software-copy stand-in: joined samples by where their address was
+	 * drawn from (the skb's linear data or one of its frags). */
+	PLM_COPY_LINEAR_JOINED = 6,
+	PLM_COPY_FRAG_JOINED = 7,
 	PLM_NR = 8,
 };
 

@@ -39,17 +39,28 @@ static __always_inline void H(forget_leftover)(const struct sk_buff *skb)
 	}
 }
 
-/* Wire frames in this skb: a GSO/LRO super-packet counts as its segments. */
-static __always_inline __u32 H(segments)(const struct sk_buff *skb)
+/* The skb's shared info (at head + end, end being an offset on 64-bit): the
+ * wire frames in it (a GSO/LRO super-packet counts as its segments) and its
+ * number of frags. One read, and only for an skb with paged data. */
+static __always_inline void H(shinfo)(const struct sk_buff *skb, struct pl_shinfo *sh)
 {
-	if (!RD(skb, data_len))
-		return 1;
 	unsigned char *head = RD(skb, head);
 	__u32 end = RD(skb, end);
-	__u16 segs = 0;
-	bpf_probe_read_kernel(&segs, sizeof(segs),
-			      head + end + bpf_core_field_offset(struct skb_shared_info, gso_segs));
-	return segs > 1 ? segs : 1;
+	__u8 b[8] = {};
+	sh->at = head + end;
+	sh->segs = 1;
+	sh->nr_frags = 0;
+	if (!RD(skb, data_len) || bpf_probe_read_kernel(b, sizeof(b), sh->at))
+		return;
+	__u32 o_nr = bpf_core_field_offset(struct skb_shared_info, nr_frags);
+	__u32 o_segs = bpf_core_field_offset(struct skb_shared_info, gso_segs);
+	if (o_nr < sizeof(b))
+		sh->nr_frags = b[o_nr];
+	if (o_segs + 1 < sizeof(b)) {
+		__u16 segs = (__u16)b[o_segs] | ((__u16)b[o_segs + 1] << 8);
+		if (segs > 1)
+			sh->segs = segs;
+	}
 }
 
 static __always_inline int H(on_rx_handup)(const struct sk_buff *skb)
@@ -71,7 +82,9 @@ static __always_inline int H(on_rx_handup)(const struct sk_buff *skb)
 	if (l2_len > 64)
 		l2_len = 0;
 	__u32 len = l3_len + l2_len;
-	__u32 segs = H(segments)(skb);
+	struct pl_shinfo sh;
+	H(shinfo)(skb, &sh);
+	__u32 segs = sh.segs;
 
 	struct pl_cpu_ctx *c = cpu_ctx_get();
 	if (c) {
@@ -107,7 +120,8 @@ static __always_inline int H(on_rx_handup)(const struct sk_buff *skb)
 			account_flow(&k, len, l3_len, hdr_len, queue, now);
 	}
 	if (join_buffers) {
-		remember_buffer((__u64)data, linear, PL_RX, queue, have_flow ? &k : NULL, now);
+		remember_buffer((__u64)data, linear, (__u64)head, sh.at, sh.nr_frags, PL_RX, queue,
+				have_flow ? &k : NULL, now);
 		set_ctx(PL_CTX_RX_NAPI, PL_RX, queue, have_flow ? &k : NULL, now);
 	}
 	if (!track) {
@@ -144,6 +158,46 @@ static __always_inline int H(on_rx_stack)(const struct sk_buff *skb)
 	return rx_stack_stage(H(tracked)(skb));
 }
 
+/* --miss-sampling software-copy: the buffers of the skb this CPU is about to
+ * copy to a socket reader (linear data, then the first frags at their
+ * direct-map addresses), for the stand-in sample to draw a byte from. */
+static __always_inline void H(copy_buffers)(const struct sk_buff *skb)
+{
+	struct pl_cpu_ctx *c = cpu_ctx_get();
+	if (!c)
+		return;
+	__u32 len = RD(skb, len), dlen = RD(skb, data_len);
+	__u32 n = 0, total = 0;
+	__u64 data = as_number((__u64)RD(skb, data));
+	if (len > dlen) {
+		c->copy_addr[0] = data;
+		c->copy_len[0] = len - dlen;
+		total = len - dlen;
+		n = 1;
+	}
+	struct pl_shinfo sh;
+	H(shinfo)(skb, &sh);
+	struct pl_frag f[PL_COPY_SEGS - 1] = {};
+	__u64 po, vm;
+	if (join_frags && sh.nr_frags && mem_layout(&po, &vm) && !pl_read_frags(sh.at, f, PL_COPY_SEGS - 1)) {
+#pragma unroll
+		for (int i = 0; i < PL_COPY_SEGS - 1; i++) {
+			if (i >= sh.nr_frags)
+				break;
+			__u64 virt = pl_page_virt(f[i].page, po, vm, mem_max_pfn);
+			if (!virt || !f[i].len || n >= PL_COPY_SEGS)
+				continue;
+			c->copy_addr[n] = virt + f[i].offset;
+			c->copy_len[n] = f[i].len;
+			total += f[i].len;
+			n++;
+		}
+	}
+	c->copy_nlinear = len > dlen;
+	c->copy_nseg = n;
+	c->copy_total = total;
+}
+
 /* The socket copy. With a miss sampler attached, the CPU now works for this
  * skb's flow: ours if tracked, else if it arrived on our device (skb_iif; by
  * now skb->dev may be socket-layer scratch) and its socket is in our netns. */
@@ -164,6 +218,8 @@ static __always_inline int H(on_copy)(const struct sk_buff *skb)
 			queue = qm >= rx_queue_offset ? qm - rx_queue_offset : 0;
 		}
 		if (ours) {
+			if (copy_standin)
+				H(copy_buffers)(skb);
 			struct pl_flow_key k = {};
 			__u32 hdr_len = 0;
 			unsigned char *head = RD(skb, head);
@@ -238,7 +294,9 @@ static __always_inline int H(on_tx_xmit)(const struct sk_buff *skb, const struct
 		return 0;
 	__u32 queue = RD(skb, queue_mapping);
 	__u32 len = RD(skb, len);
-	__u32 segs = H(segments)(skb);
+	struct pl_shinfo sh;
+	H(shinfo)(skb, &sh);
+	__u32 segs = sh.segs;
 	struct pl_skb_state *st = H(tracked)(skb);
 	if (st && st->dir != PL_TX)
 		st = NULL;
@@ -274,7 +332,8 @@ static __always_inline int H(on_tx_xmit)(const struct sk_buff *skb, const struct
 		if (st && st->sampled)
 			st->flow = k;
 		if (join_buffers) {
-			remember_buffer((__u64)data, RD(skb, len) - RD(skb, data_len), PL_TX, queue, &k, now);
+			remember_buffer((__u64)data, RD(skb, len) - RD(skb, data_len), (__u64)head, sh.at,
+					sh.nr_frags, PL_TX, queue, &k, now);
 			set_ctx(PL_CTX_TX, PL_TX, queue, &k, now);
 		}
 	}

@@ -416,10 +416,15 @@ pub fn attribution(rec: &Recording, obs: &HostObservation) -> AttributionReport 
     let source = rec.meta.get("miss_sampling").cloned().unwrap_or_default();
     let stand_in = source.contains("stand-in");
     if stand_in && matches!(chosen.method, crate::attribution::Method::AddressJoin | crate::attribution::Method::CpuContext) {
-        chosen.notes.insert(
-            0,
-            format!("samples come from {source}: they show which queues' and flows' work the CPUs were doing, a stand-in for L3-miss samples"),
-        );
+        let note = if source.contains("buffer being copied") {
+            format!(
+                "samples come from {source}: their addresses are those of the packet buffers the CPUs were copying, which tests the \
+                 address join on real buffer addresses; they are a stand-in, not measured L3 misses"
+            )
+        } else {
+            format!("samples come from {source}: they show which queues' and flows' work the CPUs were doing, a stand-in for L3-miss samples")
+        };
+        chosen.notes.insert(0, note);
     }
     AttributionReport { chosen, stand_in, all }
 }

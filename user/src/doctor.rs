@@ -68,6 +68,16 @@ pub fn run() -> Doctor {
             h.without,
         ));
     }
+    let layout = crate::probe::memlayout::resolve_live();
+    checks.push(check(
+        "frag page addresses",
+        layout.is_ok(),
+        match &layout {
+            Ok(m) => m.source.clone(),
+            Err(why) => why.clone(),
+        },
+        "the address join maps linear packet data only: page frags (page_pool RX buffers, TCP payload) are not joined",
+    ));
     let core = pmus.iter().any(|p| p == "cpu" || p == "cpu_core");
     checks.push(check(
         "core PMU",

@@ -126,6 +126,9 @@ pub struct LiveSession {
     pub counter_notes: Vec<String>,
     /// What drives the L3-miss samples, or why there are none.
     pub miss_label: String,
+    /// Which packet buffers the address join maps (linear data, frags), and
+    /// where the page-to-address layout came from or why frags are left out.
+    pub buffer_join: String,
     pub start_ns: u64,
     pub started: Instant,
     sampler: Option<counters::Sampler>,
@@ -162,6 +165,14 @@ impl LiveSession {
         use crate::probe::l3miss::{event_attr, MissSource};
         let platform = counters::platform::detect_host().platform();
         let miss_attr = event_attr(opts.miss_source, platform, opts.miss_period, std::path::Path::new("/sys"))?;
+        // Frag pages need the page-to-address layout; without one, the join
+        // covers linear data only and the recording says why.
+        let layout = miss_attr.as_ref().map(|_| crate::probe::memlayout::resolve_live());
+        let buffer_join = match &layout {
+            None => "off (no L3-miss sampler)".to_string(),
+            Some(Ok(m)) => format!("linear data and page frags; page addresses: {}", m.source),
+            Some(Err(why)) => why.clone(),
+        };
         let cfg = ProbeConfig {
             ifindex: iface.ifindex,
             netns_inode: iface.netns_inode,
@@ -170,6 +181,8 @@ impl LiveSession {
             track_flows: true,
             rx_queue_offset: rx_queue_offset_for_driver(iface.driver.as_deref()),
             join_buffers: miss_attr.is_some(),
+            mem_layout: layout.and_then(Result::ok),
+            copy_standin: opts.miss_source == MissSource::SoftwareCopy,
         };
         let mut probe = PktlifeProbe::attach(&cfg, &features)?;
         let miss_label = match miss_attr {
@@ -205,6 +218,7 @@ impl LiveSession {
             counters_source,
             counter_notes,
             miss_label,
+            buffer_join,
             start_ns,
             started: Instant::now(),
             sampler,

@@ -65,11 +65,13 @@ enum Cmd {
         #[arg(long, value_name = "FILE")]
         counters_from: Option<PathBuf>,
         /// L3-miss sampling for attribution: auto (PEBS where the CPU has it), pebs,
-        /// software-clock / software-faults (stand-ins on hosts without a PMU), off.
+        /// software-clock / software-faults / software-copy (stand-ins on hosts
+        /// without a PMU; software-copy gives clock samples inside a socket copy
+        /// the address of the buffer being copied), off.
         #[arg(long, value_enum, default_value = "auto")]
         miss_sampling: ddioscope::probe::l3miss::MissSource,
         /// Sample period: 1 in N L3 misses (default 2000), N ns for software-clock
-        /// (default 1 ms), 1 in N page faults for software-faults (default 1).
+        /// and software-copy (default 1 ms), 1 in N page faults for software-faults (default 1).
         #[arg(long, value_name = "N")]
         miss_period: Option<u64>,
     },
@@ -307,7 +309,9 @@ fn run() -> anyhow::Result<ExitCode> {
                 counters,
                 miss_source: miss_sampling,
                 miss_period: miss_period.unwrap_or(match miss_sampling {
-                    ddioscope::probe::l3miss::MissSource::SoftwareClock => 1_000_000,
+                    ddioscope::probe::l3miss::MissSource::SoftwareClock | ddioscope::probe::l3miss::MissSource::SoftwareCopy => {
+                        1_000_000
+                    }
                     ddioscope::probe::l3miss::MissSource::SoftwareFaults => 1,
                     _ => 2000,
                 }),

@@ -141,6 +141,10 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary> {
     writer.set_meta_json("counters_notes", &live.counter_notes)?;
     writer.set_meta("miss_sampling", &live.miss_label)?;
     writer.set_meta("miss_period", &opts.miss_period.to_string())?;
+    writer.set_meta("buffer_join", &live.buffer_join)?;
+    if live.probe.has_miss_sampler() {
+        writer.set_meta("buf_pages_capacity", &live.probe.buf_pages_capacity().to_string())?;
+    }
     let prog_ids = live.probe.prog_ids();
     writer.set_meta_json("prog_ids", &prog_ids)?;
     writer.set_meta("start_ns", &live.start_ns.to_string())?;

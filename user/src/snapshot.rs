@@ -244,6 +244,28 @@ pub struct MissSnapshot {
     pub flows: Vec<(FlowKey, u64, u64)>,
     /// (2 MiB region index = address >> 21, samples), cumulative, top entries
     pub regions: Vec<(u64, u64)>,
+    /// What the probes wrote to the packet-buffer page map (deltas).
+    pub buf: BufMapCounters,
+}
+
+/// The packet-buffer page map of the address join: pages written (linear data
+/// and frags) and frags left out, as deltas; its size as a gauge.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BufMapCounters {
+    pub linear_pages: u64,
+    pub frag_pages: u64,
+    /// Frags past the per-skb cap (PL_MAX_JOIN_FRAGS).
+    pub frags_over_cap: u64,
+    /// Frags without a struct page (net_iov device memory).
+    pub frags_no_page: u64,
+    /// Frags not mapped for want of a page-to-address layout (or one that failed its check).
+    pub frags_no_layout: u64,
+    /// Entries in the map when it was last counted this interval (None: not counted).
+    pub entries: Option<u64>,
+    /// software-copy stand-in: joined samples whose address was drawn from
+    /// the copied skb's linear data / from one of its frags.
+    pub copy_linear_joined: u64,
+    pub copy_frag_joined: u64,
 }
 
 impl MissSnapshot {
@@ -265,6 +287,16 @@ impl MissSnapshot {
             })
             .filter(|q| q.2 + q.3 > 0)
             .collect();
+        d.buf = BufMapCounters {
+            linear_pages: self.buf.linear_pages.saturating_sub(e.buf.linear_pages),
+            frag_pages: self.buf.frag_pages.saturating_sub(e.buf.frag_pages),
+            frags_over_cap: self.buf.frags_over_cap.saturating_sub(e.buf.frags_over_cap),
+            frags_no_page: self.buf.frags_no_page.saturating_sub(e.buf.frags_no_page),
+            frags_no_layout: self.buf.frags_no_layout.saturating_sub(e.buf.frags_no_layout),
+            entries: self.buf.entries,
+            copy_linear_joined: self.buf.copy_linear_joined.saturating_sub(e.buf.copy_linear_joined),
+            copy_frag_joined: self.buf.copy_frag_joined.saturating_sub(e.buf.copy_frag_joined),
+        };
         d
     }
 }

@@ -23,6 +23,10 @@ pub enum MissSource {
     SoftwareClock,
     /// page-fault samples: carry (user) data addresses, exercises the address path.
     SoftwareFaults,
+    /// cpu-clock samples that, inside a socket copy, take an address in the
+    /// buffers being copied: exercises the address join on real packet-buffer
+    /// addresses (linear data and frags).
+    SoftwareCopy,
     Off,
 }
 
@@ -68,6 +72,13 @@ pub fn event_attr(source: MissSource, platform: Option<Platform>, period: u64, s
             attr.type_ = sys::bindings::PERF_TYPE_SOFTWARE;
             attr.config = sys::bindings::PERF_COUNT_SW_CPU_CLOCK as u64;
             format!("software cpu-clock (stand-in, no addresses), every {period} ns")
+        }
+        MissSource::SoftwareCopy => {
+            attr.type_ = sys::bindings::PERF_TYPE_SOFTWARE;
+            attr.config = sys::bindings::PERF_COUNT_SW_CPU_CLOCK as u64;
+            format!(
+                "software cpu-clock taking the address of the buffer being copied to the socket (stand-in: copy addresses, not measured misses), every {period} ns"
+            )
         }
         MissSource::SoftwareFaults => {
             attr.type_ = sys::bindings::PERF_TYPE_SOFTWARE;

@@ -1,6 +1,7 @@
 //! Loads and attaches the BPF probe families, and reads what they aggregate.
 pub mod features;
 pub mod l3miss;
+pub mod memlayout;
 pub mod pktlife;
 
 pub mod skel {

@@ -37,6 +37,11 @@ const PLC_LOST: u32 = 1;
 const PLC_STATE_EVICT: u32 = 2;
 const PLC_QUEUE_CLAMPED: u32 = 3;
 const PLC_STATE_STALE: u32 = 4;
+const PLC_BUF_LINEAR: u32 = 5;
+const PLC_BUF_FRAG: u32 = 6;
+const PLC_FRAG_OVER_CAP: u32 = 7;
+const PLC_FRAG_NO_PAGE: u32 = 8;
+const PLC_FRAG_NO_LAYOUT: u32 = 9;
 
 #[derive(Debug, Clone)]
 pub struct ProbeConfig {
@@ -50,6 +55,11 @@ pub struct ProbeConfig {
     pub rx_queue_offset: u8,
     /// Keep the packet-buffer page map and CPU work context for an L3-miss sampler.
     pub join_buffers: bool,
+    /// Map frag pages too, through this page-to-address layout (None: linear data only).
+    pub mem_layout: Option<super::memlayout::MemLayout>,
+    /// --miss-sampling software-copy: clock samples inside a socket copy take
+    /// an address in the buffers being copied.
+    pub copy_standin: bool,
 }
 
 /// Drivers that do not store RX queue + 1 in skb->queue_mapping. veth passes
@@ -98,6 +108,15 @@ fn open_and_load(cfg: &ProbeConfig, flavors: &[Flavor]) -> Result<PktlifeSkel<'s
         ro.track_flows = u8::from(cfg.track_flows);
         ro.rx_queue_offset = cfg.rx_queue_offset;
         ro.join_buffers = u8::from(cfg.join_buffers);
+        ro.copy_standin = u8::from(cfg.join_buffers && cfg.copy_standin);
+        if let (true, Some(m)) = (cfg.join_buffers, &cfg.mem_layout) {
+            ro.join_frags = 1;
+            ro.mem_page_offset = m.page_offset;
+            ro.mem_page_offset_addr = m.page_offset_base_addr;
+            ro.mem_vmemmap = m.vmemmap;
+            ro.mem_vmemmap_addr = m.vmemmap_base_addr;
+            ro.mem_max_pfn = m.max_pfn;
+        }
     } else {
         bail!("pktlife BPF object has no read-only config section (build problem)");
     }
@@ -398,6 +417,8 @@ impl PktlifeProbe {
             m.no_addr += t.c[3];
             m.ctx_charged += t.c[4];
             m.uncharged += t.c[5];
+            m.buf.copy_linear_joined += t.c[6];
+            m.buf.copy_frag_joined += t.c[7];
             for (i, v) in t.age_hist.iter().enumerate() {
                 m.age_hist[i] += v;
             }
@@ -437,8 +458,64 @@ impl PktlifeProbe {
             }
             m.regions.sort_by(|a, b| b.1.cmp(&a.1));
             m.regions.truncate(32);
+            m.buf.entries = Some(self.buf_pages_entries());
         }
+        let c = &self.skel.maps.counters;
+        m.buf.linear_pages = Self::percpu_sum(c, PLC_BUF_LINEAR)?;
+        m.buf.frag_pages = Self::percpu_sum(c, PLC_BUF_FRAG)?;
+        m.buf.frags_over_cap = Self::percpu_sum(c, PLC_FRAG_OVER_CAP)?;
+        m.buf.frags_no_page = Self::percpu_sum(c, PLC_FRAG_NO_PAGE)?;
+        m.buf.frags_no_layout = Self::percpu_sum(c, PLC_FRAG_NO_LAYOUT)?;
         Ok(m)
+    }
+
+    /// Capacity of the packet-buffer page map (an LRU hash: never more entries).
+    pub fn buf_pages_capacity(&self) -> u32 {
+        self.skel.maps.buf_pages.max_entries()
+    }
+
+    /// Entries in the packet-buffer page map now, counted in batches of 4096
+    /// (a handful of syscalls, not one per key); key by key where the kernel
+    /// has no batch lookup.
+    fn buf_pages_entries(&self) -> u64 {
+        use std::os::fd::{AsFd, AsRawFd};
+        let map = &self.skel.maps.buf_pages;
+        const BATCH: u32 = 4096;
+        let (ksz, vsz) = (map.key_size().max(4) as usize, map.value_size() as usize);
+        let mut keys = vec![0u8; BATCH as usize * ksz];
+        let mut vals = vec![0u8; BATCH as usize * vsz];
+        let (mut token_in, mut token_out) = (vec![0u8; ksz], vec![0u8; ksz]);
+        let opts = libbpf_rs::libbpf_sys::bpf_map_batch_opts {
+            sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_batch_opts>() as _,
+            ..Default::default()
+        };
+        let mut total = 0u64;
+        let mut first = true;
+        loop {
+            let mut count = BATCH;
+            // SAFETY: every buffer is sized for BATCH keys/values of this map's sizes,
+            // the tokens for one key; libbpf writes at most `count` entries.
+            let ret = unsafe {
+                libbpf_rs::libbpf_sys::bpf_map_lookup_batch(
+                    map.as_fd().as_raw_fd(),
+                    if first { std::ptr::null_mut() } else { token_in.as_mut_ptr().cast() },
+                    token_out.as_mut_ptr().cast(),
+                    keys.as_mut_ptr().cast(),
+                    vals.as_mut_ptr().cast(),
+                    &mut count,
+                    &opts,
+                )
+            };
+            total += u64::from(count);
+            if ret == -libc::ENOENT {
+                return total;
+            }
+            if ret != 0 {
+                return map.keys().count() as u64;
+            }
+            token_in.copy_from_slice(&token_out);
+            first = false;
+        }
     }
 
     /// BPF program ids of this probe (for leak checks and bpf_stats).
@@ -536,4 +613,50 @@ fn parse_sample(data: &[u8]) -> Option<PacketSample> {
         drop_reason: e.drop_reason,
         flow: if e.flow.family != 0 { flow_key(&e.flow) } else { None },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both hook flavours must pass the verifier with every option that adds
+    /// code (records, stage state, the buffer map with frags, the copy
+    /// stand-in, a layout read from kernel variables): the raw_tp fallback is
+    /// otherwise only loaded on kernels that refuse tp_btf. Loads only; needs
+    /// root and BTF, and says so when it cannot run.
+    #[test]
+    fn every_flavour_loads_with_every_option() {
+        if !crate::live::is_root() || !std::path::Path::new(super::super::features::VMLINUX_BTF).exists() {
+            eprintln!("skipped: loading BPF needs root and kernel BTF");
+            return;
+        }
+        let layout = crate::probe::memlayout::MemLayout {
+            page_offset: 0,
+            // Read from a kernel address at run time: the verifier sees the probe read either way.
+            page_offset_base_addr: 0xffff_ffff_8100_0000,
+            vmemmap: crate::probe::memlayout::X86_64_L4_VMEMMAP,
+            vmemmap_base_addr: 0,
+            max_pfn: 1 << 20,
+            source: "test".into(),
+        };
+        for flavor in [Flavor::TpBtf, Flavor::RawTp] {
+            for (join, standin) in [(false, false), (true, false), (true, true)] {
+                let cfg = ProbeConfig {
+                    ifindex: 1,
+                    netns_inode: 0,
+                    sample_every: 64,
+                    stage_every: 1,
+                    track_flows: true,
+                    rx_queue_offset: 1,
+                    join_buffers: join,
+                    mem_layout: Some(layout.clone()),
+                    copy_standin: standin,
+                };
+                let flavors = vec![flavor; PKTLIFE_HOOKS.len()];
+                if let Err(e) = open_and_load(&cfg, &flavors) {
+                    panic!("{} with join_buffers={join} copy_standin={standin}: {e:#}", flavor.as_str());
+                }
+            }
+        }
+    }
 }

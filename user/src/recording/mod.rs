@@ -60,6 +60,10 @@ CREATE TABLE miss_flows (
     dst TEXT NOT NULL, dport INTEGER NOT NULL, addr_join INTEGER NOT NULL, cpu_ctx INTEGER NOT NULL,
     PRIMARY KEY (dir, proto, src, sport, dst, dport));
 CREATE TABLE miss_regions (region INTEGER PRIMARY KEY, samples INTEGER NOT NULL);
+CREATE TABLE buf_map_intervals (
+    interval INTEGER PRIMARY KEY, linear_pages INTEGER NOT NULL, frag_pages INTEGER NOT NULL,
+    frags_over_cap INTEGER NOT NULL, frags_no_page INTEGER NOT NULL, frags_no_layout INTEGER NOT NULL,
+    entries INTEGER, copy_linear_joined INTEGER NOT NULL, copy_frag_joined INTEGER NOT NULL);
 CREATE TABLE counters (
     interval INTEGER NOT NULL, t_ns INTEGER NOT NULL, socket INTEGER NOT NULL, pmu TEXT NOT NULL,
     event TEXT NOT NULL, value REAL NOT NULL, raw INTEGER NOT NULL,

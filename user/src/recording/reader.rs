@@ -302,6 +302,31 @@ impl Recording {
                     });
                 }
             }
+            // Recordings from before the buffer-map table read it as all zero.
+            if table_exists("buf_map_intervals") {
+                let mut st = conn
+                    .prepare(
+                        "SELECT interval,linear_pages,frag_pages,frags_over_cap,frags_no_page,frags_no_layout,entries,
+                                copy_linear_joined,copy_frag_joined FROM buf_map_intervals",
+                    )
+                    .map_err(corrupt)?;
+                let mut rows = st.query([]).map_err(corrupt)?;
+                while let Some(r) = rows.next().map_err(corrupt)? {
+                    let g = |i: usize| -> Result<u64> { Ok(r.get::<_, i64>(i).map_err(corrupt)? as u64) };
+                    if let Some(m) = by_idx.get(&g(0)?).and_then(|&si| snaps[si].misses.as_mut()) {
+                        m.buf = crate::snapshot::BufMapCounters {
+                            linear_pages: g(1)?,
+                            frag_pages: g(2)?,
+                            frags_over_cap: g(3)?,
+                            frags_no_page: g(4)?,
+                            frags_no_layout: g(5)?,
+                            entries: r.get::<_, Option<i64>>(6).map_err(corrupt)?.map(|e| e as u64),
+                            copy_linear_joined: g(7)?,
+                            copy_frag_joined: g(8)?,
+                        };
+                    }
+                }
+            }
             let mut st = conn.prepare("SELECT interval,dir,queue,addr_join,cpu_ctx FROM miss_queues").map_err(corrupt)?;
             let mut rows = st.query([]).map_err(corrupt)?;
             while let Some(r) = rows.next().map_err(corrupt)? {

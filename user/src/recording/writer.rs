@@ -285,6 +285,23 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
                 m.uncharged as i64
             ],
         )?;
+        let b = &m.buf;
+        tx.execute(
+            "INSERT INTO buf_map_intervals(interval,linear_pages,frag_pages,frags_over_cap,frags_no_page,frags_no_layout,entries,
+                                           copy_linear_joined,copy_frag_joined)
+             VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)",
+            params![
+                i,
+                b.linear_pages as i64,
+                b.frag_pages as i64,
+                b.frags_over_cap as i64,
+                b.frags_no_page as i64,
+                b.frags_no_layout as i64,
+                b.entries.map(|e| e as i64),
+                b.copy_linear_joined as i64,
+                b.copy_frag_joined as i64
+            ],
+        )?;
         let mut q = tx.prepare_cached("INSERT INTO miss_queues(interval,dir,queue,addr_join,cpu_ctx) VALUES (?1,?2,?3,?4,?5)")?;
         for (dir, queue, a, c) in &m.queues {
             q.execute(params![i, dir.as_str(), queue, *a as i64, *c as i64])?;

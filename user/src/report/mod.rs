@@ -38,6 +38,29 @@ pub struct MissReport {
     pub flows: Vec<MissFlow>,
     /// (2 MiB region start address, samples), busiest first.
     pub regions: Vec<(String, u64)>,
+    /// Which packet buffers the join maps, and how the frag pages' addresses are known (or why not).
+    pub buffer_join: String,
+    pub buffer_map: BufferMapReport,
+}
+
+/// The packet-buffer page map over the recording.
+#[derive(Debug, Default, Serialize)]
+pub struct BufferMapReport {
+    /// Most entries the map can hold (an LRU hash: the oldest pages make room).
+    pub capacity: Option<u64>,
+    /// Largest and last entry count read during the recording.
+    pub entries_max: Option<u64>,
+    pub entries_last: Option<u64>,
+    /// Pages written: linear data, frags.
+    pub linear_pages: u64,
+    pub frag_pages: u64,
+    /// Frags left out: past the per-skb cap, without a struct page, without an address layout.
+    pub frags_over_cap: u64,
+    pub frags_no_page: u64,
+    pub frags_no_layout: u64,
+    /// software-copy stand-in: joined samples whose address came from linear data / from a frag.
+    pub copy_linear_joined: u64,
+    pub copy_frag_joined: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -74,6 +97,11 @@ fn miss_report(rec: &Recording) -> MissReport {
         queues: Vec::new(),
         flows: Vec::new(),
         regions: Vec::new(),
+        buffer_join: rec.meta.get("buffer_join").cloned().unwrap_or_else(|| "not recorded".into()),
+        buffer_map: BufferMapReport {
+            capacity: rec.meta.get("buf_pages_capacity").and_then(|v| v.parse().ok()),
+            ..Default::default()
+        },
     };
     let mut age = vec![0u64; crate::snapshot::NBUCKETS];
     let mut per_q: std::collections::BTreeMap<(Dir, u32), (u64, u64)> = Default::default();
@@ -85,6 +113,18 @@ fn miss_report(rec: &Recording) -> MissReport {
         m.no_addr += x.no_addr;
         m.ctx_charged += x.ctx_charged;
         m.uncharged += x.uncharged;
+        let b = &mut m.buffer_map;
+        b.linear_pages += x.buf.linear_pages;
+        b.frag_pages += x.buf.frag_pages;
+        b.frags_over_cap += x.buf.frags_over_cap;
+        b.frags_no_page += x.buf.frags_no_page;
+        b.frags_no_layout += x.buf.frags_no_layout;
+        b.copy_linear_joined += x.buf.copy_linear_joined;
+        b.copy_frag_joined += x.buf.copy_frag_joined;
+        if let Some(e) = x.buf.entries {
+            b.entries_max = Some(b.entries_max.unwrap_or(0).max(e));
+            b.entries_last = Some(e);
+        }
         for (i, v) in x.age_hist.iter().enumerate() {
             if let Some(a) = age.get_mut(i) {
                 *a += v;
@@ -655,6 +695,30 @@ pub fn render_text(r: &Report, top_flows: usize) -> String {
         );
         for q in &l.queues {
             let _ = writeln!(o, "  {} queue {}: {} by address, {} by CPU context", q.dir.as_str(), q.queue, q.addr_join, q.cpu_ctx);
+        }
+    }
+    if l.buffer_map.capacity.is_some() {
+        let b = &l.buffer_map;
+        let opt = |v: Option<u64>| v.map_or_else(|| "?".to_string(), |v| v.to_string());
+        let _ = writeln!(o, "  buffer join: {}", l.buffer_join);
+        let _ = writeln!(
+            o,
+            "  buffer-page map: {} linear and {} frag pages written; frags left out: {} past the cap, {} without a page, {} without an address layout; entries max {} last {} of {}",
+            b.linear_pages,
+            b.frag_pages,
+            b.frags_over_cap,
+            b.frags_no_page,
+            b.frags_no_layout,
+            opt(b.entries_max),
+            opt(b.entries_last),
+            opt(b.capacity)
+        );
+        if b.copy_linear_joined + b.copy_frag_joined > 0 {
+            let _ = writeln!(
+                o,
+                "  copy stand-in: {} joined samples drawn from linear data, {} from page frags",
+                b.copy_linear_joined, b.copy_frag_joined
+            );
         }
     }
     let _ = write!(o, "\nDrops: {}", r.drops.total);
