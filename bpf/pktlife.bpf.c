@@ -58,6 +58,11 @@ const volatile __u64 mem_max_pfn = 0;          /* end of the memory map, in page
  * address, where PEBS would report the copy's load. A stand-in that exercises
  * the join, not a measured miss. */
 const volatile __u8 copy_standin = 0;
+/* How long a copy of n bytes is taken to last: an upper bound, 1 µs plus 1 ns
+ * per byte (a copy at 1 GB/s or faster). Samples after it are not "inside the
+ * copy" even while the CPU context is still fresh. */
+#define COPY_BASE_NS 1000ULL
+#define COPY_NS_PER_BYTE 1ULL
 
 /* The bases read from kernel variables, once (pl_base). */
 __u64 mem_page_offset_cache = 0;
@@ -666,7 +671,7 @@ int l3miss_sample(struct bpf_perf_event_data *ctx)
 		 * copy's load missed. Elsewhere: no address. */
 		addr = 0;
 		struct pl_cpu_ctx *c = cpu_ctx_get();
-		if (c && c->cur_kind == PL_CTX_RX_COPY && now - c->cur_since < ctx_window_ns && c->copy_total) {
+		if (c && c->cur_kind == PL_CTX_RX_COPY && now < c->copy_until && c->copy_total) {
 			__u32 r = bpf_get_prandom_u32() % c->copy_total;
 #pragma unroll
 			for (int i = 0; i < PL_COPY_SEGS; i++) {
@@ -763,7 +768,7 @@ struct pl_shinfo {
 	int BPF_PROG(napi_poll##FL, struct napi_struct *napi, int work, int budget)                   \
 	{ return on_napi_poll##FL(napi, work, budget); }                                              \
 	SEC(PFX "skb_copy_datagram_iovec")                                                            \
-	int BPF_PROG(rx_copy##FL, const struct sk_buff *skb, int len) { return on_copy##FL(skb); }    \
+	int BPF_PROG(rx_copy##FL, const struct sk_buff *skb, int len) { return on_copy##FL(skb, len); } \
 	SEC(PFX "consume_skb")                                                                        \
 	int BPF_PROG(skb_consume##FL, struct sk_buff *skb, void *loc) { return on_free##FL(skb, false, 0); } \
 	SEC(PFX "kfree_skb")                                                                          \

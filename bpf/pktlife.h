@@ -120,6 +120,7 @@ struct pl_cpu_ctx {
 	__u32 copy_total;
 	__u32 copy_nlinear;  /* 1: copy_addr[0] is the linear data */
 	__u32 copy_pad;
+	__u64 copy_until;    /* the copy is taken to last until then (copy_window) */
 };
 
 enum pl_ctx_kind { PL_CTX_NONE = 0, PL_CTX_RX_NAPI = 1, PL_CTX_RX_COPY = 2, PL_CTX_TX = 3 };

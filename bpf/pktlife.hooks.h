@@ -161,7 +161,7 @@ static __always_inline int H(on_rx_stack)(const struct sk_buff *skb)
 /* --miss-sampling software-copy: the buffers of the skb this CPU is about to
  * copy to a socket reader (linear data, then the first frags at their
  * direct-map addresses), for the stand-in sample to draw a byte from. */
-static __always_inline void H(copy_buffers)(const struct sk_buff *skb)
+static __always_inline void H(copy_buffers)(const struct sk_buff *skb, int copied)
 {
 	struct pl_cpu_ctx *c = cpu_ctx_get();
 	if (!c)
@@ -194,6 +194,7 @@ static __always_inline void H(copy_buffers)(const struct sk_buff *skb)
 		}
 	}
 	c->copy_nlinear = len > dlen;
+	c->copy_until = bpf_ktime_get_ns() + COPY_BASE_NS + (copied > 0 ? (__u64)copied : 0) * COPY_NS_PER_BYTE;
 	c->copy_nseg = n;
 	c->copy_total = total;
 }
@@ -201,7 +202,7 @@ static __always_inline void H(copy_buffers)(const struct sk_buff *skb)
 /* The socket copy. With a miss sampler attached, the CPU now works for this
  * skb's flow: ours if tracked, else if it arrived on our device (skb_iif; by
  * now skb->dev may be socket-layer scratch) and its socket is in our netns. */
-static __always_inline int H(on_copy)(const struct sk_buff *skb)
+static __always_inline int H(on_copy)(const struct sk_buff *skb, int copied)
 {
 	struct pl_skb_state *st = H(tracked)(skb);
 	if (join_buffers) {
@@ -219,7 +220,7 @@ static __always_inline int H(on_copy)(const struct sk_buff *skb)
 		}
 		if (ours) {
 			if (copy_standin)
-				H(copy_buffers)(skb);
+				H(copy_buffers)(skb, copied);
 			struct pl_flow_key k = {};
 			__u32 hdr_len = 0;
 			unsigned char *head = RD(skb, head);
