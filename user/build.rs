@@ -5,14 +5,16 @@ use std::path::PathBuf;
 
 use libbpf_cargo::SkeletonBuilder;
 
-const PROBES: &[&str] = &["pktlife", "features"];
+/// (name, directory under the repository): the probes, and the test-only
+/// fragcheck object loaded by examples/fragcheck.rs (never by ddioscope).
+const PROBES: &[(&str, &str)] = &[("pktlife", "bpf"), ("features", "bpf"), ("fragcheck", "tests/bpf")];
 
 fn main() {
     let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
     let bpf_dir = manifest.join("..").join("bpf");
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
-    for name in PROBES {
-        let src = bpf_dir.join(format!("{name}.bpf.c"));
+    for (name, dir) in PROBES {
+        let src = manifest.join("..").join(dir).join(format!("{name}.bpf.c"));
         SkeletonBuilder::new()
             .source(&src)
             .clang_args([
@@ -27,4 +29,6 @@ fn main() {
         println!("cargo:rerun-if-changed={}", bpf_dir.join(format!("{name}.h")).display());
     }
     println!("cargo:rerun-if-changed={}", bpf_dir.join("vmlinux.h").display());
+    println!("cargo:rerun-if-changed={}", bpf_dir.join("fragaddr.h").display());
+    println!("cargo:rerun-if-changed={}", bpf_dir.join("pktlife.hooks.h").display());
 }
