@@ -4,6 +4,8 @@ SHELL := /bin/bash
 # rustup's default place when cargo is not on PATH (e.g. right after `make deps` installed it).
 CARGO ?= $(shell command -v cargo 2>/dev/null || echo $(HOME)/.cargo/bin/cargo)
 BIN := user/target/release/ddioscope
+# Test-only loader of tests/bpf/fragcheck.bpf.c (the frag-address check).
+FRAGCHECK := user/target/release/examples/fragcheck
 # Each command the build or tests run, and the package that provides it.
 NEEDED := curl:curl clang:clang llvm-strip:llvm pkg-config:pkg-config bpftool:bpftool \
 	iperf3:iperf3 ethtool:ethtool ip:iproute2 ping:iputils-ping sqlite3:sqlite3 \
@@ -18,6 +20,10 @@ build: $(BIN)
 
 $(BIN): $(shell find user/src bpf -type f) user/Cargo.toml user/build.rs
 	cd user && $(CARGO) build --release
+	@touch $@
+
+$(FRAGCHECK): $(BIN) $(shell find user/examples tests/bpf -type f)
+	cd user && $(CARGO) build --release --example fragcheck
 	@touch $@
 
 deps:
@@ -47,7 +53,7 @@ demo: deps build
 unit-test: deps
 	cd user && $(CARGO) test --release
 
-system-test: deps build
+system-test: deps build $(FRAGCHECK)
 	python3 -m pytest -v tests/system
 
 test: unit-test system-test
