@@ -192,3 +192,21 @@ def test_copy_standin_joins_linear_buffers(testbed, recorder):
     assert b["copy_linear_joined"] > 100, b
     assert b["copy_linear_joined"] >= 0.9 * m["on_packet_buffers"], b
     assert m["on_packet_buffers"] >= 0.95 * (m["on_packet_buffers"] + m["other_addr"]), m
+
+
+def test_tx_frag_pages_are_mapped(testbed, recorder):
+    """On the sending side, TCP payload leaves in page frags: the xmit hook maps
+    at least one frag page per data segment, and none is left out."""
+    tb = testbed
+    tb.iperf3_server()
+    rec = recorder("-i", tb.if_snd, "--netns", tb.ns_snd, "--miss-sampling", "software-clock", "--miss-period", "1000000")
+    tb.iperf3("-t", "1", "-b", "500M")
+    rc, _, err = rec.stop()
+    assert rc == 0, err
+    r = report_json(rec.out)
+    assert "page frags" in r["l3miss"]["buffer_join"], r["l3miss"]["buffer_join"]
+    b = r["l3miss"]["buffer_map"]
+    tx = sum(q["packets"] for q in r["queues"] if q["dir"] == "tx")
+    assert tx > 10000, r["queues"]
+    assert b["frag_pages"] >= 0.9 * tx, (b, tx)
+    assert b["frags_over_cap"] == b["frags_no_page"] == b["frags_no_layout"] == 0, b
