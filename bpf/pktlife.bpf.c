@@ -129,11 +129,22 @@ struct {
 	__type(value, struct pl_cpu_ctx);
 } cpu_ctx SEC(".maps");
 
+/* Live packet-buffer pages for the address join: a 2-way set-associative
+ * table indexed by a hash of the page address, the way with the older hand-up
+ * giving room (bounded; LRU within each set). An array element is an inlined
+ * load, where an LRU hash update takes a lock and a free-list node on every
+ * hand-up: this table is written for every RX packet. Two ways, because with
+ * one a page still waiting for its copy was often pushed out by an unrelated
+ * page hashed to its slot. */
+#ifndef barrier
+#define barrier() asm volatile("" ::: "memory")
+#endif
+#define BUF_SETS 32768
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u64);                /* page address */
-	__type(value, struct pl_buf_info);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, BUF_SETS);
+	__type(key, __u32);
+	__type(value, struct pl_buf_bucket);
 } buf_pages SEC(".maps");
 
 struct {
@@ -545,20 +556,67 @@ static __always_inline void count_n(__u32 idx, __u32 n)
 		*c += n;
 }
 
+static __always_inline __u32 buf_set_of(__u64 page)
+{
+	return (__u32)(((page >> 12) * 0x9E3779B97F4A7C15ULL) >> 40) & (BUF_SETS - 1);
+}
+
 /* One page of a live packet buffer. A page that comes back for the same queue
  * and flow (page_pool recycling, a socket's page frag) only gets its hand-up
- * time renewed in place: one 8-byte store, no LRU node taken. Anything else
- * is replaced whole by the map update, so a sample never reads a mix of two
- * owners. */
+ * time renewed: one 8-byte store. Anything else rewrites a way with the tag
+ * cleared first and set last, so a sample that reads the tag before and
+ * after copying the info (lookup_page) never charges a mix of two owners.
+ * x86 keeps stores and loads in program order (TSO), and PEBS addresses only
+ * exist there; the barriers stop the compiler reordering. */
 static __always_inline void remember_page(__u64 page, const struct pl_buf_info *b)
 {
-	struct pl_buf_info *e = bpf_map_lookup_elem(&buf_pages, &page);
-	if (e && e->queue == b->queue && e->dir == b->dir && e->has_flow == b->has_flow &&
-	    (!b->has_flow || flow_key_eq(&e->flow, &b->flow))) {
-		e->handup_ns = b->handup_ns;
+	__u32 set = buf_set_of(page);
+	struct pl_buf_bucket *bk = bpf_map_lookup_elem(&buf_pages, &set);
+	if (!bk)
+		return;
+	struct pl_buf_slot *e;
+	if (bk->way[0].page == page) {
+		e = &bk->way[0];
+	} else if (bk->way[1].page == page) {
+		e = &bk->way[1];
+	} else {
+		/* An empty way has hand-up time 0: it is always the older one. */
+		e = bk->way[0].info.handup_ns <= bk->way[1].info.handup_ns ? &bk->way[0] : &bk->way[1];
+		if (e->page)
+			count(PLC_BUF_REPLACED);
+	}
+	if (e->page == page && e->info.queue == b->queue && e->info.dir == b->dir &&
+	    e->info.has_flow == b->has_flow && (!b->has_flow || flow_key_eq(&e->info.flow, &b->flow))) {
+		e->info.handup_ns = b->handup_ns;
 		return;
 	}
-	bpf_map_update_elem(&buf_pages, &page, b, BPF_ANY);
+	e->page = 0;
+	barrier();
+	e->info = *b;
+	barrier();
+	e->page = page;
+}
+
+static __always_inline bool read_way(const struct pl_buf_slot *e, __u64 page, struct pl_buf_info *out)
+{
+	if (e->page != page)
+		return false;
+	barrier();
+	*out = e->info;
+	barrier();
+	return e->page == page;
+}
+
+/* The owner of the buffer page holding addr, copied out; false when the page
+ * is not a live packet buffer (or its way changed owner while being read). */
+static __always_inline bool lookup_page(__u64 addr, struct pl_buf_info *out)
+{
+	__u64 page = addr & ~4095ULL;
+	__u32 set = buf_set_of(page);
+	struct pl_buf_bucket *bk = bpf_map_lookup_elem(&buf_pages, &set);
+	if (!bk)
+		return false;
+	return read_way(&bk->way[0], page, out) || read_way(&bk->way[1], page, out);
 }
 
 /* The first and last page of [addr, addr + len) (buffers of up to two pages
@@ -696,9 +754,8 @@ int l3miss_sample(struct bpf_perf_event_data *ctx)
 			__u64 one = 1;
 			bpf_map_update_elem(&miss_regions, &region, &one, BPF_NOEXIST);
 		}
-		__u64 page = addr & ~4095ULL;
-		struct pl_buf_info *b = bpf_map_lookup_elem(&buf_pages, &page);
-		if (b) {
+		struct pl_buf_info owner, *b = &owner;
+		if (lookup_page(addr, &owner)) {
 			t->c[PLM_ON_PACKET] += 1;
 			if (copy_standin)
 				t->c[from_frag ? PLM_COPY_FRAG_JOINED : PLM_COPY_LINEAR_JOINED] += 1;

@@ -39,6 +39,7 @@ enum pl_counter {
 	PLC_FRAG_OVER_CAP = 7, /* frags past PL_MAX_JOIN_FRAGS: not mapped */
 	PLC_FRAG_NO_PAGE = 8,  /* frags without a struct page (net_iov device memory): not mapped */
 	PLC_FRAG_NO_LAYOUT = 9, /* frags not mapped: no page->address layout, or it failed its check */
+	PLC_BUF_REPLACED = 10, /* buffer-page slots taken over by another page (older entry lost) */
 	PLC_NR = 16,
 };
 
@@ -133,6 +134,19 @@ struct pl_buf_info {
 	__u8 dir;
 	__u8 has_flow;
 	__u16 pad;
+};
+
+/* One way of the buffer-page table: page is the tag (0 while the way is
+ * empty or being rewritten). */
+struct pl_buf_slot {
+	__u64 page;
+	struct pl_buf_info info;
+};
+
+#define PL_BUF_WAYS 2
+/* One set of the buffer-page table. */
+struct pl_buf_bucket {
+	struct pl_buf_slot way[PL_BUF_WAYS];
 };
 
 /* L3-miss sample totals (per-CPU array, one slot). */

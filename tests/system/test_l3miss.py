@@ -137,8 +137,9 @@ def test_copy_standin_address_join_follows_rates(testbed, recorder):
     assert b["frag_pages"] > 10000 and b["frags_no_layout"] == 0, b
     assert b["copy_frag_joined"] >= 0.9 * m["on_packet_buffers"], b
 
-    # Bounded: the map is an LRU hash of fixed size, counted during the run.
-    assert b["capacity"] == 16384
+    # Bounded under sustained load: far more pages written than the table has
+    # slots, and the occupied slots counted during the run never exceed them.
+    assert b["linear_pages"] + b["frag_pages"] > 2 * b["capacity"], b
     assert 0 < b["entries_max"] <= b["capacity"], b
 
     # Per queue: the heavy flow's queue carries its share of the joins.
@@ -162,6 +163,11 @@ def test_copy_standin_address_join_follows_rates(testbed, recorder):
     assert by_port.get(5201, 0) > 5 * by_port.get(5202, 0) > 0, by_port
     assert abs(share(by_port[5201], by_port[5202]) - share(h_bytes, l_bytes)) < 6, (by_port, h_bytes, l_bytes)
 
+    print(f"\ncopy stand-in: {with_addr} address samples, {m['other_addr']} not found; rx queue 0 share "
+          f"{share(joined[0], joined[1]):.1f}% of joins vs {share(truth[0], truth[1]):.1f}% of packets; "
+          f"heavy flow {share(by_port[5201], by_port[5202]):.1f}% vs {share(h_bytes, l_bytes):.1f}% of bytes; "
+          f"age p50 {m['age_p50_ns'] / 1e6:.2f} ms p99 {m['age_p99_ns'] / 1e6:.2f} ms; map max {b['entries_max']} "
+          f"of {b['capacity']}, {b['slots_replaced']} pushed out")
     # Time from hand-up to the sampled copy: populated and ordered.
     assert m["age_p50_ns"] and m["age_p99_ns"] and 0 < m["age_p50_ns"] <= m["age_p99_ns"], m
 

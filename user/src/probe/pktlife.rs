@@ -14,7 +14,8 @@ use serde::Serialize;
 
 use super::features::{Features, Flavor, PKTLIFE_HOOKS};
 use super::skel::types::{
-    pl_cpu_ctx, pl_flow_key, pl_flow_stats, pl_miss_count, pl_miss_totals, pl_pkt_event, pl_queue_stats,
+    pl_buf_bucket, pl_buf_slot, pl_cpu_ctx, pl_flow_key, pl_flow_stats, pl_miss_count, pl_miss_totals, pl_pkt_event,
+    pl_queue_stats,
 };
 use super::skel::{PktlifeSkel, PktlifeSkelBuilder};
 use crate::snapshot::{
@@ -30,6 +31,7 @@ unsafe impl plain::Plain for pl_pkt_event {}
 unsafe impl plain::Plain for pl_cpu_ctx {}
 unsafe impl plain::Plain for pl_miss_totals {}
 unsafe impl plain::Plain for pl_miss_count {}
+unsafe impl plain::Plain for pl_buf_bucket {}
 
 pub const MAX_QUEUES: u32 = 64;
 const PLC_SAMPLED: u32 = 0;
@@ -42,6 +44,9 @@ const PLC_BUF_FRAG: u32 = 6;
 const PLC_FRAG_OVER_CAP: u32 = 7;
 const PLC_FRAG_NO_PAGE: u32 = 8;
 const PLC_FRAG_NO_LAYOUT: u32 = 9;
+const PLC_BUF_REPLACED: u32 = 10;
+/// Ways per set of the buffer-page map (PL_BUF_WAYS in pktlife.h).
+const BUF_WAYS: u32 = (std::mem::size_of::<pl_buf_bucket>() / std::mem::size_of::<pl_buf_slot>()) as u32;
 
 #[derive(Debug, Clone)]
 pub struct ProbeConfig {
@@ -458,7 +463,7 @@ impl PktlifeProbe {
             }
             m.regions.sort_by(|a, b| b.1.cmp(&a.1));
             m.regions.truncate(32);
-            m.buf.entries = Some(self.buf_pages_entries());
+            m.buf.entries = self.buf_pages_entries();
         }
         let c = &self.skel.maps.counters;
         m.buf.linear_pages = Self::percpu_sum(c, PLC_BUF_LINEAR)?;
@@ -466,18 +471,20 @@ impl PktlifeProbe {
         m.buf.frags_over_cap = Self::percpu_sum(c, PLC_FRAG_OVER_CAP)?;
         m.buf.frags_no_page = Self::percpu_sum(c, PLC_FRAG_NO_PAGE)?;
         m.buf.frags_no_layout = Self::percpu_sum(c, PLC_FRAG_NO_LAYOUT)?;
+        m.buf.slots_replaced = Self::percpu_sum(c, PLC_BUF_REPLACED)?;
         Ok(m)
     }
 
-    /// Capacity of the packet-buffer page map (an LRU hash: never more entries).
+    /// Pages the packet-buffer page map can hold (sets × ways: never more entries).
     pub fn buf_pages_capacity(&self) -> u32 {
-        self.skel.maps.buf_pages.max_entries()
+        self.skel.maps.buf_pages.max_entries() * BUF_WAYS
     }
 
-    /// Entries in the packet-buffer page map now, counted in batches of 4096
-    /// (a handful of syscalls, not one per key); key by key where the kernel
-    /// has no batch lookup.
-    fn buf_pages_entries(&self) -> u64 {
+    /// Occupied ways of the packet-buffer page map now (a way's tag is 0 when empty),
+    /// read in batches of 4096 sets (a handful of syscalls, not one per set). None where
+    /// the kernel has no batch lookup: a set-by-set walk would cost tens of thousands of
+    /// syscalls every interval.
+    fn buf_pages_entries(&self) -> Option<u64> {
         use std::os::fd::{AsFd, AsRawFd};
         let map = &self.skel.maps.buf_pages;
         const BATCH: u32 = 4096;
@@ -489,7 +496,7 @@ impl PktlifeProbe {
             sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_batch_opts>() as _,
             ..Default::default()
         };
-        let mut total = 0u64;
+        let mut occupied = 0u64;
         let mut first = true;
         loop {
             let mut count = BATCH;
@@ -506,12 +513,21 @@ impl PktlifeProbe {
                     &opts,
                 )
             };
-            total += u64::from(count);
-            if ret == -libc::ENOENT {
-                return total;
+            if ret != 0 && ret != -libc::ENOENT {
+                return None;
             }
-            if ret != 0 {
-                return map.keys().count() as u64;
+            occupied += vals
+                .chunks_exact(vsz)
+                .take(count as usize)
+                .filter_map(|v| {
+                    // The batch buffer is bytes (no alignment): copy each set out.
+                    let mut set = pl_buf_bucket::default();
+                    plain::copy_from_bytes(&mut set, v).ok().map(|()| set)
+                })
+                .map(|set| set.way.iter().filter(|w| w.page != 0).count() as u64)
+                .sum::<u64>();
+            if ret == -libc::ENOENT {
+                return Some(occupied);
             }
             token_in.copy_from_slice(&token_out);
             first = false;

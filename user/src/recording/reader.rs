@@ -307,7 +307,7 @@ impl Recording {
                 let mut st = conn
                     .prepare(
                         "SELECT interval,linear_pages,frag_pages,frags_over_cap,frags_no_page,frags_no_layout,entries,
-                                copy_linear_joined,copy_frag_joined FROM buf_map_intervals",
+                                copy_linear_joined,copy_frag_joined,slots_replaced FROM buf_map_intervals",
                     )
                     .map_err(corrupt)?;
                 let mut rows = st.query([]).map_err(corrupt)?;
@@ -323,6 +323,7 @@ impl Recording {
                             entries: r.get::<_, Option<i64>>(6).map_err(corrupt)?.map(|e| e as u64),
                             copy_linear_joined: g(7)?,
                             copy_frag_joined: g(8)?,
+                            slots_replaced: g(9)?,
                         };
                     }
                 }

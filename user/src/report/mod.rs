@@ -46,7 +46,7 @@ pub struct MissReport {
 /// The packet-buffer page map over the recording.
 #[derive(Debug, Default, Serialize)]
 pub struct BufferMapReport {
-    /// Most entries the map can hold (an LRU hash: the oldest pages make room).
+    /// Slots in the map (direct-mapped: a new page takes its slot from the older one).
     pub capacity: Option<u64>,
     /// Largest and last entry count read during the recording.
     pub entries_max: Option<u64>,
@@ -58,6 +58,8 @@ pub struct BufferMapReport {
     pub frags_over_cap: u64,
     pub frags_no_page: u64,
     pub frags_no_layout: u64,
+    /// Slots a page took over from another page.
+    pub slots_replaced: u64,
     /// software-copy stand-in: joined samples whose address came from linear data / from a frag.
     pub copy_linear_joined: u64,
     pub copy_frag_joined: u64,
@@ -119,6 +121,7 @@ fn miss_report(rec: &Recording) -> MissReport {
         b.frags_over_cap += x.buf.frags_over_cap;
         b.frags_no_page += x.buf.frags_no_page;
         b.frags_no_layout += x.buf.frags_no_layout;
+        b.slots_replaced += x.buf.slots_replaced;
         b.copy_linear_joined += x.buf.copy_linear_joined;
         b.copy_frag_joined += x.buf.copy_frag_joined;
         if let Some(e) = x.buf.entries {
@@ -703,7 +706,7 @@ pub fn render_text(r: &Report, top_flows: usize) -> String {
         let _ = writeln!(o, "  buffer join: {}", l.buffer_join);
         let _ = writeln!(
             o,
-            "  buffer-page map: {} linear and {} frag pages written; frags left out: {} past the cap, {} without a page, {} without an address layout; entries max {} last {} of {}",
+            "  buffer-page map: {} linear and {} frag pages written; frags left out: {} past the cap, {} without a page, {} without an address layout; entries max {} last {} of {} slots, {} taken over",
             b.linear_pages,
             b.frag_pages,
             b.frags_over_cap,
@@ -711,7 +714,8 @@ pub fn render_text(r: &Report, top_flows: usize) -> String {
             b.frags_no_layout,
             opt(b.entries_max),
             opt(b.entries_last),
-            opt(b.capacity)
+            opt(b.capacity),
+            b.slots_replaced
         );
         if b.copy_linear_joined + b.copy_frag_joined > 0 {
             let _ = writeln!(
