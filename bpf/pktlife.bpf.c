@@ -619,21 +619,43 @@ static __always_inline bool lookup_page(__u64 addr, struct pl_buf_info *out)
 	return read_way(&bk->way[0], page, out) || read_way(&bk->way[1], page, out);
 }
 
-/* The first and last page of [addr, addr + len) (buffers of up to two pages
- * are covered whole); returns the last page written. */
-static __always_inline __u64 remember_range(__u64 addr, __u32 len, __u64 prev, const struct pl_buf_info *b,
-					    __u32 counter)
+/* One skb's walk over its buffer ranges (pl_remember_range). */
+struct pl_range_walk {
+	struct pl_buf_info owner;
+	__u64 prev;    /* last page of the previous range: not written twice */
+	__u32 budget;  /* pages this skb may still write */
+	__u32 pad;
+};
+
+/* Every page of [addr, addr + len) not written just before, within the skb's
+ * page budget; pages past it are counted. A global function: the verifier
+ * checks it once, on its own, instead of once per path through every range of
+ * every caller (the page loop inside the frag loop would exceed its limit). */
+__noinline int pl_remember_range(__u64 addr, __u32 len, __u32 counter, struct pl_range_walk *w)
 {
+	if (!w)
+		return 0;
 	__u64 first = addr & ~4095ULL, last = (addr + (len ? len - 1 : 0)) & ~4095ULL;
-	if (first != prev) {
-		remember_page(first, b);
-		count(counter);
+	__u64 prev = w->prev;
+	w->prev = last;
+	if (first == prev)
+		first += 4096;
+	if (first > last)
+		return 0;
+	__u64 npages = ((last - first) >> 12) + 1;
+	__u32 left = w->budget;
+	__u32 n = npages < left ? (__u32)npages : left;
+#pragma clang loop unroll(disable)
+	for (__u32 i = 0; i < PL_MAX_JOIN_PAGES; i++) {
+		if (i >= n)
+			break;
+		remember_page(first + ((__u64)i << 12), &w->owner);
 	}
-	if (last != first) {
-		remember_page(last, b);
-		count(counter);
-	}
-	return last;
+	w->budget = left - n;
+	count_n(counter, n);
+	if (npages > n)
+		count_n(PLC_PAGES_OVER_CAP, npages - n);
+	return 0;
 }
 
 /* The page -> address layout, or false (bases unknown or unreadable). */
@@ -644,30 +666,37 @@ static __always_inline bool mem_layout(__u64 *page_offset, __u64 *vmemmap)
 	return *page_offset && *vmemmap && mem_max_pfn;
 }
 
-/* An skb's buffers in the page map: the linear data, then (join_frags) the
- * pages of its first PL_MAX_JOIN_FRAGS frags. head: the skb's head buffer, a
- * direct-map address that checks the layout; shinfo: head + end. */
+/* The layout, checked against an skb: its head (kmalloc or page-frag memory)
+ * must lie in the direct map the layout describes. */
+static __always_inline bool mem_layout_for(__u64 head, __u64 *page_offset, __u64 *vmemmap)
+{
+	return join_frags && mem_layout(page_offset, vmemmap) &&
+	       pl_in_direct_map(as_number(head), *page_offset, mem_max_pfn);
+}
+
+/* An skb's buffers in the page map: the linear data, then the pages of its
+ * first PL_MAX_JOIN_FRAGS frags, at most PL_MAX_JOIN_PAGES pages in all.
+ * head: the skb's head buffer, a direct-map address that checks the layout;
+ * shinfo: head + end. */
 static __always_inline void remember_buffer(__u64 data, __u32 len, __u64 head, const unsigned char *shinfo,
 					    __u32 nr_frags, __u8 dir, __u32 queue, const struct pl_flow_key *k,
 					    __u64 now)
 {
-	struct pl_buf_info b = { .handup_ns = now, .queue = queue, .dir = dir, .has_flow = k != NULL };
+	struct pl_range_walk w = { .owner = { .handup_ns = now, .queue = queue, .dir = dir, .has_flow = k != NULL },
+				   .budget = PL_MAX_JOIN_PAGES };
 	if (k)
-		b.flow = *k;
-	data = as_number(data);
-	__u64 prev = remember_range(data, len, 0, &b, PLC_BUF_LINEAR);
-	if (!join_frags || !nr_frags)
+		w.owner.flow = *k;
+	pl_remember_range(as_number(data), len, PLC_BUF_LINEAR, &w);
+	if (!nr_frags)
 		return;
 	__u64 po, vm;
 	struct pl_frag f[PL_MAX_JOIN_FRAGS] = {};
-	if (!mem_layout(&po, &vm) || !pl_in_direct_map(as_number(head), po, mem_max_pfn) ||
-	    pl_read_frags(shinfo, f, PL_MAX_JOIN_FRAGS)) {
+	if (!mem_layout_for(head, &po, &vm) || pl_read_frags(shinfo, f, PL_MAX_JOIN_FRAGS)) {
 		count_n(PLC_FRAG_NO_LAYOUT, nr_frags);
 		return;
 	}
 	if (nr_frags > PL_MAX_JOIN_FRAGS)
 		count_n(PLC_FRAG_OVER_CAP, nr_frags - PL_MAX_JOIN_FRAGS);
-#pragma unroll
 	for (int i = 0; i < PL_MAX_JOIN_FRAGS; i++) {
 		if (i >= nr_frags)
 			break;
@@ -680,7 +709,7 @@ static __always_inline void remember_buffer(__u64 data, __u32 len, __u64 head, c
 			count(PLC_FRAG_NO_LAYOUT);
 			continue;
 		}
-		prev = remember_range(virt + f[i].offset, f[i].len, prev, &b, PLC_BUF_FRAG);
+		pl_remember_range(virt + f[i].offset, f[i].len, PLC_BUF_FRAG, &w);
 	}
 }
 

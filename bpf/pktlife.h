@@ -30,7 +30,7 @@ enum pl_tx_stage {
 enum pl_counter {
 	PLC_SAMPLED = 0,       /* records written to the ring buffer */
 	PLC_LOST = 1,          /* records the ring buffer had no room for */
-	PLC_STATE_EVICT = 2,   /* in-flight skb states pushed out of the LRU before free */
+	PLC_STATE_EVICT = 2,   /* in-flight skb states pushed out of their slot before free */
 	PLC_QUEUE_CLAMPED = 3, /* packets on queues >= MAX_QUEUES, counted in the last slot */
 	PLC_STATE_STALE = 4,   /* states whose free went unseen (GRO merge, coalesce): discarded */
 	/* The buffer-page map (address join; only with a miss sampler attached). */
@@ -40,15 +40,20 @@ enum pl_counter {
 	PLC_FRAG_NO_PAGE = 8,  /* frags without a struct page (net_iov device memory): not mapped */
 	PLC_FRAG_NO_LAYOUT = 9, /* frags not mapped: no page->address layout, or it failed its check */
 	PLC_BUF_REPLACED = 10, /* buffer-page slots taken over by another page (older entry lost) */
+	PLC_PAGES_OVER_CAP = 11, /* buffer pages past PL_MAX_JOIN_PAGES of one skb: not mapped */
 	PLC_NR = 16,
 };
 
 /* Frags mapped per skb at hand-up / xmit. A frame before GRO has one frag per
  * page of payload: 1 for a standard frame in page_pool or page-frag memory,
  * up to 3 for a 9000-byte jumbo frame in 4 KiB pages. Each mapped page costs a
- * hash-map write, so a 17-frag TSO skb at xmit is mapped in part; the rest is
+ * table write, so a 17-frag TSO skb at xmit is mapped in part; the rest is
  * counted (PLC_FRAG_OVER_CAP). */
 #define PL_MAX_JOIN_FRAGS 4
+/* Pages mapped per skb, every page of each range (linear data, frags): a
+ * 64 KiB TSO/LRO skb in 32 KiB page-frag chunks spans 16-18 pages. Pages past
+ * it are counted (PLC_PAGES_OVER_CAP). */
+#define PL_MAX_JOIN_PAGES 20
 /* Segments the software-copy stand-in remembers of the skb being copied: the
  * linear data and the first frags (a GRO-merged skb holds up to 17). */
 #define PL_COPY_SEGS 9

@@ -166,6 +166,11 @@ static __always_inline void H(copy_buffers)(const struct sk_buff *skb, int copie
 	struct pl_cpu_ctx *c = cpu_ctx_get();
 	if (!c)
 		return;
+	/* The sample program interrupts this CPU, possibly mid-update: retire the
+	 * previous copy first and publish this one last, so a sample sees either
+	 * no copy or a whole one. */
+	c->copy_until = 0;
+	barrier();
 	__u32 len = RD(skb, len), dlen = RD(skb, data_len);
 	__u32 n = 0, total = 0;
 	__u64 data = as_number((__u64)RD(skb, data));
@@ -179,7 +184,8 @@ static __always_inline void H(copy_buffers)(const struct sk_buff *skb, int copie
 	H(shinfo)(skb, &sh);
 	struct pl_frag f[PL_COPY_SEGS - 1] = {};
 	__u64 po, vm;
-	if (join_frags && sh.nr_frags && mem_layout(&po, &vm) && !pl_read_frags(sh.at, f, PL_COPY_SEGS - 1)) {
+	if (sh.nr_frags && mem_layout_for((__u64)RD(skb, head), &po, &vm) &&
+	    !pl_read_frags(sh.at, f, PL_COPY_SEGS - 1)) {
 #pragma unroll
 		for (int i = 0; i < PL_COPY_SEGS - 1; i++) {
 			if (i >= sh.nr_frags)
@@ -194,9 +200,10 @@ static __always_inline void H(copy_buffers)(const struct sk_buff *skb, int copie
 		}
 	}
 	c->copy_nlinear = len > dlen;
-	c->copy_until = bpf_ktime_get_ns() + COPY_BASE_NS + (copied > 0 ? (__u64)copied : 0) * COPY_NS_PER_BYTE;
 	c->copy_nseg = n;
 	c->copy_total = total;
+	barrier();
+	c->copy_until = bpf_ktime_get_ns() + COPY_BASE_NS + (copied > 0 ? (__u64)copied : 0) * COPY_NS_PER_BYTE;
 }
 
 /* The socket copy. With a miss sampler attached, the CPU now works for this

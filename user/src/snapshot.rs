@@ -262,6 +262,8 @@ pub struct BufMapCounters {
     pub frags_no_layout: u64,
     /// Map slots a page took over from another (that older page's entry was lost).
     pub slots_replaced: u64,
+    /// Buffer pages past the per-skb page cap (PL_MAX_JOIN_PAGES): not mapped.
+    pub pages_over_cap: u64,
     /// Entries in the map when it was last counted this interval (None: not counted).
     pub entries: Option<u64>,
     /// software-copy stand-in: joined samples whose address was drawn from
@@ -296,6 +298,7 @@ impl MissSnapshot {
             frags_no_page: self.buf.frags_no_page.saturating_sub(e.buf.frags_no_page),
             frags_no_layout: self.buf.frags_no_layout.saturating_sub(e.buf.frags_no_layout),
             slots_replaced: self.buf.slots_replaced.saturating_sub(e.buf.slots_replaced),
+            pages_over_cap: self.buf.pages_over_cap.saturating_sub(e.buf.pages_over_cap),
             entries: self.buf.entries,
             copy_linear_joined: self.buf.copy_linear_joined.saturating_sub(e.buf.copy_linear_joined),
             copy_frag_joined: self.buf.copy_frag_joined.saturating_sub(e.buf.copy_frag_joined),

@@ -45,6 +45,7 @@ const PLC_FRAG_OVER_CAP: u32 = 7;
 const PLC_FRAG_NO_PAGE: u32 = 8;
 const PLC_FRAG_NO_LAYOUT: u32 = 9;
 const PLC_BUF_REPLACED: u32 = 10;
+const PLC_PAGES_OVER_CAP: u32 = 11;
 /// Ways per set of the buffer-page map (PL_BUF_WAYS in pktlife.h).
 const BUF_WAYS: u32 = (std::mem::size_of::<pl_buf_bucket>() / std::mem::size_of::<pl_buf_slot>()) as u32;
 
@@ -472,6 +473,7 @@ impl PktlifeProbe {
         m.buf.frags_no_page = Self::percpu_sum(c, PLC_FRAG_NO_PAGE)?;
         m.buf.frags_no_layout = Self::percpu_sum(c, PLC_FRAG_NO_LAYOUT)?;
         m.buf.slots_replaced = Self::percpu_sum(c, PLC_BUF_REPLACED)?;
+        m.buf.pages_over_cap = Self::percpu_sum(c, PLC_PAGES_OVER_CAP)?;
         Ok(m)
     }
 

@@ -64,7 +64,7 @@ CREATE TABLE buf_map_intervals (
     interval INTEGER PRIMARY KEY, linear_pages INTEGER NOT NULL, frag_pages INTEGER NOT NULL,
     frags_over_cap INTEGER NOT NULL, frags_no_page INTEGER NOT NULL, frags_no_layout INTEGER NOT NULL,
     entries INTEGER, copy_linear_joined INTEGER NOT NULL, copy_frag_joined INTEGER NOT NULL,
-    slots_replaced INTEGER NOT NULL DEFAULT 0);
+    slots_replaced INTEGER NOT NULL DEFAULT 0, pages_over_cap INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE counters (
     interval INTEGER NOT NULL, t_ns INTEGER NOT NULL, socket INTEGER NOT NULL, pmu TEXT NOT NULL,
     event TEXT NOT NULL, value REAL NOT NULL, raw INTEGER NOT NULL,

@@ -307,7 +307,7 @@ impl Recording {
                 let mut st = conn
                     .prepare(
                         "SELECT interval,linear_pages,frag_pages,frags_over_cap,frags_no_page,frags_no_layout,entries,
-                                copy_linear_joined,copy_frag_joined,slots_replaced FROM buf_map_intervals",
+                                copy_linear_joined,copy_frag_joined,slots_replaced,pages_over_cap FROM buf_map_intervals",
                     )
                     .map_err(corrupt)?;
                 let mut rows = st.query([]).map_err(corrupt)?;
@@ -324,6 +324,7 @@ impl Recording {
                             copy_linear_joined: g(7)?,
                             copy_frag_joined: g(8)?,
                             slots_replaced: g(9)?,
+                            pages_over_cap: g(10)?,
                         };
                     }
                 }

@@ -288,8 +288,8 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
         let b = &m.buf;
         tx.execute(
             "INSERT INTO buf_map_intervals(interval,linear_pages,frag_pages,frags_over_cap,frags_no_page,frags_no_layout,entries,
-                                           copy_linear_joined,copy_frag_joined,slots_replaced)
-             VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)",
+                                           copy_linear_joined,copy_frag_joined,slots_replaced,pages_over_cap)
+             VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)",
             params![
                 i,
                 b.linear_pages as i64,
@@ -300,7 +300,8 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
                 b.entries.map(|e| e as i64),
                 b.copy_linear_joined as i64,
                 b.copy_frag_joined as i64,
-                b.slots_replaced as i64
+                b.slots_replaced as i64,
+                b.pages_over_cap as i64
             ],
         )?;
         let mut q = tx.prepare_cached("INSERT INTO miss_queues(interval,dir,queue,addr_join,cpu_ctx) VALUES (?1,?2,?3,?4,?5)")?;

@@ -60,6 +60,8 @@ pub struct BufferMapReport {
     pub frags_no_layout: u64,
     /// Slots a page took over from another page.
     pub slots_replaced: u64,
+    /// Pages past the per-skb page cap: not mapped.
+    pub pages_over_cap: u64,
     /// software-copy stand-in: joined samples whose address came from linear data / from a frag.
     pub copy_linear_joined: u64,
     pub copy_frag_joined: u64,
@@ -122,6 +124,7 @@ fn miss_report(rec: &Recording) -> MissReport {
         b.frags_no_page += x.buf.frags_no_page;
         b.frags_no_layout += x.buf.frags_no_layout;
         b.slots_replaced += x.buf.slots_replaced;
+        b.pages_over_cap += x.buf.pages_over_cap;
         b.copy_linear_joined += x.buf.copy_linear_joined;
         b.copy_frag_joined += x.buf.copy_frag_joined;
         if let Some(e) = x.buf.entries {
@@ -706,12 +709,13 @@ pub fn render_text(r: &Report, top_flows: usize) -> String {
         let _ = writeln!(o, "  buffer join: {}", l.buffer_join);
         let _ = writeln!(
             o,
-            "  buffer-page map: {} linear and {} frag pages written; frags left out: {} past the cap, {} without a page, {} without an address layout; entries max {} last {} of {} slots, {} taken over",
+            "  buffer-page map: {} linear and {} frag pages written; frags left out: {} past the cap, {} without a page, {} without an address layout; {} pages past the per-packet cap; entries max {} last {} of {} slots, {} taken over",
             b.linear_pages,
             b.frag_pages,
             b.frags_over_cap,
             b.frags_no_page,
             b.frags_no_layout,
+            b.pages_over_cap,
             opt(b.entries_max),
             opt(b.entries_last),
             opt(b.capacity),
