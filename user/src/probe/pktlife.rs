@@ -142,8 +142,20 @@ pub fn explain_bpf_error(e: &libbpf_rs::Error, doing: &str) -> String {
         ErrorKind::PermissionDenied => format!(
             "{doing}: permission denied — run as root (or with CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN)"
         ),
-        ErrorKind::NotFound => format!("{doing}: a kernel hook or BTF type was not found ({e})"),
-        _ => format!("{doing}: {e}"),
+        ErrorKind::NotFound => format!("{doing}: a kernel hook or BTF type was not found ({})", without_errno(&e.to_string())),
+        ErrorKind::InvalidInput => format!("{doing}: the kernel's verifier rejected a program (`-v` prints its log)"),
+        _ if e.to_string().contains("Argument list too long") => {
+            format!("{doing}: the kernel's verifier gave up on a program as too complex (`-v` prints its log)")
+        }
+        _ => format!("{doing}: {}", without_errno(&e.to_string())),
+    }
+}
+
+/// An OS error's words without Rust's " (os error N)" suffix (the words already say it).
+fn without_errno(msg: &str) -> String {
+    match msg.find(" (os error ") {
+        Some(i) => format!("{}{}", &msg[..i], msg[i..].find(')').map_or("", |j| &msg[i + j + 1..])),
+        None => msg.to_string(),
     }
 }
 
@@ -160,7 +172,11 @@ impl PktlifeProbe {
                 // tp_btf can be refused where raw_tp is not (LSM policy, verifier
                 // differences): the one fallback step of the chain.
                 let raw = vec![Flavor::RawTp; PKTLIFE_HOOKS.len()];
-                open_and_load(cfg, &raw).with_context(|| format!("tp_btf load failed first: {first:#}"))?
+                match open_and_load(cfg, &raw) {
+                    Ok(s) => s,
+                    Err(e) if format!("{e:#}") == format!("{first:#}") => bail!("{e:#} (as tp_btf and as raw_tp)"),
+                    Err(e) => bail!("{e:#} (as raw_tp; as tp_btf: {first:#})"),
+                }
             }
             Err(e) => return Err(e),
         };
@@ -636,6 +652,13 @@ fn parse_sample(data: &[u8]) -> Option<PacketSample> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn os_error_suffix_is_dropped() {
+        assert_eq!(without_errno("Argument list too long (os error 7)"), "Argument list too long");
+        assert_eq!(without_errno("No such file (os error 2): more"), "No such file: more");
+        assert_eq!(without_errno("plain words"), "plain words");
+    }
 
     /// Both hook flavours must pass the verifier with every option that adds
     /// code (records, stage state, the buffer map with frags, the copy
