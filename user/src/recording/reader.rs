@@ -282,6 +282,9 @@ impl Recording {
             conn.query_row("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?1", [name], |_| Ok(()))
                 .is_ok()
         };
+        let column_exists = |table: &str, column: &str| -> bool {
+            conn.query_row("SELECT 1 FROM pragma_table_info(?1) WHERE name=?2", [table, column], |_| Ok(())).is_ok()
+        };
         if table_exists("miss_intervals") {
             let mut st = conn
                 .prepare("SELECT interval,samples,on_packet_buffers,other_addr,no_addr,ctx_charged,uncharged FROM miss_intervals")
@@ -306,8 +309,13 @@ impl Recording {
             if table_exists("buf_map_intervals") {
                 let mut st = conn
                     .prepare(
-                        "SELECT interval,linear_pages,frag_pages,frags_over_cap,frags_no_page,frags_no_layout,entries,
-                                copy_linear_joined,copy_frag_joined,slots_replaced,pages_over_cap FROM buf_map_intervals",
+                        &format!(
+                            "SELECT interval,linear_pages,frag_pages,frags_over_cap,frags_no_page,frags_no_layout,entries,
+                                    copy_linear_joined,copy_frag_joined,{},{} FROM buf_map_intervals",
+                            // Columns added later read as 0 from recordings without them.
+                            if column_exists("buf_map_intervals", "slots_replaced") { "slots_replaced" } else { "0" },
+                            if column_exists("buf_map_intervals", "pages_over_cap") { "pages_over_cap" } else { "0" },
+                        ),
                     )
                     .map_err(corrupt)?;
                 let mut rows = st.query([]).map_err(corrupt)?;
@@ -428,5 +436,34 @@ impl Recording {
             t.state_stale += s.events.state_stale;
         }
         t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A recording whose buffer-map table predates its later columns still opens;
+    /// the missing counters read as 0.
+    #[test]
+    fn buffer_map_table_without_later_columns_reads() {
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/recordings/veth-tcp.ddio");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("old.ddio");
+        std::fs::copy(&fixture, &path).expect("copy fixture");
+        {
+            let conn = rusqlite::Connection::open(&path).expect("open copy");
+            conn.execute_batch(
+                "DROP TABLE IF EXISTS buf_map_intervals;
+                 CREATE TABLE buf_map_intervals (
+                    interval INTEGER PRIMARY KEY, linear_pages INTEGER NOT NULL, frag_pages INTEGER NOT NULL,
+                    frags_over_cap INTEGER NOT NULL, frags_no_page INTEGER NOT NULL, frags_no_layout INTEGER NOT NULL,
+                    entries INTEGER, copy_linear_joined INTEGER NOT NULL, copy_frag_joined INTEGER NOT NULL);
+                 INSERT INTO buf_map_intervals VALUES (1, 10, 20, 0, 0, 0, 5, 0, 0);",
+            )
+            .expect("old-style table");
+        }
+        let r = Recording::open(&path);
+        assert!(r.is_ok(), "{:?}", r.err());
     }
 }
