@@ -126,9 +126,31 @@ pub fn resolve(arch: &str, kallsyms: &str, cpuinfo: &str, zoneinfo: &str) -> Res
     Ok(layout)
 }
 
+/// Why a /proc file could not be read, in words: io::Error's own text ends in
+/// "(os error N)", which tells the user nothing more.
+fn io_words(e: &std::io::Error) -> String {
+    use std::io::ErrorKind;
+    match e.kind() {
+        ErrorKind::NotFound => "not found".into(),
+        ErrorKind::PermissionDenied => "permission denied".into(),
+        ErrorKind::InvalidData => "not text".into(),
+        // The system's wording ("input/output error") without the errno number:
+        // ErrorKind's own text for the rest is often just "uncategorized error".
+        _ => {
+            let text = e.to_string();
+            text.split(" (os error").next().unwrap_or_default().to_lowercase()
+        }
+    }
+}
+
+/// The message when a /proc file cannot be read.
+fn unreadable(path: &str, e: &std::io::Error) -> String {
+    format!("frag pages are not mapped: cannot read {path}: {} (linear data only)", io_words(e))
+}
+
 /// The layout of this host.
 pub fn resolve_live() -> Result<MemLayout, String> {
-    let read = |p: &str| std::fs::read_to_string(p).map_err(|e| format!("frag pages are not mapped: reading {p}: {e} (linear data only)"));
+    let read = |p: &str| std::fs::read_to_string(p).map_err(|e| unreadable(p, &e));
     let kallsyms = read("/proc/kallsyms")?;
     let cpuinfo = read("/proc/cpuinfo")?;
     let zoneinfo = read("/proc/zoneinfo")?;
@@ -182,6 +204,16 @@ mod tests {
         assert!(e.contains("aarch64"), "{e}");
         let e = resolve("x86_64", "", "", "Node 0, zone DMA\n  spanned 0\n").unwrap_err();
         assert!(e.contains("zoneinfo"), "{e}");
+    }
+
+    #[test]
+    fn unreadable_files_are_named_in_words() {
+        let m = unreadable("/proc/kallsyms", &std::io::Error::from_raw_os_error(libc::EACCES));
+        assert_eq!(m, "frag pages are not mapped: cannot read /proc/kallsyms: permission denied (linear data only)");
+        let m = unreadable("/proc/zoneinfo", &std::io::Error::from_raw_os_error(libc::ENOENT));
+        assert!(m.contains("/proc/zoneinfo: not found"), "{m}");
+        let m = unreadable("/proc/cpuinfo", &std::io::Error::from_raw_os_error(libc::EIO));
+        assert!(m.contains("/proc/cpuinfo: input/output error (linear"), "{m}");
     }
 
     #[test]
