@@ -7,12 +7,27 @@ use serde::Serialize;
 
 use crate::probe::features::{Features, PKTLIFE_HOOKS};
 
+/// What doctor knows about one piece.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Present, and checked here.
+    Ok,
+    Missing,
+    /// Taken for granted: nothing doctor can read confirms it; it is put to
+    /// the test only at record time.
+    Assumed,
+}
+
 #[derive(Debug, Serialize)]
 pub struct Check {
     pub name: String,
+    /// `status == Ok` (kept for JSON readers that predate `status`).
     pub ok: bool,
+    pub status: Status,
     pub detail: String,
-    /// What the user loses when this is missing (empty when ok).
+    /// What the user loses when this is missing, or would lose if the
+    /// assumption is wrong (empty when ok).
     pub impact: String,
 }
 
@@ -28,7 +43,34 @@ pub struct Doctor {
 }
 
 fn check(name: &str, ok: bool, detail: impl Into<String>, impact: &str) -> Check {
-    Check { name: name.into(), ok, detail: detail.into(), impact: if ok { String::new() } else { impact.into() } }
+    let status = if ok { Status::Ok } else { Status::Missing };
+    Check { name: name.into(), ok, status, detail: detail.into(), impact: if ok { String::new() } else { impact.into() } }
+}
+
+/// The page → address layout for frag pages. Bases read from kernel
+/// variables are the kernel's own; x86-64 defaults are only assumed, since
+/// with memory randomisation and no data symbols in /proc/kallsyms nothing
+/// here can tell them wrong, and the probes find out per skb at record time.
+fn frag_layout_check(layout: &Result<crate::probe::memlayout::MemLayout, String>) -> Check {
+    const NAME: &str = "frag page addresses";
+    match layout {
+        Ok(m) if m.assumes_defaults() => Check {
+            name: NAME.into(),
+            ok: false,
+            status: Status::Assumed,
+            detail: format!("assumed, not verified here: {}", m.source),
+            impact: "if this host randomises its memory layout, every frag fails the kernel's check at record time and the \
+                     address join maps linear packet data only (the report counts them as frags without an address layout)"
+                .into(),
+        },
+        Ok(m) => check(NAME, true, m.source.clone(), ""),
+        Err(why) => check(
+            NAME,
+            false,
+            why.clone(),
+            "the address join maps linear packet data only: page frags (page_pool RX buffers, TCP payload) are not joined",
+        ),
+    }
 }
 
 /// PMUs registered with perf under a sysfs root.
@@ -68,16 +110,7 @@ pub fn run() -> Doctor {
             h.without,
         ));
     }
-    let layout = crate::probe::memlayout::resolve_live();
-    checks.push(check(
-        "frag page addresses",
-        layout.is_ok(),
-        match &layout {
-            Ok(m) => m.source.clone(),
-            Err(why) => why.clone(),
-        },
-        "the address join maps linear packet data only: page frags (page_pool RX buffers, TCP payload) are not joined",
-    ));
+    checks.push(frag_layout_check(&crate::probe::memlayout::resolve_live()));
     let core = pmus.iter().any(|p| p == "cpu" || p == "cpu_core");
     checks.push(check(
         "core PMU",
@@ -109,13 +142,7 @@ pub fn run() -> Doctor {
 pub fn render_text(d: &Doctor) -> String {
     let mut o = String::new();
     for c in &d.checks {
-        o.push_str(&format!(
-            "  [{}] {:<36} {}{}\n",
-            if c.ok { " ok " } else { "MISS" },
-            c.name,
-            c.detail,
-            if c.ok { String::new() } else { format!("\n         → {}", c.impact) }
-        ));
+        o.push_str(&render_check(c));
     }
     o.push_str(&format!("  perf PMUs: {}\n", d.pmus.join(" ")));
     o.push_str("  counters:\n");
@@ -127,4 +154,52 @@ pub fn render_text(d: &Doctor) -> String {
         Some(f) => o.push_str(&format!("recording: NOT possible — {f}\n")),
     }
     o
+}
+
+fn render_check(c: &Check) -> String {
+    let tag = match c.status {
+        Status::Ok => " ok ",
+        Status::Missing => "MISS",
+        Status::Assumed => " ?? ",
+    };
+    let impact = if c.impact.is_empty() { String::new() } else { format!("\n         → {}", c.impact) };
+    format!("  [{tag}] {:<36} {}{impact}\n", c.name, c.detail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probe::memlayout::resolve;
+    use std::path::PathBuf;
+
+    fn fixture(name: &str) -> String {
+        let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/memlayout").join(name);
+        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    }
+
+    fn layout(kallsyms: &str) -> Result<crate::probe::memlayout::MemLayout, String> {
+        resolve("x86_64", &fixture(kallsyms), &fixture("cpuinfo_4level.txt"), &fixture("zoneinfo.txt"))
+    }
+
+    #[test]
+    fn default_layout_is_assumed_not_ok() {
+        let c = frag_layout_check(&layout("kallsyms_plain.txt"));
+        assert_eq!((c.status, c.ok), (Status::Assumed, false));
+        assert!(c.detail.starts_with("assumed, not verified here: x86-64 defaults"), "{}", c.detail);
+        assert!(c.impact.contains("at record time") && c.impact.contains("linear packet data only"), "{}", c.impact);
+        let text = render_check(&c);
+        assert!(text.starts_with("  [ ?? ] frag page addresses ") && text.contains("\n         → if this host randomises"), "{text}");
+    }
+
+    #[test]
+    fn kernel_bases_are_ok_and_refusals_missing() {
+        let c = frag_layout_check(&layout("kallsyms_kaslr.txt"));
+        assert_eq!((c.status, c.ok), (Status::Ok, true));
+        assert!(c.impact.is_empty() && render_check(&c).starts_with("  [ ok ] "));
+        let c = frag_layout_check(&layout("kallsyms_hidden.txt"));
+        assert_eq!((c.status, c.ok), (Status::Missing, false));
+        assert!(render_check(&c).starts_with("  [MISS] ") && c.impact.contains("linear packet data only"));
+        let js = serde_json::to_value(&c).unwrap_or_default();
+        assert_eq!(js["status"], "missing");
+    }
 }

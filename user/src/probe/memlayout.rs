@@ -29,6 +29,15 @@ pub struct MemLayout {
     pub source: String,
 }
 
+impl MemLayout {
+    /// Does the layout rest on an x86-64 default base rather than one the
+    /// kernel publishes? Nothing checks a default before recording: the
+    /// probes only test it per skb, against the direct map and `max_pfn`.
+    pub fn assumes_defaults(&self) -> bool {
+        self.page_offset != 0 || self.vmemmap != 0
+    }
+}
+
 /// Symbol address in `/proc/kallsyms` text: Some(0) when listed but hidden (kptr_restrict).
 fn kallsyms_addr(kallsyms: &str, name: &str) -> Option<u64> {
     kallsyms.lines().find_map(|l| {
@@ -174,6 +183,7 @@ mod tests {
         assert_eq!((l.page_offset_base_addr, l.vmemmap_base_addr), (0, 0));
         assert_eq!(l.max_pfn, 1_048_576 + 5_505_024);
         assert!(l.source.contains("4-level") && l.source.contains("defaults"), "{}", l.source);
+        assert!(l.assumes_defaults());
     }
 
     #[test]
@@ -190,6 +200,7 @@ mod tests {
         assert_eq!(l.page_offset_base_addr, 0xffff_ffff_a2a1_0b08);
         assert_eq!(l.vmemmap_base_addr, 0xffff_ffff_a2a1_0af8);
         assert!(l.source.contains("read by the probes"), "{}", l.source);
+        assert!(!l.assumes_defaults());
     }
 
     #[test]
