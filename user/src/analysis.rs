@@ -276,7 +276,19 @@ fn target_with_attribution(recs: &mut [Recommendation], a: &crate::attribution::
 
 #[cfg(test)]
 mod tests {
-    use super::irq_queue;
+    use super::{irq_queue, is_stand_in};
+
+    #[test]
+    fn software_sources_are_stand_ins() {
+        use crate::probe::l3miss::{event_attr, MissSource};
+        let sys = std::path::Path::new("/nonexistent");
+        for src in [MissSource::SoftwareClock, MissSource::SoftwareCopy, MissSource::SoftwareFaults] {
+            let label = event_attr(src, None, 50_000, sys).ok().flatten().map(|(_, l)| l).unwrap_or_default();
+            assert!(is_stand_in(&label), "{src:?}: {label}");
+        }
+        assert!(!is_stand_in("MEM_LOAD_RETIRED.L3_MISS (PEBS), 1 in 2000"));
+        assert!(!is_stand_in("absent: no PEBS L3-miss event on this host (no Intel core PMU); attribution is model/regression-only"));
+    }
 
     #[test]
     fn queue_numbers_from_irq_names() {
@@ -303,12 +315,14 @@ pub fn evidence(rec: &Recording, obs: &HostObservation) -> crate::attribution::E
     let report = crate::report::build(rec);
     let m = &report.l3miss;
     let period: u64 = rec.meta.get("miss_period").and_then(|v| v.parse().ok()).unwrap_or(0);
+    let stand_in = rec.meta.get("miss_sampling").is_some_and(|s| is_stand_in(s));
     let sampled = |by_addr: bool, other: u64| -> Option<SampledCounts> {
         if m.samples == 0 {
             return None;
         }
         Some(SampledCounts {
             period,
+            stand_in,
             queues: m.queues.iter().map(|q| (qid(q.dir, q.queue), if by_addr { q.addr_join } else { q.cpu_ctx })).collect(),
             flows: m
                 .flows
@@ -398,6 +412,13 @@ pub fn evidence(rec: &Recording, obs: &HostObservation) -> crate::attribution::E
     Evidence { address_join, cpu_context, regression, model }
 }
 
+/// Does the recorded sampling source (`meta.miss_sampling`, the label
+/// `probe::l3miss::event_attr` wrote) name a software stand-in rather than
+/// L3-miss samples? Every stand-in label says so in words.
+fn is_stand_in(miss_sampling: &str) -> bool {
+    miss_sampling.contains("stand-in")
+}
+
 /// The attribution `report` shows: the strongest method the evidence
 /// supports, plus every method's own answer for comparison.
 #[derive(Debug, Serialize)]
@@ -414,7 +435,7 @@ pub fn attribution(rec: &Recording, obs: &HostObservation) -> AttributionReport 
     let all = crate::attribution::attribute_all(&ev);
     // Software stand-in events measure where network CPU time goes, not L3 misses.
     let source = rec.meta.get("miss_sampling").cloned().unwrap_or_default();
-    let stand_in = source.contains("stand-in");
+    let stand_in = is_stand_in(&source);
     if stand_in && matches!(chosen.method, crate::attribution::Method::AddressJoin | crate::attribution::Method::CpuContext) {
         let note = if source.contains("buffer being copied") {
             format!(

@@ -218,6 +218,7 @@ fn sampled(sc: &Scenario, rng: &mut Rng, mischarge: f64) -> SampledCounts {
     }
     SampledCounts {
         period: PERIOD,
+        stand_in: false,
         queues: q.into_iter().map(|(k, v)| (QueueId::rx(k), v)).collect(),
         flows: f.into_iter().map(|(k, v)| (flow_id(k), v)).collect(),
         other_samples: other,

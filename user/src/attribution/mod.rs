@@ -69,7 +69,8 @@ pub struct QueueShare {
     /// "rx" | "tx"
     pub dir: String,
     pub queue: u32,
-    /// Estimated misses over the recording.
+    /// Estimated misses over the recording; for software stand-in samples,
+    /// the sample count itself (their period is not in misses).
     pub misses: f64,
     /// Percent of the misses charged to network queues.
     pub share_pct: f64,
@@ -84,6 +85,7 @@ pub struct FlowShare {
     pub sport: u16,
     pub dst: String,
     pub dport: u16,
+    /// As `QueueShare::misses`.
     pub misses: f64,
     pub share_pct: f64,
 }
@@ -138,6 +140,11 @@ impl QueueId {
 pub struct SampledCounts {
     /// Events per sample (perf `sample_period`); 0 = unknown.
     pub period: u64,
+    /// The samples come from a software stand-in (cpu-clock, the copy-address
+    /// cpu-clock, page faults), whose period counts ns of CPU time or page
+    /// faults, not L3 misses: counts are then reported as samples, unscaled.
+    #[serde(default)]
+    pub stand_in: bool,
     pub queues: Vec<(QueueId, u64)>,
     pub flows: Vec<(FlowId, u64)>,
     /// Samples not charged to a queue: address outside packet buffers (join) or no network
@@ -269,6 +276,7 @@ mod tests {
     fn counts(period: u64, q: &[u64], other: u64) -> SampledCounts {
         SampledCounts {
             period,
+            stand_in: false,
             queues: q.iter().enumerate().map(|(i, n)| (QueueId::rx(i as u32), *n)).collect(),
             flows: Vec::new(),
             other_samples: other,

@@ -40,7 +40,8 @@ pub fn cpu_context(c: &SampledCounts) -> Attribution {
 }
 
 fn estimate(c: &SampledCounts, method: Method) -> Attribution {
-    if c.period == 0 {
+    // Only L3-miss samples scale to misses; stand-in counts are used as they are.
+    if c.period == 0 && !c.stand_in {
         return Attribution::insufficient(method, "sampling period unknown (0)");
     }
     let queues = merge(&c.queues.iter().map(|(q, n)| (q.clone(), *n as f64)).collect::<Vec<_>>());
@@ -59,7 +60,9 @@ fn estimate(c: &SampledCounts, method: Method) -> Attribution {
         }
         return a;
     }
-    let period = c.period as f64;
+    // Misses per sample. A stand-in's period is ns of CPU time or page faults:
+    // multiplying by it would print numbers that look like misses and are not.
+    let scale = if c.stand_in { 1.0 } else { c.period as f64 };
     let mut worst_half = 0.0f64;
     let qs: Vec<QueueShare> = queues
         .iter()
@@ -70,16 +73,16 @@ fn estimate(c: &SampledCounts, method: Method) -> Attribution {
             QueueShare {
                 dir: q.dir.clone(),
                 queue: q.queue,
-                misses: k as f64 * period,
+                misses: k as f64 * scale,
                 share_pct: 100.0 * k as f64 / n as f64,
                 ci_pct: Some((100.0 * lo, 100.0 * hi)),
             }
         })
         .collect();
-    let total_misses = n as f64 * period;
+    let total_misses = n as f64 * scale;
     let mut flows: Vec<_> = merge(&c.flows.iter().map(|(f, k)| (f.clone(), *k as f64)).collect::<Vec<_>>())
         .iter()
-        .map(|(f, k)| flow_share(f, k * period, total_misses))
+        .map(|(f, k)| flow_share(f, k * scale, total_misses))
         .collect();
     sort_flows(&mut flows);
 
@@ -90,20 +93,26 @@ fn estimate(c: &SampledCounts, method: Method) -> Attribution {
     } else {
         Confidence::Low
     };
-    let mut notes = vec![format!(
-        "{n} samples on packet buffers × period {} ≈ {:.3e} misses; widest 95% share interval ±{worst_half:.1} pp",
-        c.period, total_misses
-    )];
+    let counted = if c.stand_in {
+        format!("{n} samples on packet buffers (stand-in; not scaled to misses)")
+    } else {
+        format!("{n} samples on packet buffers × period {} ≈ {total_misses:.3e} misses", c.period)
+    };
+    let mut notes = vec![format!("{counted}; widest 95% share interval ±{worst_half:.1} pp")];
     if method == Method::CpuContext {
         confidence = confidence.weaker();
         notes.push("charged to the network work running on the CPU at the sample (not the address): a proxy".into());
     }
     if c.other_samples > 0 {
         let what = if method == Method::AddressJoin { "outside packet buffers" } else { "with no network work on the CPU" };
+        let size = if c.stand_in {
+            format!("{} samples", c.other_samples)
+        } else {
+            format!("≈ {:.3e} misses", c.other_samples as f64 * scale)
+        };
         notes.push(format!(
-            "{:.1}% of samples {what} (≈ {:.3e} misses), not included in the shares",
-            100.0 * c.other_samples as f64 / total_samples as f64,
-            c.other_samples as f64 * period
+            "{:.1}% of samples {what} ({size}), not included in the shares",
+            100.0 * c.other_samples as f64 / total_samples as f64
         ));
     }
     let flow_samples: u64 = c.flows.iter().map(|(_, k)| *k).sum();
@@ -154,6 +163,7 @@ mod tests {
         let f = |p: u16| FlowId { proto: "tcp".into(), src: "10.0.0.1".into(), sport: p, dst: "10.0.0.2".into(), dport: 5201 };
         let c = SampledCounts {
             period: 1000,
+            stand_in: false,
             queues: vec![(QueueId::rx(1), 1500), (QueueId::rx(0), 4500), (QueueId::rx(1), 0)],
             flows: vec![(f(1), 4000), (f(2), 1900)],
             other_samples: 2000,
@@ -174,6 +184,39 @@ mod tests {
         // 200 samples: ±6.5 pp → low.
         let c2 = SampledCounts { period: 1000, queues: vec![(QueueId::rx(0), 100), (QueueId::rx(1), 100)], ..Default::default() };
         assert_eq!(address_join(&c2).confidence, Confidence::Low);
+    }
+
+    #[test]
+    fn stand_in_samples_stay_samples() {
+        // cpu-clock every 50 µs: the period is ns of CPU time, not misses.
+        let f = |p: u16| FlowId { proto: "tcp".into(), src: "10.0.0.1".into(), sport: p, dst: "10.0.0.2".into(), dport: 5201 };
+        let pebs = SampledCounts {
+            period: 50_000,
+            stand_in: false,
+            queues: vec![(QueueId::rx(0), 3600), (QueueId::rx(1), 1130)],
+            flows: vec![(f(1), 3600), (f(2), 1130)],
+            other_samples: 270,
+            age_hist: Vec::new(),
+        };
+        let standin = SampledCounts { stand_in: true, ..pebs.clone() };
+        for method in [address_join, cpu_context] {
+            let (p, s) = (method(&pebs), method(&standin));
+            assert_eq!(p.queues[0].misses, 3600.0 * 50_000.0);
+            assert!(p.notes[0].starts_with("4730 samples on packet buffers × period 50000 ≈ 2.365e8 misses"), "{}", p.notes[0]);
+            assert!(p.notes.iter().any(|n| n.contains("(≈ 1.350e7 misses)")), "{:?}", p.notes);
+
+            assert_eq!(s.queues.iter().map(|q| q.misses).collect::<Vec<_>>(), vec![3600.0, 1130.0]);
+            assert_eq!(s.flows.iter().map(|f| f.misses).collect::<Vec<_>>(), vec![3600.0, 1130.0]);
+            assert!(s.notes[0].starts_with("4730 samples on packet buffers (stand-in; not scaled to misses)"), "{}", s.notes[0]);
+            assert!(s.notes.iter().all(|n| !n.contains("period") && !n.contains("≈")), "{:?}", s.notes);
+            assert!(s.notes.iter().any(|n| n.contains("5.4% of samples") && n.contains("(270 samples)")), "{:?}", s.notes);
+            // Shares and confidence do not depend on the scale.
+            assert_eq!((s.confidence, s.queues[0].share_pct, s.queues[0].ci_pct), (p.confidence, p.queues[0].share_pct, p.queues[0].ci_pct));
+            assert_eq!(s.flows[0].share_pct, p.flows[0].share_pct);
+        }
+        // A stand-in needs no period: its counts are not scaled.
+        let unknown = SampledCounts { period: 0, ..standin };
+        assert_ne!(address_join(&unknown).confidence, Confidence::Insufficient);
     }
 
     #[test]
