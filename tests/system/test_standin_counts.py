@@ -1,0 +1,32 @@
+"""Software stand-in samples are counted as samples in the attribution: their
+period is ns of CPU time, not L3-miss events, so scaling by it would invent
+miss counts. Truth: the report's own per-queue sample counts (l3miss)."""
+from conftest import live_prog_ids, report_json, wait_until
+
+
+def test_standin_attribution_reports_samples_not_misses(testbed, recorder):
+    tb = testbed
+    tb.iperf3_server()
+    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--miss-sampling", "software-copy", "--miss-period", "50000")
+    ids = set(rec.prog_ids)
+    tb.iperf3("-t", "2", "-b", "1G")
+    rc, _, err = rec.stop()
+    assert rc == 0, err
+    wait_until(lambda: not (ids & live_prog_ids()), what="programs to be unloaded")
+    r = report_json(rec.out)
+    m, a = r["l3miss"], r["attribution"]
+    assert "stand-in" in m["source"] and a["stand_in"], m["source"]
+    assert a["method"] == "address_join" and a["confidence"] != "insufficient", a
+
+    # Each method's per-queue and per-flow "misses" are its sample counts as they are.
+    for method, key in (("address_join", "addr_join"), ("cpu_context", "cpu_ctx")):
+        res = next(x for x in a["all"] if x["method"] == method)
+        if res["confidence"] == "insufficient":
+            continue
+        samples = {(q["dir"], q["queue"]): q[key] for q in m["queues"]}
+        got = {(q["dir"], q["queue"]): q["misses"] for q in res["queues"]}
+        assert got and all(got[k] == samples[k] for k in got), (method, got, samples)
+        assert sum(f["misses"] for f in res["flows"]) <= sum(got.values()), (method, res["flows"])
+        assert any("(stand-in; not scaled to misses)" in n for n in res["notes"]), res["notes"]
+        assert not any("× period" in n or "≈" in n for n in res["notes"]), res["notes"]
+    assert a["queues"] == next(x for x in a["all"] if x["method"] == "address_join")["queues"]
