@@ -28,5 +28,6 @@ def test_standin_attribution_reports_samples_not_misses(testbed, recorder):
         assert got and all(got[k] == samples[k] for k in got), (method, got, samples)
         assert sum(f["misses"] for f in res["flows"]) <= sum(got.values()), (method, res["flows"])
         assert any("(stand-in; not scaled to misses)" in n for n in res["notes"]), res["notes"]
+        assert res.get("counts_are_samples") is True, res
         assert not any("× period" in n or "≈" in n for n in res["notes"]), res["notes"]
     assert a["queues"] == next(x for x in a["all"] if x["method"] == "address_join")["queues"]

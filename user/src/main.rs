@@ -224,12 +224,13 @@ fn render_advice(a: &ddioscope::analysis::Advice) -> String {
     for n in &at.notes {
         let _ = writeln!(o, "  note: {n}");
     }
+    let unit = if at.counts_are_samples { "samples" } else { "misses" };
     for q in &at.queues {
         let ci = q.ci_pct.map(|(lo, hi)| format!(" [{lo:.0}–{hi:.0}%]")).unwrap_or_default();
-        let _ = writeln!(o, "  {} queue {:>2}: {:>12.0} misses  {:5.1}%{}", q.dir, q.queue, q.misses, q.share_pct, ci);
+        let _ = writeln!(o, "  {} queue {:>2}: {:>12.0} {unit}  {:5.1}%{}", q.dir, q.queue, q.misses, q.share_pct, ci);
     }
     for f in at.flows.iter().take(5) {
-        let _ = writeln!(o, "  {} {}:{} -> {}:{}  {:.0} misses  {:.1}%", f.proto, f.src, f.sport, f.dst, f.dport, f.misses, f.share_pct);
+        let _ = writeln!(o, "  {} {}:{} -> {}:{}  {:.0} {unit}  {:.1}%", f.proto, f.src, f.sport, f.dst, f.dport, f.misses, f.share_pct);
     }
     let g = &a.geometry;
     let _ = writeln!(

@@ -97,12 +97,27 @@ pub struct Attribution {
     pub queues: Vec<QueueShare>,
     pub flows: Vec<FlowShare>,
     pub notes: Vec<String>,
+    /// The `misses` numbers are sample counts of a software stand-in, not misses.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub counts_are_samples: bool,
 }
 
 impl Attribution {
+    fn with_notes(mut self, notes: Vec<String>) -> Self {
+        self.notes = notes;
+        self
+    }
+
     /// A result without numbers, with the reason.
     pub fn insufficient(method: Method, why: impl Into<String>) -> Self {
-        Attribution { method, confidence: Confidence::Insufficient, queues: Vec::new(), flows: Vec::new(), notes: vec![why.into()] }
+        Attribution {
+            method,
+            confidence: Confidence::Insufficient,
+            queues: Vec::new(),
+            flows: Vec::new(),
+            notes: vec![why.into()],
+            counts_are_samples: false,
+        }
     }
 }
 
@@ -236,7 +251,7 @@ pub fn attribute(ev: &Evidence) -> Attribution {
         }
         skipped.push(format!("{} not used: {}", a.method.as_str(), a.notes.join("; ")));
     }
-    Attribution { method: Method::None, confidence: Confidence::Insufficient, queues: Vec::new(), flows: Vec::new(), notes: skipped }
+    Attribution::insufficient(Method::None, String::new()).with_notes(skipped)
 }
 
 /// Sum duplicate keys and sort by key, so output is deterministic whatever the input order.

@@ -44,7 +44,7 @@ pub fn model_prior(p: &ModelPrediction) -> Attribution {
         .collect();
     let mut flows: Vec<_> = merge(&p.flows).iter().map(|(f, v)| flow_share(f, v * scale, pred * scale)).collect();
     sort_flows(&mut flows);
-    Attribution { method: m, confidence: Confidence::Low, queues: qs, flows, notes }
+    Attribution { method: m, confidence: Confidence::Low, queues: qs, flows, notes, counts_are_samples: false }
 }
 
 #[cfg(test)]

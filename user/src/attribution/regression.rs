@@ -465,7 +465,7 @@ pub fn regression(inp: &RegressionInput) -> Attribution {
     ));
     let confidence = if worst_r2 < MIN_R2 || worst_half > MAX_HALF_WIDTH_PP {
         notes.push(format!("no answer: fit or share interval too weak (worst R² {worst_r2:.2}, widest share interval ±{worst_half:.1} pp)"));
-        return Attribution { method: m, confidence: Confidence::Insufficient, queues: Vec::new(), flows: Vec::new(), notes };
+        return Attribution::insufficient(m, String::new()).with_notes(notes);
     } else if worst_r2 >= MEDIUM_R2 && worst_half <= MEDIUM_HALF_WIDTH_PP {
         // Never High: a regression explains co-variation, not which buffer missed.
         Confidence::Medium
@@ -487,7 +487,7 @@ pub fn regression(inp: &RegressionInput) -> Attribution {
         sort_flows(&mut flows);
         notes.push("flow misses are their queue's misses split by byte share (regression sees queues only)".into());
     }
-    Attribution { method: m, confidence, queues, flows, notes }
+    Attribution { method: m, confidence, queues, flows, notes, counts_are_samples: false }
 }
 
 #[cfg(test)]

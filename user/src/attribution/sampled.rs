@@ -122,7 +122,7 @@ fn estimate(c: &SampledCounts, method: Method) -> Attribution {
     if let Some(med) = median_bucket(&c.age_hist) {
         notes.push(format!("median miss ≤ {:.1} µs after hand-up", med as f64 / 1e3));
     }
-    Attribution { method, confidence, queues: qs, flows, notes }
+    Attribution { method, confidence, queues: qs, flows, notes, counts_are_samples: c.stand_in }
 }
 
 /// Upper bound of the bucket holding the median sample.
