@@ -182,19 +182,26 @@ UDP_ARGS=(-u -l "$UDP_LEN" -b "$UDP_RATE" -P "$UDP_STREAMS")
 TCP_ARGS=(-P "$TCP_STREAMS")
 
 # ---------------------------------------------------------------- 1. BPF cost
+# The UDP then the TCP load of one cost phase, bpf_stats snapshots around each:
+# $TMP/<phase>_<load>.{iperf.json,window_ns} and the snapshots <phase>_<load>_{before,after}.
+measure_loads() {
+    local phase=$1 load args secs t0 t1
+    for load in udp tcp; do
+        if [ "$load" = udp ]; then args=("${UDP_ARGS[@]}") secs=$T_COST_UDP; else args=("${TCP_ARGS[@]}") secs=$T_COST_TCP; fi
+        snap "${phase}_${load}_before"
+        t0=$(now_ns)
+        run_iperf "$TMP/${phase}_$load.iperf.json" "$secs" "${args[@]}"
+        t1=$(now_ns)
+        snap "${phase}_${load}_after"
+        echo "$((t1 - t0))" >"$TMP/${phase}_$load.window_ns"
+    done
+}
+
 log "BPF cost: bpf_stats on, recorder attached, ${T_COST_UDP} s UDP ${UDP_LEN} B x$UDP_STREAMS then ${T_COST_TCP} s TCP x$TCP_STREAMS"
 sysctl -qw "$STATS_SYSCTL=1" >/dev/null
 start_recorder 90 cost
 printf '%s\n' "$ATTACHED_LINE" >"$TMP/cost.attached"
-for load in udp tcp; do
-    if [ "$load" = udp ]; then args=("${UDP_ARGS[@]}") secs=$T_COST_UDP; else args=("${TCP_ARGS[@]}") secs=$T_COST_TCP; fi
-    snap "cost_${load}_before"
-    t0=$(now_ns)
-    run_iperf "$TMP/cost_$load.iperf.json" "$secs" "${args[@]}"
-    t1=$(now_ns)
-    snap "cost_${load}_after"
-    echo "$((t1 - t0))" >"$TMP/cost_$load.window_ns"
-done
+measure_loads cost
 finish_recorder
 
 # The same loads with attribution on: the L3-miss program on a software
@@ -208,15 +215,7 @@ SAVED_RECORD_ARGS=${BENCH_RECORD_ARGS:-}
 BENCH_RECORD_ARGS="$SAVED_RECORD_ARGS --miss-sampling $MISS_SAMPLING --miss-period 1000000"
 start_recorder 90 attr
 printf '%s\n' "$ATTACHED_LINE" >"$TMP/attr.attached"
-for load in udp tcp; do
-    if [ "$load" = udp ]; then args=("${UDP_ARGS[@]}") secs=$T_COST_UDP; else args=("${TCP_ARGS[@]}") secs=$T_COST_TCP; fi
-    snap "attr_${load}_before"
-    t0=$(now_ns)
-    run_iperf "$TMP/attr_$load.iperf.json" "$secs" "${args[@]}"
-    t1=$(now_ns)
-    snap "attr_${load}_after"
-    echo "$((t1 - t0))" >"$TMP/attr_$load.window_ns"
-done
+measure_loads attr
 finish_recorder
 BENCH_RECORD_ARGS=$SAVED_RECORD_ARGS
 sysctl -qw "$STATS_SYSCTL=0" >/dev/null
