@@ -176,3 +176,51 @@ def test_software_counters_and_import(testbed, recorder, tmp_path):
     assert {"socket", "write_miss_pct", "read_miss_pct", "inbound_write_MBps", "inbound_read_MBps",
             "dram_read_MBps", "dram_write_MBps"} <= set(s0)
     assert any("PCIRdCur" in w for w in r["counters"]["warnings"])
+
+
+def test_raw_tp_flavour_counts_and_joins_like_tp_btf(testbed, recorder):
+    """--hooks raw-tp: the fallback flavour (probe reads instead of direct BTF
+    loads) runs live, with every option that adds code (records, stage state,
+    the buffer-page map with frags, the copy stand-in). Truth: the kernel's
+    interface statistics, veth's per-queue counters, and the copy's own
+    addresses found in the map."""
+    tb = testbed
+    tb.iperf3_server()
+    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--hooks", "raw-tp",
+                   "--miss-sampling", "software-copy", "--miss-period", "50000")
+    k0, q0 = tb.stats(tb.ns_rcv, tb.if_rcv), tb.rx_queue_packets()
+    tb.iperf3("-P", "2", "-t", "2")
+    k1, q1 = tb.stats(tb.ns_rcv, tb.if_rcv), tb.rx_queue_packets()
+    rc, _, err = rec.stop()
+    assert rc == 0, err
+    r = report_json(rec.out)
+    assert r["meta"]["hooks"] and all(h.startswith("raw_tp:") for h in r["meta"]["hooks"]), r["meta"]["hooks"]
+    rx = [q for q in r["queues"] if q["dir"] == "rx"]
+    rx_pk = sum(q["packets"] for q in rx)
+    assert rx_pk > 10000
+    assert within(rx_pk, k1["rx_packets"] - k0["rx_packets"], 0.01), (rx_pk, k1["rx_packets"] - k0["rx_packets"])
+    per_q = {q["queue"]: q["packets"] for q in rx}
+    for i in q1:
+        assert within(per_q.get(i, 0), q1[i] - q0.get(i, 0), 0.01, slack=10), (i, per_q, q0, q1)
+    m = r["l3miss"]
+    with_addr = m["on_packet_buffers"] + m["other_addr"]
+    assert m["on_packet_buffers"] > 100 and m["on_packet_buffers"] >= 0.95 * with_addr, m
+    assert m["buffer_map"]["frag_pages"] > 1000, m["buffer_map"]
+    assert r["events"]["sampled"] > 0 and r["events"]["lost"] == 0
+
+
+def test_tp_btf_request_is_honoured_or_fails_in_one_line(testbed, tmp_path):
+    """--hooks tp-btf: every hook as tp_btf where the kernel allows it (as it
+    does here when doctor says so), else one clear line and exit 1."""
+    import json as _json
+    from conftest import run as _run, BIN as _BIN
+    out = tmp_path / "t.ddio"
+    p = _run(_BIN, "record", "-i", testbed.if_rcv, "--netns", testbed.ns_rcv, "-d", "0.5", "-o", out,
+             "--hooks", "tp-btf", check=False)
+    doctor = _json.loads(_run(_BIN, "doctor", "--json").stdout)
+    if doctor["features"]["tracing_prog"]:
+        assert p.returncode == 0, p.stderr
+        r = report_json(out)
+        assert all(h.startswith("tp_btf:") for h in r["meta"]["hooks"]), r["meta"]["hooks"]
+    else:
+        assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1 and "tp-btf" in p.stderr, p.stderr

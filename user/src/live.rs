@@ -38,6 +38,8 @@ pub struct LiveOptions {
     /// Flows are read from the kernel every this many intervals (and on the last).
     pub flow_every: u64,
     pub verbose: bool,
+    /// Hook flavour: auto (tp_btf where the kernel allows, else raw_tp) or forced.
+    pub hooks: crate::probe::features::HookChoice,
 }
 
 impl LiveOptions {
@@ -63,6 +65,7 @@ impl LiveOptions {
             miss_period: 0,
             flow_every,
             verbose,
+            hooks: crate::probe::features::HookChoice::Auto,
         }
     }
 }
@@ -184,7 +187,7 @@ impl LiveSession {
             mem_layout: layout.and_then(Result::ok),
             copy_standin: opts.miss_source == MissSource::SoftwareCopy,
         };
-        let mut probe = PktlifeProbe::attach(&cfg, &features)?;
+        let mut probe = PktlifeProbe::attach(&cfg, &features, opts.hooks)?;
         let miss_label = match miss_attr {
             None => match opts.miss_source {
                 MissSource::Off => "off (--miss-sampling off)".to_string(),

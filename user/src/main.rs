@@ -74,6 +74,10 @@ enum Cmd {
         /// and software-copy (default 1 ms), 1 in N page faults for software-faults (default 1).
         #[arg(long, value_name = "N")]
         miss_period: Option<u64>,
+        /// Hook flavour: auto (tp_btf where this kernel allows it, else raw_tp), or
+        /// tp-btf / raw-tp for every hook, failing if the kernel refuses it.
+        #[arg(long, value_enum, default_value = "auto")]
+        hooks: ddioscope::probe::features::HookChoice,
     },
     /// Live per-queue view in the terminal (plain lines when stdout is not a terminal); q or Ctrl-C quits.
     Top {
@@ -290,7 +294,7 @@ fn run() -> anyhow::Result<ExitCode> {
             eprintln!("imported {n} counter readings from {} into {}", csv.display(), rec.display());
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Record { iface, netns, duration, output, force, interval, sample, stage_sample, json_progress, verbose, counters, counters_from, miss_sampling, miss_period } => {
+        Cmd::Record { iface, netns, duration, output, force, interval, sample, stage_sample, json_progress, verbose, counters, counters_from, miss_sampling, miss_period, hooks } => {
             if let Some(f) = &counters_from {
                 if !f.is_file() {
                     anyhow::bail!("--counters-from {}: no such file", f.display());
@@ -317,6 +321,7 @@ fn run() -> anyhow::Result<ExitCode> {
                     _ => 2000,
                 }),
                 counters_from,
+                hooks,
                 command_line: std::env::args().collect::<Vec<_>>().join(" "),
             };
             let s = record::record(&opts)?;

@@ -32,6 +32,7 @@ pub struct RecordOptions {
     pub miss_period: u64,
     /// perf-stat CSV captured elsewhere, imported into this recording at the end.
     pub counters_from: Option<PathBuf>,
+    pub hooks: crate::probe::features::HookChoice,
 }
 
 /// One JSON progress line on stdout. A reader that went away (closed pipe)
@@ -111,6 +112,7 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary> {
         miss_period: opts.miss_period,
         flow_every: (1000 / opts.interval_ms.max(1)).max(1),
         verbose: opts.verbose,
+        hooks: opts.hooks,
     };
     let (features, iface) = LiveSession::preflight(&live_opts)?;
 

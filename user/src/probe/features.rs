@@ -30,6 +30,17 @@ impl Flavor {
     }
 }
 
+/// Which flavour to attach hooks with: `auto` walks the fallback chain and
+/// degrades quietly; a named flavour is what the user asked for, so it is used
+/// for every hook or the recording fails, saying why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum HookChoice {
+    #[default]
+    Auto,
+    TpBtf,
+    RawTp,
+}
+
 /// One tracepoint the pktlife family hooks, and what is lost without it.
 #[derive(Debug, Clone, Copy)]
 pub struct Hook {

@@ -12,7 +12,7 @@ use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{AsRawLibbpf, Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
 use serde::Serialize;
 
-use super::features::{Features, Flavor, PKTLIFE_HOOKS};
+use super::features::{Features, Flavor, HookChoice, PKTLIFE_HOOKS};
 use super::skel::types::{
     pl_buf_bucket, pl_buf_slot, pl_cpu_ctx, pl_flow_key, pl_flow_stats, pl_miss_count, pl_miss_totals, pl_pkt_event,
     pl_queue_stats,
@@ -160,13 +160,30 @@ fn without_errno(msg: &str) -> String {
 }
 
 impl PktlifeProbe {
-    /// Load along the fallback chain and attach every hook that exists.
-    pub fn attach(cfg: &ProbeConfig, features: &Features) -> Result<PktlifeProbe> {
+    /// Load along the fallback chain (or with the flavour the user asked for)
+    /// and attach every hook that exists.
+    pub fn attach(cfg: &ProbeConfig, features: &Features, choice: HookChoice) -> Result<PktlifeProbe> {
         if let Some(why) = features.fatal() {
             bail!(why);
         }
         let preferred: Vec<Flavor> = PKTLIFE_HOOKS.iter().map(|h| features.preferred(h)).collect();
-        let skel = match open_and_load(cfg, &preferred) {
+        let forced = match choice {
+            HookChoice::Auto => None,
+            HookChoice::RawTp => Some(Flavor::RawTp),
+            HookChoice::TpBtf => {
+                if let Some(h) = PKTLIFE_HOOKS.iter().zip(&preferred).find(|(_, f)| **f != Flavor::TpBtf).map(|(h, _)| h) {
+                    bail!(
+                        "--hooks tp-btf: this kernel cannot attach tp_btf to {} (no BTF for the tracepoint, or tracing programs refused); use --hooks auto",
+                        h.tracepoint
+                    );
+                }
+                Some(Flavor::TpBtf)
+            }
+        };
+        let skel = match forced {
+            Some(f) => open_and_load(cfg, &vec![f; PKTLIFE_HOOKS.len()])
+                .with_context(|| format!("--hooks {}", f.as_str().replace('_', "-")))?,
+            None => match open_and_load(cfg, &preferred) {
             Ok(s) => s,
             Err(first) if preferred.contains(&Flavor::TpBtf) => {
                 // tp_btf can be refused where raw_tp is not (LSM policy, verifier
@@ -179,6 +196,7 @@ impl PktlifeProbe {
                 }
             }
             Err(e) => return Err(e),
+            },
         };
 
         let mut links = Vec::new();
