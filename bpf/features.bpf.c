@@ -15,3 +15,24 @@ int BPF_PROG(feat_raw_tp) { return 0; }
 
 SEC("fentry/netif_receive_skb")
 int BPF_PROG(feat_fentry, struct sk_buff *skb) { return 0; }
+
+/* The buffer-page walk is a global function taking a pointer to its state
+ * (pktlife.bpf.c: pl_remember_range); kernels whose verifier refuses pointer
+ * arguments to global functions cannot load the probes at all. */
+struct feat_walk {
+	__u64 n;
+};
+
+__noinline int feat_global_ptr(struct feat_walk *w)
+{
+	if (!w)
+		return 0;
+	return w->n > 1;
+}
+
+SEC("raw_tp/netif_receive_skb")
+int BPF_PROG(feat_global_func)
+{
+	struct feat_walk w = { .n = 1 };
+	return feat_global_ptr(&w);
+}

@@ -568,6 +568,12 @@ static __always_inline __u32 buf_set_of(__u64 page)
  * after copying the info (lookup_page) never charges a mix of two owners.
  * x86 keeps stores and loads in program order (TSO), and PEBS addresses only
  * exist there; the barriers stop the compiler reordering. */
+/* A way's tag: the page address, and in the low 12 bits (free: pages are
+ * 4 KiB-aligned) a generation bumped on every rewrite, so a reader that sees
+ * the same tag before and after copying the owner knows no rewrite ran in
+ * between, even when the page came back to the same way for a new owner. */
+#define BUF_GEN_MASK 4095ULL
+
 static __always_inline void remember_page(__u64 page, const struct pl_buf_info *b)
 {
 	__u32 set = buf_set_of(page);
@@ -575,17 +581,18 @@ static __always_inline void remember_page(__u64 page, const struct pl_buf_info *
 	if (!bk)
 		return;
 	struct pl_buf_slot *e;
-	if (bk->way[0].page == page) {
+	if ((bk->way[0].page & ~BUF_GEN_MASK) == page) {
 		e = &bk->way[0];
-	} else if (bk->way[1].page == page) {
+	} else if ((bk->way[1].page & ~BUF_GEN_MASK) == page) {
 		e = &bk->way[1];
 	} else {
-		/* An empty way has hand-up time 0: it is always the older one. */
+		/* An empty way has hand-up time 0: it is always the older one. Ways
+		 * are never emptied, so fills of empty ways count the ways in use. */
 		e = bk->way[0].info.handup_ns <= bk->way[1].info.handup_ns ? &bk->way[0] : &bk->way[1];
-		if (e->page)
-			count(PLC_BUF_REPLACED);
+		count(e->page ? PLC_BUF_REPLACED : PLC_BUF_FILLED);
 	}
-	if (e->page == page && e->info.queue == b->queue && e->info.dir == b->dir &&
+	__u64 tag = e->page;
+	if ((tag & ~BUF_GEN_MASK) == page && e->info.queue == b->queue && e->info.dir == b->dir &&
 	    e->info.has_flow == b->has_flow && (!b->has_flow || flow_key_eq(&e->info.flow, &b->flow))) {
 		e->info.handup_ns = b->handup_ns;
 		return;
@@ -594,17 +601,18 @@ static __always_inline void remember_page(__u64 page, const struct pl_buf_info *
 	barrier();
 	e->info = *b;
 	barrier();
-	e->page = page;
+	e->page = page | ((tag + 1) & BUF_GEN_MASK);
 }
 
 static __always_inline bool read_way(const struct pl_buf_slot *e, __u64 page, struct pl_buf_info *out)
 {
-	if (e->page != page)
+	__u64 tag = e->page;
+	if ((tag & ~BUF_GEN_MASK) != page)
 		return false;
 	barrier();
 	*out = e->info;
 	barrier();
-	return e->page == page;
+	return e->page == tag;
 }
 
 /* The owner of the buffer page holding addr, copied out; false when the page
@@ -635,10 +643,10 @@ __noinline int pl_remember_range(__u64 addr, __u32 len, __u32 counter, struct pl
 {
 	if (!w)
 		return 0;
-	__u64 first = addr & ~4095ULL, last = (addr + (len ? len - 1 : 0)) & ~4095ULL;
-	__u64 prev = w->prev;
-	w->prev = last;
-	if (first == prev)
+	if (!len)
+		return 0;
+	__u64 first = addr & ~4095ULL, last = (addr + len - 1) & ~4095ULL;
+	if (first == w->prev)
 		first += 4096;
 	if (first > last)
 		return 0;
@@ -651,6 +659,9 @@ __noinline int pl_remember_range(__u64 addr, __u32 len, __u32 counter, struct pl
 			break;
 		remember_page(first + ((__u64)i << 12), &w->owner);
 	}
+	/* The last page written (none: keep the previous one). */
+	if (n)
+		w->prev = first + ((__u64)(n - 1) << 12);
 	w->budget = left - n;
 	count_n(counter, n);
 	if (npages > n)

@@ -39,8 +39,9 @@ enum pl_counter {
 	PLC_FRAG_OVER_CAP = 7, /* frags past PL_MAX_JOIN_FRAGS: not mapped */
 	PLC_FRAG_NO_PAGE = 8,  /* frags without a struct page (net_iov device memory): not mapped */
 	PLC_FRAG_NO_LAYOUT = 9, /* frags not mapped: no page->address layout, or it failed its check */
-	PLC_BUF_REPLACED = 10, /* buffer-page slots taken over by another page (older entry lost) */
+	PLC_BUF_REPLACED = 10, /* buffer-page ways taken over by a newer page (the older one live or long freed) */
 	PLC_PAGES_OVER_CAP = 11, /* buffer pages past PL_MAX_JOIN_PAGES of one skb: not mapped */
+	PLC_BUF_FILLED = 12,   /* buffer-page ways filled for the first time: the ways in use */
 	PLC_NR = 16,
 };
 
@@ -51,7 +52,7 @@ enum pl_counter {
  * counted (PLC_FRAG_OVER_CAP). */
 #define PL_MAX_JOIN_FRAGS 4
 /* Pages mapped per skb, every page of each range (linear data, frags): a
- * 64 KiB TSO/LRO skb in 32 KiB page-frag chunks spans 16-18 pages. Pages past
+ * 64 KiB TSO/LRO skb in 32 KiB page-frag chunks spans 16-21 pages. Pages past
  * it are counted (PLC_PAGES_OVER_CAP). */
 #define PL_MAX_JOIN_PAGES 20
 /* Segments the software-copy stand-in remembers of the skb being copied: the
@@ -141,8 +142,8 @@ struct pl_buf_info {
 	__u16 pad;
 };
 
-/* One way of the buffer-page table: page is the tag (0 while the way is
- * empty or being rewritten). */
+/* One way of the buffer-page table: page is the tag, the page address with a
+ * generation in its low 12 bits (0 while the way is empty or being rewritten). */
 struct pl_buf_slot {
 	__u64 page;
 	struct pl_buf_info info;

@@ -235,6 +235,11 @@ static __always_inline int H(on_copy)(const struct sk_buff *skb, int copied)
 			bool have_flow = parse_flow(head + nh, RD(skb, protocol), &k, &hdr_len);
 			k.dir = PL_RX;
 			set_ctx(PL_CTX_RX_COPY, PL_RX, queue, have_flow ? &k : NULL, bpf_ktime_get_ns());
+		} else if (copy_standin) {
+			/* Someone else's copy: the previous copy's buffers are not being read now. */
+			struct pl_cpu_ctx *c = cpu_ctx_get();
+			if (c)
+				c->copy_until = 0;
 		}
 	}
 	return copy_stage(st);

@@ -31,8 +31,9 @@ impl Flavor {
 }
 
 /// Which flavour to attach hooks with: `auto` walks the fallback chain and
-/// degrades quietly; a named flavour is what the user asked for, so it is used
-/// for every hook or the recording fails, saying why.
+/// degrades quietly; a named flavour is what the user asked for, so every hook
+/// is loaded with it or the recording fails, saying why (hooks the kernel does
+/// not have are skipped, as with auto).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum HookChoice {
     #[default]
@@ -79,6 +80,9 @@ pub struct Features {
     pub perf_event_prog: bool,
     pub ringbuf_map: bool,
     pub lru_hash_map: bool,
+    /// The verifier accepts pointer arguments to global BPF functions (the
+    /// buffer-page walk is one).
+    pub global_func_ptr_args: bool,
     /// Tracepoints that have a `btf_trace_<name>` type, i.e. can be tp_btf.
     pub btf_tracepoints: Vec<String>,
 }
@@ -161,6 +165,7 @@ impl Features {
         };
         let tracing_prog = probe("feat_tp_btf", "tp_btf");
         let fentry_prog = probe("feat_fentry", "fentry");
+        let global_func_ptr_args = probe("feat_global_func", "global function with a pointer argument");
         let raw_tracepoint_prog = probe_prog(sys::BPF_PROG_TYPE_RAW_TRACEPOINT);
         Features {
             vmlinux_btf: btf.is_some(),
@@ -172,6 +177,7 @@ impl Features {
             perf_event_prog: probe_prog(sys::BPF_PROG_TYPE_PERF_EVENT),
             ringbuf_map: probe_map(sys::BPF_MAP_TYPE_RINGBUF),
             lru_hash_map: probe_map(sys::BPF_MAP_TYPE_LRU_HASH),
+            global_func_ptr_args,
             btf_tracepoints,
         }
     }
@@ -196,9 +202,46 @@ impl Features {
         if !self.raw_tracepoint_prog && !self.tracing_prog {
             return Some("this kernel loads neither tp_btf nor raw_tracepoint BPF programs (need root/CAP_BPF+CAP_PERFMON)".into());
         }
+        if self.raw_tracepoint_prog && !self.global_func_ptr_args {
+            return Some(
+                "this kernel's BPF verifier refuses pointer arguments to global functions (Linux 5.12 added them); ddioscope's probes need them".into(),
+            );
+        }
         if !self.ringbuf_map {
             return Some("BPF ring buffers are unavailable (kernel older than 5.8, or no permission)".into());
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn capable() -> Features {
+        Features {
+            vmlinux_btf: true,
+            btf_error: None,
+            tracing_prog: true,
+            raw_tracepoint_prog: true,
+            fentry_prog: false,
+            load_errors: Vec::new(),
+            perf_event_prog: true,
+            ringbuf_map: true,
+            lru_hash_map: true,
+            global_func_ptr_args: true,
+            btf_tracepoints: PKTLIFE_HOOKS.iter().map(|h| h.tracepoint.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn fatal_says_what_the_kernel_lacks() {
+        assert_eq!(capable().fatal(), None);
+        let old_verifier = Features { global_func_ptr_args: false, ..capable() };
+        assert!(old_verifier.fatal().is_some_and(|m| m.contains("global functions")));
+        let no_btf = Features { vmlinux_btf: false, btf_error: Some("x".into()), ..capable() };
+        assert!(no_btf.fatal().is_some_and(|m| m.contains("BTF")));
+        let no_ringbuf = Features { ringbuf_map: false, ..capable() };
+        assert!(no_ringbuf.fatal().is_some_and(|m| m.contains("ring buffers")));
     }
 }

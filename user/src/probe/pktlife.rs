@@ -31,7 +31,6 @@ unsafe impl plain::Plain for pl_pkt_event {}
 unsafe impl plain::Plain for pl_cpu_ctx {}
 unsafe impl plain::Plain for pl_miss_totals {}
 unsafe impl plain::Plain for pl_miss_count {}
-unsafe impl plain::Plain for pl_buf_bucket {}
 
 pub const MAX_QUEUES: u32 = 64;
 const PLC_SAMPLED: u32 = 0;
@@ -46,6 +45,7 @@ const PLC_FRAG_NO_PAGE: u32 = 8;
 const PLC_FRAG_NO_LAYOUT: u32 = 9;
 const PLC_BUF_REPLACED: u32 = 10;
 const PLC_PAGES_OVER_CAP: u32 = 11;
+const PLC_BUF_FILLED: u32 = 12;
 /// Ways per set of the buffer-page map (PL_BUF_WAYS in pktlife.h).
 const BUF_WAYS: u32 = (std::mem::size_of::<pl_buf_bucket>() / std::mem::size_of::<pl_buf_slot>()) as u32;
 
@@ -143,8 +143,12 @@ pub fn explain_bpf_error(e: &libbpf_rs::Error, doing: &str) -> String {
             "{doing}: permission denied — run as root (or with CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN)"
         ),
         ErrorKind::NotFound => format!("{doing}: a kernel hook or BTF type was not found ({})", without_errno(&e.to_string())),
-        ErrorKind::InvalidInput => format!("{doing}: the kernel's verifier rejected a program (`-v` prints its log)"),
-        _ if e.to_string().contains("Argument list too long") => {
+        // Only a load goes through the verifier; an attach's EINVAL is its own story.
+        ErrorKind::InvalidInput if doing.starts_with("loading") => format!(
+            "{doing}: the kernel's verifier rejected a program ({}; `-v` prints its log)",
+            without_errno(&e.to_string())
+        ),
+        _ if doing.starts_with("loading") && e.to_string().contains("Argument list too long") => {
             format!("{doing}: the kernel's verifier gave up on a program as too complex (`-v` prints its log)")
         }
         _ => format!("{doing}: {}", without_errno(&e.to_string())),
@@ -498,7 +502,6 @@ impl PktlifeProbe {
             }
             m.regions.sort_by(|a, b| b.1.cmp(&a.1));
             m.regions.truncate(32);
-            m.buf.entries = self.buf_pages_entries();
         }
         let c = &self.skel.maps.counters;
         m.buf.linear_pages = Self::percpu_sum(c, PLC_BUF_LINEAR)?;
@@ -508,66 +511,17 @@ impl PktlifeProbe {
         m.buf.frags_no_layout = Self::percpu_sum(c, PLC_FRAG_NO_LAYOUT)?;
         m.buf.slots_replaced = Self::percpu_sum(c, PLC_BUF_REPLACED)?;
         m.buf.pages_over_cap = Self::percpu_sum(c, PLC_PAGES_OVER_CAP)?;
+        // Ways are never emptied, so the fills of empty ways are the ways in use: a
+        // counter read instead of sweeping the whole table through the cache.
+        if m.buf.linear_pages + m.buf.frag_pages > 0 {
+            m.buf.entries = Some(Self::percpu_sum(c, PLC_BUF_FILLED)?);
+        }
         Ok(m)
     }
 
     /// Pages the packet-buffer page map can hold (sets × ways: never more entries).
     pub fn buf_pages_capacity(&self) -> u32 {
         self.skel.maps.buf_pages.max_entries() * BUF_WAYS
-    }
-
-    /// Occupied ways of the packet-buffer page map now (a way's tag is 0 when empty),
-    /// read in batches of 4096 sets (a handful of syscalls, not one per set). None where
-    /// the kernel has no batch lookup: a set-by-set walk would cost tens of thousands of
-    /// syscalls every interval.
-    fn buf_pages_entries(&self) -> Option<u64> {
-        use std::os::fd::{AsFd, AsRawFd};
-        let map = &self.skel.maps.buf_pages;
-        const BATCH: u32 = 4096;
-        let (ksz, vsz) = (map.key_size().max(4) as usize, map.value_size() as usize);
-        let mut keys = vec![0u8; BATCH as usize * ksz];
-        let mut vals = vec![0u8; BATCH as usize * vsz];
-        let (mut token_in, mut token_out) = (vec![0u8; ksz], vec![0u8; ksz]);
-        let opts = libbpf_rs::libbpf_sys::bpf_map_batch_opts {
-            sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_batch_opts>() as _,
-            ..Default::default()
-        };
-        let mut occupied = 0u64;
-        let mut first = true;
-        loop {
-            let mut count = BATCH;
-            // SAFETY: every buffer is sized for BATCH keys/values of this map's sizes,
-            // the tokens for one key; libbpf writes at most `count` entries.
-            let ret = unsafe {
-                libbpf_rs::libbpf_sys::bpf_map_lookup_batch(
-                    map.as_fd().as_raw_fd(),
-                    if first { std::ptr::null_mut() } else { token_in.as_mut_ptr().cast() },
-                    token_out.as_mut_ptr().cast(),
-                    keys.as_mut_ptr().cast(),
-                    vals.as_mut_ptr().cast(),
-                    &mut count,
-                    &opts,
-                )
-            };
-            if ret != 0 && ret != -libc::ENOENT {
-                return None;
-            }
-            occupied += vals
-                .chunks_exact(vsz)
-                .take(count as usize)
-                .filter_map(|v| {
-                    // The batch buffer is bytes (no alignment): copy each set out.
-                    let mut set = pl_buf_bucket::default();
-                    plain::copy_from_bytes(&mut set, v).ok().map(|()| set)
-                })
-                .map(|set| set.way.iter().filter(|w| w.page != 0).count() as u64)
-                .sum::<u64>();
-            if ret == -libc::ENOENT {
-                return Some(occupied);
-            }
-            token_in.copy_from_slice(&token_out);
-            first = false;
-        }
     }
 
     /// BPF program ids of this probe (for leak checks and bpf_stats).

@@ -46,7 +46,7 @@ pub struct MissReport {
 /// The packet-buffer page map over the recording.
 #[derive(Debug, Default, Serialize)]
 pub struct BufferMapReport {
-    /// Slots in the map (direct-mapped: a new page takes its slot from the older one).
+    /// Pages the table holds (sets × ways; a new page takes the way with the older hand-up).
     pub capacity: Option<u64>,
     /// Largest and last entry count read during the recording.
     pub entries_max: Option<u64>,
