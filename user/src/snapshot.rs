@@ -260,16 +260,36 @@ pub struct BufMapCounters {
     pub frags_no_page: u64,
     /// Frags not mapped for want of a page-to-address layout (or one that failed its check).
     pub frags_no_layout: u64,
-    /// Map slots a page took over from another (that older page's entry was lost).
+    /// Ways a newer page took over from another (the older one live or long freed).
     pub slots_replaced: u64,
     /// Buffer pages past the per-skb page cap (PL_MAX_JOIN_PAGES): not mapped.
     pub pages_over_cap: u64,
     /// Entries in the map when it was last counted this interval (None: not counted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entries: Option<u64>,
     /// software-copy stand-in: joined samples whose address was drawn from
     /// the copied skb's linear data / from one of its frags.
     pub copy_linear_joined: u64,
     pub copy_frag_joined: u64,
+}
+
+impl BufMapCounters {
+    /// Every counter of `self` and `other` through `f` (a delta, a sum); the
+    /// `entries` gauge is `self`'s. The one place that lists the counters.
+    pub fn combine(&self, other: &BufMapCounters, f: impl Fn(u64, u64) -> u64) -> BufMapCounters {
+        BufMapCounters {
+            linear_pages: f(self.linear_pages, other.linear_pages),
+            frag_pages: f(self.frag_pages, other.frag_pages),
+            frags_over_cap: f(self.frags_over_cap, other.frags_over_cap),
+            frags_no_page: f(self.frags_no_page, other.frags_no_page),
+            frags_no_layout: f(self.frags_no_layout, other.frags_no_layout),
+            slots_replaced: f(self.slots_replaced, other.slots_replaced),
+            pages_over_cap: f(self.pages_over_cap, other.pages_over_cap),
+            entries: self.entries,
+            copy_linear_joined: f(self.copy_linear_joined, other.copy_linear_joined),
+            copy_frag_joined: f(self.copy_frag_joined, other.copy_frag_joined),
+        }
+    }
 }
 
 impl MissSnapshot {
@@ -291,18 +311,7 @@ impl MissSnapshot {
             })
             .filter(|q| q.2 + q.3 > 0)
             .collect();
-        d.buf = BufMapCounters {
-            linear_pages: self.buf.linear_pages.saturating_sub(e.buf.linear_pages),
-            frag_pages: self.buf.frag_pages.saturating_sub(e.buf.frag_pages),
-            frags_over_cap: self.buf.frags_over_cap.saturating_sub(e.buf.frags_over_cap),
-            frags_no_page: self.buf.frags_no_page.saturating_sub(e.buf.frags_no_page),
-            frags_no_layout: self.buf.frags_no_layout.saturating_sub(e.buf.frags_no_layout),
-            slots_replaced: self.buf.slots_replaced.saturating_sub(e.buf.slots_replaced),
-            pages_over_cap: self.buf.pages_over_cap.saturating_sub(e.buf.pages_over_cap),
-            entries: self.buf.entries,
-            copy_linear_joined: self.buf.copy_linear_joined.saturating_sub(e.buf.copy_linear_joined),
-            copy_frag_joined: self.buf.copy_frag_joined.saturating_sub(e.buf.copy_frag_joined),
-        };
+        d.buf = self.buf.combine(&e.buf, u64::saturating_sub);
         d
     }
 }

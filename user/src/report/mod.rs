@@ -51,20 +51,9 @@ pub struct BufferMapReport {
     /// Largest and last entry count read during the recording.
     pub entries_max: Option<u64>,
     pub entries_last: Option<u64>,
-    /// Pages written: linear data, frags.
-    pub linear_pages: u64,
-    pub frag_pages: u64,
-    /// Frags left out: past the per-skb cap, without a struct page, without an address layout.
-    pub frags_over_cap: u64,
-    pub frags_no_page: u64,
-    pub frags_no_layout: u64,
-    /// Slots a page took over from another page.
-    pub slots_replaced: u64,
-    /// Pages past the per-skb page cap: not mapped.
-    pub pages_over_cap: u64,
-    /// software-copy stand-in: joined samples whose address came from linear data / from a frag.
-    pub copy_linear_joined: u64,
-    pub copy_frag_joined: u64,
+    /// Pages written and left out over the recording (the snapshot counters, summed).
+    #[serde(flatten)]
+    pub pages: crate::snapshot::BufMapCounters,
 }
 
 #[derive(Debug, Serialize)]
@@ -118,15 +107,7 @@ fn miss_report(rec: &Recording) -> MissReport {
         m.ctx_charged += x.ctx_charged;
         m.uncharged += x.uncharged;
         let b = &mut m.buffer_map;
-        b.linear_pages += x.buf.linear_pages;
-        b.frag_pages += x.buf.frag_pages;
-        b.frags_over_cap += x.buf.frags_over_cap;
-        b.frags_no_page += x.buf.frags_no_page;
-        b.frags_no_layout += x.buf.frags_no_layout;
-        b.slots_replaced += x.buf.slots_replaced;
-        b.pages_over_cap += x.buf.pages_over_cap;
-        b.copy_linear_joined += x.buf.copy_linear_joined;
-        b.copy_frag_joined += x.buf.copy_frag_joined;
+        b.pages = b.pages.combine(&x.buf, u64::saturating_add);
         if let Some(e) = x.buf.entries {
             b.entries_max = Some(b.entries_max.unwrap_or(0).max(e));
             b.entries_last = Some(e);
@@ -704,28 +685,28 @@ pub fn render_text(r: &Report, top_flows: usize) -> String {
         }
     }
     if l.buffer_map.capacity.is_some() {
-        let b = &l.buffer_map;
+        let (b, p) = (&l.buffer_map, &l.buffer_map.pages);
         let opt = |v: Option<u64>| v.map_or_else(|| "?".to_string(), |v| v.to_string());
         let _ = writeln!(o, "  buffer join: {}", l.buffer_join);
         let _ = writeln!(
             o,
             "  buffer-page map: {} linear and {} frag pages written; frags left out: {} past the cap, {} without a page, {} without an address layout; {} pages past the per-packet cap; entries max {} last {} of {} slots, {} taken over",
-            b.linear_pages,
-            b.frag_pages,
-            b.frags_over_cap,
-            b.frags_no_page,
-            b.frags_no_layout,
-            b.pages_over_cap,
+            p.linear_pages,
+            p.frag_pages,
+            p.frags_over_cap,
+            p.frags_no_page,
+            p.frags_no_layout,
+            p.pages_over_cap,
             opt(b.entries_max),
             opt(b.entries_last),
             opt(b.capacity),
-            b.slots_replaced
+            p.slots_replaced
         );
-        if b.copy_linear_joined + b.copy_frag_joined > 0 {
+        if p.copy_linear_joined + p.copy_frag_joined > 0 {
             let _ = writeln!(
                 o,
                 "  copy stand-in: {} joined samples drawn from linear data, {} from page frags",
-                b.copy_linear_joined, b.copy_frag_joined
+                p.copy_linear_joined, p.copy_frag_joined
             );
         }
     }
