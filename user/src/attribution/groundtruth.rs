@@ -1,8 +1,11 @@
 //! Ground-truth tests: multi-queue, multi-flow simulator scenarios whose every miss is labelled with its queue and flow; each method gets only what a real host would record, and its shares are compared with the labels.
 //!
-//! One scenario = `INTERVALS` simulator runs ("intervals") of the same workload with each
-//! queue's rate scaled by an independent factor in [0.5, 1.5] (load varies over a recording;
-//! without variation no regression can separate queues). Per interval the harness derives:
+//! One scenario = one contiguous simulator run (`simulate_phases`): two lead-in phases, then
+//! `INTERVALS` intervals with each queue's rate scaled by an independent factor in [0.5, 1.5]
+//! (load varies over a recording; without variation no regression can separate queues). The
+//! cache, rings and in-flight packets carry over between intervals, as on a running host;
+//! separate cold-started runs would give every interval a start-up transient no real interval
+//! has. Per interval the harness derives:
 //! * per-queue inbound bytes (what the RX probes count) from the simulator's per-flow DMA
 //!   line counts, in-flight bytes by Little's law (byte rate × residence, ±3% measurement
 //!   noise), ring footprint;
@@ -15,10 +18,16 @@
 
 use std::collections::BTreeMap;
 
-use super::{address_join, attribute, cpu_context, model_prior, regression, Attribution, Confidence, Evidence, FlowId, Interval, Method, ModelPrediction, QueueFeatures, QueueId, RegressionInput, SampledCounts, SocketMisses};
-use crate::model::{simulate, SimResult, SimSpec};
+use super::{
+    address_join, attribute, cpu_context, model_prior, regression, Attribution, Confidence,
+    Evidence, FlowId, Interval, Method, ModelPrediction, QueueFeatures, QueueId, RegressionInput,
+    SampledCounts, SocketMisses,
+};
+use crate::model::{simulate, simulate_phases, Phase, SimResult, SimSpec};
 
 const INTERVALS: usize = 20;
+/// Interval length: several buffer-reuse cycles of every queue in the scenarios.
+const INTERVAL_NS: u64 = 100_000_000;
 const PERIOD: u64 = 200;
 const NON_PACKET_FRACTION: f64 = 0.3;
 const MISCHARGE: f64 = 0.1;
@@ -46,7 +55,9 @@ fn flow_id(f: u32) -> FlowId {
 }
 
 struct Run {
+    /// The workload of this interval (its rates).
     spec: SimSpec,
+    secs: f64,
     res: SimResult,
     /// Core-read misses in time order as (queue, flow).
     loads: Vec<(u32, u32)>,
@@ -66,43 +77,50 @@ fn spec(json: &str) -> SimSpec {
 }
 
 fn build(name: &'static str, json: &str, seed: u64) -> Scenario {
-    let base = spec(json);
+    let mut base = spec(json);
+    base.miss_log_cap = 4_000_000;
+    base.seed = seed;
     let mut rng = Rng(seed);
     let rates0 = base.queue_pps();
-    let specs: Vec<SimSpec> = (0..INTERVALS)
-        .map(|i| {
+    // The host has been running before the recording starts: lead-in phases at the top of
+    // the load range, then at the mean, so every buffer any interval uses has been used.
+    let lead_in = [1.5, 1.0].map(|k| Phase {
+        duration_ns: INTERVAL_NS,
+        queue_pps: rates0.iter().map(|r| r * k).collect(),
+    });
+    let phases: Vec<Phase> = lead_in
+        .iter()
+        .cloned()
+        .chain((0..INTERVALS).map(|_| Phase {
+            duration_ns: INTERVAL_NS,
+            queue_pps: rates0.iter().map(|r| r * rng.range(0.5, 1.5)).collect(),
+        }))
+        .collect();
+    let results = simulate_phases(&base, &phases);
+    let runs = phases
+        .iter()
+        .zip(results)
+        .skip(lead_in.len())
+        .map(|(p, mut res)| {
+            assert_eq!(res.misses_dropped, 0, "miss log too small");
+            let loads = res
+                .misses
+                .iter()
+                .filter(|m| m.kind == crate::model::AccessKind::CpuRead)
+                .map(|m| (m.queue, m.flow))
+                .collect();
+            res.misses = Vec::new();
             let mut s = base.clone();
-            let rates: Vec<f64> = rates0.iter().map(|r| r * rng.range(0.5, 1.5)).collect();
-            s.pps = rates.iter().sum();
-            s.queue_weights = rates;
-            s.seed = seed ^ (i as u64 + 1);
-            s.miss_log_cap = 4_000_000;
-            s
+            s.pps = p.queue_pps.iter().sum();
+            s.queue_weights = p.queue_pps.clone();
+            Run {
+                spec: s,
+                secs: p.duration_ns as f64 / 1e9,
+                res,
+                loads,
+            }
         })
         .collect();
-    // Two workers: the box has two cores.
-    let mid = specs.len() / 2;
-    let (a, b) = specs.split_at(mid);
-    let run = |v: &[SimSpec]| -> Vec<Run> {
-        v.iter()
-            .map(|s| {
-                let mut res = simulate(s);
-                assert_eq!(res.misses_dropped, 0, "miss log too small");
-                let loads = res.misses.iter().filter(|m| m.kind == crate::model::AccessKind::CpuRead).map(|m| (m.queue, m.flow)).collect();
-                res.misses = Vec::new();
-                Run { spec: s.clone(), res, loads }
-            })
-            .collect()
-    };
-    let runs = std::thread::scope(|sc| {
-        let h = sc.spawn(|| run(b));
-        let mut r = run(a);
-        match h.join() {
-            Ok(x) => r.extend(x),
-            Err(_) => panic!("simulator worker panicked"),
-        }
-        r
-    });
     Scenario { name, base, runs }
 }
 
@@ -145,7 +163,6 @@ fn regression_input(sc: &Scenario, rng: &mut Rng) -> RegressionInput {
     for r in &sc.runs {
         let s = &r.spec;
         let mut qbytes = vec![0.0; nq];
-        let mut pkts = 0.0;
         for (f, h) in r.res.per_flow.iter().enumerate() {
             let Some(&b) = fb.get(f) else { continue };
             // Each packet: ceil(b/64) data lines (data offset is line-aligned) + one CQE line.
@@ -153,12 +170,21 @@ fn regression_input(sc: &Scenario, rng: &mut Rng) -> RegressionInput {
             let p = (h.io_write_hits + h.io_write_misses) as f64 / lines_per_pkt;
             let q = s.flows[f].queue as usize;
             qbytes[q] += p * b as f64;
-            pkts += p;
             *flow_tot.entry(f as u32).or_default() += p * b as f64;
         }
-        let secs = pkts / s.pps;
-        let w: f64 = r.res.per_queue.iter().map(|h| h.io_write_misses as f64).sum();
-        let l: f64 = r.res.per_queue.iter().map(|h| h.cpu_read_misses as f64).sum();
+        let secs = r.secs;
+        let w: f64 = r
+            .res
+            .per_queue
+            .iter()
+            .map(|h| h.io_write_misses as f64)
+            .sum();
+        let l: f64 = r
+            .res
+            .per_queue
+            .iter()
+            .map(|h| h.cpu_read_misses as f64)
+            .sum();
         w_rate += w;
         l_rate += l;
         secs_all += secs;
@@ -247,6 +273,8 @@ fn row(label: &str, v: &[f64], truth: Option<&[f64]>, extra: &str) -> String {
 }
 
 struct Outcome {
+    /// Address-join samples on packet buffers.
+    samples: u64,
     join_err: f64,
     ctx_err: f64,
     reg_err: f64,
@@ -308,7 +336,7 @@ fn evaluate(sc: &Scenario, seed: u64) -> Outcome {
     assert_ne!(join.confidence, Confidence::Insufficient);
     assert!(matches!(ctx.confidence, Confidence::Medium | Confidence::Low), "context is never high");
     assert_eq!(attribute(&Evidence { address_join: Some(sampled(sc, &mut rng, 0.0)), regression: Some(reg_in), ..Default::default() }).method, Method::AddressJoin);
-    Outcome { join_err: max_err(&sj, &p_loads), ctx_err: max_err(&sc_, &p_loads), reg_err: max_err(&sr, &p_all), reg_conf: reg.confidence, prior_err: max_err(&sp, &p_all) }
+    Outcome { samples: n_samples, join_err: max_err(&sj, &p_loads), ctx_err: max_err(&sc_, &p_loads), reg_err: max_err(&sr, &p_all), reg_conf: reg.confidence, prior_err: max_err(&sp, &p_all) }
 }
 
 /// `regression_answers`: the regression must give an answer within 10 pp; otherwise it may
@@ -325,8 +353,10 @@ fn check(sc: &Scenario, seed: u64, regression_answers: bool) {
         assert!(o.reg_err <= 10.0, "{}: regression off by {:.2} pp", sc.name, o.reg_err);
     }
     assert!(o.join_err <= 2.0, "{}: address join off by {:.2} pp", sc.name, o.join_err);
-    // 10% of context samples are charged uniformly at random: a bias up to 0.1 × (share − 1/4).
-    assert!(o.ctx_err <= 10.0, "{}: cpu context off by {:.2} pp", sc.name, o.ctx_err);
+    // 10% of context samples are charged uniformly at random: a bias up to 0.1 × |share − 1/4|,
+    // plus the binomial error of the samples (3.3σ at p = ½).
+    let ctx_bound = 0.1 * 75.0 + 100.0 * 3.3 * (0.25 / o.samples.max(1) as f64).sqrt();
+    assert!(o.ctx_err <= ctx_bound, "{}: cpu context off by {:.2} pp (bound {ctx_bound:.2})", sc.name, o.ctx_err);
 }
 
 /// Queue 0: two large-packet flows, a slow consumer (8 ms residence) and most of the load —
@@ -347,10 +377,10 @@ const BALANCED: &str = r#"{"queues":4,"ring":512,"pps":2.4e6,"consumer":"copy","
            {"queue":2,"weight":1,"pkt_bytes":1400},{"queue":2,"weight":1,"pkt_bytes":600},
            {"queue":3,"weight":1,"pkt_bytes":1000},{"queue":3,"weight":1,"pkt_bytes":1100}]}"#;
 
-/// Queue 3 carries little traffic but its consumer is starved (20 ms residence); queues 0–2
+/// Queue 3 carries little traffic but its consumer is starved (25 ms residence); queues 0–2
 /// are busy with prompt consumers.
 const SMALL_SLOW: &str = r#"{"queues":4,"ring":256,"pps":2e6,"consumer":"copy","pool_extra":16384,"queue_weights":[2,2,1.5,0.5],
-  "queue_residence_us":[10,10,10,8000],"max_packets":3000000,
+  "queue_residence_us":[10,10,10,25000],"max_packets":3000000,
   "flows":[{"queue":0,"weight":1,"pkt_bytes":1500},{"queue":0,"weight":1,"pkt_bytes":300},
            {"queue":1,"weight":3,"pkt_bytes":1024},{"queue":1,"weight":1,"pkt_bytes":64},
            {"queue":2,"weight":1,"pkt_bytes":1500},
@@ -368,14 +398,10 @@ fn ground_truth_balanced() {
 
 #[test]
 fn ground_truth_small_queue_long_residence() {
-    // Most labelled misses here are the start-up transient of a cold-started interval, which
-    // no per-queue feature predicts. Warm-up (~12 ms) is shorter than two of queue 3's buffer
-    // cycles (~2 × 9.5 ms): its load misses nearly all fall in the first 5–15 ms of the window;
-    // 91–96% of its write misses are first writes to lines of buffers that so far held only
-    // 800 B packets and now get 1400 B (when the cycle length is odd), in 11–14 of the 20
-    // intervals; queues 0–2's write misses fall ~2.5× across the window. What is left is nearly
-    // constant per second, so it cannot be told from the background term (the io_write fit puts
-    // 60–85% there, R² 0.47–0.69, on four seeds). The regression must decline rather than
+    // Queue 3's load misses are clear (its 25 ms of in-flight data overflows the DDIO ways), but
+    // the prompt queues' write misses are set conflicts of their rings at a nearly constant rate
+    // per second, which the fit can only partly tell from the background term: over four seeds
+    // the regression declined on three and answered within 10 pp (5.2) on one. It must never
     // answer wrongly.
     check(&build("small-queue-long-residence", SMALL_SLOW, 33), 303, false);
 }

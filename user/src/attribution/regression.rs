@@ -9,12 +9,18 @@
 //! in a ring or for its consumer is evicted in proportion to how fast the LLC is refilled).
 //! The background term (other cores/devices) is never spread over queues.
 //!
-//! The feature set is chosen per counter by leave-one-out error (simplest on near-ties). The
-//! share interval = 95% delta-method interval + the largest share shift among feature sets
-//! with nearly as good held-out error. Too few intervals, queues collinear with each other
-//! or with the interval length, weak fit or wide intervals → Insufficient, no numbers.
-//! Validated against simulator ground truth in `groundtruth.rs`: it answers when write and
-//! read misses follow occupancy × fill pressure, and declines when they switch regimes.
+//! Shared coefficients come first: random replacement evicts a line whatever queue owns it,
+//! so a write misses in proportion to ring footprint × fill pressure, a read to in-flight ×
+//! fill pressure, plus bytes (set conflicts) and in-flight growth (buffers that sat in the pool
+//! are cold). Per-queue coefficients are used only when they predict held-out intervals clearly
+//! better (they otherwise fit noise and trade misses between queues). Within the chosen tier the
+//! feature set is picked per counter by leave-one-out error (simplest on near-ties). The share
+//! interval = 95% delta-method interval + the largest share shift among feature sets with
+//! nearly as good held-out error + the part of all misses in counters the features do not
+//! explain (left unattributed). Too few intervals, queues collinear with each other or with
+//! the interval length, or wide intervals → Insufficient, no numbers. With in-flight known,
+//! the first interval is only the reference for the second one's growth. Validated against
+//! simulator ground truth in `groundtruth.rs` (contiguous, warm intervals).
 
 // Index loops mirror the matrix algebra they implement.
 #![allow(clippy::needless_range_loop)]
@@ -53,6 +59,10 @@ enum Feature {
     RingExposure,
     /// in-flight × fill pressure: the same for lines waiting for the consumer (read misses).
     ReadExposure,
+    /// Growth of in-flight bytes since the previous interval: a queue that holds more
+    /// packets than before takes buffers that have sat unused in its pool, whose lines are
+    /// long evicted, so their first write and read miss.
+    Growth,
 }
 
 impl Feature {
@@ -64,6 +74,7 @@ impl Feature {
             Feature::Footprint => "footprint",
             Feature::RingExposure => "ring-exposure",
             Feature::ReadExposure => "read-exposure",
+            Feature::Growth => "in-flight growth",
         }
     }
 }
@@ -75,6 +86,8 @@ struct Table {
     bytes: Vec<Vec<f64>>,
     inflight: Option<Vec<Vec<f64>>>,
     footprint: Option<Vec<Vec<f64>>>,
+    /// In-flight growth over the previous interval (0 for the first interval).
+    growth: Option<Vec<Vec<f64>>>,
 }
 
 impl Table {
@@ -107,13 +120,45 @@ impl Table {
                 has_foot = false;
             }
         }
+        let growth = (0..iv.len())
+            .map(|i| {
+                (0..nq)
+                    .map(|q| {
+                        if i == 0 {
+                            0.0
+                        } else {
+                            (infl[i][q] - infl[i - 1][q]).max(0.0)
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
         Table {
             queues,
             secs: iv.iter().map(|i| (i.duration_ns.max(1) as f64) / 1e9).collect(),
             bytes,
+            growth: has_infl.then_some(growth),
             inflight: has_infl.then_some(infl),
             footprint: has_foot.then_some(foot),
         }
+    }
+
+    /// The table without its first interval: with in-flight known, that interval only
+    /// serves as the reference for the next one's growth (its own growth is unknown: the
+    /// recording starts mid-flight).
+    fn without_first(mut self) -> Table {
+        let drop = |v: &mut Vec<Vec<f64>>| {
+            v.remove(0);
+        };
+        self.secs.remove(0);
+        drop(&mut self.bytes);
+        for v in [&mut self.inflight, &mut self.footprint, &mut self.growth]
+            .into_iter()
+            .flatten()
+        {
+            drop(v);
+        }
+        self
     }
 
     /// Feature value; `driver` is the per-interval fill pressure for the exposure features.
@@ -125,6 +170,7 @@ impl Table {
             Feature::Footprint => self.footprint.as_ref().map(|v| v[i][q]),
             Feature::RingExposure => self.footprint.as_ref().map(|v| v[i][q] * driver[i]),
             Feature::ReadExposure => self.inflight.as_ref().map(|v| v[i][q] * driver[i]),
+            Feature::Growth => self.growth.as_ref().map(|v| v[i][q]),
         }
     }
 }
@@ -156,6 +202,13 @@ struct Design {
     a: Mat,
     split: Vec<Vec<f64>>,
     terms: Vec<Term>,
+}
+
+impl Design {
+    /// Every coefficient shared by all queues.
+    fn shared(&self) -> bool {
+        self.terms.iter().all(|t| matches!(t, Term::Pooled(_)))
+    }
 }
 
 fn design(t: &Table, driver: &[f64], terms: &[Term], active: &[usize]) -> Option<Design> {
@@ -252,6 +305,8 @@ struct SeriesResult {
 
 /// Feature sets whose leave-one-out error is within this factor of the best are plausible.
 const PLAUSIBLE_LOO: f64 = 1.25;
+/// Per-queue coefficients are used only when their held-out error is this many times lower.
+const PER_QUEUE_GAIN: f64 = 1.25;
 
 fn fit_series(name: &str, t: &Table, active: &[usize], y_raw: &[f64], cands: &[Design]) -> Result<SeriesResult, String> {
     let nq = t.queues.len();
@@ -260,11 +315,40 @@ fn fit_series(name: &str, t: &Table, active: &[usize], y_raw: &[f64], cands: &[D
         return Err(format!("{name}: counter is zero or invalid in every interval"));
     }
     let y: Vec<f64> = y_raw.iter().map(|v| v / ynorm).collect();
-    let fits: Vec<(usize, Fit)> = cands.iter().enumerate().filter_map(|(k, d)| fit(d, &y).map(|f| (k, f))).collect();
-    let best_cv = fits.iter().map(|(_, f)| f.loo_rmse).fold(f64::INFINITY, f64::min);
+    let queue_totals = |d: &Design, x: &[f64]| -> Vec<f64> {
+        (0..nq)
+            .map(|q| (0..d.a.cols).map(|j| d.split[j][q] * x[j]).sum::<f64>() * ynorm)
+            .collect()
+    };
+    let all: Vec<(usize, Fit)> = cands
+        .iter()
+        .enumerate()
+        .filter_map(|(k, d)| fit(d, &y).map(|f| (k, f)))
+        .collect();
+    let best_of = |shared: bool| {
+        all.iter()
+            .filter(|(k, _)| cands[*k].shared() == shared)
+            .map(|(_, f)| f.loo_rmse)
+            .fold(f64::INFINITY, f64::min)
+    };
+    // Shared coefficients unless per-queue ones predict held-out intervals clearly better:
+    // the cache evicts a line whatever queue it belongs to, so per-queue coefficients only
+    // earn their extra freedom when the queues really behave differently (they otherwise
+    // fit noise and trade misses between queues).
+    let use_shared = best_of(true) <= best_of(false) * PER_QUEUE_GAIN;
+    let fits: Vec<(usize, Fit)> = all
+        .into_iter()
+        .filter(|(k, _)| cands[*k].shared() == use_shared)
+        .collect();
+    let best_cv = fits
+        .iter()
+        .map(|(_, f)| f.loo_rmse)
+        .fold(f64::INFINITY, f64::min);
     // Candidates are ordered simplest first: take the first within a hair of the best.
-    let queue_totals = |d: &Design, x: &[f64]| -> Vec<f64> { (0..nq).map(|q| (0..d.a.cols).map(|j| d.split[j][q] * x[j]).sum::<f64>() * ynorm).collect() };
-    let Some(pick) = fits.iter().position(|(_, f)| f.loo_rmse <= best_cv * SIMPLER_PREFERENCE) else {
+    let Some(pick) = fits
+        .iter()
+        .position(|(_, f)| f.loo_rmse <= best_cv * SIMPLER_PREFERENCE)
+    else {
         return Err(format!("{name}: NNLS failed on every feature set"));
     };
     let alternatives: Vec<Vec<f64>> = fits
@@ -315,16 +399,33 @@ fn fit_series(name: &str, t: &Table, active: &[usize], y_raw: &[f64], cands: &[D
     Ok(SeriesResult { totals, cov, background, r2, note, alternatives })
 }
 
-/// Full-rank candidate designs, simplest first (the bytes-only design always first).
-fn candidates(t: &Table, driver: &[f64], active: &[usize], n: usize) -> Vec<Design> {
+/// Full-rank candidate designs, simplest first in each tier: shared coefficients (physics
+/// common to all queues: every byte's conflict-miss chance and every exposed byte's eviction
+/// rate are the same whatever its queue; `exposure` is the counter's exposure feature), then
+/// per-queue coefficients.
+fn candidates(
+    t: &Table,
+    driver: &[f64],
+    active: &[usize],
+    n: usize,
+    exposure: Feature,
+) -> Vec<Design> {
     use Feature::*;
     use Term::*;
-    let sets: [&[Term]; 11] = [
+    let shared: [&[Term]; 5] = [
+        &[Pooled(Bytes)],
+        &[Pooled(exposure)],
+        &[Pooled(Bytes), Pooled(exposure)],
+        &[Pooled(exposure), Pooled(Growth)],
+        &[Pooled(Bytes), Pooled(exposure), Pooled(Growth)],
+    ];
+    let per_queue: [&[Term]; 12] = [
         &[PerQueue(Bytes)],
+        &[PerQueue(Bytes), Pooled(Growth)],
+        &[PerQueue(Bytes), Pooled(exposure), Pooled(Growth)],
         &[PerQueue(Bytes), PerQueue(Inflight)],
         &[PerQueue(Bytes), PerQueue(Pressure)],
         &[PerQueue(Bytes), PerQueue(Footprint)],
-        &[Pooled(RingExposure), Pooled(ReadExposure)],
         &[PerQueue(Bytes), Pooled(RingExposure)],
         &[PerQueue(Bytes), Pooled(ReadExposure)],
         &[PerQueue(Bytes), Pooled(RingExposure), Pooled(ReadExposure)],
@@ -332,7 +433,9 @@ fn candidates(t: &Table, driver: &[f64], active: &[usize], n: usize) -> Vec<Desi
         &[PerQueue(Bytes), PerQueue(Pressure), Pooled(RingExposure), Pooled(ReadExposure)],
         &[PerQueue(Bytes), PerQueue(ReadExposure), Pooled(RingExposure)],
     ];
-    sets.iter()
+    shared
+        .iter()
+        .chain(per_queue.iter())
         .filter_map(|terms| design(t, driver, terms, active))
         // Too few residual degrees of freedom, or rank-deficient (typically a feature that
         // does not vary, like a fixed footprint, or one proportional to bytes).
@@ -342,8 +445,10 @@ fn candidates(t: &Table, driver: &[f64], active: &[usize], n: usize) -> Vec<Desi
 
 pub fn regression(inp: &RegressionInput) -> Attribution {
     let m = Method::Regression;
-    let iv = &inp.intervals;
-    let t = Table::build(iv);
+    let t = Table::build(&inp.intervals);
+    let skip = usize::from(t.inflight.is_some() && !inp.intervals.is_empty());
+    let t = if skip == 1 { t.without_first() } else { t };
+    let iv = &inp.intervals[skip..];
     let nq = t.queues.len();
     if nq == 0 {
         return Attribution::insufficient(m, "no per-queue features");
@@ -392,6 +497,7 @@ pub fn regression(inp: &RegressionInput) -> Attribution {
     let mut cov = vec![vec![0.0; nq]; nq];
     let mut worst_r2 = f64::INFINITY;
     let mut background = 0.0;
+    let mut unexplained = 0.0;
     let mut per_series: Vec<SeriesResult> = Vec::new();
     for (k, (name, y)) in series.iter().enumerate() {
         // Fill pressure for the exposure features: the other miss counters (allocations into
@@ -403,8 +509,24 @@ pub fn regression(inp: &RegressionInput) -> Attribution {
         } else {
             (0..iv.len()).map(|i| others.iter().map(|v| v[i].max(0.0)).sum()).collect()
         };
-        let cands = candidates(&t, &driver, &active, iv.len());
+        // A DMA write misses when the line was evicted while its buffer waited in the ring
+        // (footprint); a read (core load, NIC TX read) when it was evicted between the write
+        // and the read (in-flight).
+        let exposure = if *name == "io_write" {
+            Feature::RingExposure
+        } else {
+            Feature::ReadExposure
+        };
+        let cands = candidates(&t, &driver, &active, iv.len(), exposure);
         match fit_series(name, &t, &active, y, &cands) {
+            Ok(s) if s.r2 < MIN_R2 => {
+                // Queue traffic does not explain this counter. Its misses are left out rather
+                // than spread by a meaningless fit; they could belong to any queue, so every
+                // share's interval widens by their part of all misses (below).
+                let n: f64 = y.iter().map(|v| v.max(0.0)).sum();
+                unexplained += n;
+                notes.push(format!("{}; not explained by queue traffic (R² < {MIN_R2}): its {n:.3e} misses are left unattributed", s.note));
+            }
             Ok(s) => {
                 for q in 0..nq {
                     totals[q] += s.totals[q];
@@ -419,6 +541,10 @@ pub fn regression(inp: &RegressionInput) -> Attribution {
             }
             Err(e) => return Attribution::insufficient(m, e),
         }
+    }
+    if per_series.is_empty() {
+        return Attribution::insufficient(m, "no miss counter is explained by queue traffic")
+            .with_notes(notes);
     }
     let sum: f64 = totals.iter().sum();
     if sum.is_nan() || sum <= 0.0 {
@@ -441,13 +567,16 @@ pub fn regression(inp: &RegressionInput) -> Attribution {
             }
         }
     }
+    // Shares are of the queues' misses: the unattributed ones, all on one queue, would move a
+    // share by up to U/(S+U).
+    let unexplained_pp = 100.0 * unexplained / (sum + unexplained).max(f64::MIN_POSITIVE);
     let mut worst_half = 0.0f64;
     let queues: Vec<QueueShare> = (0..nq)
         .map(|q| {
             let g: Vec<f64> = (0..nq).map(|j| (if j == q { 1.0 } else { 0.0 } - shares[q]) / sum).collect();
             let var: f64 = (0..nq).map(|a| (0..nq).map(|b| g[a] * cov[a][b] * g[b]).sum::<f64>()).sum();
             // Statistical and model uncertainty added linearly (conservative).
-            let half = 100.0 * (Z95 * var.max(0.0).sqrt() + spread[q]);
+            let half = 100.0 * (Z95 * var.max(0.0).sqrt() + spread[q]) + unexplained_pp;
             worst_half = worst_half.max(half);
             let pct = 100.0 * shares[q];
             QueueShare {
@@ -460,8 +589,8 @@ pub fn regression(inp: &RegressionInput) -> Attribution {
         })
         .collect();
     notes.push(format!(
-        "queues explain {:.3e} misses, background {:.3e}; widest share interval ±{worst_half:.1} pp (95% statistical + spread of plausible feature sets)",
-        sum, background
+        "queues explain {:.3e} misses, background {:.3e}, unattributed {:.3e}; widest share interval ±{worst_half:.1} pp (95% statistical + spread of plausible feature sets + unattributed part)",
+        sum, background, unexplained
     ));
     let confidence = if worst_r2 < MIN_R2 || worst_half > MAX_HALF_WIDTH_PP {
         notes.push(format!("no answer: fit or share interval too weak (worst R² {worst_r2:.2}, widest share interval ±{worst_half:.1} pp)"));

@@ -30,4 +30,4 @@ mod validation;
 pub use analytic::{Dir, Verdict};
 pub use geometry::{LlcGeometry, WaysSource};
 pub use sim::{bench_lines_per_sec, simulate_trace, AccessKind, Background, BufferAccess, HitStats, MissEvent, Replacement, SimOptions, SimResult};
-pub use spec::{simulate, what_if, Consumer, FlowSpec, GridPoint, Reuse, SimSpec, SpecError};
+pub use spec::{simulate, simulate_phases, what_if, Consumer, FlowSpec, GridPoint, Phase, Reuse, SimSpec, SpecError};

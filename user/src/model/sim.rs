@@ -353,6 +353,17 @@ impl Recorder {
         }
     }
 
+    /// Hand over the results so far and start counting afresh (next phase of a run).
+    pub fn cut(&mut self) -> SimResult {
+        let fresh = SimResult {
+            per_queue: vec![HitStats::default(); self.res.per_queue.len()],
+            per_flow: vec![HitStats::default(); self.res.per_flow.len()],
+            slice_fraction: self.res.slice_fraction,
+            ..Default::default()
+        };
+        std::mem::replace(&mut self.res, fresh)
+    }
+
     /// Run every line of `[addr, addr+len)` through the LLC.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]

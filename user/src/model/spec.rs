@@ -364,6 +364,8 @@ enum Ev {
     Arrive = 0,
     Consume = 1,
     TxRead = 2,
+    /// End of a phase of a [`simulate_phases`] run: rates switch here.
+    Boundary = 3,
 }
 
 /// (time, sequence, event, queue, flow, buffer, packet bytes); sequence keeps ties deterministic.
@@ -399,14 +401,48 @@ const REGION: u64 = 1 << 30;
 
 const MIN_MEASURE_PACKETS: f64 = 100_000.0;
 
+/// One stretch of a contiguous run: how long it lasts and each queue's packet rate in it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Phase {
+    pub duration_ns: u64,
+    pub queue_pps: Vec<f64>,
+}
+
 /// Run the synthetic workload through the LLC simulator.
 pub fn simulate(spec: &SimSpec) -> SimResult {
+    let (warm_ns, end_ns) = windows(spec);
+    let phase = Phase {
+        duration_ns: end_ns - warm_ns,
+        queue_pps: spec.queue_pps(),
+    };
+    drive(spec, warm_ns, std::slice::from_ref(&phase))
+        .pop()
+        .unwrap_or_default()
+}
+
+/// Run the workload once, warm-up then `phases` back to back, with each queue's rate
+/// switching at the phase boundaries; one result per phase. The cache, rings, in-flight
+/// packets and buffer pools carry over from phase to phase, as on a host whose load varies
+/// during a recording (separate cold-started runs would each begin with a start-up
+/// transient no real interval has). Warm-up runs at the first phase's rates for the spec's
+/// usual warm-up window; `max_packets` does not apply (the caller chose the durations).
+pub fn simulate_phases(spec: &SimSpec, phases: &[Phase]) -> Vec<SimResult> {
+    let Some(first) = phases.first() else {
+        return Vec::new();
+    };
+    let mut s = spec.clone();
+    s.pps = first.queue_pps.iter().sum();
+    s.queue_weights = first.queue_pps.clone();
+    let (warm_ns, _) = windows(&s);
+    drive(spec, warm_ns, phases)
+}
+
+/// Warm-up end and run end (ns) for a single-phase run of `spec`.
+fn windows(spec: &SimSpec) -> (u64, u64) {
     let nq = spec.queues as usize;
     let ring = spec.ring as usize;
     let pool = ring + spec.pool_extra as usize;
     let qpps = spec.queue_pps();
-    let flows = spec.flow_table();
-    let nf = flows.iter().flatten().map(|f| f.0 as usize + 1).max().unwrap_or(0);
 
     // One buffer reuse cycle of the slowest queue sets the warm-up and measurement
     // windows: the ring for recycling, the whole shared pool for FIFO.
@@ -432,8 +468,40 @@ pub fn simulate(spec: &SimSpec) -> SimResult {
         warm_ns *= k;
         end_ns *= k;
     }
-    let warm_ns = warm_ns as u64;
-    let end_ns = end_ns as u64;
+    (warm_ns as u64, end_ns as u64)
+}
+
+/// The event loop behind [`simulate`] and [`simulate_phases`]: measurement starts at
+/// `warm_ns`; phase k covers the k-th `duration_ns` after it.
+fn drive(spec: &SimSpec, warm_ns: u64, phases: &[Phase]) -> Vec<SimResult> {
+    let nq = spec.queues as usize;
+    let ring = spec.ring as usize;
+    let pool = ring + spec.pool_extra as usize;
+    let flows = spec.flow_table();
+    let nf = flows
+        .iter()
+        .flatten()
+        .map(|f| f.0 as usize + 1)
+        .max()
+        .unwrap_or(0);
+    let mut phase_end = Vec::with_capacity(phases.len());
+    let mut acc = warm_ns;
+    for p in phases {
+        acc = acc.saturating_add(p.duration_ns);
+        phase_end.push(acc);
+    }
+    let end_ns = acc;
+    let rates_of = |k: usize| -> Vec<f64> {
+        (0..nq)
+            .map(|q| {
+                phases
+                    .get(k)
+                    .and_then(|p| p.queue_pps.get(q))
+                    .copied()
+                    .unwrap_or(0.0)
+            })
+            .collect()
+    };
 
     let opts = SimOptions {
         replacement: spec.replacement,
@@ -490,14 +558,44 @@ pub fn simulate(spec: &SimSpec) -> SimResult {
     // Smooth weighted round-robin state per queue, deterministic flow interleaving.
     let mut wrr: Vec<Vec<f64>> = flows.iter().map(|v| vec![0.0; v.len()]).collect();
     let mut user_off = vec![0u64; nf];
-    let interval: Vec<f64> = qpps.iter().map(|p| if *p > 0.0 { 1e9 / p } else { f64::INFINITY }).collect();
-    for (q, iv) in interval.iter().enumerate() {
-        if iv.is_finite() {
-            // Stagger queues by a fraction of their interval so they do not arrive in lockstep.
-            let t0 = (iv * (q as f64 + 0.5) / nq as f64) as u64;
-            heap.push(Reverse((t0, seq, Ev::Arrive, q as u32, 0, 0, 0)));
+    let gap_ns = |k: usize| -> Vec<f64> {
+        rates_of(k)
+            .iter()
+            .map(|p| if *p > 0.0 { 1e9 / p } else { f64::INFINITY })
+            .collect()
+    };
+    let mut interval = gap_ns(0);
+    // Arrivals of queue q: anchor[q] + n × interval[q]; re-anchored when its phase changes
+    // (computing from an anchor, not by summing gaps, keeps the times free of drift).
+    let mut anchor: Vec<f64> = interval
+        .iter()
+        .enumerate()
+        .map(|(q, iv)| iv * (q as f64 + 0.5) / nq as f64)
+        .collect();
+    // Arrival events carry their queue's schedule generation (in the buffer field, unused
+    // by arrivals); a boundary starts a new one, so arrivals at the old rate are dropped.
+    let mut generation = vec![0u32; nq];
+    let mut phase = 0usize;
+    let mut out: Vec<SimResult> = Vec::with_capacity(phases.len());
+    for q in 0..nq {
+        // Stagger queues by a fraction of their interval so they do not arrive in lockstep;
+        // an idle queue gets its first arrival at a boundary that gives it a rate.
+        if interval[q].is_finite() {
+            heap.push(Reverse((
+                anchor[q] as u64,
+                seq,
+                Ev::Arrive,
+                q as u32,
+                0,
+                0,
+                0,
+            )));
             seq += 1;
         }
+    }
+    for &e in phase_end.iter().take(phases.len().saturating_sub(1)) {
+        heap.push(Reverse((e, seq, Ev::Boundary, 0, 0, 0, 0)));
+        seq += 1;
     }
     let res_ns: Vec<u64> = (0..nq)
         .map(|q| (spec.queue_residence_us.get(q).copied().unwrap_or(spec.residence_us) * 1e3).max(0.0) as u64)
@@ -509,13 +607,30 @@ pub fn simulate(spec: &SimSpec) -> SimResult {
         if t > end_ns {
             break;
         }
-        bg.advance(&mut llc, &mut rec.res, t);
         let qi = q as usize;
+        if ev == Ev::Arrive && b != generation[qi] {
+            continue;
+        }
+        bg.advance(&mut llc, &mut rec.res, t);
         match ev {
+            Ev::Boundary => {
+                out.push(rec.cut());
+                phase += 1;
+                interval = gap_ns(phase);
+                for q in 0..nq {
+                    generation[q] = generation[q].wrapping_add(1);
+                    anchor[q] = t as f64;
+                    pkt_no[q] = 0;
+                    if interval[q].is_finite() {
+                        heap.push(Reverse((t, seq, Ev::Arrive, q as u32, 0, generation[q], 0)));
+                        seq += 1;
+                    }
+                }
+            }
             Ev::Arrive => {
                 pkt_no[qi] += 1;
-                let next_t = (pkt_no[qi] as f64 * interval[qi] + interval[qi] * (qi as f64 + 0.5) / nq as f64) as u64;
-                heap.push(Reverse((next_t, seq, Ev::Arrive, q, 0, 0, 0)));
+                let next_t = (anchor[qi] + pkt_no[qi] as f64 * interval[qi]) as u64;
+                heap.push(Reverse((next_t, seq, Ev::Arrive, q, 0, generation[qi], 0)));
                 seq += 1;
                 // Pick the flow: smooth WRR over flow weights.
                 let fv = &flows[qi];
@@ -578,7 +693,10 @@ pub fn simulate(spec: &SimSpec) -> SimResult {
             }
         }
     }
-    rec.res
+    while out.len() < phases.len() {
+        out.push(rec.cut());
+    }
+    out
 }
 
 /// One point of the what-if grid.
@@ -669,6 +787,55 @@ mod tests {
         assert!(matches!(SimSpec::parse("consumer=teleport"), Err(SpecError::Value(..))));
         assert!(SimSpec::parse("queues=2,queue_weights=1/2/3").is_err());
         assert!(SimSpec::parse("pkt_bytes=9000").is_err(), "a 9000 B packet does not fit a 2 KiB buffer");
+    }
+
+    #[test]
+    fn phases_follow_their_rates_and_carry_state_over() {
+        // Two queues, one flow each, 1024 B packets: 16 data lines + 1 CQE line per packet.
+        let s = SimSpec::parse(r#"{"queues":2,"ring":256,"pkt_bytes":1024,"pps":1e6,"consumer":"copy","residence_us":5}"#).unwrap();
+        let ms = 1_000_000u64;
+        let phases = [
+            Phase {
+                duration_ns: 10 * ms,
+                queue_pps: vec![4e5, 50.0],
+            },
+            Phase {
+                duration_ns: 20 * ms,
+                queue_pps: vec![0.0, 3e5],
+            },
+            Phase {
+                duration_ns: 10 * ms,
+                queue_pps: vec![2e5, 0.0],
+            },
+        ];
+        let r = simulate_phases(&s, &phases);
+        assert_eq!(r.len(), 3);
+        for (p, res) in phases.iter().zip(&r) {
+            for (q, rate) in p.queue_pps.iter().enumerate() {
+                let lines = res.per_queue[q].io_write_hits + res.per_queue[q].io_write_misses;
+                let expect = rate * p.duration_ns as f64 / 1e9;
+                let got = lines as f64 / 17.0;
+                // Packets counted = rate × duration, up to the one at each edge (rates switch exactly at the boundaries).
+                assert!(
+                    (got - expect).abs() <= 1.0,
+                    "phase {p:?} queue {q}: {got} packets, expected {expect}"
+                );
+            }
+        }
+        // State carries over: in the second phase each line of queue 1's recycled buffers
+        // (ring + 1, 17 lines each) misses at most once, on its first write.
+        let warm = &r[1].per_queue[1];
+        assert!(warm.io_write_misses <= 257 * 17, "{warm:?}");
+        // One phase of the base rates is the plain simulation.
+        let one = simulate_phases(
+            &s,
+            &[Phase {
+                duration_ns: 10 * ms,
+                queue_pps: s.queue_pps(),
+            }],
+        );
+        assert_eq!(one.len(), 1);
+        assert!(simulate_phases(&s, &[]).is_empty());
     }
 
     #[test]
