@@ -16,7 +16,8 @@
 //! better (they otherwise fit noise and trade misses between queues). Within the chosen tier the
 //! feature set is picked per counter by leave-one-out error (simplest on near-ties). The share
 //! interval = 95% delta-method interval + the largest share shift among feature sets with
-//! nearly as good held-out error + the part of all misses in counters the features do not
+//! nearly as good held-out error (and per-queue fits at least as good as the shared one chosen)
+//! + the part of all misses in counters the features do not
 //! explain (left unattributed). Too few intervals, queues collinear with each other or with
 //! the interval length, or wide intervals → Insufficient, no numbers. With in-flight known,
 //! the first interval is only the reference for the second one's growth. Validated against
@@ -336,10 +337,9 @@ fn fit_series(name: &str, t: &Table, active: &[usize], y_raw: &[f64], cands: &[D
     // earn their extra freedom when the queues really behave differently (they otherwise
     // fit noise and trade misses between queues).
     let use_shared = best_of(true) <= best_of(false) * PER_QUEUE_GAIN;
-    let fits: Vec<(usize, Fit)> = all
+    let (fits, other_tier): (Vec<(usize, Fit)>, Vec<(usize, Fit)>) = all
         .into_iter()
-        .filter(|(k, _)| cands[*k].shared() == use_shared)
-        .collect();
+        .partition(|(k, _)| cands[*k].shared() == use_shared);
     let best_cv = fits
         .iter()
         .map(|(_, f)| f.loo_rmse)
@@ -351,11 +351,16 @@ fn fit_series(name: &str, t: &Table, active: &[usize], y_raw: &[f64], cands: &[D
     else {
         return Err(format!("{name}: NNLS failed on every feature set"));
     };
+    // Plausible alternatives: the chosen tier's fits nearly as good as its best, and the other
+    // tier's fits that predict held-out intervals at least as well (they lost only to the
+    // preference between tiers, so where their shares differ the data do not decide).
     let alternatives: Vec<Vec<f64>> = fits
         .iter()
         .enumerate()
         .filter(|(i, (_, f))| *i != pick && f.loo_rmse <= best_cv * PLAUSIBLE_LOO)
-        .map(|(_, (k, f))| queue_totals(&cands[*k], &f.x))
+        .map(|(_, kf)| kf)
+        .chain(other_tier.iter().filter(|(_, f)| f.loo_rmse <= best_cv))
+        .map(|(k, f)| queue_totals(&cands[*k], &f.x))
         .collect();
     let Some((k, f)) = fits.into_iter().nth(pick) else {
         return Err(format!("{name}: NNLS failed on every feature set"));
@@ -592,8 +597,9 @@ pub fn regression(inp: &RegressionInput) -> Attribution {
         "queues explain {:.3e} misses, background {:.3e}, unattributed {:.3e}; widest share interval ±{worst_half:.1} pp (95% statistical + spread of plausible feature sets + unattributed part)",
         sum, background, unexplained
     ));
-    let confidence = if worst_r2 < MIN_R2 || worst_half > MAX_HALF_WIDTH_PP {
-        notes.push(format!("no answer: fit or share interval too weak (worst R² {worst_r2:.2}, widest share interval ±{worst_half:.1} pp)"));
+    // Counters with R² < MIN_R2 were left unattributed above, so only the width decides here.
+    let confidence = if worst_half > MAX_HALF_WIDTH_PP {
+        notes.push(format!("no answer: share interval too wide (±{worst_half:.1} pp, above ±{MAX_HALF_WIDTH_PP} pp; worst attributed R² {worst_r2:.2})"));
         return Attribution::insufficient(m, String::new()).with_notes(notes);
     } else if worst_r2 >= MEDIUM_R2 && worst_half <= MEDIUM_HALF_WIDTH_PP {
         // Never High: a regression explains co-variation, not which buffer missed.
@@ -717,6 +723,39 @@ mod tests {
         let (mut inp, _) = synth(30, &[1e9, 5e8], &[1e-3, 4e-3], 0.0, 0.0, 6);
         inp.intervals[3].socket.l3 = None;
         assert_eq!(regression(&inp).confidence, Confidence::Insufficient);
+    }
+
+    #[test]
+    fn unexplained_counter_is_left_out_and_widens_shares() {
+        // l3 follows the queues' bytes; io_write is noise around a constant, which no queue
+        // explains: the answer comes from l3 alone, and every share interval widens by the
+        // noise counter's part of all misses.
+        let (mut inp, truth) = synth(30, &[1e9, 5e8, 2e9], &[1e-3, 4e-3, 1e-4], 2e5, 0.02, 11);
+        let mut r = Lcg(12);
+        let mut noise_total = 0.0;
+        for iv in &mut inp.intervals {
+            let v = 3e5 * (1.0 + 0.8 * (r.unit() - 0.5));
+            noise_total += v;
+            iv.socket.io_write = Some(v);
+        }
+        let a = regression(&inp);
+        println!("unexplained: {:?} {:?}", a.confidence, a.notes);
+        assert_ne!(a.confidence, Confidence::Insufficient, "{:?}", a.notes);
+        assert!(a.notes.iter().any(|n| n.starts_with("io_write") && n.contains("left unattributed")), "{:?}", a.notes);
+        let ts: f64 = truth.iter().sum();
+        let explained: f64 = a.queues.iter().map(|q| q.misses).sum();
+        let widen = 100.0 * noise_total / (explained + noise_total);
+        for (q, t) in a.queues.iter().zip(&truth) {
+            assert!((q.share_pct - 100.0 * t / ts).abs() < 2.0, "{q:?}");
+            let (lo, hi) = q.ci_pct.unwrap_or((0.0, 0.0));
+            // Clamped at 0 and 100; otherwise at least the unattributed part either side.
+            assert!(lo <= (q.share_pct - widen).max(0.0) + 1e-9 && hi >= (q.share_pct + widen).min(100.0) - 1e-9, "{q:?} widen {widen:.1}");
+        }
+        // The same input with io_write explained by the queues gives narrower intervals.
+        let (clean, _) = synth(30, &[1e9, 5e8, 2e9], &[1e-3, 4e-3, 1e-4], 2e5, 0.02, 11);
+        let b = regression(&clean);
+        let width = |a: &Attribution| a.queues.iter().map(|q| q.ci_pct.map_or(0.0, |(l, h)| h - l)).fold(0.0, f64::max);
+        assert!(width(&b) < width(&a));
     }
 
     #[test]
