@@ -425,7 +425,8 @@ pub fn simulate(spec: &SimSpec) -> SimResult {
 /// packets and buffer pools carry over from phase to phase, as on a host whose load varies
 /// during a recording (separate cold-started runs would each begin with a start-up
 /// transient no real interval has). Warm-up runs at the first phase's rates for the spec's
-/// usual warm-up window; `max_packets` does not apply (the caller chose the durations).
+/// usual warm-up window, shortened as [`simulate`] shortens it when `max_packets` bounds the
+/// run; the phases themselves are not bounded (the caller chose their durations).
 pub fn simulate_phases(spec: &SimSpec, phases: &[Phase]) -> Vec<SimResult> {
     let Some(first) = phases.first() else {
         return Vec::new();
