@@ -319,6 +319,11 @@ impl PktlifeProbe {
             .sum())
     }
 
+    /// Records taken from the ring buffer so far.
+    pub fn received(&self) -> u64 {
+        *self.received.borrow()
+    }
+
     pub fn read_events(&self) -> Result<EventCounters> {
         let m = &self.skel.maps.counters;
         Ok(EventCounters {
