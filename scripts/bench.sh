@@ -5,6 +5,9 @@
 #      receiver, run_cnt/run_time_ns read right before and right after a
 #      small-packet UDP load and a TCP load: average ns per event per program,
 #      and the event-weighted average of the hot RX/TX hooks against the target.
+#      In the same windows, empty programs on the same tracepoints (`ddioscope
+#      bench-floor`, same attach type) give the floor bpf_stats charges any
+#      program: each hot hook's raw, floor and net (raw - floor) ns per event.
 #   2. Throughput without vs with a recorder attached, alternating runs in one
 #      session (ABBA order), TCP and small-packet UDP: mean ± stdev, overhead %.
 #      bpf_stats is off for these runs, as in production use.
@@ -38,6 +41,7 @@ HOT_RE='^(rx_gro|rx_stack|rx_copy|skb_consume|skb_kfree|tx_xmit|tx_queue|tx_done
 STATS_SYSCTL=kernel.bpf_stats_enabled
 
 REC_PID='' REC_FD='' DRAIN_PID='' REC_LOG='' ATTACHED_LINE=''
+FLOOR_PID='' FLOOR_FD='' FLOOR_DRAIN=''
 STATS_PREV='' TB_UP='' TMP=''
 START=$SECONDS
 
@@ -55,10 +59,13 @@ on_err() {
 }
 trap 'on_err "$LINENO" "$BASH_COMMAND"' ERR
 
-stop_recorder() {
-    [ -n "$REC_PID" ] || return 0
-    local pid=$REC_PID deadline=$((SECONDS + 10))
-    REC_PID=''
+# Stop a child we started (SIGINT, SIGKILL after 10 s), its output drain, and
+# close its pipe. Arguments: the names of its pid, drain-pid and fd variables.
+stop_child() {
+    local -n pid_=$1 drain_=$2 fd_=$3
+    [ -n "$pid_" ] || return 0
+    local pid=$pid_ deadline=$((SECONDS + 10))
+    pid_=''
     kill -INT "$pid" 2>/dev/null || true
     while kill -0 "$pid" 2>/dev/null; do
         if [ "$SECONDS" -ge "$deadline" ]; then
@@ -68,20 +75,23 @@ stop_recorder() {
         sleep 0.05
     done
     wait "$pid" 2>/dev/null || true
-    if [ -n "$DRAIN_PID" ]; then
-        wait "$DRAIN_PID" 2>/dev/null || true
-        DRAIN_PID=''
+    if [ -n "$drain_" ]; then
+        wait "$drain_" 2>/dev/null || true
+        drain_=''
     fi
-    if [ -n "$REC_FD" ]; then
-        exec {REC_FD}<&-
-        REC_FD=''
+    if [ -n "$fd_" ]; then
+        exec {fd_}<&-
+        fd_=''
     fi
 }
+stop_recorder() { stop_child REC_PID DRAIN_PID REC_FD; }
+stop_floor() { stop_child FLOOR_PID FLOOR_DRAIN FLOOR_FD; }
 
 cleanup() {
     local rc=$?
     set +e
     trap - ERR
+    stop_floor
     stop_recorder
     if [ -n "$TMP" ] && [ -f "$TMP/iperf3.pid" ]; then
         kill "$(cat "$TMP/iperf3.pid")" 2>/dev/null
@@ -123,6 +133,38 @@ finish_recorder() {
     kill -0 "$REC_PID" 2>/dev/null || die "recorder exited during the run (interrupted or crashed): $(tail -n1 "$REC_LOG")"
     stop_recorder
     grep -q '"event":"done"' "$REC_LOG" || die "recorder did not stop cleanly: $(tail -n1 "$REC_LOG")"
+}
+
+# The floor programs (bench-floor) on the receiver, attached after the
+# recorder's (so they run after them on each event) and with the attach type
+# its hooks got. $1 = duration bound (s).
+start_floor() {
+    local secs=$1 hooks line=''
+    hooks=$(python3 -c '
+import json, sys
+fl = {p["flavor"] for p in json.loads(open(sys.argv[1]).read()).get("progs", [])}
+print({"tp_btf": "tp-btf", "raw_tp": "raw-tp"}.get(fl.pop(), "auto") if len(fl) == 1 else "auto")
+' "$TMP/cost.attached") || die "cannot read the recorder's hook flavours"
+    exec {FLOOR_FD}< <(exec "$BIN" bench-floor -i "$IF_RCV" --netns "$NS_RCV" -d "$secs" --hooks "$hooks" \
+        2>"$TMP/floor.err")
+    FLOOR_PID=$!
+    if ! read -r -t 30 line <&"$FLOOR_FD"; then
+        die "floor programs did not attach within 30 s: $(tail -n1 "$TMP/floor.err" 2>/dev/null)"
+    fi
+    case $line in
+        *'"event":"attached"'*) ;;
+        *) die "bench-floor: unexpected first line: $line" ;;
+    esac
+    printf '%s\n' "$line" >"$TMP/floor.attached"
+    printf '%s\n' "$line" >>"$TMP/attached.all"
+    cat <&"$FLOOR_FD" >"$TMP/floor.log" &
+    FLOOR_DRAIN=$!
+}
+
+finish_floor() {
+    kill -0 "$FLOOR_PID" 2>/dev/null || die "bench-floor exited during the run: $(tail -n1 "$TMP/floor.err" 2>/dev/null)"
+    stop_floor
+    grep -q '"event":"done"' "$TMP/floor.log" || die "bench-floor did not stop cleanly: $(tail -n1 "$TMP/floor.err" 2>/dev/null)"
 }
 
 jfield() { # FILE EXPR: print a field of a JSON file (python3: jq may be absent)
@@ -201,7 +243,9 @@ log "BPF cost: bpf_stats on, recorder attached, ${T_COST_UDP} s UDP ${UDP_LEN} B
 sysctl -qw "$STATS_SYSCTL=1" >/dev/null
 start_recorder 90 cost
 printf '%s\n' "$ATTACHED_LINE" >"$TMP/cost.attached"
+start_floor 90
 measure_loads cost
+finish_floor
 finish_recorder
 
 # The same loads with attribution on: the L3-miss program on a software
@@ -308,6 +352,67 @@ def fmt_ns(v):
     return "n/a" if v is None else f"{v:.1f}"
 
 
+# The floor programs: per tracepoint, the empty one and the device-read one.
+rec_tp = {p["id"]: p["tracepoint"] for p in attached.get("progs", [])}
+floor_att = json.loads(open(os.path.join(tmp, "floor.attached")).read())
+floor_ids = {}
+for p in floor_att.get("progs", []):
+    floor_ids.setdefault(p["tracepoint"], {})["empty" if p["name"].startswith("e_") else "dev"] = p["id"]
+
+
+def per_event(before, after, i):
+    b, a = before.get(i, {}), after.get(i)
+    if a is None:
+        return None, 0, 0
+    cnt = (a.get("run_cnt") or 0) - (b.get("run_cnt") or 0)
+    ns = (a.get("run_time_ns") or 0) - (b.get("run_time_ns") or 0)
+    return (ns / cnt if cnt else None), cnt, ns
+
+
+def floor_table(progs, before, after):
+    """Per hot hook with events: raw, floor (empty program, same tracepoint and
+    window), net = raw - floor, and the device-read program; then the averages
+    weighted by each hook's events, over the hooks that have a floor."""
+    rows = []
+    w = {"events": 0, "raw_ns": 0.0, "floor_ns": 0.0, "dev_events": 0, "dev_ns": 0.0}
+    print(f"  {'program':<16} {'tracepoint':<24} {'events':>11} {'raw ns':>8} {'floor ns':>9} {'net ns':>8} {'dev-read ns':>12}")
+    for p in progs:
+        if not p["hot"] or not p["run_cnt"]:
+            continue
+        tp = rec_tp.get(p["id"], "?")
+        ids = floor_ids.get(tp, {})
+        fl = per_event(before, after, ids["empty"])[0] if "empty" in ids else None
+        dev = per_event(before, after, ids["dev"])[0] if "dev" in ids else None
+        net = None if fl is None else p["avg_ns"] - fl
+        if fl is not None:
+            w["events"] += p["run_cnt"]
+            w["raw_ns"] += p["run_time_ns"]
+            w["floor_ns"] += fl * p["run_cnt"]
+        if dev is not None:
+            w["dev_events"] += p["run_cnt"]
+            w["dev_ns"] += dev * p["run_cnt"]
+        rows.append({"name": p["name"], "tracepoint": tp, "run_cnt": p["run_cnt"], "raw_ns": p["avg_ns"],
+                     "floor_ns": fl, "net_ns": net, "dev_read_ns": dev})
+        print(f"  {p['name']:<16} {tp:<24} {p['run_cnt']:>11} {fmt_ns(p['avg_ns']):>8} {fmt_ns(fl):>9} "
+              f"{fmt_ns(net):>8} {fmt_ns(dev):>12}")
+    return rows, w
+
+
+def weighted(w):
+    if not w["events"]:
+        return {"raw_ns": None, "floor_ns": None, "net_ns": None, "dev_read_ns": None, "events": 0}
+    raw, fl = w["raw_ns"] / w["events"], w["floor_ns"] / w["events"]
+    dev = w["dev_ns"] / w["dev_events"] if w["dev_events"] else None
+    return {"raw_ns": raw, "floor_ns": fl, "net_ns": raw - fl, "dev_read_ns": dev, "events": w["events"]}
+
+
+def print_weighted(label, a):
+    print(f"  {label}: raw {fmt_ns(a['raw_ns'])}, floor {fmt_ns(a['floor_ns'])}, net {fmt_ns(a['net_ns'])} ns/event "
+          f"(dev-read program {fmt_ns(a['dev_read_ns'])}; net vs target <= {target:.0f} ns: "
+          f"{'n/a' if a['net_ns'] is None else ('PASS' if a['net_ns'] <= target else 'ABOVE target')})")
+
+
+floor_sum = {"events": 0, "raw_ns": 0.0, "floor_ns": 0.0, "dev_events": 0, "dev_ns": 0.0}
 cost = {}
 print("1. BPF cost per event (kernel.bpf_stats, delta over the load window; recorder --sample 64)")
 for key, title in loads.items():
@@ -341,14 +446,24 @@ for key, title in loads.items():
     print(f"  hot hooks (*): {hot_cnt} events, event-weighted avg {fmt_ns(hot_avg)} ns/event "
           f"vs target <= {target:.0f} ns: {verdict}")
     print(f"  all programs: {all_ns/1e6:.1f} ms of BPF run time = {cpu_pct:.2f}% of one CPU")
+    print(f"\n  measurement floor: an empty program (and one reading skb->dev->ifindex) on each hot hook's "
+          f"tracepoint, same window, run after the recorder's")
+    frows, fw = floor_table(progs, before, after)
+    for k in floor_sum:
+        floor_sum[k] += fw[k]
+    fa = weighted(fw)
+    print_weighted("hot hooks, event-weighted", fa)
     cost[key] = {"load": title, "window_s": window_s, "iperf3_end": ij["end"].get("sum_received"),
                  "programs": progs, "hot_events": hot_cnt, "hot_run_time_ns": hot_ns,
-                 "hot_avg_ns": hot_avg, "verdict": verdict, "bpf_cpu_pct_of_one_cpu": cpu_pct}
+                 "hot_avg_ns": hot_avg, "verdict": verdict, "bpf_cpu_pct_of_one_cpu": cpu_pct,
+                 "floor": {"hooks": frows, "hot_weighted": fa}}
 hc = sum(c["hot_events"] for c in cost.values())
 hn = sum(c["hot_run_time_ns"] for c in cost.values())
 overall = hn / hc if hc else None
 overall_verdict = "n/a" if overall is None else ("PASS" if overall <= target else "ABOVE target")
 print(f"\n  hot hooks, both loads: {fmt_ns(overall)} ns/event vs target <= {target:.0f} ns: {overall_verdict}")
+floor_overall = weighted(floor_sum)
+print_weighted("hot hooks, both loads, with floor", floor_overall)
 
 # ---- 1b. attribution cost
 attr_ids = json.loads(open(os.path.join(tmp, "attr.attached")).read())["prog_ids"]
@@ -431,7 +546,8 @@ out = {
     "binary": E["BIN"],
     "target_hot_ns_per_event": target,
     "bpf_cost": {"prog_ids": ids, "hooks": attached.get("hooks"), "loads": cost,
-                 "hot_avg_ns_both_loads": overall, "verdict": overall_verdict},
+                 "hot_avg_ns_both_loads": overall, "verdict": overall_verdict,
+                 "floor_prog_ids": floor_att.get("prog_ids", []), "floor_both_loads": floor_overall},
     "throughput": {"rounds": rounds, "secs_per_run": t_run, "order": "ABBA", "tests": tput},
     "simulator": None if sim_absent else sim_text,
 }

@@ -7,9 +7,10 @@ use std::path::{Path, PathBuf};
 
 use libbpf_cargo::SkeletonBuilder;
 
-/// (name, directory under the repository): the probes, and the test-only
-/// fragcheck object loaded by examples/fragcheck.rs (never by ddioscope).
-const PROBES: &[(&str, &str)] = &[("pktlife", "bpf"), ("features", "bpf"), ("fragcheck", "tests/bpf")];
+/// (name, directory under the repository): the probes, the bench's floor
+/// programs, and the test-only fragcheck object loaded by
+/// examples/fragcheck.rs (never by ddioscope).
+const PROBES: &[(&str, &str)] = &[("pktlife", "bpf"), ("features", "bpf"), ("floor", "bpf"), ("fragcheck", "tests/bpf")];
 
 /// The local headers `src` pulls in with `#include "…"`, followed through the
 /// headers themselves, resolved as clang resolves them (next to the including

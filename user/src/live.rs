@@ -258,13 +258,18 @@ impl LiveSession {
 
         let t_ns = monotonic_ns();
         let cur_q = self.probe.read_queues()?;
-        let cur_e = self.probe.read_events()?;
+        let mut cur_e = self.probe.read_events()?;
+        // The kernel wakes the ring's reader only once a quarter of it is
+        // full, so most of an interval's records are still in it here: count
+        // them as received once drained, like the records `sampled` counts.
+        let samples = self.probe.drain_samples();
+        cur_e.received = self.probe.received();
         let mut snap = Snapshot {
             index: self.index,
             t_ns,
             dur_ns: t_ns - self.prev_t,
             events: cur_e.delta(&self.prev_e),
-            samples: self.probe.drain_samples(),
+            samples,
             ..Default::default()
         };
         for q in &cur_q {

@@ -193,6 +193,24 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// For `make bench`: attach empty and device-read programs to the hot
+    /// tracepoints (the bpf_stats floor) and hold them until the duration or
+    /// a signal; JSON lines on stdout (needs root).
+    #[command(hide = true)]
+    BenchFloor {
+        /// Interface whose ifindex the device-read programs compare with.
+        #[arg(short, long)]
+        iface: String,
+        /// Named network namespace (from `ip netns list`) the interface lives in.
+        #[arg(long)]
+        netns: Option<String>,
+        /// Detach after this many seconds (default: at Ctrl-C).
+        #[arg(short, long, value_name = "SECS")]
+        duration: Option<f64>,
+        /// Hook flavour, as for `record`: use the recorder's.
+        #[arg(long, value_enum, default_value = "auto")]
+        hooks: ddioscope::probe::features::HookChoice,
+    },
 }
 
 /// Evaluate a recording for another cache than the one it was taken on.
@@ -457,6 +475,10 @@ fn run() -> anyhow::Result<ExitCode> {
                     );
                 }
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::BenchFloor { iface, netns, duration, hooks } => {
+            ddioscope::probe::floor::run(&ddioscope::probe::floor::FloorOptions { iface, netns, duration, hooks })?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Doctor { json } => {

@@ -158,7 +158,8 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary> {
     if opts.json_progress {
         progress_line(
             serde_json::json!({"event": "attached", "iface": iface.name, "ifindex": iface.ifindex,
-                "hooks": attached, "output": opts.output.display().to_string(), "prog_ids": prog_ids}),
+                "hooks": attached, "output": opts.output.display().to_string(), "prog_ids": prog_ids,
+                "progs": live.probe.attached_progs()}),
         );
     }
     let tty = std::io::stderr().is_terminal() && !opts.json_progress;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
-use libbpf_rs::{AsRawLibbpf, Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
 use serde::Serialize;
 
 use super::features::{Features, Flavor, HookChoice, PKTLIFE_HOOKS};
@@ -319,6 +319,11 @@ impl PktlifeProbe {
             .sum())
     }
 
+    /// Records taken from the ring buffer so far.
+    pub fn received(&self) -> u64 {
+        *self.received.borrow()
+    }
+
     pub fn read_events(&self) -> Result<EventCounters> {
         let m = &self.skel.maps.counters;
         Ok(EventCounters {
@@ -526,25 +531,18 @@ impl PktlifeProbe {
 
     /// BPF program ids of this probe (for leak checks and bpf_stats).
     pub fn prog_ids(&self) -> Vec<u32> {
+        self.skel.object().progs().filter(|p| p.autoload()).filter_map(|p| super::loaded_prog_id(&p)).collect()
+    }
+
+    /// Each attached hook program: id, name and tracepoint, so bpf_stats
+    /// readers (the bench) can line a program up with others on the same tracepoint.
+    pub fn attached_progs(&self) -> Vec<super::AttachedProg> {
         self.skel
             .object()
             .progs()
-            .filter(|p| p.autoload())
-            .filter_map(|p| {
-                // SAFETY: the program is loaded, so its fd is valid.
-                let fd = unsafe { libbpf_rs::libbpf_sys::bpf_program__fd(p.as_libbpf_object().as_ptr()) };
-                let mut info: libbpf_rs::libbpf_sys::bpf_prog_info = unsafe { std::mem::zeroed() };
-                let mut len = std::mem::size_of_val(&info) as u32;
-                // SAFETY: info is a properly sized, zeroed bpf_prog_info.
-                let r = unsafe {
-                    libbpf_rs::libbpf_sys::bpf_obj_get_info_by_fd(
-                        fd,
-                        (&mut info as *mut libbpf_rs::libbpf_sys::bpf_prog_info).cast(),
-                        &mut len,
-                    )
-                };
-                (fd >= 0 && r == 0).then_some(info.id)
-            })
+            .filter(|p| p.autoload() && p.section() != "perf_event")
+            .filter_map(|p| super::AttachedProg::of(&p))
+            .filter(|a| self.hooks.iter().any(|h| h.tracepoint == a.tracepoint && h.flavor == Some(a.flavor)))
             .collect()
     }
 }
