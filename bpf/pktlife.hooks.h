@@ -245,6 +245,32 @@ static __always_inline int H(on_copy)(const struct sk_buff *skb, int copied)
 	return copy_stage(st);
 }
 
+/* Whether an untracked skb being dropped came in on, or goes out of, our
+ * device. skb_iif alone is not enough: interface indexes are per namespace
+ * (every testbed's veth is ifindex 2), so the namespace must be confirmed,
+ * through skb->dev when it still is the input device, else the socket. A
+ * drop neither can place (a UDP skb whose dev field has become socket-layer
+ * scratch, and no socket) is not charged to us. */
+static __always_inline bool H(dropped_here)(const struct sk_buff *skb)
+{
+	const struct net_device *dev = RD(skb, dev);
+	bool dev_usable = dev && kernel_address((__u64)dev);
+	__u32 iif = RD(skb, skb_iif);
+	if (!filter_ifindex || iif != filter_ifindex)
+		return dev_usable && H(dev_matches)(dev);
+	if (!filter_netns)
+		return true;
+	if (dev_usable && RD(dev, ifindex) == iif) {
+		struct net *net = RD(dev, nd_net.net);
+		return net && RD(net, ns.inum) == filter_netns;
+	}
+	const struct sock *sk = RD(skb, sk);
+	if (!sk)
+		return false;
+	struct net *net = RD(sk, __sk_common.skc_net.net);
+	return net && RD(net, ns.inum) == filter_netns;
+}
+
 /* consume_skb / kfree_skb: every free on the host passes here. */
 static __always_inline int H(on_free)(const struct sk_buff *skb, bool dropped, __u32 reason)
 {
@@ -257,7 +283,7 @@ static __always_inline int H(on_free)(const struct sk_buff *skb, bool dropped, _
 		/* Drops count for every packet of our device, tracked or not. */
 		if (st) {
 			count_drop(st->dir, st->queue, reason);
-		} else if (RD(skb, skb_iif) == filter_ifindex || H(dev_matches)(RD(skb, dev))) {
+		} else if (H(dropped_here)(skb)) {
 			/* skb_iif is set at stack entry; before it (GRO) an RX frame
 			 * is recognised by its pulled L2 header, which a TX frame at
 			 * the driver still carries. */

@@ -27,6 +27,8 @@ def run(*args, check=True, **kw):
 
 
 class Testbed:
+    __test__ = False  # a fixture helper, not a test class, when a test module imports it
+
     def __init__(self, name):
         self.name = name
         run(TESTBED, "up", name)
