@@ -306,6 +306,19 @@ pub struct Events {
     pub queue_clamped: u64,
     /// States discarded because their packet's free went unseen (GRO merge, coalescing).
     pub state_stale: u64,
+    /// Tracked packets whose free was seen, % of those whose life ended (seen, evicted or
+    /// stale); None when no tracked packet ended.
+    pub frees_seen_pct: Option<f64>,
+}
+
+/// Below this share of frees seen the report explains where the others went.
+const FREES_SEEN_NOTE_PCT: f64 = 50.0;
+
+impl Events {
+    fn frees_seen_pct(freed: u64, evicted: u64, stale: u64) -> Option<f64> {
+        let ended = freed + evicted + stale;
+        (ended > 0).then(|| 100.0 * freed as f64 / ended as f64)
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -424,6 +437,8 @@ pub fn build(rec: &Recording) -> Report {
         .collect();
     flows.sort_by(|a, b| b.bytes.cmp(&a.bytes));
     let e = rec.event_totals();
+    // Every tracked packet whose free was seen completed its whole-life stage.
+    let freed: u64 = rec.queue_totals().iter().map(|q| q.stage_count[NSTAGES - 1]).sum();
     let drops = Drops {
         total: rec.drop_reasons.iter().map(|(_, c)| c).sum(),
         reasons: rec
@@ -443,6 +458,7 @@ pub fn build(rec: &Recording) -> Report {
             state_evicted: e.state_evicted,
             queue_clamped: e.queue_clamped,
             state_stale: e.state_stale,
+            frees_seen_pct: Events::frees_seen_pct(freed, e.state_evicted, e.state_stale),
         },
         drops,
         counters: counters_report(rec),
@@ -630,6 +646,14 @@ pub fn render_text(r: &Report, top_flows: usize) -> String {
         e.state_stale,
         if e.queue_clamped > 0 { format!(", {} packets on queues ≥ 64 folded into queue 63", e.queue_clamped) } else { String::new() }
     );
+    if let Some(p) = e.frees_seen_pct.filter(|p| *p < FREES_SEEN_NOTE_PCT) {
+        let _ = writeln!(
+            o,
+            "  note: only {p:.0}% of tracked packets were seen freed. The kernel returns receive skbs freed on the CPU that \
+             allocated them to its NAPI skb cache, which no tracepoint reports (usual when the reader runs on the softirq's \
+             CPU); the free-based stages, residence and in-flight estimates cover the traced frees only"
+        );
+    }
     let c = &r.counters;
     let _ = writeln!(o, "\nSocket DDIO (counters: {}; platform {})", c.source, c.platform);
     let mbs = |v: Option<f64>| v.map(|v| format!("{v:.0} MB/s")).unwrap_or_else(|| "-".into());
