@@ -297,6 +297,64 @@ static __always_inline bool parse_flow(const unsigned char *l3, __u16 proto_be, 
 	return true;
 }
 
+/* parse_flow through typed loads (bpf_core_cast): each field one load that
+ * the JIT guards with an exception-table entry (a fault reads 0), where the
+ * probe read is a helper call and a copy. For the tp_btf hooks, on kernels
+ * that have the cast (the raw_tp fallback keeps the probe read). */
+static __always_inline bool parse_flow_cast(const unsigned char *l3, __u16 proto_be, struct pl_flow_key *k,
+					    __u32 *hdr_len)
+{
+	__u16 proto = bpf_ntohs(proto_be);
+	__u32 l4_off;
+	__u8 l4proto;
+
+	if (proto == ETH_P_IP) {
+		const struct iphdr *ip = bpf_core_cast(l3, struct iphdr);
+		if (bpf_ntohs(ip->frag_off) & IP_OFFSET_MASK)
+			return false;
+		l4proto = ip->protocol;
+		l4_off = (__u32)ip->ihl * 4;
+		k->family = 4;
+		__u32 a = ip->saddr;
+		__builtin_memcpy(k->saddr, &a, 4);
+		a = ip->daddr;
+		__builtin_memcpy(k->daddr, &a, 4);
+	} else if (proto == ETH_P_IPV6) {
+		const struct ipv6hdr *ip6 = bpf_core_cast(l3, struct ipv6hdr);
+		l4proto = ip6->nexthdr;
+		l4_off = 40;
+		k->family = 6;
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			__u32 a = ip6->saddr.in6_u.u6_addr32[i];
+			__builtin_memcpy(k->saddr + 4 * i, &a, 4);
+			a = ip6->daddr.in6_u.u6_addr32[i];
+			__builtin_memcpy(k->daddr + 4 * i, &a, 4);
+		}
+	} else {
+		return false;
+	}
+	if (l4proto != IPPROTO_TCP_ && l4proto != IPPROTO_UDP_)
+		return false;
+	/* The probe read's limits (IPv4 options up to 20 bytes): both flavours
+	 * see the same flows. */
+	if (l4_off < 20 || l4_off > 40)
+		return false;
+	k->proto = l4proto;
+	if (l4proto == IPPROTO_TCP_) {
+		const struct tcphdr *th = bpf_core_cast(l3 + l4_off, struct tcphdr);
+		k->sport = bpf_ntohs(th->source);
+		k->dport = bpf_ntohs(th->dest);
+		*hdr_len = l4_off + (__u32)th->doff * 4;
+	} else {
+		const struct udphdr *uh = bpf_core_cast(l3 + l4_off, struct udphdr);
+		k->sport = bpf_ntohs(uh->source);
+		k->dport = bpf_ntohs(uh->dest);
+		*hdr_len = l4_off + 8;
+	}
+	return true;
+}
+
 static __always_inline bool flow_key_eq(const struct pl_flow_key *a, const struct pl_flow_key *b)
 {
 	const __u64 *x = (const __u64 *)a, *y = (const __u64 *)b;
@@ -861,15 +919,19 @@ struct pl_shinfo {
 
 #define H(name) CAT(name, _btf)
 #define RD(p, f) ((p)->f)
+#define PL_CAST 1
 #include "pktlife.hooks.h"
 #undef H
 #undef RD
+#undef PL_CAST
 
 #define H(name) CAT(name, _raw)
 #define RD(p, f) BPF_CORE_READ(p, f)
+#define PL_CAST 0
 #include "pktlife.hooks.h"
 #undef H
 #undef RD
+#undef PL_CAST
 
 /* ---- attach points: every hook as tp_btf and as raw_tp ------------------ */
 

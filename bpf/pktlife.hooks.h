@@ -41,7 +41,8 @@ static __always_inline void H(forget_leftover)(const struct sk_buff *skb)
 
 /* The skb's shared info (at head + end, end being an offset on 64-bit): the
  * wire frames in it (a GSO/LRO super-packet counts as its segments) and its
- * number of frags. One read, and only for an skb with paged data. */
+ * number of frags. One read (two typed loads where the cast exists), and
+ * only for an skb with paged data. */
 static __always_inline void H(shinfo)(const struct sk_buff *skb, struct pl_shinfo *sh)
 {
 	unsigned char *head = RD(skb, head);
@@ -50,7 +51,17 @@ static __always_inline void H(shinfo)(const struct sk_buff *skb, struct pl_shinf
 	sh->at = head + end;
 	sh->segs = 1;
 	sh->nr_frags = 0;
-	if (!RD(skb, data_len) || bpf_probe_read_kernel(b, sizeof(b), sh->at))
+	if (!RD(skb, data_len))
+		return;
+	if (PL_CAST && bpf_ksym_exists(bpf_rdonly_cast)) {
+		const struct skb_shared_info *si = bpf_core_cast(sh->at, struct skb_shared_info);
+		__u16 segs = si->gso_segs;
+		sh->nr_frags = si->nr_frags;
+		if (segs > 1)
+			sh->segs = segs;
+		return;
+	}
+	if (bpf_probe_read_kernel(b, sizeof(b), sh->at))
 		return;
 	__u32 o_nr = bpf_core_field_offset(struct skb_shared_info, nr_frags);
 	__u32 o_segs = bpf_core_field_offset(struct skb_shared_info, gso_segs);
@@ -61,6 +72,15 @@ static __always_inline void H(shinfo)(const struct sk_buff *skb, struct pl_shinf
 		if (segs > 1)
 			sh->segs = segs;
 	}
+}
+
+/* The flow: typed loads where the flavour and the kernel allow them
+ * (parse_flow_cast), else the probe read. */
+static __always_inline bool H(flow_of)(const unsigned char *l3, __u16 proto_be, struct pl_flow_key *k, __u32 *hdr_len)
+{
+	if (PL_CAST && bpf_ksym_exists(bpf_rdonly_cast))
+		return parse_flow_cast(l3, proto_be, k, hdr_len);
+	return parse_flow(l3, proto_be, k, hdr_len);
 }
 
 static __always_inline int H(on_rx_handup)(const struct sk_buff *skb)
@@ -105,7 +125,7 @@ static __always_inline int H(on_rx_handup)(const struct sk_buff *skb)
 	/* data is the L3 header once L2 is pulled; on the frags path the headers
 	 * are not in the linear area yet, so no flow. */
 	bool have_flow = (track_flows || track || join_buffers) && linear >= 20 && l2_len &&
-			 parse_flow(data, RD(skb, protocol), &k, &hdr_len);
+			 H(flow_of)(data, RD(skb, protocol), &k, &hdr_len);
 	if (segs > 1 && have_flow)
 		len += (segs - 1) * (l2_len + hdr_len);
 
@@ -232,7 +252,7 @@ static __always_inline int H(on_copy)(const struct sk_buff *skb, int copied)
 			__u32 hdr_len = 0;
 			unsigned char *head = RD(skb, head);
 			__u16 nh = RD(skb, network_header);
-			bool have_flow = parse_flow(head + nh, RD(skb, protocol), &k, &hdr_len);
+			bool have_flow = H(flow_of)(head + nh, RD(skb, protocol), &k, &hdr_len);
 			k.dir = PL_RX;
 			set_ctx(PL_CTX_RX_COPY, PL_RX, queue, have_flow ? &k : NULL, bpf_ktime_get_ns());
 		} else if (copy_standin) {
@@ -356,7 +376,7 @@ static __always_inline int H(on_tx_xmit)(const struct sk_buff *skb, const struct
 	__u32 l2_len = head + nh >= data ? (__u32)(head + nh - data) : 0;
 	__u32 l3_len = len > l2_len ? len - l2_len : len;
 	bool have_flow = (track_flows || st || join_buffers || segs > 1) &&
-			 parse_flow(head + nh, RD(skb, protocol), &k, &hdr_len);
+			 H(flow_of)(head + nh, RD(skb, protocol), &k, &hdr_len);
 	/* Each extra segment of a GSO packet repeats the headers on the wire. */
 	if (segs > 1 && have_flow && l2_len <= 64)
 		len += (segs - 1) * (l2_len + hdr_len);
