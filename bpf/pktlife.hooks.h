@@ -4,18 +4,30 @@
  * helper call per field) and once with RD() as a probe read (raw_tp fallback).
  * H(name) appends the flavour suffix. Not a standalone header. */
 
+/* The recorded namespace (any, without a netns filter). */
+static __always_inline bool H(net_is_ours)(const struct net *net)
+{
+	return !filter_netns || (net && RD(net, ns.inum) == filter_netns);
+}
+
 static __always_inline bool H(dev_matches)(const struct net_device *dev)
 {
 	if (!dev)
 		return false;
 	if (filter_ifindex && RD(dev, ifindex) != filter_ifindex)
 		return false;
-	if (filter_netns) {
-		struct net *net = RD(dev, nd_net.net);
-		if (!net || RD(net, ns.inum) != filter_netns)
-			return false;
-	}
-	return true;
+	return !filter_netns || H(net_is_ours)(RD(dev, nd_net.net));
+}
+
+/* An skb that came in on an interface with our index (skb_iif), by now past
+ * the point where skb->dev is reliable: only its socket can place it in a
+ * namespace, and interface indexes are per namespace. */
+static __always_inline bool H(socket_is_ours)(const struct sk_buff *skb)
+{
+	if (!filter_netns)
+		return true;
+	const struct sock *sk = RD(skb, sk);
+	return sk && H(net_is_ours)(RD(sk, __sk_common.skc_net.net));
 }
 
 /* The tracked state of this skb, if it really is the packet that was tracked.
@@ -236,12 +248,7 @@ static __always_inline int H(on_copy)(const struct sk_buff *skb, int copied)
 		bool ours = st && st->dir == PL_RX;
 		__u32 queue = ours ? st->queue : 0;
 		if (!ours && RD(skb, skb_iif) == filter_ifindex) {
-			ours = !filter_netns;
-			const struct sock *sk = RD(skb, sk);
-			if (!ours && sk) {
-				struct net *net = RD(sk, __sk_common.skc_net.net);
-				ours = net && RD(net, ns.inum) == filter_netns;
-			}
+			ours = H(socket_is_ours)(skb);
 			__u16 qm = RD(skb, queue_mapping);
 			queue = qm >= rx_queue_offset ? qm - rx_queue_offset : 0;
 		}
@@ -280,15 +287,9 @@ static __always_inline bool H(dropped_here)(const struct sk_buff *skb)
 		return dev_usable && H(dev_matches)(dev);
 	if (!filter_netns)
 		return true;
-	if (dev_usable && RD(dev, ifindex) == iif) {
-		struct net *net = RD(dev, nd_net.net);
-		return net && RD(net, ns.inum) == filter_netns;
-	}
-	const struct sock *sk = RD(skb, sk);
-	if (!sk)
-		return false;
-	struct net *net = RD(sk, __sk_common.skc_net.net);
-	return net && RD(net, ns.inum) == filter_netns;
+	if (dev_usable && RD(dev, ifindex) == iif)
+		return H(net_is_ours)(RD(dev, nd_net.net));
+	return H(socket_is_ours)(skb);
 }
 
 /* consume_skb / kfree_skb: every free on the host passes here. */
