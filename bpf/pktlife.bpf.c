@@ -391,23 +391,25 @@ static __always_inline void account_flow(struct pl_flow_key *k, __u32 len, __u32
 	struct pl_cpu_ctx *c = cpu_ctx_get();
 	if (!c)
 		return;
-	if (c->fpend.packets && flow_key_eq(&c->fkey, k)) {
-		c->fpend.packets += 1;
-		c->fpend.bytes += len;
-		c->fpend.payload_bytes += payload;
-		c->fpend.last_ns = now;
-		c->fpend.queue = queue;
+	__u32 slot = (k->dir == PL_TX ? PL_FLOW_SLOTS_PER_DIR : 0) + (queue & (PL_FLOW_SLOTS_PER_DIR - 1));
+	struct pl_flow_pending *p = &c->pend[slot & (PL_FLOW_SLOTS - 1)];
+	if (p->stats.packets && flow_key_eq(&p->key, k)) {
+		p->stats.packets += 1;
+		p->stats.bytes += len;
+		p->stats.payload_bytes += payload;
+		p->stats.last_ns = now;
+		p->stats.queue = queue;
 		return;
 	}
-	if (c->fpend.packets)
-		flow_flush(&c->fkey, &c->fpend);
-	c->fkey = *k;
-	c->fpend.packets = 1;
-	c->fpend.bytes = len;
-	c->fpend.payload_bytes = payload;
-	c->fpend.first_ns = now;
-	c->fpend.last_ns = now;
-	c->fpend.queue = queue;
+	if (p->stats.packets)
+		flow_flush(&p->key, &p->stats);
+	p->key = *k;
+	p->stats.packets = 1;
+	p->stats.bytes = len;
+	p->stats.payload_bytes = payload;
+	p->stats.first_ns = now;
+	p->stats.last_ns = now;
+	p->stats.queue = queue;
 }
 
 /* A kernel address as a plain number. The verifier keeps typing a pointer

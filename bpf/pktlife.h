@@ -96,17 +96,29 @@ struct pl_flow_stats {
 	__u32 pad;
 };
 
+/* A flow's counts held on one CPU until that CPU sees another flow in the same
+ * slot (stats.packets == 0: nothing pending). */
+struct pl_flow_pending {
+	struct pl_flow_key key;
+	struct pl_flow_stats stats;
+};
+
+/* Pending flows per CPU: one slot per direction and queue (modulo), since a CPU
+ * that serves several queues interleaves their NAPI batches, and RSS keeps a
+ * flow on one queue. */
+#define PL_FLOW_SLOTS_PER_DIR 4
+#define PL_FLOW_SLOTS (2 * PL_FLOW_SLOTS_PER_DIR)
+
 /* Per-CPU scratch. rx_queue: the queue of the last frame handed up, which
- * names the queue a NAPI poll served. fkey/fpend: the flow being accumulated:
- * a NAPI batch is mostly one flow, so its frames cost one map update, not one
+ * names the queue a NAPI poll served. pend: the flows being accumulated: a
+ * NAPI batch is mostly one flow, so its frames cost one map update, not one
  * each; userspace adds the pending counts when it reads flows. */
 struct pl_cpu_ctx {
 	__u32 rx_queue;
 	__u32 frames;
 	__u64 sample_seq;
 	__u64 stage_seq;
-	struct pl_flow_key fkey;
-	struct pl_flow_stats fpend;  /* fpend.packets == 0: nothing pending */
+	struct pl_flow_pending pend[PL_FLOW_SLOTS];
 	/* The network work this CPU is doing now (enum pl_ctx_kind), for charging
 	 * L3-miss samples that carry no packet-buffer address. */
 	__u64 cur_since;

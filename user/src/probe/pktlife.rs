@@ -377,37 +377,39 @@ impl PktlifeProbe {
                 out.push(f);
             }
         }
-        // Counts each CPU still holds for its current flow. Read after the map:
+        // Counts each CPU still holds for its current flows. Read after the map:
         // a flush in between can only delay packets to the next read, never
         // count them twice.
         let ctx = self.skel.maps.cpu_ctx.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY).context("reading cpu_ctx")?;
         for raw in ctx.unwrap_or_default().iter().take(self.ncpus) {
             let mut c = pl_cpu_ctx::default();
-            if plain::copy_from_bytes(&mut c, raw).is_err() || c.fpend.packets == 0 {
+            if plain::copy_from_bytes(&mut c, raw).is_err() {
                 continue;
             }
-            let Some(key) = flow_key(&c.fkey) else { continue };
-            let p = &c.fpend;
-            match out.iter_mut().find(|f| f.key == key) {
-                Some(f) => {
-                    f.packets += p.packets;
-                    f.bytes += p.bytes;
-                    f.payload_bytes += p.payload_bytes;
-                    f.first_ns = f.first_ns.min(p.first_ns);
-                    if p.last_ns >= f.last_ns {
-                        f.last_ns = p.last_ns;
-                        f.queue = p.queue;
+            for pending in c.pend.iter().filter(|p| p.stats.packets > 0) {
+                let Some(key) = flow_key(&pending.key) else { continue };
+                let p = &pending.stats;
+                match out.iter_mut().find(|f| f.key == key) {
+                    Some(f) => {
+                        f.packets += p.packets;
+                        f.bytes += p.bytes;
+                        f.payload_bytes += p.payload_bytes;
+                        f.first_ns = f.first_ns.min(p.first_ns);
+                        if p.last_ns >= f.last_ns {
+                            f.last_ns = p.last_ns;
+                            f.queue = p.queue;
+                        }
                     }
+                    None => out.push(FlowCounters {
+                        key,
+                        queue: p.queue,
+                        packets: p.packets,
+                        bytes: p.bytes,
+                        payload_bytes: p.payload_bytes,
+                        first_ns: p.first_ns,
+                        last_ns: p.last_ns,
+                    }),
                 }
-                None => out.push(FlowCounters {
-                    key,
-                    queue: p.queue,
-                    packets: p.packets,
-                    bytes: p.bytes,
-                    payload_bytes: p.payload_bytes,
-                    first_ns: p.first_ns,
-                    last_ns: p.last_ns,
-                }),
             }
         }
         // A flush between the two reads above can hide packets from this read
