@@ -384,6 +384,9 @@ static __always_inline void flow_flush(const struct pl_flow_key *k, const struct
 	}
 }
 
+/* now: the packet's time, or 0 when the caller did not read the clock (the
+ * clock read is a large part of a hand-up's cost): a flow's last time then
+ * comes from its timed packets (1 in stage_every), its first from the clock. */
 static __always_inline void account_flow(struct pl_flow_key *k, __u32 len, __u32 l3_len, __u32 hdr_len,
 					 __u32 queue, __u64 now)
 {
@@ -397,12 +400,15 @@ static __always_inline void account_flow(struct pl_flow_key *k, __u32 len, __u32
 		p->stats.packets += 1;
 		p->stats.bytes += len;
 		p->stats.payload_bytes += payload;
-		p->stats.last_ns = now;
+		if (now)
+			p->stats.last_ns = now;
 		p->stats.queue = queue;
 		return;
 	}
 	if (p->stats.packets)
 		flow_flush(&p->key, &p->stats);
+	if (!now)
+		now = bpf_ktime_get_ns();
 	p->key = *k;
 	p->stats.packets = 1;
 	p->stats.bytes = len;

@@ -133,7 +133,8 @@ static __always_inline int H(on_rx_handup)(const struct sk_buff *skb)
 
 	struct pl_flow_key k = {};
 	__u32 hdr_len = 0;
-	__u64 now = bpf_ktime_get_ns();
+	/* The clock only for packets that need a time: stage state, buffer join. */
+	__u64 now = track || join_buffers ? bpf_ktime_get_ns() : 0;
 	/* data is the L3 header once L2 is pulled; on the frags path the headers
 	 * are not in the linear area yet, so no flow. */
 	bool have_flow = (track_flows || track || join_buffers) && linear >= 20 && l2_len &&
