@@ -44,7 +44,7 @@ pub struct LiveOptions {
 
 impl LiveOptions {
     /// A live surface (top, serve): aggregates only, so no per-packet records
-    /// cross to userspace, stage latencies on every packet, and no L3-miss
+    /// cross to userspace, stage latencies on the default share of packets, and no L3-miss
     /// sampler (attribution belongs to recordings).
     pub fn surface(
         iface: &str,
@@ -59,7 +59,7 @@ impl LiveOptions {
             netns: netns.map(str::to_string),
             interval_ms,
             sample_every: 0,
-            stage_every: 1,
+            stage_every: crate::probe::pktlife::DEFAULT_STAGE_EVERY,
             counters,
             miss_source: crate::probe::l3miss::MissSource::Off,
             miss_period: 0,

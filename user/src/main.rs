@@ -48,7 +48,7 @@ enum Cmd {
         /// Measure stage latencies on 1 in N packets (1: every packet). Counts,
         /// bytes and flows always cover every packet; this trades histogram
         /// density for per-packet cost.
-        #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        #[arg(long, value_name = "N", default_value_t = ddioscope::probe::pktlife::DEFAULT_STAGE_EVERY, value_parser = clap::value_parser!(u32).range(1..))]
         stage_sample: u32,
         /// Print progress as JSON lines on stdout (first line once the probes are attached).
         #[arg(long)]

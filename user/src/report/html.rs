@@ -768,6 +768,7 @@ fn events_section(o: &mut String, r: &Report) {
         o,
         "<section id=\"events\">\n<h2>Events and drops</h2>\n<table class=\"num kv\"><tbody>\
          <tr><th>packet records sampled (1 in {})</th><td>{}</td></tr>\
+         <tr><th>stage latencies measured on</th><td>1 in {} packets</td></tr>\
          <tr><th>received by ddioscope</th><td>{}</td></tr>\
          <tr><th>lost in the ring buffer</th><td{}>{}</td></tr>\
          <tr><th>in-flight states evicted</th><td>{}</td></tr>\
@@ -775,6 +776,7 @@ fn events_section(o: &mut String, r: &Report) {
          <tr><th>drops (kfree_skb)</th><td>{}</td></tr></tbody></table>",
         r.meta.sample_every.map(|v| v.to_string()).unwrap_or_else(|| "?".into()),
         e.sampled,
+        r.meta.stage_every.map(|v| v.to_string()).unwrap_or_else(|| "?".into()),
         e.received,
         if e.lost > 0 { " class=\"bad\"" } else { "" },
         e.lost,

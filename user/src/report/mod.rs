@@ -235,6 +235,8 @@ pub struct Meta {
     pub intervals: usize,
     pub interval_ms: Option<u64>,
     pub sample_every: Option<u32>,
+    /// Stage latencies measured on 1 in this many packets (absent in older recordings).
+    pub stage_every: Option<u32>,
     pub host: String,
     pub kernel: String,
     pub cpu_model: String,
@@ -370,6 +372,7 @@ pub fn build(rec: &Recording) -> Report {
         intervals: rec.snapshots.len(),
         interval_ms: rec.meta.get("interval_ms").and_then(|v| v.parse().ok()),
         sample_every: rec.meta.get("sample_every").and_then(|v| v.parse().ok()),
+        stage_every: rec.meta.get("stage_every").and_then(|v| v.parse().ok()),
         host: host.hostname.clone(),
         kernel: host.kernel.clone(),
         cpu_model: host.cpu_model.clone(),
@@ -638,9 +641,10 @@ pub fn render_text(r: &Report, top_flows: usize) -> String {
     let e = &r.events;
     let _ = writeln!(
         o,
-        "\nEvents: {} packet records sampled (1 in {}), {} lost in the ring buffer, {} in-flight states evicted, {} found stale{}",
+        "\nEvents: {} packet records sampled (1 in {}), stage latencies on 1 in {} packets, {} lost in the ring buffer, {} in-flight states evicted, {} found stale{}",
         e.sampled,
         m.sample_every.map(|v| v.to_string()).unwrap_or_else(|| "?".into()),
+        m.stage_every.map(|v| v.to_string()).unwrap_or_else(|| "?".into()),
         e.lost,
         e.state_evicted,
         e.state_stale,
