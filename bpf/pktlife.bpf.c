@@ -210,17 +210,23 @@ static __always_inline struct pl_cpu_ctx *cpu_ctx_get(void)
 	return bpf_map_lookup_elem(&cpu_ctx, &zero);
 }
 
-/* A 1-in-n decision on a per-CPU sequence: n == 1 always, n == 0 never.
- * The sequence wraps at n rather than being taken modulo n: a 64-bit
- * division per packet costs more than the rest of the decision. */
-static __always_inline bool every_nth(__u64 *seq, __u32 n)
+/* 1 in n packets, at random: a per-CPU counter aliases with any regular
+ * interleave on that CPU (RX and TX, two queues polled in turn at one packet
+ * per poll) and picks only one of them. r is one bpf_get_prandom_u32() per
+ * packet shared by the decisions on it, so a recorded packet is also timed.
+ * n == 1: always; n == 0: never. A multiply, not a division, maps r to [0, n). */
+static __always_inline bool one_in(__u32 r, __u32 n)
 {
 	if (n <= 1)
 		return n == 1;
-	if (++*seq < n)
-		return false;
-	*seq = 0;
-	return true;
+	return (((__u64)r * n) >> 32) == 0;
+}
+
+/* The random value of a packet's sampling decisions; none needed when neither
+ * setting samples (const volatile: the verifier prunes the call). */
+static __always_inline __u32 sampling_draw(void)
+{
+	return sample_every > 1 || stage_every > 1 ? bpf_get_prandom_u32() : 0;
 }
 
 static __always_inline struct pl_queue_stats *qstats(__u8 dir, __u32 queue)
@@ -369,8 +375,12 @@ static __always_inline void flow_flush(const struct pl_flow_key *k, const struct
 		fs->packets += p->packets;
 		fs->bytes += p->bytes;
 		fs->payload_bytes += p->payload_bytes;
-		fs->last_ns = p->last_ns;
-		fs->queue = p->queue;
+		/* A flow can be pending in two slots (its queue changed): the older
+		 * one's flush must not move its last time and queue back. */
+		if (p->last_ns >= fs->last_ns) {
+			fs->last_ns = p->last_ns;
+			fs->queue = p->queue;
+		}
 		return;
 	}
 	if (bpf_map_update_elem(&flows, k, p, BPF_NOEXIST)) {

@@ -116,8 +116,6 @@ struct pl_flow_pending {
 struct pl_cpu_ctx {
 	__u32 rx_queue;
 	__u32 frames;
-	__u64 sample_seq;
-	__u64 stage_seq;
 	struct pl_flow_pending pend[PL_FLOW_SLOTS];
 	/* The network work this CPU is doing now (enum pl_ctx_kind), for charging
 	 * L3-miss samples that carry no packet-buffer address. */

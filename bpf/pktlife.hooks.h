@@ -128,8 +128,9 @@ static __always_inline int H(on_rx_handup)(const struct sk_buff *skb)
 
 	/* Full records for 1 in sample_every packets; stage timestamps for those
 	 * and for 1 in stage_every packets (the per-skb state is the costly part). */
-	bool sampled = c && every_nth(&c->sample_seq, sample_every);
-	bool track = sampled || (c && every_nth(&c->stage_seq, stage_every));
+	__u32 draw = sampling_draw();
+	bool sampled = one_in(draw, sample_every);
+	bool track = sampled || one_in(draw, stage_every);
 
 	struct pl_flow_key k = {};
 	__u32 hdr_len = 0;
@@ -331,9 +332,9 @@ static __always_inline int H(on_tx_queue)(const struct sk_buff *skb)
 	if (!H(dev_matches)(RD(skb, dev)))
 		return 0;
 	/* Sampling decisions are taken here, at the start of a TX life. */
-	struct pl_cpu_ctx *c = cpu_ctx_get();
-	bool sampled = c && every_nth(&c->sample_seq, sample_every);
-	bool track = sampled || (c && every_nth(&c->stage_seq, stage_every));
+	__u32 draw = sampling_draw();
+	bool sampled = one_in(draw, sample_every);
+	bool track = sampled || one_in(draw, stage_every);
 	if (!track) {
 		H(forget_leftover)(skb);
 		return 0;
