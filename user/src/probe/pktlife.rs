@@ -364,20 +364,13 @@ impl PktlifeProbe {
                 continue;
             }
             let Some(key) = flow_key(&k) else { continue };
-            let mut f = FlowCounters { key, queue: 0, packets: 0, bytes: 0, payload_bytes: 0, first_ns: u64::MAX, last_ns: 0 };
+            let mut f = empty_flow(key);
             for raw in vals.iter().take(self.ncpus) {
                 let mut v = pl_flow_stats::default();
                 if plain::copy_from_bytes(&mut v, raw).is_err() || v.packets == 0 {
                     continue;
                 }
-                f.packets += v.packets;
-                f.bytes += v.bytes;
-                f.payload_bytes += v.payload_bytes;
-                f.first_ns = f.first_ns.min(v.first_ns);
-                if v.last_ns >= f.last_ns {
-                    f.last_ns = v.last_ns;
-                    f.queue = v.queue;
-                }
+                add_flow_stats(&mut f, &v);
             }
             if f.packets > 0 {
                 out.push(f);
@@ -394,27 +387,13 @@ impl PktlifeProbe {
             }
             for pending in c.pend.iter().filter(|p| p.stats.packets > 0) {
                 let Some(key) = flow_key(&pending.key) else { continue };
-                let p = &pending.stats;
                 match out.iter_mut().find(|f| f.key == key) {
-                    Some(f) => {
-                        f.packets += p.packets;
-                        f.bytes += p.bytes;
-                        f.payload_bytes += p.payload_bytes;
-                        f.first_ns = f.first_ns.min(p.first_ns);
-                        if p.last_ns >= f.last_ns {
-                            f.last_ns = p.last_ns;
-                            f.queue = p.queue;
-                        }
+                    Some(f) => add_flow_stats(f, &pending.stats),
+                    None => {
+                        let mut f = empty_flow(key);
+                        add_flow_stats(&mut f, &pending.stats);
+                        out.push(f);
                     }
-                    None => out.push(FlowCounters {
-                        key,
-                        queue: p.queue,
-                        packets: p.packets,
-                        bytes: p.bytes,
-                        payload_bytes: p.payload_bytes,
-                        first_ns: p.first_ns,
-                        last_ns: p.last_ns,
-                    }),
                 }
             }
         }
@@ -590,6 +569,23 @@ fn addr_string(family: u8, raw: &[u8; 16]) -> Option<String> {
         4 => Some(Ipv4Addr::new(raw[0], raw[1], raw[2], raw[3]).to_string()),
         6 => Some(Ipv6Addr::from(*raw).to_string()),
         _ => None,
+    }
+}
+
+fn empty_flow(key: FlowKey) -> FlowCounters {
+    FlowCounters { key, queue: 0, packets: 0, bytes: 0, payload_bytes: 0, first_ns: u64::MAX, last_ns: 0 }
+}
+
+/// One CPU's counts of a flow (a per-CPU map copy or a pending slot) added to its totals; the
+/// queue is the one its latest packet used.
+fn add_flow_stats(f: &mut FlowCounters, v: &pl_flow_stats) {
+    f.packets += v.packets;
+    f.bytes += v.bytes;
+    f.payload_bytes += v.payload_bytes;
+    f.first_ns = f.first_ns.min(v.first_ns);
+    if v.last_ns >= f.last_ns {
+        f.last_ns = v.last_ns;
+        f.queue = v.queue;
     }
 }
 
