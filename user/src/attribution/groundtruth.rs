@@ -150,12 +150,16 @@ fn flow_bytes_of(s: &SimSpec) -> Vec<u32> {
     s.flows.iter().map(|f| f.pkt_bytes).collect()
 }
 
-fn regression_input(sc: &Scenario, rng: &mut Rng) -> RegressionInput {
+/// `other_stacks_read`: the other IIO stacks' DMA bytes are in the input (a host whose NIC's
+/// IIO box is known); otherwise the regression must take the background as steady in time.
+fn regression_input(sc: &Scenario, rng: &mut Rng, other_stacks_read: bool) -> RegressionInput {
     let nq = sc.base.queues as usize;
     let fb = flow_bytes_of(&sc.base);
     let mut intervals = Vec::new();
     let mut flow_tot: BTreeMap<u32, f64> = BTreeMap::new();
-    // Background rates: 5% of the scenario's mean network miss rate, per counter.
+    // Background rates: 5% of the scenario's mean network miss rate, per counter. The write
+    // background comes from another device (a disk) whose DMA load varies by interval and whose
+    // cold target buffers miss on 85–95% of their lines.
     let mut w_rate = 0.0;
     let mut l_rate = 0.0;
     let mut secs_all = 0.0;
@@ -194,10 +198,14 @@ fn regression_input(sc: &Scenario, rng: &mut Rng) -> RegressionInput {
                 }
             })
             .collect();
+        let other_lines = w_bg / 0.9 * secs * rng.range(0.5, 1.5);
+        let other_misses = other_lines * rng.range(0.85, 0.95);
         let socket = SocketMisses {
-            io_write: Some(w * rng.range(0.97, 1.03) + w_bg * secs * rng.range(0.9, 1.1)),
+            io_write: Some(w * rng.range(0.97, 1.03) + other_misses),
             io_read: None,
             l3: Some(l * rng.range(0.97, 1.03) + l_bg * secs * rng.range(0.9, 1.1)),
+            other_io_write_bytes: other_stacks_read.then(|| other_lines * 64.0 * rng.range(0.99, 1.01)),
+            other_io_read_bytes: None,
         };
         intervals.push(Interval { duration_ns: (secs * 1e9) as u64, queues, socket });
     }
@@ -269,6 +277,9 @@ struct Outcome {
     ctx_err: f64,
     reg_err: f64,
     reg_conf: Confidence,
+    /// The regression without the other stacks' DMA bytes (background steady in time).
+    blind_err: f64,
+    blind_conf: Confidence,
     prior_err: f64,
 }
 
@@ -280,12 +291,14 @@ fn evaluate(sc: &Scenario, seed: u64) -> Outcome {
 
     let join = address_join(&sampled(sc, &mut rng, 0.0));
     let ctx = cpu_context(&sampled(sc, &mut rng, MISCHARGE));
-    let reg_in = regression_input(sc, &mut rng);
+    let reg_in = regression_input(sc, &mut rng, true);
     let reg = regression(&reg_in);
+    let blind = regression(&regression_input(sc, &mut Rng(seed ^ 0x5eed), false));
     let measured: f64 = reg_in.intervals.iter().map(|i| i.socket.io_write.unwrap_or(0.0) + i.socket.l3.unwrap_or(0.0)).sum();
     let prior = model_prior(&ModelPrediction::from_sim(&simulate(&sc.base), Some(measured)));
 
     let (sj, sc_, sr, sp) = (shares(&join, nq), shares(&ctx, nq), shares(&reg, nq), shares(&prior, nq));
+    let sb = shares(&blind, nq);
     let qs: String = (0..nq).map(|q| format!("{:>7}", format!("rx{q}"))).collect();
     let lines = [
         format!("scenario {}: {} intervals, {} flows, {:.3e} labelled misses ({:.3e} core loads)", sc.name, sc.runs.len(), sc.base.flows.len(), t_all.iter().sum::<f64>(), t_loads.iter().sum::<f64>()),
@@ -296,11 +309,15 @@ fn evaluate(sc: &Scenario, seed: u64) -> Outcome {
         row("address_join vs load", &sj, Some(&p_loads), &format!("{:?}", join.confidence)),
         row("cpu_context vs load", &sc_, Some(&p_loads), &format!("{:?}", ctx.confidence)),
         row("regression vs w+l", &sr, Some(&p_all), &format!("{:?}", reg.confidence)),
+        row("  without other stacks", &sb, Some(&p_all), &format!("{:?} (background steady in time)", blind.confidence)),
         row("model_prior vs w+l", &sp, Some(&p_all), &format!("{:?} (same simulator, mean rates)", prior.confidence)),
     ];
     println!("{}", lines.join("\n"));
     for n in &reg.notes {
         println!("    regression: {n}");
+    }
+    for n in &blind.notes {
+        println!("    without other stacks: {n}");
     }
     // Flows by address join vs labels.
     let mut tf: BTreeMap<u32, f64> = BTreeMap::new();
@@ -326,22 +343,32 @@ fn evaluate(sc: &Scenario, seed: u64) -> Outcome {
     assert_ne!(join.confidence, Confidence::Insufficient);
     assert!(matches!(ctx.confidence, Confidence::Medium | Confidence::Low), "context is never high");
     assert_eq!(attribute(&Evidence { address_join: Some(sampled(sc, &mut rng, 0.0)), regression: Some(reg_in), ..Default::default() }).method, Method::AddressJoin);
-    Outcome { samples: n_samples, join_err: max_err(&sj, &p_loads), ctx_err: max_err(&sc_, &p_loads), reg_err: max_err(&sr, &p_all), reg_conf: reg.confidence, prior_err: max_err(&sp, &p_all) }
+    Outcome { samples: n_samples, join_err: max_err(&sj, &p_loads), ctx_err: max_err(&sc_, &p_loads), reg_err: max_err(&sr, &p_all), reg_conf: reg.confidence, blind_err: max_err(&sb, &p_all), blind_conf: blind.confidence, prior_err: max_err(&sp, &p_all) }
 }
 
-/// `regression_answers`: the regression must give an answer within 10 pp; otherwise it may
-/// also decline (Insufficient) but must not give a wrong answer.
-fn check(sc: &Scenario, seed: u64, regression_answers: bool) {
+/// The regression must answer within 10 pp. Without the other stacks' DMA bytes it may decline
+/// (a queue's steady misses look like a steady background) but must not answer wrongly.
+fn check(sc: &Scenario, seed: u64) {
     let o = evaluate(sc, seed);
-    let reg = if o.reg_conf == Confidence::Insufficient { "insufficient".to_string() } else { format!("{:.2}", o.reg_err) };
+    let show = |c: Confidence, e: f64| if c == Confidence::Insufficient { "insufficient".to_string() } else { format!("{e:.2}") };
     println!(
-        "SUMMARY {:<27} max abs error (pp): address_join {:.2}  cpu_context {:.2}  regression {reg} ({:?})  model_prior {:.2}",
-        sc.name, o.join_err, o.ctx_err, o.reg_conf, o.prior_err
+        "SUMMARY {:<27} max abs error (pp): address_join {:.2}  cpu_context {:.2}  regression {} ({:?}; without other stacks {})  model_prior {:.2}",
+        sc.name,
+        o.join_err,
+        o.ctx_err,
+        show(o.reg_conf, o.reg_err),
+        o.reg_conf,
+        show(o.blind_conf, o.blind_err),
+        o.prior_err
     );
-    if regression_answers || o.reg_conf != Confidence::Insufficient {
-        assert_ne!(o.reg_conf, Confidence::Insufficient, "{}: regression declined", sc.name);
-        assert!(o.reg_err <= 10.0, "{}: regression off by {:.2} pp", sc.name, o.reg_err);
-    }
+    assert_ne!(o.reg_conf, Confidence::Insufficient, "{}: regression declined", sc.name);
+    assert!(o.reg_err <= 10.0, "{}: regression off by {:.2} pp", sc.name, o.reg_err);
+    assert!(
+        o.blind_conf == Confidence::Insufficient || o.blind_err <= 10.0,
+        "{}: regression without the other stacks off by {:.2} pp",
+        sc.name,
+        o.blind_err
+    );
     assert!(o.join_err <= 2.0, "{}: address join off by {:.2} pp", sc.name, o.join_err);
     // 10% of context samples are charged uniformly at random: a bias up to 0.1 × |share − 1/4|,
     // plus the binomial error of the samples (3.3σ at p = ½).
@@ -378,21 +405,21 @@ const SMALL_SLOW: &str = r#"{"queues":4,"ring":256,"pps":2e6,"consumer":"copy","
 
 #[test]
 fn ground_truth_heavy_slow_queue() {
-    check(&build("heavy-slow-queue", HEAVY, 11), 101, true);
+    check(&build("heavy-slow-queue", HEAVY, 11), 101);
 }
 
 #[test]
 fn ground_truth_balanced() {
-    check(&build("balanced", BALANCED, 22), 202, true);
+    check(&build("balanced", BALANCED, 22), 202);
 }
 
 #[test]
 fn ground_truth_small_queue_long_residence() {
-    // Queue 3's load misses are clear, but the prompt queues' ring lines leak from the DDIO ways
-    // at footprint × fill rate whatever their own rate, which equal-length intervals cannot tell
-    // from the background term, and queue 3's ring leaks about a third as much per byte (its
-    // lines, re-fetched by read misses, leave the DDIO ways). Over four seeds the regression
-    // declined on two and gave Low answers 6.1 and 10.8 pp off (intervals ±6.5, ±19.7) on two.
-    // Here it may decline but must not answer wrongly.
-    check(&build("small-queue-long-residence", SMALL_SLOW, 33), 303, false);
+    // The prompt queues' ring lines leak from the DDIO ways at footprint × fill rate whatever
+    // their own rate: steady misses, which equal-length intervals cannot tell from a background
+    // steady in time, so without the other IIO stacks' bytes the regression declines here. With
+    // them the background has its own driver (and at most a miss per line), and the rest is the
+    // queues'. Over six more seeds per scenario: 1.6–7.9 pp with the other stacks; without them
+    // small declined on five and balanced gave one Low answer 11.4 pp off (PER_QUEUE_GAIN).
+    check(&build("small-queue-long-residence", SMALL_SLOW, 33), 303);
 }

@@ -151,6 +151,43 @@ fn ports(readings: &[&CounterReading], per_s: f64) -> Vec<PortBandwidth> {
         .collect()
 }
 
+/// One interval's inbound DMA bytes on a socket, split between the NIC's IIO stack and all
+/// the others (other devices: disks, accelerators, other NICs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StackSplit {
+    pub nic_write_bytes: f64,
+    pub nic_read_bytes: f64,
+    pub other_write_bytes: f64,
+    pub other_read_bytes: f64,
+}
+
+/// The split of one interval's readings on `socket` for the NIC behind `nic_box` (e.g.
+/// "uncore_iio_3"): the socket totals minus that box's per-box rows. None without both.
+pub fn stack_split(readings: &[CounterReading], socket: u32, nic_box: &str) -> Option<StackSplit> {
+    let (mut total, mut nic) = ([0.0f64; 2], [0.0f64; 2]);
+    let (mut have_total, mut have_nic) = (false, false);
+    for r in readings.iter().filter(|r| r.socket == socket) {
+        let Some((write, _)) = iio_part(&r.event) else {
+            continue;
+        };
+        let i = usize::from(!write);
+        if r.is_socket_total() {
+            total[i] += r.value;
+            have_total = true;
+        } else if r.pmu == nic_box {
+            nic[i] += r.value;
+            have_nic = true;
+        }
+    }
+    (have_total && have_nic).then(|| StackSplit {
+        nic_write_bytes: nic[0] * IIO_BYTES,
+        nic_read_bytes: nic[1] * IIO_BYTES,
+        // Scaled (multiplexed) counts can put a box a hair above its socket's total.
+        other_write_bytes: (total[0] - nic[0]).max(0.0) * IIO_BYTES,
+        other_read_bytes: (total[1] - nic[1]).max(0.0) * IIO_BYTES,
+    })
+}
+
 /// Inbound bandwidth of one port: `pmu` = "iio" (all stacks of the socket) or a stack such as "uncore_iio_3".
 pub fn port_bandwidth(
     readings: &[CounterReading],
@@ -408,6 +445,29 @@ pub(crate) mod tests {
             m.warnings
         );
         assert_eq!(m.write_miss_pct, None, "no ItoM events in this case");
+    }
+
+    #[test]
+    fn stack_split_subtracts_the_nic_box_from_the_socket() {
+        let boxed = |pmu: &str, r: CounterReading| CounterReading { pmu: pmu.into(), ..r };
+        let rs = vec![
+            reading(0, "UNC_IIO_DATA_REQ_OF_CPU.MEM_WRITE.PART0", 1000.0),
+            reading(0, "UNC_IIO_DATA_REQ_OF_CPU.MEM_WRITE.PART1", 500.0),
+            reading(0, "UNC_IIO_DATA_REQ_OF_CPU.MEM_READ.PART0", 300.0),
+            boxed("uncore_iio_3", reading(0, "UNC_IIO_DATA_REQ_OF_CPU.MEM_WRITE.PART0", 900.0)),
+            boxed("uncore_iio_3", reading(0, "UNC_IIO_DATA_REQ_OF_CPU.MEM_READ.PART0", 300.0)),
+            boxed("uncore_iio_5", reading(0, "UNC_IIO_DATA_REQ_OF_CPU.MEM_WRITE.PART1", 600.0)),
+            // Another socket's rows do not count.
+            reading(1, "UNC_IIO_DATA_REQ_OF_CPU.MEM_WRITE.PART0", 7e9),
+            reading(0, "UNC_CHA_TOR_INSERTS.IO_MISS_ITOM", 7e9),
+        ];
+        let s = stack_split(&rs, 0, "uncore_iio_3").unwrap();
+        assert_eq!(
+            s,
+            StackSplit { nic_write_bytes: 3600.0, nic_read_bytes: 1200.0, other_write_bytes: 2400.0, other_read_bytes: 0.0 }
+        );
+        assert_eq!(stack_split(&rs, 0, "uncore_iio_9"), None, "no rows for the NIC's box");
+        assert_eq!(stack_split(&rs[3..6], 0, "uncore_iio_3"), None, "no socket totals");
     }
 
     #[test]
