@@ -335,29 +335,37 @@ mod tests {
         // writes are not known; reads still are.
         let shared = [snap(1_000_000.0)];
         assert_eq!(super::other_stacks_bytes(&shared, 0, Some("uncore_iio_2")), vec![(None, Some(120_000.0))]);
+        // The box carries a tenth of what the device received: not the NIC's stack (wrong box or
+        // socket), so the "other" bytes would hold the NIC's own DMA.
+        let wrong = [snap(25_000.0)];
+        assert_eq!(super::other_stacks_bytes(&wrong, 0, Some("uncore_iio_2")), vec![(None, Some(120_000.0))]);
     }
 }
 
 /// Per snapshot, the inbound DMA (write, read) bytes of the socket's IIO stacks other than the
 /// NIC's: the driver of the I/O misses no queue causes. Trusted per direction only while the
-/// NIC's stack carried no more than twice what the traced device moved (its packets plus a
-/// descriptor line each): an untraced device behind the same stack (a second port) hides in
-/// the NIC's bytes, and its misses would be charged to the queues. None: not measured (the
-/// regression then takes the background as steady in time).
+/// NIC's stack carried what the traced device moved: no more than twice its packets plus a
+/// descriptor line each (more: an untraced device behind the same stack, a second port, whose
+/// misses would be charged to the queues), and at least half its packet bytes (less: the box
+/// or socket is not the NIC's, and the "other" bytes would hold the NIC's own DMA). None: not
+/// measured (the regression then takes the background as steady in time).
 pub fn other_stacks_bytes(snaps: &[crate::snapshot::Snapshot], socket: u32, nic_box: Option<&str>) -> Vec<(Option<f64>, Option<f64>)> {
     use crate::counters::metrics::stack_split;
     let splits: Vec<_> = snaps.iter().map(|s| nic_box.and_then(|b| stack_split(&s.counters, socket, b))).collect();
-    let (mut moved, mut seen) = ([0.0f64; 2], [0.0f64; 2]);
+    let (mut moved, mut payload, mut seen) = ([0.0f64; 2], [0.0f64; 2], [0.0f64; 2]);
     for (s, sp) in snaps.iter().zip(&splits) {
         let Some(sp) = sp else { continue };
         let lines: f64 = s.queues.iter().map(|q| 64.0 * q.packets as f64).sum();
         let bytes = |d: Dir| s.queues.iter().filter(|q| q.dir == d).map(|q| q.bytes as f64).sum::<f64>();
+        payload[0] += bytes(Dir::Rx);
+        payload[1] += bytes(Dir::Tx);
         moved[0] += bytes(Dir::Rx) + lines;
         moved[1] += bytes(Dir::Tx) + lines;
         seen[0] += sp.nic_write_bytes;
         seen[1] += sp.nic_read_bytes;
     }
-    let (write_ok, read_ok) = (seen[0] <= 2.0 * moved[0], seen[1] <= 2.0 * moved[1]);
+    let carried = |d: usize| seen[d] <= 2.0 * moved[d] && seen[d] >= 0.5 * payload[d];
+    let (write_ok, read_ok) = (carried(0), carried(1));
     splits
         .iter()
         .map(|sp| match sp {

@@ -192,9 +192,8 @@ pub struct SocketMisses {
     /// Core L3 load misses.
     pub l3: Option<f64>,
     /// Inbound DMA write bytes of the socket's other PCIe stacks (uncore IIO, all stacks but
-    /// the NIC's). Other devices are the only other source of I/O write misses, so this is
-    /// their background's driver; None when not measured (the background is then taken as
-    /// steady in time).
+    /// the NIC's). Taken as the driver of the I/O write misses no queue causes (other devices'
+    /// DMA); None when not measured (the background is then taken as steady in time).
     #[serde(default)]
     pub other_io_write_bytes: Option<f64>,
     /// The same for inbound DMA reads (I/O read misses).

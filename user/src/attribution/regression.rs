@@ -411,8 +411,10 @@ fn fit_series(name: &str, background_kind: &str, t: &Table, active: &[usize], y_
         0.0
     };
     // Covariance of the free (positive) coefficients: σ²(AₚᵀAₚ)⁻¹. Coefficients held at zero
-    // by the constraint contribute none, so intervals are optimistic when many are at zero.
-    let passive: Vec<usize> = (0..d.a.cols).filter(|&j| f.x[j] > 0.0).collect();
+    // (or the background at its cap) by the constraints contribute none, so intervals are
+    // optimistic when many are held.
+    let capped = |j: usize| d.background && j == d.a.cols - 1 && d.background_cap.is_some_and(|c| f.x[j] >= c / ynorm);
+    let passive: Vec<usize> = (0..d.a.cols).filter(|&j| f.x[j] > 0.0 && !capped(j)).collect();
     let dof = n.saturating_sub(passive.len()).max(1);
     let sigma2 = f.rss / dof as f64;
     let mut cov = vec![vec![0.0; nq]; nq];
@@ -581,9 +583,12 @@ pub fn regression(inp: &RegressionInput) -> Attribution {
         };
         // The background: other devices' measured DMA bytes (none at all when they were idle),
         // else steady in time (an intercept, which a queue's steady misses cannot be told from).
-        // A DMA line is one request, which misses at most once: at most one miss per 64 bytes.
+        // A full-line DMA write is one ItoM request, which misses at most once: at most one
+        // write miss per 64 bytes. Reads get no cap: a partial-line read is a request of its own.
+        let cap = (*name == "io_write").then_some(1.0 / 64.0);
         let (bg_driver, cap, background_kind) = match measured_bg {
-            Some(b) if b.iter().any(|v| *v > 0.0) => (b.clone(), Some(1.0 / 64.0), "∝ other devices' DMA bytes, ≤ 1 miss per line"),
+            Some(b) if b.iter().any(|v| *v > 0.0) && cap.is_some() => (b.clone(), cap, "∝ other devices' DMA bytes, ≤ 1 miss per line"),
+            Some(b) if b.iter().any(|v| *v > 0.0) => (b.clone(), None, "∝ other devices' DMA bytes"),
             Some(b) => (b.clone(), None, "none: other devices idle"),
             None => (t.secs.clone(), None, "∝ time"),
         };
