@@ -43,6 +43,12 @@ const volatile __u8 rx_queue_offset = 1;
 /* Keep the page → packet map and the per-CPU work context (costs a map update
  * per packet): only when an L3-miss sampler is attached. */
 const volatile __u8 join_buffers = 0;
+/* Page sampling of the address join: only pages whose buffer-table set has
+ * these bits clear (1 page in join_page_mask + 1, by address hash) are written
+ * at hand-up and looked up by a sample; a sample on another page is counted
+ * apart (PLM_OUT_OF_SUBSET). A subset chosen by address, not by packet, keeps
+ * every entry current: each packet that uses a chosen page renews it. */
+const volatile __u32 join_page_mask = 0;
 /* A context older than this is stale: the CPU has moved on to other work. */
 const volatile __u64 ctx_window_ns = 200000;
 /* Map frag pages too (with join_buffers), through the page -> address layout
@@ -677,9 +683,14 @@ static __always_inline __u32 buf_set_of(__u64 page)
  * between, even when the page came back to the same way for a new owner. */
 #define BUF_GEN_MASK 4095ULL
 
-static __always_inline void remember_page(__u64 page, const struct pl_buf_info *b)
+/* Is the page in the sampled subset (see join_page_mask)? */
+static __always_inline bool in_join_subset(__u32 set)
 {
-	__u32 set = buf_set_of(page);
+	return !(set & join_page_mask);
+}
+
+static __always_inline void remember_page(__u64 page, __u32 set, const struct pl_buf_info *b)
+{
 	struct pl_buf_bucket *bk = bpf_map_lookup_elem(&buf_pages, &set);
 	if (!bk)
 		return;
@@ -718,16 +729,21 @@ static __always_inline bool read_way(const struct pl_buf_slot *e, __u64 page, st
 	return e->page == tag;
 }
 
-/* The owner of the buffer page holding addr, copied out; false when the page
- * is not a live packet buffer (or its way changed owner while being read). */
-static __always_inline bool lookup_page(__u64 addr, struct pl_buf_info *out)
+enum pl_lookup { PL_NOT_FOUND = 0, PL_FOUND = 1, PL_NOT_IN_SUBSET = 2 };
+
+/* The owner of the buffer page holding addr, copied out: PL_FOUND; else the
+ * page is not a live packet buffer (or its way changed owner while being
+ * read), or it lies outside the sampled page subset, where nothing is known. */
+static __always_inline enum pl_lookup lookup_page(__u64 addr, struct pl_buf_info *out)
 {
 	__u64 page = addr & ~4095ULL;
 	__u32 set = buf_set_of(page);
+	if (!in_join_subset(set))
+		return PL_NOT_IN_SUBSET;
 	struct pl_buf_bucket *bk = bpf_map_lookup_elem(&buf_pages, &set);
 	if (!bk)
-		return false;
-	return read_way(&bk->way[0], page, out) || read_way(&bk->way[1], page, out);
+		return PL_NOT_FOUND;
+	return read_way(&bk->way[0], page, out) || read_way(&bk->way[1], page, out) ? PL_FOUND : PL_NOT_FOUND;
 }
 
 /* One skb's walk over its buffer ranges (pl_remember_range). */
@@ -739,7 +755,8 @@ struct pl_range_walk {
 };
 
 /* Every page of [addr, addr + len) not written just before, within the skb's
- * page budget; pages past it are counted. A global function: the verifier
+ * page budget, that is in the sampled subset; pages past the budget are
+ * counted. A global function: the verifier
  * checks it once, on its own, instead of once per path through every range of
  * every caller (the page loop inside the frag loop would exceed its limit). */
 __noinline int pl_remember_range(__u64 addr, __u32 len, __u32 counter, struct pl_range_walk *w)
@@ -756,17 +773,23 @@ __noinline int pl_remember_range(__u64 addr, __u32 len, __u32 counter, struct pl
 	__u64 npages = ((last - first) >> 12) + 1;
 	__u32 left = w->budget;
 	__u32 n = npages < left ? (__u32)npages : left;
+	__u32 written = 0;
 #pragma clang loop unroll(disable)
 	for (__u32 i = 0; i < PL_MAX_JOIN_PAGES; i++) {
 		if (i >= n)
 			break;
-		remember_page(first + ((__u64)i << 12), &w->owner);
+		__u64 page = first + ((__u64)i << 12);
+		__u32 set = buf_set_of(page);
+		if (!in_join_subset(set))
+			continue;
+		remember_page(page, set, &w->owner);
+		written++;
 	}
 	/* The last page written (none: keep the previous one). */
 	if (n)
 		w->prev = first + ((__u64)(n - 1) << 12);
 	w->budget = left - n;
-	count_n(counter, n);
+	count_n(counter, written);
 	if (npages > n)
 		count_n(PLC_PAGES_OVER_CAP, npages - n);
 	return 0;
@@ -898,7 +921,8 @@ int l3miss_sample(struct bpf_perf_event_data *ctx)
 			bpf_map_update_elem(&miss_regions, &region, &one, BPF_NOEXIST);
 		}
 		struct pl_buf_info owner, *b = &owner;
-		if (lookup_page(addr, &owner)) {
+		enum pl_lookup found = lookup_page(addr, &owner);
+		if (found == PL_FOUND) {
 			t->c[PLM_ON_PACKET] += 1;
 			if (copy_standin)
 				t->c[from_frag ? PLM_COPY_FRAG_JOINED : PLM_COPY_LINEAR_JOINED] += 1;
@@ -909,7 +933,7 @@ int l3miss_sample(struct bpf_perf_event_data *ctx)
 			charge(b->dir, b->queue, b->has_flow ? &b->flow : NULL, true);
 			return 0;
 		}
-		t->c[PLM_OTHER_ADDR] += 1;
+		t->c[found == PL_NOT_IN_SUBSET ? PLM_OUT_OF_SUBSET : PLM_OTHER_ADDR] += 1;
 	} else {
 		t->c[PLM_NO_ADDR] += 1;
 	}

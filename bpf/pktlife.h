@@ -34,8 +34,8 @@ enum pl_counter {
 	PLC_QUEUE_CLAMPED = 3, /* packets on queues >= MAX_QUEUES, counted in the last slot */
 	PLC_STATE_STALE = 4,   /* states whose free went unseen (GRO merge, coalesce): discarded */
 	/* The buffer-page map (address join; only with a miss sampler attached). */
-	PLC_BUF_LINEAR = 5,    /* linear-data pages written */
-	PLC_BUF_FRAG = 6,      /* frag pages written */
+	PLC_BUF_LINEAR = 5,    /* linear-data pages written (those in the sampled subset) */
+	PLC_BUF_FRAG = 6,      /* frag pages written (likewise) */
 	PLC_FRAG_OVER_CAP = 7, /* frags past PL_MAX_JOIN_FRAGS: not mapped */
 	PLC_FRAG_NO_PAGE = 8,  /* frags without a struct page (net_iov device memory): not mapped */
 	PLC_FRAG_NO_LAYOUT = 9, /* frags not mapped: no page->address layout, or it failed its check */
@@ -177,7 +177,9 @@ enum pl_miss_counter {
 	 * drawn from (the skb's linear data or one of its frags). */
 	PLM_COPY_LINEAR_JOINED = 6,
 	PLM_COPY_FRAG_JOINED = 7,
-	PLM_NR = 8,
+	/* data address on a page outside the join's sampled subset (join_page_mask) */
+	PLM_OUT_OF_SUBSET = 8,
+	PLM_NR = 9,
 };
 
 struct pl_miss_totals {

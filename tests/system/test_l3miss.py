@@ -100,16 +100,20 @@ def share(a, b):
     return 100.0 * a / (a + b) if a + b else 0.0
 
 
-def test_copy_standin_address_join_follows_rates(testbed, recorder):
+@pytest.mark.parametrize("join_sample", [1, 4])
+def test_copy_standin_address_join_follows_rates(testbed, recorder, join_sample):
     """--miss-sampling software-copy: clock samples inside a socket copy carry
     the kernel address of the buffer being copied (TCP payload: page frags),
-    and must find it in the buffer-page map the hand-up wrote."""
+    and must find it in the buffer-page map the hand-up wrote. With
+    --join-sample 4 the map holds 1 page in 4, chosen by address: samples on
+    the other pages are counted apart, and the shares must not move."""
     tb = testbed
     tb.iperf3_server(5201)
     tb.iperf3_server(5202)
     pin_tx_queues(tb)
     before = tb.rx_queue_packets()
-    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--miss-sampling", "software-copy", "--miss-period", "50000")
+    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--miss-sampling", "software-copy", "--miss-period", "50000",
+                   "--join-sample", str(join_sample))
     ids = set(rec.prog_ids)
     heavy, light = two_flows(tb)
     rc, _, err = rec.stop()
@@ -123,24 +127,31 @@ def test_copy_standin_address_join_follows_rates(testbed, recorder):
 
     # Every sample is accounted for exactly once, and every unjoined one is charged or counted uncharged.
     assert m["samples"] > 1000
-    assert m["samples"] == m["on_packet_buffers"] + m["other_addr"] + m["no_addr"], m
+    assert m["samples"] == m["on_packet_buffers"] + m["other_addr"] + m["out_of_subset"] + m["no_addr"], m
     assert m["ctx_charged"] + m["uncharged"] == m["samples"] - m["on_packet_buffers"], m
-    # Samples with an address are the copy-context ones: nearly all of them
-    # find their page in the map (keys written at hand-up == addresses read at copy).
-    with_addr = m["on_packet_buffers"] + m["other_addr"]
-    assert m["on_packet_buffers"] > 1000 and m["on_packet_buffers"] >= 0.95 * with_addr, m
+    assert m["join_sample"] == join_sample
+    # Samples with an address are the copy-context ones: nearly all of those on
+    # mapped pages find their page (keys written at hand-up == addresses read at copy).
+    in_subset = m["on_packet_buffers"] + m["other_addr"]
+    with_addr = in_subset + m["out_of_subset"]
+    assert m["on_packet_buffers"] > 1000 // join_sample and m["on_packet_buffers"] >= 0.95 * in_subset, m
     assert b["copy_linear_joined"] + b["copy_frag_joined"] == m["on_packet_buffers"], b
+    # The subset is 1 page in join_sample by address hash: the copied pages outside it
+    # are about the rest (the sender's page frags are many distinct pages).
+    expect_out = 1 - 1 / join_sample
+    assert abs(m["out_of_subset"] / with_addr - expect_out) < 0.15, (m["out_of_subset"], with_addr)
 
     # TCP payload over veth sits in page frags: the frag pages are mapped and
     # the joins are theirs (the layout is this host's, see doctor).
     assert "page frags" in m["buffer_join"], m["buffer_join"]
-    assert b["frag_pages"] > 10000 and b["frags_no_layout"] == 0, b
+    assert b["frag_pages"] > 10000 // join_sample and b["frags_no_layout"] == 0, b
     assert b["copy_frag_joined"] >= 0.9 * m["on_packet_buffers"], b
 
     # Bounded under sustained load: far more pages written than the table has
     # slots, and the occupied slots counted during the run never exceed them.
-    assert b["linear_pages"] + b["frag_pages"] > 2 * b["capacity"], b
-    assert 0 < b["entries_max"] <= b["capacity"], b
+    # With a page subset only its sets are ever filled: a kernel-side check of the mask.
+    assert b["linear_pages"] + b["frag_pages"] > 2 * b["capacity"] // join_sample, b
+    assert 0 < b["entries_max"] <= b["capacity"] // join_sample, b
 
     # Per queue: the heavy flow's queue carries its share of the joins.
     # Truth: veth's own per-queue counters; the report's per-queue packets agree.
@@ -163,7 +174,8 @@ def test_copy_standin_address_join_follows_rates(testbed, recorder):
     assert by_port.get(5201, 0) > 5 * by_port.get(5202, 0) > 0, by_port
     assert abs(share(by_port[5201], by_port[5202]) - share(h_bytes, l_bytes)) < 6, (by_port, h_bytes, l_bytes)
 
-    print(f"\ncopy stand-in: {with_addr} address samples, {m['other_addr']} not found; rx queue 0 share "
+    print(f"\ncopy stand-in, join on 1 in {join_sample} pages: {with_addr} address samples, {m['out_of_subset']} "
+          f"outside the subset, {m['other_addr']} not found; rx queue 0 share "
           f"{share(joined[0], joined[1]):.1f}% of joins vs {share(truth[0], truth[1]):.1f}% of packets; "
           f"heavy flow {share(by_port[5201], by_port[5202]):.1f}% vs {share(h_bytes, l_bytes):.1f}% of bytes; "
           f"age p50 {m['age_p50_ns'] / 1e6:.2f} ms p99 {m['age_p99_ns'] / 1e6:.2f} ms; map max {b['entries_max']} "
@@ -175,6 +187,8 @@ def test_copy_standin_address_join_follows_rates(testbed, recorder):
     a = r["attribution"]
     assert a["method"] == "address_join" and a["confidence"] != "insufficient", a
     assert any("stand-in" in n and "not measured" in n for n in a["notes"]), a["notes"]
+    if join_sample > 1:
+        assert any(f"1 in {join_sample} buffer pages" in n for n in a["notes"]), a["notes"]
     shares = {q["queue"]: q["share_pct"] for q in a["queues"] if q["dir"] == "rx"}
     assert shares.get(0, 0) > 5 * shares.get(1, 0) > 0, shares
     assert r["events"]["lost"] == 0

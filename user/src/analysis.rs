@@ -412,6 +412,7 @@ pub fn evidence(rec: &Recording, obs: &HostObservation) -> crate::attribution::E
                 })
                 .collect(),
             other_samples: other,
+            join_sample: if by_addr { m.join_sample } else { 1 },
             age_hist: Vec::new(),
         })
     };

@@ -35,6 +35,8 @@ pub struct LiveOptions {
     pub miss_source: crate::probe::l3miss::MissSource,
     /// Sample period of the L3-miss event (events, or ns for cpu-clock).
     pub miss_period: u64,
+    /// Address join on 1 in N buffer pages (power of two; 1: every page).
+    pub join_sample: u32,
     /// Flows are read from the kernel every this many intervals (and on the last).
     pub flow_every: u64,
     pub verbose: bool,
@@ -63,6 +65,7 @@ impl LiveOptions {
             counters,
             miss_source: crate::probe::l3miss::MissSource::Off,
             miss_period: 0,
+            join_sample: 1,
             flow_every,
             verbose,
             hooks: crate::probe::features::HookChoice::Auto,
@@ -186,6 +189,7 @@ impl LiveSession {
             join_buffers: miss_attr.is_some(),
             mem_layout: layout.and_then(Result::ok),
             copy_standin: opts.miss_source == MissSource::SoftwareCopy,
+            join_sample: opts.join_sample,
         };
         let mut probe = PktlifeProbe::attach(&cfg, &features, opts.hooks)?;
         let miss_label = match miss_attr {

@@ -74,6 +74,12 @@ enum Cmd {
         /// and software-copy (default 1 ms), 1 in N page faults for software-faults (default 1).
         #[arg(long, value_name = "N")]
         miss_period: Option<u64>,
+        /// Address join on 1 in N packet-buffer pages, chosen by address (a power of two up
+        /// to 64; 1: every page). The buffer map's per-packet cost falls with N; samples on
+        /// the other pages are counted apart, and the join's shares and miss estimates
+        /// come from the sampled pages (estimates scaled by N).
+        #[arg(long, value_name = "N", default_value_t = 1, value_parser = parse_join_sample)]
+        join_sample: u32,
         /// Hook flavour: auto (tp_btf where this kernel allows it, else raw_tp), or
         /// tp-btf / raw-tp for every hook, failing if the kernel refuses it.
         #[arg(long, value_enum, default_value = "auto")]
@@ -312,7 +318,7 @@ fn run() -> anyhow::Result<ExitCode> {
             eprintln!("imported {n} counter readings from {} into {}", csv.display(), rec.display());
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Record { iface, netns, duration, output, force, interval, sample, stage_sample, json_progress, verbose, counters, counters_from, miss_sampling, miss_period, hooks } => {
+        Cmd::Record { iface, netns, duration, output, force, interval, sample, stage_sample, json_progress, verbose, counters, counters_from, miss_sampling, miss_period, join_sample, hooks } => {
             if let Some(f) = &counters_from {
                 if !f.is_file() {
                     anyhow::bail!("--counters-from {}: no such file", f.display());
@@ -338,6 +344,7 @@ fn run() -> anyhow::Result<ExitCode> {
                     ddioscope::probe::l3miss::MissSource::SoftwareFaults => 1,
                     _ => 2000,
                 }),
+                join_sample,
                 counters_from,
                 hooks,
                 command_line: std::env::args().collect::<Vec<_>>().join(" "),
@@ -495,6 +502,16 @@ fn run() -> anyhow::Result<ExitCode> {
 
 /// An output file for a report: refused when it exists (unless `force`), is a directory, or
 /// its directory does not exist, each with one line naming the fix.
+/// `--join-sample`: a power of two from 1 to MAX_JOIN_SAMPLE (the page subset is a mask
+/// on the buffer table's set index).
+fn parse_join_sample(s: &str) -> Result<u32, String> {
+    let max = ddioscope::probe::pktlife::MAX_JOIN_SAMPLE;
+    match s.parse::<u32>() {
+        Ok(n) if n.is_power_of_two() && n <= max => Ok(n),
+        _ => Err(format!("must be a power of two from 1 to {max} (1, 2, 4, ...)")),
+    }
+}
+
 fn check_output(out: &std::path::Path, force: bool) -> anyhow::Result<()> {
     if out.is_dir() {
         anyhow::bail!("{} is a directory; name a file for --html", out.display());
@@ -517,6 +534,19 @@ fn main() -> ExitCode {
             let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
             eprintln!("ddioscope: error: {}", chain.join(": "));
             ExitCode::from(1)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn join_sample_is_a_power_of_two_up_to_the_cap() {
+        for ok in ["1", "2", "4", "64"] {
+            assert!(super::parse_join_sample(ok).is_ok(), "{ok}");
+        }
+        for bad in ["0", "3", "128", "-4", "four"] {
+            assert!(super::parse_join_sample(bad).is_err(), "{bad}");
         }
     }
 }

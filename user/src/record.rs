@@ -30,6 +30,8 @@ pub struct RecordOptions {
     pub counters: CountersMode,
     pub miss_source: crate::probe::l3miss::MissSource,
     pub miss_period: u64,
+    /// Address join on 1 in N buffer pages (power of two; 1: every page).
+    pub join_sample: u32,
     /// perf-stat CSV captured elsewhere, imported into this recording at the end.
     pub counters_from: Option<PathBuf>,
     pub hooks: crate::probe::features::HookChoice,
@@ -110,6 +112,7 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary> {
         counters: opts.counters,
         miss_source: opts.miss_source,
         miss_period: opts.miss_period,
+        join_sample: opts.join_sample,
         flow_every: (1000 / opts.interval_ms.max(1)).max(1),
         verbose: opts.verbose,
         hooks: opts.hooks,
@@ -143,6 +146,7 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary> {
     writer.set_meta_json("counters_notes", &live.counter_notes)?;
     writer.set_meta("miss_sampling", &live.miss_label)?;
     writer.set_meta("miss_period", &opts.miss_period.to_string())?;
+    writer.set_meta("join_sample", &opts.join_sample.to_string())?;
     writer.set_meta("buffer_join", &live.buffer_join)?;
     if live.probe.has_miss_sampler() {
         writer.set_meta("buf_pages_capacity", &live.probe.buf_pages_capacity().to_string())?;

@@ -236,6 +236,10 @@ pub struct MissSnapshot {
     pub no_addr: u64,
     pub ctx_charged: u64,
     pub uncharged: u64,
+    /// Samples whose data address lies on a page outside the join's sampled subset
+    /// (`record --join-sample N`): neither joined nor known to be off packet buffers.
+    #[serde(default)]
+    pub out_of_subset: u64,
     /// Joined samples by ns since the buffer's hand-up (log2 buckets).
     pub age_hist: Vec<u64>,
     /// (dir, queue, by address join, by CPU context)
@@ -301,6 +305,7 @@ impl MissSnapshot {
         d.no_addr = self.no_addr.saturating_sub(e.no_addr);
         d.ctx_charged = self.ctx_charged.saturating_sub(e.ctx_charged);
         d.uncharged = self.uncharged.saturating_sub(e.uncharged);
+        d.out_of_subset = self.out_of_subset.saturating_sub(e.out_of_subset);
         d.age_hist = self.age_hist.iter().enumerate().map(|(i, v)| v.saturating_sub(*e.age_hist.get(i).unwrap_or(&0))).collect();
         d.queues = self
             .queues

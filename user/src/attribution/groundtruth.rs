@@ -250,6 +250,7 @@ fn sampled(sc: &Scenario, rng: &mut Rng, mischarge: f64) -> SampledCounts {
         queues: q.into_iter().map(|(k, v)| (QueueId::rx(k), v)).collect(),
         flows: f.into_iter().map(|(k, v)| (flow_id(k), v)).collect(),
         other_samples: other,
+        join_sample: 1,
         age_hist: Vec::new(),
     }
 }

@@ -165,6 +165,10 @@ pub struct SampledCounts {
     /// Samples not charged to a queue: address outside packet buffers (join) or no network
     /// work on the CPU (context). Not spread over queues.
     pub other_samples: u64,
+    /// Address join: the buffer map held 1 in this many pages (chosen by address), so each
+    /// joined sample stands for this many; 0 or 1: every page.
+    #[serde(default)]
+    pub join_sample: u64,
     /// Histogram of miss time after hand-up to the stack, as (bucket upper bound ns, samples);
     /// empty when not recorded.
     pub age_hist: Vec<(u64, u64)>,
@@ -303,6 +307,7 @@ mod tests {
             queues: q.iter().enumerate().map(|(i, n)| (QueueId::rx(i as u32), *n)).collect(),
             flows: Vec::new(),
             other_samples: other,
+            join_sample: 1,
             age_hist: Vec::new(),
         }
     }

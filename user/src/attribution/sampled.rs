@@ -62,7 +62,11 @@ fn estimate(c: &SampledCounts, method: Method) -> Attribution {
     }
     // Misses per sample. A stand-in's period is ns of CPU time or page faults:
     // multiplying by it would print numbers that look like misses and are not.
-    let scale = if c.stand_in { 1.0 } else { c.period as f64 };
+    // A join on 1 in N pages (chosen by address hash, so by nothing a queue or flow could
+    // correlate with) sees 1 in N of the packet-buffer samples: the shares are those of the
+    // sampled pages, and each joined sample stands for N.
+    let pages = if method == Method::AddressJoin { c.join_sample.max(1) } else { 1 };
+    let scale = if c.stand_in { 1.0 } else { c.period as f64 * pages as f64 };
     let mut worst_half = 0.0f64;
     let qs: Vec<QueueShare> = queues
         .iter()
@@ -97,6 +101,12 @@ fn estimate(c: &SampledCounts, method: Method) -> Attribution {
         format!("{n} samples on packet buffers (stand-in; not scaled to misses)")
     } else {
         format!("{n} samples on packet buffers × period {} ≈ {total_misses:.3e} misses", c.period)
+    };
+    let counted = if pages > 1 {
+        let scaled = if c.stand_in { "not scaled" } else { "scaled by it" };
+        format!("{counted}; join on 1 in {pages} buffer pages, chosen by address ({scaled})")
+    } else {
+        counted
     };
     let mut notes = vec![format!("{counted}; widest 95% share interval ±{worst_half:.1} pp")];
     if method == Method::CpuContext {
@@ -167,6 +177,7 @@ mod tests {
             queues: vec![(QueueId::rx(1), 1500), (QueueId::rx(0), 4500), (QueueId::rx(1), 0)],
             flows: vec![(f(1), 4000), (f(2), 1900)],
             other_samples: 2000,
+            join_sample: 1,
             age_hist: vec![(1000, 10), (10_000, 100), (100_000, 5)],
         };
         let a = address_join(&c);
@@ -196,6 +207,7 @@ mod tests {
             queues: vec![(QueueId::rx(0), 3600), (QueueId::rx(1), 1130)],
             flows: vec![(f(1), 3600), (f(2), 1130)],
             other_samples: 270,
+            join_sample: 1,
             age_hist: Vec::new(),
         };
         let standin = SampledCounts { stand_in: true, ..pebs.clone() };
@@ -217,6 +229,30 @@ mod tests {
         // A stand-in needs no period: its counts are not scaled.
         let unknown = SampledCounts { period: 0, ..standin };
         assert_ne!(address_join(&unknown).confidence, Confidence::Insufficient);
+    }
+
+    #[test]
+    fn page_sampled_join_scales_misses_not_shares() {
+        let all = SampledCounts {
+            period: 2000,
+            queues: vec![(QueueId::rx(0), 900), (QueueId::rx(1), 300)],
+            other_samples: 100,
+            ..Default::default()
+        };
+        let quarter = SampledCounts { join_sample: 4, ..all.clone() };
+        let (a, q) = (address_join(&all), address_join(&quarter));
+        // Each joined sample stands for 4 when the map held 1 page in 4; shares and their
+        // intervals rest on the samples themselves.
+        assert_eq!(q.queues[0].misses, 4.0 * a.queues[0].misses);
+        assert_eq!((q.queues[0].share_pct, q.queues[0].ci_pct, q.confidence), (a.queues[0].share_pct, a.queues[0].ci_pct, a.confidence));
+        assert!(q.notes[0].contains("join on 1 in 4 buffer pages, chosen by address (scaled by it)"), "{}", q.notes[0]);
+        assert!(a.notes.iter().all(|n| !n.contains("buffer pages,")), "{:?}", a.notes);
+        // CPU context does not go through the map: unscaled whatever the join did.
+        assert_eq!(cpu_context(&quarter).queues[0].misses, cpu_context(&all).queues[0].misses);
+        // A stand-in stays in samples, and says the join was sampled.
+        let s = address_join(&SampledCounts { stand_in: true, ..quarter });
+        assert_eq!(s.queues[0].misses, 900.0);
+        assert!(s.notes[0].contains("1 in 4 buffer pages") && s.notes[0].contains("not scaled"), "{}", s.notes[0]);
     }
 
     #[test]

@@ -55,6 +55,10 @@ const BUF_WAYS: u32 = (std::mem::size_of::<pl_buf_bucket>() / std::mem::size_of:
 /// every packet).
 pub const DEFAULT_STAGE_EVERY: u32 = 4;
 
+/// Largest `--join-sample`: past it the sampled pages are too few for the join's shares
+/// to settle within a recording.
+pub const MAX_JOIN_SAMPLE: u32 = 64;
+
 #[derive(Debug, Clone)]
 pub struct ProbeConfig {
     pub ifindex: u32,
@@ -72,6 +76,8 @@ pub struct ProbeConfig {
     /// --miss-sampling software-copy: clock samples inside a socket copy take
     /// an address in the buffers being copied.
     pub copy_standin: bool,
+    /// Address join on 1 in N buffer pages, chosen by address hash (a power of two; 1: all).
+    pub join_sample: u32,
 }
 
 /// Drivers that do not store RX queue + 1 in skb->queue_mapping. veth passes
@@ -121,6 +127,10 @@ fn open_and_load(cfg: &ProbeConfig, flavors: &[Flavor]) -> Result<PktlifeSkel<'s
         ro.rx_queue_offset = cfg.rx_queue_offset;
         ro.join_buffers = u8::from(cfg.join_buffers);
         ro.copy_standin = u8::from(cfg.join_buffers && cfg.copy_standin);
+        if !cfg.join_sample.is_power_of_two() || cfg.join_sample > MAX_JOIN_SAMPLE {
+            bail!("join page sampling must be a power of two from 1 to {MAX_JOIN_SAMPLE}, not {}", cfg.join_sample);
+        }
+        ro.join_page_mask = cfg.join_sample - 1;
         if let (true, Some(m)) = (cfg.join_buffers, &cfg.mem_layout) {
             ro.join_frags = 1;
             ro.mem_page_offset = m.page_offset;
@@ -455,6 +465,7 @@ impl PktlifeProbe {
             m.uncharged += t.c[5];
             m.buf.copy_linear_joined += t.c[6];
             m.buf.copy_frag_joined += t.c[7];
+            m.out_of_subset += t.c[8];
             for (i, v) in t.age_hist.iter().enumerate() {
                 m.age_hist[i] += v;
             }
@@ -666,6 +677,7 @@ mod tests {
                     join_buffers: join,
                     mem_layout: Some(layout.clone()),
                     copy_standin: standin,
+                    join_sample: if join { 4 } else { 1 },
                 };
                 let flavors = vec![flavor; PKTLIFE_HOOKS.len()];
                 if let Err(e) = open_and_load(&cfg, &flavors) {

@@ -286,8 +286,12 @@ impl Recording {
             conn.query_row("SELECT 1 FROM pragma_table_info(?1) WHERE name=?2", [table, column], |_| Ok(())).is_ok()
         };
         if table_exists("miss_intervals") {
+            // Recordings from before page sampling have no out_of_subset column: nothing was out.
+            let out_of_subset = if column_exists("miss_intervals", "out_of_subset") { "out_of_subset" } else { "0" };
             let mut st = conn
-                .prepare("SELECT interval,samples,on_packet_buffers,other_addr,no_addr,ctx_charged,uncharged FROM miss_intervals")
+                .prepare(&format!(
+                    "SELECT interval,samples,on_packet_buffers,other_addr,no_addr,ctx_charged,uncharged,{out_of_subset} FROM miss_intervals"
+                ))
                 .map_err(corrupt)?;
             let mut rows = st.query([]).map_err(corrupt)?;
             while let Some(r) = rows.next().map_err(corrupt)? {
@@ -300,6 +304,7 @@ impl Recording {
                         no_addr: g(4)?,
                         ctx_charged: g(5)?,
                         uncharged: g(6)?,
+                        out_of_subset: g(7)?,
                         age_hist: vec![0; crate::snapshot::NBUCKETS],
                         ..Default::default()
                     });
@@ -465,5 +470,29 @@ mod tests {
         }
         let r = Recording::open(&path);
         assert!(r.is_ok(), "{:?}", r.err());
+    }
+
+    /// Miss samples recorded before page sampling (no out_of_subset column) read with none out.
+    #[test]
+    fn miss_table_without_out_of_subset_reads() {
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/recordings/veth-tcp.ddio");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("old.ddio");
+        std::fs::copy(&fixture, &path).expect("copy fixture");
+        {
+            let conn = rusqlite::Connection::open(&path).expect("open copy");
+            conn.execute_batch(
+                "DROP TABLE IF EXISTS miss_intervals;
+                 CREATE TABLE miss_intervals (
+                    interval INTEGER PRIMARY KEY, samples INTEGER NOT NULL, on_packet_buffers INTEGER NOT NULL,
+                    other_addr INTEGER NOT NULL, no_addr INTEGER NOT NULL, ctx_charged INTEGER NOT NULL, uncharged INTEGER NOT NULL);
+                 INSERT INTO miss_intervals SELECT MIN(idx), 7, 3, 2, 2, 4, 0 FROM intervals;",
+            )
+            .expect("old-style table");
+        }
+        let r = Recording::open(&path).expect("opens");
+        let m: Vec<&MissSnapshot> = r.snapshots.iter().filter_map(|s| s.misses.as_ref()).collect();
+        assert_eq!(m.len(), 1);
+        assert_eq!((m[0].samples, m[0].on_packet_buffers, m[0].out_of_subset), (7, 3, 0));
     }
 }

@@ -28,6 +28,10 @@ pub struct MissReport {
     pub samples: u64,
     pub on_packet_buffers: u64,
     pub other_addr: u64,
+    /// Samples on pages outside the join's sampled subset (`--join-sample`): not classified.
+    pub out_of_subset: u64,
+    /// The join's page sampling: 1 in this many buffer pages (1: every page).
+    pub join_sample: u64,
     pub no_addr: u64,
     pub ctx_charged: u64,
     pub uncharged: u64,
@@ -82,6 +86,8 @@ fn miss_report(rec: &Recording) -> MissReport {
         samples: 0,
         on_packet_buffers: 0,
         other_addr: 0,
+        out_of_subset: 0,
+        join_sample: rec.meta.get("join_sample").and_then(|v| v.parse().ok()).filter(|n| *n >= 1).unwrap_or(1),
         no_addr: 0,
         ctx_charged: 0,
         uncharged: 0,
@@ -103,6 +109,7 @@ fn miss_report(rec: &Recording) -> MissReport {
         m.samples += x.samples;
         m.on_packet_buffers += x.on_packet_buffers;
         m.other_addr += x.other_addr;
+        m.out_of_subset += x.out_of_subset;
         m.no_addr += x.no_addr;
         m.ctx_charged += x.ctx_charged;
         m.uncharged += x.uncharged;
@@ -708,6 +715,13 @@ pub fn render_text(r: &Report, top_flows: usize) -> String {
             l.ctx_charged,
             l.uncharged
         );
+        if l.join_sample > 1 {
+            let _ = writeln!(
+                o,
+                "  join on 1 in {} buffer pages (--join-sample): {} samples on other pages, not classified",
+                l.join_sample, l.out_of_subset
+            );
+        }
         for q in &l.queues {
             let _ = writeln!(o, "  {} queue {}: {} by address, {} by CPU context", q.dir.as_str(), q.queue, q.addr_join, q.cpu_ctx);
         }
