@@ -150,7 +150,7 @@ pub fn observation(rec: &Recording, o: GeometryOverrides) -> Result<HostObservat
     let counters = {
         let r = crate::report::build(rec).counters;
         let usable = matches!(r.source.as_str(), "live" | "imported");
-        let socket = iface.numa_node.unwrap_or(0).max(0) as u32;
+        let socket = iface.counter_socket();
         r.sockets
             .iter()
             .find(|s| s.socket == socket)
@@ -420,7 +420,7 @@ pub fn evidence(rec: &Recording, obs: &HostObservation) -> crate::attribution::E
     let cpu_context = sampled(false, m.uncharged);
 
     // Regression needs socket miss counts in the recording's own intervals: live counters only.
-    let socket = rec.iface().numa_node.unwrap_or(0).max(0) as u32;
+    let socket = rec.iface().counter_socket();
     let live = rec.meta.get("counters_source").is_some_and(|s| s == "live");
     let sum_of = |s: &crate::snapshot::Snapshot, names: &[&str]| -> Option<f64> {
         let v: Vec<f64> = s

@@ -34,6 +34,11 @@ pub struct IfaceInfo {
     /// The uncore IIO PMU box of that root bus, where one exists.
     #[serde(default)]
     pub iio_box: Option<String>,
+    /// The CPU package (socket) the NIC's DMA goes to: its IIO stack's die, else the package
+    /// of its NUMA node's CPUs. Not the NUMA node itself: with sub-NUMA clustering a socket
+    /// has several nodes, and the uncore counters are per package.
+    #[serde(default)]
+    pub socket: Option<u32>,
     /// IRQ number → (IRQ name, CPUs it may run on).
     pub irqs: BTreeMap<u32, IrqInfo>,
 }
@@ -213,6 +218,27 @@ pub fn cpu_nodes(sys_root: &Path) -> BTreeMap<u32, i32> {
     map
 }
 
+/// The package (physical_package_id) of a NUMA node's first CPU, under a sysfs root; None
+/// for a node without CPUs or topology files.
+pub fn package_of_node(sys_root: &Path, node: i32) -> Option<u32> {
+    let cpus = read_trim(&sys_root.join(format!("devices/system/node/node{node}/cpulist")))?;
+    let cpu = *parse_cpu_list(&cpus).first()?;
+    read_trim(&sys_root.join(format!("devices/system/cpu/cpu{cpu}/topology/physical_package_id")))?
+        .parse::<i64>()
+        .ok()
+        .filter(|p| *p >= 0)
+        .map(|p| p as u32)
+}
+
+impl IfaceInfo {
+    /// The socket whose counters describe the NIC's DMA. Recordings from before `socket` was
+    /// stored name the NUMA node only, which is the package on hosts without sub-NUMA
+    /// clustering; 0 when nothing is known.
+    pub fn counter_socket(&self) -> u32 {
+        self.socket.unwrap_or_else(|| self.numa_node.unwrap_or(0).max(0) as u32)
+    }
+}
+
 /// The root bus of a PCI device from its sysfs path, e.g.
 /// "/sys/devices/pci0000:5d/0000:5d:00.0/0000:5e:00.0" → (0x0000, 0x5d).
 pub fn pci_root_of(device_path: &str) -> Option<(u16, u8)> {
@@ -278,9 +304,14 @@ pub fn resolve_iface_live(iface: &str, netns: Option<&str>) -> Result<IfaceInfo>
         info.numa_node = read_trim(&dev.join("numa_node")).and_then(|s| s.parse().ok()).filter(|n: &i32| *n >= 0);
         if let Some((seg, rb)) = fs::canonicalize(&dev).ok().and_then(|p| pci_root_of(&p.to_string_lossy())) {
             info.pci_root = Some(format!("{seg:04x}:{rb:02x}"));
-            info.iio_box = crate::counters::sysfs::discover(Path::new("/sys"))
+            let stack = crate::counters::sysfs::discover(Path::new("/sys"))
                 .ok()
-                .and_then(|inv| inv.iio_for_root_bus(seg, rb).map(|(pmu, _)| pmu.name.clone()));
+                .and_then(|inv| inv.iio_for_root_bus(seg, rb).map(|(pmu, s)| (pmu.name.clone(), s.die)));
+            info.iio_box = stack.as_ref().map(|(name, _)| name.clone());
+            info.socket = stack.map(|(_, die)| die);
+        }
+        if info.socket.is_none() {
+            info.socket = info.numa_node.and_then(|n| package_of_node(Path::new("/sys"), n));
         }
     }
     let interrupts = fs::read_to_string("/proc/interrupts").unwrap_or_default();
@@ -303,6 +334,35 @@ fn count_queues(sys_root: &Path, iface: &str, prefix: &str) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Sub-NUMA clustering (SNC2) on two sockets: four nodes, two per package. The NIC's
+    /// socket is its node's package, not its node number.
+    #[test]
+    fn nic_socket_is_the_package_of_its_node() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        for (node, cpus, pkg) in [(0, "0-3", 0), (1, "4-7", 0), (2, "8-11", 1), (3, "12-15", 1)] {
+            let nd = root.join(format!("devices/system/node/node{node}"));
+            fs::create_dir_all(&nd).expect("node dir");
+            fs::write(nd.join("cpulist"), format!("{cpus}\n")).expect("cpulist");
+            for cpu in parse_cpu_list(cpus) {
+                let td = root.join(format!("devices/system/cpu/cpu{cpu}/topology"));
+                fs::create_dir_all(&td).expect("topology dir");
+                fs::write(td.join("physical_package_id"), format!("{pkg}\n")).expect("package id");
+            }
+        }
+        // A memory-only node (CXL, HBM) has no CPUs.
+        fs::create_dir_all(root.join("devices/system/node/node4")).expect("node4");
+        fs::write(root.join("devices/system/node/node4/cpulist"), "\n").expect("empty cpulist");
+        let got: Vec<Option<u32>> = (0..6).map(|n| package_of_node(root, n)).collect();
+        assert_eq!(got, vec![Some(0), Some(0), Some(1), Some(1), None, None]);
+
+        let on_node = |numa_node: Option<i32>, socket: Option<u32>| IfaceInfo { numa_node, socket, ..Default::default() };
+        // Recorded package first (here node 2 sits on package 1); older recordings: the node.
+        assert_eq!(on_node(Some(2), Some(1)).counter_socket(), 1);
+        assert_eq!(on_node(Some(1), None).counter_socket(), 1);
+        assert_eq!(on_node(None, None).counter_socket(), 0);
+    }
 
     fn fixture(p: &str) -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/topology").join(p)
