@@ -814,8 +814,8 @@ static __always_inline bool mem_layout_for(__u64 head, __u64 *page_offset, __u64
 /* An skb's buffers in the page map: the linear data, then the pages of its
  * first PL_MAX_JOIN_FRAGS frags, at most PL_MAX_JOIN_PAGES pages in all.
  * head: the skb's head buffer, a direct-map address that checks the layout;
- * shinfo: head + end. */
-static __always_inline void remember_buffer(__u64 data, __u32 len, __u64 head, const unsigned char *shinfo,
+ * shinfo: head + end; typed: read the frags with typed loads (tp_btf hooks). */
+static __always_inline void remember_buffer(bool typed, __u64 data, __u32 len, __u64 head, const unsigned char *shinfo,
 					    __u32 nr_frags, __u8 dir, __u32 queue, const struct pl_flow_key *k,
 					    __u64 now)
 {
@@ -828,7 +828,8 @@ static __always_inline void remember_buffer(__u64 data, __u32 len, __u64 head, c
 		return;
 	__u64 po, vm;
 	struct pl_frag f[PL_MAX_JOIN_FRAGS] = {};
-	if (!mem_layout_for(head, &po, &vm) || pl_read_frags(shinfo, f, PL_MAX_JOIN_FRAGS)) {
+	if (!mem_layout_for(head, &po, &vm) ||
+	    (typed ? pl_load_frags(shinfo, f, PL_MAX_JOIN_FRAGS, nr_frags) : pl_read_frags(shinfo, f, PL_MAX_JOIN_FRAGS))) {
 		count_n(PLC_FRAG_NO_LAYOUT, nr_frags);
 		return;
 	}

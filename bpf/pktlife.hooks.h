@@ -154,7 +154,7 @@ static __always_inline int H(on_rx_handup)(const struct sk_buff *skb)
 			account_flow(&k, len, l3_len, hdr_len, queue, now);
 	}
 	if (join_buffers) {
-		remember_buffer((__u64)data, linear, (__u64)head, sh.at, sh.nr_frags, PL_RX, queue,
+		remember_buffer(PL_CAST, (__u64)data, linear, (__u64)head, sh.at, sh.nr_frags, PL_RX, queue,
 				have_flow ? &k : NULL, now);
 		set_ctx(PL_CTX_RX_NAPI, PL_RX, queue, have_flow ? &k : NULL, now);
 	}
@@ -394,7 +394,7 @@ static __always_inline int H(on_tx_xmit)(const struct sk_buff *skb, const struct
 		if (st && st->sampled)
 			st->flow = k;
 		if (join_buffers) {
-			remember_buffer((__u64)data, RD(skb, len) - RD(skb, data_len), (__u64)head, sh.at,
+			remember_buffer(PL_CAST, (__u64)data, RD(skb, len) - RD(skb, data_len), (__u64)head, sh.at,
 					sh.nr_frags, PL_TX, queue, &k, now);
 			set_ctx(PL_CTX_TX, PL_TX, queue, &k, now);
 		}
