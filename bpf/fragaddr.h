@@ -62,8 +62,8 @@ static __always_inline int pl_read_frags(const unsigned char *shinfo, struct pl_
 
 /* The same through typed loads (bpf_core_cast) where the kernel's frags are
  * skb_frag {netmem, len, offset} and it has bpf_rdonly_cast: a few loads in
- * place of a 64-byte probe read, about 35-55 ns less per skb with frags on the
- * development VM. n is a constant at every call site (the loop unrolls, so
+ * place of a 64-byte probe read (README, Overhead: TCP hand-up 289 against
+ * 345 ns net on the development VM). n is a constant at every call site (the loop unrolls, so
  * each load has a fixed offset). 0 on success; else the probe read's result. */
 static __always_inline int pl_load_frags(const unsigned char *shinfo, struct pl_frag *f, __u32 n, __u32 nr_frags)
 {

@@ -44,13 +44,18 @@ fn estimate(c: &SampledCounts, method: Method) -> Attribution {
     if c.period == 0 && !c.stand_in {
         return Attribution::insufficient(method, "sampling period unknown (0)");
     }
+    // A join on 1 in N pages (chosen by address hash, so by nothing a queue or flow could
+    // correlate with) sees 1 in N of the packet-buffer samples: the shares are those of the
+    // sampled pages, and each joined sample stands for N.
+    let pages = if method == Method::AddressJoin { c.join_sample.max(1) } else { 1 };
     let queues = merge(&c.queues.iter().map(|(q, n)| (q.clone(), *n as f64)).collect::<Vec<_>>());
     let n: u64 = c.queues.iter().map(|(_, k)| *k).sum();
     let total_samples = n + c.other_samples;
     if n < MIN_SAMPLES {
+        let sampled = if pages > 1 { format!(", join on 1 in {pages} buffer pages") } else { String::new() };
         let mut a = Attribution::insufficient(
             method,
-            format!("{n} samples on packet buffers (of {total_samples}); at least {MIN_SAMPLES} needed"),
+            format!("{n} samples on packet buffers (of {total_samples}{sampled}); at least {MIN_SAMPLES} needed"),
         );
         if total_samples >= MIN_SAMPLES {
             a.notes.push(format!(
@@ -62,10 +67,6 @@ fn estimate(c: &SampledCounts, method: Method) -> Attribution {
     }
     // Misses per sample. A stand-in's period is ns of CPU time or page faults:
     // multiplying by it would print numbers that look like misses and are not.
-    // A join on 1 in N pages (chosen by address hash, so by nothing a queue or flow could
-    // correlate with) sees 1 in N of the packet-buffer samples: the shares are those of the
-    // sampled pages, and each joined sample stands for N.
-    let pages = if method == Method::AddressJoin { c.join_sample.max(1) } else { 1 };
     let scale = if c.stand_in { 1.0 } else { c.period as f64 * pages as f64 };
     let mut worst_half = 0.0f64;
     let qs: Vec<QueueShare> = queues
@@ -104,7 +105,9 @@ fn estimate(c: &SampledCounts, method: Method) -> Attribution {
     };
     let counted = if pages > 1 {
         let scaled = if c.stand_in { "not scaled" } else { "scaled by it" };
-        format!("{counted}; join on 1 in {pages} buffer pages, chosen by address ({scaled})")
+        format!(
+            "{counted}; join on 1 in {pages} buffer pages, chosen by address ({scaled}); a queue whose buffers are few recurring pages is seen through a fixed part of them, an error the intervals leave out"
+        )
     } else {
         counted
     };

@@ -28,7 +28,8 @@ pub struct MissReport {
     pub samples: u64,
     pub on_packet_buffers: u64,
     pub other_addr: u64,
-    /// Samples on pages outside the join's sampled subset (`--join-sample`): not classified.
+    /// Samples on pages outside the join's sampled subset (`--join-sample`): not looked up,
+    /// so charged by CPU context (or left uncharged) like any unjoined sample.
     pub out_of_subset: u64,
     /// The join's page sampling: 1 in this many buffer pages (1: every page).
     pub join_sample: u64,
@@ -718,7 +719,7 @@ pub fn render_text(r: &Report, top_flows: usize) -> String {
         if l.join_sample > 1 {
             let _ = writeln!(
                 o,
-                "  join on 1 in {} buffer pages (--join-sample): {} samples on other pages, not classified",
+                "  join on 1 in {} buffer pages (--join-sample): {} samples on other pages, not looked up (charged by CPU context where it applies)",
                 l.join_sample, l.out_of_subset
             );
         }
@@ -741,7 +742,8 @@ pub fn render_text(r: &Report, top_flows: usize) -> String {
             p.pages_over_cap,
             opt(b.entries_max),
             opt(b.entries_last),
-            opt(b.capacity),
+            // Only the subset's sets are ever filled.
+            opt(b.capacity.map(|c| c / l.join_sample.max(1))),
             p.slots_replaced
         );
         if p.copy_linear_joined + p.copy_frag_joined > 0 {

@@ -34,8 +34,10 @@ pub struct IfaceInfo {
     /// The uncore IIO PMU box of that root bus, where one exists.
     #[serde(default)]
     pub iio_box: Option<String>,
-    /// The CPU package (socket) the NIC's DMA goes to: its IIO stack's die, else the package
-    /// of its NUMA node's CPUs. Not the NUMA node itself: with sub-NUMA clustering a socket
+    /// The CPU package (socket) the NIC's DMA goes to: its IIO stack's die (the uncore's die
+    /// id, equal to the package on parts with one die per package, as the counter discovery
+    /// assumes; not on two-die packages such as Cascade Lake-AP), else the package of its
+    /// NUMA node's CPUs. Not the NUMA node itself: with sub-NUMA clustering a socket
     /// has several nodes, and the uncore counters are per package.
     #[serde(default)]
     pub socket: Option<u32>,
