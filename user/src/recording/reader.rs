@@ -448,26 +448,29 @@ impl Recording {
 mod tests {
     use super::*;
 
-    /// A recording whose buffer-map table predates its later columns still opens;
-    /// the missing counters read as 0.
-    #[test]
-    fn buffer_map_table_without_later_columns_reads() {
+    /// The fixture recording with `sql` run on a copy: an older schema rebuilt by hand. The
+    /// temporary directory lives as long as the returned guard.
+    fn fixture_altered(sql: &str) -> (tempfile::TempDir, std::path::PathBuf) {
         let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/recordings/veth-tcp.ddio");
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("old.ddio");
         std::fs::copy(&fixture, &path).expect("copy fixture");
-        {
-            let conn = rusqlite::Connection::open(&path).expect("open copy");
-            conn.execute_batch(
-                "DROP TABLE IF EXISTS buf_map_intervals;
-                 CREATE TABLE buf_map_intervals (
-                    interval INTEGER PRIMARY KEY, linear_pages INTEGER NOT NULL, frag_pages INTEGER NOT NULL,
-                    frags_over_cap INTEGER NOT NULL, frags_no_page INTEGER NOT NULL, frags_no_layout INTEGER NOT NULL,
-                    entries INTEGER, copy_linear_joined INTEGER NOT NULL, copy_frag_joined INTEGER NOT NULL);
-                 INSERT INTO buf_map_intervals VALUES (1, 10, 20, 0, 0, 0, 5, 0, 0);",
-            )
-            .expect("old-style table");
-        }
+        rusqlite::Connection::open(&path).expect("open copy").execute_batch(sql).expect("old-style table");
+        (dir, path)
+    }
+
+    /// A recording whose buffer-map table predates its later columns still opens;
+    /// the missing counters read as 0.
+    #[test]
+    fn buffer_map_table_without_later_columns_reads() {
+        let (_dir, path) = fixture_altered(
+            "DROP TABLE IF EXISTS buf_map_intervals;
+             CREATE TABLE buf_map_intervals (
+                interval INTEGER PRIMARY KEY, linear_pages INTEGER NOT NULL, frag_pages INTEGER NOT NULL,
+                frags_over_cap INTEGER NOT NULL, frags_no_page INTEGER NOT NULL, frags_no_layout INTEGER NOT NULL,
+                entries INTEGER, copy_linear_joined INTEGER NOT NULL, copy_frag_joined INTEGER NOT NULL);
+             INSERT INTO buf_map_intervals VALUES (1, 10, 20, 0, 0, 0, 5, 0, 0);",
+        );
         let r = Recording::open(&path);
         assert!(r.is_ok(), "{:?}", r.err());
     }
@@ -475,21 +478,13 @@ mod tests {
     /// Miss samples recorded before page sampling (no out_of_subset column) read with none out.
     #[test]
     fn miss_table_without_out_of_subset_reads() {
-        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/recordings/veth-tcp.ddio");
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("old.ddio");
-        std::fs::copy(&fixture, &path).expect("copy fixture");
-        {
-            let conn = rusqlite::Connection::open(&path).expect("open copy");
-            conn.execute_batch(
-                "DROP TABLE IF EXISTS miss_intervals;
-                 CREATE TABLE miss_intervals (
-                    interval INTEGER PRIMARY KEY, samples INTEGER NOT NULL, on_packet_buffers INTEGER NOT NULL,
-                    other_addr INTEGER NOT NULL, no_addr INTEGER NOT NULL, ctx_charged INTEGER NOT NULL, uncharged INTEGER NOT NULL);
-                 INSERT INTO miss_intervals SELECT MIN(idx), 7, 3, 2, 2, 4, 0 FROM intervals;",
-            )
-            .expect("old-style table");
-        }
+        let (_dir, path) = fixture_altered(
+            "DROP TABLE IF EXISTS miss_intervals;
+             CREATE TABLE miss_intervals (
+                interval INTEGER PRIMARY KEY, samples INTEGER NOT NULL, on_packet_buffers INTEGER NOT NULL,
+                other_addr INTEGER NOT NULL, no_addr INTEGER NOT NULL, ctx_charged INTEGER NOT NULL, uncharged INTEGER NOT NULL);
+             INSERT INTO miss_intervals SELECT MIN(idx), 7, 3, 2, 2, 4, 0 FROM intervals;",
+        );
         let r = Recording::open(&path).expect("opens");
         let m: Vec<&MissSnapshot> = r.snapshots.iter().filter_map(|s| s.misses.as_ref()).collect();
         assert_eq!(m.len(), 1);
