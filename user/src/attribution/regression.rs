@@ -271,7 +271,7 @@ fn design(t: &Table, driver: &[f64], terms: &[Term], active: &[usize], backgroun
     Some(Design { a, split, terms: terms.to_vec(), background: has_background, background_cap })
 }
 
-/// The columns of a rank-deficient design, named ("rx1, background (∝ time)"); None when it
+/// The columns of a rank-deficient design, named ("rx1, background (interval length)"); None when it
 /// has full rank.
 fn collinear(t: &Table, d: &Design, background_kind: &str) -> Option<String> {
     if pivoted_qr(&d.a, RANK_TOL).rank == d.a.cols {
