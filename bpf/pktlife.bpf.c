@@ -658,6 +658,18 @@ static __always_inline void set_ctx(__u8 kind, __u8 dir, __u32 queue, const stru
 		c->cur_flow = *k;
 }
 
+/* Is the CPU's recorded network work still what it is doing? A context set
+ * without a time (cur_since 0) is a NAPI hand-up's: the poll's end clears it
+ * (napi_poll_account), which bounds it better than a window. */
+static __always_inline bool ctx_current(const struct pl_cpu_ctx *c, __u64 now)
+{
+	if (c->cur_kind == PL_CTX_NONE)
+		return false;
+	if (!c->cur_since)
+		return c->cur_kind == PL_CTX_RX_NAPI;
+	return now - c->cur_since < ctx_window_ns;
+}
+
 static __always_inline void count_n(__u32 idx, __u32 n)
 {
 	__u64 *c = bpf_map_lookup_elem(&counters, &idx);
@@ -782,6 +794,10 @@ __noinline int pl_remember_range(__u64 addr, __u32 len, __u32 counter, struct pl
 		__u32 set = buf_set_of(page);
 		if (!in_join_subset(set))
 			continue;
+		/* The clock only once a page is kept: under --join-sample most
+		 * packets keep none and need no time. */
+		if (!w->owner.handup_ns)
+			w->owner.handup_ns = bpf_ktime_get_ns();
 		remember_page(page, set, &w->owner);
 		written++;
 	}
@@ -789,7 +805,8 @@ __noinline int pl_remember_range(__u64 addr, __u32 len, __u32 counter, struct pl
 	if (n)
 		w->prev = first + ((__u64)(n - 1) << 12);
 	w->budget = left - n;
-	count_n(counter, written);
+	if (written)
+		count_n(counter, written);
 	if (npages > n)
 		count_n(PLC_PAGES_OVER_CAP, npages - n);
 	return 0;
@@ -814,24 +831,31 @@ static __always_inline bool mem_layout_for(__u64 head, __u64 *page_offset, __u64
 /* An skb's buffers in the page map: the linear data, then the pages of its
  * first PL_MAX_JOIN_FRAGS frags, at most PL_MAX_JOIN_PAGES pages in all.
  * head: the skb's head buffer, a direct-map address that checks the layout;
- * shinfo: head + end; typed: read the frags with typed loads (tp_btf hooks). */
-static __always_inline void remember_buffer(bool typed, __u64 data, __u32 len, __u64 head, const unsigned char *shinfo,
-					    __u32 nr_frags, __u8 dir, __u32 queue, const struct pl_flow_key *k,
-					    __u64 now)
+ * shinfo: head + end; typed: read the frags with typed loads (tp_btf hooks);
+ * now: the packet's time, or 0 to read the clock only if a page is kept.
+ * Returns the time the pages were kept with (0: none kept, no clock read). */
+static __always_inline __u64 remember_buffer(bool typed, __u64 data, __u32 len, __u64 head, const unsigned char *shinfo,
+					     __u32 nr_frags, __u8 dir, __u32 queue, const struct pl_flow_key *k,
+					     __u64 now)
 {
+	/* The common case under --join-sample: linear data within one page
+	 * outside the subset, no frags. Nothing to keep, nothing to set up. */
+	__u64 d = as_number(data);
+	if (!nr_frags && len && ((d ^ (d + len - 1)) & ~4095ULL) == 0 && !in_join_subset(buf_set_of(d & ~4095ULL)))
+		return now;
 	struct pl_range_walk w = { .owner = { .handup_ns = now, .queue = queue, .dir = dir, .has_flow = k != NULL },
 				   .budget = PL_MAX_JOIN_PAGES };
 	if (k)
 		w.owner.flow = *k;
-	pl_remember_range(as_number(data), len, PLC_BUF_LINEAR, &w);
+	pl_remember_range(d, len, PLC_BUF_LINEAR, &w);
 	if (!nr_frags)
-		return;
+		return w.owner.handup_ns;
 	__u64 po, vm;
 	struct pl_frag f[PL_MAX_JOIN_FRAGS] = {};
 	if (!mem_layout_for(head, &po, &vm) ||
 	    (typed ? pl_load_frags(shinfo, f, PL_MAX_JOIN_FRAGS, nr_frags) : pl_read_frags(shinfo, f, PL_MAX_JOIN_FRAGS))) {
 		count_n(PLC_FRAG_NO_LAYOUT, nr_frags);
-		return;
+		return w.owner.handup_ns;
 	}
 	if (nr_frags > PL_MAX_JOIN_FRAGS)
 		count_n(PLC_FRAG_OVER_CAP, nr_frags - PL_MAX_JOIN_FRAGS);
@@ -849,6 +873,7 @@ static __always_inline void remember_buffer(bool typed, __u64 data, __u32 len, _
 		}
 		pl_remember_range(virt + f[i].offset, f[i].len, PLC_BUF_FRAG, &w);
 	}
+	return w.owner.handup_ns;
 }
 
 static __always_inline void charge(__u8 dir, __u32 queue, const struct pl_flow_key *flow, bool by_addr)
@@ -939,7 +964,7 @@ int l3miss_sample(struct bpf_perf_event_data *ctx)
 		t->c[PLM_NO_ADDR] += 1;
 	}
 	struct pl_cpu_ctx *c = cpu_ctx_get();
-	if (c && c->cur_kind != PL_CTX_NONE && now - c->cur_since < ctx_window_ns) {
+	if (c && ctx_current(c, now)) {
 		t->c[PLM_CTX_CHARGED] += 1;
 		charge(c->cur_dir, c->cur_queue, c->cur_has_flow ? &c->cur_flow : NULL, false);
 	} else {
@@ -980,17 +1005,17 @@ struct pl_shinfo {
 
 #define PKTLIFE_HOOKS(FL, PFX)                                                                        \
 	SEC(PFX "napi_gro_receive_entry")                                                             \
-	int BPF_PROG(rx_gro##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb); }         \
+	int BPF_PROG(rx_gro##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb, true); }   \
 	SEC(PFX "napi_gro_frags_entry")                                                               \
-	int BPF_PROG(rx_frags##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb); }       \
+	int BPF_PROG(rx_frags##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb, true); } \
 	SEC(PFX "napi_gro_receive_exit")                                                              \
 	int BPF_PROG(rx_gro_exit##FL, int ret) { return on_gro_exit(ret); }                           \
 	SEC(PFX "netif_receive_skb_entry")                                                            \
-	int BPF_PROG(rx_nrs##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb); }         \
+	int BPF_PROG(rx_nrs##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb, false); }  \
 	SEC(PFX "netif_receive_skb_list_entry")                                                       \
-	int BPF_PROG(rx_list##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb); }        \
+	int BPF_PROG(rx_list##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb, false); } \
 	SEC(PFX "netif_rx_entry")                                                                     \
-	int BPF_PROG(rx_netif_rx##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb); }    \
+	int BPF_PROG(rx_netif_rx##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb, false); } \
 	SEC(PFX "netif_receive_skb")                                                                  \
 	int BPF_PROG(rx_stack##FL, struct sk_buff *skb) { return on_rx_stack##FL(skb); }              \
 	SEC(PFX "napi_poll")                                                                          \

@@ -95,7 +95,8 @@ static __always_inline bool H(flow_of)(const unsigned char *l3, __u16 proto_be, 
 	return parse_flow(l3, proto_be, k, hdr_len);
 }
 
-static __always_inline int H(on_rx_handup)(const struct sk_buff *skb)
+/* in_napi: the hook runs inside a NAPI poll (the GRO entry points). */
+static __always_inline int H(on_rx_handup)(const struct sk_buff *skb, bool in_napi)
 {
 	if (!H(dev_matches)(RD(skb, dev)))
 		return 0;
@@ -134,8 +135,10 @@ static __always_inline int H(on_rx_handup)(const struct sk_buff *skb)
 
 	struct pl_flow_key k = {};
 	__u32 hdr_len = 0;
-	/* The clock only for packets that need a time: stage state, buffer join. */
-	__u64 now = track || join_buffers ? bpf_ktime_get_ns() : 0;
+	/* The clock only for packets that need a time: stage state, and a hand-up
+	 * outside NAPI for its CPU context (in NAPI the poll's end bounds it). The
+	 * buffer join reads it itself when it keeps a page. */
+	__u64 now = track || (join_buffers && !in_napi) ? bpf_ktime_get_ns() : 0;
 	/* data is the L3 header once L2 is pulled; on the frags path the headers
 	 * are not in the linear area yet, so no flow. */
 	bool have_flow = (track_flows || track || join_buffers) && linear >= 20 && l2_len &&
@@ -148,16 +151,15 @@ static __always_inline int H(on_rx_handup)(const struct sk_buff *skb)
 		qs->packets += segs;
 		qs->bytes += len;
 	}
-	if (have_flow) {
+	if (have_flow)
 		k.dir = PL_RX;
-		if (track_flows)
-			account_flow(&k, len, l3_len, hdr_len, queue, now);
-	}
 	if (join_buffers) {
-		remember_buffer(PL_CAST, (__u64)data, linear, (__u64)head, sh.at, sh.nr_frags, PL_RX, queue,
-				have_flow ? &k : NULL, now);
+		now = remember_buffer(PL_CAST, (__u64)data, linear, (__u64)head, sh.at, sh.nr_frags, PL_RX, queue,
+				      have_flow ? &k : NULL, now);
 		set_ctx(PL_CTX_RX_NAPI, PL_RX, queue, have_flow ? &k : NULL, now);
 	}
+	if (have_flow && track_flows)
+		account_flow(&k, len, l3_len, hdr_len, queue, now);
 	if (!track) {
 		H(forget_leftover)(skb);
 		return 0;
