@@ -582,6 +582,15 @@ static __always_inline int free_stage(struct pl_skb_state *st, __u64 key, bool d
 }
 
 /* NAPI accounting for a poll of our device (filtering is flavour-specific). */
+/* A NAPI poll ended on this CPU, ours or another device's: the hand-up's CPU
+ * context (set_ctx, PL_CTX_RX_NAPI) is over. */
+static __always_inline void end_napi_ctx(void)
+{
+	struct pl_cpu_ctx *c = cpu_ctx_get();
+	if (c && c->cur_kind == PL_CTX_RX_NAPI)
+		c->cur_kind = PL_CTX_NONE;
+}
+
 static __always_inline int napi_poll_account(__u64 key, int work, int budget)
 {
 	__u32 queue = 0;
@@ -595,11 +604,8 @@ static __always_inline int napi_poll_account(__u64 key, int work, int budget)
 	} else if (known) {
 		queue = *known;
 	}
-	if (c) {
+	if (c)
 		c->frames = 0;
-		if (c->cur_kind == PL_CTX_RX_NAPI)
-			c->cur_kind = PL_CTX_NONE;
-	}
 
 	struct pl_queue_stats *qs = qstats(PL_RX, queue);
 	if (!qs)
@@ -659,14 +665,20 @@ static __always_inline void set_ctx(__u8 kind, __u8 dir, __u32 queue, const stru
 }
 
 /* Is the CPU's recorded network work still what it is doing? A context set
- * without a time (cur_since 0) is a NAPI hand-up's: the poll's end clears it
- * (napi_poll_account), which bounds it better than a window. */
-static __always_inline bool ctx_current(const struct pl_cpu_ctx *c, __u64 now)
+ * without a time (cur_since 0) is a GRO hand-up's, and the poll's end clears
+ * it (end_napi_ctx). The first sample to see one dates it, so one whose poll
+ * end is never seen (the napi_poll hook not attached, tun's napi_gro_frags
+ * from write(), which runs no poll) still goes stale after ctx_window_ns. */
+static __always_inline bool ctx_current(struct pl_cpu_ctx *c, __u64 now)
 {
 	if (c->cur_kind == PL_CTX_NONE)
 		return false;
-	if (!c->cur_since)
-		return c->cur_kind == PL_CTX_RX_NAPI;
+	if (!c->cur_since) {
+		if (c->cur_kind != PL_CTX_RX_NAPI)
+			return false;
+		c->cur_since = now;
+		return true;
+	}
 	return now - c->cur_since < ctx_window_ns;
 }
 

@@ -119,7 +119,7 @@ struct pl_cpu_ctx {
 	struct pl_flow_pending pend[PL_FLOW_SLOTS];
 	/* The network work this CPU is doing now (enum pl_ctx_kind), for charging
 	 * L3-miss samples that carry no packet-buffer address; cur_since 0: a
-	 * NAPI hand-up's, current until its poll ends (ctx_current). */
+	 * GRO hand-up's, current until its poll ends (ctx_current). */
 	__u64 cur_since;
 	__u32 cur_queue;
 	__u8 cur_kind;

@@ -136,8 +136,9 @@ static __always_inline int H(on_rx_handup)(const struct sk_buff *skb, bool in_na
 	struct pl_flow_key k = {};
 	__u32 hdr_len = 0;
 	/* The clock only for packets that need a time: stage state, and a hand-up
-	 * outside NAPI for its CPU context (in NAPI the poll's end bounds it). The
-	 * buffer join reads it itself when it keeps a page. */
+	 * outside NAPI for its CPU context (a GRO hand-up's is bounded by its
+	 * poll's end, ctx_current). The buffer join reads it itself when it keeps
+	 * a page. */
 	__u64 now = track || (join_buffers && !in_napi) ? bpf_ktime_get_ns() : 0;
 	/* data is the L3 header once L2 is pulled; on the frags path the headers
 	 * are not in the linear area yet, so no flow. */
@@ -156,7 +157,7 @@ static __always_inline int H(on_rx_handup)(const struct sk_buff *skb, bool in_na
 	if (join_buffers) {
 		now = remember_buffer(PL_CAST, (__u64)data, linear, (__u64)head, sh.at, sh.nr_frags, PL_RX, queue,
 				      have_flow ? &k : NULL, now);
-		set_ctx(PL_CTX_RX_NAPI, PL_RX, queue, have_flow ? &k : NULL, now);
+		set_ctx(PL_CTX_RX_NAPI, PL_RX, queue, have_flow ? &k : NULL, in_napi ? 0 : now);
 	}
 	if (have_flow && track_flows)
 		account_flow(&k, len, l3_len, hdr_len, queue, now);
@@ -181,6 +182,10 @@ static __always_inline int H(on_rx_handup)(const struct sk_buff *skb, bool in_na
 
 static __always_inline int H(on_napi_poll)(const struct napi_struct *napi, int work, int budget)
 {
+	/* Before the device check: a driver may poll under another netdev
+	 * (a dummy NAPI device, one NAPI for several ports). */
+	if (join_buffers)
+		end_napi_ctx();
 	if (!H(dev_matches)(RD(napi, dev)))
 		return 0;
 	return napi_poll_account((__u64)napi, work, budget);
