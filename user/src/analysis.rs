@@ -7,7 +7,7 @@ use anyhow::{bail, Result};
 use serde::Serialize;
 
 use crate::advise::{self, CounterEvidence, HostObservation, ModelView, QueueObservation, Recommendation};
-use crate::model::analytic::Dir as MDir;
+use crate::model::analytic::{self, Dir as MDir};
 use crate::model::geometry::{LlcGeometry, WaysSource};
 use crate::recording::Recording;
 use crate::snapshot::{hist_percentile, Dir};
@@ -276,7 +276,28 @@ fn target_with_attribution(recs: &mut [Recommendation], a: &crate::attribution::
 
 #[cfg(test)]
 mod tests {
-    use super::{irq_queue, is_stand_in};
+    use super::{irq_queue, is_stand_in, queue_features};
+    use crate::snapshot::{Dir, QueueCounters};
+
+    #[test]
+    fn regression_features_of_a_queue() {
+        let mut q = QueueCounters::new(Dir::Rx, 2);
+        q.packets = 1_000;
+        q.bytes = 1_000 * 1514;
+        q.stage_count[3] = 100;
+        q.stage_sum_ns[3] = 100 * 20_000; // 20 µs from DMA to free
+        let f = queue_features(&q, 1_000_000_000, Some(1024));
+        assert_eq!((f.queue.dir.as_str(), f.queue.queue), ("rx", 2));
+        assert_eq!(f.inbound_bytes, 1_514_000.0);
+        // Little's law: 1.514 MB/s for 20 µs.
+        assert!((f.inflight_bytes.unwrap() - 30.28).abs() < 1e-6, "{:?}", f.inflight_bytes);
+        // 1024 entries × 24 lines (1514 B) + 1024 × 64 B of descriptors.
+        assert_eq!(f.footprint_bytes, Some((1024 * 24 * 64 + 1024 * 64) as f64));
+        // No ring size (veth, no ethtool -g) or no packets: no footprint, not a zero one.
+        assert_eq!(queue_features(&q, 1_000_000_000, None).footprint_bytes, None);
+        assert_eq!(queue_features(&QueueCounters::new(Dir::Tx, 0), 1_000_000_000, Some(512)).footprint_bytes, None);
+        assert_eq!(queue_features(&QueueCounters::new(Dir::Tx, 0), 1_000_000_000, Some(512)).inflight_bytes, None);
+    }
 
     #[test]
     fn software_sources_are_stand_ins() {
@@ -377,9 +398,30 @@ pub fn other_stacks_bytes(snaps: &[crate::snapshot::Snapshot], socket: u32, nic_
 
 /// Every piece of attribution evidence the recording holds, in the
 /// attribution module's terms.
+/// One queue's regression features over an interval of `dur_ns`: its bytes; in-flight bytes by
+/// Little's law from its measured lifetime stage; the ring's DDIO footprint from its entries
+/// (`ring`, as ethtool reports them) and the interval's mean packet in whole lines, as the model
+/// and the ground truth count it.
+fn queue_features(q: &crate::snapshot::QueueCounters, dur_ns: u64, ring: Option<u32>) -> crate::attribution::QueueFeatures {
+    let life = if q.dir == Dir::Rx { 3 } else { 2 };
+    let inflight = (q.stage_count[life] > 0 && dur_ns > 0).then(|| {
+        analytic::inflight_bytes(q.bytes as f64 / (dur_ns as f64 / 1e9), q.stage_sum_ns[life] as f64 / q.stage_count[life] as f64)
+    });
+    let footprint = ring.filter(|&r| r > 0 && q.packets > 0).map(|r| {
+        let pkt = (q.bytes / q.packets).min(u32::MAX as u64) as u32;
+        analytic::ring_footprint_bytes(r, pkt, analytic::DESC_BYTES_PER_PKT) as f64
+    });
+    crate::attribution::QueueFeatures {
+        queue: crate::attribution::QueueId { dir: q.dir.as_str().to_string(), queue: q.queue },
+        inbound_bytes: q.bytes as f64,
+        inflight_bytes: inflight,
+        footprint_bytes: footprint,
+    }
+}
+
 pub fn evidence(rec: &Recording, obs: &HostObservation) -> crate::attribution::Evidence {
     use crate::attribution::{
-        Evidence, FlowId, Interval, ModelPrediction, QueueFeatures, QueueId, RegressionInput, SampledCounts, SocketMisses,
+        Evidence, FlowId, Interval, ModelPrediction, QueueId, RegressionInput, SampledCounts, SocketMisses,
     };
     let qid = |d: Dir, q: u32| QueueId { dir: d.as_str().to_string(), queue: q };
     let fid = |k: &crate::snapshot::FlowKey| FlowId {
@@ -444,11 +486,8 @@ pub fn evidence(rec: &Recording, obs: &HostObservation) -> crate::attribution::E
                     .queues
                     .iter()
                     .map(|q| {
-                        let life = if q.dir == Dir::Rx { 3 } else { 2 };
-                        let inflight = (q.stage_count[life] > 0 && s.dur_ns > 0).then(|| {
-                            q.bytes as f64 / (s.dur_ns as f64 / 1e9) * (q.stage_sum_ns[life] as f64 / q.stage_count[life] as f64) / 1e9
-                        });
-                        QueueFeatures { queue: qid(q.dir, q.queue), inbound_bytes: q.bytes as f64, inflight_bytes: inflight, footprint_bytes: None }
+                        let ring = if q.dir == Dir::Rx { rec.iface().rx_ring } else { rec.iface().tx_ring };
+                        queue_features(q, s.dur_ns, ring)
                     })
                     .collect(),
                 socket: SocketMisses {
