@@ -50,8 +50,10 @@ deps:
 demo: deps build
 	scripts/demo.sh
 
+# The ground-truth tests print their accuracy tables: shown, not captured.
 unit-test: deps
-	cd user && $(CARGO) test --release
+	cd user && $(CARGO) test --release -- --skip ground_truth
+	cd user && $(CARGO) test --release --lib ground_truth -- --nocapture --test-threads 1
 
 system-test: deps build $(FRAGCHECK)
 	python3 -m pytest -v tests/system
