@@ -5,6 +5,7 @@ traffic with two flows of very different rates pinned to different queues.
 Truth: the rates the sender was told to send and iperf3 measured, the queues XPS
 pinned, and veth's own per-queue counters."""
 import json
+import shutil
 import sqlite3
 import subprocess
 
@@ -69,6 +70,25 @@ def test_cpu_context_attribution_follows_rates(testbed, recorder):
     heavy = [f for f in a["flows"] if f["dport"] == 5201]
     light = [f for f in a["flows"] if f["dport"] == 5202]
     assert sum(f["share_pct"] for f in heavy) > sum(f["share_pct"] for f in light)
+
+    # Without an LLC geometry the model cannot run, but the measured attribution still shows,
+    # the same, and says the model prior is missing; the text lists --top flows.
+    bare = rec.out.with_name("no-geometry.ddio")
+    shutil.copy(rec.out, bare)
+    with sqlite3.connect(bare) as db:
+        host = json.loads(db.execute("SELECT value FROM meta WHERE key = 'host'").fetchone()[0])
+        host["llc"] = None
+        db.execute("UPDATE meta SET value = ? WHERE key = 'host'", (json.dumps(host),))
+        db.execute("DELETE FROM meta WHERE key = 'geometry'")
+    rb = report_json(bare)
+    assert "error" in rb["model"] and rb["recommendations"] == []
+    ab = rb["attribution"]
+    assert (ab["method"], ab["confidence"]) == (a["method"], a["confidence"]), ab
+    assert [(q["dir"], q["queue"], q["share_pct"]) for q in ab["queues"]] == [(q["dir"], q["queue"], q["share_pct"]) for q in a["queues"]]
+    assert any("no model prior" in n for n in ab["notes"]), ab["notes"]
+    text = run(BIN, "report", bare, "--top", "1").stdout
+    assert "Attributed DDIO/L3 misses: method cpu_context" in text and "DDIO model: not available" in text, text
+    assert f"({len(ab['flows']) - 1} more flows)" in text, text
 
 
 def test_cpu_context_ends_with_the_traffic(testbed, recorder):

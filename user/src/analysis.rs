@@ -197,7 +197,7 @@ pub fn advise(rec: &Recording, o: GeometryOverrides) -> Result<Advice> {
         WaysSource::Assumed => format!("assumed {} (MSR 0xC8B not readable at record time)", obs.geometry.ddio_ways),
         WaysSource::Override => "given on the command line".to_string(),
     };
-    let attribution = attribution(rec, &obs);
+    let attribution = attribution(rec, Some(&obs));
     let mut recommendations = advise::recommend(&obs);
     let iface = rec.iface();
     for r in recommendations.iter_mut().filter(|r| r.kind == "spread_load") {
@@ -419,7 +419,9 @@ fn queue_features(q: &crate::snapshot::QueueCounters, dur_ns: u64, ring: Option<
     }
 }
 
-pub fn evidence(rec: &Recording, obs: &HostObservation) -> crate::attribution::Evidence {
+/// What each attribution method is given. `obs`: the host as the model sees it, for the model
+/// prior; without one (no LLC geometry) the measured methods still get their evidence.
+pub fn evidence(rec: &Recording, obs: Option<&HostObservation>) -> crate::attribution::Evidence {
     use crate::attribution::{
         Evidence, FlowId, Interval, ModelPrediction, QueueId, RegressionInput, SampledCounts, SocketMisses,
     };
@@ -504,7 +506,7 @@ pub fn evidence(rec: &Recording, obs: &HostObservation) -> crate::attribution::E
 
     // Model prior: the simulator's per-queue misses (sim queue i is the i-th RX
     // queue by id), each split over its flows by bytes.
-    let model = crate::advise::spec_from_observation(obs, None, None).map(|spec| {
+    let model = obs.and_then(|obs| crate::advise::spec_from_observation(obs, None, None).map(|spec| (obs, spec))).map(|(obs, spec)| {
         let r = crate::model::spec::simulate(&spec);
         let mut rx_ids: Vec<u32> = obs.queues.iter().filter(|q| q.dir == MDir::Rx).map(|q| q.queue).collect();
         rx_ids.sort_unstable();
@@ -550,7 +552,8 @@ pub struct AttributionReport {
     pub all: Vec<crate::attribution::Attribution>,
 }
 
-pub fn attribution(rec: &Recording, obs: &HostObservation) -> AttributionReport {
+/// The attribution of a recording; `obs` as for `evidence`.
+pub fn attribution(rec: &Recording, obs: Option<&HostObservation>) -> AttributionReport {
     let ev = evidence(rec, obs);
     let mut chosen = crate::attribution::attribute(&ev);
     let all = crate::attribution::attribute_all(&ev);

@@ -240,9 +240,23 @@ impl From<GeometryArgs> for ddioscope::analysis::GeometryOverrides {
 }
 
 fn render_advice(a: &ddioscope::analysis::Advice) -> String {
+    let mut o = render_attribution(&a.attribution, 5);
+    render_model(a, &mut o);
+    o
+}
+
+/// The measured methods' attribution when the model cannot run (`why`): no model prior.
+fn attribution_without_model(rec: &recording::Recording, why: &anyhow::Error) -> ddioscope::analysis::AttributionReport {
+    let mut a = ddioscope::analysis::attribution(rec, None);
+    a.chosen.notes.push(format!("no model prior: the DDIO model is not available ({why:#})"));
+    a
+}
+
+/// The attributed misses: every queue, and the first `top_flows` flows.
+fn render_attribution(a: &ddioscope::analysis::AttributionReport, top_flows: usize) -> String {
     use std::fmt::Write as _;
     let mut o = String::new();
-    let at = &a.attribution.chosen;
+    let at = &a.chosen;
     let _ = writeln!(
         o,
         "\nAttributed DDIO/L3 misses: method {}, confidence {}",
@@ -257,9 +271,18 @@ fn render_advice(a: &ddioscope::analysis::Advice) -> String {
         let ci = q.ci_pct.map(|(lo, hi)| format!(" [{lo:.0}–{hi:.0}%]")).unwrap_or_default();
         let _ = writeln!(o, "  {} queue {:>2}: {:>12.0} {unit}  {:5.1}%{}", q.dir, q.queue, q.misses, q.share_pct, ci);
     }
-    for f in at.flows.iter().take(5) {
+    for f in at.flows.iter().take(top_flows) {
         let _ = writeln!(o, "  {} {}:{} -> {}:{}  {:.0} {unit}  {:.1}%", f.proto, f.src, f.sport, f.dst, f.dport, f.misses, f.share_pct);
     }
+    if at.flows.len() > top_flows {
+        let _ = writeln!(o, "  ({} more flows)", at.flows.len() - top_flows);
+    }
+    o
+}
+
+/// The DDIO model's view and the recommendations.
+fn render_model(a: &ddioscope::analysis::Advice, o: &mut String) {
+    use std::fmt::Write as _;
     let g = &a.geometry;
     let _ = writeln!(
         o,
@@ -298,7 +321,6 @@ fn render_advice(a: &ddioscope::analysis::Advice) -> String {
             let _ = writeln!(o, "      predicted {}: {b:.1} → {af:.1}", r.predicted_metric.as_deref().unwrap_or("hit %"));
         }
     }
-    o
 }
 
 fn run() -> anyhow::Result<ExitCode> {
@@ -414,15 +436,23 @@ fn run() -> anyhow::Result<ExitCode> {
                     Err(e) => {
                         v["model"] = serde_json::json!({"error": format!("{e:#}")});
                         v["recommendations"] = serde_json::json!([]);
-                        v["attribution"] = serde_json::json!({"method": "none", "confidence": "insufficient", "queues": [], "flows": [], "notes": [format!("{e:#}")]});
+                        v["attribution"] = serde_json::to_value(attribution_without_model(&rec, e))?;
                     }
                 }
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 print!("{}", report::render_text(&r, top));
                 match &advice {
-                    Ok(a) => print!("{}", render_advice(a)),
-                    Err(e) => println!("\nDDIO model: not available ({e:#})"),
+                    Ok(a) => {
+                        print!("{}", render_attribution(&a.attribution, top));
+                        let mut o = String::new();
+                        render_model(a, &mut o);
+                        print!("{o}");
+                    }
+                    Err(e) => {
+                        print!("{}", render_attribution(&attribution_without_model(&rec, e), top));
+                        println!("\nDDIO model: not available ({e:#})");
+                    }
                 }
             }
             Ok(ExitCode::SUCCESS)
