@@ -201,6 +201,12 @@ def test_copy_standin_address_join_follows_rates(testbed, recorder, join_sample)
     assert b["frag_pages"] > 10000 // join_sample and b["frags_no_layout"] == 0, b
     assert b["copy_frag_joined"] >= 0.9 * m["on_packet_buffers"], b
 
+    # Ages: a copy runs before its packet is freed, so nearly every copy sample falls within
+    # the packets' own lifetime (hand-up -> free, measured apart by the stage timestamps).
+    split = m["age_split"]
+    assert split and abs(split["within_life"] + split["after_life"] - m["on_packet_buffers"]) <= 1, (split, m)
+    assert split["within_life"] >= 0.9 * m["on_packet_buffers"], split
+
     # Bounded under sustained load: far more pages written than the table has
     # slots, and the occupied slots counted during the run never exceed them.
     # With a page subset only its sets are ever filled: a kernel-side check of the mask.

@@ -457,7 +457,12 @@ pub fn evidence(rec: &Recording, obs: Option<&HostObservation>) -> crate::attrib
                 .collect(),
             other_samples: other,
             join_sample: if by_addr { m.join_sample } else { 1 },
-            age_hist: Vec::new(),
+            // (upper bound ns, samples) per log2 bucket; ages exist for joined samples only.
+            age_hist: if by_addr {
+                m.age_hist.iter().enumerate().filter(|(_, &c)| c > 0).map(|(b, &c)| (1u64 << (b + 1), c)).collect()
+            } else {
+                Vec::new()
+            },
         })
     };
     let address_join = sampled(true, m.other_addr);

@@ -39,6 +39,12 @@ pub struct MissReport {
     /// Joined samples: p50/p99 ns between the buffer's hand-up and the miss.
     pub age_p50_ns: Option<u64>,
     pub age_p99_ns: Option<u64>,
+    /// Joined samples against their packets' own lifetime (absent without joined samples or
+    /// timed packets).
+    pub age_split: Option<AgeSplit>,
+    /// Joined samples per log2 age bucket (bucket b: [2^b, 2^(b+1)) ns since hand-up).
+    #[serde(skip)]
+    pub age_hist: Vec<u64>,
     pub queues: Vec<MissQueue>,
     pub flows: Vec<MissFlow>,
     /// (2 MiB region start address, samples), busiest first.
@@ -46,6 +52,31 @@ pub struct MissReport {
     /// Which packet buffers the join maps, and how the frag pages' addresses are known (or why not).
     pub buffer_join: String,
     pub buffer_map: BufferMapReport,
+}
+
+/// When a joined miss came, relative to the life of a packet buffer (hand-up to free, p99 over
+/// every queue's timed packets: RX driver → free, TX xmit → free). Within it, the buffer's lines
+/// were evicted while its packet was still being handled: DMA leaked before use. After it, the page
+/// was read again once its packet had gone: late reuse of the memory.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct AgeSplit {
+    pub life_p99_ns: u64,
+    pub within_life: u64,
+    pub after_life: u64,
+}
+
+/// Split a log2 age histogram at `bound` ns; a bucket that straddles it is split in proportion
+/// to the part of its range on each side (as `hist_percentile` interpolates).
+fn split_ages(age: &[u64], bound: u64) -> (u64, u64) {
+    let (mut within, mut after) = (0.0, 0.0);
+    for (b, &c) in age.iter().enumerate() {
+        let lo = if b == 0 { 0.0 } else { (1u64 << b) as f64 };
+        let hi = (1u64 << (b + 1)) as f64;
+        let f = ((bound as f64 - lo) / (hi - lo)).clamp(0.0, 1.0);
+        within += c as f64 * f;
+        after += c as f64 * (1.0 - f);
+    }
+    (within.round() as u64, after.round() as u64)
 }
 
 /// The packet-buffer page map over the recording.
@@ -94,6 +125,8 @@ fn miss_report(rec: &Recording) -> MissReport {
         uncharged: 0,
         age_p50_ns: None,
         age_p99_ns: None,
+        age_split: None,
+        age_hist: Vec::new(),
         queues: Vec::new(),
         flows: Vec::new(),
         regions: Vec::new(),
@@ -104,8 +137,17 @@ fn miss_report(rec: &Recording) -> MissReport {
         },
     };
     let mut age = vec![0u64; crate::snapshot::NBUCKETS];
+    let mut life = vec![0u64; crate::snapshot::NBUCKETS];
     let mut per_q: std::collections::BTreeMap<(Dir, u32), (u64, u64)> = Default::default();
     for s in &rec.snapshots {
+        for q in &s.queues {
+            // Stage 3 (RX driver → free) and 2 (TX xmit → free): from the time the join dates
+            // a buffer by to the free.
+            let stage = if q.dir == Dir::Rx { 3 } else { 2 };
+            for (l, c) in life.iter_mut().zip(&q.stage_hist[stage]) {
+                *l += c;
+            }
+        }
         let Some(x) = &s.misses else { continue };
         m.samples += x.samples;
         m.on_packet_buffers += x.on_packet_buffers;
@@ -152,6 +194,13 @@ fn miss_report(rec: &Recording) -> MissReport {
     m.queues = per_q.into_iter().map(|((dir, queue), (a, c))| MissQueue { dir, queue, addr_join: a, cpu_ctx: c }).collect();
     m.age_p50_ns = hist_percentile(&age, 50.0, 0);
     m.age_p99_ns = hist_percentile(&age, 99.0, 0);
+    if age.iter().any(|&c| c > 0) {
+        m.age_split = hist_percentile(&life, 99.0, 0).map(|p99| {
+            let (within_life, after_life) = split_ages(&age, p99);
+            AgeSplit { life_p99_ns: p99, within_life, after_life }
+        });
+    }
+    m.age_hist = age;
     m
 }
 
@@ -716,6 +765,16 @@ pub fn render_text(r: &Report, top_flows: usize) -> String {
             l.ctx_charged,
             l.uncharged
         );
+        if let Some(a) = &l.age_split {
+            let n = (a.within_life + a.after_life).max(1) as f64;
+            let _ = writeln!(
+                o,
+                "  joined samples vs their packets' life (hand-up → free p99 {}): {:.1}% within it (evicted before use), {:.1}% after it (late reuse)",
+                fmt_ns(Some(a.life_p99_ns)),
+                100.0 * a.within_life as f64 / n,
+                100.0 * a.after_life as f64 / n
+            );
+        }
         if l.join_sample > 1 {
             let _ = writeln!(
                 o,
@@ -760,4 +819,25 @@ pub fn render_text(r: &Report, top_flows: usize) -> String {
     }
     let _ = writeln!(o);
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_ages;
+
+    #[test]
+    fn ages_split_at_the_packets_life() {
+        let mut age = vec![0u64; 32];
+        age[10] = 100; // [1024, 2048) ns
+        age[12] = 40; // [4096, 8192)
+        age[20] = 7; // ~1 ms
+        // A bound on a bucket edge splits nothing.
+        assert_eq!(split_ages(&age, 4096), (100, 47));
+        // Inside a bucket: its share on each side, by range.
+        assert_eq!(split_ages(&age, 6144), (120, 27));
+        assert_eq!(split_ages(&age, 0), (0, 147));
+        assert_eq!(split_ages(&age, u64::MAX >> 1), (147, 0));
+        // Bucket 0 holds [0, 2) ns.
+        assert_eq!(split_ages(&[4], 1), (2, 2));
+    }
 }
