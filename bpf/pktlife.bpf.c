@@ -888,10 +888,13 @@ static __always_inline __u64 remember_buffer(bool typed, __u64 data, __u32 len, 
 	return w.owner.handup_ns;
 }
 
-static __always_inline void charge(__u8 dir, __u32 queue, const struct pl_flow_key *flow, bool by_addr)
+static __always_inline void charge(struct pl_miss_totals *t, __u8 dir, __u32 queue, const struct pl_flow_key *flow,
+				   bool by_addr)
 {
-	if (queue >= MAX_QUEUES)
+	if (queue >= MAX_QUEUES) {
 		queue = MAX_QUEUES - 1;
+		t->c[PLM_QUEUE_CLAMPED] += 1;
+	}
 	__u32 idx = (__u32)dir * MAX_QUEUES + queue;
 	struct pl_miss_count *q = bpf_map_lookup_elem(&miss_queues, &idx);
 	if (q) {
@@ -900,8 +903,10 @@ static __always_inline void charge(__u8 dir, __u32 queue, const struct pl_flow_k
 		else
 			q->cpu_ctx += 1;
 	}
-	if (!flow)
+	if (!flow) {
+		t->c[PLM_NO_FLOW] += 1;
 		return;
+	}
 	struct pl_miss_count *f = bpf_map_lookup_elem(&miss_flows, flow);
 	if (f) {
 		if (by_addr)
@@ -968,7 +973,7 @@ int l3miss_sample(struct bpf_perf_event_data *ctx)
 			if (bucket >= NBUCKETS)
 				bucket = NBUCKETS - 1;
 			t->age_hist[bucket] += 1;
-			charge(b->dir, b->queue, b->has_flow ? &b->flow : NULL, true);
+			charge(t, b->dir, b->queue, b->has_flow ? &b->flow : NULL, true);
 			return 0;
 		}
 		t->c[found == PL_NOT_IN_SUBSET ? PLM_OUT_OF_SUBSET : PLM_OTHER_ADDR] += 1;
@@ -978,7 +983,7 @@ int l3miss_sample(struct bpf_perf_event_data *ctx)
 	struct pl_cpu_ctx *c = cpu_ctx_get();
 	if (c && ctx_current(c, now)) {
 		t->c[PLM_CTX_CHARGED] += 1;
-		charge(c->cur_dir, c->cur_queue, c->cur_has_flow ? &c->cur_flow : NULL, false);
+		charge(t, c->cur_dir, c->cur_queue, c->cur_has_flow ? &c->cur_flow : NULL, false);
 	} else {
 		t->c[PLM_UNCHARGED] += 1;
 	}

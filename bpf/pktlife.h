@@ -180,7 +180,12 @@ enum pl_miss_counter {
 	PLM_COPY_FRAG_JOINED = 7,
 	/* data address on a page outside the join's sampled subset (join_page_mask) */
 	PLM_OUT_OF_SUBSET = 8,
-	PLM_NR = 9,
+	/* charged (by address or context) with no flow key: userspace tells these
+	 * from charges whose flow the LRU flow map evicted (lost to the flow view) */
+	PLM_NO_FLOW = 9,
+	/* charged to a queue number past MAX_QUEUES, counted on the last one */
+	PLM_QUEUE_CLAMPED = 10,
+	PLM_NR = 11,
 };
 
 struct pl_miss_totals {

@@ -57,8 +57,12 @@ def test_cpu_context_attribution_follows_rates(testbed, recorder):
         if f["dir"] == "rx":
             flows[f["dport"]] = flows.get(f["dport"], 0) + f["cpu_ctx"]
     assert flows.get(5201, 0) > 2 * flows.get(5202, 0) > 0, flows
-    # Bounded: the flow and region maps never exceed their sizes.
-    assert len(m["flows"]) <= 4096 and len(m["regions"]) <= 32
+    # Every charge is a queue's, and a flow's unless it had none: nothing is lost to the
+    # flow map here (a few may differ: queues and flows are read one after the other).
+    charged = m["ctx_charged"] + m["on_packet_buffers"]
+    assert sum(q["addr_join"] + q["cpu_ctx"] for q in m["queues"]) == charged, m
+    assert m["no_flow"] is not None and m["flow_charges_lost"] <= 0.01 * charged, m
+    assert m["queue_clamped"] == 0
 
     # The report's attribution: no addresses here, so CPU context is the
     # strongest method; it says so, and that the event is a stand-in.
@@ -122,6 +126,29 @@ def test_cpu_context_ends_with_the_traffic(testbed, recorder):
     # One charge per CPU at most: a context whose poll end went unseen is dated
     # by the first sample that finds it (none expected on veth, whose polls are seen).
     assert sum(misses[i][1] for i in idle) <= 2, misses
+
+
+def test_flow_map_evictions_are_counted(testbed, recorder):
+    """With the flow map shrunk to one flow, the second flow's charges evict the first's:
+    the report counts the charges lost to the flow view, and says so in the attribution."""
+    tb = testbed
+    tb.iperf3_server(5201)
+    tb.iperf3_server(5202)
+    pin_tx_queues(tb)
+    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--miss-sampling", "software-clock", "--miss-period", "50000",
+                   "--miss-flow-slots", "1")
+    two_flows(tb)
+    rc, _, err = rec.stop()
+    assert rc == 0, err
+    r = report_json(rec.out)
+    m = r["l3miss"]
+    charged = m["ctx_charged"] + m["on_packet_buffers"]
+    # Both flows were charged (queue truth: the pinned queues), so one flow's share was evicted.
+    charged_q = {q["queue"]: q["cpu_ctx"] for q in m["queues"] if q["dir"] == "rx"}
+    assert charged_q.get(0, 0) > 0 and charged_q.get(1, 0) > 0, charged_q
+    lost = m["flow_charges_lost"]
+    assert lost > 0 and lost + m["no_flow"] + sum(f["addr_join"] + f["cpu_ctx"] for f in m["flows"]) >= 0.99 * charged, m
+    assert any("evicted" in n for n in r["attribution"]["notes"]), r["attribution"]["notes"]
 
 
 def test_address_path_loads_and_sees_addresses(testbed, recorder):

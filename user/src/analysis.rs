@@ -576,5 +576,19 @@ pub fn attribution(rec: &Recording, obs: Option<&HostObservation>) -> Attributio
         };
         chosen.notes.insert(0, note);
     }
+    let m = crate::report::build(rec).l3miss;
+    if matches!(chosen.method, crate::attribution::Method::AddressJoin | crate::attribution::Method::CpuContext) {
+        if let Some(lost) = m.flow_charges_lost.filter(|&n| n > 0) {
+            chosen.notes.push(format!(
+                "{lost} charged samples belong to flows the probes' flow map evicted when full: they are missing from the flows"
+            ));
+        }
+        if m.queue_clamped > 0 {
+            chosen.notes.push(format!(
+                "{} samples were charged to queues past the probes' table and counted on its last queue",
+                m.queue_clamped
+            ));
+        }
+    }
     AttributionReport { chosen, stand_in, all }
 }

@@ -37,6 +37,8 @@ pub struct LiveOptions {
     pub miss_period: u64,
     /// Address join on 1 in N buffer pages (power of two; 1: every page).
     pub join_sample: u32,
+    /// The L3-miss flow map's size (None: built in); a test knob.
+    pub miss_flow_slots: Option<u32>,
     /// Flows are read from the kernel every this many intervals (and on the last).
     pub flow_every: u64,
     pub verbose: bool,
@@ -66,6 +68,7 @@ impl LiveOptions {
             miss_source: crate::probe::l3miss::MissSource::Off,
             miss_period: 0,
             join_sample: 1,
+            miss_flow_slots: None,
             flow_every,
             verbose,
             hooks: crate::probe::features::HookChoice::Auto,
@@ -190,6 +193,7 @@ impl LiveSession {
             mem_layout: layout.and_then(Result::ok),
             copy_standin: opts.miss_source == MissSource::SoftwareCopy,
             join_sample: opts.join_sample,
+            miss_flow_slots: opts.miss_flow_slots,
         };
         let mut probe = PktlifeProbe::attach(&cfg, &features, opts.hooks)?;
         let miss_label = match miss_attr {

@@ -80,6 +80,10 @@ enum Cmd {
         /// come from the sampled pages (estimates scaled by N).
         #[arg(long, value_name = "N", default_value_t = 1, value_parser = parse_join_sample)]
         join_sample: u32,
+        /// Size of the in-kernel L3-miss flow map (default 4096): tests shrink it to check
+        /// that charges lost to its evictions are counted.
+        #[arg(long, value_name = "N", hide = true)]
+        miss_flow_slots: Option<u32>,
         /// Hook flavour: auto (tp_btf where this kernel allows it, else raw_tp), or
         /// tp-btf / raw-tp for every hook, failing if the kernel refuses it.
         #[arg(long, value_enum, default_value = "auto")]
@@ -340,7 +344,7 @@ fn run() -> anyhow::Result<ExitCode> {
             eprintln!("imported {n} counter readings from {} into {}", csv.display(), rec.display());
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Record { iface, netns, duration, output, force, interval, sample, stage_sample, json_progress, verbose, counters, counters_from, miss_sampling, miss_period, join_sample, hooks } => {
+        Cmd::Record { iface, netns, duration, output, force, interval, sample, stage_sample, json_progress, verbose, counters, counters_from, miss_sampling, miss_period, join_sample, miss_flow_slots, hooks } => {
             if let Some(f) = &counters_from {
                 if !f.is_file() {
                     anyhow::bail!("--counters-from {}: no such file", f.display());
@@ -367,6 +371,7 @@ fn run() -> anyhow::Result<ExitCode> {
                     _ => 2000,
                 }),
                 join_sample,
+                miss_flow_slots,
                 counters_from,
                 hooks,
                 command_line: std::env::args().collect::<Vec<_>>().join(" "),

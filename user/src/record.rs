@@ -32,6 +32,8 @@ pub struct RecordOptions {
     pub miss_period: u64,
     /// Address join on 1 in N buffer pages (power of two; 1: every page).
     pub join_sample: u32,
+    /// The L3-miss flow map's size (None: built in); a test knob.
+    pub miss_flow_slots: Option<u32>,
     /// perf-stat CSV captured elsewhere, imported into this recording at the end.
     pub counters_from: Option<PathBuf>,
     pub hooks: crate::probe::features::HookChoice,
@@ -113,6 +115,7 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary> {
         miss_source: opts.miss_source,
         miss_period: opts.miss_period,
         join_sample: opts.join_sample,
+        miss_flow_slots: opts.miss_flow_slots,
         flow_every: (1000 / opts.interval_ms.max(1)).max(1),
         verbose: opts.verbose,
         hooks: opts.hooks,

@@ -240,6 +240,13 @@ pub struct MissSnapshot {
     /// (`record --join-sample N`): neither joined nor known to be off packet buffers.
     #[serde(default)]
     pub out_of_subset: u64,
+    /// Charged samples with no flow key (the rest of the charges have one, kept in the flow map
+    /// unless its LRU evicted the flow). None: a recording from before this count.
+    #[serde(default)]
+    pub no_flow: Option<u64>,
+    /// Charged samples whose queue number was past the probes' MAX_QUEUES, counted on the last.
+    #[serde(default)]
+    pub queue_clamped: u64,
     /// Joined samples by ns since the buffer's hand-up (log2 buckets).
     pub age_hist: Vec<u64>,
     /// (dir, queue, by address join, by CPU context)
@@ -306,6 +313,9 @@ impl MissSnapshot {
         d.ctx_charged = self.ctx_charged.saturating_sub(e.ctx_charged);
         d.uncharged = self.uncharged.saturating_sub(e.uncharged);
         d.out_of_subset = self.out_of_subset.saturating_sub(e.out_of_subset);
+        // Nothing read before (the start): all of it is this interval's.
+        d.no_flow = self.no_flow.map(|a| a.saturating_sub(e.no_flow.unwrap_or(0)));
+        d.queue_clamped = self.queue_clamped.saturating_sub(e.queue_clamped);
         d.age_hist = self.age_hist.iter().enumerate().map(|(i, v)| v.saturating_sub(*e.age_hist.get(i).unwrap_or(&0))).collect();
         d.queues = self
             .queues

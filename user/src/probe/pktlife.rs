@@ -79,6 +79,8 @@ pub struct ProbeConfig {
     pub copy_standin: bool,
     /// Address join on 1 in N buffer pages, chosen by address hash (a power of two; 1: all).
     pub join_sample: u32,
+    /// The L3-miss flow map's size (None: the built-in 4096); tests shrink it to make it evict.
+    pub miss_flow_slots: Option<u32>,
 }
 
 /// Drivers that do not store RX queue + 1 in skb->queue_mapping. veth passes
@@ -142,6 +144,9 @@ fn open_and_load(cfg: &ProbeConfig, flavors: &[Flavor]) -> Result<PktlifeSkel<'s
         }
     } else {
         bail!("pktlife BPF object has no read-only config section (build problem)");
+    }
+    if let Some(n) = cfg.miss_flow_slots {
+        open.maps.miss_flows.set_max_entries(n.max(1)).context("sizing the L3-miss flow map")?;
     }
     for mut prog in open.open_object_mut().progs_mut() {
         let section = prog.section().to_string_lossy().into_owned();
@@ -467,6 +472,8 @@ impl PktlifeProbe {
             m.buf.copy_linear_joined += t.c[6];
             m.buf.copy_frag_joined += t.c[7];
             m.out_of_subset += t.c[8];
+            m.no_flow = Some(m.no_flow.unwrap_or(0) + t.c[9]);
+            m.queue_clamped += t.c[10];
             for (i, v) in t.age_hist.iter().enumerate() {
                 m.age_hist[i] += v;
             }
@@ -679,6 +686,7 @@ mod tests {
                     mem_layout: Some(layout.clone()),
                     copy_standin: standin,
                     join_sample,
+                    miss_flow_slots: None,
                 };
                 let flavors = vec![flavor; PKTLIFE_HOOKS.len()];
                 if let Err(e) = open_and_load(&cfg, &flavors) {

@@ -288,9 +288,13 @@ impl Recording {
         if table_exists("miss_intervals") {
             // Recordings from before page sampling have no out_of_subset column: nothing was out.
             let out_of_subset = if column_exists("miss_intervals", "out_of_subset") { "out_of_subset" } else { "0" };
+            // Nor, from before the flow-loss counts, no_flow (unknown: NULL) and queue_clamped.
+            let no_flow = if column_exists("miss_intervals", "no_flow") { "no_flow" } else { "NULL" };
+            let queue_clamped = if column_exists("miss_intervals", "queue_clamped") { "queue_clamped" } else { "0" };
             let mut st = conn
                 .prepare(&format!(
-                    "SELECT interval,samples,on_packet_buffers,other_addr,no_addr,ctx_charged,uncharged,{out_of_subset} FROM miss_intervals"
+                    "SELECT interval,samples,on_packet_buffers,other_addr,no_addr,ctx_charged,uncharged,{out_of_subset},{no_flow},\
+                     {queue_clamped} FROM miss_intervals"
                 ))
                 .map_err(corrupt)?;
             let mut rows = st.query([]).map_err(corrupt)?;
@@ -305,6 +309,8 @@ impl Recording {
                         ctx_charged: g(5)?,
                         uncharged: g(6)?,
                         out_of_subset: g(7)?,
+                        no_flow: r.get::<_, Option<i64>>(8).map_err(corrupt)?.map(|v| v as u64),
+                        queue_clamped: g(9)?,
                         age_hist: vec![0; crate::snapshot::NBUCKETS],
                         ..Default::default()
                     });
@@ -489,5 +495,8 @@ mod tests {
         let m: Vec<&MissSnapshot> = r.snapshots.iter().filter_map(|s| s.misses.as_ref()).collect();
         assert_eq!(m.len(), 1);
         assert_eq!((m[0].samples, m[0].on_packet_buffers, m[0].out_of_subset), (7, 3, 0));
+        // Nor the flow-loss counts: unknown, so no loss is claimed either way.
+        assert_eq!((m[0].no_flow, m[0].queue_clamped), (None, 0));
+        assert_eq!(crate::report::build(&r).l3miss.flow_charges_lost, None);
     }
 }

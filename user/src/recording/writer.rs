@@ -273,8 +273,9 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
     }
     if let Some(m) = &s.misses {
         tx.execute(
-            "INSERT INTO miss_intervals(interval,samples,on_packet_buffers,other_addr,no_addr,ctx_charged,uncharged,out_of_subset)
-             VALUES (?1,?2,?3,?4,?5,?6,?7,?8)",
+            "INSERT INTO miss_intervals(interval,samples,on_packet_buffers,other_addr,no_addr,ctx_charged,uncharged,out_of_subset,
+                                        no_flow,queue_clamped)
+             VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)",
             params![
                 i,
                 m.samples as i64,
@@ -283,7 +284,9 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
                 m.no_addr as i64,
                 m.ctx_charged as i64,
                 m.uncharged as i64,
-                m.out_of_subset as i64
+                m.out_of_subset as i64,
+                m.no_flow.map(|v| v as i64),
+                m.queue_clamped as i64
             ],
         )?;
         let b = &m.buf;

@@ -36,6 +36,13 @@ pub struct MissReport {
     pub no_addr: u64,
     pub ctx_charged: u64,
     pub uncharged: u64,
+    /// Charged samples with no flow key (None: a recording from before this count).
+    pub no_flow: Option<u64>,
+    /// Charged samples lost to the flow view: their flow was evicted from the probes' LRU flow
+    /// map (charges to queues − charges to the flows read back − charges without a flow).
+    pub flow_charges_lost: Option<u64>,
+    /// Charged samples whose queue number exceeded the probes' table, counted on its last queue.
+    pub queue_clamped: u64,
     /// Joined samples: p50/p99 ns between the buffer's hand-up and the miss.
     pub age_p50_ns: Option<u64>,
     pub age_p99_ns: Option<u64>,
@@ -123,6 +130,9 @@ fn miss_report(rec: &Recording) -> MissReport {
         no_addr: 0,
         ctx_charged: 0,
         uncharged: 0,
+        no_flow: Some(0),
+        flow_charges_lost: None,
+        queue_clamped: 0,
         age_p50_ns: None,
         age_p99_ns: None,
         age_split: None,
@@ -153,6 +163,8 @@ fn miss_report(rec: &Recording) -> MissReport {
         m.on_packet_buffers += x.on_packet_buffers;
         m.other_addr += x.other_addr;
         m.out_of_subset += x.out_of_subset;
+        m.no_flow = m.no_flow.zip(x.no_flow).map(|(a, b)| a + b);
+        m.queue_clamped += x.queue_clamped;
         m.no_addr += x.no_addr;
         m.ctx_charged += x.ctx_charged;
         m.uncharged += x.uncharged;
@@ -192,6 +204,14 @@ fn miss_report(rec: &Recording) -> MissReport {
     }
     m.flows.sort_by(|a, b| (b.addr_join + b.cpu_ctx).cmp(&(a.addr_join + a.cpu_ctx)));
     m.queues = per_q.into_iter().map(|((dir, queue), (a, c))| MissQueue { dir, queue, addr_join: a, cpu_ctx: c }).collect();
+    if m.samples == 0 {
+        m.no_flow = None;
+    }
+    let charged: u64 = m.queues.iter().map(|q| q.addr_join + q.cpu_ctx).sum();
+    let to_flows: u64 = m.flows.iter().map(|f| f.addr_join + f.cpu_ctx).sum();
+    // The queue counts and the flow map are read one after the other while samples keep
+    // coming: a small difference either way is that, not loss.
+    m.flow_charges_lost = m.no_flow.map(|n| charged.saturating_sub(to_flows + n));
     m.age_p50_ns = hist_percentile(&age, 50.0, 0);
     m.age_p99_ns = hist_percentile(&age, 99.0, 0);
     if age.iter().any(|&c| c > 0) {
@@ -765,6 +785,14 @@ pub fn render_text(r: &Report, top_flows: usize) -> String {
             l.ctx_charged,
             l.uncharged
         );
+        if l.flow_charges_lost.is_some_and(|n| n > 0) || l.queue_clamped > 0 {
+            let _ = writeln!(
+                o,
+                "  lost to the flow view: {} charged samples whose flow the flow map evicted (map full); {} charged to a queue past the probes' table, counted on its last queue",
+                l.flow_charges_lost.unwrap_or(0),
+                l.queue_clamped
+            );
+        }
         if let Some(a) = &l.age_split {
             let n = (a.within_life + a.after_life).max(1) as f64;
             let _ = writeln!(
