@@ -211,7 +211,11 @@ pub fn advise(rec: &Recording, o: GeometryOverrides) -> Result<Advice> {
             );
         }
     }
-    target_with_attribution(&mut recommendations, &attribution.chosen);
+    let flows = attributed_flows(rec, &attribution.chosen);
+    target_with_attribution(&mut recommendations, &attribution.chosen, &flows);
+    if let Some(r) = steer_attributed_flow(&obs, &attribution.chosen, &flows) {
+        recommendations.insert(0, r);
+    }
     let mut model = advise::model_view(&obs);
     // A queue that carried a handful of packets gives the simulator nothing to
     // measure: no predicted hit rate rather than a confident 0 %.
@@ -242,7 +246,54 @@ pub fn advise(rec: &Recording, o: GeometryOverrides) -> Result<Advice> {
 /// Put the attributed misses behind each recommendation that names a queue, and
 /// order the recommendations by the share of misses their queue carries, so the
 /// queues that matter come first.
-fn target_with_attribution(recs: &mut [Recommendation], a: &crate::attribution::Attribution) {
+/// The attributed flows received on the traced device, each on the RX queue the probes saw it
+/// on, with its rates over the recording.
+fn attributed_flows(rec: &Recording, a: &crate::attribution::Attribution) -> Vec<advise::AttributedFlow> {
+    let dur = rec.duration_s().max(1e-9);
+    a.flows
+        .iter()
+        .filter_map(|f| {
+            let seen = rec.flows.iter().find(|c| {
+                c.key.dir == Dir::Rx
+                    && (c.key.proto.as_str(), c.key.src.as_str(), c.key.sport, c.key.dst.as_str(), c.key.dport)
+                        == (f.proto.as_str(), f.src.as_str(), f.sport, f.dst.as_str(), f.dport)
+            })?;
+            Some(advise::AttributedFlow {
+                proto: f.proto.clone(),
+                src: f.src.clone(),
+                sport: f.sport,
+                dst: f.dst.clone(),
+                dport: f.dport,
+                queue: seen.queue,
+                share_pct: f.share_pct,
+                bytes_per_s: seen.bytes as f64 / dur,
+                pkts_per_s: seen.packets as f64 / dur,
+            })
+        })
+        .collect()
+}
+
+/// `advise::steer_flow` on the attribution's RX queue shares and flows.
+fn steer_attributed_flow(
+    obs: &HostObservation,
+    a: &crate::attribution::Attribution,
+    flows: &[advise::AttributedFlow],
+) -> Option<Recommendation> {
+    if a.confidence == crate::attribution::Confidence::Insufficient {
+        return None;
+    }
+    let rx_shares: Vec<(u32, f64)> = a.queues.iter().filter(|q| q.dir == "rx").map(|q| (q.queue, q.share_pct)).collect();
+    let name = |v: serde_json::Result<serde_json::Value>| v.ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+    let how = format!(
+        "{}, {} confidence{}",
+        name(serde_json::to_value(a.method)),
+        name(serde_json::to_value(a.confidence)),
+        if a.counts_are_samples { "; software stand-in samples, not measured misses" } else { "" }
+    );
+    advise::steer_flow(obs, &rx_shares, flows, &how)
+}
+
+fn target_with_attribution(recs: &mut [Recommendation], a: &crate::attribution::Attribution, flows: &[advise::AttributedFlow]) {
     use crate::attribution::Confidence;
     if a.confidence == Confidence::Insufficient || a.queues.is_empty() {
         return;
@@ -260,9 +311,11 @@ fn target_with_attribution(recs: &mut [Recommendation], a: &crate::attribution::
                 "{}{} carries {:.1}% of the attributed misses ({method}, {:?} confidence)",
                 q.dir, q.queue, q.share_pct, a.confidence
             ));
-            if let Some(top) = a.flows.first() {
+            // The queue's own top flow (flows are known by RX queue).
+            let top = flows.iter().filter(|f| q.dir == "rx" && f.queue == q.queue).max_by(|x, y| x.share_pct.total_cmp(&y.share_pct));
+            if let Some(top) = top {
                 r.evidence.push(format!(
-                    "top flow by attributed misses: {} {}:{} -> {}:{} ({:.1}%)",
+                    "its top flow by attributed misses: {} {}:{} -> {}:{} ({:.1}%)",
                     top.proto, top.src, top.sport, top.dst, top.dport, top.share_pct
                 ));
             }
@@ -278,6 +331,50 @@ fn target_with_attribution(recs: &mut [Recommendation], a: &crate::attribution::
 mod tests {
     use super::{irq_queue, is_stand_in, queue_features};
     use crate::snapshot::{Dir, QueueCounters};
+
+    #[test]
+    fn recommendations_follow_the_attributed_misses() {
+        use crate::advise::{AttributedFlow, Recommendation};
+        use crate::attribution::{Attribution, Confidence, Method, QueueShare};
+        let rec = |target: &str| Recommendation {
+            kind: "ring_size".into(),
+            target: target.into(),
+            command: String::new(),
+            evidence: Vec::new(),
+            predicted_metric: None,
+            predicted_before: None,
+            predicted_after: None,
+        };
+        let share = |queue, share_pct| QueueShare { dir: "rx".into(), queue, misses: share_pct * 10.0, share_pct, ci_pct: None };
+        let a = Attribution {
+            method: Method::AddressJoin,
+            confidence: Confidence::High,
+            queues: vec![share(0, 30.0), share(1, 70.0)],
+            flows: Vec::new(),
+            notes: Vec::new(),
+            counts_are_samples: false,
+        };
+        let flow = |sport, queue, share_pct| AttributedFlow {
+            proto: "udp".into(),
+            src: "10.0.0.1".into(),
+            sport,
+            dst: "10.0.0.2".into(),
+            dport: 9,
+            queue,
+            share_pct,
+            bytes_per_s: 1e6,
+            pkts_per_s: 1e3,
+        };
+        // The overall top flow is on rx1; rx0's own top flow is the smaller one on rx0.
+        let flows = [flow(1000, 1, 60.0), flow(2000, 0, 20.0), flow(3000, 0, 10.0)];
+        let mut recs = vec![rec("ens2 rx0"), rec("ens2"), rec("ens2 rx1")];
+        super::target_with_attribution(&mut recs, &a, &flows);
+        // The queue with the most attributed misses first; a target naming no queue last.
+        assert_eq!(recs.iter().map(|r| r.target.as_str()).collect::<Vec<_>>(), ["ens2 rx1", "ens2 rx0", "ens2"]);
+        assert!(recs[0].evidence[0].contains("rx1 carries 70.0%"), "{:?}", recs[0].evidence);
+        assert!(recs[0].evidence[1].contains(":1000 ") && recs[1].evidence[1].contains(":2000 "), "{:?}", recs);
+        assert!(recs[2].evidence.is_empty());
+    }
 
     #[test]
     fn regression_features_of_a_queue() {

@@ -79,7 +79,7 @@ pub struct HostObservation {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Recommendation {
-    /// ring_size | iio_llc_ways | spread_load | numa_placement |
+    /// ring_size | iio_llc_ways | spread_load | steer_flow | numa_placement |
     /// ddio_write_allocation_disabled | buffer_reuse
     pub kind: String,
     pub target: String,
@@ -637,6 +637,103 @@ pub fn recommend(obs: &HostObservation) -> Vec<Recommendation> {
 }
 
 /// Predicted write hit % when buffers come from a large FIFO pool vs recycled warm.
+/// A flow the attribution charged, on the RX queue the probes saw it on, with its rates.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttributedFlow {
+    pub proto: String,
+    pub src: String,
+    pub sport: u16,
+    pub dst: String,
+    pub dport: u16,
+    pub queue: u32,
+    pub share_pct: f64,
+    pub bytes_per_s: f64,
+    pub pkts_per_s: f64,
+}
+
+/// A queue must carry this share of the attributed misses, and this many times its even
+/// share, for its top flow to be worth moving.
+const STEER_MIN_QUEUE_SHARE: f64 = 40.0;
+const STEER_OVER_EVEN: f64 = 1.5;
+/// The flow must carry this share of the attributed misses itself.
+const STEER_MIN_FLOW_SHARE: f64 = 10.0;
+/// And the model must predict at least this gain (hit-rate points) from moving it.
+const STEER_MIN_GAIN: f64 = 1.0;
+
+/// Steer the flow that matters off the queue that matters: when one RX queue carries most of
+/// the attributed misses (`rx_shares`: (queue, share %)), move its top attributed flow to the RX
+/// queue with the fewest, with an ntuple rule, if the model predicts a gain. `how`: the
+/// attribution's method and confidence, for the evidence.
+pub fn steer_flow(obs: &HostObservation, rx_shares: &[(u32, f64)], flows: &[AttributedFlow], how: &str) -> Option<Recommendation> {
+    let rx: Vec<&QueueObservation> = obs.queues.iter().filter(|q| q.dir == Dir::Rx).collect();
+    if rx.len() < 2 {
+        return None;
+    }
+    let share = |q: u32| rx_shares.iter().find(|s| s.0 == q).map_or(0.0, |s| s.1);
+    let hot = rx.iter().copied().max_by(|a, b| share(a.queue).total_cmp(&share(b.queue)))?;
+    let hot_share = share(hot.queue);
+    if hot_share < STEER_MIN_QUEUE_SHARE || hot_share < STEER_OVER_EVEN * 100.0 / rx.len() as f64 {
+        return None;
+    }
+    let cold = rx
+        .iter()
+        .copied()
+        .filter(|q| q.queue != hot.queue)
+        .min_by(|a, b| share(a.queue).total_cmp(&share(b.queue)).then(a.bytes_per_s.total_cmp(&b.bytes_per_s)))?;
+    let flow = flows
+        .iter()
+        .filter(|f| f.queue == hot.queue && f.share_pct >= STEER_MIN_FLOW_SHARE)
+        .max_by(|a, b| a.share_pct.total_cmp(&b.share_pct))?;
+    let (_, before) = predict(obs, None, None)?;
+    let mut moved = obs.clone();
+    for q in moved.queues.iter_mut().filter(|q| q.dir == Dir::Rx) {
+        let sign = if q.queue == hot.queue {
+            -1.0
+        } else if q.queue == cold.queue {
+            1.0
+        } else {
+            continue;
+        };
+        q.pkts_per_s = (q.pkts_per_s + sign * flow.pkts_per_s).max(0.0);
+        q.bytes_per_s = (q.bytes_per_s + sign * flow.bytes_per_s).max(0.0);
+        if q.pkts_per_s > 0.0 {
+            q.avg_pkt_bytes = q.bytes_per_s / q.pkts_per_s;
+        }
+    }
+    let (_, after) = predict(&moved, None, None)?;
+    let (b, a) = (before?, after?);
+    if a - b < STEER_MIN_GAIN {
+        return None;
+    }
+    let v6 = flow.src.contains(':') || flow.dst.contains(':');
+    let flow_type = format!("{}{}", flow.proto, if v6 { "6" } else { "4" });
+    Some(Recommendation {
+        kind: "steer_flow".into(),
+        target: format!("{} rx{} {} {}:{} -> {}:{}", obs.iface, hot.queue, flow.proto, flow.src, flow.sport, flow.dst, flow.dport),
+        command: format!(
+            "ethtool -N {} flow-type {flow_type} src-ip {} dst-ip {} src-port {} dst-port {} action {}",
+            obs.iface, flow.src, flow.dst, flow.sport, flow.dport, cold.queue
+        ),
+        evidence: vec![
+            format!("rx{} carries {hot_share:.1}% of the attributed misses ({how})", hot.queue),
+            format!(
+                "its top flow {} {}:{} -> {}:{} carries {:.1}% ({:.0} MB/s)",
+                flow.proto,
+                flow.src,
+                flow.sport,
+                flow.dst,
+                flow.dport,
+                flow.share_pct,
+                flow.bytes_per_s / 1e6
+            ),
+            format!("rx{} carries the fewest ({:.1}%)", cold.queue, share(cold.queue)),
+        ],
+        predicted_metric: Some(read_metric(obs).into()),
+        predicted_before: Some(b),
+        predicted_after: Some(a),
+    })
+}
+
 fn predict_with_reuse(obs: &HostObservation, reuse: Reuse) -> Option<f64> {
     let mut s = spec_from_observation(obs, None, None)?;
     s.reuse = reuse;

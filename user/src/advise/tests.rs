@@ -268,3 +268,52 @@ fn ways_when_no_ring_fits_and_determinism() {
     assert_eq!(mv.queues.len(), 4);
     assert!(mv.queues.iter().all(|q| q.predicted_write_hit_pct.is_some()));
 }
+
+/// The attribution's hot queue and flow: one RX queue with most of the attributed misses, a slow
+/// consumer (1 ms residence) and two flows; its top flow goes to the queue with the fewest.
+#[test]
+fn steer_the_top_flow_off_the_hot_queue() {
+    let mut obs = emr_obs(256, None);
+    obs.iface = "ens2".into();
+    // A 4.5 MiB DDIO share: rx0's 6 MB in flight overflow it.
+    obs.geometry = LlcGeometry::skx_gold_6140();
+    obs.queues = (0..4)
+        .map(|q| {
+            let mut x = rxq(q, 256, if q == 0 { 6e6 } else { 0.5e6 }, 1000.0);
+            if q == 0 {
+                x.residence_ns_p50 = Some(1_000_000.0);
+            }
+            x
+        })
+        .collect();
+    let flow = |sport: u16, queue: u32, share_pct: f64, pps: f64| AttributedFlow {
+        proto: "tcp".into(),
+        src: "10.0.0.1".into(),
+        sport,
+        dst: "10.0.0.2".into(),
+        dport: 5201,
+        queue,
+        share_pct,
+        bytes_per_s: pps * 1000.0,
+        pkts_per_s: pps,
+    };
+    let flows = vec![flow(40001, 0, 25.0, 2e6), flow(40000, 0, 55.0, 4e6), flow(40002, 2, 7.0, 0.5e6)];
+    let shares = [(0, 80.0), (1, 8.0), (2, 7.0), (3, 5.0)];
+    let r = steer_flow(&obs, &shares, &flows, "address_join, high confidence").expect("steer_flow");
+    show("steer", std::slice::from_ref(&r));
+    assert_eq!(r.kind, "steer_flow");
+    assert_eq!(
+        r.command,
+        "ethtool -N ens2 flow-type tcp4 src-ip 10.0.0.1 dst-ip 10.0.0.2 src-port 40000 dst-port 5201 action 3"
+    );
+    assert!(r.evidence[0].contains("80.0%") && r.evidence[0].contains("address_join"), "{:?}", r.evidence);
+    assert!(r.predicted_after.unwrap() >= r.predicted_before.unwrap() + STEER_MIN_GAIN);
+
+    // Misses spread evenly, a hot queue whose flows are small, or a single queue: nothing to steer.
+    assert!(steer_flow(&obs, &[(0, 30.0), (1, 25.0), (2, 25.0), (3, 20.0)], &flows, "").is_none());
+    let small: Vec<_> = flows.iter().map(|f| AttributedFlow { share_pct: 5.0, ..f.clone() }).collect();
+    assert!(steer_flow(&obs, &shares, &small, "").is_none());
+    let mut one = obs.clone();
+    one.queues.truncate(1);
+    assert!(steer_flow(&one, &shares, &flows, "").is_none());
+}
