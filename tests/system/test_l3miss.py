@@ -148,7 +148,7 @@ def test_flow_map_evictions_are_counted(testbed, recorder):
     assert charged_q.get(0, 0) > 0 and charged_q.get(1, 0) > 0, charged_q
     lost = m["flow_charges_lost"]
     assert lost > 0 and lost + m["no_flow"] + sum(f["addr_join"] + f["cpu_ctx"] for f in m["flows"]) >= 0.99 * charged, m
-    assert any("evicted" in n for n in r["attribution"]["notes"]), r["attribution"]["notes"]
+    assert any("flow map lost" in n for n in r["attribution"]["notes"]), r["attribution"]["notes"]
 
 
 def test_address_path_loads_and_sees_addresses(testbed, recorder):

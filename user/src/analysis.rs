@@ -213,7 +213,7 @@ pub fn advise(rec: &Recording, o: GeometryOverrides) -> Result<Advice> {
     }
     let flows = attributed_flows(rec, &attribution.chosen);
     target_with_attribution(&mut recommendations, &attribution.chosen, &flows);
-    if let Some(r) = steer_attributed_flow(&obs, &attribution.chosen, &flows) {
+    if let Some(r) = steer_attributed_flow(&obs, iface.driver.as_deref() == Some("veth"), &attribution.chosen, &flows) {
         recommendations.insert(0, r);
     }
     let mut model = advise::model_view(&obs);
@@ -276,21 +276,34 @@ fn attributed_flows(rec: &Recording, a: &crate::attribution::Attribution) -> Vec
 /// `advise::steer_flow` on the attribution's RX queue shares and flows.
 fn steer_attributed_flow(
     obs: &HostObservation,
+    veth: bool,
     a: &crate::attribution::Attribution,
     flows: &[advise::AttributedFlow],
 ) -> Option<Recommendation> {
-    if a.confidence == crate::attribution::Confidence::Insufficient {
+    use crate::attribution::{Confidence, Method};
+    // Measured shares only: steering by the model prior would be the model agreeing with itself.
+    if a.confidence == Confidence::Insufficient || !matches!(a.method, Method::AddressJoin | Method::CpuContext | Method::Regression) {
         return None;
     }
     let rx_shares: Vec<(u32, f64)> = a.queues.iter().filter(|q| q.dir == "rx").map(|q| (q.queue, q.share_pct)).collect();
+    let mut r = advise::steer_flow(obs, &rx_shares, flows, &attribution_label(a))?;
+    if veth {
+        r.evidence.push("veth has no ntuple filters: send the flow from another TX queue of the sender (XPS) instead".into());
+    } else {
+        r.evidence.push(format!("ntuple filters must be on: ethtool -K {} ntuple on", obs.iface));
+    }
+    Some(r)
+}
+
+/// "method, confidence" for evidence lines, and whether the counts are a stand-in's samples.
+fn attribution_label(a: &crate::attribution::Attribution) -> String {
     let name = |v: serde_json::Result<serde_json::Value>| v.ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
-    let how = format!(
+    format!(
         "{}, {} confidence{}",
         name(serde_json::to_value(a.method)),
         name(serde_json::to_value(a.confidence)),
         if a.counts_are_samples { "; software stand-in samples, not measured misses" } else { "" }
-    );
-    advise::steer_flow(obs, &rx_shares, flows, &how)
+    )
 }
 
 fn target_with_attribution(recs: &mut [Recommendation], a: &crate::attribution::Attribution, flows: &[advise::AttributedFlow]) {
@@ -298,7 +311,7 @@ fn target_with_attribution(recs: &mut [Recommendation], a: &crate::attribution::
     if a.confidence == Confidence::Insufficient || a.queues.is_empty() {
         return;
     }
-    let method = serde_json::to_value(a.method).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+    let how = attribution_label(a);
     let share_of = |target: &str| -> Option<&crate::attribution::QueueShare> {
         a.queues.iter().find(|q| {
             let name = format!("{}{}", q.dir, q.queue);
@@ -308,8 +321,8 @@ fn target_with_attribution(recs: &mut [Recommendation], a: &crate::attribution::
     for r in recs.iter_mut() {
         if let Some(q) = share_of(&r.target) {
             r.evidence.push(format!(
-                "{}{} carries {:.1}% of the attributed misses ({method}, {:?} confidence)",
-                q.dir, q.queue, q.share_pct, a.confidence
+                "{}{} carries {:.1}% of the attributed misses ({how})",
+                q.dir, q.queue, q.share_pct
             ));
             // The queue's own top flow (flows are known by RX queue).
             let top = flows.iter().filter(|f| q.dir == "rx" && f.queue == q.queue).max_by(|x, y| x.share_pct.total_cmp(&y.share_pct));
@@ -383,17 +396,24 @@ mod tests {
         q.bytes = 1_000 * 1514;
         q.stage_count[3] = 100;
         q.stage_sum_ns[3] = 100 * 20_000; // 20 µs from DMA to free
-        let f = queue_features(&q, 1_000_000_000, Some(1024));
+        let f = queue_features(&q, 1_000_000_000, Some(1024), Some(1514));
         assert_eq!((f.queue.dir.as_str(), f.queue.queue), ("rx", 2));
         assert_eq!(f.inbound_bytes, 1_514_000.0);
         // Little's law: 1.514 MB/s for 20 µs.
         assert!((f.inflight_bytes.unwrap() - 30.28).abs() < 1e-6, "{:?}", f.inflight_bytes);
         // 1024 entries × 24 lines (1514 B) + 1024 × 64 B of descriptors.
         assert_eq!(f.footprint_bytes, Some((1024 * 24 * 64 + 1024 * 64) as f64));
-        // No ring size (veth, no ethtool -g) or no packets: no footprint, not a zero one.
-        assert_eq!(queue_features(&q, 1_000_000_000, None).footprint_bytes, None);
-        assert_eq!(queue_features(&QueueCounters::new(Dir::Tx, 0), 1_000_000_000, Some(512)).footprint_bytes, None);
-        assert_eq!(queue_features(&QueueCounters::new(Dir::Tx, 0), 1_000_000_000, Some(512)).inflight_bytes, None);
+        // No ring size (veth, no ethtool -g) or a queue that never carried a packet: no footprint,
+        // not a zero one.
+        assert_eq!(queue_features(&q, 1_000_000_000, None, Some(1514)).footprint_bytes, None);
+        assert_eq!(queue_features(&q, 1_000_000_000, Some(1024), None).footprint_bytes, None);
+        // Idle this interval: nothing in flight, and its ring's footprint all the same.
+        let idle = queue_features(&QueueCounters::new(Dir::Tx, 0), 1_000_000_000, Some(512), Some(64));
+        assert_eq!((idle.inflight_bytes, idle.footprint_bytes), (Some(0.0), Some((512 * 64 + 512 * 64) as f64)));
+        // Packets but none timed: in-flight unknown.
+        let mut untimed = q.clone();
+        untimed.stage_count[3] = 0;
+        assert_eq!(queue_features(&untimed, 1_000_000_000, Some(1024), Some(1514)).inflight_bytes, None);
     }
 
     #[test]
@@ -493,21 +513,29 @@ pub fn other_stacks_bytes(snaps: &[crate::snapshot::Snapshot], socket: u32, nic_
         .collect()
 }
 
-/// Every piece of attribution evidence the recording holds, in the
-/// attribution module's terms.
 /// One queue's regression features over an interval of `dur_ns`: its bytes; in-flight bytes by
-/// Little's law from its measured lifetime stage; the ring's DDIO footprint from its entries
-/// (`ring`, as ethtool reports them) and the interval's mean packet in whole lines, as the model
-/// and the ground truth count it.
-fn queue_features(q: &crate::snapshot::QueueCounters, dur_ns: u64, ring: Option<u32>) -> crate::attribution::QueueFeatures {
+/// Little's law from its measured lifetime stage (none carried: none in flight); the ring's DDIO
+/// footprint from its entries (`ring`, as ethtool reports them) and the queue's mean packet over
+/// the recording (`mean_pkt`, bytes) in whole lines, as the model and the ground truth count it:
+/// the ring is there, idle or not.
+fn queue_features(
+    q: &crate::snapshot::QueueCounters,
+    dur_ns: u64,
+    ring: Option<u32>,
+    mean_pkt: Option<u32>,
+) -> crate::attribution::QueueFeatures {
     let life = if q.dir == Dir::Rx { 3 } else { 2 };
-    let inflight = (q.stage_count[life] > 0 && dur_ns > 0).then(|| {
-        analytic::inflight_bytes(q.bytes as f64 / (dur_ns as f64 / 1e9), q.stage_sum_ns[life] as f64 / q.stage_count[life] as f64)
-    });
-    let footprint = ring.filter(|&r| r > 0 && q.packets > 0).map(|r| {
-        let pkt = (q.bytes / q.packets).min(u32::MAX as u64) as u32;
-        analytic::ring_footprint_bytes(r, pkt, analytic::DESC_BYTES_PER_PKT) as f64
-    });
+    let inflight = if q.bytes == 0 {
+        Some(0.0)
+    } else {
+        (q.stage_count[life] > 0 && dur_ns > 0).then(|| {
+            analytic::inflight_bytes(q.bytes as f64 / (dur_ns as f64 / 1e9), q.stage_sum_ns[life] as f64 / q.stage_count[life] as f64)
+        })
+    };
+    let footprint = ring
+        .zip(mean_pkt)
+        .filter(|&(r, p)| r > 0 && p > 0)
+        .map(|(r, p)| analytic::ring_footprint_bytes(r, p, analytic::DESC_BYTES_PER_PKT) as f64);
     crate::attribution::QueueFeatures {
         queue: crate::attribution::QueueId { dir: q.dir.as_str().to_string(), queue: q.queue },
         inbound_bytes: q.bytes as f64,
@@ -516,7 +544,8 @@ fn queue_features(q: &crate::snapshot::QueueCounters, dur_ns: u64, ring: Option<
     }
 }
 
-/// What each attribution method is given. `obs`: the host as the model sees it, for the model
+/// Every piece of attribution evidence the recording holds, in the attribution module's terms:
+/// what each method is given. `obs`: the host as the model sees it, for the model
 /// prior; without one (no LLC geometry) the measured methods still get their evidence.
 pub fn evidence(rec: &Recording, obs: Option<&HostObservation>) -> crate::attribution::Evidence {
     use crate::attribution::{
@@ -578,6 +607,19 @@ pub fn evidence(rec: &Recording, obs: Option<&HostObservation>) -> crate::attrib
         (!v.is_empty()).then(|| v.iter().sum())
     };
     let other_stacks = other_stacks_bytes(&rec.snapshots, socket, rec.iface().iio_box.as_deref());
+    // Every queue the recording saw, in every interval (a snapshot leaves idle queues out), with
+    // its mean packet over the recording, rounded up to whole bytes as the model does.
+    let mut seen: BTreeMap<(Dir, u32), (u64, u64)> = BTreeMap::new();
+    for s in &rec.snapshots {
+        for q in &s.queues {
+            let e = seen.entry((q.dir, q.queue)).or_default();
+            e.0 += q.bytes;
+            e.1 += q.packets;
+        }
+    }
+    let mean_pkt = |d: Dir, q: u32| -> Option<u32> {
+        seen.get(&(d, q)).filter(|e| e.1 > 0).map(|e| e.0.div_ceil(e.1).min(u32::MAX as u64) as u32)
+    };
     let regression = live.then(|| RegressionInput {
         intervals: rec
             .snapshots
@@ -586,12 +628,13 @@ pub fn evidence(rec: &Recording, obs: Option<&HostObservation>) -> crate::attrib
             .filter(|(s, _)| !s.counters.is_empty())
             .map(|(s, &(other_io_write_bytes, other_io_read_bytes))| Interval {
                 duration_ns: s.dur_ns,
-                queues: s
-                    .queues
-                    .iter()
-                    .map(|q| {
-                        let ring = if q.dir == Dir::Rx { rec.iface().rx_ring } else { rec.iface().tx_ring };
-                        queue_features(q, s.dur_ns, ring)
+                queues: seen
+                    .keys()
+                    .map(|&(d, qn)| {
+                        let idle = crate::snapshot::QueueCounters::new(d, qn);
+                        let q = s.queues.iter().find(|q| q.dir == d && q.queue == qn).unwrap_or(&idle);
+                        let ring = if d == Dir::Rx { rec.iface().rx_ring } else { rec.iface().tx_ring };
+                        queue_features(q, s.dur_ns, ring, mean_pkt(d, qn))
                     })
                     .collect(),
                 socket: SocketMisses {
@@ -677,7 +720,7 @@ pub fn attribution(rec: &Recording, obs: Option<&HostObservation>) -> Attributio
     if matches!(chosen.method, crate::attribution::Method::AddressJoin | crate::attribution::Method::CpuContext) {
         if let Some(lost) = m.flow_charges_lost.filter(|&n| n > 0) {
             chosen.notes.push(format!(
-                "{lost} charged samples belong to flows the probes' flow map evicted when full: they are missing from the flows"
+                "{lost} charged samples belong to flows the probes' flow map lost (LRU eviction): they are missing from the flows"
             ));
         }
         if m.queue_clamped > 0 {

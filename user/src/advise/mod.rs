@@ -636,7 +636,6 @@ pub fn recommend(obs: &HostObservation) -> Vec<Recommendation> {
     out
 }
 
-/// Predicted write hit % when buffers come from a large FIFO pool vs recycled warm.
 /// A flow the attribution charged, on the RX queue the probes saw it on, with its rates.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AttributedFlow {
@@ -734,6 +733,7 @@ pub fn steer_flow(obs: &HostObservation, rx_shares: &[(u32, f64)], flows: &[Attr
     })
 }
 
+/// Predicted write hit % when buffers come from a large FIFO pool vs recycled warm.
 fn predict_with_reuse(obs: &HostObservation, reuse: Reuse) -> Option<f64> {
     let mut s = spec_from_observation(obs, None, None)?;
     s.reuse = reuse;
