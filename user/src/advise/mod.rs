@@ -587,11 +587,7 @@ pub fn recommend(obs: &HostObservation) -> Vec<Recommendation> {
                 }
             }
             let after = predict(&even, None, None).and_then(|p| p.1);
-            out.push(Recommendation {
-                kind: "spread_load".into(),
-                target: format!("{} rx{}", obs.iface, hot.queue),
-                command: format!("ethtool -X {} equal {}", obs.iface, rx.len()),
-                evidence: vec![format!(
+            let mut evidence = vec![format!(
                     "rx{} carries {:.1}x the mean queue load ({:.0} vs {:.0} MB/s){}{}",
                     hot.queue,
                     hot.bytes_per_s / mean,
@@ -599,7 +595,19 @@ pub fn recommend(obs: &HostObservation) -> Vec<Recommendation> {
                     mean / 1e6,
                     if hot_exhausted { "; its NAPI polls exhaust the budget" } else { "" },
                     if hot_slow { "; its packets wait over 2x the median residence" } else { "" }
-                )],
+                )];
+            if let (Some(b), Some(a)) = (before, after) {
+                if a <= b {
+                    evidence.push(format!(
+                        "the DDIO model predicts no hit-rate gain ({b:.1} → {a:.1}): the case for it is the hot queue's backlog, not the cache"
+                    ));
+                }
+            }
+            out.push(Recommendation {
+                kind: "spread_load".into(),
+                target: format!("{} rx{}", obs.iface, hot.queue),
+                command: format!("ethtool -X {} equal {}", obs.iface, rx.len()),
+                evidence,
                 predicted_metric: Some(read_metric(obs).into()),
                 predicted_before: before,
                 predicted_after: after,

@@ -264,6 +264,21 @@ fn ways_when_no_ring_fits_and_determinism() {
     show("imbalanced", &r);
     let sp = r.iter().find(|x| x.kind == "spread_load").expect("spread_load");
     assert!(sp.predicted_after.unwrap() > sp.predicted_before.unwrap());
+    assert!(!sp.evidence.iter().any(|e| e.contains("no hit-rate gain")), "{:?}", sp.evidence);
+
+    // The same imbalance at a rate whose buffers all stay in the cache: still spread (the
+    // backlog), but the evidence says the cache will not gain.
+    let mut o4 = o3.clone();
+    for q in o4.queues.iter_mut() {
+        q.pkts_per_s /= 1000.0;
+        q.bytes_per_s /= 1000.0;
+        q.residence_ns_p50 = Some(2_000.0);
+        q.peak_inflight_pkts = Some(2);
+    }
+    let r = recommend(&o4);
+    show("imbalanced, cache-resident", &r);
+    let sp = r.iter().find(|x| x.kind == "spread_load").expect("spread_load");
+    assert!(sp.evidence.iter().any(|e| e.contains("no hit-rate gain")), "{:?}", sp.evidence);
     let mv = model_view(&o3);
     assert_eq!(mv.queues.len(), 4);
     assert!(mv.queues.iter().all(|q| q.predicted_write_hit_pct.is_some()));
