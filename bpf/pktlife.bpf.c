@@ -581,7 +581,6 @@ static __always_inline int free_stage(struct pl_skb_state *st, __u64 key, bool d
 	return 0;
 }
 
-/* NAPI accounting for a poll of our device (filtering is flavour-specific). */
 /* A NAPI poll ended on this CPU, ours or another device's: the hand-up's CPU
  * context (set_ctx, PL_CTX_RX_NAPI) is over. */
 static __always_inline void end_napi_ctx(void)
@@ -591,6 +590,7 @@ static __always_inline void end_napi_ctx(void)
 		c->cur_kind = PL_CTX_NONE;
 }
 
+/* NAPI accounting for a poll of our device (filtering is flavour-specific). */
 static __always_inline int napi_poll_account(__u64 key, int work, int budget)
 {
 	__u32 queue = 0;
