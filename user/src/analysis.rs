@@ -548,6 +548,11 @@ fn queue_features(
 /// what each method is given. `obs`: the host as the model sees it, for the model
 /// prior; without one (no LLC geometry) the measured methods still get their evidence.
 pub fn evidence(rec: &Recording, obs: Option<&HostObservation>) -> crate::attribution::Evidence {
+    evidence_from(rec, obs, &crate::report::build(rec))
+}
+
+/// `evidence`, from the recording's report already built.
+fn evidence_from(rec: &Recording, obs: Option<&HostObservation>, report: &crate::report::Report) -> crate::attribution::Evidence {
     use crate::attribution::{
         Evidence, FlowId, Interval, ModelPrediction, QueueId, RegressionInput, SampledCounts, SocketMisses,
     };
@@ -559,7 +564,6 @@ pub fn evidence(rec: &Recording, obs: Option<&HostObservation>) -> crate::attrib
         dst: k.dst.clone(),
         dport: k.dport,
     };
-    let report = crate::report::build(rec);
     let m = &report.l3miss;
     let period: u64 = rec.meta.get("miss_period").and_then(|v| v.parse().ok()).unwrap_or(0);
     let stand_in = rec.meta.get("miss_sampling").is_some_and(|s| is_stand_in(s));
@@ -699,7 +703,8 @@ pub struct AttributionReport {
 
 /// The attribution of a recording; `obs` as for `evidence`.
 pub fn attribution(rec: &Recording, obs: Option<&HostObservation>) -> AttributionReport {
-    let ev = evidence(rec, obs);
+    let report = crate::report::build(rec);
+    let ev = evidence_from(rec, obs, &report);
     let mut chosen = crate::attribution::attribute(&ev);
     let all = crate::attribution::attribute_all(&ev);
     // Software stand-in events measure where network CPU time goes, not L3 misses.
@@ -716,7 +721,7 @@ pub fn attribution(rec: &Recording, obs: Option<&HostObservation>) -> Attributio
         };
         chosen.notes.insert(0, note);
     }
-    let m = crate::report::build(rec).l3miss;
+    let m = &report.l3miss;
     if matches!(chosen.method, crate::attribution::Method::AddressJoin | crate::attribution::Method::CpuContext) {
         if let Some(lost) = m.flow_charges_lost.filter(|&n| n > 0) {
             chosen.notes.push(format!(
