@@ -59,8 +59,8 @@ struct Run {
     spec: SimSpec,
     secs: f64,
     res: SimResult,
-    /// Core-read misses in time order as (queue, flow).
-    loads: Vec<(u32, u32)>,
+    /// Core-read misses in time order as (queue, flow, 4 KiB page address).
+    loads: Vec<(u32, u32, u64)>,
 }
 
 struct Scenario {
@@ -107,7 +107,7 @@ fn build(name: &'static str, json: &str, seed: u64) -> Scenario {
                 .misses
                 .iter()
                 .filter(|m| m.kind == crate::model::AccessKind::CpuRead)
-                .map(|m| (m.queue, m.flow))
+                .map(|m| (m.queue, m.flow, m.line_addr & !4095))
                 .collect();
             res.misses = Vec::new();
             let mut s = base.clone();
@@ -217,8 +217,25 @@ fn regression_input(sc: &Scenario, rng: &mut Rng, other_stacks_read: bool) -> Re
     RegressionInput { intervals, flow_bytes }
 }
 
+/// The probes' buffer-table set of a page (`buf_set_of` in bpf/pktlife.bpf.c).
+fn buf_set_of(page: u64) -> u32 {
+    (((page >> 12).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) & (BUF_SETS - 1)) as u32
+}
+const BUF_SETS: u64 = 32768;
+
+/// `record --join-sample n`: the join keeps the pages whose set has its low log2 n bits clear.
+fn in_join_subset(page: u64, n: u32) -> bool {
+    buf_set_of(page) & (n - 1) == 0
+}
+
 /// PEBS-like sampling of the load-miss stream (packet misses + non-packet misses).
 fn sampled(sc: &Scenario, rng: &mut Rng, mischarge: f64) -> SampledCounts {
+    sampled_pages(sc, rng, mischarge, 1)
+}
+
+/// The same with the join on 1 in `join_sample` pages: a sample on another page is neither
+/// joined nor "outside packet buffers" (the probes count it apart).
+fn sampled_pages(sc: &Scenario, rng: &mut Rng, mischarge: f64, join_sample: u32) -> SampledCounts {
     let nq = sc.base.queues;
     let nf = sc.base.flows.len() as u32;
     let mut q: BTreeMap<u32, u64> = BTreeMap::new();
@@ -230,14 +247,14 @@ fn sampled(sc: &Scenario, rng: &mut Rng, mischarge: f64) -> SampledCounts {
         (*count).is_multiple_of(PERIOD)
     };
     for r in &sc.runs {
-        for &(lq, lf) in &r.loads {
+        for &(lq, lf, page) in &r.loads {
             // Non-packet misses interleaved: geometric run with mean φ/(1−φ) per packet miss.
             while rng.unit() < NON_PACKET_FRACTION {
                 if take(&mut count) {
                     other += 1;
                 }
             }
-            if take(&mut count) {
+            if take(&mut count) && in_join_subset(page, join_sample) {
                 let (cq, cf) = if rng.unit() < mischarge { ((rng.next() % nq as u64) as u32, (rng.next() % nf as u64) as u32) } else { (lq, lf) };
                 *q.entry(cq).or_default() += 1;
                 *f.entry(cf).or_default() += 1;
@@ -250,7 +267,7 @@ fn sampled(sc: &Scenario, rng: &mut Rng, mischarge: f64) -> SampledCounts {
         queues: q.into_iter().map(|(k, v)| (QueueId::rx(k), v)).collect(),
         flows: f.into_iter().map(|(k, v)| (flow_id(k), v)).collect(),
         other_samples: other,
-        join_sample: 1,
+        join_sample: join_sample as u64,
         age_hist: Vec::new(),
     }
 }
@@ -327,7 +344,7 @@ fn evaluate(sc: &Scenario, seed: u64) -> Outcome {
     // Flows by address join vs labels.
     let mut tf: BTreeMap<u32, f64> = BTreeMap::new();
     for r in &sc.runs {
-        for &(_, f) in &r.loads {
+        for &(_, f, _) in &r.loads {
             *tf.entry(f).or_default() += 1.0;
         }
     }
@@ -339,7 +356,9 @@ fn evaluate(sc: &Scenario, seed: u64) -> Outcome {
         flow_err = flow_err.max((got - 100.0 * n / tfs).abs());
     }
     let n_samples: u64 = join.queues.iter().map(|q| (q.misses / PERIOD as f64) as u64).sum();
-    println!("  address_join per-flow max error {flow_err:.2} pp over {} flows ({n_samples} samples)\n", tf.len());
+    println!("  address_join per-flow max error {flow_err:.2} pp over {} flows ({n_samples} samples)", tf.len());
+    page_sampling(sc, seed, &p_loads, t_loads.iter().sum());
+    println!();
     // Flow shares are not held to the queue bound: a queue's samples split over its flows,
     // so with few samples the binomial error dominates; allow 3.3σ of the worst case (p=½).
     let flow_bound = 2.0f64.max(100.0 * 3.3 * (0.25 / n_samples.max(1) as f64).sqrt());
@@ -349,6 +368,35 @@ fn evaluate(sc: &Scenario, seed: u64) -> Outcome {
     assert!(matches!(ctx.confidence, Confidence::Medium | Confidence::Low), "context is never high");
     assert_eq!(attribute(&Evidence { address_join: Some(sampled(sc, &mut rng, 0.0)), regression: Some(reg_in), ..Default::default() }).method, Method::AddressJoin);
     Outcome { samples: n_samples, join_err: max_err(&sj, &p_loads), ctx_err: max_err(&sc_, &p_loads), reg_err: max_err(&sr, &p_all), reg_conf: reg.confidence, blind_err: max_err(&sb, &p_all), blind_conf: blind.confidence, prior_err: max_err(&sp, &p_all) }
+}
+
+/// `--join-sample`: the join on 1 in 4 and 1 in 16 buffer pages, the same sample stream. The
+/// hash knows nothing of queues, so each queue's share is off by no more than the binomial
+/// error of the fewer samples joined (3.3σ, at least the full join's 2 pp), and the estimate
+/// scaled by N lands on the true load misses; with too few samples the join declines.
+fn page_sampling(sc: &Scenario, seed: u64, p_loads: &[f64], true_loads: f64) {
+    let nq = p_loads.len();
+    for n in [4u32, 16] {
+        let counts = sampled_pages(sc, &mut Rng(seed ^ 0x9a9e), 0.0, n);
+        let joined: u64 = counts.queues.iter().map(|(_, k)| k).sum();
+        let a = address_join(&counts);
+        let label = format!("join, 1 page in {n}");
+        if a.confidence == Confidence::Insufficient {
+            println!("  {label:<24}insufficient: {joined} samples joined");
+            assert!(joined < super::sampled::MIN_SAMPLES, "{}: 1 in {n} declined with {joined} samples", sc.name);
+            continue;
+        }
+        let got = shares(&a, nq);
+        let estimate: f64 = a.queues.iter().map(|q| q.misses).sum();
+        println!("{}, {joined} samples, misses ×{:.3} of truth", row(&label, &got, Some(p_loads), &format!("{:?}", a.confidence)), estimate / true_loads);
+        for (q, (g, t)) in got.iter().zip(p_loads).enumerate() {
+            let p = t / 100.0;
+            let bound = 2.0f64.max(100.0 * 3.3 * (p * (1.0 - p) / joined as f64).sqrt());
+            assert!((g - t).abs() <= bound, "{}: 1 in {n} pages, rx{q} off by {:.2} pp (bound {bound:.2})", sc.name, (g - t).abs());
+        }
+        let rel = 3.3 / (joined as f64).sqrt();
+        assert!((estimate / true_loads - 1.0).abs() <= rel, "{}: 1 in {n} pages scaled to {estimate:.3e} misses, truth {true_loads:.3e}", sc.name);
+    }
 }
 
 /// The regression must answer within 10 pp. Without the other stacks' DMA bytes it may decline
