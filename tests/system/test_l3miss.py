@@ -63,6 +63,9 @@ def test_cpu_context_attribution_follows_rates(testbed, recorder):
     assert sum(q["addr_join"] + q["cpu_ctx"] for q in m["queues"]) == charged, m
     assert m["no_flow"] is not None and m["flow_charges_lost"] <= 0.01 * charged, m
     assert m["queue_clamped"] == 0
+    # The kernel's throttling was read (a fifth of its limit here, yet a CPU that idles
+    # without ticks can still reach it: the limit is counted per tick).
+    assert m["throttle"] is not None and m["throttle"]["records_lost"] == 0, m
 
     # The report's attribution: no addresses here, so CPU context is the
     # strongest method; it says so, and that the event is a stand-in.
@@ -126,6 +129,43 @@ def test_cpu_context_ends_with_the_traffic(testbed, recorder):
     # One charge per CPU at most: a context whose poll end went unseen is dated
     # by the first sample that finds it (none expected on veth, whose polls are seen).
     assert sum(misses[i][1] for i in idle) <= 2, misses
+
+
+def max_sample_rate():
+    with open("/proc/sys/kernel/perf_event_max_sample_rate") as f:
+        return int(f.read())
+
+
+def test_sampler_throttling_is_counted(testbed, recorder):
+    """At cpu-clock's shortest period (10 µs: 100 k samples/s per CPU) the sampler runs at the
+    kernel's limit (perf_event_max_sample_rate over the CPU's ticks), which stops it for the
+    rest of a tick whenever a tick sees more: the stops are counted and timed in every
+    interval, and no more time is counted stopped than the samples leave room for."""
+    if 1e9 / 10000 < max_sample_rate():
+        pytest.skip("perf_event_max_sample_rate is above cpu-clock's fastest rate: nothing to throttle")
+    tb = testbed
+    tb.iperf3_server()
+    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--miss-sampling", "software-clock", "--miss-period", "10000")
+    tb.iperf3("-t", "3", "-P", "2")
+    rc, _, err = rec.stop()
+    assert rc == 0, err
+    with sqlite3.connect(rec.out) as db:
+        rows = db.execute("SELECT samples, throttles, throttled_ns FROM miss_intervals").fetchall()
+        cpus = int(db.execute("SELECT value FROM meta WHERE key = 'miss_sampler_cpus'").fetchone()[0])
+        span_ns = db.execute("SELECT SUM(dur_ns) FROM intervals").fetchone()[0]
+    assert rows and all(t is not None and ns is not None for _, t, ns in rows), rows
+    samples = sum(r[0] for r in rows)
+    throttles = sum(r[1] for r in rows)
+    stopped_ns = sum(r[2] for r in rows)
+    assert throttles > 0 and stopped_ns > 0, rows
+    # A stopped sampler takes no sample: samples × period and the stopped time share the
+    # CPUs' time (a few periods of slack per CPU for the interval edges).
+    assert samples * 10000 + stopped_ns <= cpus * span_ns * 1.01, (samples, stopped_ns, cpus, span_ns)
+    m = report_json(rec.out)["l3miss"]
+    t = m["throttle"]
+    assert t["throttles"] == throttles and 0 < t["stopped_pct"] < 100, t
+    text = run(BIN, "report", rec.out).stdout
+    assert f"sampler throttled by the kernel {throttles} times" in text, text
 
 
 def test_flow_map_evictions_are_counted(testbed, recorder):

@@ -701,6 +701,9 @@ pub struct AttributionReport {
     pub all: Vec<crate::attribution::Attribution>,
 }
 
+/// Below this share of its CPU time stopped, the sampler's throttling is left out of the notes.
+const THROTTLE_NOTE_PCT: f64 = 1.0;
+
 /// The attribution of a recording; `obs` as for `evidence`.
 pub fn attribution(rec: &Recording, obs: Option<&HostObservation>) -> AttributionReport {
     let report = crate::report::build(rec);
@@ -726,6 +729,12 @@ pub fn attribution(rec: &Recording, obs: Option<&HostObservation>) -> Attributio
         if let Some(lost) = m.flow_charges_lost.filter(|&n| n > 0) {
             chosen.notes.push(format!(
                 "{lost} charged samples belong to flows the probes' flow map lost (LRU eviction): they are missing from the flows"
+            ));
+        }
+        if let Some(p) = m.throttle.as_ref().and_then(|t| t.stopped_pct).filter(|&p| p >= THROTTLE_NOTE_PCT) {
+            chosen.notes.push(format!(
+                "the kernel throttled the sampler for {p:.1}% of its CPU time: misses in those windows went unsampled, and the shares \
+                 assume the stops fell on every queue alike (a burst on one queue is what triggers them)"
             ));
         }
         if m.queue_clamped > 0 {

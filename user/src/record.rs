@@ -151,6 +151,12 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary> {
     writer.set_meta("miss_period", &opts.miss_period.to_string())?;
     writer.set_meta("join_sample", &opts.join_sample.to_string())?;
     writer.set_meta("buffer_join", &live.buffer_join)?;
+    if let Some(why) = live.probe.miss_throttle_unavailable() {
+        writer.set_meta("miss_throttle", &format!("not measured: {why}"))?;
+    }
+    if let Some(n) = live.probe.miss_sampler_cpus() {
+        writer.set_meta("miss_sampler_cpus", &n.to_string())?;
+    }
     if live.probe.has_miss_sampler() {
         writer.set_meta("buf_pages_capacity", &live.probe.buf_pages_capacity().to_string())?;
     }

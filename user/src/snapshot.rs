@@ -247,6 +247,10 @@ pub struct MissSnapshot {
     /// Charged samples whose queue number was past the probes' MAX_QUEUES, counted on the last.
     #[serde(default)]
     pub queue_clamped: u64,
+    /// The kernel's throttling of the sampler (None: not read: no ring could be mapped, or a
+    /// recording from before this count).
+    #[serde(default)]
+    pub throttle: Option<SamplerThrottle>,
     /// Joined samples by ns since the buffer's hand-up (log2 buckets).
     pub age_hist: Vec<u64>,
     /// (dir, queue, by address join, by CPU context)
@@ -257,6 +261,29 @@ pub struct MissSnapshot {
     pub regions: Vec<(u64, u64)>,
     /// What the probes wrote to the packet-buffer page map (deltas).
     pub buf: BufMapCounters,
+}
+
+/// The kernel stopping the sampler for overflowing too often (perf_event_max_sample_rate):
+/// while stopped it samples nothing, so only these records show the gap. Cumulative while live,
+/// per interval in a recording.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SamplerThrottle {
+    /// Times the kernel stopped the sampler.
+    pub throttles: u64,
+    /// CPU-ns the sampler spent stopped (a stop still open counts up to the read).
+    pub throttled_ns: u64,
+    /// Throttle records the ring dropped: the figures above are then lower bounds.
+    pub records_lost: u64,
+}
+
+impl SamplerThrottle {
+    pub fn combine(&self, o: &SamplerThrottle, f: impl Fn(u64, u64) -> u64) -> SamplerThrottle {
+        SamplerThrottle {
+            throttles: f(self.throttles, o.throttles),
+            throttled_ns: f(self.throttled_ns, o.throttled_ns),
+            records_lost: f(self.records_lost, o.records_lost),
+        }
+    }
 }
 
 /// The packet-buffer page map of the address join: pages written (linear data
@@ -316,6 +343,7 @@ impl MissSnapshot {
         // Nothing read before (the start): all of it is this interval's.
         d.no_flow = self.no_flow.map(|a| a.saturating_sub(e.no_flow.unwrap_or(0)));
         d.queue_clamped = self.queue_clamped.saturating_sub(e.queue_clamped);
+        d.throttle = self.throttle.map(|a| a.combine(&e.throttle.unwrap_or_default(), u64::saturating_sub));
         d.age_hist = self.age_hist.iter().enumerate().map(|(i, v)| v.saturating_sub(*e.age_hist.get(i).unwrap_or(&0))).collect();
         d.queues = self
             .queues

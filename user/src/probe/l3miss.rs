@@ -4,11 +4,15 @@
 //! program to each, which joins sample addresses to live packet buffers.
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
+use std::sync::Mutex;
 
 use anyhow::{bail, Context, Result};
 use perf_event_open_sys as sys;
 use serde::Serialize;
 
+use memmap2::{MmapMut, MmapOptions};
+
+use super::throttle::{page_size, ThrottleRing, ThrottleTotals, RING_DATA_PAGES};
 use crate::counters::{self, events::Unit, Platform};
 
 /// Which event drives the sampler.
@@ -41,6 +45,9 @@ pub fn event_attr(source: MissSource, platform: Option<Platform>, period: u64, s
         | sys::bindings::PERF_SAMPLE_ADDR
         | sys::bindings::PERF_SAMPLE_CPU) as u64;
     attr.set_exclude_hv(1);
+    // Throttle records (probe::throttle) stamped on the BPF clock.
+    attr.set_use_clockid(1);
+    attr.clockid = libc::CLOCK_MONOTONIC;
     let label = match source {
         MissSource::Off => return Ok(None),
         MissSource::Auto | MissSource::Pebs => {
@@ -89,12 +96,36 @@ pub fn event_attr(source: MissSource, platform: Option<Platform>, period: u64, s
     Ok(Some((attr, label)))
 }
 
-/// One sampling fd per CPU, each with the program attached through a link.
+/// One sampling fd per CPU, each with the program attached through a link, and the ring
+/// that receives the kernel's throttle records for it.
 pub struct MissSampler {
     pub label: String,
     pub cpus: usize,
+    /// One per fd, or why the throttling cannot be read.
+    throttle: Result<Mutex<ThrottleLog>, String>,
     _links: Vec<libbpf_rs::Link>,
     _fds: Vec<OwnedFd>,
+}
+
+fn ring_error(e: &std::io::Error) -> &'static str {
+    match e.raw_os_error() {
+        Some(libc::EPERM) | Some(libc::EAGAIN) => "over the locked-memory allowance for perf buffers (kernel.perf_event_mlock_kb, RLIMIT_MEMLOCK)",
+        Some(libc::ENOMEM) => "out of memory",
+        _ => "the kernel refused the mapping",
+    }
+}
+
+/// Every fd's ring, and what they said so far.
+struct ThrottleLog {
+    rings: Vec<ThrottleRing<MmapMut>>,
+    totals: ThrottleTotals,
+}
+
+/// A ring of 1 + RING_DATA_PAGES pages on a sampling fd.
+fn map_ring(fd: &OwnedFd) -> std::io::Result<MmapMut> {
+    // SAFETY: a perf event fd mapped shared: the kernel owns the layout, ThrottleRing follows
+    // its protocol (data_head / data_tail), and nothing else maps it.
+    unsafe { MmapOptions::new().len((1 + RING_DATA_PAGES) * page_size()).map_mut(fd) }
 }
 
 impl MissSampler {
@@ -105,6 +136,7 @@ impl MissSampler {
         let cpus = if cpus.is_empty() { (0..ncpus as u32).collect() } else { cpus };
         let mut fds = Vec::new();
         let mut links = Vec::new();
+        let mut rings = Ok(Vec::new());
         for cpu in cpus {
             // SAFETY: attr is a valid perf_event_attr; pid -1 + cpu = system-wide on that CPU.
             let fd = unsafe { sys::perf_event_open(&mut attr, -1, cpu as i32, -1, sys::bindings::PERF_FLAG_FD_CLOEXEC as u64) };
@@ -119,8 +151,31 @@ impl MissSampler {
                 .attach_perf_event(fd)
                 .map_err(|e| anyhow::anyhow!(crate::probe::pktlife::explain_bpf_error(&e, "attaching the L3-miss program")))?;
             links.push(link);
+            if let Ok(r) = rings.as_mut() {
+                match map_ring(&owned) {
+                    Ok(m) => r.push(ThrottleRing::new(m)),
+                    Err(e) => rings = Err(format!("the sampler's ring buffer on CPU {cpu} could not be mapped: {}", ring_error(&e))),
+                }
+            }
             fds.push(owned);
         }
-        Ok(MissSampler { label, cpus: fds.len(), _links: links, _fds: fds })
+        let throttle = rings.map(|rings| Mutex::new(ThrottleLog { rings, totals: ThrottleTotals::default() }));
+        Ok(MissSampler { label, cpus: fds.len(), throttle, _links: links, _fds: fds })
+    }
+
+    /// The kernel's throttling of the sampler so far, read from the rings; Err: not readable.
+    pub fn throttling(&self, now_ns: u64) -> Result<ThrottleTotals, String> {
+        let m = self.throttle.as_ref().map_err(Clone::clone)?;
+        let mut g = m.lock().map_err(|_| "throttle log poisoned".to_string())?;
+        let log = &mut *g;
+        for r in log.rings.iter_mut() {
+            r.drain(now_ns, &mut log.totals);
+        }
+        Ok(log.totals)
+    }
+
+    /// Why throttling is not measured, if it is not.
+    pub fn throttle_unavailable(&self) -> Option<&str> {
+        self.throttle.as_ref().err().map(String::as_str)
     }
 }

@@ -4,6 +4,7 @@ pub mod floor;
 pub mod l3miss;
 pub mod memlayout;
 pub mod pktlife;
+pub mod throttle;
 
 use libbpf_rs::AsRawLibbpf;
 use serde::Serialize;

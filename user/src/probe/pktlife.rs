@@ -443,6 +443,16 @@ impl PktlifeProbe {
         self.miss_sampler.is_some()
     }
 
+    /// CPUs the sampler runs on (one event each).
+    pub fn miss_sampler_cpus(&self) -> Option<usize> {
+        self.miss_sampler.as_ref().map(|s| s.cpus)
+    }
+
+    /// Why the sampler's throttling is not measured, when a sampler runs and it is not.
+    pub fn miss_throttle_unavailable(&self) -> Option<String> {
+        self.miss_sampler.as_ref().and_then(|s| s.throttle_unavailable()).map(str::to_string)
+    }
+
     /// (by address join, by CPU context) summed over the per-CPU copies.
     fn sum_miss_counts(&self, per_cpu: &[Vec<u8>]) -> (u64, u64) {
         per_cpu.iter().take(self.ncpus).fold((0, 0), |(a, c), raw| {
@@ -477,6 +487,9 @@ impl PktlifeProbe {
             for (i, v) in t.age_hist.iter().enumerate() {
                 m.age_hist[i] += v;
             }
+        }
+        if let Some(s) = &self.miss_sampler {
+            m.throttle = s.throttling(crate::live::monotonic_ns()).ok();
         }
         for idx in 0..(2 * MAX_QUEUES) {
             let vals = self.skel.maps.miss_queues.lookup_percpu(&idx.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();

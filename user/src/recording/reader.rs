@@ -8,7 +8,7 @@ use rusqlite::{Connection, OpenFlags};
 
 use super::writer::{explain_sqlite, CounterRow};
 use super::{APPLICATION_ID, SCHEMA_VERSION};
-use crate::snapshot::{Dir, EventCounters, FlowCounters, FlowKey, MissSnapshot, PacketSample, QueueCounters, Snapshot};
+use crate::snapshot::{Dir, EventCounters, FlowCounters, FlowKey, MissSnapshot, PacketSample, SamplerThrottle, QueueCounters, Snapshot};
 use crate::topology::{HostInfo, IfaceInfo};
 
 pub struct Recording {
@@ -291,15 +291,19 @@ impl Recording {
             // Nor, from before the flow-loss counts, no_flow (unknown: NULL) and queue_clamped.
             let no_flow = if column_exists("miss_intervals", "no_flow") { "no_flow" } else { "NULL" };
             let queue_clamped = if column_exists("miss_intervals", "queue_clamped") { "queue_clamped" } else { "0" };
+            // Nor, from before the sampler's throttle log, its three columns (unknown).
+            let throttle =
+                if column_exists("miss_intervals", "throttles") { "throttles,throttled_ns,throttle_records_lost" } else { "NULL,NULL,NULL" };
             let mut st = conn
                 .prepare(&format!(
                     "SELECT interval,samples,on_packet_buffers,other_addr,no_addr,ctx_charged,uncharged,{out_of_subset},{no_flow},\
-                     {queue_clamped} FROM miss_intervals"
+                     {queue_clamped},{throttle} FROM miss_intervals"
                 ))
                 .map_err(corrupt)?;
             let mut rows = st.query([]).map_err(corrupt)?;
             while let Some(r) = rows.next().map_err(corrupt)? {
                 let g = |i: usize| -> Result<u64> { Ok(r.get::<_, i64>(i).map_err(corrupt)? as u64) };
+                let opt = |i: usize| -> Result<Option<u64>> { Ok(r.get::<_, Option<i64>>(i).map_err(corrupt)?.map(|v| v as u64)) };
                 if let Some(&si) = by_idx.get(&g(0)?) {
                     snaps[si].misses = Some(MissSnapshot {
                         samples: g(1)?,
@@ -311,6 +315,12 @@ impl Recording {
                         out_of_subset: g(7)?,
                         no_flow: r.get::<_, Option<i64>>(8).map_err(corrupt)?.map(|v| v as u64),
                         queue_clamped: g(9)?,
+                        throttle: match (opt(10)?, opt(11)?, opt(12)?) {
+                            (Some(throttles), Some(throttled_ns), Some(records_lost)) => {
+                                Some(SamplerThrottle { throttles, throttled_ns, records_lost })
+                            }
+                            _ => None,
+                        },
                         age_hist: vec![0; crate::snapshot::NBUCKETS],
                         ..Default::default()
                     });
@@ -498,5 +508,44 @@ mod tests {
         // Nor the flow-loss counts: unknown, so no loss is claimed either way.
         assert_eq!((m[0].no_flow, m[0].queue_clamped), (None, 0));
         assert_eq!(crate::report::build(&r).l3miss.flow_charges_lost, None);
+        // Nor the sampler's throttling: not measured, and the report claims nothing.
+        assert_eq!(m[0].throttle, None);
+        assert!(crate::report::build(&r).l3miss.throttle.is_none());
+    }
+
+    /// Throttle rows sum over the intervals and are set against the sampler's CPU time; one
+    /// interval that could not read them makes the total unknown.
+    #[test]
+    fn sampler_throttling_sums_over_intervals() {
+        let table = "DROP TABLE miss_intervals;
+             CREATE TABLE miss_intervals (
+                interval INTEGER PRIMARY KEY, samples INTEGER NOT NULL, on_packet_buffers INTEGER NOT NULL,
+                other_addr INTEGER NOT NULL, no_addr INTEGER NOT NULL, ctx_charged INTEGER NOT NULL, uncharged INTEGER NOT NULL,
+                throttles INTEGER, throttled_ns INTEGER, throttle_records_lost INTEGER);
+             INSERT OR REPLACE INTO meta(key, value) VALUES ('miss_sampler_cpus', '2');";
+        let (_dir, path) = fixture_altered(&format!(
+            "{table}
+             INSERT INTO miss_intervals(interval,samples,on_packet_buffers,other_addr,no_addr,ctx_charged,uncharged,
+                                        throttles,throttled_ns,throttle_records_lost)
+             SELECT idx, 10, 0, 0, 10, 10, 0, 3, 40000000, 0 FROM intervals ORDER BY idx LIMIT 2;"
+        ));
+        let r = Recording::open(&path).expect("opens");
+        let t = crate::report::build(&r).l3miss.throttle.expect("measured");
+        assert_eq!((t.throttles, t.records_lost), (6, 0));
+        assert!((t.stopped_ms - 80.0).abs() < 1e-9);
+        let want = 100.0 * 0.080 / (2.0 * r.duration_s());
+        assert!((t.stopped_pct.expect("cpus known") - want).abs() < 1e-9, "{t:?} vs {want}");
+        let text = crate::report::render_text(&crate::report::build(&r), 10);
+        assert!(text.contains("sampler throttled by the kernel 6 times, stopped 80.0 ms"), "{text}");
+
+        let (_dir2, path) = fixture_altered(&format!(
+            "{table}
+             INSERT INTO miss_intervals(interval,samples,on_packet_buffers,other_addr,no_addr,ctx_charged,uncharged,
+                                        throttles,throttled_ns,throttle_records_lost)
+             SELECT idx, 10, 0, 0, 10, 10, 0, CASE WHEN idx = (SELECT MIN(idx) FROM intervals) THEN 3 END, 40000000, 0
+             FROM intervals ORDER BY idx LIMIT 2;"
+        ));
+        let r = Recording::open(&path).expect("opens");
+        assert!(crate::report::build(&r).l3miss.throttle.is_none());
     }
 }

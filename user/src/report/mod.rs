@@ -7,7 +7,7 @@ use serde::Serialize;
 pub mod html;
 
 use crate::recording::Recording;
-use crate::snapshot::{hist_percentile, Dir, QueueCounters, NSTAGES};
+use crate::snapshot::{hist_percentile, Dir, QueueCounters, SamplerThrottle, NSTAGES};
 
 #[derive(Debug, Serialize)]
 pub struct Report {
@@ -18,6 +18,18 @@ pub struct Report {
     pub drops: Drops,
     pub counters: CountersReport,
     pub l3miss: MissReport,
+}
+
+/// The sampler stopped by the kernel (perf_event_max_sample_rate): misses in those windows
+/// were not sampled, so counts scaled by the period fall short by about `stopped_pct`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ThrottleReport {
+    pub throttles: u64,
+    pub stopped_ms: f64,
+    /// Of the sampler's CPU time (CPUs × recording length); None when the CPU count is unknown.
+    pub stopped_pct: Option<f64>,
+    /// Throttle records the ring dropped: the figures are then lower bounds.
+    pub records_lost: u64,
 }
 
 /// L3-miss samples and how they were charged, with the event behind them.
@@ -43,6 +55,13 @@ pub struct MissReport {
     pub flow_charges_lost: Option<u64>,
     /// Charged samples whose queue number exceeded the probes' table, counted on its last queue.
     pub queue_clamped: u64,
+    /// The kernel's throttling of the sampler over the recording (absent: not measured, see
+    /// `throttle_unmeasured`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub throttle: Option<ThrottleReport>,
+    /// Why throttling was not measured, when a sampler ran and it was not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub throttle_unmeasured: Option<String>,
     /// Joined samples: p50/p99 ns between the buffer's hand-up and the miss.
     pub age_p50_ns: Option<u64>,
     pub age_p99_ns: Option<u64>,
@@ -152,6 +171,8 @@ fn miss_report(rec: &Recording) -> MissReport {
         no_flow: Some(0),
         flow_charges_lost: None,
         queue_clamped: 0,
+        throttle: None,
+        throttle_unmeasured: rec.meta.get("miss_throttle").cloned(),
         age_p50_ns: None,
         age_p99_ns: None,
         age_split: None,
@@ -168,6 +189,8 @@ fn miss_report(rec: &Recording) -> MissReport {
     let mut age = vec![0u64; crate::snapshot::NBUCKETS];
     let mut life = [[0u64; crate::snapshot::NBUCKETS]; 2];
     let mut per_q: std::collections::BTreeMap<(Dir, u32), (u64, u64)> = Default::default();
+    // Summed over the intervals only if every interval with samples read it.
+    let mut throttle: Option<Option<SamplerThrottle>> = None;
     for s in &rec.snapshots {
         for q in &s.queues {
             // Stage 3 (RX driver → free) and 2 (TX xmit → free): from the time the join dates
@@ -184,6 +207,10 @@ fn miss_report(rec: &Recording) -> MissReport {
         m.out_of_subset += x.out_of_subset;
         m.no_flow = m.no_flow.zip(x.no_flow).map(|(a, b)| a + b);
         m.queue_clamped += x.queue_clamped;
+        throttle = Some(match (throttle, x.throttle) {
+            (None, t) => t,
+            (Some(acc), t) => acc.zip(t).map(|(a, b)| a.combine(&b, u64::saturating_add)),
+        });
         m.no_addr += x.no_addr;
         m.ctx_charged += x.ctx_charged;
         m.uncharged += x.uncharged;
@@ -226,6 +253,14 @@ fn miss_report(rec: &Recording) -> MissReport {
     if m.samples == 0 {
         m.no_flow = None;
     }
+    let cpus: Option<f64> = rec.meta.get("miss_sampler_cpus").and_then(|v| v.parse().ok());
+    let span_s = rec.duration_s();
+    m.throttle = throttle.flatten().map(|t| ThrottleReport {
+        throttles: t.throttles,
+        stopped_ms: t.throttled_ns as f64 / 1e6,
+        stopped_pct: cpus.filter(|c| *c > 0.0 && span_s > 0.0).map(|c| (100.0 * t.throttled_ns as f64 / 1e9 / (c * span_s)).min(100.0)),
+        records_lost: t.records_lost,
+    });
     let charged: u64 = m.queues.iter().map(|q| q.addr_join + q.cpu_ctx).sum();
     let to_flows: u64 = m.flows.iter().map(|f| f.addr_join + f.cpu_ctx).sum();
     // The queue counts and the flow map are read one after the other while samples keep
@@ -812,6 +847,20 @@ pub fn render_text(r: &Report, top_flows: usize) -> String {
                 l.flow_charges_lost.unwrap_or(0),
                 l.queue_clamped
             );
+        }
+        if let Some(t) = l.throttle.as_ref().filter(|t| t.throttles > 0) {
+            let _ = writeln!(
+                o,
+                "  sampler throttled by the kernel {} times, stopped {}{:.1} ms in all{}: misses then went unsampled, so counts scaled by the period fall short by about that share{}",
+                t.throttles,
+                if t.records_lost > 0 { "at least " } else { "" },
+                t.stopped_ms,
+                t.stopped_pct.map_or(String::new(), |p| format!(" ({p:.2}% of its CPU time)")),
+                if t.records_lost > 0 { format!(" ({} throttle records lost)", t.records_lost) } else { String::new() }
+            );
+        }
+        if let Some(why) = &l.throttle_unmeasured {
+            let _ = writeln!(o, "  sampler throttling: {why}");
         }
         if let Some(a) = &l.age_split {
             let n = (a.within_life + a.after_life).max(1) as f64;
