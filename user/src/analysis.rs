@@ -733,8 +733,8 @@ pub fn attribution(rec: &Recording, obs: Option<&HostObservation>) -> Attributio
         }
         if let Some(p) = m.throttle.as_ref().and_then(|t| t.stopped_pct).filter(|&p| p >= THROTTLE_NOTE_PCT) {
             chosen.notes.push(format!(
-                "the kernel throttled the sampler for {p:.1}% of its CPU time: misses in those windows went unsampled, and the shares \
-                 assume the stops fell on every queue alike (a burst on one queue is what triggers them)"
+                "the kernel throttled the sampler for {p:.1}% of its CPU time: misses in those windows went unsampled (none if the \
+                 stops fell in idle time), and the shares assume they fell on every queue alike (a burst on one queue is what triggers them)"
             ));
         }
         if m.queue_clamped > 0 {

@@ -272,7 +272,8 @@ pub struct SamplerThrottle {
     pub throttles: u64,
     /// CPU-ns the sampler spent stopped (a stop still open counts up to the read).
     pub throttled_ns: u64,
-    /// Throttle records the ring dropped: the figures above are then lower bounds.
+    /// Throttle records the ring dropped: the figures above are then approximate (a stop
+    /// whose start or end was lost is not timed).
     pub records_lost: u64,
 }
 

@@ -223,6 +223,19 @@ fn buf_set_of(page: u64) -> u32 {
 }
 const BUF_SETS: u64 = 32768;
 
+/// The mirror above is the probes' hash: their source says the same constants.
+#[test]
+fn buf_set_of_mirrors_the_probes() {
+    let bpf = include_str!("../../../bpf/pktlife.bpf.c");
+    assert!(bpf.contains("#define BUF_SETS 32768"), "BUF_SETS changed in the probes");
+    assert!(
+        bpf.contains("return (__u32)(((page >> 12) * 0x9E3779B97F4A7C15ULL) >> 40) & (BUF_SETS - 1);"),
+        "buf_set_of changed in the probes"
+    );
+    assert!(bpf.contains("return !(set & join_page_mask);"), "in_join_subset changed in the probes");
+    assert_eq!(BUF_SETS, 32768);
+}
+
 /// `record --join-sample n`: the join keeps the pages whose set has its low log2 n bits clear.
 fn in_join_subset(page: u64, n: u32) -> bool {
     buf_set_of(page) & (n - 1) == 0

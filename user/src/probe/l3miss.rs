@@ -45,6 +45,11 @@ pub fn event_attr(source: MissSource, platform: Option<Platform>, period: u64, s
         | sys::bindings::PERF_SAMPLE_ADDR
         | sys::bindings::PERF_SAMPLE_CPU) as u64;
     attr.set_exclude_hv(1);
+    // Every sample through the program: a fixed-period PEBS event without wakeup_events may be
+    // put in large-PEBS mode, where the kernel writes all but the last record of each PEBS drain
+    // straight to the ring buffer, past the program (an event with wakeup_events and no
+    // watermark never is). Samples are not written to the ring, so this wakes nobody.
+    attr.__bindgen_anon_2.wakeup_events = 1;
     // Throttle records (probe::throttle) stamped on the BPF clock.
     attr.set_use_clockid(1);
     attr.clockid = libc::CLOCK_MONOTONIC;
@@ -177,5 +182,21 @@ impl MissSampler {
     /// Why throttling is not measured, if it is not.
     pub fn throttle_unavailable(&self) -> Option<&str> {
         self.throttle.as_ref().err().map(String::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every sample must reach the program (no large PEBS batching past it), and throttle
+    /// records must be on the BPF clock.
+    #[test]
+    fn sampler_attr_keeps_samples_in_the_program() {
+        let (attr, _) = event_attr(MissSource::SoftwareClock, None, 50_000, Path::new("/nonexistent")).expect("attr").expect("some");
+        // SAFETY: reading a plain integer field of a union written by event_attr.
+        let wakeup = unsafe { attr.__bindgen_anon_2.wakeup_events };
+        assert_eq!((wakeup, attr.watermark(), attr.freq()), (1, 0, 0));
+        assert_eq!((attr.use_clockid(), attr.clockid), (1, libc::CLOCK_MONOTONIC));
     }
 }

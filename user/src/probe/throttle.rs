@@ -4,20 +4,23 @@
 //! The kernel stops a sampling event that overflows more than `perf_event_max_sample_rate / HZ`
 //! times in one tick until a later tick. A stopped event counts nothing, so the sample count
 //! cannot show the gap; the kernel reports it only as records in the event's ring buffer. The
-//! attached program returns 0, so no sample is written there: the ring carries just these
-//! records (and PERF_RECORD_LOST if it ever overflows), and a few pages per CPU are plenty.
+//! attached program returns 0, so no sample is written there (l3miss keeps PEBS from batching
+//! samples past the program): the ring carries just these records, and PERF_RECORD_LOST if it
+//! ever overflows.
 use std::mem::offset_of;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use perf_event_open_sys::bindings::{perf_event_mmap_page, PERF_RECORD_LOST, PERF_RECORD_THROTTLE, PERF_RECORD_UNTHROTTLE};
 
-/// Data pages per CPU (a power of two, as the kernel requires): 32 KiB, about 1000 records,
-/// where a sampler throttled at every tick writes two per tick (500 a second at HZ = 250).
-pub const RING_DATA_PAGES: usize = 8;
+/// Data pages per CPU (a power of two, as the kernel requires): 64 KiB, 2048 records, where a
+/// sampler throttled at every tick writes two per tick: a second's worth at HZ = 1000 between
+/// reads (`record` reads every interval, `serve` every second). Past that, records are lost
+/// and counted.
+pub const RING_DATA_PAGES: usize = 16;
 
 pub use crate::snapshot::SamplerThrottle as ThrottleTotals;
 
-/// One CPU's stop in progress, and where the ring was read up to.
+/// One CPU's stop in progress.
 #[derive(Debug, Default)]
 struct CpuState {
     stopped_since: Option<u64>,
@@ -58,8 +61,8 @@ impl<B: AsMut<[u8]>> ThrottleRing<B> {
         // SAFETY: the control page is 8-byte aligned (page-aligned mapping or a Vec<u64>-backed
         // test buffer) and data_head/data_tail are u64 fields at 8-byte offsets in it; the kernel
         // writes data_head and reads data_tail concurrently, hence atomics.
-        let head = unsafe { &*(buf.as_ptr().add(head_at) as *const AtomicU64) }.load(Ordering::Acquire);
-        let tail_cell = unsafe { &*(buf.as_ptr().add(tail_at) as *const AtomicU64) };
+        let head = unsafe { &*(buf.as_mut_ptr().add(head_at) as *const AtomicU64) }.load(Ordering::Acquire);
+        let tail_cell = unsafe { &*(buf.as_mut_ptr().add(tail_at) as *const AtomicU64) };
         let mut tail = tail_cell.load(Ordering::Relaxed);
         let data = &buf[off..off + size];
         while head.saturating_sub(tail) >= 8 {
@@ -76,17 +79,21 @@ impl<B: AsMut<[u8]>> ThrottleRing<B> {
             match kind {
                 PERF_RECORD_THROTTLE => {
                     t.throttles += 1;
-                    if let Some(at) = word(0) {
-                        self.cpu.stopped_since.get_or_insert(at);
-                    }
+                    // Stops and restarts alternate; a stop while stopped means the restart
+                    // between was lost: start over rather than count the gap as stopped.
+                    self.cpu.stopped_since = word(0);
                 }
                 PERF_RECORD_UNTHROTTLE => {
                     if let (Some(at), Some(since)) = (word(0), self.cpu.stopped_since.take()) {
                         t.throttled_ns += at.saturating_sub(since);
                     }
                 }
-                // { id, lost }
-                PERF_RECORD_LOST => t.records_lost += word(1).unwrap_or(0),
+                // { id, lost }: whichever stop or restart went missing, the open stop (if
+                // any) can no longer be timed.
+                PERF_RECORD_LOST => {
+                    t.records_lost += word(1).unwrap_or(0);
+                    self.cpu.stopped_since = None;
+                }
                 _ => {}
             }
             tail += len;
@@ -209,12 +216,31 @@ mod tests {
             r.drain(100 * i + 50, &mut t);
         }
         assert_eq!((t.throttles, t.throttled_ns), (10, 400));
-        // A 24-byte LOST record shifts later records off the 32-byte grid, across the end.
-        push(&mut r, PERF_RECORD_LOST, &[7, 3]);
+        // 24-byte LOST records shift later records off the 32-byte grid: five of them (head
+        // 640 + 120 = 760, at 248 in the ring) leave the next record across the end.
+        for _ in 0..5 {
+            push(&mut r, PERF_RECORD_LOST, &[7, 3]);
+        }
+        assert_eq!(read_u64(r.buf.as_mut(), offset_of!(perf_event_mmap_page, data_head)) % DATA as u64, 248);
         throttle(&mut r, 2_000);
         unthrottle(&mut r, 2_070);
         r.drain(2_100, &mut t);
-        assert_eq!(t, ThrottleTotals { throttles: 11, throttled_ns: 470, records_lost: 3 });
+        assert_eq!(t, ThrottleTotals { throttles: 11, throttled_ns: 470, records_lost: 15 });
+    }
+
+    #[test]
+    fn a_lost_restart_does_not_count_the_gap_as_stopped() {
+        let mut r = ring();
+        let mut t = ThrottleTotals::default();
+        // The restart at 2_000 went missing (no LOST record either: the stream alone shows it).
+        throttle(&mut r, 1_000);
+        throttle(&mut r, 50_000);
+        unthrottle(&mut r, 51_000);
+        // A LOST record ends any open stop: it cannot be timed.
+        throttle(&mut r, 60_000);
+        push(&mut r, PERF_RECORD_LOST, &[7, 1]);
+        r.drain(90_000, &mut t);
+        assert_eq!(t, ThrottleTotals { throttles: 3, throttled_ns: 1_000, records_lost: 1 });
     }
 
     #[test]

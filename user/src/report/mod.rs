@@ -21,14 +21,15 @@ pub struct Report {
 }
 
 /// The sampler stopped by the kernel (perf_event_max_sample_rate): misses in those windows
-/// were not sampled, so counts scaled by the period fall short by about `stopped_pct`.
+/// were not sampled. A rough indicator of what the counts miss: nothing for stops in idle time
+/// (a CPU without ticks), more than `stopped_pct` for stops in the bursts that trigger them.
 #[derive(Debug, Clone, Serialize)]
 pub struct ThrottleReport {
     pub throttles: u64,
     pub stopped_ms: f64,
     /// Of the sampler's CPU time (CPUs × recording length); None when the CPU count is unknown.
     pub stopped_pct: Option<f64>,
-    /// Throttle records the ring dropped: the figures are then lower bounds.
+    /// Throttle records the ring dropped: the figures are then approximate.
     pub records_lost: u64,
 }
 
@@ -189,7 +190,7 @@ fn miss_report(rec: &Recording) -> MissReport {
     let mut age = vec![0u64; crate::snapshot::NBUCKETS];
     let mut life = [[0u64; crate::snapshot::NBUCKETS]; 2];
     let mut per_q: std::collections::BTreeMap<(Dir, u32), (u64, u64)> = Default::default();
-    // Summed over the intervals only if every interval with samples read it.
+    // Summed over the intervals only if every interval with a miss snapshot read it.
     let mut throttle: Option<Option<SamplerThrottle>> = None;
     for s in &rec.snapshots {
         for q in &s.queues {
@@ -848,16 +849,21 @@ pub fn render_text(r: &Report, top_flows: usize) -> String {
                 l.queue_clamped
             );
         }
-        if let Some(t) = l.throttle.as_ref().filter(|t| t.throttles > 0) {
-            let _ = writeln!(
-                o,
-                "  sampler throttled by the kernel {} times, stopped {}{:.1} ms in all{}: misses then went unsampled, so counts scaled by the period fall short by about that share{}",
-                t.throttles,
-                if t.records_lost > 0 { "at least " } else { "" },
-                t.stopped_ms,
-                t.stopped_pct.map_or(String::new(), |p| format!(" ({p:.2}% of its CPU time)")),
-                if t.records_lost > 0 { format!(" ({} throttle records lost)", t.records_lost) } else { String::new() }
-            );
+        match l.throttle.as_ref() {
+            Some(t) if t.throttles > 0 => {
+                let _ = writeln!(
+                    o,
+                    "  sampler throttled by the kernel {} times, stopped {:.1} ms in all{}{}: misses then went unsampled (none lost to stops in idle time, more than that share to stops in a burst)",
+                    t.throttles,
+                    t.stopped_ms,
+                    t.stopped_pct.map_or(String::new(), |p| format!(" ({p:.2}% of its CPU time)")),
+                    if t.records_lost > 0 { format!(", approximate: {} throttle records lost", t.records_lost) } else { String::new() }
+                );
+            }
+            Some(_) => {
+                let _ = writeln!(o, "  sampler never throttled by the kernel");
+            }
+            None => {}
         }
         if let Some(why) = &l.throttle_unmeasured {
             let _ = writeln!(o, "  sampler throttling: {why}");
