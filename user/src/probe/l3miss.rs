@@ -7,10 +7,9 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use anyhow::{bail, Context, Result};
+use memmap2::{MmapMut, MmapOptions};
 use perf_event_open_sys as sys;
 use serde::Serialize;
-
-use memmap2::{MmapMut, MmapOptions};
 
 use super::throttle::{page_size, ThrottleRing, ThrottleTotals, RING_DATA_PAGES};
 use crate::counters::{self, events::Unit, Platform};
