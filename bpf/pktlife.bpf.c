@@ -49,6 +49,18 @@ const volatile __u8 join_buffers = 0;
  * apart (PLM_OUT_OF_SUBSET). A subset chosen by address, not by packet, keeps
  * every entry current: each packet that uses a chosen page renews it. */
 const volatile __u32 join_page_mask = 0;
+/* Attribution windows (record --miss-duty N): outside its window userspace
+ * sets join_paused, and the hooks keep no buffer pages and no CPU context (the
+ * sampler is disabled too); join_window_start is when the current window's
+ * buffer map came back on. Plain globals, not config: they change while
+ * attached. Defaults: always on. */
+volatile __u32 join_paused = 0;
+volatile __u64 join_window_start = 0;
+/* Is the join (buffer pages, CPU context) kept now? */
+static __always_inline bool joining(void)
+{
+	return join_buffers && !join_paused;
+}
 /* A context older than this is stale: the CPU has moved on to other work. */
 const volatile __u64 ctx_window_ns = 200000;
 /* Map frag pages too (with join_buffers), through the page -> address layout
@@ -969,10 +981,17 @@ int l3miss_sample(struct bpf_perf_event_data *ctx)
 			t->c[PLM_ON_PACKET] += 1;
 			if (copy_standin)
 				t->c[from_frag ? PLM_COPY_FRAG_JOINED : PLM_COPY_LINEAR_JOINED] += 1;
-			__u32 bucket = now > b->handup_ns ? log2_u64(now - b->handup_ns) : 0;
-			if (bucket >= NBUCKETS)
-				bucket = NBUCKETS - 1;
-			t->age_hist[bucket] += 1;
+			if (b->handup_ns < join_window_start) {
+				/* Kept in an earlier window: the page may have been handed up
+				 * again since, unseen, so its owner is the last one seen and
+				 * its age unknown. */
+				t->c[PLM_BEFORE_WINDOW] += 1;
+			} else {
+				__u32 bucket = now > b->handup_ns ? log2_u64(now - b->handup_ns) : 0;
+				if (bucket >= NBUCKETS)
+					bucket = NBUCKETS - 1;
+				t->age_hist[bucket] += 1;
+			}
 			charge(t, b->dir, b->queue, b->has_flow ? &b->flow : NULL, true);
 			return 0;
 		}

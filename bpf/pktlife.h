@@ -185,7 +185,10 @@ enum pl_miss_counter {
 	PLM_NO_FLOW = 9,
 	/* charged to a queue number past MAX_QUEUES, counted on the last one */
 	PLM_QUEUE_CLAMPED = 10,
-	PLM_NR = 11,
+	/* joined on a page last kept before the current attribution window
+	 * (record --miss-duty): charged to that owner, age not in age_hist */
+	PLM_BEFORE_WINDOW = 11,
+	PLM_NR = 12,
 };
 
 struct pl_miss_totals {

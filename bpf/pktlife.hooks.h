@@ -139,7 +139,7 @@ static __always_inline int H(on_rx_handup)(const struct sk_buff *skb, bool in_na
 	 * outside NAPI for its CPU context (a GRO hand-up's is bounded by its
 	 * poll's end, ctx_current). The buffer join reads it itself when it keeps
 	 * a page. */
-	__u64 now = track || (join_buffers && !in_napi) ? bpf_ktime_get_ns() : 0;
+	__u64 now = track || (joining() && !in_napi) ? bpf_ktime_get_ns() : 0;
 	/* data is the L3 header once L2 is pulled; on the frags path the headers
 	 * are not in the linear area yet, so no flow. */
 	bool have_flow = (track_flows || track || join_buffers) && linear >= 20 && l2_len &&
@@ -154,7 +154,7 @@ static __always_inline int H(on_rx_handup)(const struct sk_buff *skb, bool in_na
 	}
 	if (have_flow)
 		k.dir = PL_RX;
-	if (join_buffers) {
+	if (joining()) {
 		now = remember_buffer(PL_CAST, (__u64)data, linear, (__u64)head, sh.at, sh.nr_frags, PL_RX, queue,
 				      have_flow ? &k : NULL, now);
 		set_ctx(PL_CTX_RX_NAPI, PL_RX, queue, have_flow ? &k : NULL, in_napi ? 0 : now);
@@ -253,7 +253,7 @@ static __always_inline void H(copy_buffers)(const struct sk_buff *skb, int copie
 static __always_inline int H(on_copy)(const struct sk_buff *skb, int copied)
 {
 	struct pl_skb_state *st = H(tracked)(skb);
-	if (join_buffers) {
+	if (joining()) {
 		bool ours = st && st->dir == PL_RX;
 		__u32 queue = ours ? st->queue : 0;
 		if (!ours && RD(skb, skb_iif) == filter_ifindex) {
@@ -400,7 +400,7 @@ static __always_inline int H(on_tx_xmit)(const struct sk_buff *skb, const struct
 			account_flow(&k, len, l3_len, hdr_len, queue, now);
 		if (st && st->sampled)
 			st->flow = k;
-		if (join_buffers) {
+		if (joining()) {
 			remember_buffer(PL_CAST, (__u64)data, RD(skb, len) - RD(skb, data_len), (__u64)head, sh.at,
 					sh.nr_frags, PL_TX, queue, &k, now);
 			set_ctx(PL_CTX_TX, PL_TX, queue, &k, now);

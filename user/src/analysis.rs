@@ -587,6 +587,8 @@ fn evidence_from(rec: &Recording, obs: Option<&HostObservation>, report: &crate:
                 .collect(),
             other_samples: other,
             join_sample: if by_addr { m.join_sample } else { 1 },
+            duty: m.duty,
+            before_window: if by_addr { m.before_window } else { 0 },
             // (upper bound ns, samples) per log2 bucket; ages exist for joined samples only.
             age_hist: if by_addr {
                 m.age_hist.iter().enumerate().filter(|(_, &c)| c > 0).map(|(b, &c)| (1u64 << (b + 1), c)).collect()

@@ -15,3 +15,4 @@ pub mod snapshot;
 pub mod top;
 pub mod topology;
 pub mod view;
+pub mod windows;

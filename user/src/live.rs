@@ -37,6 +37,9 @@ pub struct LiveOptions {
     pub miss_period: u64,
     /// Address join on 1 in N buffer pages (power of two; 1: every page).
     pub join_sample: u32,
+    /// Attribution (buffer join, CPU context, sampler) in one window per interval, 1/N of it
+    /// (crate::windows); 1: always on.
+    pub miss_duty: u32,
     /// The L3-miss flow map's size (None: built in); a test knob.
     pub miss_flow_slots: Option<u32>,
     /// Flows are read from the kernel every this many intervals (and on the last).
@@ -68,6 +71,7 @@ impl LiveOptions {
             miss_source: crate::probe::l3miss::MissSource::Off,
             miss_period: 0,
             join_sample: 1,
+            miss_duty: 1,
             miss_flow_slots: None,
             flow_every,
             verbose,
@@ -140,6 +144,10 @@ pub struct LiveSession {
     pub buffer_join: String,
     pub start_ns: u64,
     pub started: Instant,
+    /// The sampler's period as opened (inside windows when attribution runs in them).
+    pub miss_period: u64,
+    /// Attribution windows, when `miss_duty` > 1 and a sampler runs.
+    windows: Option<WindowDriver>,
     sampler: Option<counters::Sampler>,
     interval: Duration,
     flow_every: u64,
@@ -173,7 +181,11 @@ impl LiveSession {
     pub fn start(opts: &LiveOptions, features: Features, iface: IfaceInfo) -> Result<LiveSession> {
         use crate::probe::l3miss::{event_attr, MissSource};
         let platform = counters::platform::detect_host().platform();
-        let miss_attr = event_attr(opts.miss_source, platform, opts.miss_period, std::path::Path::new("/sys"))?;
+        if opts.miss_duty == 0 || opts.miss_duty > crate::windows::MAX_DUTY {
+            bail!("--miss-duty must be from 1 to {}, not {}", crate::windows::MAX_DUTY, opts.miss_duty);
+        }
+        let miss_period = crate::windows::window_period(opts.miss_period, opts.miss_duty);
+        let miss_attr = event_attr(opts.miss_source, platform, miss_period, std::path::Path::new("/sys"))?;
         // Frag pages need the page-to-address layout; without one, the join
         // covers linear data only and the recording says why.
         let layout = miss_attr.as_ref().map(|_| crate::probe::memlayout::resolve_live());
@@ -207,6 +219,13 @@ impl LiveSession {
                 Err(e) => return Err(e),
             },
         };
+        let windows = if probe.has_miss_sampler() && opts.miss_duty > 1 {
+            // Off until the first window: nothing kept, nothing sampled.
+            probe.set_attribution(false, false, 0)?;
+            WindowDriver::new(crate::windows::cycle(Duration::from_millis(opts.interval_ms)), opts.miss_duty)
+        } else {
+            None
+        };
         let (sampler, counters_source, counter_notes) = open_counters(opts.counters)?;
         if opts.verbose {
             for n in &counter_notes {
@@ -232,6 +251,8 @@ impl LiveSession {
             buffer_join,
             start_ns,
             started: Instant::now(),
+            miss_period,
+            windows,
             sampler,
             interval: Duration::from_millis(opts.interval_ms),
             flow_every: opts.flow_every.max(1),
@@ -251,16 +272,25 @@ impl LiveSession {
     /// interval ends, `end` passes or `stop` is set; then take the snapshot.
     /// Returns the snapshot and whether this is the last one.
     pub fn next(&mut self, stop: &AtomicBool, end: Option<Instant>) -> Result<(Snapshot, bool)> {
-        let mut deadline = self.started + self.interval * (self.index as u32 + 1);
+        let interval_start = self.started + self.interval * self.index as u32;
+        let mut deadline = interval_start + self.interval;
         if let Some(e) = end {
             deadline = deadline.min(e);
         }
         while !stop.load(Ordering::Relaxed) {
             let now = Instant::now();
+            let mut wait = deadline.saturating_duration_since(now).min(Duration::from_millis(200));
+            if let Some(w) = self.windows.as_mut() {
+                let at = now.saturating_duration_since(self.started);
+                w.drive(&mut self.probe, at)?;
+                if let Some(c) = w.next_change(at) {
+                    wait = wait.min(c - at);
+                }
+            }
             if now >= deadline {
                 break;
             }
-            self.probe.poll((deadline - now).min(Duration::from_millis(200)))?;
+            self.probe.poll(wait)?;
         }
         let finishing = stop.load(Ordering::Relaxed) || end.is_some_and(|e| Instant::now() >= e);
 
@@ -317,5 +347,44 @@ impl LiveSession {
         self.prev_t = t_ns;
         self.index += 1;
         Ok((snap, finishing))
+    }
+}
+
+/// Drives the attribution windows (crate::windows): turns the join and the sampler on and
+/// off as the recording passes through them.
+struct WindowDriver {
+    schedule: crate::windows::Schedule<fn() -> f64>,
+    phase: crate::windows::Phase,
+    /// CLOCK_MONOTONIC when the join last came on: what it keeps from then on is current.
+    join_since_ns: u64,
+}
+
+impl WindowDriver {
+    fn new(interval: Duration, duty: u32) -> Option<WindowDriver> {
+        let schedule = crate::windows::Schedule::new(interval, duty, fastrand::f64 as fn() -> f64)?;
+        Some(WindowDriver { schedule, phase: crate::windows::Phase::Off, join_since_ns: 0 })
+    }
+
+    fn next_change(&mut self, at: Duration) -> Option<Duration> {
+        self.schedule.next_change(at)
+    }
+
+    /// Put the probes in the phase of `at` (time since the recording started).
+    fn drive(&mut self, probe: &mut PktlifeProbe, at: Duration) -> Result<()> {
+        use crate::windows::Phase;
+        let phase = self.schedule.phase_at(at);
+        if phase == self.phase {
+            return Ok(());
+        }
+        if self.phase == Phase::Off {
+            self.join_since_ns = monotonic_ns();
+        }
+        match phase {
+            Phase::Off => probe.set_attribution(false, false, 0)?,
+            Phase::Joining => probe.set_attribution(true, false, self.join_since_ns)?,
+            Phase::Sampling => probe.set_attribution(true, true, self.join_since_ns)?,
+        }
+        self.phase = phase;
+        Ok(())
     }
 }

@@ -80,6 +80,14 @@ enum Cmd {
         /// come from the sampled pages (estimates scaled by N).
         #[arg(long, value_name = "N", default_value_t = 1, value_parser = parse_join_sample)]
         join_sample: u32,
+        /// Attribution in windows: the buffer join, CPU context and sampler run for 1/N of
+        /// each second (plus a warm-up of up to 10 ms), at a random place, with the sample
+        /// period divided by N inside, so per-packet cost falls about N-fold and the sample
+        /// count stays the same. Miss counts then extrapolate from the windows; buffers handed
+        /// up before a window and read in it keep an earlier owner and no age (counted).
+        /// 1: always on. Default: 16 with PEBS, 1 with a software stand-in.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=ddioscope::windows::MAX_DUTY as i64))]
+        miss_duty: Option<u32>,
         /// Size of the in-kernel L3-miss flow map (default 4096): tests shrink it to check
         /// that charges lost to its evictions are counted.
         #[arg(long, value_name = "N", hide = true)]
@@ -344,7 +352,7 @@ fn run() -> anyhow::Result<ExitCode> {
             eprintln!("imported {n} counter readings from {} into {}", csv.display(), rec.display());
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Record { iface, netns, duration, output, force, interval, sample, stage_sample, json_progress, verbose, counters, counters_from, miss_sampling, miss_period, join_sample, miss_flow_slots, hooks } => {
+        Cmd::Record { iface, netns, duration, output, force, interval, sample, stage_sample, json_progress, verbose, counters, counters_from, miss_sampling, miss_period, join_sample, miss_duty, miss_flow_slots, hooks } => {
             if let Some(f) = &counters_from {
                 if !f.is_file() {
                     anyhow::bail!("--counters-from {}: no such file", f.display());
@@ -371,6 +379,7 @@ fn run() -> anyhow::Result<ExitCode> {
                     _ => 2000,
                 }),
                 join_sample,
+                miss_duty: miss_duty.unwrap_or(ddioscope::windows::default_duty(miss_sampling)),
                 miss_flow_slots,
                 counters_from,
                 hooks,

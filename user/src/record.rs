@@ -32,6 +32,8 @@ pub struct RecordOptions {
     pub miss_period: u64,
     /// Address join on 1 in N buffer pages (power of two; 1: every page).
     pub join_sample: u32,
+    /// Attribution in one window per interval, 1/N of it (1: always on).
+    pub miss_duty: u32,
     /// The L3-miss flow map's size (None: built in); a test knob.
     pub miss_flow_slots: Option<u32>,
     /// perf-stat CSV captured elsewhere, imported into this recording at the end.
@@ -115,6 +117,7 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary> {
         miss_source: opts.miss_source,
         miss_period: opts.miss_period,
         join_sample: opts.join_sample,
+        miss_duty: opts.miss_duty,
         miss_flow_slots: opts.miss_flow_slots,
         flow_every: (1000 / opts.interval_ms.max(1)).max(1),
         verbose: opts.verbose,
@@ -148,8 +151,17 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary> {
     writer.set_meta("counters_source", live.counters_source)?;
     writer.set_meta_json("counters_notes", &live.counter_notes)?;
     writer.set_meta("miss_sampling", &live.miss_label)?;
-    writer.set_meta("miss_period", &opts.miss_period.to_string())?;
+    // The period the sampler runs at: inside windows, the one asked for over the duty.
+    writer.set_meta("miss_period", &live.miss_period.to_string())?;
     writer.set_meta("join_sample", &opts.join_sample.to_string())?;
+    if live.probe.has_miss_sampler() && opts.miss_duty > 1 {
+        let cycle = crate::windows::cycle(std::time::Duration::from_millis(opts.interval_ms));
+        let (sampling, warmup) = crate::windows::spans(cycle, opts.miss_duty);
+        writer.set_meta("miss_cycle_ms", &cycle.as_millis().to_string())?;
+        writer.set_meta("miss_duty", &opts.miss_duty.to_string())?;
+        writer.set_meta("miss_window_ms", &format!("{:.3}", sampling.as_secs_f64() * 1e3))?;
+        writer.set_meta("miss_warmup_ms", &format!("{:.3}", warmup.as_secs_f64() * 1e3))?;
+    }
     writer.set_meta("buffer_join", &live.buffer_join)?;
     if let Some(why) = live.probe.miss_throttle_unavailable() {
         writer.set_meta("miss_throttle", &format!("not measured: {why}"))?;

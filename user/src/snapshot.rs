@@ -247,6 +247,10 @@ pub struct MissSnapshot {
     /// Charged samples whose queue number was past the probes' MAX_QUEUES, counted on the last.
     #[serde(default)]
     pub queue_clamped: u64,
+    /// Joined samples on a page last kept before the current attribution window
+    /// (`record --miss-duty N`): charged to that owner, their age unknown (not in `age_hist`).
+    #[serde(default)]
+    pub before_window: u64,
     /// The kernel's throttling of the sampler (None: not read: no ring could be mapped, or a
     /// recording from before this count).
     #[serde(default)]
@@ -344,6 +348,7 @@ impl MissSnapshot {
         // Nothing read before (the start): all of it is this interval's.
         d.no_flow = self.no_flow.map(|a| a.saturating_sub(e.no_flow.unwrap_or(0)));
         d.queue_clamped = self.queue_clamped.saturating_sub(e.queue_clamped);
+        d.before_window = self.before_window.saturating_sub(e.before_window);
         d.throttle = self.throttle.map(|a| a.combine(&e.throttle.unwrap_or_default(), u64::saturating_sub));
         d.age_hist = self.age_hist.iter().enumerate().map(|(i, v)| v.saturating_sub(*e.age_hist.get(i).unwrap_or(&0))).collect();
         d.queues = self

@@ -169,6 +169,15 @@ pub struct SampledCounts {
     /// joined sample stands for this many; 0 or 1: every page.
     #[serde(default)]
     pub join_sample: u64,
+    /// Attribution ran in windows of 1/this many of the time (`record --miss-duty`), the
+    /// sampler at `period` inside them: each sample stands for period × duty misses over
+    /// the recording. 0 or 1: always on.
+    #[serde(default)]
+    pub duty: u64,
+    /// Joined samples on pages last kept before their window: owner from an earlier window,
+    /// age unknown (not in `age_hist`).
+    #[serde(default)]
+    pub before_window: u64,
     /// Histogram of miss time after hand-up to the stack, as (bucket upper bound ns, samples);
     /// empty when not recorded.
     pub age_hist: Vec<(u64, u64)>,
@@ -308,6 +317,8 @@ mod tests {
             flows: Vec::new(),
             other_samples: other,
             join_sample: 1,
+            duty: 1,
+            before_window: 0,
             age_hist: Vec::new(),
         }
     }

@@ -67,7 +67,8 @@ fn estimate(c: &SampledCounts, method: Method) -> Attribution {
     }
     // Misses per sample. A stand-in's period is ns of CPU time or page faults:
     // multiplying by it would print numbers that look like misses and are not.
-    let scale = if c.stand_in { 1.0 } else { c.period as f64 * pages as f64 };
+    let duty = c.duty.max(1);
+    let scale = if c.stand_in { 1.0 } else { c.period as f64 * pages as f64 * duty as f64 };
     let mut worst_half = 0.0f64;
     let qs: Vec<QueueShare> = queues
         .iter()
@@ -100,8 +101,18 @@ fn estimate(c: &SampledCounts, method: Method) -> Attribution {
     };
     let counted = if c.stand_in {
         format!("{n} samples on packet buffers (stand-in; not scaled to misses)")
+    } else if duty > 1 {
+        format!("{n} samples on packet buffers × period {} × {duty} ≈ {total_misses:.3e} misses", c.period)
     } else {
         format!("{n} samples on packet buffers × period {} ≈ {total_misses:.3e} misses", c.period)
+    };
+    let counted = if duty > 1 {
+        format!(
+            "{counted}; sampled in windows of 1/{duty} of the time (period {} inside them): the miss counts extrapolate from the windows, off by as much as the load varies between them (the shares far less), an error the intervals leave out",
+            c.period
+        )
+    } else {
+        counted
     };
     let counted = if pages > 1 {
         let scaled = if c.stand_in { "not scaled" } else { "scaled by it" };
@@ -134,6 +145,12 @@ fn estimate(c: &SampledCounts, method: Method) -> Attribution {
     }
     if let Some(med) = median_bucket(&c.age_hist) {
         notes.push(format!("median miss ≤ {:.1} µs after hand-up", med as f64 / 1e3));
+    }
+    if method == Method::AddressJoin && c.before_window > 0 {
+        notes.push(format!(
+            "{:.1}% of joined samples were on pages last seen before their window: charged to that owner, age unknown",
+            100.0 * c.before_window as f64 / n as f64
+        ));
     }
     Attribution { method, confidence, queues: qs, flows, notes, counts_are_samples: c.stand_in }
 }
@@ -181,6 +198,8 @@ mod tests {
             flows: vec![(f(1), 4000), (f(2), 1900)],
             other_samples: 2000,
             join_sample: 1,
+            duty: 1,
+            before_window: 0,
             age_hist: vec![(1000, 10), (10_000, 100), (100_000, 5)],
         };
         let a = address_join(&c);
@@ -211,6 +230,8 @@ mod tests {
             flows: vec![(f(1), 3600), (f(2), 1130)],
             other_samples: 270,
             join_sample: 1,
+            duty: 1,
+            before_window: 0,
             age_hist: Vec::new(),
         };
         let standin = SampledCounts { stand_in: true, ..pebs.clone() };
@@ -232,6 +253,31 @@ mod tests {
         // A stand-in needs no period: its counts are not scaled.
         let unknown = SampledCounts { period: 0, ..standin };
         assert_ne!(address_join(&unknown).confidence, Confidence::Insufficient);
+    }
+
+    #[test]
+    fn windowed_samples_scale_by_the_duty_for_both_methods() {
+        let all = SampledCounts {
+            period: 2000,
+            queues: vec![(QueueId::rx(0), 900), (QueueId::rx(1), 300)],
+            other_samples: 100,
+            before_window: 60,
+            ..Default::default()
+        };
+        // The same samples at period 125 in windows of 1/16 stand for as many misses as at
+        // period 2000 always on; shares are the samples' own.
+        let windowed = SampledCounts { period: 125, duty: 16, ..all.clone() };
+        for f in [address_join, cpu_context] {
+            let (a, w) = (f(&all), f(&windowed));
+            assert_eq!(w.queues[0].misses, a.queues[0].misses);
+            assert_eq!((w.queues[0].share_pct, w.confidence), (a.queues[0].share_pct, a.confidence));
+            assert!(w.notes[0].contains("× period 125 × 16 ≈") && w.notes[0].contains("windows of 1/16"), "{}", w.notes[0]);
+            assert!(a.notes.iter().all(|n| !n.contains("windows")), "{:?}", a.notes);
+        }
+        // Joined samples on pages from an earlier window are said, for the join only.
+        let j = address_join(&windowed);
+        assert!(j.notes.iter().any(|n| n.starts_with("5.0% of joined samples were on pages last seen before their window")), "{:?}", j.notes);
+        assert!(cpu_context(&windowed).notes.iter().all(|n| !n.contains("before their window")));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! MEM_LOAD_RETIRED.L3_MISS with data addresses on Intel; a software event
 //! standing in where there is no PMU) and attaches pktlife's perf_event
 //! program to each, which joins sample addresses to live packet buffers.
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -108,7 +108,7 @@ pub struct MissSampler {
     /// One per fd, or why the throttling cannot be read.
     throttle: Result<Mutex<ThrottleLog>, String>,
     _links: Vec<libbpf_rs::Link>,
-    _fds: Vec<OwnedFd>,
+    fds: Vec<OwnedFd>,
 }
 
 fn ring_error(e: &std::io::Error) -> &'static str {
@@ -164,7 +164,7 @@ impl MissSampler {
             fds.push(owned);
         }
         let throttle = rings.map(|rings| Mutex::new(ThrottleLog { rings, totals: ThrottleTotals::default() }));
-        Ok(MissSampler { label, cpus: fds.len(), throttle, _links: links, _fds: fds })
+        Ok(MissSampler { label, cpus: fds.len(), throttle, _links: links, fds: fds })
     }
 
     /// The kernel's throttling of the sampler so far, read from the rings; Err: not readable.
@@ -176,6 +176,38 @@ impl MissSampler {
             r.drain(now_ns, &mut log.totals);
         }
         Ok(log.totals)
+    }
+
+    /// Start or stop sampling on every CPU (attribution windows, `record --miss-duty`).
+    pub fn set_enabled(&self, on: bool) -> Result<()> {
+        for fd in &self.fds {
+            // SAFETY: an open perf event fd of ours; ENABLE/DISABLE take no pointer argument.
+            let rc = unsafe {
+                if on {
+                    sys::ioctls::ENABLE(fd.as_raw_fd(), 0)
+                } else {
+                    sys::ioctls::DISABLE(fd.as_raw_fd(), 0)
+                }
+            };
+            if rc < 0 {
+                let e = std::io::Error::last_os_error();
+                let (_, why) = counters::live::classify_errno(e.raw_os_error().unwrap_or(0));
+                bail!("{} the L3-miss sampler: {why}", if on { "enabling" } else { "disabling" });
+            }
+        }
+        if !on {
+            // A stop the kernel had in progress ends with the sampler, not at its next start.
+            if let Ok(m) = self.throttle.as_ref() {
+                if let Ok(mut g) = m.lock() {
+                    let log = &mut *g;
+                    let now = crate::live::monotonic_ns();
+                    for r in log.rings.iter_mut() {
+                        r.disabled(now, &mut log.totals);
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Why throttling is not measured, if it is not.

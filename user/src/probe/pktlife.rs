@@ -439,6 +439,32 @@ impl PktlifeProbe {
         Ok(desc)
     }
 
+    /// Attribution windows (`record --miss-duty`): `join` turns the buffer map and the CPU
+    /// context on (a new window's start, `now_ns`, dates what it keeps) or off; `sample`
+    /// starts or stops the sampler. On: join first, so the map has been filling before the
+    /// first sample; off: the sampler first.
+    pub fn set_attribution(&mut self, join: bool, sample: bool, now_ns: u64) -> Result<()> {
+        let Some(sampler) = &self.miss_sampler else { return Ok(()) };
+        if !sample {
+            sampler.set_enabled(false)?;
+        }
+        let Some(bss) = self.skel.maps.bss_data.as_deref_mut() else {
+            bail!("pktlife BPF object has no writable data section (build problem)");
+        };
+        // SAFETY: plain integers in the BPF object's mmapped .bss, read by the programs as
+        // volatile; the volatile stores keep the order and keep them from being elided.
+        unsafe {
+            if join {
+                std::ptr::addr_of_mut!(bss.join_window_start).write_volatile(now_ns);
+            }
+            std::ptr::addr_of_mut!(bss.join_paused).write_volatile(u32::from(!join));
+        }
+        if sample {
+            sampler.set_enabled(true)?;
+        }
+        Ok(())
+    }
+
     pub fn has_miss_sampler(&self) -> bool {
         self.miss_sampler.is_some()
     }
@@ -484,6 +510,7 @@ impl PktlifeProbe {
             m.out_of_subset += t.c[8];
             m.no_flow = Some(m.no_flow.unwrap_or(0) + t.c[9]);
             m.queue_clamped += t.c[10];
+            m.before_window += t.c[11];
             for (i, v) in t.age_hist.iter().enumerate() {
                 m.age_hist[i] += v;
             }

@@ -106,6 +106,16 @@ impl<B: AsMut<[u8]>> ThrottleRing<B> {
     }
 }
 
+impl<B: AsMut<[u8]>> ThrottleRing<B> {
+    /// The sampler was disabled at `now_ns` (attribution windows): a stop in progress ends
+    /// there. The kernel writes the matching restart only when the event is enabled again,
+    /// and then at once, so it finds no stop open and adds nothing.
+    pub fn disabled(&mut self, now_ns: u64, t: &mut ThrottleTotals) {
+        self.drain(now_ns, t);
+        self.cpu.stopped_since = None;
+    }
+}
+
 fn read_u64(buf: &[u8], at: usize) -> u64 {
     buf.get(at..at + 8).and_then(|b| b.try_into().ok()).map(u64::from_ne_bytes).unwrap_or(0)
 }
@@ -226,6 +236,19 @@ mod tests {
         unthrottle(&mut r, 2_070);
         r.drain(2_100, &mut t);
         assert_eq!(t, ThrottleTotals { throttles: 11, throttled_ns: 470, records_lost: 15 });
+    }
+
+    #[test]
+    fn a_stop_ends_when_the_sampler_is_disabled() {
+        let mut r = ring();
+        let mut t = ThrottleTotals::default();
+        // Stopped at 1_000, the sampler disabled at 4_000 (a window closed); the kernel logs
+        // the restart when it is enabled again, at 90_000: the gap between is not a stop.
+        throttle(&mut r, 1_000);
+        r.disabled(4_000, &mut t);
+        unthrottle(&mut r, 90_000);
+        r.drain(95_000, &mut t);
+        assert_eq!(t, ThrottleTotals { throttles: 1, throttled_ns: 3_000, records_lost: 0 });
     }
 
     #[test]

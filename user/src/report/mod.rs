@@ -46,6 +46,17 @@ pub struct MissReport {
     pub out_of_subset: u64,
     /// The join's page sampling: 1 in this many buffer pages (1: every page).
     pub join_sample: u64,
+    /// Attribution windows (`record --miss-duty`): the sampler ran 1/this many of each
+    /// interval (1: always on).
+    pub duty: u64,
+    /// The sampler's span in each window, the cycle holding one window and the warm-up before
+    /// it (ms), when in windows.
+    pub window_ms: Option<f64>,
+    pub cycle_ms: Option<f64>,
+    pub warmup_ms: Option<f64>,
+    /// Joined samples on pages last kept before their window: owner from an earlier window,
+    /// age unknown.
+    pub before_window: u64,
     pub no_addr: u64,
     pub ctx_charged: u64,
     pub uncharged: u64,
@@ -166,6 +177,11 @@ fn miss_report(rec: &Recording) -> MissReport {
         other_addr: 0,
         out_of_subset: 0,
         join_sample: rec.meta.get("join_sample").and_then(|v| v.parse().ok()).filter(|n| *n >= 1).unwrap_or(1),
+        duty: rec.meta.get("miss_duty").and_then(|v| v.parse().ok()).filter(|n| *n >= 1).unwrap_or(1),
+        window_ms: rec.meta.get("miss_window_ms").and_then(|v| v.parse().ok()),
+        cycle_ms: rec.meta.get("miss_cycle_ms").and_then(|v| v.parse().ok()),
+        warmup_ms: rec.meta.get("miss_warmup_ms").and_then(|v| v.parse().ok()),
+        before_window: 0,
         no_addr: 0,
         ctx_charged: 0,
         uncharged: 0,
@@ -206,6 +222,7 @@ fn miss_report(rec: &Recording) -> MissReport {
         m.on_packet_buffers += x.on_packet_buffers;
         m.other_addr += x.other_addr;
         m.out_of_subset += x.out_of_subset;
+        m.before_window += x.before_window;
         m.no_flow = m.no_flow.zip(x.no_flow).map(|(a, b)| a + b);
         m.queue_clamped += x.queue_clamped;
         throttle = Some(match (throttle, x.throttle) {
@@ -259,7 +276,10 @@ fn miss_report(rec: &Recording) -> MissReport {
     m.throttle = throttle.flatten().map(|t| ThrottleReport {
         throttles: t.throttles,
         stopped_ms: t.throttled_ns as f64 / 1e6,
-        stopped_pct: cpus.filter(|c| *c > 0.0 && span_s > 0.0).map(|c| (100.0 * t.throttled_ns as f64 / 1e9 / (c * span_s)).min(100.0)),
+        // Of the time the sampler ran: in windows, 1/duty of the recording.
+        stopped_pct: cpus
+            .filter(|c| *c > 0.0 && span_s > 0.0)
+            .map(|c| (100.0 * t.throttled_ns as f64 / 1e9 / (c * span_s / m.duty as f64)).min(100.0)),
         records_lost: t.records_lost,
     });
     let charged: u64 = m.queues.iter().map(|q| q.addr_join + q.cpu_ctx).sum();
@@ -883,6 +903,19 @@ pub fn render_text(r: &Report, top_flows: usize) -> String {
                 o,
                 "  join on 1 in {} buffer pages (--join-sample): {} samples on other pages, not looked up (charged by CPU context where it applies)",
                 l.join_sample, l.out_of_subset
+            );
+        }
+        if l.duty > 1 {
+            let ms = |v: Option<f64>| v.map_or_else(|| "?".to_string(), |v| format!("{v:.1}"));
+            let _ = writeln!(
+                o,
+                "  attribution in windows (--miss-duty {}): sampler {} ms of every {} ms after a {} ms warm-up, at a random place, the period divided by {} inside; {} joined samples on pages last seen before their window (owner from then, age unknown)",
+                l.duty,
+                ms(l.window_ms),
+                ms(l.cycle_ms),
+                ms(l.warmup_ms),
+                l.duty,
+                l.before_window
             );
         }
         for q in &l.queues {
