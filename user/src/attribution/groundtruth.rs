@@ -60,7 +60,8 @@ struct Run {
     secs: f64,
     res: SimResult,
     /// Core-read misses in time order as (queue, flow, 4 KiB page address).
-    loads: Vec<(u32, u32, u64)>,
+    /// Core-read misses: (queue, flow, page, ns).
+    loads: Vec<(u32, u32, u64, u64)>,
 }
 
 struct Scenario {
@@ -107,7 +108,7 @@ fn build(name: &'static str, json: &str, seed: u64) -> Scenario {
                 .misses
                 .iter()
                 .filter(|m| m.kind == crate::model::AccessKind::CpuRead)
-                .map(|m| (m.queue, m.flow, m.line_addr & !4095))
+                .map(|m| (m.queue, m.flow, m.line_addr & !4095, m.t_ns))
                 .collect();
             res.misses = Vec::new();
             let mut s = base.clone();
@@ -243,24 +244,41 @@ fn in_join_subset(page: u64, n: u32) -> bool {
 
 /// PEBS-like sampling of the load-miss stream (packet misses + non-packet misses).
 fn sampled(sc: &Scenario, rng: &mut Rng, mischarge: f64) -> SampledCounts {
-    sampled_pages(sc, rng, mischarge, 1)
+    sampled_pages(sc, rng, mischarge, 1, 1).0
 }
 
 /// The same with the join on 1 in `join_sample` pages: a sample on another page is neither
-/// joined nor "outside packet buffers" (the probes count it apart).
-fn sampled_pages(sc: &Scenario, rng: &mut Rng, mischarge: f64, join_sample: u32) -> SampledCounts {
+/// joined nor "outside packet buffers" (the probes count it apart). With `duty` > 1, as
+/// `record --miss-duty`: the sampler runs in one window of 1/duty of each interval, placed at
+/// random, at the period over the duty (crate::windows).
+/// Also returns the load misses inside the sampling windows (all of them when always on).
+fn sampled_pages(sc: &Scenario, rng: &mut Rng, mischarge: f64, join_sample: u32, duty: u32) -> (SampledCounts, u64) {
     let nq = sc.base.queues;
     let nf = sc.base.flows.len() as u32;
     let mut q: BTreeMap<u32, u64> = BTreeMap::new();
     let mut f: BTreeMap<u32, u64> = BTreeMap::new();
     let mut other = 0u64;
-    let mut count = rng.next() % PERIOD;
+    let mut in_windows = 0u64;
+    let period = crate::windows::window_period(PERIOD, duty);
+    let mut count = rng.next() % period;
     let take = |count: &mut u64| {
         *count += 1;
-        (*count).is_multiple_of(PERIOD)
+        (*count).is_multiple_of(period)
     };
+    // The runs are back-to-back intervals of one simulation: one timeline, as in `record`.
+    // No draws when always on: the page-sampling checks keep their sample streams.
+    let draws: Vec<f64> = if duty > 1 { (0..sc.runs.len() + 2).map(|_| rng.unit()).collect() } else { Vec::new() };
+    let mut next_draw = draws.into_iter();
+    let mut schedule = crate::windows::Schedule::new(std::time::Duration::from_nanos(INTERVAL_NS), duty, || next_draw.next().unwrap_or(0.5));
+    let t0 = sc.runs.iter().flat_map(|r| r.loads.iter().map(|l| l.3)).min().unwrap_or(0);
     for r in &sc.runs {
-        for &(lq, lf, page) in &r.loads {
+        for &(lq, lf, page, t) in &r.loads {
+            if let Some(s) = schedule.as_mut() {
+                if s.phase_at(std::time::Duration::from_nanos(t - t0)) != crate::windows::Phase::Sampling {
+                    continue;
+                }
+            }
+            in_windows += 1;
             // Non-packet misses interleaved: geometric run with mean φ/(1−φ) per packet miss.
             while rng.unit() < NON_PACKET_FRACTION {
                 if take(&mut count) {
@@ -274,15 +292,18 @@ fn sampled_pages(sc: &Scenario, rng: &mut Rng, mischarge: f64, join_sample: u32)
             }
         }
     }
-    SampledCounts {
-        period: PERIOD,
+    let counts = SampledCounts {
+        period,
         stand_in: false,
         queues: q.into_iter().map(|(k, v)| (QueueId::rx(k), v)).collect(),
         flows: f.into_iter().map(|(k, v)| (flow_id(k), v)).collect(),
         other_samples: other,
         join_sample: join_sample as u64,
+        duty: duty as u64,
+        before_window: 0,
         age_hist: Vec::new(),
-    }
+    };
+    (counts, in_windows)
 }
 
 fn shares(a: &Attribution, nq: usize) -> Vec<f64> {
@@ -357,7 +378,7 @@ fn evaluate(sc: &Scenario, seed: u64) -> Outcome {
     // Flows by address join vs labels.
     let mut tf: BTreeMap<u32, f64> = BTreeMap::new();
     for r in &sc.runs {
-        for &(_, f, _) in &r.loads {
+        for &(_, f, _, _) in &r.loads {
             *tf.entry(f).or_default() += 1.0;
         }
     }
@@ -371,6 +392,7 @@ fn evaluate(sc: &Scenario, seed: u64) -> Outcome {
     let n_samples: u64 = join.queues.iter().map(|q| (q.misses / PERIOD as f64) as u64).sum();
     println!("  address_join per-flow max error {flow_err:.2} pp over {} flows ({n_samples} samples)", tf.len());
     page_sampling(sc, seed, &p_loads, t_loads.iter().sum());
+    time_windows(sc, seed, &p_loads, t_loads.iter().sum());
     println!();
     // Flow shares are not held to the queue bound: a queue's samples split over its flows,
     // so with few samples the binomial error dominates; allow 3.3σ of the worst case (p=½).
@@ -390,7 +412,7 @@ fn evaluate(sc: &Scenario, seed: u64) -> Outcome {
 fn page_sampling(sc: &Scenario, seed: u64, p_loads: &[f64], true_loads: f64) {
     let nq = p_loads.len();
     for n in [4u32, 16] {
-        let counts = sampled_pages(sc, &mut Rng(seed ^ 0x9a9e), 0.0, n);
+        let (counts, _) = sampled_pages(sc, &mut Rng(seed ^ 0x9a9e), 0.0, n, 1);
         let joined: u64 = counts.queues.iter().map(|(_, k)| k).sum();
         let a = address_join(&counts);
         let label = format!("join, 1 page in {n}");
@@ -409,6 +431,44 @@ fn page_sampling(sc: &Scenario, seed: u64, p_loads: &[f64], true_loads: f64) {
         }
         let rel = 3.3 / (joined as f64).sqrt();
         assert!((estimate / true_loads - 1.0).abs() <= rel, "{}: 1 in {n} pages scaled to {estimate:.3e} misses, truth {true_loads:.3e}", sc.name);
+    }
+}
+
+/// `--miss-duty`: the sampler in one window of 1/4 and 1/16 of each interval at 4 and 16
+/// times the rate. The window sees every page, so with the rate raised the join gets about
+/// the samples it gets always on and must meet the same 2 pp bar (3.3σ binomial where the
+/// windows' sample count is lower); the estimate lands on the load misses the windows held,
+/// scaled by the duty. How far that is from the recording's total depends on how the load
+/// varies in time (here each interval's rates differ, ±50 %): printed, not asserted.
+fn time_windows(sc: &Scenario, seed: u64, p_loads: &[f64], true_loads: f64) {
+    for duty in [4u32, 16] {
+        let (counts, in_windows) = sampled_pages(sc, &mut Rng(seed ^ 0x7d17), 0.0, 1, duty);
+        let joined: u64 = counts.queues.iter().map(|(_, k)| k).sum();
+        let a = address_join(&counts);
+        let label = format!("join, windows 1/{duty}");
+        assert_ne!(a.confidence, Confidence::Insufficient, "{}: windows of 1/{duty} declined with {joined} samples", sc.name);
+        let got = shares(&a, p_loads.len());
+        let estimate: f64 = a.queues.iter().map(|q| q.misses).sum();
+        // What the windows held, as a share of the recording, against 1/duty: the error of
+        // extrapolating from them, a property of how the load varies in time.
+        let held = in_windows as f64 * duty as f64 / true_loads;
+        println!(
+            "{}, {joined} samples, misses ×{:.3} of truth (the windows held ×{held:.3} of 1/{duty})",
+            row(&label, &got, Some(p_loads), &format!("{:?}", a.confidence)),
+            estimate / true_loads
+        );
+        for (q, (g, t)) in got.iter().zip(p_loads).enumerate() {
+            let p = t / 100.0;
+            let bound = 2.0f64.max(100.0 * 3.3 * (p * (1.0 - p) / joined as f64).sqrt());
+            assert!((g - t).abs() <= bound, "{}: windows of 1/{duty}, rx{q} off by {:.2} pp (bound {bound:.2})", sc.name, (g - t).abs());
+        }
+        // The sampling itself: the estimate lands on what the windows held, scaled by the duty.
+        let rel = 3.3 / (joined as f64).sqrt();
+        assert!(
+            (estimate / (in_windows as f64 * duty as f64) - 1.0).abs() <= rel,
+            "{}: windows of 1/{duty} scaled to {estimate:.3e} misses, the windows held {in_windows} (×{duty})",
+            sc.name
+        );
     }
 }
 
