@@ -20,7 +20,8 @@
 # Knobs (environment): BIN, OUT_JSON, BENCH_ROUNDS (3), BENCH_RUN_SECS (5),
 # BENCH_UDP_RATE (iperf3 -b for the UDP loads, 0 = unlimited),
 # BENCH_RECORD_ARGS (extra `ddioscope record` options, e.g. "--stage-sample 8"),
-# BENCH_MISS_SAMPLING (the stand-in of the attribution-cost phase, software-clock).
+# BENCH_MISS_SAMPLING (the stand-in of the attribution-cost phase, software-clock),
+# BENCH_MISS_DUTY (the attribution windows of its second run, `record --miss-duty`, 16).
 set -Eeuo pipefail
 cd "$(dirname "$0")/.."
 
@@ -254,13 +255,20 @@ finish_recorder
 # BENCH_MISS_SAMPLING picks the stand-in (software-clock, or software-copy for
 # the address-join path).
 MISS_SAMPLING=${BENCH_MISS_SAMPLING:-software-clock}
-log "attribution cost: L3-miss program on --miss-sampling $MISS_SAMPLING, ${T_COST_UDP} s UDP then ${T_COST_TCP} s TCP"
+# Twice: always on, then in attribution windows (record --miss-duty), which keep
+# the map and run the sampler (at the duty times its rate) 1/duty of the time.
+MISS_DUTY=${BENCH_MISS_DUTY:-16}
 SAVED_RECORD_ARGS=${BENCH_RECORD_ARGS:-}
-BENCH_RECORD_ARGS="$SAVED_RECORD_ARGS --miss-sampling $MISS_SAMPLING --miss-period 1000000"
-start_recorder 90 attr
-printf '%s\n' "$ATTACHED_LINE" >"$TMP/attr.attached"
-measure_loads attr
-finish_recorder
+for phase in attr attrw; do
+    duty=1
+    [ "$phase" = attrw ] && duty=$MISS_DUTY
+    log "attribution cost: L3-miss program on --miss-sampling $MISS_SAMPLING, --miss-duty $duty, ${T_COST_UDP} s UDP then ${T_COST_TCP} s TCP"
+    BENCH_RECORD_ARGS="$SAVED_RECORD_ARGS --miss-sampling $MISS_SAMPLING --miss-period 1000000 --miss-duty $duty"
+    start_recorder 90 "$phase"
+    printf '%s\n' "$ATTACHED_LINE" >"$TMP/$phase.attached"
+    measure_loads "$phase"
+    finish_recorder
+done
 BENCH_RECORD_ARGS=$SAVED_RECORD_ARGS
 sysctl -qw "$STATS_SYSCTL=0" >/dev/null
 
@@ -306,7 +314,7 @@ print(" ".join(str(i) for i in sorted(ids & live)))
 # ---------------------------------------------------------------- report
 mkdir -p "$(dirname "$OUT_JSON")"
 TMP=$TMP OUT_JSON=$OUT_JSON ROUNDS=$ROUNDS T_RUN=$T_RUN T_COST_UDP=$T_COST_UDP \
-    T_COST_TCP=$T_COST_TCP MISS_SAMPLING=$MISS_SAMPLING UDP_LEN=$UDP_LEN UDP_STREAMS=$UDP_STREAMS UDP_RATE=$UDP_RATE \
+    T_COST_TCP=$T_COST_TCP MISS_SAMPLING=$MISS_SAMPLING MISS_DUTY=$MISS_DUTY UDP_LEN=$UDP_LEN UDP_STREAMS=$UDP_STREAMS UDP_RATE=$UDP_RATE \
     TCP_STREAMS=$TCP_STREAMS TARGET_NS=$TARGET_NS HOT_RE=$HOT_RE CPU_MODEL=$CPU_MODEL \
     NPROC=$(nproc) KERNEL=$(uname -r) BIN=$BIN LOAD_START=$LOAD_START \
     LOAD_END=$(cut -d' ' -f1 /proc/loadavg) \
@@ -465,57 +473,59 @@ print(f"\n  hot hooks, both loads: {fmt_ns(overall)} ns/event vs target <= {targ
 floor_overall = weighted(floor_sum)
 print_weighted("hot hooks, both loads, with floor", floor_overall)
 
-# ---- 1b. attribution cost
-attr_ids = json.loads(open(os.path.join(tmp, "attr.attached")).read())["prog_ids"]
-attr_sum = {"events": 0, "raw_ns": 0.0, "floor_ns": 0.0}
-for key in ("udp", "tcp"):
-    before = {p["id"]: p for p in load(f"attr_{key}_before.json")}
-    after = {p["id"]: p for p in load(f"attr_{key}_after.json")}
-    window_s = int(open(os.path.join(tmp, f"attr_{key}.window_ns")).read()) / 1e9
-    ij = load(f"attr_{key}.iperf.json")
-    rate = f"{udp_rx(ij)/1e3:.0f} kpkt/s received" if key == "udp" else f"{tcp_gbps(ij):.2f} Gbit/s"
-    base = {p["name"]: p for p in cost[key]["programs"]}
-    print(f"\n1b. attribution cost ({loads[key]}: {rate}; --miss-sampling {E['MISS_SAMPLING']})")
-    print(f"  {'program':<16} {'run_cnt':>11} {'ns/event':>9} {'without':>9} {'extra':>8}")
-    attr_progs = []
-    for i in attr_ids:
-        b, a = before.get(i, {}), after.get(i, {})
-        name = a.get("name", "?")
-        cnt = (a.get("run_cnt") or 0) - (b.get("run_cnt") or 0)
-        ns = (a.get("run_time_ns") or 0) - (b.get("run_time_ns") or 0)
-        if not cnt:
-            continue
-        avg = ns / cnt
-        was = base.get(name, {}).get("avg_ns")
-        extra = "" if was is None else f"{avg - was:+.1f}"
-        attr_progs.append({"name": name, "run_cnt": cnt, "avg_ns": avg, "without_ns": was})
-        print(f"  {name:<16} {cnt:>11} {avg:>9.1f} {fmt_ns(was):>9} {extra:>8}")
-    # The target applies to the hot hooks with attribution on too; this window
-    # has no floor programs, so section 1's per-hook floor stands in for it.
-    floors = {r["name"]: r["floor_ns"] for r in cost[key]["floor"]["hooks"] if r["floor_ns"] is not None}
-    hot = [p for p in attr_progs if hot_re.match(p["name"]) and p["name"] in floors]
-    ev = sum(p["run_cnt"] for p in hot)
-    aw = {"events": ev, "raw_ns": None, "floor_ns": None, "net_ns": None, "sampler_ns_per_event": None}
-    if ev:
-        aw["raw_ns"] = sum(p["run_cnt"] * p["avg_ns"] for p in hot) / ev
-        aw["floor_ns"] = sum(p["run_cnt"] * floors[p["name"]] for p in hot) / ev
-        aw["net_ns"] = aw["raw_ns"] - aw["floor_ns"]
-        aw["sampler_ns_per_event"] = sum(p["run_cnt"] * p["avg_ns"] for p in attr_progs
-                                         if p["name"] == "l3miss_sample") / ev
-        attr_sum["events"] += ev
-        attr_sum["raw_ns"] += aw["raw_ns"] * ev
-        attr_sum["floor_ns"] += aw["floor_ns"] * ev
-        print(f"  hot hooks with attribution, event-weighted: raw {aw['raw_ns']:.1f}, net of section 1's floor "
-              f"{aw['net_ns']:.1f} ns/event vs target <= {target:.0f} ns: "
-              f"{'PASS' if aw['net_ns'] <= target else 'ABOVE target'}; the sampler adds "
-              f"{aw['sampler_ns_per_event']:.1f} ns per hot event at this period")
-    cost[f"attribution_{key}"] = {"window_s": window_s, "miss_sampling": E["MISS_SAMPLING"],
-                                  "iperf3_end": ij["end"].get("sum_received"), "programs": attr_progs,
-                                  "hot_weighted": aw}
-if attr_sum["events"]:
-    raw, fl = attr_sum["raw_ns"] / attr_sum["events"], attr_sum["floor_ns"] / attr_sum["events"]
-    print(f"\n  hot hooks with attribution, both loads: raw {raw:.1f}, net of the floor {raw - fl:.1f} ns/event "
-          f"vs target <= {target:.0f} ns: {'PASS' if raw - fl <= target else 'ABOVE target'}")
+# ---- 1b. attribution cost: always on, then in windows
+for phase, mode in (("attr", "always on"), ("attrw", f"--miss-duty {E['MISS_DUTY']}")):
+    attr_ids = json.loads(open(os.path.join(tmp, f"{phase}.attached")).read())["prog_ids"]
+    attr_sum = {"events": 0, "raw_ns": 0.0, "floor_ns": 0.0}
+    for key in ("udp", "tcp"):
+        before = {p["id"]: p for p in load(f"{phase}_{key}_before.json")}
+        after = {p["id"]: p for p in load(f"{phase}_{key}_after.json")}
+        window_s = int(open(os.path.join(tmp, f"{phase}_{key}.window_ns")).read()) / 1e9
+        ij = load(f"{phase}_{key}.iperf.json")
+        rate = f"{udp_rx(ij)/1e3:.0f} kpkt/s received" if key == "udp" else f"{tcp_gbps(ij):.2f} Gbit/s"
+        base = {p["name"]: p for p in cost[key]["programs"]}
+        print(f"\n1b. attribution cost, {mode} ({loads[key]}: {rate}; --miss-sampling {E['MISS_SAMPLING']})")
+        print(f"  {'program':<16} {'run_cnt':>11} {'ns/event':>9} {'without':>9} {'extra':>8}")
+        attr_progs = []
+        for i in attr_ids:
+            b, a = before.get(i, {}), after.get(i, {})
+            name = a.get("name", "?")
+            cnt = (a.get("run_cnt") or 0) - (b.get("run_cnt") or 0)
+            ns = (a.get("run_time_ns") or 0) - (b.get("run_time_ns") or 0)
+            if not cnt:
+                continue
+            avg = ns / cnt
+            was = base.get(name, {}).get("avg_ns")
+            extra = "" if was is None else f"{avg - was:+.1f}"
+            attr_progs.append({"name": name, "run_cnt": cnt, "avg_ns": avg, "without_ns": was})
+            print(f"  {name:<16} {cnt:>11} {avg:>9.1f} {fmt_ns(was):>9} {extra:>8}")
+        # The target applies to the hot hooks with attribution on too; this window
+        # has no floor programs, so section 1's per-hook floor stands in for it.
+        floors = {r["name"]: r["floor_ns"] for r in cost[key]["floor"]["hooks"] if r["floor_ns"] is not None}
+        hot = [p for p in attr_progs if hot_re.match(p["name"]) and p["name"] in floors]
+        ev = sum(p["run_cnt"] for p in hot)
+        aw = {"events": ev, "raw_ns": None, "floor_ns": None, "net_ns": None, "sampler_ns_per_event": None}
+        if ev:
+            aw["raw_ns"] = sum(p["run_cnt"] * p["avg_ns"] for p in hot) / ev
+            aw["floor_ns"] = sum(p["run_cnt"] * floors[p["name"]] for p in hot) / ev
+            aw["net_ns"] = aw["raw_ns"] - aw["floor_ns"]
+            aw["sampler_ns_per_event"] = sum(p["run_cnt"] * p["avg_ns"] for p in attr_progs
+                                             if p["name"] == "l3miss_sample") / ev
+            attr_sum["events"] += ev
+            attr_sum["raw_ns"] += aw["raw_ns"] * ev
+            attr_sum["floor_ns"] += aw["floor_ns"] * ev
+            print(f"  hot hooks with attribution, event-weighted: raw {aw['raw_ns']:.1f}, net of section 1's floor "
+                  f"{aw['net_ns']:.1f} ns/event vs target <= {target:.0f} ns: "
+                  f"{'PASS' if aw['net_ns'] <= target else 'ABOVE target'}; the sampler adds "
+                  f"{aw['sampler_ns_per_event']:.1f} ns per hot event at this period")
+        cost[f"{'attribution' if phase == 'attr' else 'attribution_windows'}_{key}"] = {
+            "window_s": window_s, "miss_sampling": E["MISS_SAMPLING"],
+            "miss_duty": 1 if phase == "attr" else int(E["MISS_DUTY"]),
+            "iperf3_end": ij["end"].get("sum_received"), "programs": attr_progs, "hot_weighted": aw}
+    if attr_sum["events"]:
+        raw, fl = attr_sum["raw_ns"] / attr_sum["events"], attr_sum["floor_ns"] / attr_sum["events"]
+        print(f"\n  hot hooks with attribution {mode}, both loads: raw {raw:.1f}, net of the floor {raw - fl:.1f} ns/event "
+              f"vs target <= {target:.0f} ns: {'PASS' if raw - fl <= target else 'ABOVE target'}")
 
 # ---- 2. throughput
 tests = {
