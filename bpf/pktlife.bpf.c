@@ -56,6 +56,10 @@ const volatile __u32 join_page_mask = 0;
  * attached. Defaults: always on. */
 volatile __u32 join_paused = 0;
 volatile __u64 join_window_start = 0;
+/* Bumped at every window's start: a CPU context set in an earlier window is
+ * stale whatever its time says (a GRO hand-up's has none, and one whose poll
+ * end went unseen would otherwise be dated by the next window's first sample). */
+volatile __u32 join_generation = 0;
 /* Is the join (buffer pages, CPU context) kept now? */
 static __always_inline bool joining(void)
 {
@@ -671,6 +675,7 @@ static __always_inline void set_ctx(__u8 kind, __u8 dir, __u32 queue, const stru
 	c->cur_dir = dir;
 	c->cur_queue = queue;
 	c->cur_since = now;
+	c->cur_gen = (__u8)join_generation;
 	c->cur_has_flow = k != NULL;
 	if (k)
 		c->cur_flow = *k;
@@ -683,7 +688,7 @@ static __always_inline void set_ctx(__u8 kind, __u8 dir, __u32 queue, const stru
  * from write(), which runs no poll) still goes stale after ctx_window_ns. */
 static __always_inline bool ctx_current(struct pl_cpu_ctx *c, __u64 now)
 {
-	if (c->cur_kind == PL_CTX_NONE)
+	if (c->cur_kind == PL_CTX_NONE || c->cur_gen != (__u8)join_generation)
 		return false;
 	if (!c->cur_since) {
 		if (c->cur_kind != PL_CTX_RX_NAPI)

@@ -125,7 +125,7 @@ struct pl_cpu_ctx {
 	__u8 cur_kind;
 	__u8 cur_dir;
 	__u8 cur_has_flow;
-	__u8 cur_pad;
+	__u8 cur_gen;  /* attribution window it was set in (join_generation, low bits) */
 	struct pl_flow_key cur_flow;
 	__u64 last_rx_skb;  /* the skb just handed to GRO on this CPU */
 	__u64 last_rx_head; /* and its head buffer */

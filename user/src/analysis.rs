@@ -587,7 +587,8 @@ fn evidence_from(rec: &Recording, obs: Option<&HostObservation>, report: &crate:
                 .collect(),
             other_samples: other,
             join_sample: if by_addr { m.join_sample } else { 1 },
-            duty: m.duty,
+            // The measured share of the time the sampler ran, else the nominal one.
+            duty: m.duty_measured.unwrap_or(m.duty as f64),
             before_window: if by_addr { m.before_window } else { 0 },
             // (upper bound ns, samples) per log2 bucket; ages exist for joined samples only.
             age_hist: if by_addr {

@@ -213,7 +213,8 @@ impl LiveSession {
                 MissSource::Off => "off (--miss-sampling off)".to_string(),
                 _ => "absent: no PEBS L3-miss event on this host (no Intel core PMU); attribution is model/regression-only".to_string(),
             },
-            Some((attr, label)) => match probe.attach_miss_sampler(attr, label) {
+            // In windows the sampler waits, disabled, for the first one.
+            Some((attr, label)) => match probe.attach_miss_sampler(attr, label, opts.miss_duty > 1) {
                 Ok(desc) => desc,
                 Err(e) if opts.miss_source == MissSource::Auto => format!("absent: {e:#}"),
                 Err(e) => return Err(e),
@@ -221,7 +222,7 @@ impl LiveSession {
         };
         let windows = if probe.has_miss_sampler() && opts.miss_duty > 1 {
             // Off until the first window: nothing kept, nothing sampled.
-            probe.set_attribution(false, false, 0)?;
+            probe.set_attribution(false, false, None)?;
             WindowDriver::new(crate::windows::cycle(Duration::from_millis(opts.interval_ms)), opts.miss_duty)
         } else {
             None
@@ -290,7 +291,9 @@ impl LiveSession {
             if now >= deadline {
                 break;
             }
-            self.probe.poll(wait)?;
+            // Whole milliseconds: the ring's poll takes its timeout in ms, and a wait rounded
+            // down to 0 would spin until a window's change.
+            self.probe.poll(Duration::from_millis(wait.as_micros().div_ceil(1000) as u64))?;
         }
         let finishing = stop.load(Ordering::Relaxed) || end.is_some_and(|e| Instant::now() >= e);
 
@@ -327,6 +330,9 @@ impl LiveSession {
         if self.probe.has_miss_sampler() {
             let cur = self.probe.read_misses(flow_turn)?;
             let mut d = cur.delta(&self.prev_m);
+            if let Some(w) = self.windows.as_mut() {
+                d.sampled_ns = Some(w.take_sampled(Instant::now().saturating_duration_since(self.started)));
+            }
             d.flows = cur.flows.clone();
             d.regions = cur.regions.clone();
             self.prev_m = cur;
@@ -351,22 +357,46 @@ impl LiveSession {
 }
 
 /// Drives the attribution windows (crate::windows): turns the join and the sampler on and
-/// off as the recording passes through them.
+/// off as the recording passes through them, and measures how long the sampler ran.
 struct WindowDriver {
     schedule: crate::windows::Schedule<fn() -> f64>,
     phase: crate::windows::Phase,
+    /// Windows begun so far: the current one's number retires older CPU contexts.
+    generation: u32,
     /// CLOCK_MONOTONIC when the join last came on: what it keeps from then on is current.
     join_since_ns: u64,
+    /// Sampling time not yet reported, and since when the sampler runs (time since the start).
+    sampled: Duration,
+    sampling_since: Option<Duration>,
 }
 
 impl WindowDriver {
-    fn new(interval: Duration, duty: u32) -> Option<WindowDriver> {
-        let schedule = crate::windows::Schedule::new(interval, duty, fastrand::f64 as fn() -> f64)?;
-        Some(WindowDriver { schedule, phase: crate::windows::Phase::Off, join_since_ns: 0 })
+    fn new(cycle: Duration, duty: u32) -> Option<WindowDriver> {
+        let schedule = crate::windows::Schedule::new(cycle, duty, fastrand::f64 as fn() -> f64)?;
+        Some(WindowDriver {
+            schedule,
+            phase: crate::windows::Phase::Off,
+            generation: 0,
+            join_since_ns: 0,
+            sampled: Duration::ZERO,
+            sampling_since: None,
+        })
     }
 
     fn next_change(&mut self, at: Duration) -> Option<Duration> {
         self.schedule.next_change(at)
+    }
+
+    /// The time the sampler ran since the last call, up to `at`: the estimates scale by what
+    /// it was, not by the nominal 1/duty (windows that overlap, a partial first or last
+    /// cycle, a change made late).
+    fn take_sampled(&mut self, at: Duration) -> u64 {
+        let mut total = std::mem::take(&mut self.sampled);
+        if let Some(since) = self.sampling_since.as_mut() {
+            total += at.saturating_sub(*since);
+            *since = at;
+        }
+        total.as_nanos() as u64
     }
 
     /// Put the probes in the phase of `at` (time since the recording started).
@@ -376,13 +406,26 @@ impl WindowDriver {
         if phase == self.phase {
             return Ok(());
         }
-        if self.phase == Phase::Off {
+        let window = if self.phase == Phase::Off {
             self.join_since_ns = monotonic_ns();
-        }
+            self.generation = self.generation.wrapping_add(1);
+            Some((self.join_since_ns, self.generation))
+        } else {
+            None
+        };
         match phase {
-            Phase::Off => probe.set_attribution(false, false, 0)?,
-            Phase::Joining => probe.set_attribution(true, false, self.join_since_ns)?,
-            Phase::Sampling => probe.set_attribution(true, true, self.join_since_ns)?,
+            Phase::Off => probe.set_attribution(false, false, None)?,
+            Phase::Joining => probe.set_attribution(true, false, window)?,
+            Phase::Sampling => probe.set_attribution(true, true, window)?,
+        }
+        match (self.phase == Phase::Sampling, phase == Phase::Sampling) {
+            (false, true) => self.sampling_since = Some(at),
+            (true, false) => {
+                if let Some(since) = self.sampling_since.take() {
+                    self.sampled += at.saturating_sub(since);
+                }
+            }
+            _ => {}
         }
         self.phase = phase;
         Ok(())

@@ -251,6 +251,10 @@ pub struct MissSnapshot {
     /// (`record --miss-duty N`): charged to that owner, their age unknown (not in `age_hist`).
     #[serde(default)]
     pub before_window: u64,
+    /// How long the sampler ran in this interval, in attribution windows (None: always on,
+    /// or a recording from before windows).
+    #[serde(default)]
+    pub sampled_ns: Option<u64>,
     /// The kernel's throttling of the sampler (None: not read: no ring could be mapped, or a
     /// recording from before this count).
     #[serde(default)]
@@ -349,6 +353,7 @@ impl MissSnapshot {
         d.no_flow = self.no_flow.map(|a| a.saturating_sub(e.no_flow.unwrap_or(0)));
         d.queue_clamped = self.queue_clamped.saturating_sub(e.queue_clamped);
         d.before_window = self.before_window.saturating_sub(e.before_window);
+        d.sampled_ns = None;
         d.throttle = self.throttle.map(|a| a.combine(&e.throttle.unwrap_or_default(), u64::saturating_sub));
         d.age_hist = self.age_hist.iter().enumerate().map(|(i, v)| v.saturating_sub(*e.age_hist.get(i).unwrap_or(&0))).collect();
         d.queues = self

@@ -268,9 +268,29 @@ fn sampled_pages(sc: &Scenario, rng: &mut Rng, mischarge: f64, join_sample: u32,
     // The runs are back-to-back intervals of one simulation: one timeline, as in `record`.
     // No draws when always on: the page-sampling checks keep their sample streams.
     let draws: Vec<f64> = if duty > 1 { (0..sc.runs.len() + 2).map(|_| rng.unit()).collect() } else { Vec::new() };
-    let mut next_draw = draws.into_iter();
-    let mut schedule = crate::windows::Schedule::new(std::time::Duration::from_nanos(INTERVAL_NS), duty, || next_draw.next().unwrap_or(0.5));
+    let cycle = std::time::Duration::from_nanos(INTERVAL_NS);
     let t0 = sc.runs.iter().flat_map(|r| r.loads.iter().map(|l| l.3)).min().unwrap_or(0);
+    let t1 = sc.runs.iter().flat_map(|r| r.loads.iter().map(|l| l.3)).max().unwrap_or(0);
+    // The time the sampler ran, as the recorder measures it: the duty the estimates scale by.
+    let measured_duty = {
+        let mut d = draws.clone().into_iter();
+        match crate::windows::Schedule::new(cycle, duty, || d.next().unwrap_or(0.5)) {
+            None => 1.0,
+            Some(mut s) => {
+                let (end, mut t, mut on) = (std::time::Duration::from_nanos(t1 - t0), std::time::Duration::ZERO, std::time::Duration::ZERO);
+                while t < end {
+                    let next = s.next_change(t).unwrap_or(end).min(end);
+                    if s.phase_at(t) == crate::windows::Phase::Sampling {
+                        on += next - t;
+                    }
+                    t = next;
+                }
+                end.as_secs_f64() / on.as_secs_f64()
+            }
+        }
+    };
+    let mut next_draw = draws.into_iter();
+    let mut schedule = crate::windows::Schedule::new(cycle, duty, || next_draw.next().unwrap_or(0.5));
     for r in &sc.runs {
         for &(lq, lf, page, t) in &r.loads {
             if let Some(s) = schedule.as_mut() {
@@ -299,7 +319,7 @@ fn sampled_pages(sc: &Scenario, rng: &mut Rng, mischarge: f64, join_sample: u32,
         flows: f.into_iter().map(|(k, v)| (flow_id(k), v)).collect(),
         other_samples: other,
         join_sample: join_sample as u64,
-        duty: duty as u64,
+        duty: measured_duty,
         before_window: 0,
         age_hist: Vec::new(),
     };
@@ -449,26 +469,33 @@ fn time_windows(sc: &Scenario, seed: u64, p_loads: &[f64], true_loads: f64) {
         assert_ne!(a.confidence, Confidence::Insufficient, "{}: windows of 1/{duty} declined with {joined} samples", sc.name);
         let got = shares(&a, p_loads.len());
         let estimate: f64 = a.queues.iter().map(|q| q.misses).sum();
-        // What the windows held, as a share of the recording, against 1/duty: the error of
-        // extrapolating from them, a property of how the load varies in time.
-        let held = in_windows as f64 * duty as f64 / true_loads;
+        // What the windows held against their share of the time (measured, as the recorder
+        // does): the error of extrapolating from them, a property of how the load varies.
+        let held = in_windows as f64 * counts.duty / true_loads;
         println!(
-            "{}, {joined} samples, misses ×{:.3} of truth (the windows held ×{held:.3} of 1/{duty})",
+            "{}, {joined} samples, misses ×{:.3} of truth (sampled 1/{:.2} of the time; the windows held ×{held:.3} of that share)",
             row(&label, &got, Some(p_loads), &format!("{:?}", a.confidence)),
-            estimate / true_loads
+            estimate / true_loads,
+            counts.duty
         );
         for (q, (g, t)) in got.iter().zip(p_loads).enumerate() {
             let p = t / 100.0;
             let bound = 2.0f64.max(100.0 * 3.3 * (p * (1.0 - p) / joined as f64).sqrt());
             assert!((g - t).abs() <= bound, "{}: windows of 1/{duty}, rx{q} off by {:.2} pp (bound {bound:.2})", sc.name, (g - t).abs());
         }
-        // The sampling itself: the estimate lands on what the windows held, scaled by the duty.
+        // The sampling itself: the estimate lands on what the windows held, scaled by the
+        // share of the time they sampled.
         let rel = 3.3 / (joined as f64).sqrt();
         assert!(
-            (estimate / (in_windows as f64 * duty as f64) - 1.0).abs() <= rel,
-            "{}: windows of 1/{duty} scaled to {estimate:.3e} misses, the windows held {in_windows} (×{duty})",
-            sc.name
+            (estimate / (in_windows as f64 * counts.duty) - 1.0).abs() <= rel,
+            "{}: windows of 1/{duty} scaled to {estimate:.3e} misses, the windows held {in_windows} (×{:.2})",
+            sc.name,
+            counts.duty
         );
+        // And against the labels: within the spread a load varying ±50 % from interval to
+        // interval gives 20 windows, far inside what a wrong schedule or scale (×N too few
+        // or too many) would give.
+        assert!((estimate / true_loads - 1.0).abs() <= 0.5, "{}: windows of 1/{duty}: {estimate:.3e} misses against {true_loads:.3e}", sc.name);
     }
 }
 

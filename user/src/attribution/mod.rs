@@ -169,11 +169,11 @@ pub struct SampledCounts {
     /// joined sample stands for this many; 0 or 1: every page.
     #[serde(default)]
     pub join_sample: u64,
-    /// Attribution ran in windows of 1/this many of the time (`record --miss-duty`), the
-    /// sampler at `period` inside them: each sample stands for period × duty misses over
-    /// the recording. 0 or 1: always on.
+    /// Attribution ran in windows over 1/this much of the time (`record --miss-duty`, as
+    /// measured by the recorder), the sampler at `period` inside them: each sample stands for
+    /// period × duty misses over the recording. 0 or 1: always on.
     #[serde(default)]
-    pub duty: u64,
+    pub duty: f64,
     /// Joined samples on pages last kept before their window: owner from an earlier window,
     /// age unknown (not in `age_hist`).
     #[serde(default)]
@@ -317,7 +317,7 @@ mod tests {
             flows: Vec::new(),
             other_samples: other,
             join_sample: 1,
-            duty: 1,
+            duty: 1.0,
             before_window: 0,
             age_hist: Vec::new(),
         }

@@ -67,8 +67,9 @@ fn estimate(c: &SampledCounts, method: Method) -> Attribution {
     }
     // Misses per sample. A stand-in's period is ns of CPU time or page faults:
     // multiplying by it would print numbers that look like misses and are not.
-    let duty = c.duty.max(1);
-    let scale = if c.stand_in { 1.0 } else { c.period as f64 * pages as f64 * duty as f64 };
+    let duty = c.duty.max(1.0);
+    let windows = duty > 1.0;
+    let scale = if c.stand_in { 1.0 } else { c.period as f64 * pages as f64 * duty };
     let mut worst_half = 0.0f64;
     let qs: Vec<QueueShare> = queues
         .iter()
@@ -101,14 +102,14 @@ fn estimate(c: &SampledCounts, method: Method) -> Attribution {
     };
     let counted = if c.stand_in {
         format!("{n} samples on packet buffers (stand-in; not scaled to misses)")
-    } else if duty > 1 {
-        format!("{n} samples on packet buffers × period {} × {duty} ≈ {total_misses:.3e} misses", c.period)
+    } else if windows {
+        format!("{n} samples on packet buffers × period {} × {duty:.2} ≈ {total_misses:.3e} misses", c.period)
     } else {
         format!("{n} samples on packet buffers × period {} ≈ {total_misses:.3e} misses", c.period)
     };
-    let counted = if duty > 1 {
+    let counted = if windows {
         format!(
-            "{counted}; sampled in windows of 1/{duty} of the time (period {} inside them): the miss counts extrapolate from the windows, off by as much as the load varies between them (the shares far less), an error the intervals leave out",
+            "{counted}; sampled in windows over 1/{duty:.2} of the time (period {} inside them): the miss counts extrapolate from the windows, off by as much as the load varies between them (the shares far less), an error the intervals leave out",
             c.period
         )
     } else {
@@ -198,7 +199,7 @@ mod tests {
             flows: vec![(f(1), 4000), (f(2), 1900)],
             other_samples: 2000,
             join_sample: 1,
-            duty: 1,
+            duty: 1.0,
             before_window: 0,
             age_hist: vec![(1000, 10), (10_000, 100), (100_000, 5)],
         };
@@ -230,7 +231,7 @@ mod tests {
             flows: vec![(f(1), 3600), (f(2), 1130)],
             other_samples: 270,
             join_sample: 1,
-            duty: 1,
+            duty: 1.0,
             before_window: 0,
             age_hist: Vec::new(),
         };
@@ -266,12 +267,12 @@ mod tests {
         };
         // The same samples at period 125 in windows of 1/16 stand for as many misses as at
         // period 2000 always on; shares are the samples' own.
-        let windowed = SampledCounts { period: 125, duty: 16, ..all.clone() };
+        let windowed = SampledCounts { period: 125, duty: 16.0, ..all.clone() };
         for f in [address_join, cpu_context] {
             let (a, w) = (f(&all), f(&windowed));
             assert_eq!(w.queues[0].misses, a.queues[0].misses);
             assert_eq!((w.queues[0].share_pct, w.confidence), (a.queues[0].share_pct, a.confidence));
-            assert!(w.notes[0].contains("× period 125 × 16 ≈") && w.notes[0].contains("windows of 1/16"), "{}", w.notes[0]);
+            assert!(w.notes[0].contains("× period 125 × 16.00 ≈") && w.notes[0].contains("windows over 1/16.00"), "{}", w.notes[0]);
             assert!(a.notes.iter().all(|n| !n.contains("windows")), "{:?}", a.notes);
         }
         // Joined samples on pages from an earlier window are said, for the join only.

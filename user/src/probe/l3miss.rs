@@ -133,7 +133,8 @@ fn map_ring(fd: &OwnedFd) -> std::io::Result<MmapMut> {
 }
 
 impl MissSampler {
-    pub fn open(prog: &libbpf_rs::ProgramMut<'_>, mut attr: sys::bindings::perf_event_attr, label: String) -> Result<MissSampler> {
+    /// `stopped`: disable each event as soon as it is attached (libbpf enables it on attach).
+    pub fn open(prog: &libbpf_rs::ProgramMut<'_>, mut attr: sys::bindings::perf_event_attr, label: String, stopped: bool) -> Result<MissSampler> {
         let ncpus = libbpf_rs::num_possible_cpus()?;
         let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
         let cpus: Vec<u32> = crate::topology::parse_cpu_list(&online);
@@ -155,6 +156,12 @@ impl MissSampler {
                 .attach_perf_event(fd)
                 .map_err(|e| anyhow::anyhow!(crate::probe::pktlife::explain_bpf_error(&e, "attaching the L3-miss program")))?;
             links.push(link);
+            // SAFETY: an open perf event fd of ours; DISABLE takes no pointer argument.
+            if stopped && unsafe { sys::ioctls::DISABLE(fd, 0) } < 0 {
+                let e = std::io::Error::last_os_error();
+                let (_, why) = counters::live::classify_errno(e.raw_os_error().unwrap_or(0));
+                bail!("stopping the L3-miss sampler on CPU {cpu} until its first window: {why}");
+            }
             if let Ok(r) = rings.as_mut() {
                 match map_ring(&owned) {
                     Ok(m) => r.push(ThrottleRing::new(m)),
@@ -164,7 +171,7 @@ impl MissSampler {
             fds.push(owned);
         }
         let throttle = rings.map(|rings| Mutex::new(ThrottleLog { rings, totals: ThrottleTotals::default() }));
-        Ok(MissSampler { label, cpus: fds.len(), throttle, _links: links, fds: fds })
+        Ok(MissSampler { label, cpus: fds.len(), throttle, _links: links, fds })
     }
 
     /// The kernel's throttling of the sampler so far, read from the rings; Err: not readable.

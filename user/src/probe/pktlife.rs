@@ -431,19 +431,21 @@ impl PktlifeProbe {
 
     /// Attach the L3-miss program to a sampling event on every CPU (the probe
     /// must have been loaded with `join_buffers`).
-    pub fn attach_miss_sampler(&mut self, attr: perf_event_open_sys::bindings::perf_event_attr, label: String) -> Result<String> {
+    /// `stopped`: leave it disabled (attribution windows start it).
+    pub fn attach_miss_sampler(&mut self, attr: perf_event_open_sys::bindings::perf_event_attr, label: String, stopped: bool) -> Result<String> {
         let prog = &self.skel.progs.l3miss_sample;
-        let sampler = super::l3miss::MissSampler::open(prog, attr, label)?;
+        let sampler = super::l3miss::MissSampler::open(prog, attr, label, stopped)?;
         let desc = format!("{} on {} CPUs", sampler.label, sampler.cpus);
         self.miss_sampler = Some(sampler);
         Ok(desc)
     }
 
     /// Attribution windows (`record --miss-duty`): `join` turns the buffer map and the CPU
-    /// context on (a new window's start, `now_ns`, dates what it keeps) or off; `sample`
-    /// starts or stops the sampler. On: join first, so the map has been filling before the
-    /// first sample; off: the sampler first.
-    pub fn set_attribution(&mut self, join: bool, sample: bool, now_ns: u64) -> Result<()> {
+    /// context on or off; `sample` starts or stops the sampler; `window` (when the join
+    /// comes on: the window's start, CLOCK_MONOTONIC, and its number) dates what the window
+    /// keeps and retires every CPU context of earlier windows. On: join first, so the map has
+    /// been filling before the first sample; off: the sampler first.
+    pub fn set_attribution(&mut self, join: bool, sample: bool, window: Option<(u64, u32)>) -> Result<()> {
         let Some(sampler) = &self.miss_sampler else { return Ok(()) };
         if !sample {
             sampler.set_enabled(false)?;
@@ -452,11 +454,14 @@ impl PktlifeProbe {
             bail!("pktlife BPF object has no writable data section (build problem)");
         };
         // SAFETY: plain integers in the BPF object's mmapped .bss, read by the programs as
-        // volatile; the volatile stores keep the order and keep them from being elided.
+        // volatile; the volatile stores keep the order and keep them from being elided, and
+        // the fence orders them for the programs on any architecture (x86 already does).
         unsafe {
-            if join {
-                std::ptr::addr_of_mut!(bss.join_window_start).write_volatile(now_ns);
+            if let Some((start_ns, generation)) = window {
+                std::ptr::addr_of_mut!(bss.join_window_start).write_volatile(start_ns);
+                std::ptr::addr_of_mut!(bss.join_generation).write_volatile(generation);
             }
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
             std::ptr::addr_of_mut!(bss.join_paused).write_volatile(u32::from(!join));
         }
         if sample {

@@ -52,7 +52,7 @@ CREATE TABLE miss_intervals (
     other_addr INTEGER NOT NULL, no_addr INTEGER NOT NULL, ctx_charged INTEGER NOT NULL, uncharged INTEGER NOT NULL,
     out_of_subset INTEGER NOT NULL DEFAULT 0, no_flow INTEGER, queue_clamped INTEGER NOT NULL DEFAULT 0,
     throttles INTEGER, throttled_ns INTEGER, throttle_records_lost INTEGER,
-    before_window INTEGER NOT NULL DEFAULT 0);
+    before_window INTEGER NOT NULL DEFAULT 0, sampled_ns INTEGER);
 CREATE TABLE miss_queues (
     interval INTEGER NOT NULL, dir TEXT NOT NULL, queue INTEGER NOT NULL,
     addr_join INTEGER NOT NULL, cpu_ctx INTEGER NOT NULL, PRIMARY KEY (interval, dir, queue));

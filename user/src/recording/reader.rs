@@ -296,10 +296,11 @@ impl Recording {
                 if column_exists("miss_intervals", "throttles") { "throttles,throttled_ns,throttle_records_lost" } else { "NULL,NULL,NULL" };
             // Nor, from before attribution windows, before_window (always on: none).
             let before_window = if column_exists("miss_intervals", "before_window") { "before_window" } else { "0" };
+            let sampled_ns = if column_exists("miss_intervals", "sampled_ns") { "sampled_ns" } else { "NULL" };
             let mut st = conn
                 .prepare(&format!(
                     "SELECT interval,samples,on_packet_buffers,other_addr,no_addr,ctx_charged,uncharged,{out_of_subset},{no_flow},\
-                     {queue_clamped},{throttle},{before_window} FROM miss_intervals"
+                     {queue_clamped},{throttle},{before_window},{sampled_ns} FROM miss_intervals"
                 ))
                 .map_err(corrupt)?;
             let mut rows = st.query([]).map_err(corrupt)?;
@@ -324,6 +325,7 @@ impl Recording {
                             _ => None,
                         },
                         before_window: g(13)?,
+                        sampled_ns: opt(14)?,
                         age_hist: vec![0; crate::snapshot::NBUCKETS],
                         ..Default::default()
                     });
@@ -553,7 +555,8 @@ mod tests {
     }
 
     /// A recording made in attribution windows: the joins from before their window are summed,
-    /// the windows are described, and the throttled share is of the time the sampler ran.
+    /// the windows are described, the sampler's measured time sets the duty the estimates scale
+    /// by, and the throttled share is of that time.
     #[test]
     fn windowed_recordings_report_their_windows() {
         let (_dir, path) = fixture_altered(
@@ -561,21 +564,28 @@ mod tests {
              CREATE TABLE miss_intervals (
                 interval INTEGER PRIMARY KEY, samples INTEGER NOT NULL, on_packet_buffers INTEGER NOT NULL,
                 other_addr INTEGER NOT NULL, no_addr INTEGER NOT NULL, ctx_charged INTEGER NOT NULL, uncharged INTEGER NOT NULL,
-                throttles INTEGER, throttled_ns INTEGER, throttle_records_lost INTEGER, before_window INTEGER NOT NULL DEFAULT 0);
+                throttles INTEGER, throttled_ns INTEGER, throttle_records_lost INTEGER, before_window INTEGER NOT NULL DEFAULT 0,
+                sampled_ns INTEGER);
              INSERT OR REPLACE INTO meta(key, value) VALUES ('miss_sampler_cpus', '2'), ('miss_duty', '16'),
                 ('miss_cycle_ms', '1000'), ('miss_window_ms', '62.500'), ('miss_warmup_ms', '10.000');
              INSERT INTO miss_intervals(interval,samples,on_packet_buffers,other_addr,no_addr,ctx_charged,uncharged,
-                                        throttles,throttled_ns,throttle_records_lost,before_window)
-             SELECT idx, 10, 4, 0, 6, 6, 0, 1, 1000000, 0, 2 FROM intervals ORDER BY idx LIMIT 2;",
+                                        throttles,throttled_ns,throttle_records_lost,before_window,sampled_ns)
+             SELECT idx, 10, 4, 0, 6, 6, 0, 1, 1000000, 0, 2, dur_ns / 20 FROM intervals ORDER BY idx LIMIT 2;",
         );
         let r = Recording::open(&path).expect("opens");
         let l = crate::report::build(&r).l3miss;
         assert_eq!((l.duty, l.before_window, l.window_ms, l.cycle_ms), (16, 4, Some(62.5), Some(1000.0)));
-        let want = 100.0 * 0.002 / (2.0 * r.duration_s() / 16.0);
-        assert!((l.throttle.expect("measured").stopped_pct.expect("cpus known") - want).abs() < 1e-9);
+        // The two intervals sampled 1/20 of their time each (not the nominal 1/16).
+        let span: u64 = r.snapshots.iter().take(2).map(|s| s.dur_ns).sum();
+        assert!((l.duty_measured.expect("measured") - 20.0).abs() < 0.01, "{:?}", l.duty_measured);
+        let sampled_s = l.sampled_ms.expect("measured") / 1e3;
+        assert!((sampled_s - span as f64 / 20.0 / 1e9).abs() < 1e-6);
+        let want = 100.0 * 0.002 / (2.0 * sampled_s);
+        assert!((l.throttle.expect("measured").stopped_pct.expect("cpus known") - want).abs() < 1e-6);
         let text = crate::report::render_text(&crate::report::build(&r), 10);
         assert!(
             text.contains("attribution in windows (--miss-duty 16): sampler 62.5 ms of every 1000.0 ms after a 10.0 ms warm-up")
+                && text.contains("1/20.00 of the recording")
                 && text.contains("4 joined samples on pages last seen before their window"),
             "{text}"
         );

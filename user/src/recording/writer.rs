@@ -274,8 +274,9 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
     if let Some(m) = &s.misses {
         tx.execute(
             "INSERT INTO miss_intervals(interval,samples,on_packet_buffers,other_addr,no_addr,ctx_charged,uncharged,out_of_subset,
-                                        no_flow,queue_clamped,throttles,throttled_ns,throttle_records_lost,before_window)
-             VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14)",
+                                        no_flow,queue_clamped,throttles,throttled_ns,throttle_records_lost,before_window,
+                                        sampled_ns)
+             VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)",
             params![
                 i,
                 m.samples as i64,
@@ -290,7 +291,8 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
                 m.throttle.map(|t| t.throttles as i64),
                 m.throttle.map(|t| t.throttled_ns as i64),
                 m.throttle.map(|t| t.records_lost as i64),
-                m.before_window as i64
+                m.before_window as i64,
+                m.sampled_ns.map(|v| v as i64)
             ],
         )?;
         let b = &m.buf;

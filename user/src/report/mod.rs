@@ -53,6 +53,10 @@ pub struct MissReport {
     /// it (ms), when in windows.
     pub window_ms: Option<f64>,
     pub cycle_ms: Option<f64>,
+    /// How long the sampler ran in all, measured by the recorder (None: always on, or not
+    /// measured), and what that makes the duty: the recording's length over it.
+    pub sampled_ms: Option<f64>,
+    pub duty_measured: Option<f64>,
     pub warmup_ms: Option<f64>,
     /// Joined samples on pages last kept before their window: owner from an earlier window,
     /// age unknown.
@@ -180,6 +184,8 @@ fn miss_report(rec: &Recording) -> MissReport {
         duty: rec.meta.get("miss_duty").and_then(|v| v.parse().ok()).filter(|n| *n >= 1).unwrap_or(1),
         window_ms: rec.meta.get("miss_window_ms").and_then(|v| v.parse().ok()),
         cycle_ms: rec.meta.get("miss_cycle_ms").and_then(|v| v.parse().ok()),
+        sampled_ms: None,
+        duty_measured: None,
         warmup_ms: rec.meta.get("miss_warmup_ms").and_then(|v| v.parse().ok()),
         before_window: 0,
         no_addr: 0,
@@ -208,6 +214,9 @@ fn miss_report(rec: &Recording) -> MissReport {
     let mut per_q: std::collections::BTreeMap<(Dir, u32), (u64, u64)> = Default::default();
     // Summed over the intervals only if every interval with a miss snapshot read it.
     let mut throttle: Option<Option<SamplerThrottle>> = None;
+    // Over the intervals with miss snapshots; the time only if every one measured it.
+    let mut sampled: Option<Option<u64>> = None;
+    let mut miss_span_ns = 0u64;
     for s in &rec.snapshots {
         for q in &s.queues {
             // Stage 3 (RX driver → free) and 2 (TX xmit → free): from the time the join dates
@@ -223,6 +232,11 @@ fn miss_report(rec: &Recording) -> MissReport {
         m.other_addr += x.other_addr;
         m.out_of_subset += x.out_of_subset;
         m.before_window += x.before_window;
+        miss_span_ns += s.dur_ns;
+        sampled = Some(match (sampled, x.sampled_ns) {
+            (None, v) => v,
+            (Some(acc), v) => acc.zip(v).map(|(a, b)| a + b),
+        });
         m.no_flow = m.no_flow.zip(x.no_flow).map(|(a, b)| a + b);
         m.queue_clamped += x.queue_clamped;
         throttle = Some(match (throttle, x.throttle) {
@@ -273,13 +287,19 @@ fn miss_report(rec: &Recording) -> MissReport {
     }
     let cpus: Option<f64> = rec.meta.get("miss_sampler_cpus").and_then(|v| v.parse().ok());
     let span_s = rec.duration_s();
+    if m.duty > 1 {
+        m.sampled_ms = sampled.flatten().map(|ns| ns as f64 / 1e6);
+        m.duty_measured = sampled.flatten().filter(|&ns| ns > 0).map(|ns| miss_span_ns as f64 / ns as f64);
+    }
+    // The time the sampler ran: measured, else the nominal share.
+    let sampler_s = m.sampled_ms.map_or(span_s / m.duty as f64, |ms| ms / 1e3);
     m.throttle = throttle.flatten().map(|t| ThrottleReport {
         throttles: t.throttles,
         stopped_ms: t.throttled_ns as f64 / 1e6,
-        // Of the time the sampler ran: in windows, 1/duty of the recording.
+        // Of the time the sampler ran (in windows, a part of the recording).
         stopped_pct: cpus
-            .filter(|c| *c > 0.0 && span_s > 0.0)
-            .map(|c| (100.0 * t.throttled_ns as f64 / 1e9 / (c * span_s / m.duty as f64)).min(100.0)),
+            .filter(|c| *c > 0.0 && sampler_s > 0.0)
+            .map(|c| (100.0 * t.throttled_ns as f64 / 1e9 / (c * sampler_s)).min(100.0)),
         records_lost: t.records_lost,
     });
     let charged: u64 = m.queues.iter().map(|q| q.addr_join + q.cpu_ctx).sum();
@@ -909,12 +929,14 @@ pub fn render_text(r: &Report, top_flows: usize) -> String {
             let ms = |v: Option<f64>| v.map_or_else(|| "?".to_string(), |v| format!("{v:.1}"));
             let _ = writeln!(
                 o,
-                "  attribution in windows (--miss-duty {}): sampler {} ms of every {} ms after a {} ms warm-up, at a random place, the period divided by {} inside; {} joined samples on pages last seen before their window (owner from then, age unknown)",
+                "  attribution in windows (--miss-duty {}): sampler {} ms of every {} ms after a {} ms warm-up, at a random place, the period divided by {} inside; it ran {}{}; {} joined samples on pages last seen before their window (owner from then, age unknown)",
                 l.duty,
                 ms(l.window_ms),
                 ms(l.cycle_ms),
                 ms(l.warmup_ms),
                 l.duty,
+                l.sampled_ms.map_or_else(|| "? ms (not measured)".to_string(), |v| format!("{v:.1} ms")),
+                l.duty_measured.map_or(String::new(), |d| format!(", 1/{d:.2} of the recording (estimates scale by that)")),
                 l.before_window
             );
         }
