@@ -189,8 +189,13 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary> {
     }
     let tty = std::io::stderr().is_terminal() && !opts.json_progress;
     if !opts.json_progress {
+        let windows = if live.probe.has_miss_sampler() && opts.miss_duty > 1 {
+            format!(", attribution in windows of 1/{} of the time", opts.miss_duty)
+        } else {
+            String::new()
+        };
         eprintln!(
-            "recording {}{} ({} hooks, counters: {}) into {}{}; Ctrl-C to stop",
+            "recording {}{} ({} hooks, counters: {}{windows}) into {}{}; Ctrl-C to stop",
             iface.name,
             iface.netns.as_deref().map(|n| format!(" in netns {n}")).unwrap_or_default(),
             attached,

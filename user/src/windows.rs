@@ -3,8 +3,9 @@
 //!
 //! Time is cut into cycles of a second (or the recording interval, if longer); each cycle
 //! draws one sampling window of 1/N of its length, starting anywhere in it (a fixed place
-//! would alias with any periodic load) and free to run on into the next cycle, so every
-//! instant of the recording is equally likely to be sampled and no boundary is special. The sampler runs at N times its rate inside, so a recording
+//! would alias with any periodic load) and free to run on into the next cycle, so no cycle
+//! boundary is special (where two windows overlap, their union is sampled once: the recorder
+//! measures the time the sampler ran rather than assume 1/N). The sampler runs at N times its rate inside, so a recording
 //! gets about as many samples as with attribution always on. Before each window the buffer
 //! map and CPU context come on for a warm-up: the pages in use are handed up again and so
 //! are current in the map when the first sample arrives.
@@ -184,10 +185,11 @@ mod tests {
         assert_eq!(s.next_change(ms(1255)), Some(ms(2890)));
     }
 
-    /// Over many intervals every instant is sampled 1/duty of the time, near the edges of an
-    /// interval as in its middle.
+    /// Over many cycles every instant is sampled about 1/duty of the time, near a cycle's edges
+    /// as in its middle (a little less just after a cycle's start, where two windows may
+    /// overlap: down to 1/duty − 1/(4 duty²)).
     #[test]
-    fn every_instant_is_equally_likely_to_be_sampled() {
+    fn every_instant_is_sampled_about_one_nth_of_the_time() {
         let mut x = 0x9E37_79B9_7F4A_7C15u64;
         let duty = 4;
         let mut s = Schedule::new(SEC, duty, move || {
