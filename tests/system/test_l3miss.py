@@ -31,6 +31,31 @@ def two_flows(tb, secs=3):
     return json.loads(out), json.loads(light.stdout)
 
 
+def record_two_flows(tb, recorder, *args, secs=3):
+    """Both iperf3 servers, XPS pinned, a recorder on the receiver with `args`, the two flows.
+    Returns (recording, heavy, light, packets veth received per RX queue during it, prog ids)."""
+    tb.iperf3_server(5201)
+    tb.iperf3_server(5202)
+    pin_tx_queues(tb)
+    before = tb.rx_queue_packets()
+    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, *args)
+    ids = set(rec.prog_ids)
+    heavy, light = two_flows(tb, secs)
+    rc, _, err = rec.stop()
+    assert rc == 0, err
+    after = tb.rx_queue_packets()
+    return rec.out, heavy, light, {q: after.get(q, 0) - before.get(q, 0) for q in after}, ids
+
+
+def joins_by_port(m):
+    """Address-join charges per RX destination port."""
+    by_port = {}
+    for f in m["flows"]:
+        if f["dir"] == "rx":
+            by_port[f["dport"]] = by_port.get(f["dport"], 0) + f["addr_join"]
+    return by_port
+
+
 def test_cpu_context_attribution_follows_rates(testbed, recorder):
     tb = testbed
     tb.iperf3_server(5201)
@@ -230,20 +255,10 @@ def test_copy_standin_address_join_follows_rates(testbed, recorder, join_sample)
     and must find it in the buffer-page map the hand-up wrote. With
     --join-sample 4 the map holds 1 page in 4, chosen by address: samples on
     the other pages are counted apart, and the shares must not move."""
-    tb = testbed
-    tb.iperf3_server(5201)
-    tb.iperf3_server(5202)
-    pin_tx_queues(tb)
-    before = tb.rx_queue_packets()
-    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--miss-sampling", "software-copy", "--miss-period", "50000",
-                   "--join-sample", str(join_sample))
-    ids = set(rec.prog_ids)
-    heavy, light = two_flows(tb)
-    rc, _, err = rec.stop()
-    assert rc == 0, err
+    out, heavy, light, truth, ids = record_two_flows(
+        testbed, recorder, "--miss-sampling", "software-copy", "--miss-period", "50000", "--join-sample", str(join_sample))
     wait_until(lambda: not (ids & live_prog_ids()), what="programs to be unloaded")
-    after = tb.rx_queue_packets()
-    r = report_json(rec.out)
+    r = report_json(out)
     m = r["l3miss"]
     b = m["buffer_map"]
     assert "stand-in" in m["source"] and "buffer being copied" in m["source"], m["source"]
@@ -284,7 +299,6 @@ def test_copy_standin_address_join_follows_rates(testbed, recorder, join_sample)
 
     # Per queue: the heavy flow's queue carries its share of the joins.
     # Truth: veth's own per-queue counters; the report's per-queue packets agree.
-    truth = {q: after.get(q, 0) - before.get(q, 0) for q in after}
     rx = {q["queue"]: q["packets"] for q in r["queues"] if q["dir"] == "rx"}
     assert truth[0] > 5 * truth[1] > 0, truth
     assert abs(rx.get(0, 0) - truth[0]) <= 0.01 * truth[0], (rx, truth)
@@ -294,10 +308,7 @@ def test_copy_standin_address_join_follows_rates(testbed, recorder, join_sample)
     assert sum(q["addr_join"] for q in m["queues"] if q["dir"] == "tx") <= 0.01 * m["on_packet_buffers"], m["queues"]
 
     # Per flow: against the rates iperf3 measured.
-    by_port = {}
-    for f in m["flows"]:
-        if f["dir"] == "rx":
-            by_port[f["dport"]] = by_port.get(f["dport"], 0) + f["addr_join"]
+    by_port = joins_by_port(m)
     h_bytes = heavy["end"]["sum_received"]["bytes"]
     l_bytes = light["end"]["sum_received"]["bytes"]
     assert by_port.get(5201, 0) > 5 * by_port.get(5202, 0) > 0, by_port
@@ -330,19 +341,10 @@ def test_attribution_windows_keep_the_join_and_its_shares(testbed, recorder):
     count for how much of the traffic the map saw. A slow stand-in period (800 µs, 200 µs
     in windows) keeps the sampler from slowing the heavy flow inside its windows: at 100 µs
     the copy stand-in's shares drift from the packets' by 3-5 pp, always on as in windows."""
-    tb = testbed
-    tb.iperf3_server(5201)
-    tb.iperf3_server(5202)
-    pin_tx_queues(tb)
-    before = tb.rx_queue_packets()
-    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--miss-sampling", "software-copy", "--miss-period", "800000",
-                   "--miss-duty", "4")
     # Eight windows over the traffic: the shares are those of the windows' time.
-    heavy, light = two_flows(tb, secs=8)
-    rc, _, err = rec.stop()
-    assert rc == 0, err
-    after = tb.rx_queue_packets()
-    r = report_json(rec.out)
+    out, heavy, light, truth, _ = record_two_flows(
+        testbed, recorder, "--miss-sampling", "software-copy", "--miss-period", "800000", "--miss-duty", "4", secs=8)
+    r = report_json(out)
     m = r["l3miss"]
     b = m["buffer_map"]
     assert (m["duty"], m["window_ms"], m["warmup_ms"], m["cycle_ms"]) == (4, 250.0, 10.0, 1000.0), m
@@ -354,7 +356,7 @@ def test_attribution_windows_keep_the_join_and_its_shares(testbed, recorder):
     # The map is kept only around the windows: about 26 % of the time (less where two windows
     # overlap), so about that share of the hand-ups wrote their linear page. Truth: the
     # packets veth received.
-    received = sum(after.get(q, 0) - before.get(q, 0) for q in after)
+    received = sum(truth.values())
     seen = b["linear_pages"] / received
     assert 0.10 < seen < 0.45, (b["linear_pages"], received)
 
@@ -367,14 +369,10 @@ def test_attribution_windows_keep_the_join_and_its_shares(testbed, recorder):
     assert split["within_life"] >= 0.9 * (m["on_packet_buffers"] - m["before_window"]), split
 
     # Shares follow the truth as with attribution always on.
-    truth = {q: after.get(q, 0) - before.get(q, 0) for q in after}
     joined = {q["queue"]: q["addr_join"] for q in m["queues"] if q["dir"] == "rx"}
     assert truth[0] > 5 * truth[1] > 0, truth
     assert abs(share(joined.get(0, 0), joined.get(1, 0)) - share(truth[0], truth[1])) < 6, (joined, truth)
-    by_port = {}
-    for f in m["flows"]:
-        if f["dir"] == "rx":
-            by_port[f["dport"]] = by_port.get(f["dport"], 0) + f["addr_join"]
+    by_port = joins_by_port(m)
     h_bytes = heavy["end"]["sum_received"]["bytes"]
     l_bytes = light["end"]["sum_received"]["bytes"]
     assert abs(share(by_port.get(5201, 0), by_port.get(5202, 0)) - share(h_bytes, l_bytes)) < 6, (by_port, h_bytes, l_bytes)
