@@ -12,6 +12,7 @@ pub mod recording;
 pub mod report;
 pub mod serve;
 pub mod snapshot;
+pub mod sys;
 pub mod top;
 pub mod topology;
 pub mod view;

@@ -2,12 +2,12 @@
 //! counter sampler, and produce one Snapshot per interval. `record`, `top` and
 //! `serve` all consume it, so what they show is one code path.
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 
 use crate::counters;
+use crate::sys::{is_root, monotonic_ns};
 use crate::probe::features::Features;
 use crate::probe::pktlife::{rx_queue_offset_for_driver, PktlifeProbe, ProbeConfig};
 use crate::snapshot::{EventCounters, QueueCounters, Snapshot};
@@ -78,30 +78,6 @@ impl LiveOptions {
             hooks: crate::probe::features::HookChoice::Auto,
         }
     }
-}
-
-/// CLOCK_MONOTONIC in ns: the clock of bpf_ktime_get_ns, so BPF timestamps,
-/// intervals and counter readings line up.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes into ts.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-pub fn is_root() -> bool {
-    // SAFETY: geteuid has no failure mode.
-    unsafe { libc::geteuid() == 0 }
-}
-
-/// SIGINT/SIGTERM/SIGHUP set the returned flag instead of killing the process,
-/// so every consumer detaches cleanly.
-pub fn stop_flag() -> Result<Arc<AtomicBool>> {
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
-        signal_hook::flag::register(sig, Arc::clone(&stop)).context("installing signal handlers")?;
-    }
-    Ok(stop)
 }
 
 /// Open the counter sampler asked for. Auto degrades quietly (the reason is

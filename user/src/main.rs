@@ -398,7 +398,7 @@ fn run() -> anyhow::Result<ExitCode> {
                     if s.stopped_by_signal { "; stopped by signal" } else { "" }
                 );
             } else {
-                record::progress_line(
+                ddioscope::sys::progress_line(
                     serde_json::json!({"event": "done", "intervals": s.intervals, "output": opts.output.display().to_string()}),
                 );
             }

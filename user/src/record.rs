@@ -1,6 +1,6 @@
 //! `ddioscope record`: attach, snapshot the kernel aggregates every interval
 //! into a recording, stop on Ctrl-C/SIGTERM or after the duration, detach.
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -9,7 +9,8 @@ use anyhow::{bail, Context, Result};
 
 use crate::counters;
 use crate::live::{LiveOptions, LiveSession};
-pub use crate::live::{is_root, monotonic_ns, CountersMode};
+pub use crate::live::CountersMode;
+use crate::sys::{monotonic_ns, progress_line};
 use crate::recording::writer::CounterRow;
 use crate::recording::Writer;
 use crate::snapshot::{Dir, EventCounters};
@@ -39,14 +40,6 @@ pub struct RecordOptions {
     /// perf-stat CSV captured elsewhere, imported into this recording at the end.
     pub counters_from: Option<PathBuf>,
     pub hooks: crate::probe::features::HookChoice,
-}
-
-/// One JSON progress line on stdout. A reader that went away (closed pipe)
-/// must not stop the recording, so write errors are ignored.
-pub fn progress_line(v: serde_json::Value) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{v}");
-    let _ = out.flush();
 }
 
 pub fn counter_rows(readings: &[counters::CounterReading], source: &str) -> Vec<CounterRow> {
@@ -139,7 +132,7 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary> {
     writer.set_meta("complete", "false")?;
 
     // Signals first, so a Ctrl-C during attach still detaches cleanly.
-    let stop = crate::live::stop_flag()?;
+    let stop = crate::sys::stop_flag()?;
     let mut live = LiveSession::start(&live_opts, features, iface)?;
     writer.set_meta_json("host", &live.host)?;
     // LLC from sysfs and IIO LLC WAYS from MSR 0xC8B (read only), as the model will use them.

@@ -398,7 +398,7 @@ pub fn run(opts: &ServeOptions) -> Result<()> {
     // Bind before attaching: a taken port fails without anything loaded.
     let listener = std::net::TcpListener::bind(addr).with_context(|| format!("--listen {addr}"))?;
     listener.set_nonblocking(true).context("making the listener non-blocking")?;
-    let stop = crate::live::stop_flag()?;
+    let stop = crate::sys::stop_flag()?;
 
     let shared = Arc::new(Shared::default());
     let mut registry = Registry::default();

@@ -35,7 +35,7 @@ pub fn run(opts: &TopOptions) -> Result<()> {
     let (features, iface) = LiveSession::preflight(&live_opts)?;
     // Signals first, so a Ctrl-C during attach still detaches cleanly; SIGHUP
     // (an SSH session going away) stops too.
-    let stop = crate::live::stop_flag()?;
+    let stop = crate::sys::stop_flag()?;
     let mut live = LiveSession::start(&live_opts, features, iface)?;
     if opts.verbose {
         let ids: Vec<String> = live.probe.prog_ids().iter().map(|i| i.to_string()).collect();

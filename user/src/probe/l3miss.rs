@@ -207,7 +207,7 @@ impl MissSampler {
             if let Ok(m) = self.throttle.as_ref() {
                 if let Ok(mut g) = m.lock() {
                     let log = &mut *g;
-                    let now = crate::live::monotonic_ns();
+                    let now = crate::sys::monotonic_ns();
                     for r in log.rings.iter_mut() {
                         r.disabled(now, &mut log.totals);
                     }
