@@ -15,18 +15,25 @@ use crate::snapshot::{hist_percentile, Dir};
 /// Fewer packets than this on a queue: no predicted hit rate for it.
 pub const MIN_PACKETS_FOR_PREDICTION: f64 = 1000.0;
 
-/// Command-line overrides, so a recording from one host can be evaluated for another.
-#[derive(Debug, Clone, Copy, Default)]
+/// Command-line overrides, so a recording from one host can be evaluated for another cache
+/// than the one it was taken on.
+#[derive(Debug, Clone, Copy, Default, clap::Args)]
 pub struct GeometryOverrides {
+    /// LLC size in MiB (default: the recording host's).
+    #[arg(long, value_name = "MIB")]
     pub llc_mib: Option<f64>,
+    /// LLC associativity (default: the recording host's).
+    #[arg(long, value_name = "N")]
     pub llc_ways: Option<u32>,
+    /// DDIO (IIO LLC WAYS) ways (default: read from MSR 0xC8B at record time, else 2).
+    #[arg(long, value_name = "N")]
     pub ddio_ways: Option<u32>,
 }
 
 /// The geometry recorded with the run (sysfs + MSR 0xC8B at record time),
 /// else the recorded host's LLC with the default 2 DDIO ways, then overrides.
 pub fn geometry(rec: &Recording, o: GeometryOverrides) -> Result<LlcGeometry> {
-    let base = match rec.meta_json::<LlcGeometry>("geometry") {
+    let base = match rec.meta.geometry.clone() {
         Some(g) => Some(g),
         None => rec.host().llc.and_then(|l| LlcGeometry::new(l.size_bytes, l.ways, l.line_bytes.max(64)).ok()),
     };
@@ -228,10 +235,9 @@ pub fn advise(rec: &Recording, o: GeometryOverrides) -> Result<Advice> {
         }
     }
     let mut notes = Vec::new();
-    if let Some(p) = rec.meta.get("platform").filter(|p| p.starts_with("unsupported")) {
+    if let Some(crate::counters::Detection::Unsupported { reason, .. }) = rec.meta.platform_detection() {
         notes.push(format!(
-            "the recording host has no Intel DDIO ({}): the model shows what an Intel LLC of the recorded size and ways would do with this traffic",
-            p.trim_start_matches("unsupported: ")
+            "the recording host has no Intel DDIO ({reason}): the model shows what an Intel LLC of the recorded size and ways would do with this traffic"
         ));
     }
     if obs.queues.iter().filter(|q| q.dir == MDir::Rx).all(|q| q.ring_entries.is_none()) {
@@ -342,7 +348,7 @@ fn target_with_attribution(recs: &mut [Recommendation], a: &crate::attribution::
 
 #[cfg(test)]
 mod tests {
-    use super::{irq_queue, is_stand_in, queue_features};
+    use super::{irq_queue, queue_features};
     use crate::snapshot::{Dir, QueueCounters};
 
     #[test]
@@ -414,18 +420,6 @@ mod tests {
         let mut untimed = q.clone();
         untimed.stage_count[3] = 0;
         assert_eq!(queue_features(&untimed, 1_000_000_000, Some(1024), Some(1514)).inflight_bytes, None);
-    }
-
-    #[test]
-    fn software_sources_are_stand_ins() {
-        use crate::probe::l3miss::{event_attr, MissSource};
-        let sys = std::path::Path::new("/nonexistent");
-        for src in [MissSource::SoftwareClock, MissSource::SoftwareCopy, MissSource::SoftwareFaults] {
-            let label = event_attr(src, None, 50_000, sys).ok().flatten().map(|(_, l)| l).unwrap_or_default();
-            assert!(is_stand_in(&label), "{src:?}: {label}");
-        }
-        assert!(!is_stand_in("MEM_LOAD_RETIRED.L3_MISS (PEBS), 1 in 2000"));
-        assert!(!is_stand_in("absent: no PEBS L3-miss event on this host (no Intel core PMU); attribution is model/regression-only"));
     }
 
     #[test]
@@ -565,8 +559,8 @@ fn evidence_from(rec: &Recording, obs: Option<&HostObservation>, report: &crate:
         dport: k.dport,
     };
     let m = &report.l3miss;
-    let period: u64 = rec.meta.get("miss_period").and_then(|v| v.parse().ok()).unwrap_or(0);
-    let stand_in = rec.meta.get("miss_sampling").is_some_and(|s| is_stand_in(s));
+    let period = rec.meta.miss_period.unwrap_or(0);
+    let stand_in = rec.meta.miss_stand_in();
     let sampled = |by_addr: bool, other: u64| -> Option<SampledCounts> {
         if m.samples == 0 {
             return None;
@@ -603,7 +597,7 @@ fn evidence_from(rec: &Recording, obs: Option<&HostObservation>, report: &crate:
 
     // Regression needs socket miss counts in the recording's own intervals: live counters only.
     let socket = rec.iface().counter_socket();
-    let live = rec.meta.get("counters_source").is_some_and(|s| s == "live");
+    let live = rec.meta.counters_source == Some(crate::counters::CounterSource::Live);
     let sum_of = |s: &crate::snapshot::Snapshot, names: &[&str]| -> Option<f64> {
         let v: Vec<f64> = s
             .counters
@@ -687,13 +681,6 @@ fn evidence_from(rec: &Recording, obs: Option<&HostObservation>, report: &crate:
     Evidence { address_join, cpu_context, regression, model }
 }
 
-/// Does the recorded sampling source (`meta.miss_sampling`, the label
-/// `probe::l3miss::event_attr` wrote) name a software stand-in rather than
-/// L3-miss samples? Every stand-in label says so in words.
-fn is_stand_in(miss_sampling: &str) -> bool {
-    miss_sampling.contains("stand-in")
-}
-
 /// The attribution `report` shows: the strongest method the evidence
 /// supports, plus every method's own answer for comparison.
 #[derive(Debug, Serialize)]
@@ -714,10 +701,10 @@ pub fn attribution(rec: &Recording, obs: Option<&HostObservation>) -> Attributio
     let mut chosen = crate::attribution::attribute(&ev);
     let all = crate::attribution::attribute_all(&ev);
     // Software stand-in events measure where network CPU time goes, not L3 misses.
-    let source = rec.meta.get("miss_sampling").cloned().unwrap_or_default();
-    let stand_in = is_stand_in(&source);
+    let source = rec.meta.miss_sampling.clone().unwrap_or_default();
+    let stand_in = rec.meta.miss_stand_in();
     if stand_in && matches!(chosen.method, crate::attribution::Method::AddressJoin | crate::attribution::Method::CpuContext) {
-        let note = if source.contains("buffer being copied") {
+        let note = if rec.meta.miss_source() == Some(crate::session::MissSampling::SoftwareCopy) {
             format!(
                 "samples come from {source}: their addresses are those of the packet buffers the CPUs were copying, which tests the \
                  address join on real buffer addresses; they are a stand-in, not measured L3 misses"

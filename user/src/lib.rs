@@ -1,19 +1,20 @@
 //! ddioscope: per-queue and per-flow Intel DDIO observability.
-pub mod advise;
-pub mod analysis;
-pub mod attribution;
+//!
+//! The modules in the order the data flows: the kernel's view (`probe`) and the host's
+//! (`topology`, `counters`) feed a live `session`, whose snapshots a `recording` keeps;
+//! `analysis` turns a recording into evidence, attribution and advice (with `model`,
+//! `attribution`, `advise`), `report` renders it, and the live `surfaces` show a session.
+pub mod sys;
+pub mod snapshot;
+pub mod topology;
 pub mod counters;
-pub mod doctor;
-pub mod live;
 pub mod model;
 pub mod probe;
-pub mod record;
+pub mod session;
 pub mod recording;
+pub mod attribution;
+pub mod advise;
+pub mod analysis;
 pub mod report;
-pub mod serve;
-pub mod snapshot;
-pub mod sys;
-pub mod top;
-pub mod topology;
-pub mod view;
-pub mod windows;
+pub mod surfaces;
+pub mod cli;

@@ -1,255 +1,12 @@
 //! The ddioscope command line.
-use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::Parser;
 
-use ddioscope::{doctor, record, recording, report, serve, top};
-
-#[derive(Parser)]
-#[command(
-    name = "ddioscope",
-    version,
-    about = "Per-queue and per-flow Intel DDIO observability: eBPF packet lifetimes joined with uncore counters",
-    long_about = "ddioscope records what each NIC queue and flow does (eBPF, in the kernel) and what the cache \
-does (uncore counters), and tells which queues lose DDIO's benefit and what to change.\n\n\
-Typical use:\n  sudo ddioscope record -i eth1 -d 10 -o run.ddio\n  ddioscope report run.ddio"
-)]
-struct Cli {
-    #[command(subcommand)]
-    cmd: Cmd,
-}
-
-#[derive(Subcommand)]
-enum Cmd {
-    /// Attach to an interface and write a recording (needs root).
-    Record {
-        /// Interface to observe.
-        #[arg(short, long)]
-        iface: String,
-        /// Named network namespace (from `ip netns list`) the interface lives in.
-        #[arg(long)]
-        netns: Option<String>,
-        /// Stop after this many seconds (default: run until Ctrl-C).
-        #[arg(short, long, value_name = "SECS")]
-        duration: Option<f64>,
-        /// Recording file to create.
-        #[arg(short, long, default_value = "ddioscope.ddio")]
-        output: PathBuf,
-        /// Overwrite the output file if it exists.
-        #[arg(long)]
-        force: bool,
-        /// Snapshot interval in milliseconds.
-        #[arg(long, value_name = "MS", default_value_t = 100)]
-        interval: u64,
-        /// Send 1 in N packets' full life records to userspace (0 disables sampling).
-        #[arg(long, value_name = "N", default_value_t = 64)]
-        sample: u32,
-        /// Measure stage latencies on 1 in N packets (1: every packet). Counts,
-        /// bytes and flows always cover every packet; this trades histogram
-        /// density for per-packet cost.
-        #[arg(long, value_name = "N", default_value_t = ddioscope::probe::pktlife::DEFAULT_STAGE_EVERY, value_parser = clap::value_parser!(u32).range(1..))]
-        stage_sample: u32,
-        /// Print progress as JSON lines on stdout (first line once the probes are attached).
-        #[arg(long)]
-        json_progress: bool,
-        /// Print the feature table and attach details.
-        #[arg(short, long)]
-        verbose: bool,
-        /// Hardware counters: auto (uncore PMUs when present), software (software
-        /// perf events through the same path), off.
-        #[arg(long, value_enum, default_value = "auto")]
-        counters: record::CountersMode,
-        /// Import a `perf stat -I MS -x,` CSV captured on this or another host
-        /// (see scripts/capture-counters.sh) into the recording.
-        #[arg(long, value_name = "FILE")]
-        counters_from: Option<PathBuf>,
-        /// L3-miss sampling for attribution: auto (PEBS where the CPU has it), pebs,
-        /// software-clock / software-faults / software-copy (stand-ins on hosts
-        /// without a PMU; software-copy gives clock samples inside a socket copy
-        /// the address of the buffer being copied), off.
-        #[arg(long, value_enum, default_value = "auto")]
-        miss_sampling: ddioscope::probe::l3miss::MissSource,
-        /// Sample period: 1 in N L3 misses (default 2000), N ns for software-clock
-        /// and software-copy (default 1 ms), 1 in N page faults for software-faults (default 1).
-        #[arg(long, value_name = "N")]
-        miss_period: Option<u64>,
-        /// Address join on 1 in N packet-buffer pages, chosen by address (a power of two up
-        /// to 16; 1: every page). The buffer map's per-packet cost falls with N; samples on
-        /// the other pages are counted apart, and the join's shares and miss estimates
-        /// come from the sampled pages (estimates scaled by N).
-        #[arg(long, value_name = "N", default_value_t = 1, value_parser = parse_join_sample)]
-        join_sample: u32,
-        /// Attribution in windows: the buffer join, CPU context and sampler run for 1/N of
-        /// each second (plus a warm-up of up to 10 ms), at a random place, with the sample
-        /// period divided by N inside, so per-packet cost falls about N-fold and the sample
-        /// count stays the same. Miss counts then extrapolate from the windows; buffers handed
-        /// up before a window and read in it keep an earlier owner and no age (counted).
-        /// 1: always on. Default: 16 with PEBS, 1 with a software stand-in.
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=ddioscope::windows::MAX_DUTY as i64))]
-        miss_duty: Option<u32>,
-        /// Size of the in-kernel L3-miss flow map (default 4096): tests shrink it to check
-        /// that charges lost to its evictions are counted.
-        #[arg(long, value_name = "N", hide = true)]
-        miss_flow_slots: Option<u32>,
-        /// Hook flavour: auto (tp_btf where this kernel allows it, else raw_tp), or
-        /// tp-btf / raw-tp for every hook, failing if the kernel refuses it.
-        #[arg(long, value_enum, default_value = "auto")]
-        hooks: ddioscope::probe::features::HookChoice,
-    },
-    /// Live per-queue view in the terminal (plain lines when stdout is not a terminal); q or Ctrl-C quits.
-    Top {
-        /// Interface to observe.
-        #[arg(short, long)]
-        iface: String,
-        /// Named network namespace (from `ip netns list`) the interface lives in.
-        #[arg(long)]
-        netns: Option<String>,
-        /// Refresh interval in milliseconds.
-        #[arg(long, value_name = "MS", default_value_t = 1000)]
-        interval: u64,
-        /// Hardware counters: auto (uncore PMUs when present), software, off.
-        #[arg(long, value_enum, default_value = "auto")]
-        counters: record::CountersMode,
-        /// Print the feature table and the attached program ids on stderr.
-        #[arg(short, long)]
-        verbose: bool,
-    },
-    /// Serve OpenMetrics/Prometheus metrics (/metrics, /healthz) from a live session.
-    Serve {
-        /// Interface to observe.
-        #[arg(short, long)]
-        iface: String,
-        /// Named network namespace (from `ip netns list`) the interface lives in.
-        #[arg(long)]
-        netns: Option<String>,
-        /// Address to listen on (loopback unless --allow-remote).
-        #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:9436")]
-        listen: String,
-        /// Allow a non-loopback --listen address.
-        #[arg(long)]
-        allow_remote: bool,
-        /// Flows exported, the top N by bytes (bounds the series count).
-        #[arg(long, value_name = "N", default_value_t = 10)]
-        top_flows: usize,
-        /// Sampling interval in milliseconds (metrics are cumulative since start).
-        #[arg(long, value_name = "MS", default_value_t = 1000)]
-        interval: u64,
-        /// Hardware counters: auto (uncore PMUs when present), software, off.
-        #[arg(long, value_enum, default_value = "auto")]
-        counters: record::CountersMode,
-        /// Print the feature table and the attached program ids on stderr.
-        #[arg(short, long)]
-        verbose: bool,
-    },
-    /// Import a `perf stat -I MS -x, -e …` CSV into an existing recording.
-    ImportCounters {
-        /// Recording to add the counters to.
-        rec: PathBuf,
-        /// CSV written by `perf stat -I MS -x, …` (scripts/capture-counters.sh prints the command).
-        csv: PathBuf,
-    },
-    /// Print the report of a recording.
-    Report {
-        /// Recording file written by `ddioscope record`.
-        file: PathBuf,
-        /// One JSON object instead of text.
-        #[arg(long)]
-        json: bool,
-        /// How many flows the text report lists.
-        #[arg(long, default_value_t = 10)]
-        top: usize,
-        /// Write a self-contained HTML report (inline SVG charts, no network) to this file.
-        #[arg(long, value_name = "OUT", conflicts_with = "json")]
-        html: Option<PathBuf>,
-        /// Overwrite the --html file if it exists.
-        #[arg(long, requires = "html")]
-        force: bool,
-        #[command(flatten)]
-        geometry: GeometryArgs,
-    },
-    /// Recommend ring sizes, IIO LLC ways and IRQ/NUMA placement from a recording
-    /// (printed commands with evidence and predicted effect; nothing is applied).
-    Recommend {
-        /// Recording file written by `ddioscope record`.
-        file: PathBuf,
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        geometry: GeometryArgs,
-    },
-    /// What-if grid from the DDIO cache simulator (synthetic experiment descriptions).
-    Simulate {
-        /// Recording whose queues, rates, packet sizes and residence times drive the simulation.
-        #[arg(conflicts_with = "synthetic")]
-        recording: Option<PathBuf>,
-        /// Experiment, as JSON or key=value,... (e.g. "preset=skx6140,queues=1,ring=1024,pkt_bytes=1500,consumer=forward").
-        #[arg(long, value_name = "SPEC", required_unless_present_any = ["bench", "recording"])]
-        synthetic: Option<String>,
-        /// Ring sizes to try (comma-separated).
-        #[arg(long, value_delimiter = ',')]
-        ring: Vec<u32>,
-        /// DDIO (IIO LLC) way counts to try.
-        #[arg(long, value_delimiter = ',')]
-        ways: Vec<u32>,
-        /// Queue counts to try.
-        #[arg(long, value_delimiter = ',')]
-        queues: Vec<u32>,
-        /// Packet sizes to try.
-        #[arg(long, value_delimiter = ',')]
-        pkt_bytes: Vec<u32>,
-        #[arg(long)]
-        json: bool,
-        /// Measure simulator throughput (cache-line accesses per second, one core).
-        #[arg(long)]
-        bench: bool,
-        #[command(flatten)]
-        geometry: GeometryArgs,
-    },
-    /// Check what this host offers ddioscope and what each missing piece costs.
-    Doctor {
-        #[arg(long)]
-        json: bool,
-    },
-    /// For `make bench`: attach empty and device-read programs to the hot
-    /// tracepoints (the bpf_stats floor) and hold them until the duration or
-    /// a signal; JSON lines on stdout (needs root).
-    #[command(hide = true)]
-    BenchFloor {
-        /// Interface whose ifindex the device-read programs compare with.
-        #[arg(short, long)]
-        iface: String,
-        /// Named network namespace (from `ip netns list`) the interface lives in.
-        #[arg(long)]
-        netns: Option<String>,
-        /// Detach after this many seconds (default: at Ctrl-C).
-        #[arg(short, long, value_name = "SECS")]
-        duration: Option<f64>,
-        /// Hook flavour, as for `record`: use the recorder's.
-        #[arg(long, value_enum, default_value = "auto")]
-        hooks: ddioscope::probe::features::HookChoice,
-    },
-}
-
-/// Evaluate a recording for another cache than the one it was taken on.
-#[derive(clap::Args, Debug, Clone, Copy)]
-struct GeometryArgs {
-    /// LLC size in MiB (default: the recording host's).
-    #[arg(long, value_name = "MIB")]
-    llc_mib: Option<f64>,
-    /// LLC associativity (default: the recording host's).
-    #[arg(long, value_name = "N")]
-    llc_ways: Option<u32>,
-    /// DDIO (IIO LLC WAYS) ways (default: read from MSR 0xC8B at record time, else 2).
-    #[arg(long, value_name = "N")]
-    ddio_ways: Option<u32>,
-}
-
-impl From<GeometryArgs> for ddioscope::analysis::GeometryOverrides {
-    fn from(g: GeometryArgs) -> Self {
-        ddioscope::analysis::GeometryOverrides { llc_mib: g.llc_mib, llc_ways: g.llc_ways, ddio_ways: g.ddio_ways }
-    }
-}
+use ddioscope::cli::{Cli, Cmd, ReportArgs, SimulateArgs};
+use ddioscope::recording::{self, record};
+use ddioscope::report;
+use ddioscope::surfaces::{doctor, serve, top};
 
 fn render_advice(a: &ddioscope::analysis::Advice) -> String {
     let mut o = render_attribution(&a.attribution, 5);
@@ -339,89 +96,29 @@ fn run() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     // libbpf's own messages (load failures while probing features) are noise
     // unless asked for; our errors explain themselves.
-    let verbose = matches!(
-        cli.cmd,
-        Cmd::Record { verbose: true, .. } | Cmd::Top { verbose: true, .. } | Cmd::Serve { verbose: true, .. }
-    );
+    let verbose = cli.cmd.verbose();
     if !verbose {
         libbpf_rs::set_print(None);
     }
     match cli.cmd {
         Cmd::ImportCounters { rec, csv } => {
-            let n = record::import_counters(&rec, &csv)?;
+            let n = recording::import::import_counters(&rec, &csv)?;
             eprintln!("imported {n} counter readings from {} into {}", csv.display(), rec.display());
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Record { iface, netns, duration, output, force, interval, sample, stage_sample, json_progress, verbose, counters, counters_from, miss_sampling, miss_period, join_sample, miss_duty, miss_flow_slots, hooks } => {
-            if let Some(f) = &counters_from {
-                if !f.is_file() {
-                    anyhow::bail!("--counters-from {}: no such file", f.display());
-                }
-            }
-            let opts = record::RecordOptions {
-                iface,
-                netns,
-                duration,
-                output,
-                force,
-                interval_ms: interval,
-                sample_every: sample,
-                stage_every: stage_sample,
-                json_progress,
-                verbose,
-                counters,
-                miss_source: miss_sampling,
-                miss_period: miss_period.unwrap_or(match miss_sampling {
-                    ddioscope::probe::l3miss::MissSource::SoftwareClock | ddioscope::probe::l3miss::MissSource::SoftwareCopy => {
-                        1_000_000
-                    }
-                    ddioscope::probe::l3miss::MissSource::SoftwareFaults => 1,
-                    _ => 2000,
-                }),
-                join_sample,
-                miss_duty: miss_duty.unwrap_or(ddioscope::windows::default_duty(miss_sampling)),
-                miss_flow_slots,
-                counters_from,
-                hooks,
-                command_line: std::env::args().collect::<Vec<_>>().join(" "),
-            };
-            let s = record::record(&opts)?;
-            if !json_progress {
-                eprintln!(
-                    "wrote {} ({} intervals, rx {} / tx {} packets, {} sampled, {} lost){}",
-                    opts.output.display(),
-                    s.intervals,
-                    s.rx_packets,
-                    s.tx_packets,
-                    s.events.sampled,
-                    s.events.lost,
-                    if s.stopped_by_signal { "; stopped by signal" } else { "" }
-                );
-            } else {
-                ddioscope::sys::progress_line(
-                    serde_json::json!({"event": "done", "intervals": s.intervals, "output": opts.output.display().to_string()}),
-                );
-            }
+        Cmd::Record(args) => {
+            record::run(&args)?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Top { iface, netns, interval, counters, verbose } => {
-            top::run(&top::TopOptions { iface, netns, interval_ms: interval, counters, verbose })?;
+        Cmd::Top(args) => {
+            top::run(&args)?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Serve { iface, netns, listen, allow_remote, top_flows, interval, counters, verbose } => {
-            serve::run(&serve::ServeOptions {
-                iface,
-                netns,
-                listen,
-                allow_remote,
-                top_flows,
-                interval_ms: interval,
-                counters,
-                verbose,
-            })?;
+        Cmd::Serve(args) => {
+            serve::run(&args)?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Report { file, json, top, html, force, geometry } => {
+        Cmd::Report(ReportArgs { file, json, top, html, force, geometry }) => {
             // Refuse before the (slower) model runs: the answer does not depend on it.
             if let Some(out) = &html {
                 check_output(out, force)?;
@@ -429,7 +126,7 @@ fn run() -> anyhow::Result<ExitCode> {
             let rec = recording::Recording::open(&file)?;
             let r = report::build(&rec);
             // The model needs an LLC geometry; without one the report still prints, and says why.
-            let advice = ddioscope::analysis::advise(&rec, geometry.into());
+            let advice = ddioscope::analysis::advise(&rec, geometry);
             let recs = advice.as_ref().map(|a| a.recommendations.clone()).unwrap_or_default();
             if let Some(out) = html {
                 let page = report::html::render_html(&rec, &r, &recs);
@@ -473,7 +170,7 @@ fn run() -> anyhow::Result<ExitCode> {
         }
         Cmd::Recommend { file, json, geometry } => {
             let rec = recording::Recording::open(&file)?;
-            let a = ddioscope::analysis::advise(&rec, geometry.into())?;
+            let a = ddioscope::analysis::advise(&rec, geometry)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&a)?);
             } else {
@@ -481,7 +178,7 @@ fn run() -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Simulate { recording: rec_path, synthetic, ring, ways, queues, pkt_bytes, json, bench, geometry } => {
+        Cmd::Simulate(SimulateArgs { recording: rec_path, synthetic, ring, ways, queues, pkt_bytes, json, bench, geometry }) => {
             if bench {
                 let lps = ddioscope::model::sim::bench_lines_per_sec();
                 println!("simulator: {:.1} M cache-line accesses/s on one core (target >= 50 M/s)", lps / 1e6);
@@ -490,7 +187,7 @@ fn run() -> anyhow::Result<ExitCode> {
             let spec = match rec_path {
                 Some(path) => {
                     let rec = recording::Recording::open(&path)?;
-                    let obs = ddioscope::analysis::observation(&rec, geometry.into())?;
+                    let obs = ddioscope::analysis::observation(&rec, geometry)?;
                     ddioscope::advise::spec_from_observation(&obs, None, None).ok_or_else(|| {
                         anyhow::anyhow!("{} has no RX traffic to simulate", path.display())
                     })?
@@ -544,16 +241,6 @@ fn run() -> anyhow::Result<ExitCode> {
     }
 }
 
-/// `--join-sample`: a power of two from 1 to MAX_JOIN_SAMPLE (the page subset is a mask
-/// on the buffer table's set index).
-fn parse_join_sample(s: &str) -> Result<u32, String> {
-    let max = ddioscope::probe::pktlife::MAX_JOIN_SAMPLE;
-    match s.parse::<u32>() {
-        Ok(n) if n.is_power_of_two() && n <= max => Ok(n),
-        _ => Err(format!("must be a power of two from 1 to {max} (1, 2, 4, ...)")),
-    }
-}
-
 /// An output file for a report: refused when it exists (unless `force`), is a directory, or
 /// its directory does not exist, each with one line naming the fix.
 fn check_output(out: &std::path::Path, force: bool) -> anyhow::Result<()> {
@@ -578,19 +265,6 @@ fn main() -> ExitCode {
             let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
             eprintln!("ddioscope: error: {}", chain.join(": "));
             ExitCode::from(1)
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn join_sample_is_a_power_of_two_up_to_the_cap() {
-        for ok in ["1", "2", "4", "16"] {
-            assert!(super::parse_join_sample(ok).is_ok(), "{ok}");
-        }
-        for bad in ["0", "3", "32", "-4", "four"] {
-            assert!(super::parse_join_sample(bad).is_err(), "{bad}");
         }
     }
 }

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Result};
 use rusqlite::{Connection, OpenFlags};
 
+use super::meta::RecordingMeta;
 use super::writer::{explain_sqlite, CounterRow};
 use super::{APPLICATION_ID, SCHEMA_VERSION};
 use crate::snapshot::{Dir, EventCounters, FlowCounters, FlowKey, MissSnapshot, PacketSample, SamplerThrottle, QueueCounters, Snapshot};
@@ -13,7 +14,7 @@ use crate::topology::{HostInfo, IfaceInfo};
 
 pub struct Recording {
     pub path: PathBuf,
-    pub meta: BTreeMap<String, String>,
+    pub meta: RecordingMeta,
     pub snapshots: Vec<Snapshot>,
     pub flows: Vec<FlowCounters>,
     pub drop_reasons: Vec<(u32, u64)>,
@@ -66,6 +67,7 @@ impl Recording {
         if !meta.contains_key("iface") {
             bail!("{p} has no run metadata: the recording was cut off before its first write");
         }
+        let meta = RecordingMeta::from_rows(&meta);
 
         // Recordings from before state_stale existed read it as 0.
         let has_stale = conn
@@ -411,7 +413,7 @@ impl Recording {
             }
         }
         // Replay parity: each Snapshot carries its interval's readings of the recording's counter source.
-        let source = meta.get("counters_source").cloned().unwrap_or_default();
+        let source = meta.counters_source.map(|s| s.as_str()).unwrap_or_default();
         for (iv, r) in counters.iter().filter(|(_, r)| r.source == source) {
             if let Some(&si) = by_idx.get(iv) {
                 snaps[si].counters.push(r.reading());
@@ -420,20 +422,18 @@ impl Recording {
         Ok(Recording { path: path.to_path_buf(), meta, snapshots: snaps, flows, drop_reasons, counters })
     }
 
-    pub fn meta_json<T: serde::de::DeserializeOwned>(&self, key: &str) -> Option<T> {
-        self.meta.get(key).and_then(|v| serde_json::from_str(v).ok())
-    }
-
+    /// The recorded interface (a default one when its metadata is damaged).
     pub fn iface(&self) -> IfaceInfo {
-        self.meta_json("iface").unwrap_or_default()
+        self.meta.iface.clone().unwrap_or_default()
     }
 
+    /// The recording host (a default one when its metadata is damaged).
     pub fn host(&self) -> HostInfo {
-        self.meta_json("host").unwrap_or_default()
+        self.meta.host.clone().unwrap_or_default()
     }
 
     pub fn complete(&self) -> bool {
-        self.meta.get("complete").is_some_and(|v| v == "true")
+        self.meta.complete()
     }
 
     pub fn duration_s(&self) -> f64 {

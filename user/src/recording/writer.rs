@@ -138,6 +138,21 @@ pub struct CounterRow {
 }
 
 impl CounterRow {
+    /// A reading as a row of the given source ("live", "software", "imported").
+    pub fn from_reading(r: &crate::counters::CounterReading, source: &str) -> CounterRow {
+        CounterRow {
+            t_ns: r.t_ns,
+            socket: r.socket,
+            pmu: r.pmu.clone(),
+            event: r.event.clone(),
+            value: r.value,
+            raw: r.raw,
+            enabled_ns: r.enabled_ns,
+            running_ns: r.running_ns,
+            source: source.to_string(),
+        }
+    }
+
     pub fn reading(&self) -> crate::counters::CounterReading {
         crate::counters::CounterReading {
             t_ns: self.t_ns,

@@ -272,7 +272,7 @@ fn rel_s(t_ns: u64, start_ns: Option<u64>) -> Option<f64> {
 
 fn rates_section(o: &mut String, rec: &Recording, r: &Report) {
     let _ = writeln!(o, "<section id=\"rates\">\n<h2>Packet rates over time</h2>");
-    let start_ns: Option<u64> = rec.meta.get("start_ns").and_then(|v| v.parse().ok());
+    let start_ns = rec.meta.start_ns;
     // Interval ends in seconds: from the BPF clock when the start is known, else summed durations.
     let mut acc = 0.0;
     let xs: Vec<f64> = rec
@@ -336,7 +336,7 @@ pub type MissPoints = Vec<(f64, Option<f64>, Option<f64>)>;
 /// Per-interval write and read miss % per socket from the counter rows of the report's source.
 /// Returns (socket, [(t_s, write_miss, read_miss)]).
 pub fn miss_series(rec: &Recording, source: &str) -> BTreeMap<u32, MissPoints> {
-    let start_ns: Option<u64> = rec.meta.get("start_ns").and_then(|v| v.parse().ok());
+    let start_ns = rec.meta.start_ns;
     let mut by_iv: BTreeMap<u64, Vec<CounterReading>> = BTreeMap::new();
     for (iv, r) in rec.counters.iter().filter(|(_, r)| r.source == source) {
         by_iv.entry(*iv).or_default().push(r.reading());

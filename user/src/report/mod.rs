@@ -175,18 +175,18 @@ pub struct MissFlow {
 
 fn miss_report(rec: &Recording) -> MissReport {
     let mut m = MissReport {
-        source: rec.meta.get("miss_sampling").cloned().unwrap_or_else(|| "absent (not recorded)".into()),
+        source: rec.meta.miss_sampling.clone().unwrap_or_else(|| "absent (not recorded)".into()),
         samples: 0,
         on_packet_buffers: 0,
         other_addr: 0,
         out_of_subset: 0,
-        join_sample: rec.meta.get("join_sample").and_then(|v| v.parse().ok()).filter(|n| *n >= 1).unwrap_or(1),
-        duty: rec.meta.get("miss_duty").and_then(|v| v.parse().ok()).filter(|n| *n >= 1).unwrap_or(1),
-        window_ms: rec.meta.get("miss_window_ms").and_then(|v| v.parse().ok()),
-        cycle_ms: rec.meta.get("miss_cycle_ms").and_then(|v| v.parse().ok()),
+        join_sample: rec.meta.join_sample.filter(|n| *n >= 1).unwrap_or(1),
+        duty: rec.meta.miss_duty.filter(|n| *n >= 1).unwrap_or(1),
+        window_ms: rec.meta.miss_window_ms,
+        cycle_ms: rec.meta.miss_cycle_ms,
         sampled_ms: None,
         duty_measured: None,
-        warmup_ms: rec.meta.get("miss_warmup_ms").and_then(|v| v.parse().ok()),
+        warmup_ms: rec.meta.miss_warmup_ms,
         before_window: 0,
         no_addr: 0,
         ctx_charged: 0,
@@ -195,7 +195,7 @@ fn miss_report(rec: &Recording) -> MissReport {
         flow_charges_lost: None,
         queue_clamped: 0,
         throttle: None,
-        throttle_unmeasured: rec.meta.get("miss_throttle").cloned(),
+        throttle_unmeasured: rec.meta.miss_throttle.clone(),
         age_p50_ns: None,
         age_p99_ns: None,
         age_split: None,
@@ -203,9 +203,9 @@ fn miss_report(rec: &Recording) -> MissReport {
         queues: Vec::new(),
         flows: Vec::new(),
         regions: Vec::new(),
-        buffer_join: rec.meta.get("buffer_join").cloned().unwrap_or_else(|| "not recorded".into()),
+        buffer_join: rec.meta.buffer_join.clone().unwrap_or_else(|| "not recorded".into()),
         buffer_map: BufferMapReport {
-            capacity: rec.meta.get("buf_pages_capacity").and_then(|v| v.parse().ok()),
+            capacity: rec.meta.buf_pages_capacity,
             ..Default::default()
         },
     };
@@ -285,7 +285,7 @@ fn miss_report(rec: &Recording) -> MissReport {
     if m.samples == 0 {
         m.no_flow = None;
     }
-    let cpus: Option<f64> = rec.meta.get("miss_sampler_cpus").and_then(|v| v.parse().ok());
+    let cpus: Option<f64> = rec.meta.miss_sampler_cpus.map(|n| n as f64);
     let span_s = rec.duration_s();
     if m.duty > 1 {
         m.sampled_ms = sampled.flatten().map(|ns| ns as f64 / 1e6);
@@ -346,7 +346,7 @@ pub struct NicPort {
 }
 
 fn counters_report(rec: &Recording) -> CountersReport {
-    let source = rec.meta.get("counters_source").cloned().unwrap_or_else(|| "absent".into());
+    let source = rec.meta.counters_source.unwrap_or(crate::counters::CounterSource::Absent).to_string();
     // A recording can hold several sources (software live + imported): report the current one.
     let rows: Vec<&(u64, crate::recording::writer::CounterRow)> =
         rec.counters.iter().filter(|(_, r)| r.source == source).collect();
@@ -357,7 +357,7 @@ fn counters_report(rec: &Recording) -> CountersReport {
     // capture started, shifted onto the recording's start): the capture spans
     // up to its last interval end. Live readings share the recording's intervals.
     let dur = if source == "imported" {
-        let start_ns: u64 = rec.meta.get("start_ns").and_then(|v| v.parse().ok()).unwrap_or(0);
+        let start_ns = rec.meta.start_ns.unwrap_or(0);
         rows.iter().map(|(_, r)| r.t_ns).max().map_or(0.0, |t| t.saturating_sub(start_ns) as f64 / 1e9)
     } else {
         rec.snapshots.iter().filter(|s| intervals.contains(&s.index)).map(|s| s.dur_ns).sum::<u64>() as f64 / 1e9
@@ -387,11 +387,11 @@ fn counters_report(rec: &Recording) -> CountersReport {
     });
     CountersReport {
         nic_port,
-        platform: rec.meta.get("platform").cloned().unwrap_or_else(|| "unknown".into()),
+        platform: rec.meta.platform.clone().unwrap_or_else(|| "unknown".into()),
         source,
         sockets,
         warnings,
-        notes: rec.meta_json("counters_notes").unwrap_or_default(),
+        notes: rec.meta.counters_notes.clone().unwrap_or_default(),
         readings: readings.len(),
     }
 }
@@ -525,7 +525,7 @@ pub fn build(rec: &Recording) -> Report {
     let iface = rec.iface();
     let host = rec.host();
     let dur = rec.duration_s();
-    let hooks: Vec<serde_json::Value> = rec.meta_json("hooks").unwrap_or_default();
+    let hooks: Vec<serde_json::Value> = rec.meta.hooks.clone().and_then(|h| serde_json::from_value(h).ok()).unwrap_or_default();
     let hook_name = |h: &serde_json::Value| {
         format!(
             "{}:{}",
@@ -533,7 +533,7 @@ pub fn build(rec: &Recording) -> Report {
             h.get("tracepoint").and_then(|v| v.as_str()).unwrap_or("?")
         )
     };
-    let drop_names: std::collections::BTreeMap<String, String> = rec.meta_json("drop_reason_names").unwrap_or_default();
+    let drop_names = rec.meta.drop_reason_names.clone().unwrap_or_default();
     let meta = Meta {
         file: rec.path.display().to_string(),
         complete: rec.complete(),
@@ -543,9 +543,9 @@ pub fn build(rec: &Recording) -> Report {
         driver: iface.driver.clone(),
         duration_s: dur,
         intervals: rec.snapshots.len(),
-        interval_ms: rec.meta.get("interval_ms").and_then(|v| v.parse().ok()),
-        sample_every: rec.meta.get("sample_every").and_then(|v| v.parse().ok()),
-        stage_every: rec.meta.get("stage_every").and_then(|v| v.parse().ok()),
+        interval_ms: rec.meta.interval_ms,
+        sample_every: rec.meta.sample_every,
+        stage_every: rec.meta.stage_every,
         host: host.hostname.clone(),
         kernel: host.kernel.clone(),
         cpu_model: host.cpu_model.clone(),
@@ -620,7 +620,7 @@ pub fn build(rec: &Recording) -> Report {
         reasons: rec
             .drop_reasons
             .iter()
-            .map(|(r, c)| DropReason { reason: *r, name: drop_names.get(&r.to_string()).cloned(), count: *c })
+            .map(|(r, c)| DropReason { reason: *r, name: drop_names.get(r).cloned(), count: *c })
             .collect(),
     };
     Report {

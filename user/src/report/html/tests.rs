@@ -108,7 +108,7 @@ fn synthetic(llc: bool, counters: bool) -> Recording {
     };
     Recording {
         path: PathBuf::from("synthetic.ddio"),
-        meta,
+        meta: crate::recording::RecordingMeta::from_rows(&meta),
         snapshots,
         flows: vec![flow],
         drop_reasons: vec![(2, 5)],

@@ -22,20 +22,27 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use crate::live::{CountersMode, LiveOptions, LiveSession};
+use crate::session::{Session, SessionArgs, SessionOptions};
 use crate::snapshot::{Dir, EventCounters, FlowCounters, QueueCounters, Snapshot, NBUCKETS, NSTAGES};
-use crate::view;
+use super::view;
 
-#[derive(Debug, Clone)]
-pub struct ServeOptions {
-    pub iface: String,
-    pub netns: Option<String>,
+/// `ddioscope serve`'s flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub session: SessionArgs,
+    /// Address to listen on (loopback unless --allow-remote).
+    #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:9436")]
     pub listen: String,
+    /// Allow a non-loopback --listen address.
+    #[arg(long)]
     pub allow_remote: bool,
+    /// Flows exported, the top N by bytes (bounds the series count).
+    #[arg(long, value_name = "N", default_value_t = 10)]
     pub top_flows: usize,
-    pub interval_ms: u64,
-    pub counters: CountersMode,
-    pub verbose: bool,
+    /// Sampling interval in milliseconds (metrics are cumulative since start).
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    pub interval: u64,
 }
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -380,21 +387,14 @@ fn http_thread(
     result
 }
 
-pub fn run(opts: &ServeOptions) -> Result<()> {
+pub fn run(opts: &ServeArgs) -> Result<()> {
     let addr = listen_addr(&opts.listen, opts.allow_remote)?;
     if opts.top_flows > 1000 {
         bail!("--top-flows {} is too many series: use at most 1000", opts.top_flows);
     }
-    let flow_every = (1000 / opts.interval_ms.max(1)).max(1);
-    let live_opts = LiveOptions::surface(
-        &opts.iface,
-        opts.netns.as_deref(),
-        opts.interval_ms,
-        opts.counters,
-        flow_every,
-        opts.verbose,
-    );
-    let (features, iface) = LiveSession::preflight(&live_opts)?;
+    let flow_every = (1000 / opts.interval.max(1)).max(1);
+    let live_opts = SessionOptions::surface(&opts.session, opts.interval, flow_every);
+    let (features, iface) = Session::preflight(&live_opts)?;
     // Bind before attaching: a taken port fails without anything loaded.
     let listener = std::net::TcpListener::bind(addr).with_context(|| format!("--listen {addr}"))?;
     listener.set_nonblocking(true).context("making the listener non-blocking")?;
@@ -417,8 +417,8 @@ pub fn run(opts: &ServeOptions) -> Result<()> {
 }
 
 fn sample_loop(
-    opts: &ServeOptions,
-    live_opts: &LiveOptions,
+    opts: &ServeArgs,
+    live_opts: &SessionOptions,
     features: crate::probe::features::Features,
     iface: crate::topology::IfaceInfo,
     shared: &Shared,
@@ -426,8 +426,8 @@ fn sample_loop(
     http: &std::thread::JoinHandle<Result<()>>,
 ) -> Result<()> {
     let addr = listen_addr(&opts.listen, opts.allow_remote)?;
-    let mut live = LiveSession::start(live_opts, features, iface)?;
-    if opts.verbose {
+    let mut live = Session::start(live_opts, features, iface)?;
+    if opts.session.verbose {
         let ids: Vec<String> = live.probe.prog_ids().iter().map(|i| i.to_string()).collect();
         eprintln!("attached: prog ids {}", ids.join(","));
     }

@@ -1,0 +1,142 @@
+//! The command line: every subcommand and its flags, each flag defined once. The flags of
+//! a command that a lower module runs live with it (`RecordArgs`, `TopArgs`, `ServeArgs`,
+//! `SessionArgs`, `GeometryOverrides`), and are handed to it whole.
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::analysis::GeometryOverrides;
+use crate::recording::record::RecordArgs;
+use crate::surfaces::serve::ServeArgs;
+use crate::surfaces::top::TopArgs;
+
+#[derive(Parser)]
+#[command(
+    name = "ddioscope",
+    version,
+    about = "Per-queue and per-flow Intel DDIO observability: eBPF packet lifetimes joined with uncore counters",
+    long_about = "ddioscope records what each NIC queue and flow does (eBPF, in the kernel) and what the cache \
+does (uncore counters), and tells which queues lose DDIO's benefit and what to change.\n\n\
+Typical use:\n  sudo ddioscope record -i eth1 -d 10 -o run.ddio\n  ddioscope report run.ddio"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+pub enum Cmd {
+    /// Attach to an interface and write a recording (needs root).
+    Record(RecordArgs),
+    /// Live per-queue view in the terminal (plain lines when stdout is not a terminal); q or Ctrl-C quits.
+    Top(TopArgs),
+    /// Serve OpenMetrics/Prometheus metrics (/metrics, /healthz) from a live session.
+    Serve(ServeArgs),
+    /// Import a `perf stat -I MS -x, -e …` CSV into an existing recording.
+    ImportCounters {
+        /// Recording to add the counters to.
+        rec: PathBuf,
+        /// CSV written by `perf stat -I MS -x, …` (scripts/capture-counters.sh prints the command).
+        csv: PathBuf,
+    },
+    /// Print the report of a recording.
+    Report(ReportArgs),
+    /// Recommend ring sizes, IIO LLC ways and IRQ/NUMA placement from a recording
+    /// (printed commands with evidence and predicted effect; nothing is applied).
+    Recommend {
+        /// Recording file written by `ddioscope record`.
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        geometry: GeometryOverrides,
+    },
+    /// What-if grid from the DDIO cache simulator (synthetic experiment descriptions).
+    Simulate(SimulateArgs),
+    /// Check what this host offers ddioscope and what each missing piece costs.
+    Doctor {
+        #[arg(long)]
+        json: bool,
+    },
+    /// For `make bench`: attach empty and device-read programs to the hot
+    /// tracepoints (the bpf_stats floor) and hold them until the duration or
+    /// a signal; JSON lines on stdout (needs root).
+    #[command(hide = true)]
+    BenchFloor {
+        /// Interface whose ifindex the device-read programs compare with.
+        #[arg(short, long)]
+        iface: String,
+        /// Named network namespace (from `ip netns list`) the interface lives in.
+        #[arg(long)]
+        netns: Option<String>,
+        /// Detach after this many seconds (default: at Ctrl-C).
+        #[arg(short, long, value_name = "SECS")]
+        duration: Option<f64>,
+        /// Hook flavour, as for `record`: use the recorder's.
+        #[arg(long, value_enum, default_value = "auto")]
+        hooks: crate::probe::features::HookChoice,
+    },
+}
+
+impl Cmd {
+    /// Asked to print the feature table and attach details.
+    pub fn verbose(&self) -> bool {
+        match self {
+            Cmd::Record(a) => a.session.verbose,
+            Cmd::Top(a) => a.session.verbose,
+            Cmd::Serve(a) => a.session.verbose,
+            _ => false,
+        }
+    }
+}
+
+/// `ddioscope report`'s flags.
+#[derive(clap::Args)]
+pub struct ReportArgs {
+    /// Recording file written by `ddioscope record`.
+    pub file: PathBuf,
+    /// One JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// How many flows the text report lists.
+    #[arg(long, default_value_t = 10)]
+    pub top: usize,
+    /// Write a self-contained HTML report (inline SVG charts, no network) to this file.
+    #[arg(long, value_name = "OUT", conflicts_with = "json")]
+    pub html: Option<PathBuf>,
+    /// Overwrite the --html file if it exists.
+    #[arg(long, requires = "html")]
+    pub force: bool,
+    #[command(flatten)]
+    pub geometry: GeometryOverrides,
+}
+
+/// `ddioscope simulate`'s flags.
+#[derive(clap::Args)]
+pub struct SimulateArgs {
+    /// Recording whose queues, rates, packet sizes and residence times drive the simulation.
+    #[arg(conflicts_with = "synthetic")]
+    pub recording: Option<PathBuf>,
+    /// Experiment, as JSON or key=value,... (e.g. "preset=skx6140,queues=1,ring=1024,pkt_bytes=1500,consumer=forward").
+    #[arg(long, value_name = "SPEC", required_unless_present_any = ["bench", "recording"])]
+    pub synthetic: Option<String>,
+    /// Ring sizes to try (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub ring: Vec<u32>,
+    /// DDIO (IIO LLC) way counts to try.
+    #[arg(long, value_delimiter = ',')]
+    pub ways: Vec<u32>,
+    /// Queue counts to try.
+    #[arg(long, value_delimiter = ',')]
+    pub queues: Vec<u32>,
+    /// Packet sizes to try.
+    #[arg(long, value_delimiter = ',')]
+    pub pkt_bytes: Vec<u32>,
+    #[arg(long)]
+    pub json: bool,
+    /// Measure simulator throughput (cache-line accesses per second, one core).
+    #[arg(long)]
+    pub bench: bool,
+    #[command(flatten)]
+    pub geometry: GeometryOverrides,
+}
