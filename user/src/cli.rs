@@ -140,3 +140,60 @@ pub struct SimulateArgs {
     #[command(flatten)]
     pub geometry: GeometryOverrides,
 }
+
+/// Write a command's output to stdout. A reader that went away shows as an error of kind
+/// BrokenPipe (Rust ignores SIGPIPE), which `is_broken_pipe` recognises.
+pub fn print(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(())
+}
+
+/// The error is stdout's reader having gone away (`ddioscope report R | head -1`).
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
+}
+
+/// An error as one line: the outermost context first, causes after it, and every run of
+/// whitespace (a cause quoting SQL across lines, say) as one space.
+pub fn error_line(e: &anyhow::Error) -> String {
+    let chain: Vec<String> = e.chain().map(|c| c.to_string().split_whitespace().collect::<Vec<_>>().join(" ")).collect();
+    chain.join(": ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_are_one_line() {
+        let sql = anyhow::anyhow!("malformed database schema (queue_intervals) - near \"(\": syntax error in\nCREATE TABLE queue_intervals (\n    interval INTEGER NOT NULL,\n\tdir TEXT)");
+        let e = sql.context("run.ddio is damaged").context("reading run.ddio");
+        let line = error_line(&e);
+        assert!(!line.contains('\n') && !line.contains('\t') && !line.contains("  "), "{line}");
+        assert_eq!(
+            line,
+            "reading run.ddio: run.ddio is damaged: malformed database schema (queue_intervals) - near \"(\": syntax error in \
+             CREATE TABLE queue_intervals ( interval INTEGER NOT NULL, dir TEXT)"
+        );
+        assert_eq!(error_line(&anyhow::anyhow!("one line")), "one line");
+    }
+
+    #[test]
+    fn broken_pipes_are_recognised_through_context() {
+        let pipe = anyhow::Error::new(std::io::Error::from(std::io::ErrorKind::BrokenPipe)).context("printing the report");
+        assert!(is_broken_pipe(&pipe));
+        let other = anyhow::Error::new(std::io::Error::from(std::io::ErrorKind::PermissionDenied));
+        assert!(!is_broken_pipe(&other));
+        assert!(!is_broken_pipe(&anyhow::anyhow!("Broken pipe")));
+    }
+
+    /// The command line is well formed (clap's own consistency checks).
+    #[test]
+    fn command_line_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -67,7 +67,7 @@ impl CounterSource {
 
 impl std::fmt::Display for CounterSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 

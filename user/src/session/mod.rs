@@ -169,7 +169,7 @@ impl MissSampling {
 
 impl std::fmt::Display for MissSampling {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
+        f.pad(match self {
             MissSampling::Pebs => "pebs",
             MissSampling::SoftwareClock => "software-clock",
             MissSampling::SoftwareFaults => "software-faults",
