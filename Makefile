@@ -3,6 +3,7 @@
 SHELL := /bin/bash
 # rustup's default place when cargo is not on PATH (e.g. right after `make deps` installed it).
 CARGO ?= $(shell command -v cargo 2>/dev/null || echo $(HOME)/.cargo/bin/cargo)
+RUSTUP ?= $(shell command -v rustup 2>/dev/null || echo $(HOME)/.cargo/bin/rustup)
 BIN := user/target/release/ddioscope
 # Test-only loader of tests/bpf/fragcheck.bpf.c (the frag-address check).
 FRAGCHECK := user/target/release/examples/fragcheck
@@ -42,9 +43,13 @@ deps:
 		tmp=$$(mktemp -d) && \
 		curl -sSfL -o $$tmp/rustup-init https://static.rust-lang.org/rustup/dist/$$(uname -m)-unknown-linux-gnu/rustup-init && \
 		chmod +x $$tmp/rustup-init && \
-		$$tmp/rustup-init -y -q --profile minimal --component rustfmt --no-modify-path >/dev/null; \
+		$$tmp/rustup-init -y -q --profile minimal --component rustfmt,clippy --no-modify-path >/dev/null; \
 		rc=$$?; rm -rf $$tmp; \
 		[ $$rc -eq 0 ] && [ -x $(HOME)/.cargo/bin/cargo ] || { echo "deps: could not install Rust; install cargo >= 1.82 with rustup" >&2; exit 1; }; }
+	@$(CARGO) clippy --version >/dev/null 2>&1 || { \
+		echo "deps: installing clippy"; \
+		if [ -x "$(RUSTUP)" ]; then $(RUSTUP) component add clippy; \
+		else apt-get update -qq && apt-get install -y -qq --no-install-recommends rust-clippy >/dev/null; fi; }
 	@python3 -c 'import pytest' 2>/dev/null || python3 -m pip install -q pytest
 
 demo: deps build
@@ -52,6 +57,7 @@ demo: deps build
 
 # The ground-truth tests print their accuracy tables: shown, not captured.
 unit-test: deps
+	cd user && $(CARGO) clippy --release --all-targets -- -D warnings
 	cd user && $(CARGO) test --release -- --skip ground_truth
 	cd user && $(CARGO) test --release --lib ground_truth -- --nocapture --test-threads 1
 

@@ -86,14 +86,14 @@ pub fn advise(rec: &Recording, summary: &Summary, o: GeometryOverrides) -> Resul
 /// What `report` shows beyond the summary: the advice, or why the model could not run
 /// (no LLC geometry) and the attribution the measured methods give without its prior.
 pub enum Outcome {
-    Advised(Advice),
+    Advised(Box<Advice>),
     NoModel { why: String, attribution: AttributionReport },
 }
 
 /// `advise`, for a report, which prints whatever it can.
 pub fn advise_or_explain(rec: &Recording, summary: &Summary, o: GeometryOverrides) -> Outcome {
     match advise(rec, summary, o) {
-        Ok(a) => Outcome::Advised(a),
+        Ok(a) => Outcome::Advised(Box::new(a)),
         Err(e) => {
             let why = format!("{e:#}");
             let mut attribution = attribution(rec, summary, None);

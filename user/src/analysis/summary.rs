@@ -277,7 +277,7 @@ fn miss_report(rec: &Recording) -> MissReport {
             m.regions = x.regions.iter().map(|(r, n)| (format!("{:#x}", r << 21), *n)).collect();
         }
     }
-    m.flows.sort_by(|a, b| (b.addr_join + b.cpu_ctx).cmp(&(a.addr_join + a.cpu_ctx)));
+    m.flows.sort_by_key(|f| std::cmp::Reverse(f.addr_join + f.cpu_ctx));
     m.queues = per_q.into_iter().map(|((dir, queue), (a, c))| MissQueue { dir, queue, addr_join: a, cpu_ctx: c }).collect();
     if m.samples == 0 {
         m.no_flow = None;
@@ -605,7 +605,7 @@ pub fn build(rec: &Recording) -> Summary {
             payload_bytes: f.payload_bytes,
         })
         .collect();
-    flows.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+    flows.sort_by_key(|f| std::cmp::Reverse(f.bytes));
     let e = rec.event_totals();
     // Every tracked packet whose free was seen completed its whole-life stage.
     let freed: u64 = rec.queue_totals().iter().map(|q| q.stage_count[NSTAGES - 1]).sum();

@@ -556,7 +556,7 @@ impl PktlifeProbe {
                 let region = key.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_ne_bytes).unwrap_or(0);
                 m.regions.push((region, n));
             }
-            m.regions.sort_by(|a, b| b.1.cmp(&a.1));
+            m.regions.sort_by_key(|r| std::cmp::Reverse(r.1));
             m.regions.truncate(32);
         }
         let c = &self.skel.maps.counters;

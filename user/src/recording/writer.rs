@@ -5,7 +5,7 @@ use anyhow::{bail, Context, Result};
 use rusqlite::{params, Connection, ErrorCode};
 
 use super::{APPLICATION_ID, SCHEMA, SCHEMA_VERSION};
-use crate::snapshot::{Snapshot, NAPI_BUCKETS, NBUCKETS, NSTAGES};
+use crate::snapshot::{Snapshot, NAPI_BUCKETS, NBUCKETS};
 
 pub struct Writer {
     conn: Connection,
@@ -211,8 +211,7 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
             q.frees as i64,
             q.drops as i64
         ])?;
-        let names = q.dir.stage_names();
-        for st in 0..NSTAGES {
+        for (st, name) in q.dir.stage_names().into_iter().enumerate() {
             if q.stage_count[st] == 0 {
                 continue;
             }
@@ -220,14 +219,14 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
                 i,
                 dir,
                 q.queue,
-                names[st],
+                name,
                 q.stage_count[st] as i64,
                 q.stage_sum_ns[st] as i64,
                 q.stage_max_ns[st] as i64
             ])?;
             for b in 0..NBUCKETS {
                 if q.stage_hist[st][b] > 0 {
-                    h_st.execute(params![i, dir, q.queue, names[st], b as i64, q.stage_hist[st][b] as i64])?;
+                    h_st.execute(params![i, dir, q.queue, name, b as i64, q.stage_hist[st][b] as i64])?;
                 }
             }
         }
