@@ -42,6 +42,25 @@ enum Cmd {
         /// Snapshot interval in milliseconds.
         #[arg(long, value_name = "MS", default_value_t = 100)]
         interval: u64,
+        /// Per-packet detail beyond the exact counts: counts (tier 0 alone), windows (stages,
+        /// records and attribution in sampled windows, see --duty), or full (every detail
+        /// hook for the whole run, flows exact; for short deep dives).
+        #[arg(long, value_enum, default_value = "windows")]
+        detail: ddioscope::live::DetailMode,
+        /// With --detail windows: the detail hooks and the L3-miss sampler run 1/N of each
+        /// second (one window at a random place, after a warm-up of up to 10 ms and with a
+        /// drain of up to 10 ms), the sampler at N times its rate inside. 1: always on.
+        #[arg(long, value_name = "N", default_value_t = ddioscope::windows::DEFAULT_DUTY,
+              value_parser = clap::value_parser!(u32).range(1..=ddioscope::windows::MAX_DUTY as i64))]
+        duty: u32,
+        /// Flows from 1 in N skbs (sFlow-style, with each estimate's error bound); 1: count
+        /// every skb. Default: 16, or 1 with --detail full.
+        #[arg(long, value_name = "N")]
+        flow_sample: Option<u32>,
+        /// Where the exact RX counts come from: auto (a tcx program on the device, which sees
+        /// its frames only, after GRO; else the driver hand-up tracepoints), tcx, handup.
+        #[arg(long, value_enum, default_value = "auto")]
+        rx_counts: ddioscope::probe::qcount::RxChoice,
         /// Send 1 in N packets' full life records to userspace (0 disables sampling).
         #[arg(long, value_name = "N", default_value_t = 64)]
         sample: u32,
@@ -80,13 +99,8 @@ enum Cmd {
         /// come from the sampled pages (estimates scaled by N).
         #[arg(long, value_name = "N", default_value_t = 1, value_parser = parse_join_sample)]
         join_sample: u32,
-        /// Attribution in windows: the buffer join, CPU context and sampler run for 1/N of
-        /// each second (plus a warm-up of up to 10 ms), at a random place, with the sample
-        /// period divided by N inside, so per-packet cost falls about N-fold and the sample
-        /// count stays the same. Miss counts then extrapolate from the windows; buffers handed
-        /// up before a window and read in it keep an earlier owner and no age (counted).
-        /// 1: always on. Default: 16 with PEBS, 1 with a software stand-in.
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=ddioscope::windows::MAX_DUTY as i64))]
+        /// Former name of --duty (the attribution's windows are the detail windows).
+        #[arg(long, value_name = "N", hide = true, value_parser = clap::value_parser!(u32).range(1..=ddioscope::windows::MAX_DUTY as i64))]
         miss_duty: Option<u32>,
         /// Size of the in-kernel L3-miss flow map (default 4096): tests shrink it to check
         /// that charges lost to its evictions are counted.
@@ -352,7 +366,7 @@ fn run() -> anyhow::Result<ExitCode> {
             eprintln!("imported {n} counter readings from {} into {}", csv.display(), rec.display());
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Record { iface, netns, duration, output, force, interval, sample, stage_sample, json_progress, verbose, counters, counters_from, miss_sampling, miss_period, join_sample, miss_duty, miss_flow_slots, hooks } => {
+        Cmd::Record { iface, netns, duration, output, force, interval, detail, duty, flow_sample, rx_counts, sample, stage_sample, json_progress, verbose, counters, counters_from, miss_sampling, miss_period, join_sample, miss_duty, miss_flow_slots, hooks } => {
             if let Some(f) = &counters_from {
                 if !f.is_file() {
                     anyhow::bail!("--counters-from {}: no such file", f.display());
@@ -365,8 +379,16 @@ fn run() -> anyhow::Result<ExitCode> {
                 output,
                 force,
                 interval_ms: interval,
+                detail,
+                duty: miss_duty.unwrap_or(duty),
                 sample_every: sample,
                 stage_every: stage_sample,
+                flow_sample: flow_sample.unwrap_or(if detail == ddioscope::live::DetailMode::Full {
+                    1
+                } else {
+                    ddioscope::probe::qcount::DEFAULT_FLOW_EVERY
+                }),
+                rx_counts,
                 json_progress,
                 verbose,
                 counters,
@@ -379,7 +401,6 @@ fn run() -> anyhow::Result<ExitCode> {
                     _ => 2000,
                 }),
                 join_sample,
-                miss_duty: miss_duty.unwrap_or(ddioscope::windows::default_duty(miss_sampling)),
                 miss_flow_slots,
                 counters_from,
                 hooks,

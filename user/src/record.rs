@@ -22,8 +22,14 @@ pub struct RecordOptions {
     pub output: PathBuf,
     pub force: bool,
     pub interval_ms: u64,
+    pub detail: crate::live::DetailMode,
+    /// Windows: the detail hooks run 1/N of each cycle.
+    pub duty: u32,
     pub sample_every: u32,
     pub stage_every: u32,
+    /// Tier 0 flows from 1 in N skbs (1: exact).
+    pub flow_sample: u32,
+    pub rx_counts: crate::probe::qcount::RxChoice,
     pub json_progress: bool,
     pub verbose: bool,
     pub command_line: String,
@@ -32,8 +38,6 @@ pub struct RecordOptions {
     pub miss_period: u64,
     /// Address join on 1 in N buffer pages (power of two; 1: every page).
     pub join_sample: u32,
-    /// Attribution in one window per interval, 1/N of it (1: always on).
-    pub miss_duty: u32,
     /// The L3-miss flow map's size (None: built in); a test knob.
     pub miss_flow_slots: Option<u32>,
     /// perf-stat CSV captured elsewhere, imported into this recording at the end.
@@ -111,13 +115,16 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary> {
         iface: opts.iface.clone(),
         netns: opts.netns.clone(),
         interval_ms: opts.interval_ms,
+        detail: opts.detail,
+        duty: opts.duty,
         sample_every: opts.sample_every,
         stage_every: opts.stage_every,
+        flow_sample: opts.flow_sample,
+        rx_counts: opts.rx_counts,
         counters: opts.counters,
         miss_source: opts.miss_source,
         miss_period: opts.miss_period,
         join_sample: opts.join_sample,
-        miss_duty: opts.miss_duty,
         miss_flow_slots: opts.miss_flow_slots,
         flow_every: (1000 / opts.interval_ms.max(1)).max(1),
         verbose: opts.verbose,
@@ -146,7 +153,8 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary> {
     if let Ok(g) = crate::model::geometry::LlcGeometry::detect(std::path::Path::new("/sys"), std::path::Path::new("/dev"), 0) {
         writer.set_meta_json("geometry", &g)?;
     }
-    writer.set_meta_json("hooks", &live.probe.hooks)?;
+    let hooks: &[crate::probe::pktlife::AttachedHook] = live.detail.as_ref().map_or(&[], |d| d.hooks.as_slice());
+    writer.set_meta_json("hooks", &hooks)?;
     writer.set_meta("platform", &live.platform)?;
     writer.set_meta("counters_source", live.counters_source)?;
     writer.set_meta_json("counters_notes", &live.counter_notes)?;
@@ -154,45 +162,64 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary> {
     // The period the sampler runs at: inside windows, the one asked for over the duty.
     writer.set_meta("miss_period", &live.miss_period.to_string())?;
     writer.set_meta("join_sample", &opts.join_sample.to_string())?;
-    if live.probe.has_miss_sampler() && opts.miss_duty > 1 {
+    // The tiers: where the exact counts came from, and how much detail ran when.
+    writer.set_meta("detail", live.detail_mode.as_str())?;
+    writer.set_meta("rx_counts", live.tier0.rx_source.as_str())?;
+    writer.set_meta_json("tier0_hooks", &live.tier0.hooks)?;
+    writer.set_meta("flow_sample", &live.flow_sample.to_string())?;
+    if live.detail_mode == crate::live::DetailMode::Windows {
         let cycle = crate::windows::cycle(std::time::Duration::from_millis(opts.interval_ms));
-        let (sampling, warmup) = crate::windows::spans(cycle, opts.miss_duty);
-        writer.set_meta("miss_cycle_ms", &cycle.as_millis().to_string())?;
-        writer.set_meta("miss_duty", &opts.miss_duty.to_string())?;
-        writer.set_meta("miss_window_ms", &format!("{:.3}", sampling.as_secs_f64() * 1e3))?;
-        writer.set_meta("miss_warmup_ms", &format!("{:.3}", warmup.as_secs_f64() * 1e3))?;
+        let sp = crate::windows::spans(cycle, live.duty);
+        writer.set_meta("window_cycle_ms", &cycle.as_millis().to_string())?;
+        writer.set_meta("window_duty", &live.duty.to_string())?;
+        writer.set_meta("window_ms", &format!("{:.3}", sp.window.as_secs_f64() * 1e3))?;
+        writer.set_meta("window_warmup_ms", &format!("{:.3}", sp.warmup.as_secs_f64() * 1e3))?;
+        writer.set_meta("window_drain_ms", &format!("{:.3}", sp.drain.as_secs_f64() * 1e3))?;
+        if live.has_miss_sampler() {
+            // The attribution's windows are the detail windows (older readers know these keys).
+            writer.set_meta("miss_cycle_ms", &cycle.as_millis().to_string())?;
+            writer.set_meta("miss_duty", &live.duty.to_string())?;
+            writer.set_meta("miss_window_ms", &format!("{:.3}", sp.window.as_secs_f64() * 1e3))?;
+            writer.set_meta("miss_warmup_ms", &format!("{:.3}", sp.warmup.as_secs_f64() * 1e3))?;
+        }
     }
     writer.set_meta("buffer_join", &live.buffer_join)?;
-    if let Some(why) = live.probe.miss_throttle_unavailable() {
-        writer.set_meta("miss_throttle", &format!("not measured: {why}"))?;
+    if let Some(l3) = &live.l3 {
+        if let Some(why) = l3.throttle_unavailable() {
+            writer.set_meta("miss_throttle", &format!("not measured: {why}"))?;
+        }
+        if let Some(n) = l3.sampler_cpus() {
+            writer.set_meta("miss_sampler_cpus", &n.to_string())?;
+        }
     }
-    if let Some(n) = live.probe.miss_sampler_cpus() {
-        writer.set_meta("miss_sampler_cpus", &n.to_string())?;
+    if let (true, Some(d)) = (live.has_miss_sampler(), &live.detail) {
+        writer.set_meta("buf_pages_capacity", &d.buf_pages_capacity().to_string())?;
     }
-    if live.probe.has_miss_sampler() {
-        writer.set_meta("buf_pages_capacity", &live.probe.buf_pages_capacity().to_string())?;
-    }
-    let prog_ids = live.probe.prog_ids();
+    let prog_ids = live.prog_ids();
     writer.set_meta_json("prog_ids", &prog_ids)?;
     writer.set_meta("start_ns", &live.start_ns.to_string())?;
     let unix_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
     writer.set_meta("start_unix_ms", &unix_ms.to_string())?;
 
-    let attached = live.probe.hooks.iter().filter(|h| h.flavor.is_some()).count();
+    let attached = hooks.iter().filter(|h| h.flavor.is_some()).count() + live.tier0.hooks.iter().filter(|h| h.error.is_none()).count();
+    let mut progs = live.tier0.loaded_progs();
+    if let Some(d) = &live.detail {
+        progs.extend(d.loaded_progs());
+    }
     let iface = live.iface.clone();
     if opts.json_progress {
         progress_line(
             serde_json::json!({"event": "attached", "iface": iface.name, "ifindex": iface.ifindex,
                 "hooks": attached, "output": opts.output.display().to_string(), "prog_ids": prog_ids,
-                "progs": live.probe.attached_progs()}),
+                "progs": progs, "detail": live.detail_mode.as_str(), "rx_counts": live.tier0.rx_source.as_str()}),
         );
     }
     let tty = std::io::stderr().is_terminal() && !opts.json_progress;
     if !opts.json_progress {
-        let windows = if live.probe.has_miss_sampler() && opts.miss_duty > 1 {
-            format!(", attribution in windows of 1/{} of the time", opts.miss_duty)
-        } else {
-            String::new()
+        let windows = match live.detail_mode {
+            crate::live::DetailMode::Windows => format!(", detail in windows of 1/{} of the time", live.duty),
+            crate::live::DetailMode::Full => ", full detail".to_string(),
+            crate::live::DetailMode::Counts => ", counts only".to_string(),
         };
         eprintln!(
             "recording {}{} ({} hooks, counters: {}{windows}) into {}{}; Ctrl-C to stop",
