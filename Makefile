@@ -58,7 +58,8 @@ demo: deps build
 # The ground-truth tests print their accuracy tables: shown, not captured.
 unit-test: deps
 	cd user && $(CARGO) clippy --release --all-targets -- -D warnings
-	cd user && $(CARGO) test --release -- --skip ground_truth
+	# --include-ignored: the tests that load BPF (ignored by a plain `cargo test`, which may lack root).
+	cd user && $(CARGO) test --release -- --skip ground_truth --include-ignored
 	cd user && $(CARGO) test --release --lib ground_truth -- --nocapture --test-threads 1
 
 system-test: deps build $(FRAGCHECK)

@@ -1,16 +1,13 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
-/* Structs shared between pktlife.bpf.c and userspace (Rust types are generated
- * from this file's BTF by libbpf-cargo, never hand-copied). */
+/* pktlife (tiers 1 and 2): packet lifetimes, sampled packet records and the
+ * buffer-page map. Structs shared between pktlife.bpf.c and userspace (Rust
+ * types and enums are generated from this object's BTF, never hand-copied). */
 #ifndef __PKTLIFE_H
 #define __PKTLIFE_H
 
-#define MAX_QUEUES 64          /* per direction; higher queue ids fold into the last slot */
-#define NBUCKETS 32            /* log2(ns) latency buckets: bucket b holds [2^b, 2^(b+1)) ns */
-#define NSTAGES 4
-#define NAPI_BUCKETS 12        /* bucket 0: empty polls; b > 0: work in [2^(b-1), 2^b), budget 64 in 7 */
-#define MAX_DROP_REASONS 256
+#include "common.h"
 
-enum pl_dir { PL_RX = 0, PL_TX = 1 };
+#define NSTAGES 4
 
 /* Stage ids: the timestamp slots of struct pl_skb_state and the histogram rows. */
 enum pl_rx_stage {
@@ -55,151 +52,25 @@ enum pl_counter {
  * 64 KiB TSO/LRO skb in 32 KiB page-frag chunks spans 16-21 pages. Pages past
  * it are counted (PLC_PAGES_OVER_CAP). */
 #define PL_MAX_JOIN_PAGES 20
-/* Segments the software-copy stand-in remembers of the skb being copied: the
- * linear data and the first frags (a GRO-merged skb holds up to 17). */
-#define PL_COPY_SEGS 9
 
+/* The constants above as an enum, for userspace (libbpf-cargo generates
+ * enums, not macros). */
+enum pl_limits {
+	PL_NSTAGES = NSTAGES,
+	PL_MAX_JOIN_PAGES_ = PL_MAX_JOIN_PAGES,
+	PL_MAX_JOIN_FRAGS_ = PL_MAX_JOIN_FRAGS,
+};
+
+/* Per queue and direction: what the packets timed inside the detail windows
+ * went through. Packet, byte, NAPI and drop counts are tier 0's (qcount.h). */
 struct pl_queue_stats {
-	__u64 packets;
-	__u64 bytes;
-	__u64 napi_polls;
-	__u64 napi_work;
-	__u64 napi_budget_exhausted;
+	__u64 handups;          /* packets that started a life while the hooks ran */
 	__u64 copies;
 	__u64 frees;
-	__u64 drops;
 	__u64 stage_count[NSTAGES];
 	__u64 stage_sum_ns[NSTAGES];
 	__u64 stage_max_ns[NSTAGES];
 	__u64 stage_hist[NSTAGES][NBUCKETS];
-	__u64 napi_work_hist[NAPI_BUCKETS];
-};
-
-struct pl_flow_key {
-	__u8 family;   /* 4 or 6 */
-	__u8 proto;    /* IPPROTO_TCP / IPPROTO_UDP */
-	__u8 dir;      /* enum pl_dir */
-	__u8 pad;
-	__u16 sport;   /* host byte order */
-	__u16 dport;
-	__u8 saddr[16];
-	__u8 daddr[16];
-};
-
-struct pl_flow_stats {
-	__u64 packets;
-	__u64 bytes;           /* frame bytes as counted per queue */
-	__u64 payload_bytes;   /* L4 payload: what the application sends/receives */
-	__u64 first_ns;
-	__u64 last_ns;
-	__u32 queue;
-	__u32 pad;
-};
-
-/* A flow's counts held on one CPU until that CPU sees another flow in the same
- * slot (stats.packets == 0: nothing pending). */
-struct pl_flow_pending {
-	struct pl_flow_key key;
-	struct pl_flow_stats stats;
-};
-
-/* Pending flows per CPU: one slot per direction and queue (modulo), since a CPU
- * that serves several queues interleaves their NAPI batches, and RSS keeps a
- * flow on one queue. */
-#define PL_FLOW_SLOTS_PER_DIR 4
-#define PL_FLOW_SLOTS (2 * PL_FLOW_SLOTS_PER_DIR)
-
-/* Per-CPU scratch. rx_queue: the queue of the last frame handed up, which
- * names the queue a NAPI poll served. pend: the flows being accumulated: a
- * NAPI batch is mostly one flow, so its frames cost one map update, not one
- * each; userspace adds the pending counts when it reads flows. */
-struct pl_cpu_ctx {
-	__u32 rx_queue;
-	__u32 frames;
-	struct pl_flow_pending pend[PL_FLOW_SLOTS];
-	/* The network work this CPU is doing now (enum pl_ctx_kind), for charging
-	 * L3-miss samples that carry no packet-buffer address; cur_since 0: a
-	 * GRO hand-up's, current until its poll ends (ctx_current). */
-	__u64 cur_since;
-	__u32 cur_queue;
-	__u8 cur_kind;
-	__u8 cur_dir;
-	__u8 cur_has_flow;
-	__u8 cur_gen;  /* attribution window it was set in (join_generation, low bits) */
-	struct pl_flow_key cur_flow;
-	__u64 last_rx_skb;  /* the skb just handed to GRO on this CPU */
-	__u64 last_rx_head; /* and its head buffer */
-	__u64 scratch;      /* see as_number() */
-	/* --miss-sampling software-copy: the buffers of the skb being copied to
-	 * a socket reader on this CPU (kernel virtual addresses and lengths). */
-	__u64 copy_addr[PL_COPY_SEGS];
-	__u32 copy_len[PL_COPY_SEGS];
-	__u32 copy_nseg;
-	__u32 copy_total;
-	__u32 copy_nlinear;  /* 1: copy_addr[0] is the linear data */
-	__u32 copy_pad;
-	__u64 copy_until;    /* the copy is taken to last until then (copy_window) */
-};
-
-enum pl_ctx_kind { PL_CTX_NONE = 0, PL_CTX_RX_NAPI = 1, PL_CTX_RX_COPY = 2, PL_CTX_TX = 3 };
-
-/* A live packet buffer page: who owns it, since when (address join). */
-struct pl_buf_info {
-	__u64 handup_ns;
-	struct pl_flow_key flow;
-	__u32 queue;
-	__u8 dir;
-	__u8 has_flow;
-	__u16 pad;
-};
-
-/* One way of the buffer-page table: page is the tag, the page address with a
- * generation in its low 12 bits (0 while the way is empty or being rewritten). */
-struct pl_buf_slot {
-	__u64 page;
-	struct pl_buf_info info;
-};
-
-#define PL_BUF_WAYS 2
-/* One set of the buffer-page table. */
-struct pl_buf_bucket {
-	struct pl_buf_slot way[PL_BUF_WAYS];
-};
-
-/* L3-miss sample totals (per-CPU array, one slot). */
-enum pl_miss_counter {
-	PLM_SAMPLES = 0,     /* samples the perf_event program saw */
-	PLM_ON_PACKET = 1,   /* data address on a live packet buffer: joined */
-	PLM_OTHER_ADDR = 2,  /* data address elsewhere */
-	PLM_NO_ADDR = 3,     /* no data address (software stand-in events, non-PEBS) */
-	PLM_CTX_CHARGED = 4, /* not joined, charged to the CPU's current network work */
-	PLM_UNCHARGED = 5,   /* neither */
-	/* software-copy stand-in: joined samples by where their address was
-	 * drawn from (the skb's linear data or one of its frags). */
-	PLM_COPY_LINEAR_JOINED = 6,
-	PLM_COPY_FRAG_JOINED = 7,
-	/* data address on a page outside the join's sampled subset (join_page_mask) */
-	PLM_OUT_OF_SUBSET = 8,
-	/* charged (by address or context) with no flow key: userspace tells these
-	 * from charges whose flow the LRU flow map evicted (lost to the flow view) */
-	PLM_NO_FLOW = 9,
-	/* charged to a queue number past MAX_QUEUES, counted on the last one */
-	PLM_QUEUE_CLAMPED = 10,
-	/* joined on a page last kept before the current attribution window
-	 * (record --miss-duty): charged to that owner, age not in age_hist */
-	PLM_BEFORE_WINDOW = 11,
-	PLM_NR = 12,
-};
-
-struct pl_miss_totals {
-	__u64 c[PLM_NR];
-	__u64 age_hist[NBUCKETS];  /* joined samples: ns since the buffer's hand-up, log2 */
-};
-
-/* Miss samples charged to a queue or flow, by method. */
-struct pl_miss_count {
-	__u64 addr_join;
-	__u64 cpu_ctx;
 };
 
 /* What the probes remember about a packet between stages. */
@@ -212,6 +83,8 @@ struct pl_skb_state {
 	__u16 queue;
 	__u8 dir;
 	__u8 sampled;
+	__u32 gen;             /* the window it started in: a leftover of another is stale */
+	__u32 pad;
 	struct pl_flow_key flow;  /* filled only for sampled packets */
 };
 

@@ -86,16 +86,15 @@ static __always_inline void H(shinfo)(const struct sk_buff *skb, struct pl_shinf
 	}
 }
 
-/* The flow: typed loads where the flavour and the kernel allow them
- * (parse_flow_cast), else the probe read. */
+/* The flow of the headers at l3 (flow.bpf.h: one parser for every hook). */
 static __always_inline bool H(flow_of)(const unsigned char *l3, __u16 proto_be, struct pl_flow_key *k, __u32 *hdr_len)
 {
-	if (PL_CAST && bpf_ksym_exists(bpf_rdonly_cast))
-		return parse_flow_cast(l3, proto_be, k, hdr_len);
-	return parse_flow(l3, proto_be, k, hdr_len);
+	return parse_flow_at(l3, proto_be, k, hdr_len);
 }
 
-/* in_napi: the hook runs inside a NAPI poll (the GRO entry points). */
+/* in_napi: the hook runs inside a NAPI poll (the GRO entry points). A packet
+ * starts its life here: timed 1 in stage_every, recorded 1 in sample_every,
+ * its buffer pages kept for the join while a miss sampler runs. */
 static __always_inline int H(on_rx_handup)(const struct sk_buff *skb, bool in_napi)
 {
 	if (!H(dev_matches)(RD(skb, dev)))
@@ -109,26 +108,21 @@ static __always_inline int H(on_rx_handup)(const struct sk_buff *skb, bool in_na
 	unsigned char *data = RD(skb, data);
 	__u16 mac = RD(skb, mac_header);
 	/* eth_type_trans already pulled L2 (except on the frags path, where the
-	 * frame is still whole): count it back so bytes are frame bytes, as the
-	 * interface statistics count them. */
+	 * frame is still whole): count it back so the length is the frame's. */
 	__u32 l2_len = (mac != (__u16)~0U && data >= head + mac) ? (__u32)(data - (head + mac)) : 0;
 	if (l2_len > 64)
 		l2_len = 0;
 	__u32 len = l3_len + l2_len;
-	struct pl_shinfo sh;
-	H(shinfo)(skb, &sh);
-	__u32 segs = sh.segs;
 
 	struct pl_cpu_ctx *c = cpu_ctx_get();
 	if (c) {
-		c->rx_queue = queue;
-		c->frames += 1;
 		c->last_rx_skb = (__u64)skb;
 		c->last_rx_head = (__u64)head;
 	}
+	struct pl_queue_stats *qs = qstats(PL_RX, queue);
+	if (qs)
+		qs->handups += 1;
 
-	/* Full records for 1 in sample_every packets; stage timestamps for those
-	 * and for 1 in stage_every packets (the per-skb state is the costly part). */
 	__u32 draw = sampling_draw();
 	bool sampled = one_in(draw, sample_every);
 	bool track = sampled || one_in(draw, stage_every);
@@ -139,28 +133,20 @@ static __always_inline int H(on_rx_handup)(const struct sk_buff *skb, bool in_na
 	 * outside NAPI for its CPU context (a GRO hand-up's is bounded by its
 	 * poll's end, ctx_current). The buffer join reads it itself when it keeps
 	 * a page. */
-	__u64 now = track || (joining() && !in_napi) ? bpf_ktime_get_ns() : 0;
+	__u64 now = track || (join_buffers && !in_napi) ? bpf_ktime_get_ns() : 0;
 	/* data is the L3 header once L2 is pulled; on the frags path the headers
 	 * are not in the linear area yet, so no flow. */
-	bool have_flow = (track_flows || track || join_buffers) && linear >= 20 && l2_len &&
+	bool have_flow = (sampled || join_buffers) && linear >= 20 && l2_len &&
 			 H(flow_of)(data, RD(skb, protocol), &k, &hdr_len);
-	if (segs > 1 && have_flow)
-		len += (segs - 1) * (l2_len + hdr_len);
-
-	struct pl_queue_stats *qs = qstats(PL_RX, queue);
-	if (qs) {
-		qs->packets += segs;
-		qs->bytes += len;
-	}
 	if (have_flow)
 		k.dir = PL_RX;
-	if (joining()) {
+	if (join_buffers) {
+		struct pl_shinfo sh;
+		H(shinfo)(skb, &sh);
 		now = remember_buffer(PL_CAST, (__u64)data, linear, (__u64)head, sh.at, sh.nr_frags, PL_RX, queue,
 				      have_flow ? &k : NULL, now);
 		set_ctx(PL_CTX_RX_NAPI, PL_RX, queue, have_flow ? &k : NULL, in_napi ? 0 : now);
 	}
-	if (have_flow && track_flows)
-		account_flow(&k, len, l3_len, hdr_len, queue, now);
 	if (!track) {
 		H(forget_leftover)(skb);
 		return 0;
@@ -180,15 +166,13 @@ static __always_inline int H(on_rx_handup)(const struct sk_buff *skb, bool in_na
 	return 0;
 }
 
-static __always_inline int H(on_napi_poll)(const struct napi_struct *napi, int work, int budget)
+/* A NAPI poll ended on this CPU, ours or another device's (a driver may poll
+ * under another netdev): the hand-up's CPU context is over. Attached only
+ * with the join. */
+static __always_inline int H(on_napi_poll)(const struct napi_struct *napi)
 {
-	/* Before the device check: a driver may poll under another netdev
-	 * (a dummy NAPI device, one NAPI for several ports). */
-	if (join_buffers)
-		end_napi_ctx();
-	if (!H(dev_matches)(RD(napi, dev)))
-		return 0;
-	return napi_poll_account((__u64)napi, work, budget);
+	end_napi_ctx();
+	return 0;
 }
 
 static __always_inline int H(on_rx_stack)(const struct sk_buff *skb)
@@ -253,7 +237,7 @@ static __always_inline void H(copy_buffers)(const struct sk_buff *skb, int copie
 static __always_inline int H(on_copy)(const struct sk_buff *skb, int copied)
 {
 	struct pl_skb_state *st = H(tracked)(skb);
-	if (joining()) {
+	if (join_buffers) {
 		bool ours = st && st->dir == PL_RX;
 		__u32 queue = ours ? st->queue : 0;
 		if (!ours && RD(skb, skb_iif) == filter_ifindex) {
@@ -281,27 +265,8 @@ static __always_inline int H(on_copy)(const struct sk_buff *skb, int copied)
 	return copy_stage(st);
 }
 
-/* Whether an untracked skb being dropped came in on, or goes out of, our
- * device. skb_iif alone is not enough: interface indexes are per namespace
- * (every testbed's veth is ifindex 2), so the namespace must be confirmed,
- * through skb->dev when it still is the input device, else the socket. A
- * drop neither can place (a UDP skb whose dev field has become socket-layer
- * scratch, and no socket) is not charged to us. */
-static __always_inline bool H(dropped_here)(const struct sk_buff *skb)
-{
-	const struct net_device *dev = RD(skb, dev);
-	bool dev_usable = dev && kernel_address((__u64)dev);
-	__u32 iif = RD(skb, skb_iif);
-	if (!filter_ifindex || iif != filter_ifindex)
-		return dev_usable && H(dev_matches)(dev);
-	if (!filter_netns)
-		return true;
-	if (dev_usable && RD(dev, ifindex) == iif)
-		return H(net_is_ours)(RD(dev, nd_net.net));
-	return H(socket_is_ours)(skb);
-}
-
-/* consume_skb / kfree_skb: every free on the host passes here. */
+/* consume_skb / kfree_skb: every free on the host passes here while the
+ * hooks run; only a tracked packet's ends a life (tier 0 counts drops). */
 static __always_inline int H(on_free)(const struct sk_buff *skb, bool dropped, __u32 reason)
 {
 	/* Kernels that report consumption through kfree_skb say so in the reason. */
@@ -309,26 +274,6 @@ static __always_inline int H(on_free)(const struct sk_buff *skb, bool dropped, _
 	    reason == bpf_core_enum_value(enum skb_drop_reason, SKB_CONSUMED))
 		dropped = false;
 	struct pl_skb_state *st = H(tracked)(skb);
-	if (dropped) {
-		/* Drops count for every packet of our device, tracked or not. */
-		if (st) {
-			count_drop(st->dir, st->queue, reason);
-		} else if (H(dropped_here)(skb)) {
-			/* skb_iif is set at stack entry; before it (GRO) an RX frame
-			 * is recognised by its pulled L2 header, which a TX frame at
-			 * the driver still carries. */
-			unsigned char *head = RD(skb, head);
-			unsigned char *data = RD(skb, data);
-			__u16 mac = RD(skb, mac_header);
-			__u16 qm = RD(skb, queue_mapping);
-			bool rx = RD(skb, skb_iif) == filter_ifindex ||
-				  (mac != (__u16)~0U && data > head + mac);
-			if (rx)
-				count_drop(PL_RX, qm >= rx_queue_offset ? qm - rx_queue_offset : 0, reason);
-			else
-				count_drop(PL_TX, qm, reason);
-		}
-	}
 	if (!st)
 		return 0;
 	return free_stage(st, (__u64)skb, dropped, reason);
@@ -339,6 +284,9 @@ static __always_inline int H(on_tx_queue)(const struct sk_buff *skb)
 	if (!H(dev_matches)(RD(skb, dev)))
 		return 0;
 	/* Sampling decisions are taken here, at the start of a TX life. */
+	struct pl_queue_stats *qs = qstats(PL_TX, RD(skb, queue_mapping));
+	if (qs)
+		qs->handups += 1;
 	__u32 draw = sampling_draw();
 	bool sampled = one_in(draw, sample_every);
 	bool track = sampled || one_in(draw, stage_every);
@@ -362,52 +310,39 @@ static __always_inline int H(on_tx_xmit)(const struct sk_buff *skb, const struct
 	if (!H(dev_matches)(dev))
 		return 0;
 	__u32 queue = RD(skb, queue_mapping);
-	__u32 len = RD(skb, len);
-	struct pl_shinfo sh;
-	H(shinfo)(skb, &sh);
-	__u32 segs = sh.segs;
 	struct pl_skb_state *st = H(tracked)(skb);
 	if (st && st->dir != PL_TX)
 		st = NULL;
+	if (!st && !join_buffers)
+		return 0;
 	__u64 now = bpf_ktime_get_ns();
-	struct pl_queue_stats *qs = qstats(PL_TX, queue);
 	if (st) {
 		st->ts[1] = now;
 		st->queue = queue;
-		st->len = len;
-		record_stage(qs, TX_QUEUE_TO_XMIT, st->ts[0], now);
+		st->len = RD(skb, len);
+		record_stage(qstats(PL_TX, queue), TX_QUEUE_TO_XMIT, st->ts[0], now);
 	}
-
-	struct pl_flow_key k = {};
-	__u32 hdr_len = 0;
 	unsigned char *head = RD(skb, head);
 	unsigned char *data = RD(skb, data);
-	__u16 nh = RD(skb, network_header);
-	__u32 l2_len = head + nh >= data ? (__u32)(head + nh - data) : 0;
-	__u32 l3_len = len > l2_len ? len - l2_len : len;
-	bool have_flow = (track_flows || st || join_buffers || segs > 1) &&
-			 H(flow_of)(head + nh, RD(skb, protocol), &k, &hdr_len);
-	/* Each extra segment of a GSO packet repeats the headers on the wire. */
-	if (segs > 1 && have_flow && l2_len <= 64)
-		len += (segs - 1) * (l2_len + hdr_len);
-	if (qs) {
-		qs->packets += segs;
-		qs->bytes += len;
-	}
-	if (have_flow) {
-		k.dir = PL_TX;
-		if (track_flows)
-			account_flow(&k, len, l3_len, hdr_len, queue, now);
-		if (st && st->sampled)
-			st->flow = k;
-		if (joining()) {
-			remember_buffer(PL_CAST, (__u64)data, RD(skb, len) - RD(skb, data_len), (__u64)head, sh.at,
-					sh.nr_frags, PL_TX, queue, &k, now);
-			set_ctx(PL_CTX_TX, PL_TX, queue, &k, now);
-		}
-	}
 	if (st)
 		st->data_addr = (__u64)data;
+	if (!(join_buffers || (st && st->sampled)))
+		return 0;
+	struct pl_flow_key k = {};
+	__u32 hdr_len = 0;
+	__u16 nh = RD(skb, network_header);
+	if (!H(flow_of)(head + nh, RD(skb, protocol), &k, &hdr_len))
+		return 0;
+	k.dir = PL_TX;
+	if (st && st->sampled)
+		st->flow = k;
+	if (join_buffers) {
+		struct pl_shinfo sh;
+		H(shinfo)(skb, &sh);
+		remember_buffer(PL_CAST, (__u64)data, RD(skb, len) - RD(skb, data_len), (__u64)head, sh.at, sh.nr_frags,
+				PL_TX, queue, &k, now);
+		set_ctx(PL_CTX_TX, PL_TX, queue, &k, now);
+	}
 	return 0;
 }
 

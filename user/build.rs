@@ -10,7 +10,7 @@ use libbpf_cargo::SkeletonBuilder;
 /// (name, directory under the repository): the probes, the bench's floor
 /// programs, and the test-only fragcheck object loaded by
 /// examples/fragcheck.rs (never by ddioscope).
-const PROBES: &[(&str, &str)] = &[("pktlife", "bpf"), ("features", "bpf"), ("floor", "bpf"), ("fragcheck", "tests/bpf")];
+const PROBES: &[(&str, &str)] = &[("qcount", "bpf"), ("pktlife", "bpf"), ("l3miss", "bpf"), ("features", "bpf"), ("floor", "bpf"), ("fragcheck", "tests/bpf")];
 
 /// The local headers `src` pulls in with `#include "…"`, followed through the
 /// headers themselves, resolved as clang resolves them (next to the including

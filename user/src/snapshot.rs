@@ -91,6 +91,9 @@ pub struct QueueCounters {
     pub copies: u64,
     pub frees: u64,
     pub drops: u64,
+    /// Packets whose life the detail hooks saw begin (the population the stages time).
+    #[serde(default)]
+    pub handups: u64,
     pub stage_count: [u64; NSTAGES],
     pub stage_sum_ns: [u64; NSTAGES],
     /// Largest value seen so far (not a delta: a max cannot be differenced).
@@ -112,6 +115,7 @@ impl QueueCounters {
             copies: 0,
             frees: 0,
             drops: 0,
+            handups: 0,
             stage_count: [0; NSTAGES],
             stage_sum_ns: [0; NSTAGES],
             stage_max_ns: [0; NSTAGES],
@@ -124,6 +128,8 @@ impl QueueCounters {
         self.packets == 0
             && self.napi_polls == 0
             && self.frees == 0
+            && self.drops == 0
+            && self.handups == 0
             && self.stage_count.iter().all(|&c| c == 0)
     }
 
@@ -138,6 +144,7 @@ impl QueueCounters {
         d.copies = self.copies.saturating_sub(earlier.copies);
         d.frees = self.frees.saturating_sub(earlier.frees);
         d.drops = self.drops.saturating_sub(earlier.drops);
+        d.handups = self.handups.saturating_sub(earlier.handups);
         for s in 0..NSTAGES {
             d.stage_count[s] = self.stage_count[s].saturating_sub(earlier.stage_count[s]);
             d.stage_sum_ns[s] = self.stage_sum_ns[s].saturating_sub(earlier.stage_sum_ns[s]);
@@ -161,6 +168,7 @@ impl QueueCounters {
         self.copies += d.copies;
         self.frees += d.frees;
         self.drops += d.drops;
+        self.handups += d.handups;
         for s in 0..NSTAGES {
             self.stage_count[s] += d.stage_count[s];
             self.stage_sum_ns[s] += d.stage_sum_ns[s];
@@ -195,6 +203,27 @@ pub struct FlowCounters {
     pub payload_bytes: u64,
     pub first_ns: u64,
     pub last_ns: u64,
+    /// The skbs sampled for this flow when flows come from 1 in N skbs (packets, bytes and
+    /// payload_bytes are then the scaled estimates); None: counted exactly (older recordings).
+    #[serde(default)]
+    pub samples: Option<u64>,
+    /// Sum of the sampled skbs' frame bytes squared: the estimate's variance (see
+    /// `bytes_error`).
+    #[serde(default)]
+    pub bytes_sq: Option<u64>,
+}
+
+impl FlowCounters {
+    /// The 95 % error bound of `bytes` when it is an estimate from skbs sampled 1 in `every`
+    /// (Horvitz–Thompson: each sampled skb stands for `every`; the variance is estimated as
+    /// every·(every−1)·Σ bytes²), in bytes; 0 when counted exactly.
+    pub fn bytes_error(&self, every: u32) -> f64 {
+        let n = f64::from(every.max(1));
+        match self.bytes_sq {
+            Some(sq) if every > 1 => 1.96 * (n * (n - 1.0) * sq as f64).sqrt(),
+            _ => 0.0,
+        }
+    }
 }
 
 /// One sampled packet's life (1 in N), as the kernel sent it.
@@ -259,6 +288,11 @@ pub struct Snapshot {
     pub counters: Vec<crate::counters::CounterReading>,
     /// L3-miss samples of this interval, when a miss sampler is attached.
     pub misses: Option<MissSnapshot>,
+    /// How long the detail hooks (stages, packet records, the buffer map) ran in this
+    /// interval: all of it at full detail, the windows' share by default, none with counts
+    /// only. None: a recording from before windows (all of it).
+    #[serde(default)]
+    pub detail_ns: Option<u64>,
 }
 
 /// L3-miss samples: totals and per-queue charges are deltas; flows and

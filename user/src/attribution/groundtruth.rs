@@ -218,7 +218,7 @@ fn regression_input(sc: &Scenario, rng: &mut Rng, other_stacks_read: bool) -> Re
     RegressionInput { intervals, flow_bytes }
 }
 
-/// The probes' buffer-table set of a page (`buf_set_of` in bpf/pktlife.bpf.c).
+/// The probes' buffer-table set of a page (`buf_set_of` in bpf/attrib.bpf.h).
 fn buf_set_of(page: u64) -> u32 {
     (((page >> 12).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) & (BUF_SETS - 1)) as u32
 }
@@ -227,8 +227,8 @@ const BUF_SETS: u64 = 32768;
 /// The mirror above is the probes' hash: their source says the same constants.
 #[test]
 fn buf_set_of_mirrors_the_probes() {
-    let bpf = include_str!("../../../bpf/pktlife.bpf.c");
-    assert!(bpf.contains("#define BUF_SETS 32768"), "BUF_SETS changed in the probes");
+    let bpf = include_str!("../../../bpf/attrib.bpf.h");
+    assert!(include_str!("../../../bpf/attrib.h").contains("#define BUF_SETS 32768"), "BUF_SETS changed in the probes");
     assert!(
         bpf.contains("return (__u32)(((page >> 12) * 0x9E3779B97F4A7C15ULL) >> 40) & (BUF_SETS - 1);"),
         "buf_set_of changed in the probes"
@@ -280,7 +280,7 @@ fn sampled_pages(sc: &Scenario, rng: &mut Rng, mischarge: f64, join_sample: u32,
                 let (end, mut t, mut on) = (std::time::Duration::from_nanos(t1 - t0), std::time::Duration::ZERO, std::time::Duration::ZERO);
                 while t < end {
                     let next = s.next_change(t).unwrap_or(end).min(end);
-                    if s.phase_at(t) == crate::session::windows::Phase::Sampling {
+                    if s.phase_at(t) == crate::session::windows::Phase::Window {
                         on += next - t;
                     }
                     t = next;
@@ -294,7 +294,7 @@ fn sampled_pages(sc: &Scenario, rng: &mut Rng, mischarge: f64, join_sample: u32,
     for r in &sc.runs {
         for &(lq, lf, page, t) in &r.loads {
             if let Some(s) = schedule.as_mut() {
-                if s.phase_at(std::time::Duration::from_nanos(t - t0)) != crate::session::windows::Phase::Sampling {
+                if s.phase_at(std::time::Duration::from_nanos(t - t0)) != crate::session::windows::Phase::Window {
                     continue;
                 }
             }

@@ -1,7 +1,7 @@
-//! L3-miss sampling: opens the sampling perf event on every CPU (PEBS
-//! MEM_LOAD_RETIRED.L3_MISS with data addresses on Intel; a software event
-//! standing in where there is no PMU) and attaches pktlife's perf_event
-//! program to each, which joins sample addresses to live packet buffers.
+//! L3-miss sampling (bpf/l3miss.bpf.c): opens the sampling perf event on every CPU (PEBS
+//! MEM_LOAD_RETIRED.L3_MISS with data addresses on Intel; a software event standing in where
+//! there is no PMU) and attaches the sample program to each, which joins sample addresses to
+//! the live packet buffers pktlife's hooks keep, and reads what it charged.
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 use std::sync::Mutex;
@@ -13,6 +13,17 @@ use serde::Serialize;
 
 use super::throttle::{page_size, ThrottleRing, ThrottleTotals, RING_DATA_PAGES};
 use crate::counters::{self, events::Unit, Platform};
+use crate::snapshot::{Dir, MissSnapshot, NBUCKETS};
+use super::l3miss_skel::types::{pl_flow_key, pl_miss_count, pl_miss_counter, pl_miss_totals};
+use super::l3miss_skel::{L3missSkel, L3missSkelBuilder};
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags, OpenObject};
+
+// SAFETY: generated from l3miss.h: plain integer structs without padding invariants.
+unsafe impl plain::Plain for pl_miss_totals {}
+unsafe impl plain::Plain for pl_miss_count {}
+unsafe impl plain::Plain for pl_flow_key {}
+const _: () = assert!(std::mem::size_of::<pl_miss_totals>() == (pl_miss_counter::PLM_NR.0 as usize + NBUCKETS) * 8);
 
 /// Which event drives the sampler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -222,6 +233,194 @@ impl MissSampler {
     /// Why throttling is not measured, if it is not.
     pub fn throttle_unavailable(&self) -> Option<&str> {
         self.throttle.as_ref().err().map(String::as_str)
+    }
+}
+
+/// How the sample program is set up (must agree with pktlife's ProbeConfig).
+#[derive(Debug, Clone)]
+pub struct L3missConfig {
+    /// Address join on 1 in N buffer pages (as pktlife keeps them).
+    pub join_sample: u32,
+    /// --miss-sampling software-copy: clock samples inside a socket copy take an address in
+    /// the buffers being copied.
+    pub copy_standin: bool,
+    /// The L3-miss flow map's size (None: the built-in 4096); tests shrink it to make it evict.
+    pub flow_slots: Option<u32>,
+}
+
+/// The sample program, its maps, and the sampler it runs on.
+pub struct L3missProbe {
+    skel: L3missSkel<'static>,
+    sampler: Option<MissSampler>,
+    ncpus: usize,
+}
+
+impl L3missProbe {
+    /// Load the sample program on pktlife's buffer-page map and CPU contexts.
+    pub fn load(cfg: &L3missConfig, pktlife: &super::pktlife::PktlifeProbe) -> Result<L3missProbe> {
+        use std::os::fd::AsFd;
+        let storage: &'static mut std::mem::MaybeUninit<OpenObject> = Box::leak(Box::new(std::mem::MaybeUninit::uninit()));
+        let mut open = L3missSkelBuilder::default()
+            .open(storage)
+            .map_err(|e| anyhow::anyhow!(super::pktlife::explain_bpf_error(&e, "opening the l3miss BPF object")))?;
+        let Some(ro) = open.maps.rodata_data.as_deref_mut() else {
+            bail!("l3miss BPF object has no read-only config section (build problem)");
+        };
+        ro.join_page_mask = cfg.join_sample.max(1) - 1;
+        ro.copy_standin = u8::from(cfg.copy_standin);
+        let (pages, ctx) = pktlife.shared_maps();
+        open.maps.buf_pages.reuse_fd(pages.as_fd()).context("sharing the buffer-page map with the L3-miss program")?;
+        open.maps.cpu_ctx.reuse_fd(ctx.as_fd()).context("sharing the CPU contexts with the L3-miss program")?;
+        if let Some(n) = cfg.flow_slots {
+            open.maps.miss_flows.set_max_entries(n.max(1)).context("sizing the L3-miss flow map")?;
+        }
+        let skel = open.load().map_err(|e| anyhow::anyhow!(super::pktlife::explain_bpf_error(&e, "loading the L3-miss program")))?;
+        let ncpus = libbpf_rs::num_possible_cpus().context("counting possible CPUs")?;
+        Ok(L3missProbe { skel, sampler: None, ncpus })
+    }
+
+    /// Attach the program to a sampling event on every CPU. `stopped`: leave it disabled
+    /// (windows start it).
+    pub fn attach_sampler(&mut self, attr: sys::bindings::perf_event_attr, label: String, stopped: bool) -> Result<String> {
+        let sampler = MissSampler::open(&self.skel.progs.l3miss_sample, attr, label, stopped)?;
+        let desc = format!("{} on {} CPUs", sampler.label, sampler.cpus);
+        self.sampler = Some(sampler);
+        Ok(desc)
+    }
+
+    pub fn has_sampler(&self) -> bool {
+        self.sampler.is_some()
+    }
+
+    /// CPUs the sampler runs on (one event each).
+    pub fn sampler_cpus(&self) -> Option<usize> {
+        self.sampler.as_ref().map(|s| s.cpus)
+    }
+
+    /// Why the sampler's throttling is not measured, when a sampler runs and it is not.
+    pub fn throttle_unavailable(&self) -> Option<String> {
+        self.sampler.as_ref().and_then(|s| s.throttle_unavailable()).map(str::to_string)
+    }
+
+    /// A window's join began at `start_ns` (CLOCK_MONOTONIC): what it keeps from then on is
+    /// current; `generation` retires the CPU contexts of earlier windows.
+    pub fn set_window(&mut self, start_ns: u64, generation: u32) -> Result<()> {
+        let Some(bss) = self.skel.maps.bss_data.as_deref_mut() else {
+            bail!("l3miss BPF object has no writable data section (build problem)");
+        };
+        // SAFETY: plain integers in the object's mmapped .bss, read by the program as volatile;
+        // the sampler is stopped while they change, and the fence orders them for it.
+        unsafe {
+            std::ptr::addr_of_mut!(bss.join_window_start).write_volatile(start_ns);
+            std::ptr::addr_of_mut!(bss.join_generation).write_volatile(generation);
+        }
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+        Ok(())
+    }
+
+    /// Start or stop the sampler.
+    pub fn set_sampling(&self, on: bool) -> Result<()> {
+        match &self.sampler {
+            Some(s) => s.set_enabled(on),
+            None => Ok(()),
+        }
+    }
+
+    /// (by address join, by CPU context) summed over the per-CPU copies.
+    fn sum_counts(&self, per_cpu: &[Vec<u8>]) -> (u64, u64) {
+        per_cpu.iter().take(self.ncpus).fold((0, 0), |(a, c), raw| {
+            let mut v = pl_miss_count::default();
+            match plain::copy_from_bytes(&mut v, raw) {
+                Ok(()) => (a + v.addr_join, c + v.cpu_ctx),
+                Err(_) => (a, c),
+            }
+        })
+    }
+
+    /// Cumulative L3-miss sample counts (the buffer map's own counts are pktlife's); flows and
+    /// regions only when `with_flows`.
+    pub fn read_misses(&self, with_flows: bool) -> Result<MissSnapshot> {
+        use pl_miss_counter as C;
+        let mut m = MissSnapshot { age_hist: vec![0; NBUCKETS], ..Default::default() };
+        let tot = self.skel.maps.miss_totals.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
+        let mut no_flow = 0;
+        for raw in tot.iter().take(self.ncpus) {
+            let mut t = pl_miss_totals::default();
+            if plain::copy_from_bytes(&mut t, raw).is_err() {
+                continue;
+            }
+            let c = |k: C| t.c[k.0 as usize];
+            m.samples += c(C::PLM_SAMPLES);
+            m.on_packet_buffers += c(C::PLM_ON_PACKET);
+            m.other_addr += c(C::PLM_OTHER_ADDR);
+            m.no_addr += c(C::PLM_NO_ADDR);
+            m.ctx_charged += c(C::PLM_CTX_CHARGED);
+            m.uncharged += c(C::PLM_UNCHARGED);
+            m.buf.copy_linear_joined += c(C::PLM_COPY_LINEAR_JOINED);
+            m.buf.copy_frag_joined += c(C::PLM_COPY_FRAG_JOINED);
+            m.out_of_subset += c(C::PLM_OUT_OF_SUBSET);
+            no_flow += c(C::PLM_NO_FLOW);
+            m.queue_clamped += c(C::PLM_QUEUE_CLAMPED);
+            m.before_window += c(C::PLM_BEFORE_WINDOW);
+            for (i, v) in t.age_hist.iter().enumerate() {
+                m.age_hist[i] += v;
+            }
+        }
+        m.no_flow = Some(no_flow);
+        if let Some(s) = &self.sampler {
+            m.throttle = s.throttling(crate::sys::monotonic_ns()).ok();
+        }
+        let max_queues = super::qcount::MAX_QUEUES;
+        for idx in 0..(2 * max_queues) {
+            let vals = self.skel.maps.miss_queues.lookup_percpu(&idx.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
+            let (a, c) = self.sum_counts(&vals);
+            if a + c > 0 {
+                let dir = if idx < max_queues { Dir::Rx } else { Dir::Tx };
+                m.queues.push((dir, idx % max_queues, a, c));
+            }
+        }
+        if with_flows {
+            let map = &self.skel.maps.miss_flows;
+            for key in map.keys() {
+                let Some(vals) = map.lookup_percpu(&key, MapFlags::ANY)? else { continue };
+                let mut k = pl_flow_key::default();
+                if plain::copy_from_bytes(&mut k, &key).is_err() {
+                    continue;
+                }
+                let Some(fk) = super::flow_key_of(k.family, k.proto, k.dir, &k.saddr, k.sport, &k.daddr, k.dport) else {
+                    continue;
+                };
+                let (a, c) = self.sum_counts(&vals);
+                if a + c > 0 {
+                    m.flows.push((fk, a, c));
+                }
+            }
+            let map = &self.skel.maps.miss_regions;
+            for key in map.keys() {
+                let Some(vals) = map.lookup_percpu(&key, MapFlags::ANY)? else { continue };
+                let n: u64 = vals
+                    .iter()
+                    .take(self.ncpus)
+                    .map(|v| v.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_ne_bytes).unwrap_or(0))
+                    .sum();
+                let region = key.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_ne_bytes).unwrap_or(0);
+                m.regions.push((region, n));
+            }
+            m.regions.sort_by_key(|r| std::cmp::Reverse(r.1));
+            m.regions.truncate(32);
+        }
+        Ok(m)
+    }
+
+    pub fn prog_ids(&self) -> Vec<u32> {
+        self.skel.object().progs().filter_map(|p| super::loaded_prog_id(&p)).collect()
+    }
+}
+
+impl Drop for L3missProbe {
+    fn drop(&mut self) {
+        // The sampler's links refer to the program: drop them first.
+        self.sampler.take();
     }
 }
 

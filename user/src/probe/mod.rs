@@ -4,6 +4,7 @@ pub mod floor;
 pub mod l3miss;
 pub mod memlayout;
 pub mod pktlife;
+pub mod qcount;
 pub mod throttle;
 
 use libbpf_rs::AsRawLibbpf;
@@ -16,6 +17,16 @@ pub mod skel {
     include!(concat!(env!("OUT_DIR"), "/pktlife.skel.rs"));
 }
 
+pub mod l3miss_skel {
+    #![allow(clippy::all, dead_code, non_camel_case_types, non_snake_case, non_upper_case_globals, unused)]
+    include!(concat!(env!("OUT_DIR"), "/l3miss.skel.rs"));
+}
+
+pub mod qcount_skel {
+    #![allow(clippy::all, dead_code, non_camel_case_types, non_snake_case, non_upper_case_globals, unused)]
+    include!(concat!(env!("OUT_DIR"), "/qcount.skel.rs"));
+}
+
 pub mod feature_skel {
     #![allow(clippy::all, dead_code, non_camel_case_types, non_snake_case, non_upper_case_globals, unused)]
     include!(concat!(env!("OUT_DIR"), "/features.skel.rs"));
@@ -24,6 +35,38 @@ pub mod feature_skel {
 pub mod floor_skel {
     #![allow(clippy::all, dead_code, non_camel_case_types, non_snake_case, non_upper_case_globals, unused)]
     include!(concat!(env!("OUT_DIR"), "/floor.skel.rs"));
+}
+
+/// A flow key as the probes store it (struct pl_flow_key in bpf/common.h, field by field:
+/// each skeleton generates its own copy of the type).
+pub(crate) fn flow_key_of(
+    family: u8,
+    proto: u8,
+    dir: u8,
+    saddr: &[u8; 16],
+    sport: u16,
+    daddr: &[u8; 16],
+    dport: u16,
+) -> Option<crate::snapshot::FlowKey> {
+    use std::net::{Ipv4Addr, Ipv6Addr};
+    let addr = |raw: &[u8; 16]| match family {
+        4 => Some(Ipv4Addr::new(raw[0], raw[1], raw[2], raw[3]).to_string()),
+        6 => Some(Ipv6Addr::from(*raw).to_string()),
+        _ => None,
+    };
+    let proto = match proto {
+        6 => "tcp",
+        17 => "udp",
+        _ => return None,
+    };
+    Some(crate::snapshot::FlowKey {
+        dir: crate::snapshot::Dir::from_u8(dir),
+        proto: proto.to_string(),
+        src: addr(saddr)?,
+        sport,
+        dst: addr(daddr)?,
+        dport,
+    })
 }
 
 /// The kernel's id of a loaded program (None if it is not loaded).

@@ -64,6 +64,29 @@ pub struct RecordingMeta {
     /// Each tracepoint and the flavour it attached as (`probe::HookStatus`), as recorded.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hooks: Option<serde_json::Value>,
+    /// How much detail ran beyond tier 0's exact counts (None: before tiers; all of it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<crate::session::DetailMode>,
+    /// Where tier 0's RX counts came from (tcx or the hand-up tracepoints).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rx_counts: Option<crate::probe::qcount::RxSource>,
+    /// Tier 0's hooks and how each attached.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tier0_hooks: Option<Vec<crate::probe::qcount::Tier0Hook>>,
+    /// Flows from 1 in this many skbs (1: exact; None: before sampled flows, exact).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flow_sample: Option<u32>,
+    /// The detail windows (`--detail windows`; None: the detail hooks ran all the time).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window_cycle_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window_duty: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window_warmup_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window_drain_ms: Option<f64>,
     /// The counter platform in words, e.g. "SPR (Sapphire Rapids), …" or "unsupported: …".
     #[serde(deserialize_with = "text", skip_serializing_if = "Option::is_none")]
     pub platform: Option<String>,

@@ -21,12 +21,14 @@ CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE intervals (
     idx INTEGER PRIMARY KEY, t_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL,
     sampled INTEGER NOT NULL, lost INTEGER NOT NULL, received INTEGER NOT NULL,
-    state_evicted INTEGER NOT NULL, queue_clamped INTEGER NOT NULL, state_stale INTEGER NOT NULL DEFAULT 0);
+    state_evicted INTEGER NOT NULL, queue_clamped INTEGER NOT NULL, state_stale INTEGER NOT NULL DEFAULT 0,
+    detail_ns INTEGER);
 CREATE TABLE queue_intervals (
     interval INTEGER NOT NULL, dir TEXT NOT NULL, queue INTEGER NOT NULL,
     packets INTEGER NOT NULL, bytes INTEGER NOT NULL,
     napi_polls INTEGER NOT NULL, napi_work INTEGER NOT NULL, napi_budget_exhausted INTEGER NOT NULL,
     copies INTEGER NOT NULL, frees INTEGER NOT NULL, drops INTEGER NOT NULL,
+    handups INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (interval, dir, queue));
 CREATE TABLE stage_stats (
     interval INTEGER NOT NULL, dir TEXT NOT NULL, queue INTEGER NOT NULL, stage TEXT NOT NULL,
@@ -44,6 +46,7 @@ CREATE TABLE flows (
     dst TEXT NOT NULL, dport INTEGER NOT NULL, queue INTEGER NOT NULL,
     packets INTEGER NOT NULL, bytes INTEGER NOT NULL, payload_bytes INTEGER NOT NULL,
     first_ns INTEGER NOT NULL, last_ns INTEGER NOT NULL,
+    samples INTEGER, bytes_sq INTEGER,
     PRIMARY KEY (dir, proto, src, sport, dst, dport));
 CREATE TABLE samples (
     interval INTEGER NOT NULL, dir TEXT NOT NULL, queue INTEGER NOT NULL, cpu INTEGER NOT NULL,

@@ -69,17 +69,26 @@ impl Recording {
         }
         let meta = RecordingMeta::from_rows(&meta);
 
+        let table_exists = |name: &str| -> bool {
+            conn.query_row("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?1", [name], |_| Ok(()))
+                .is_ok()
+        };
+        let column_exists = |table: &str, column: &str| -> bool {
+            conn.query_row("SELECT 1 FROM pragma_table_info(?1) WHERE name=?2", [table, column], |_| Ok(())).is_ok()
+        };
         // Recordings from before state_stale existed read it as 0.
         let has_stale = conn
             .prepare("SELECT state_stale FROM intervals LIMIT 0")
             .is_ok();
         let stale_col = if has_stale { "state_stale" } else { "0" };
+        // Nor detail_ns, from before detail windows: the hooks ran all the time (NULL).
+        let detail_col = if column_exists("intervals", "detail_ns") { "detail_ns" } else { "NULL" };
         let mut snaps: Vec<Snapshot> = Vec::new();
         let mut by_idx: HashMap<u64, usize> = HashMap::new();
         {
             let mut st = conn
                 .prepare(&format!(
-                    "SELECT idx,t_ns,dur_ns,sampled,lost,received,state_evicted,queue_clamped,{stale_col} FROM intervals ORDER BY idx"
+                    "SELECT idx,t_ns,dur_ns,sampled,lost,received,state_evicted,queue_clamped,{stale_col},{detail_col} FROM intervals ORDER BY idx"
                 ))
                 .map_err(corrupt)?;
             let rows = st
@@ -96,6 +105,7 @@ impl Recording {
                             queue_clamped: r.get::<_, i64>(7)? as u64,
                             state_stale: r.get::<_, i64>(8)? as u64,
                         },
+                        detail_ns: r.get::<_, Option<i64>>(9)?.map(|v| v as u64),
                         ..Default::default()
                     })
                 })
@@ -109,7 +119,10 @@ impl Recording {
         let mut queues: HashMap<(u64, Dir, u32), QueueCounters> = HashMap::new();
         {
             let mut st = conn
-                .prepare("SELECT interval,dir,queue,packets,bytes,napi_polls,napi_work,napi_budget_exhausted,copies,frees,drops FROM queue_intervals")
+                .prepare(&format!(
+                    "SELECT interval,dir,queue,packets,bytes,napi_polls,napi_work,napi_budget_exhausted,copies,frees,drops,{} FROM queue_intervals",
+                    if column_exists("queue_intervals", "handups") { "handups" } else { "0" }
+                ))
                 .map_err(corrupt)?;
             let mut rows = st.query([]).map_err(corrupt)?;
             while let Some(r) = rows.next().map_err(corrupt)? {
@@ -125,6 +138,7 @@ impl Recording {
                 q.copies = g(8)?;
                 q.frees = g(9)?;
                 q.drops = g(10)?;
+                q.handups = g(11)?;
                 queues.insert((g(0)?, dir, queue), q);
             }
         }
@@ -221,7 +235,10 @@ impl Recording {
         let mut flows = Vec::new();
         {
             let mut st = conn
-                .prepare("SELECT dir,proto,src,sport,dst,dport,queue,packets,bytes,payload_bytes,first_ns,last_ns FROM flows")
+                .prepare(&format!(
+                    "SELECT dir,proto,src,sport,dst,dport,queue,packets,bytes,payload_bytes,first_ns,last_ns,{} FROM flows",
+                    if column_exists("flows", "samples") { "samples,bytes_sq" } else { "NULL,NULL" }
+                ))
                 .map_err(corrupt)?;
             let mut rows = st.query([]).map_err(corrupt)?;
             while let Some(r) = rows.next().map_err(corrupt)? {
@@ -241,6 +258,8 @@ impl Recording {
                     payload_bytes: r.get::<_, i64>(9).map_err(corrupt)? as u64,
                     first_ns: r.get::<_, i64>(10).map_err(corrupt)? as u64,
                     last_ns: r.get::<_, i64>(11).map_err(corrupt)? as u64,
+                    samples: r.get::<_, Option<i64>>(12).map_err(corrupt)?.map(|v| v as u64),
+                    bytes_sq: r.get::<_, Option<i64>>(13).map_err(corrupt)?.map(|v| v as u64),
                 });
             }
         }
@@ -280,13 +299,6 @@ impl Recording {
             }
         }
         // L3-miss samples: per-interval rows into each Snapshot; cumulative flows and regions into the last.
-        let table_exists = |name: &str| -> bool {
-            conn.query_row("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?1", [name], |_| Ok(()))
-                .is_ok()
-        };
-        let column_exists = |table: &str, column: &str| -> bool {
-            conn.query_row("SELECT 1 FROM pragma_table_info(?1) WHERE name=?2", [table, column], |_| Ok(())).is_ok()
-        };
         if table_exists("miss_intervals") {
             // Recordings from before page sampling have no out_of_subset column: nothing was out.
             let out_of_subset = if column_exists("miss_intervals", "out_of_subset") { "out_of_subset" } else { "0" };

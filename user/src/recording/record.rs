@@ -11,7 +11,7 @@ use super::meta::{StoppedBy, FORMAT};
 use super::writer::CounterRow;
 use super::{RecordingMeta, Writer};
 use crate::probe::features::HookChoice;
-use crate::session::{windows, MissArgs, Session, SessionArgs, SessionOptions};
+use crate::session::{windows, DetailArgs, DetailMode, MissArgs, Session, SessionArgs, SessionOptions};
 use crate::snapshot::{Dir, EventCounters, Snapshot};
 use crate::sys::{monotonic_ns, progress_line, stop_flag};
 
@@ -32,12 +32,13 @@ pub struct RecordArgs {
     /// Snapshot interval in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 100)]
     pub interval: u64,
+    #[command(flatten)]
+    pub detail: DetailArgs,
     /// Send 1 in N packets' full life records to userspace (0 disables sampling).
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub sample: u32,
-    /// Measure stage latencies on 1 in N packets (1: every packet). Counts,
-    /// bytes and flows always cover every packet; this trades histogram
-    /// density for per-packet cost.
+    /// Measure stage latencies on 1 in N packets the detail hooks see (1: every packet).
+    /// Counts always cover every packet; this trades histogram density for per-packet cost.
     #[arg(long, value_name = "N", default_value_t = crate::probe::pktlife::DEFAULT_STAGE_EVERY, value_parser = clap::value_parser!(u32).range(1..))]
     pub stage_sample: u32,
     /// Print progress as JSON lines on stdout (first line once the probes are attached).
@@ -65,6 +66,7 @@ impl RecordArgs {
             sample_every: self.sample,
             stage_every: self.stage_sample,
             miss: self.miss.clone(),
+            detail: self.detail.clone(),
             flow_every: (1000 / self.interval.max(1)).max(1),
             hooks: self.hooks,
         }
@@ -121,7 +123,7 @@ pub fn record(args: &RecordArgs) -> Result<RecordSummary> {
     // Signals first, so a Ctrl-C during attach still detaches cleanly.
     let stop = stop_flag()?;
     let mut live = Session::start(&opts, features, iface)?;
-    session_meta(&live, args)?.write(&writer)?;
+    session_meta(&live)?.write(&writer)?;
 
     let mut progress = Progress::new(args);
     progress.started(&live, args);
@@ -163,22 +165,33 @@ pub fn record(args: &RecordArgs) -> Result<RecordSummary> {
 }
 
 /// What the session found and opened, once it is attached.
-fn session_meta(live: &Session, args: &RecordArgs) -> Result<RecordingMeta> {
-    let probe = &live.probe;
-    let windowed = probe.has_miss_sampler() && args.miss.duty() > 1;
+fn session_meta(live: &Session) -> Result<RecordingMeta> {
+    let windowed = live.detail_mode == DetailMode::Windows;
     let (cycle, spans) = if windowed {
-        let cycle = windows::cycle(Duration::from_millis(args.interval));
-        (Some(cycle), Some(windows::spans(cycle, args.miss.duty())))
+        let cycle = windows::cycle(Duration::from_millis(live.interval_ms()));
+        (Some(cycle), Some(windows::spans(cycle, live.duty)))
     } else {
         (None, None)
     };
+    let attributing = windowed && live.has_miss_sampler();
     // Whole microseconds: the windows are drawn no finer.
     let ms = |d: Duration| (d.as_secs_f64() * 1e6).round() / 1e3;
+    let hooks: &[crate::probe::pktlife::AttachedHook] = live.detail.as_ref().map_or(&[], |d| d.hooks.as_slice());
+    let l3 = live.l3.as_ref();
     Ok(RecordingMeta {
         host: Some(live.host.clone()),
         // LLC from sysfs and IIO LLC WAYS from MSR 0xC8B (read only), as the model will use them.
         geometry: crate::model::geometry::LlcGeometry::detect(std::path::Path::new("/sys"), std::path::Path::new("/dev"), 0).ok(),
-        hooks: Some(serde_json::to_value(&probe.hooks)?),
+        hooks: Some(serde_json::to_value(hooks)?),
+        detail: Some(live.detail_mode),
+        rx_counts: Some(live.tier0.rx_source),
+        tier0_hooks: Some(live.tier0.hooks.clone()),
+        flow_sample: Some(live.flow_sample),
+        window_cycle_ms: cycle.map(|c| c.as_millis() as f64),
+        window_duty: windowed.then_some(live.duty),
+        window_ms: spans.map(|s| ms(s.window)),
+        window_warmup_ms: spans.map(|s| ms(s.warmup)),
+        window_drain_ms: spans.map(|s| ms(s.drain)),
         platform: Some(live.platform.describe()),
         platform_detection: Some(live.platform.clone()),
         counters_source: Some(live.counters_source),
@@ -188,16 +201,21 @@ fn session_meta(live: &Session, args: &RecordArgs) -> Result<RecordingMeta> {
         miss_stand_in: Some(live.miss_sampling.is_stand_in()),
         // The period the sampler runs at: inside windows, the one asked for over the duty.
         miss_period: Some(live.miss_period),
-        join_sample: Some(args.miss.join_sample as u64),
-        miss_cycle_ms: cycle.map(|c| c.as_millis() as f64),
-        miss_duty: windowed.then(|| args.miss.duty() as u64),
-        miss_window_ms: spans.map(|(sampling, _)| ms(sampling)),
-        miss_warmup_ms: spans.map(|(_, warmup)| ms(warmup)),
+        join_sample: Some(live.join_sample as u64),
+        // The attribution's windows are the detail windows (the keys readers of attribution know).
+        miss_cycle_ms: cycle.filter(|_| attributing).map(|c| c.as_millis() as f64),
+        miss_duty: attributing.then_some(live.duty as u64),
+        miss_window_ms: spans.filter(|_| attributing).map(|s| ms(s.window)),
+        miss_warmup_ms: spans.filter(|_| attributing).map(|s| ms(s.warmup)),
         buffer_join: Some(live.buffer_join.clone()),
-        miss_throttle: probe.miss_throttle_unavailable().map(|why| format!("not measured: {why}")),
-        miss_sampler_cpus: probe.miss_sampler_cpus().map(|n| n as u64),
-        buf_pages_capacity: probe.has_miss_sampler().then(|| probe.buf_pages_capacity() as u64),
-        prog_ids: Some(probe.prog_ids()),
+        miss_throttle: l3.and_then(|l| l.throttle_unavailable()).map(|why| format!("not measured: {why}")),
+        miss_sampler_cpus: l3.and_then(|l| l.sampler_cpus()).map(|n| n as u64),
+        buf_pages_capacity: live
+            .detail
+            .as_ref()
+            .filter(|_| live.has_miss_sampler())
+            .map(|d| d.buf_pages_capacity() as u64),
+        prog_ids: Some(live.prog_ids()),
         start_ns: Some(live.start_ns),
         start_unix_ms: Some(SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)),
         ..Default::default()
@@ -276,18 +294,23 @@ impl Progress {
     }
 
     fn started(&self, live: &Session, args: &RecordArgs) {
-        let attached = live.probe.hooks.iter().filter(|h| h.flavor.is_some()).count();
+        let detail_hooks = live.detail.as_ref().map_or(0, |d| d.hooks.iter().filter(|h| h.flavor.is_some()).count());
+        let attached = detail_hooks + live.tier0.hooks.iter().filter(|h| h.error.is_none()).count();
         let iface = &live.iface;
         if self.json {
+            let mut progs = live.tier0.loaded_progs();
+            if let Some(d) = &live.detail {
+                progs.extend(d.loaded_progs());
+            }
             progress_line(serde_json::json!({"event": "attached", "iface": iface.name, "ifindex": iface.ifindex,
-                "hooks": attached, "output": args.output.display().to_string(), "prog_ids": live.probe.prog_ids(),
-                "progs": live.probe.attached_progs()}));
+                "hooks": attached, "output": args.output.display().to_string(), "prog_ids": live.prog_ids(),
+                "progs": progs, "detail": live.detail_mode.as_str(), "rx_counts": live.tier0.rx_source.as_str()}));
             return;
         }
-        let windows = if live.probe.has_miss_sampler() && args.miss.duty() > 1 {
-            format!(", attribution in windows of 1/{} of the time", args.miss.duty())
-        } else {
-            String::new()
+        let windows = match live.detail_mode {
+            DetailMode::Windows => format!(", detail in windows of 1/{} of the time", live.duty),
+            DetailMode::Full => ", full detail".to_string(),
+            DetailMode::Counts => ", counts only".to_string(),
         };
         eprintln!(
             "recording {}{} ({} hooks, counters: {}{windows}) into {}{}; Ctrl-C to stop",

@@ -171,8 +171,8 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
     let i = s.index as i64;
     let e = &s.events;
     tx.execute(
-        "INSERT INTO intervals(idx,t_ns,dur_ns,sampled,lost,received,state_evicted,queue_clamped,state_stale)
-         VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)",
+        "INSERT INTO intervals(idx,t_ns,dur_ns,sampled,lost,received,state_evicted,queue_clamped,state_stale,detail_ns)
+         VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)",
         params![
             i,
             s.t_ns as i64,
@@ -182,12 +182,13 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
             e.received as i64,
             e.state_evicted as i64,
             e.queue_clamped as i64,
-            e.state_stale as i64
+            e.state_stale as i64,
+            s.detail_ns.map(|v| v as i64)
         ],
     )?;
     let mut q_st = tx.prepare_cached(
         "INSERT INTO queue_intervals(interval,dir,queue,packets,bytes,napi_polls,napi_work,
-         napi_budget_exhausted,copies,frees,drops) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)",
+         napi_budget_exhausted,copies,frees,drops,handups) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)",
     )?;
     let mut ss_st = tx.prepare_cached(
         "INSERT INTO stage_stats(interval,dir,queue,stage,count,sum_ns,max_ns) VALUES (?1,?2,?3,?4,?5,?6,?7)",
@@ -209,7 +210,8 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
             q.napi_budget_exhausted as i64,
             q.copies as i64,
             q.frees as i64,
-            q.drops as i64
+            q.drops as i64,
+            q.handups as i64
         ])?;
         for (st, name) in q.dir.stage_names().into_iter().enumerate() {
             if q.stage_count[st] == 0 {
@@ -265,8 +267,8 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
         ])?;
     }
     let mut f_st = tx.prepare_cached(
-        "INSERT OR REPLACE INTO flows(dir,proto,src,sport,dst,dport,queue,packets,bytes,payload_bytes,first_ns,last_ns)
-         VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)",
+        "INSERT OR REPLACE INTO flows(dir,proto,src,sport,dst,dport,queue,packets,bytes,payload_bytes,first_ns,last_ns,
+         samples,bytes_sq) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14)",
     )?;
     for f in &s.flows {
         let k = &f.key;
@@ -282,7 +284,10 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
             f.bytes as i64,
             f.payload_bytes as i64,
             f.first_ns as i64,
-            f.last_ns as i64
+            f.last_ns as i64,
+            f.samples.map(|v| v as i64),
+            // SQLite integers are signed 64-bit: a sum of squares past that is capped.
+            f.bytes_sq.map(|v| v.min(i64::MAX as u64) as i64)
         ])?;
     }
     if let Some(m) = &s.misses {

@@ -1,6 +1,7 @@
-//! The live Snapshot stream: resolve the interface, attach the probes and the
-//! counter sampler, and produce one Snapshot per interval. `record`, `top` and
-//! `serve` all consume it, so what they show is one code path.
+//! The live Snapshot stream: resolve the interface, attach the probes (tier 0 always, the
+//! detail hooks in windows or for the whole run) and the counter sampler, and produce one
+//! Snapshot per interval. `record`, `top` and `serve` all consume it, so what they show is
+//! one code path.
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -13,8 +14,11 @@ use crate::probe::features::HookChoice;
 use crate::probe::l3miss::MissSource;
 use crate::sys::{is_root, monotonic_ns};
 use crate::probe::features::Features;
-use crate::probe::pktlife::{rx_queue_offset_for_driver, PktlifeProbe, ProbeConfig};
-use crate::snapshot::{EventCounters, QueueCounters, Snapshot};
+use crate::probe::l3miss::L3missProbe;
+use crate::probe::pktlife::{rx_queue_offset_for_driver, PktlifeProbe, ProbeConfig, StageCounts};
+use crate::probe::qcount::{QcountConfig, QcountProbe, QueueCounts, RxChoice};
+use crate::probe::qcount_skel::types::qc_counter;
+use crate::snapshot::{Dir, EventCounters, FlowCounters, QueueCounters, Snapshot};
 use crate::topology::{self, HostInfo, IfaceInfo};
 
 pub mod windows;
@@ -37,6 +41,70 @@ pub struct SessionArgs {
     pub verbose: bool,
 }
 
+/// How much per-packet detail a live session takes, beyond tier 0's exact counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DetailMode {
+    /// Tier 0 only: exact per-queue counts and sampled flows (no stages, records or attribution).
+    Counts,
+    /// Tier 1: stages, packet records, the buffer map and the L3-miss sampler in sampled
+    /// windows (`--duty`), on top of tier 0.
+    #[default]
+    Windows,
+    /// Tier 2: every detail hook for the whole run, flows counted exactly: for short deep dives.
+    Full,
+}
+
+impl DetailMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DetailMode::Counts => "counts",
+            DetailMode::Windows => "windows",
+            DetailMode::Full => "full",
+        }
+    }
+}
+
+/// How much detail `record` takes beyond the exact counts, and how flows are counted.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DetailArgs {
+    /// Per-packet detail beyond the exact counts: counts (tier 0 alone), windows (stages,
+    /// packet records and attribution in sampled windows, see --duty), or full (every
+    /// detail hook for the whole run, flows exact; for short deep dives).
+    #[arg(long = "detail", value_enum, default_value = "windows")]
+    pub mode: DetailMode,
+    /// With --detail windows: the detail hooks and the L3-miss sampler run 1/N of each
+    /// second (one window at a random place, after a warm-up and before a drain of up to
+    /// 10 ms each), the sampler at N times its rate inside, so the sample count stays about
+    /// the same. 1: always on.
+    #[arg(long, value_name = "N", default_value_t = windows::DEFAULT_DUTY,
+          value_parser = clap::value_parser!(u32).range(1..=windows::MAX_DUTY as i64))]
+    pub duty: u32,
+    /// Flows from 1 in N skbs (sFlow-style, each estimate with its error bound); 1: count
+    /// every skb. Default: 16, or 1 with --detail full.
+    #[arg(long, value_name = "N")]
+    pub flow_sample: Option<u32>,
+    /// Where the exact RX counts come from: auto (a tcx program on the device, which sees
+    /// its frames only, after GRO; else the driver hand-up tracepoints), tcx, handup.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub rx_counts: RxChoice,
+}
+
+impl DetailArgs {
+    /// The surfaces' detail (top, serve): the default windows and flow sampling.
+    pub fn surface() -> DetailArgs {
+        DetailArgs { mode: DetailMode::Windows, duty: windows::DEFAULT_DUTY, flow_sample: None, rx_counts: RxChoice::Auto }
+    }
+
+    /// Flows from 1 in this many skbs.
+    pub fn flow_sample(&self) -> u32 {
+        self.flow_sample.unwrap_or(match self.mode {
+            DetailMode::Full => 1,
+            _ => crate::probe::qcount::DEFAULT_FLOW_EVERY,
+        })
+    }
+}
+
 /// L3-miss sampling for attribution, as `record` is asked for it.
 #[derive(Debug, Clone, clap::Args)]
 pub struct MissArgs {
@@ -56,13 +124,8 @@ pub struct MissArgs {
     /// come from the sampled pages (estimates scaled by N).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = parse_join_sample)]
     pub join_sample: u32,
-    /// Attribution in windows: the buffer join, CPU context and sampler run for 1/N of
-    /// each second (plus a warm-up of up to 10 ms), at a random place, with the sample
-    /// period divided by N inside, so per-packet cost falls about N-fold and the sample
-    /// count stays the same. Miss counts then extrapolate from the windows; buffers handed
-    /// up before a window and read in it keep an earlier owner and no age (counted).
-    /// 1: always on. Default: 16 with PEBS, 1 with a software stand-in.
-    #[arg(long = "miss-duty", value_name = "N", value_parser = clap::value_parser!(u32).range(1..=windows::MAX_DUTY as i64))]
+    /// Former name of --duty (the attribution's windows are the detail windows).
+    #[arg(long = "miss-duty", value_name = "N", hide = true, value_parser = clap::value_parser!(u32).range(1..=windows::MAX_DUTY as i64))]
     pub duty: Option<u32>,
     /// Size of the in-kernel L3-miss flow map (default 4096): tests shrink it to check
     /// that charges lost to its evictions are counted.
@@ -73,7 +136,7 @@ pub struct MissArgs {
 impl MissArgs {
     /// No sampler: the live surfaces (attribution belongs to recordings).
     pub fn off() -> MissArgs {
-        MissArgs { source: MissSource::Off, period: None, join_sample: 1, duty: Some(1), flow_slots: None }
+        MissArgs { source: MissSource::Off, period: None, join_sample: 1, duty: None, flow_slots: None }
     }
 
     /// The period asked for, else the source's default.
@@ -83,11 +146,6 @@ impl MissArgs {
             MissSource::SoftwareFaults => 1,
             MissSource::Auto | MissSource::Pebs | MissSource::Off => 2000,
         })
-    }
-
-    /// The duty asked for, else the source's default (`windows::default_duty`).
-    pub fn duty(&self) -> u32 {
-        self.duty.unwrap_or(windows::default_duty(self.source))
     }
 }
 
@@ -111,6 +169,7 @@ pub struct SessionOptions {
     /// Time stage latencies on 1 in N packets.
     pub stage_every: u32,
     pub miss: MissArgs,
+    pub detail: DetailArgs,
     /// Flows are read from the kernel every this many intervals (and on the last).
     pub flow_every: u64,
     /// Hook flavour: auto (tp_btf where the kernel allows, else raw_tp) or forced.
@@ -118,9 +177,14 @@ pub struct SessionOptions {
 }
 
 impl SessionOptions {
-    /// A live surface (top, serve): aggregates only, so no per-packet records
-    /// cross to userspace, stage latencies on the default share of packets, and no L3-miss
-    /// sampler (attribution belongs to recordings).
+    /// The duty the detail windows run at (the former `--miss-duty` wins when given).
+    pub fn duty(&self) -> u32 {
+        self.miss.duty.unwrap_or(self.detail.duty)
+    }
+
+    /// A live surface (top, serve): tier 0 and the default windows, aggregates only, so no
+    /// per-packet records cross to userspace, stage latencies on the default share of
+    /// packets, and no L3-miss sampler (attribution belongs to recordings).
     pub fn surface(args: &SessionArgs, interval_ms: u64, flow_every: u64) -> SessionOptions {
         SessionOptions {
             args: args.clone(),
@@ -128,6 +192,7 @@ impl SessionOptions {
             sample_every: 0,
             stage_every: crate::probe::pktlife::DEFAULT_STAGE_EVERY,
             miss: MissArgs::off(),
+            detail: DetailArgs::surface(),
             flow_every,
             hooks: HookChoice::Auto,
         }
@@ -180,13 +245,24 @@ impl std::fmt::Display for MissSampling {
     }
 }
 
-/// A live session: the probes attached to one interface, the counter sampler, and the
-/// state that turns their cumulative counts into one Snapshot per interval.
+/// A live session: tier 0 and the detail probes attached to one interface, the counter
+/// sampler, and the state that turns their cumulative counts into one Snapshot per interval.
 pub struct Session {
     pub iface: IfaceInfo,
     pub host: HostInfo,
     pub features: Features,
-    pub probe: PktlifeProbe,
+    /// Tier 0: exact counts, sampled flows.
+    pub tier0: QcountProbe,
+    /// The detail hooks (None with `--detail counts`).
+    pub detail: Option<PktlifeProbe>,
+    /// The L3-miss sample program and its sampler (None without a sampler).
+    pub l3: Option<L3missProbe>,
+    pub detail_mode: DetailMode,
+    /// The duty the detail hooks run at (1: always).
+    pub duty: u32,
+    /// Address join on 1 in N buffer pages.
+    pub join_sample: u32,
+    pub flow_sample: u32,
     /// Which uncore event table the host takes, or why none.
     pub platform: counters::Detection,
     pub counters_source: CounterSource,
@@ -202,13 +278,14 @@ pub struct Session {
     pub started: Instant,
     /// The sampler's period as opened (inside windows when attribution runs in them).
     pub miss_period: u64,
-    /// Attribution windows, when `miss_duty` > 1 and a sampler runs.
+    /// The detail windows, when they run 1/N of the time.
     windows: Option<WindowDriver>,
     sampler: Option<counters::Sampler>,
     interval: Duration,
     flow_every: u64,
     index: u64,
-    prev_q: Vec<QueueCounters>,
+    prev_q: Vec<(Dir, u32, QueueCounts)>,
+    prev_s: Vec<(Dir, u32, StageCounts)>,
     prev_e: EventCounters,
     prev_t: u64,
     prev_m: crate::snapshot::MissSnapshot,
@@ -219,6 +296,13 @@ impl Session {
     pub fn preflight(opts: &SessionOptions) -> Result<(Features, IfaceInfo)> {
         if opts.interval_ms < 10 {
             bail!("--interval must be at least 10 ms");
+        }
+        if opts.duty() == 0 || opts.duty() > windows::MAX_DUTY {
+            bail!("--duty must be from 1 to {}, not {}", windows::MAX_DUTY, opts.duty());
+        }
+        if opts.detail.mode == DetailMode::Counts && !matches!(opts.miss.source, MissSource::Auto | MissSource::Off)
+        {
+            bail!("--miss-sampling needs the detail hooks' buffer map: use --detail windows or full, not counts");
         }
         if !is_root() {
             bail!("ddioscope needs root to load BPF programs: run it with sudo");
@@ -235,15 +319,29 @@ impl Session {
     }
 
     pub fn start(opts: &SessionOptions, features: Features, iface: IfaceInfo) -> Result<Session> {
-        use crate::probe::l3miss::event_attr;
+        use crate::probe::l3miss::{event_attr, L3missConfig};
         let detection = counters::platform::detect_host();
         let platform = detection.platform();
-        let miss_duty = opts.miss.duty();
-        if miss_duty == 0 || miss_duty > windows::MAX_DUTY {
-            bail!("--miss-duty must be from 1 to {}, not {}", windows::MAX_DUTY, miss_duty);
-        }
-        let miss_period = windows::window_period(opts.miss.period(), miss_duty);
-        let miss_attr = event_attr(opts.miss.source, platform, miss_period, std::path::Path::new("/sys"))?;
+        let tier0 = QcountProbe::attach(
+            &QcountConfig {
+                ifindex: iface.ifindex,
+                netns_inode: iface.netns_inode,
+                netns_path: opts.args.netns.as_deref().map(|n| std::path::Path::new(topology::NETNS_RUN_DIR).join(n)),
+                rx_queue_offset: rx_queue_offset_for_driver(iface.driver.as_deref()),
+                link_hdr_len: iface.link_hdr_len(),
+                flow_every: opts.detail.flow_sample(),
+                rx: opts.detail.rx_counts,
+            },
+            &features,
+            opts.hooks,
+        )?;
+        // Windows of duty 1 are the whole run: full detail.
+        let windowed = opts.detail.mode == DetailMode::Windows && opts.duty() > 1;
+        let miss_period = windows::window_period(opts.miss.period(), if windowed { opts.duty() } else { 1 });
+        let miss_attr = match opts.detail.mode {
+            DetailMode::Counts => None,
+            _ => event_attr(opts.miss.source, platform, miss_period, std::path::Path::new("/sys"))?,
+        };
         // Frag pages need the page-to-address layout; without one, the join
         // covers linear data only and the recording says why.
         let layout = miss_attr.as_ref().map(|_| crate::probe::memlayout::resolve_live());
@@ -252,46 +350,57 @@ impl Session {
             Some(Ok(m)) => format!("linear data and page frags; page addresses: {}", m.source),
             Some(Err(why)) => why.clone(),
         };
-        let cfg = ProbeConfig {
-            ifindex: iface.ifindex,
-            netns_inode: iface.netns_inode,
-            sample_every: opts.sample_every,
-            stage_every: opts.stage_every,
-            track_flows: true,
-            rx_queue_offset: rx_queue_offset_for_driver(iface.driver.as_deref()),
-            join_buffers: miss_attr.is_some(),
-            mem_layout: layout.and_then(Result::ok),
-            copy_standin: opts.miss.source == MissSource::SoftwareCopy,
-            join_sample: opts.miss.join_sample,
-            miss_flow_slots: opts.miss.flow_slots,
+        let detail = match opts.detail.mode {
+            DetailMode::Counts => None,
+            _ => Some(PktlifeProbe::load(
+                &ProbeConfig {
+                    ifindex: iface.ifindex,
+                    netns_inode: iface.netns_inode,
+                    sample_every: opts.sample_every,
+                    stage_every: opts.stage_every,
+                    rx_queue_offset: rx_queue_offset_for_driver(iface.driver.as_deref()),
+                    join_buffers: miss_attr.is_some(),
+                    mem_layout: layout.and_then(Result::ok),
+                    copy_standin: opts.miss.source == MissSource::SoftwareCopy,
+                    join_sample: opts.miss.join_sample,
+                },
+                &features,
+                opts.hooks,
+                !windowed,
+            )?),
         };
-        let mut probe = PktlifeProbe::attach(&cfg, &features, opts.hooks)?;
-        let (miss_sampling, miss_label) = match miss_attr {
-            None => match opts.miss.source {
-                MissSource::Off => (MissSampling::Off, "off (--miss-sampling off)".to_string()),
+        let (l3, miss_sampling, miss_label) = match (miss_attr, detail.as_ref()) {
+            (Some((attr, label)), Some(d)) => {
+                let cfg = L3missConfig {
+                    join_sample: opts.miss.join_sample,
+                    copy_standin: opts.miss.source == MissSource::SoftwareCopy,
+                    flow_slots: opts.miss.flow_slots,
+                };
+                // In windows the sampler waits, disabled, for the first one.
+                match L3missProbe::load(&cfg, d).and_then(|mut l| l.attach_sampler(attr, label, windowed).map(|desc| (l, desc))) {
+                    Ok((l, desc)) => (Some(l), MissSampling::of(opts.miss.source), desc),
+                    Err(e) if opts.miss.source == MissSource::Auto => (None, MissSampling::Absent, format!("absent: {e:#}")),
+                    Err(e) => return Err(e),
+                }
+            }
+            _ => match (opts.detail.mode, opts.miss.source) {
+                (DetailMode::Counts, _) => (None, MissSampling::Off, "off (--detail counts)".to_string()),
+                (_, MissSource::Off) => (None, MissSampling::Off, "off (--miss-sampling off)".to_string()),
                 _ => (
+                    None,
                     MissSampling::Absent,
                     "absent: no PEBS L3-miss event on this host (no Intel core PMU); attribution is model/regression-only".to_string(),
                 ),
             },
-            // In windows the sampler waits, disabled, for the first one.
-            Some((attr, label)) => match probe.attach_miss_sampler(attr, label, miss_duty > 1) {
-                Ok(desc) => (MissSampling::of(opts.miss.source), desc),
-                Err(e) if opts.miss.source == MissSource::Auto => (MissSampling::Absent, format!("absent: {e:#}")),
-                Err(e) => return Err(e),
-            },
         };
-        let windows = if probe.has_miss_sampler() && miss_duty > 1 {
-            // Off until the first window: nothing kept, nothing sampled.
-            probe.set_attribution(false, false, None)?;
-            WindowDriver::new(windows::cycle(Duration::from_millis(opts.interval_ms)), miss_duty)
-        } else {
-            None
-        };
+        let windows = if windowed { WindowDriver::new(windows::cycle(Duration::from_millis(opts.interval_ms)), opts.duty()) } else { None };
         let (sampler, counters_source, counter_notes) = counters::open(opts.args.counters)?;
         if opts.args.verbose {
             for n in &counter_notes {
                 eprintln!("counters: {n}");
+            }
+            for h in &tier0.hooks {
+                eprintln!("tier 0: {} as {}{}", h.hook, h.attach, h.error.as_deref().map(|e| format!(" ({e})")).unwrap_or_default());
             }
         }
         let mut sampler = sampler;
@@ -301,11 +410,17 @@ impl Session {
             let _ = s.read();
         }
         let start_ns = monotonic_ns();
-        Ok(Session {
+        let mut live = Session {
             host: topology::host_live(),
             iface,
             features,
-            probe,
+            tier0,
+            detail,
+            l3,
+            detail_mode: if windowed || opts.detail.mode == DetailMode::Counts { opts.detail.mode } else { DetailMode::Full },
+            duty: if windowed { opts.duty() } else { 1 },
+            join_sample: opts.miss.join_sample,
+            flow_sample: opts.detail.flow_sample(),
             platform: detection,
             counters_source,
             counter_notes,
@@ -321,14 +436,38 @@ impl Session {
             flow_every: opts.flow_every.max(1),
             index: 0,
             prev_q: Vec::new(),
+            prev_s: Vec::new(),
             prev_e: EventCounters::default(),
             prev_t: start_ns,
             prev_m: Default::default(),
-        })
+        };
+        // Counts already made (between attach and now) belong to no interval either.
+        live.prev_q = live.tier0.read_queues()?;
+        Ok(live)
     }
 
     pub fn index(&self) -> u64 {
         self.index
+    }
+
+    pub fn interval_ms(&self) -> u64 {
+        self.interval.as_millis() as u64
+    }
+
+    /// Every BPF program this session loaded (for leak checks and bpf_stats).
+    pub fn prog_ids(&self) -> Vec<u32> {
+        let mut ids = self.tier0.prog_ids();
+        if let Some(d) = &self.detail {
+            ids.extend(d.prog_ids());
+        }
+        if let Some(l) = &self.l3 {
+            ids.extend(l.prog_ids());
+        }
+        ids
+    }
+
+    pub fn has_miss_sampler(&self) -> bool {
+        self.l3.as_ref().is_some_and(L3missProbe::has_sampler)
     }
 
     /// Wait (on the ring buffer's epoll, not a busy loop) until the next
@@ -343,9 +482,9 @@ impl Session {
         while !stop.load(Ordering::Relaxed) {
             let now = Instant::now();
             let mut wait = deadline.saturating_duration_since(now).min(Duration::from_millis(200));
-            if let Some(w) = self.windows.as_mut() {
+            if let (Some(w), Some(d)) = (self.windows.as_mut(), self.detail.as_mut()) {
                 let at = now.saturating_duration_since(self.started);
-                w.drive(&mut self.probe, at)?;
+                w.drive(d, self.l3.as_mut(), at)?;
                 if let Some(c) = w.next_change(at) {
                     wait = wait.min(c - at);
                 }
@@ -355,50 +494,82 @@ impl Session {
             }
             // Whole milliseconds: the ring's poll takes its timeout in ms, and a wait rounded
             // down to 0 would spin until a window's change.
-            self.probe.poll(Duration::from_millis(wait.as_micros().div_ceil(1000) as u64))?;
+            let wait = Duration::from_millis(wait.as_micros().div_ceil(1000) as u64);
+            match &self.detail {
+                Some(d) => d.poll(wait)?,
+                None => std::thread::sleep(wait),
+            }
         }
         let finishing = stop.load(Ordering::Relaxed) || end.is_some_and(|e| Instant::now() >= e);
 
         let t_ns = monotonic_ns();
-        let cur_q = self.probe.read_queues()?;
-        let mut cur_e = self.probe.read_events()?;
-        // The kernel wakes the ring's reader only once a quarter of it is
-        // full, so most of an interval's records are still in it here: count
-        // them as received once drained, like the records `sampled` counts.
-        let samples = self.probe.drain_samples();
-        cur_e.received = self.probe.received();
+        let cur_q = self.tier0.read_queues()?;
+        let (cur_s, mut cur_e, samples) = match &self.detail {
+            Some(d) => {
+                let st = d.read_stages()?;
+                let mut e = d.read_events()?;
+                // The kernel wakes the ring's reader only once a quarter of it is full, so
+                // most of an interval's records are still in it here: count them as received
+                // once drained, like the records `sampled` counts.
+                let samples = d.drain_samples();
+                e.received = d.received();
+                (st, e, samples)
+            }
+            None => (Vec::new(), EventCounters::default(), Vec::new()),
+        };
+        cur_e.queue_clamped += self.tier0.counter(qc_counter::QC_QUEUE_CLAMPED)?;
+        let detail_ns = match self.windows.as_mut() {
+            Some(w) => Some(w.take_detail(Instant::now().saturating_duration_since(self.started))),
+            None if self.detail.is_some() => Some(t_ns - self.prev_t),
+            None => Some(0),
+        };
         let mut snap = Snapshot {
             index: self.index,
             t_ns,
             dur_ns: t_ns - self.prev_t,
             events: cur_e.delta(&self.prev_e),
             samples,
+            detail_ns,
             ..Default::default()
         };
-        for q in &cur_q {
-            let d = match self.prev_q.iter().find(|p| p.dir == q.dir && p.queue == q.queue) {
-                Some(p) => q.delta(p),
-                None => q.clone(),
-            };
-            if !d.is_zero() {
-                snap.queues.push(d);
-            }
-        }
+        snap.queues = merge_queues(&cur_q, &self.prev_q, &cur_s, &self.prev_s);
         let flow_turn = finishing || self.index % self.flow_every == self.flow_every - 1;
         if flow_turn {
-            snap.flows = self.probe.read_flows()?;
-            snap.drop_reasons = self.probe.read_drop_reasons()?;
+            let every = u64::from(self.flow_sample.max(1));
+            snap.flows = self
+                .tier0
+                .read_flows()?
+                .into_iter()
+                .map(|f| FlowCounters {
+                    key: f.key,
+                    queue: f.queue,
+                    packets: f.packets * every,
+                    bytes: f.bytes * every,
+                    payload_bytes: f.payload_bytes * every,
+                    first_ns: f.first_ns,
+                    last_ns: f.last_ns,
+                    samples: Some(f.samples),
+                    bytes_sq: Some(f.bytes_sq),
+                })
+                .collect();
+            snap.drop_reasons = self.tier0.read_drop_reasons()?;
         }
-        if self.probe.has_miss_sampler() {
-            let cur = self.probe.read_misses(flow_turn)?;
-            let mut d = cur.delta(&self.prev_m);
+        if let (Some(l3), Some(d)) = (self.l3.as_ref(), self.detail.as_ref()) {
+            let mut cur = l3.read_misses(flow_turn)?;
+            let buf = d.read_buf_map()?;
+            cur.buf = crate::snapshot::BufMapCounters {
+                copy_linear_joined: cur.buf.copy_linear_joined,
+                copy_frag_joined: cur.buf.copy_frag_joined,
+                ..buf
+            };
+            let mut m = cur.delta(&self.prev_m);
             if let Some(w) = self.windows.as_mut() {
-                d.sampled_ns = Some(w.take_sampled(Instant::now().saturating_duration_since(self.started)));
+                m.sampled_ns = Some(w.take_sampled(Instant::now().saturating_duration_since(self.started)));
             }
-            d.flows = cur.flows.clone();
-            d.regions = cur.regions.clone();
+            m.flows = cur.flows.clone();
+            m.regions = cur.regions.clone();
             self.prev_m = cur;
-            snap.misses = Some(d);
+            snap.misses = Some(m);
         }
         if let Some(s) = self.sampler.as_mut() {
             match s.read() {
@@ -411,6 +582,7 @@ impl Session {
             }
         }
         self.prev_q = cur_q;
+        self.prev_s = cur_s;
         self.prev_e = cur_e;
         self.prev_t = t_ns;
         self.index += 1;
@@ -418,18 +590,64 @@ impl Session {
     }
 }
 
-/// Drives the attribution windows (`windows`): turns the join and the sampler on and
-/// off as the recording passes through them, and measures how long the sampler ran.
+/// One interval's per-queue counters: tier 0's counts and the detail hooks' stages, each the
+/// difference of two cumulative reads; queues with nothing new are left out.
+fn merge_queues(
+    cur_q: &[(Dir, u32, QueueCounts)],
+    prev_q: &[(Dir, u32, QueueCounts)],
+    cur_s: &[(Dir, u32, StageCounts)],
+    prev_s: &[(Dir, u32, StageCounts)],
+) -> Vec<QueueCounters> {
+    use std::collections::BTreeMap;
+    let mut out: BTreeMap<(Dir, u32), QueueCounters> = BTreeMap::new();
+    for (d, q, c) in cur_q {
+        let p = prev_q.iter().find(|(pd, pq, _)| pd == d && pq == q).map(|x| x.2).unwrap_or_default();
+        let e = out.entry((*d, *q)).or_insert_with(|| QueueCounters::new(*d, *q));
+        e.packets = c.packets.saturating_sub(p.packets);
+        e.bytes = c.bytes.saturating_sub(p.bytes);
+        e.napi_polls = c.napi_polls.saturating_sub(p.napi_polls);
+        e.napi_work = c.napi_work.saturating_sub(p.napi_work);
+        e.napi_budget_exhausted = c.napi_budget_exhausted.saturating_sub(p.napi_budget_exhausted);
+        e.drops = c.drops.saturating_sub(p.drops);
+        for (i, v) in e.napi_work_hist.iter_mut().enumerate() {
+            *v = c.napi_work_hist[i].saturating_sub(p.napi_work_hist[i]);
+        }
+    }
+    for (d, q, c) in cur_s {
+        let idle = StageCounts::default();
+        let p = prev_s.iter().find(|(pd, pq, _)| pd == d && pq == q).map_or(&idle, |x| &x.2);
+        let e = out.entry((*d, *q)).or_insert_with(|| QueueCounters::new(*d, *q));
+        e.handups = c.handups.saturating_sub(p.handups);
+        e.copies = c.copies.saturating_sub(p.copies);
+        e.frees = c.frees.saturating_sub(p.frees);
+        for st in 0..crate::snapshot::NSTAGES {
+            e.stage_count[st] = c.stage_count[st].saturating_sub(p.stage_count[st]);
+            e.stage_sum_ns[st] = c.stage_sum_ns[st].saturating_sub(p.stage_sum_ns[st]);
+            // A max cannot be differenced: the largest so far.
+            e.stage_max_ns[st] = c.stage_max_ns[st];
+            for b in 0..crate::snapshot::NBUCKETS {
+                e.stage_hist[st][b] = c.stage_hist[st][b].saturating_sub(p.stage_hist[st][b]);
+            }
+        }
+    }
+    out.into_values().filter(|q| !q.is_zero()).collect()
+}
+
+/// Drives the detail windows (crate::windows): attaches and detaches the detail hooks and
+/// starts and stops the sampler as the recording passes through them, and measures how long
+/// each ran.
 struct WindowDriver {
     schedule: windows::Schedule<fn() -> f64>,
     phase: windows::Phase,
-    /// Windows begun so far: the current one's number retires older CPU contexts.
+    /// Windows begun from all-off so far: the current one's number retires the packet states
+    /// and CPU contexts of earlier ones.
     generation: u32,
-    /// CLOCK_MONOTONIC when the join last came on: what it keeps from then on is current.
-    join_since_ns: u64,
-    /// Sampling time not yet reported, and since when the sampler runs (time since the start).
+    /// Time not yet reported that the sampler / the detail hooks ran, and since when they run
+    /// (time since the start).
     sampled: Duration,
     sampling_since: Option<Duration>,
+    detailed: Duration,
+    detail_since: Option<Duration>,
 }
 
 impl WindowDriver {
@@ -439,9 +657,10 @@ impl WindowDriver {
             schedule,
             phase: windows::Phase::Off,
             generation: 0,
-            join_since_ns: 0,
             sampled: Duration::ZERO,
             sampling_since: None,
+            detailed: Duration::ZERO,
+            detail_since: None,
         })
     }
 
@@ -449,51 +668,79 @@ impl WindowDriver {
         self.schedule.next_change(at)
     }
 
-    /// The time the sampler ran since the last call, up to `at`: the estimates scale by what
-    /// it was, not by the nominal 1/duty (windows that overlap, a partial first or last
-    /// cycle, a change made late).
-    fn take_sampled(&mut self, at: Duration) -> u64 {
-        let mut total = std::mem::take(&mut self.sampled);
-        if let Some(since) = self.sampling_since.as_mut() {
-            total += at.saturating_sub(*since);
-            *since = at;
+    /// The time a span ran since the last call, up to `at`: the estimates scale by what it
+    /// was, not by the nominal 1/duty (windows that overlap, a partial first or last cycle, a
+    /// change made late).
+    fn take(acc: &mut Duration, since: &mut Option<Duration>, at: Duration) -> u64 {
+        let mut total = std::mem::take(acc);
+        if let Some(s) = since.as_mut() {
+            total += at.saturating_sub(*s);
+            *s = at;
         }
         total.as_nanos() as u64
     }
 
+    fn take_sampled(&mut self, at: Duration) -> u64 {
+        Self::take(&mut self.sampled, &mut self.sampling_since, at)
+    }
+
+    fn take_detail(&mut self, at: Duration) -> u64 {
+        Self::take(&mut self.detailed, &mut self.detail_since, at)
+    }
+
+    fn track(acc: &mut Duration, since: &mut Option<Duration>, was: bool, is: bool, at: Duration) {
+        match (was, is) {
+            (false, true) => *since = Some(at),
+            (true, false) => {
+                if let Some(s) = since.take() {
+                    *acc += at.saturating_sub(s);
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// Put the probes in the phase of `at` (time since the recording started).
-    fn drive(&mut self, probe: &mut PktlifeProbe, at: Duration) -> Result<()> {
+    fn drive(&mut self, detail: &mut PktlifeProbe, mut l3: Option<&mut L3missProbe>, at: Duration) -> Result<()> {
         use windows::Phase;
         let phase = self.schedule.phase_at(at);
         if phase == self.phase {
             return Ok(());
         }
-        let window = if self.phase == Phase::Off {
-            self.join_since_ns = monotonic_ns();
-            self.generation = self.generation.wrapping_add(1);
-            Some((self.join_since_ns, self.generation))
-        } else {
-            None
-        };
-        match phase {
-            Phase::Off => probe.set_attribution(false, false, None)?,
-            Phase::Joining => probe.set_attribution(true, false, window)?,
-            Phase::Sampling => probe.set_attribution(true, true, window)?,
+        let (was, is) = (self.phase, phase);
+        // The sampler stops first and starts last: it never runs without the hooks.
+        if was == Phase::Window {
+            if let Some(l) = l3.as_deref() {
+                l.set_sampling(false)?;
+            }
         }
-        match (self.phase == Phase::Sampling, phase == Phase::Sampling) {
-            (false, true) => self.sampling_since = Some(at),
-            (true, false) => {
-                if let Some(since) = self.sampling_since.take() {
-                    self.sampled += at.saturating_sub(since);
+        match is {
+            Phase::Off => detail.close_window(),
+            Phase::Drain => detail.stop_starts(),
+            Phase::Warmup | Phase::Window if matches!(was, Phase::Off | Phase::Drain) => {
+                // From all-off, a new generation: what the hooks left when they went away is
+                // stale. From a drain the hooks never left, and the lives in it go on.
+                if was == Phase::Off {
+                    self.generation = self.generation.wrapping_add(1);
+                }
+                detail.open_window(self.generation)?;
+                if let Some(l) = l3.as_deref_mut() {
+                    l.set_window(monotonic_ns(), self.generation)?;
                 }
             }
             _ => {}
         }
+        if is == Phase::Window {
+            if let Some(l) = l3.as_deref() {
+                l.set_sampling(true)?;
+            }
+        }
+        Self::track(&mut self.sampled, &mut self.sampling_since, was == Phase::Window, is == Phase::Window, at);
+        Self::track(&mut self.detailed, &mut self.detail_since, was != Phase::Off, is != Phase::Off, at);
         self.phase = phase;
         Ok(())
     }
 }
-
 #[cfg(test)]
 mod tests {
     #[test]

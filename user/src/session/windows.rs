@@ -1,14 +1,16 @@
-//! Attribution windows (`record --miss-duty N`): when the buffer join and the L3-miss sampler
-//! run, so that attribution's per-packet cost is paid about 1/N of the time.
+//! The recorder's sampled windows: when the detail hooks (packet lifetimes, packet records,
+//! the buffer-page map) and the L3-miss sampler run, so their per-packet cost is paid about
+//! 1/N of the time while the always-on counts (tier 0) stay exact.
 //!
 //! Time is cut into cycles of a second (or the recording interval, if longer); each cycle
-//! draws one sampling window of 1/N of its length, starting anywhere in it (a fixed place
-//! would alias with any periodic load) and free to run on into the next cycle, so no cycle
-//! boundary is special (where two windows overlap, their union is sampled once: the recorder
-//! measures the time the sampler ran rather than assume 1/N). The sampler runs at N times its rate inside, so a recording
-//! gets about as many samples as with attribution always on. Before each window the buffer
-//! map and CPU context come on for a warm-up: the pages in use are handed up again and so
-//! are current in the map when the first sample arrives.
+//! draws one window of 1/N of its length, starting anywhere in it (a fixed place would alias
+//! with any periodic load) and free to run on into the next cycle, so no cycle boundary is
+//! special (where two windows overlap, their union runs once: the recorder measures the time
+//! the hooks and the sampler ran rather than assume 1/N). Before each window the hooks come on
+//! for a warm-up with the sampler still off: the buffer pages in use are handed up again and
+//! so are current in the map when the first sample arrives. After it, a drain: no new packet
+//! starts a life, and the lives begun in the window can still end. The sampler runs at N
+//! times its rate inside, so a recording gets about as many samples as always on.
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -16,8 +18,13 @@ use std::time::Duration;
 /// at 1 Mpkt/s turns over in 4 ms).
 pub const MAX_WARMUP: Duration = Duration::from_millis(10);
 
-/// The shortest cycle: long enough that the warm-up is a small part of a window at any duty
-/// (at 16, a 62.5 ms window after 10 ms).
+/// Longest drain: a packet handed up at the window's end and read within this is timed whole
+/// (a stage that takes longer, such as a socket whose reader lags, is seen only in lives that
+/// began earlier in the window).
+pub const MAX_DRAIN: Duration = Duration::from_millis(10);
+
+/// The shortest cycle: long enough that warm-up and drain are a small part of a window at
+/// any duty (at 16, a 62.5 ms window between 10 ms of each).
 pub const MIN_CYCLE: Duration = Duration::from_secs(1);
 
 /// The cycle for a recording interval.
@@ -25,25 +32,31 @@ pub fn cycle(interval: Duration) -> Duration {
     interval.max(MIN_CYCLE)
 }
 
-/// Largest `--miss-duty`.
+/// Largest `--duty`.
 pub const MAX_DUTY: u32 = 64;
 
-/// `--miss-duty` when not given: windows of 1/16 with PEBS (the production case, where
-/// always-on attribution costs every received packet its buffer-map update), always on with
-/// a software stand-in (tests and hosts without a PMU, where exact counts are the point and
-/// a clock period divided by 16 soon meets cpu-clock's 10 µs floor).
-pub fn default_duty(source: crate::probe::l3miss::MissSource) -> u32 {
-    use crate::probe::l3miss::MissSource;
-    match source {
-        MissSource::Auto | MissSource::Pebs => 16,
-        _ => 1,
-    }
+/// `--duty` when not given: the detail hooks and the sampler run 1/16 of the time (62.5 ms of
+/// every second), which keeps their cost a sixteenth of always-on while a busy queue still
+/// gets thousands of timed packets a second.
+pub const DEFAULT_DUTY: u32 = 16;
+
+/// The spans of one window within a cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spans {
+    /// The window proper: hooks on and the sampler running.
+    pub window: Duration,
+    /// Hooks on, sampler off, before it.
+    pub warmup: Duration,
+    /// Lives already begun may end (start hooks off), after it.
+    pub drain: Duration,
 }
 
-/// The sampler's span per cycle and the warm-up before it.
-pub fn spans(cycle: Duration, duty: u32) -> (Duration, Duration) {
-    let sampling = cycle / duty.max(1);
-    (sampling, MAX_WARMUP.min(cycle - sampling))
+/// A window's spans for a cycle and duty: warm-up and drain take what the cycle leaves.
+pub fn spans(cycle: Duration, duty: u32) -> Spans {
+    let window = cycle / duty.max(1);
+    let warmup = MAX_WARMUP.min(cycle - window);
+    let drain = MAX_DRAIN.min(cycle - window - warmup);
+    Spans { window, warmup, drain }
 }
 
 /// The sampler's period inside windows: `period` (the period asked for, as if always on)
@@ -53,28 +66,45 @@ pub fn window_period(period: u64, duty: u32) -> u64 {
 }
 
 /// What the probes do at an instant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Phase {
     Off,
-    /// The buffer map and CPU context are kept; the sampler is stopped.
-    Joining,
-    Sampling,
+    /// Lives begun earlier may end; none starts.
+    Drain,
+    /// Every hook on; the sampler stopped.
+    Warmup,
+    /// Every hook on and the sampler running.
+    Window,
 }
 
 /// One window, in time since the recording started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Window {
-    pub join_on: Duration,
-    pub sample_on: Duration,
+    pub warm_on: Duration,
+    pub window_on: Duration,
     pub off: Duration,
+    pub drained: Duration,
+}
+
+impl Window {
+    fn phase_at(&self, t: Duration) -> Phase {
+        if t < self.warm_on || t >= self.drained {
+            Phase::Off
+        } else if t >= self.off {
+            Phase::Drain
+        } else if t >= self.window_on {
+            Phase::Window
+        } else {
+            Phase::Warmup
+        }
+    }
 }
 
 /// The windows of a recording, drawn a cycle ahead as time passes. `draw` gives numbers
-/// in [0, 1) that place each interval's window.
+/// in [0, 1) that place each cycle's window.
 pub struct Schedule<F: FnMut() -> f64> {
-    interval: Duration,
-    sampling: Duration,
-    warmup: Duration,
+    cycle: Duration,
+    spans: Spans,
     draw: F,
     /// Cycles whose window is drawn.
     planned: u64,
@@ -83,53 +113,45 @@ pub struct Schedule<F: FnMut() -> f64> {
 
 impl<F: FnMut() -> f64> Schedule<F> {
     /// None for duty 1: always on.
-    /// `interval`: the cycle (see `cycle`).
-    pub fn new(interval: Duration, duty: u32, draw: F) -> Option<Schedule<F>> {
-        if duty <= 1 || interval.is_zero() {
+    pub fn new(cycle: Duration, duty: u32, draw: F) -> Option<Schedule<F>> {
+        if duty <= 1 || cycle.is_zero() {
             return None;
         }
-        let (sampling, warmup) = spans(interval, duty);
-        Some(Schedule { interval, sampling, warmup, draw, planned: 0, windows: VecDeque::new() })
+        Some(Schedule { cycle, spans: spans(cycle, duty), draw, planned: 0, windows: VecDeque::new() })
     }
 
     /// Draw windows up to the cycle after the one holding `t` (its warm-up may begin in this
     /// one), and forget those over by `t`.
     fn plan_through(&mut self, t: Duration) {
-        let upto = (t.as_nanos() / self.interval.as_nanos().max(1)) as u64 + 1;
+        let upto = (t.as_nanos() / self.cycle.as_nanos().max(1)) as u64 + 1;
         while self.planned <= upto {
-            let start = self.interval * self.planned as u32;
-            let sample_on = start + self.interval.mul_f64((self.draw)().clamp(0.0, 1.0));
+            let start = self.cycle * self.planned as u32;
+            let window_on = start + self.cycle.mul_f64((self.draw)().clamp(0.0, 1.0));
+            let off = window_on + self.spans.window;
             self.windows.push_back(Window {
-                join_on: sample_on.saturating_sub(self.warmup),
-                sample_on,
-                off: sample_on + self.sampling,
+                warm_on: window_on.saturating_sub(self.spans.warmup),
+                window_on,
+                off,
+                drained: off + self.spans.drain,
             });
             self.planned += 1;
         }
-        while self.windows.front().is_some_and(|w| w.off <= t) {
+        while self.windows.front().is_some_and(|w| w.drained <= t) {
             self.windows.pop_front();
         }
     }
 
-    /// The phase at `t` (time since the start; call with non-decreasing `t`).
+    /// The phase at `t` (time since the start; call with non-decreasing `t`): the most
+    /// active phase of any window there (overlapping windows run as one).
     pub fn phase_at(&mut self, t: Duration) -> Phase {
         self.plan_through(t);
-        let mut phase = Phase::Off;
-        for w in &self.windows {
-            if w.sample_on <= t && t < w.off {
-                return Phase::Sampling;
-            }
-            if w.join_on <= t && t < w.off {
-                phase = Phase::Joining;
-            }
-        }
-        phase
+        self.windows.iter().map(|w| w.phase_at(t)).max().unwrap_or(Phase::Off)
     }
 
     /// The next instant after `t` at which the phase may change.
     pub fn next_change(&mut self, t: Duration) -> Option<Duration> {
         self.plan_through(t);
-        self.windows.iter().flat_map(|w| [w.join_on, w.sample_on, w.off]).filter(|&c| c > t).min()
+        self.windows.iter().flat_map(|w| [w.warm_on, w.window_on, w.off, w.drained]).filter(|&c| c > t).min()
     }
 }
 
@@ -160,16 +182,19 @@ mod tests {
     }
 
     #[test]
-    fn phases_walk_each_window_warmup_then_sampling() {
-        // Interval 0's window samples from 500 ms for 250 ms (duty 4) after 10 ms of warm-up.
+    fn phases_walk_each_window_warmup_window_drain() {
+        // Cycle 0's window runs from 500 ms for 250 ms (duty 4) after 10 ms of warm-up, then
+        // drains for 10 ms.
         let mut s = fixed(vec![0.5, 0.5, 0.5], 4);
         assert_eq!(s.phase_at(ms(0)), Phase::Off);
         assert_eq!(s.next_change(ms(0)), Some(ms(490)));
-        assert_eq!(s.phase_at(ms(490)), Phase::Joining);
-        assert_eq!(s.phase_at(ms(500)), Phase::Sampling);
-        assert_eq!(s.phase_at(ms(749)), Phase::Sampling);
-        assert_eq!(s.phase_at(ms(750)), Phase::Off);
-        assert_eq!(s.next_change(ms(750)), Some(ms(1490)));
+        assert_eq!(s.phase_at(ms(490)), Phase::Warmup);
+        assert_eq!(s.phase_at(ms(500)), Phase::Window);
+        assert_eq!(s.phase_at(ms(749)), Phase::Window);
+        assert_eq!(s.phase_at(ms(750)), Phase::Drain);
+        assert_eq!(s.phase_at(ms(759)), Phase::Drain);
+        assert_eq!(s.phase_at(ms(760)), Phase::Off);
+        assert_eq!(s.next_change(ms(760)), Some(ms(1490)));
     }
 
     #[test]
@@ -177,12 +202,13 @@ mod tests {
         // Window 0 samples 900–1150 ms; window 1 starts at 1005 ms: its warm-up (995 ms) and
         // sampling lie inside window 0's, so the sampler stays on until 1255 ms.
         let mut s = fixed(vec![0.9, 0.005, 0.9], 4);
-        assert_eq!(s.phase_at(ms(950)), Phase::Sampling);
-        assert_eq!(s.phase_at(ms(1100)), Phase::Sampling);
-        assert_eq!(s.phase_at(ms(1200)), Phase::Sampling);
-        assert_eq!(s.phase_at(ms(1255)), Phase::Off);
+        assert_eq!(s.phase_at(ms(950)), Phase::Window);
+        assert_eq!(s.phase_at(ms(1100)), Phase::Window);
+        assert_eq!(s.phase_at(ms(1200)), Phase::Window);
+        assert_eq!(s.phase_at(ms(1255)), Phase::Drain);
+        assert_eq!(s.phase_at(ms(1265)), Phase::Off);
         // Window 2 (interval 2, from 2900 ms) warms up from 2890 ms.
-        assert_eq!(s.next_change(ms(1255)), Some(ms(2890)));
+        assert_eq!(s.next_change(ms(1265)), Some(ms(2890)));
     }
 
     /// Over many cycles every instant is sampled about 1/duty of the time, near a cycle's edges
@@ -204,7 +230,7 @@ mod tests {
         for k in 1..intervals {
             for (b, h) in hits.iter_mut().enumerate() {
                 let t = SEC * k as u32 + ms(50 + 100 * b as u64);
-                if s.phase_at(t) == Phase::Sampling {
+                if s.phase_at(t) == Phase::Window {
                     *h += 1;
                 }
             }
@@ -217,15 +243,6 @@ mod tests {
     }
 
     #[test]
-    fn windows_by_default_with_pebs_only() {
-        use crate::probe::l3miss::MissSource;
-        assert_eq!((default_duty(MissSource::Auto), default_duty(MissSource::Pebs)), (16, 16));
-        for s in [MissSource::SoftwareClock, MissSource::SoftwareCopy, MissSource::SoftwareFaults, MissSource::Off] {
-            assert_eq!(default_duty(s), 1, "{s:?}");
-        }
-    }
-
-    #[test]
     fn the_window_period_keeps_the_sample_count() {
         assert_eq!(window_period(2000, 16), 125);
         assert_eq!(window_period(1_000_000, 8), 125_000);
@@ -234,7 +251,8 @@ mod tests {
 
     #[test]
     fn spans_cap_the_warmup_by_what_the_interval_leaves() {
-        assert_eq!(spans(SEC, 16), (ms(62) + Duration::from_micros(500), MAX_WARMUP));
-        assert_eq!(spans(ms(10), 2), (ms(5), ms(5)));
+        assert_eq!(spans(SEC, 16), Spans { window: ms(62) + Duration::from_micros(500), warmup: MAX_WARMUP, drain: MAX_DRAIN });
+        assert_eq!(spans(ms(10), 2), Spans { window: ms(5), warmup: ms(5), drain: ms(0) });
+        assert_eq!(spans(ms(30), 2), Spans { window: ms(15), warmup: ms(10), drain: ms(5) });
     }
 }

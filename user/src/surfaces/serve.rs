@@ -428,7 +428,7 @@ fn sample_loop(
     let addr = listen_addr(&opts.listen, opts.allow_remote)?;
     let mut live = Session::start(live_opts, features, iface)?;
     if opts.session.verbose {
-        let ids: Vec<String> = live.probe.prog_ids().iter().map(|i| i.to_string()).collect();
+        let ids: Vec<String> = live.prog_ids().iter().map(|i| i.to_string()).collect();
         eprintln!("attached: prog ids {}", ids.join(","));
     }
     let info = vec![
@@ -509,6 +509,8 @@ mod tests {
             payload_bytes: 0,
             first_ns: 0,
             last_ns: 0,
+            samples: None,
+            bytes_sq: None,
         };
         let snap = Snapshot { dur_ns: 1_000_000_000, queues: vec![q.clone()], flows: vec![flow(1, 50), flow(2, 70)], ..Default::default() };
         acc.add(&snap);

@@ -38,7 +38,7 @@ pub fn run(args: &TopArgs) -> Result<()> {
     let stop = crate::sys::stop_flag()?;
     let mut live = Session::start(&opts, features, iface)?;
     if args.session.verbose {
-        let ids: Vec<String> = live.probe.prog_ids().iter().map(|i| i.to_string()).collect();
+        let ids: Vec<String> = live.prog_ids().iter().map(|i| i.to_string()).collect();
         eprintln!("attached: prog ids {}", ids.join(","));
     }
     let result = if io::stdout().is_terminal() { run_tty(&mut live, &stop) } else { run_plain(&mut live, &stop) };

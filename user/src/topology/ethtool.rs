@@ -110,6 +110,17 @@ pub fn query(name: &str) -> Result<IfaceInfo> {
         info.rx_ring_max = Some(ring.rx_max_pending).filter(|&v| v > 0);
         info.tx_ring_max = Some(ring.tx_max_pending).filter(|&v| v > 0);
     }
+    // SAFETY: an ifreq is plain old data; SIOCGIFHWADDR fills ifr_hwaddr (a sockaddr whose
+    // family is the ARPHRD link type).
+    let mut hw: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in hw.ifr_name.iter_mut().zip(name.bytes().take(libc::IFNAMSIZ - 1)) {
+        *d = s as libc::c_char;
+    }
+    // SAFETY: a valid socket and a NUL-terminated ifreq of ours.
+    if unsafe { libc::ioctl(sock.0, libc::SIOCGIFHWADDR, &mut hw) } == 0 {
+        // SAFETY: SIOCGIFHWADDR wrote the ifru_hwaddr member.
+        info.link_type = Some(unsafe { hw.ifr_ifru.ifru_hwaddr.sa_family });
+    }
     let mut ch = Channels { cmd: ETHTOOL_GCHANNELS, ..Default::default() };
     if ioctl(&sock, name, &mut ch) {
         info.rx_queues = ch.rx_count + ch.combined_count;

@@ -43,6 +43,21 @@ pub struct IfaceInfo {
     pub socket: Option<u32>,
     /// IRQ number → (IRQ name, CPUs it may run on).
     pub irqs: BTreeMap<u32, IrqInfo>,
+    /// The link-layer type (ARPHRD_*: 1 is Ethernet), None where it could not be read.
+    #[serde(default)]
+    pub link_type: Option<u16>,
+}
+
+impl IfaceInfo {
+    /// Link-layer header bytes per frame: Ethernet's 14 (and where the type is unknown, the
+    /// common case), none on L3 devices (tun, WireGuard, IP tunnels).
+    pub fn link_hdr_len(&self) -> u32 {
+        const ARPHRD_ETHER: u16 = 1;
+        match self.link_type {
+            Some(t) if t != ARPHRD_ETHER => 0,
+            _ => 14,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

@@ -105,6 +105,8 @@ fn synthetic(llc: bool, counters: bool) -> Recording {
         payload_bytes: 1_448_000,
         first_ns: START_NS,
         last_ns: START_NS + 5 * IV_NS,
+        samples: None,
+        bytes_sq: None,
     };
     Recording {
         path: PathBuf::from("synthetic.ddio"),

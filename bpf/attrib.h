@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* What the packet probes (pktlife.bpf.c) keep for L3-miss attribution and the
+ * sample program (l3miss.bpf.c) reads: the buffer-page map and each CPU's
+ * current network work. Shared with userspace (types generated from BTF). */
+#ifndef __ATTRIB_H
+#define __ATTRIB_H
+
+#include "common.h"
+
+/* Segments the software-copy stand-in remembers of the skb being copied: the
+ * linear data and the first frags (a GRO-merged skb holds up to 17). */
+#define PL_COPY_SEGS 9
+
+enum pl_ctx_kind { PL_CTX_NONE = 0, PL_CTX_RX_NAPI = 1, PL_CTX_RX_COPY = 2, PL_CTX_TX = 3 };
+
+/* Per-CPU state of the packet probes. A NAPI poll runs on one CPU without
+ * preemption, so per-CPU scratch is consistent within a poll. */
+struct pl_cpu_ctx {
+	/* The network work this CPU is doing now (enum pl_ctx_kind), for charging
+	 * L3-miss samples that carry no packet-buffer address; cur_since 0: a
+	 * GRO hand-up's, current until its poll ends (ctx_current). */
+	__u64 cur_since;
+	__u32 cur_queue;
+	__u8 cur_kind;
+	__u8 cur_dir;
+	__u8 cur_has_flow;
+	__u8 cur_gen;  /* window it was set in (join_generation, low bits) */
+	struct pl_flow_key cur_flow;
+	__u64 last_rx_skb;  /* the skb just handed to GRO on this CPU */
+	__u64 last_rx_head; /* and its head buffer */
+	__u64 scratch;      /* see as_number() */
+	/* --miss-sampling software-copy: the buffers of the skb being copied to
+	 * a socket reader on this CPU (kernel virtual addresses and lengths). */
+	__u64 copy_addr[PL_COPY_SEGS];
+	__u32 copy_len[PL_COPY_SEGS];
+	__u32 copy_nseg;
+	__u32 copy_total;
+	__u32 copy_nlinear;  /* 1: copy_addr[0] is the linear data */
+	__u32 copy_pad;
+	__u64 copy_until;    /* the copy is taken to last until then (copy_window) */
+};
+
+/* A live packet buffer page: who owns it, since when (address join). */
+struct pl_buf_info {
+	__u64 handup_ns;
+	struct pl_flow_key flow;
+	__u32 queue;
+	__u8 dir;
+	__u8 has_flow;
+	__u16 pad;
+};
+
+/* One way of the buffer-page table: page is the tag, the page address with a
+ * generation in its low 12 bits (0 while the way is empty or being rewritten). */
+struct pl_buf_slot {
+	__u64 page;
+	struct pl_buf_info info;
+};
+
+#define PL_BUF_WAYS 2
+/* One set of the buffer-page table. */
+struct pl_buf_bucket {
+	struct pl_buf_slot way[PL_BUF_WAYS];
+};
+
+/* Sets of the buffer-page table. */
+#define BUF_SETS 32768
+
+#endif /* __ATTRIB_H */

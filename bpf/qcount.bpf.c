@@ -1,0 +1,259 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/* qcount: tier 0 of the recorder, always on, built to cost a packet at most
+ * one program per direction.
+ *
+ * On a host whose kernel entries go through retpolines, an attached program
+ * costs a packet about as much for being called as for what it does, so the
+ * count of programs a packet passes is the cost. This object counts:
+ *   RX: a tcx ingress program on the device itself, which runs for this
+ *       device's frames only and after GRO (one run per merged skb; the skb
+ *       carries its segment count), else the driver hand-up tracepoints;
+ *   TX: net_dev_start_xmit (the queue is only chosen just before it);
+ *   NAPI polls: napi_poll, once per poll, not per packet;
+ *   drops: kfree_skb, which fires for drops only.
+ * Flows come from 1 in flow_every skbs (a countdown with random gaps, so no
+ * per-packet random draw), with the sums userspace needs to scale them and
+ * bound the estimate. Everything else (stage latencies, packet records, the
+ * buffer-page map) is pktlife's, attached only inside sampled windows. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+#include "qcount.h"
+#include "bits.bpf.h"
+#include "flow.bpf.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* Set by userspace before load. */
+const volatile __u32 filter_ifindex = 0;
+const volatile __u32 filter_netns = 0;     /* netns inode; 0: any namespace */
+/* skb->queue_mapping - this = RX queue (NIC drivers store queue + 1, veth the
+ * peer's TX queue unchanged). */
+const volatile __u8 rx_queue_offset = 1;
+/* Bytes of link-layer header per frame (14 on Ethernet, 0 on L3 devices). */
+const volatile __u32 link_hdr_len = 14;
+/* Flows from 1 in flow_every skbs on average; 1: every skb (exact); 0: none. */
+const volatile __u32 flow_every = 16;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2 * MAX_QUEUES);
+	__type(key, __u32);
+	__type(value, struct qc_queue_stats);
+} qc_queues SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct pl_flow_key);
+	__type(value, struct qc_flow_stats);
+} qc_flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, QC_NR);
+	__type(key, __u32);
+	__type(value, __u64);
+} qc_counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MAX_DROP_REASONS);
+	__type(key, __u32);
+	__type(value, __u64);
+} qc_drop_reasons SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct qc_cpu);
+} qc_cpu SEC(".maps");
+
+/* NAPI id -> RX queue, learned from the frames each NAPI instance delivered,
+ * so a poll is charged to its queue even when RPS moved its frames' stack
+ * work (and the counting program) to another CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u32);
+} qc_napi_queue SEC(".maps");
+
+static __always_inline void qc_count(__u32 idx)
+{
+	__u64 *c = bpf_map_lookup_elem(&qc_counters, &idx);
+	if (c)
+		*c += 1;
+}
+
+static __always_inline struct qc_cpu *qc_cpu_get(void)
+{
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&qc_cpu, &zero);
+}
+
+static __always_inline struct qc_queue_stats *qc_queue(__u8 dir, __u32 queue)
+{
+	if (queue >= MAX_QUEUES) {
+		qc_count(QC_QUEUE_CLAMPED);
+		queue = MAX_QUEUES - 1;
+	}
+	__u32 idx = (__u32)dir * MAX_QUEUES + queue;
+	return bpf_map_lookup_elem(&qc_queues, &idx);
+}
+
+/* Is this skb the next flow sample of its direction on this CPU? */
+static __always_inline bool flow_sample_due(struct qc_cpu *c, __u8 dir)
+{
+	if (!flow_every || !c)
+		return false;
+	__u32 *skip = &c->skip[dir & 1];
+	if (*skip) {
+		*skip -= 1;
+		return false;
+	}
+	*skip = next_skip(flow_every);
+	return true;
+}
+
+/* A sampled skb's flow: segs wire frames, wire frame bytes in all, payload
+ * L4 bytes. */
+static __always_inline void flow_add(struct pl_flow_key *k, __u32 queue, __u32 segs, __u64 wire, __u64 payload)
+{
+	__u64 now = bpf_ktime_get_ns();
+	qc_count(QC_FLOW_SAMPLES);
+	struct qc_flow_stats *f = bpf_map_lookup_elem(&qc_flows, k);
+	if (f) {
+		/* This CPU's own copy of the entry: plain adds suffice. */
+		f->samples += 1;
+		f->packets += segs;
+		f->bytes += wire;
+		f->payload_bytes += payload;
+		f->bytes_sq += wire * wire;
+		f->last_ns = now;
+		f->queue = queue;
+		return;
+	}
+	struct qc_flow_stats init = {
+		.samples = 1, .packets = segs, .bytes = wire, .payload_bytes = payload,
+		.bytes_sq = wire * wire, .first_ns = now, .last_ns = now, .queue = queue,
+	};
+	bpf_map_update_elem(&qc_flows, k, &init, BPF_NOEXIST);
+}
+
+/* Which RX queue a NAPI instance serves: written when a frame names a new one. */
+static __always_inline void learn_napi(struct qc_cpu *c, __u32 napi_id, __u32 queue)
+{
+	if (!c)
+		return;
+	if (napi_id && (c->napi_id != napi_id || c->queue != queue))
+		bpf_map_update_elem(&qc_napi_queue, &napi_id, &queue, BPF_ANY);
+	c->napi_id = napi_id;
+	c->queue = queue;
+	c->seen = 1;
+}
+
+static __always_inline void add_queue(struct qc_queue_stats *qs, __u32 segs, __u64 wire)
+{
+	if (!qs)
+		return;
+	qs->packets += segs;
+	qs->bytes += wire;
+	qs->skbs += 1;
+}
+
+/* ---- RX on tcx: this device's frames only, after GRO --------------------- */
+
+/* tcx runs with the link-layer header pushed: skb->len is the frame. A GRO
+ * skb holds gso_segs frames whose headers it carries once. Continues the
+ * chain (TCX_NEXT) and runs first (attached before any other program), so it
+ * sees every frame the stack takes and changes none. */
+SEC("tcx/ingress")
+int qc_rx_tc(struct __sk_buff *skb)
+{
+	__u32 qm = skb->queue_mapping;
+	__u32 queue = qm >= rx_queue_offset ? qm - rx_queue_offset : 0;
+	__u32 segs = skb->gso_segs > 1 ? skb->gso_segs : 1;
+	__u32 len = skb->len;
+	struct qc_cpu *c = qc_cpu_get();
+	learn_napi(c, skb->napi_id, queue);
+	bool sample = flow_sample_due(c, PL_RX);
+	__u64 wire = len;
+	struct pl_flow_key k = {};
+	__u32 hdr = 0;
+	bool have_flow = false;
+	if ((segs > 1 || sample) && len > link_hdr_len) {
+		/* Constant sizes for the verifier: all of FLOW_HDR_BYTES, or the 40
+		 * bytes that hold an option-less IPv4 header and its ports and TCP
+		 * data offset (a bare ACK is 40 to 52 bytes of L3). */
+		__u8 b[FLOW_HDR_BYTES] = {};
+		__u32 n = len - link_hdr_len;
+		int err = n >= FLOW_HDR_BYTES ? bpf_skb_load_bytes(skb, link_hdr_len, b, FLOW_HDR_BYTES)
+			  : n >= 40	       ? bpf_skb_load_bytes(skb, link_hdr_len, b, 40)
+					       : -1;
+		if (!err)
+			have_flow = parse_flow(b, bpf_ntohs(skb->protocol), &k, &hdr);
+	}
+	if (segs > 1 && have_flow)
+		wire += (__u64)(segs - 1) * (link_hdr_len + hdr);
+	add_queue(qc_queue(PL_RX, queue), segs, wire);
+	if (sample) {
+		if (have_flow) {
+			k.dir = PL_RX;
+			__u32 l3 = len - link_hdr_len;
+			flow_add(&k, queue, segs, wire, l3 > hdr ? l3 - hdr : 0);
+		} else {
+			qc_count(QC_FLOW_UNPARSED);
+		}
+	}
+	return TCX_NEXT;
+}
+
+/* ---- tracepoint hooks, as tp_btf (typed loads) and raw_tp (probe reads) -- */
+
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+
+#define H(name) CAT(name, _btf)
+#define RD(p, f) ((p)->f)
+#include "qcount.hooks.h"
+#undef H
+#undef RD
+
+#define H(name) CAT(name, _raw)
+#define RD(p, f) BPF_CORE_READ(p, f)
+#include "qcount.hooks.h"
+#undef H
+#undef RD
+
+#define QCOUNT_HOOKS(FL, PFX)                                                                         \
+	SEC(PFX "napi_gro_receive_entry")                                                             \
+	int BPF_PROG(qc_rx_gro##FL, const struct sk_buff *skb) { return qc_rx_handup##FL(skb); }      \
+	SEC(PFX "napi_gro_frags_entry")                                                               \
+	int BPF_PROG(qc_rx_frags##FL, const struct sk_buff *skb) { return qc_rx_handup##FL(skb); }    \
+	SEC(PFX "netif_receive_skb_entry")                                                            \
+	int BPF_PROG(qc_rx_nrs##FL, const struct sk_buff *skb) { return qc_rx_handup##FL(skb); }      \
+	SEC(PFX "netif_receive_skb_list_entry")                                                       \
+	int BPF_PROG(qc_rx_list##FL, const struct sk_buff *skb) { return qc_rx_handup##FL(skb); }     \
+	SEC(PFX "netif_rx_entry")                                                                     \
+	int BPF_PROG(qc_rx_nrx##FL, const struct sk_buff *skb) { return qc_rx_handup##FL(skb); }      \
+	SEC(PFX "net_dev_start_xmit")                                                                 \
+	int BPF_PROG(qc_tx##FL, const struct sk_buff *skb, const struct net_device *dev)              \
+	{ return qc_tx_xmit##FL(skb, dev); }                                                          \
+	SEC(PFX "napi_poll")                                                                          \
+	int BPF_PROG(qc_napi##FL, struct napi_struct *napi, int work, int budget)                     \
+	{ return qc_napi_poll##FL(napi, work, budget); }                                              \
+	SEC(PFX "kfree_skb")                                                                          \
+	int BPF_PROG(qc_drop##FL, struct sk_buff *skb, void *loc, int reason)                         \
+	{ return qc_kfree##FL(skb, (__u32)reason); }
+
+QCOUNT_HOOKS(_btf, "tp_btf/")
+QCOUNT_HOOKS(_raw, "raw_tp/")
+
+/* Anchors the enums userspace needs in BTF, so libbpf-cargo generates them. */
+enum qc_counter qc_counter_anchor = QC_QUEUE_CLAMPED;
+enum ddio_limits ddio_limits_anchor = DDIO_MAX_QUEUES;
+enum qc_rx_source qc_rx_source_anchor = QC_RX_TCX;

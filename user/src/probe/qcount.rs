@@ -1,0 +1,396 @@
+//! Tier 0 of the recorder (bpf/qcount.bpf.c): exact per-queue packet, byte, NAPI and drop
+//! counts at one program per packet per direction, and flows from sampled skbs with the sums
+//! their estimates and error bounds need. Attached as links owned by this process.
+use std::mem::MaybeUninit;
+use std::os::fd::AsRawFd;
+use std::ptr::NonNull;
+
+use anyhow::{bail, Context, Result};
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::{AsRawLibbpf, Link, MapCore, MapFlags, OpenObject};
+use serde::{Deserialize, Serialize};
+
+use super::features::{Features, Flavor, HookChoice};
+use super::pktlife::explain_bpf_error;
+use super::qcount_skel::types::{pl_flow_key, qc_counter, qc_flow_stats, qc_queue_stats};
+use super::qcount_skel::{QcountSkel, QcountSkelBuilder};
+use crate::snapshot::{Dir, FlowKey, NAPI_BUCKETS};
+
+// SAFETY: generated from qcount.h: plain integer structs without padding invariants.
+unsafe impl plain::Plain for qc_queue_stats {}
+unsafe impl plain::Plain for qc_flow_stats {}
+unsafe impl plain::Plain for pl_flow_key {}
+
+/// Queues per direction the kernel tables hold (MAX_QUEUES in bpf/common.h).
+pub const MAX_QUEUES: u32 = super::qcount_skel::types::ddio_limits::DDIO_MAX_QUEUES.0;
+const _: () = assert!(super::qcount_skel::types::ddio_limits::DDIO_NAPI_BUCKETS.0 as usize == NAPI_BUCKETS);
+const _: () = assert!(
+    std::mem::size_of::<qc_queue_stats>() == (7 + NAPI_BUCKETS) * 8,
+    "qc_queue_stats and QueueCounters disagree"
+);
+
+/// Flows from 1 in this many skbs by default (sFlow-style countdown with random gaps): on a
+/// busy queue hundreds of samples a second per flow, each estimate with its error bound.
+pub const DEFAULT_FLOW_EVERY: u32 = 16;
+
+/// Where the RX counts come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RxSource {
+    /// A tcx ingress program on the device: its own frames only, one run per skb after GRO.
+    Tcx,
+    /// The driver hand-up tracepoints: every device's frames, one run per frame before GRO.
+    Handup,
+}
+
+impl RxSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RxSource::Tcx => "tcx",
+            RxSource::Handup => "handup",
+        }
+    }
+}
+
+/// Which RX source to use: the cheapest that attaches (quietly), or one asked for (loudly).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum RxChoice {
+    #[default]
+    Auto,
+    Tcx,
+    Handup,
+}
+
+#[derive(Debug, Clone)]
+pub struct QcountConfig {
+    pub ifindex: u32,
+    pub netns_inode: u32,
+    /// The namespace the device lives in (a file under /run/netns), for attaching tcx there.
+    pub netns_path: Option<std::path::PathBuf>,
+    pub rx_queue_offset: u8,
+    /// Link-layer header bytes per frame: 14 on Ethernet, 0 on L3 devices.
+    pub link_hdr_len: u32,
+    /// Flows from 1 in N skbs (1: every skb, exact; 0: no flows).
+    pub flow_every: u32,
+    pub rx: RxChoice,
+}
+
+/// A tracepoint or tc hook of tier 0 and how it attached.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Tier0Hook {
+    pub hook: String,
+    pub attach: String,
+    pub error: Option<String>,
+}
+
+/// Cumulative per-queue counts (all CPUs).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct QueueCounts {
+    pub packets: u64,
+    pub bytes: u64,
+    pub skbs: u64,
+    pub napi_polls: u64,
+    pub napi_work: u64,
+    pub napi_budget_exhausted: u64,
+    pub drops: u64,
+    pub napi_work_hist: [u64; NAPI_BUCKETS],
+}
+
+/// A flow's sampled sums (all CPUs), cumulative.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SampledFlow {
+    pub key: FlowKey,
+    pub queue: u32,
+    pub samples: u64,
+    pub packets: u64,
+    pub bytes: u64,
+    pub payload_bytes: u64,
+    pub bytes_sq: u64,
+    pub first_ns: u64,
+    pub last_ns: u64,
+}
+
+/// A loaded program, by pointer, to attach from another thread (the object outlives it).
+struct ProgPtr(*const libbpf_rs::libbpf_sys::bpf_program);
+// SAFETY: libbpf's attach reads the program's fd and type only; the object is alive and not
+// modified while the attaching thread runs (it is joined before anything else happens).
+unsafe impl Send for ProgPtr {}
+
+/// A tcx link made through libbpf directly (libbpf-rs has no tcx attach yet).
+fn attach_tcx(prog: ProgPtr, ifindex: u32) -> Result<Link> {
+    let opts = libbpf_rs::libbpf_sys::bpf_tcx_opts {
+        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_tcx_opts>() as _,
+        // First in the device's chain: it sees every frame the stack takes, whatever
+        // programs attached before it decide, and it only ever continues the chain.
+        flags: libbpf_rs::libbpf_sys::BPF_F_BEFORE,
+        ..Default::default()
+    };
+    // SAFETY: prog is a loaded program of a live object; opts is a valid bpf_tcx_opts.
+    let link = unsafe { libbpf_rs::libbpf_sys::bpf_program__attach_tcx(prog.0, ifindex as i32, &opts) };
+    // libbpf returns NULL and sets errno on failure.
+    match NonNull::new(link) {
+        // SAFETY: a link libbpf just created, owned by nothing else.
+        Some(p) => Ok(unsafe { Link::from_ptr(p) }),
+        None => Err(anyhow::anyhow!(
+            "tcx ingress on ifindex {ifindex}: {}",
+            std::io::Error::last_os_error().to_string().split(" (os error").next().unwrap_or_default()
+        )),
+    }
+}
+
+/// Run `f` on a thread inside the network namespace `ns` (this process's stays as it is): a
+/// tcx link names its device by an index that only means something in its namespace.
+fn in_netns<T: Send>(ns: Option<&std::path::Path>, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+    let file = match ns {
+        Some(p) => Some(std::fs::File::open(p).with_context(|| format!("opening network namespace {}", p.display()))?),
+        None => None,
+    };
+    let fd = file.as_ref().map(|f| f.as_raw_fd());
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            if let Some(fd) = fd {
+                // SAFETY: fd is an open nsfs file; setns affects this thread only.
+                if unsafe { libc::setns(fd, libc::CLONE_NEWNET) } != 0 {
+                    bail!("entering the network namespace: {}", std::io::Error::last_os_error());
+                }
+            }
+            f()
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("tcx attach thread panicked"))?
+    })
+}
+
+/// The tracepoints tier 0 hooks, by role.
+const RX_HANDUP_TPS: &[&str] =
+    &["napi_gro_receive_entry", "napi_gro_frags_entry", "netif_receive_skb_entry", "netif_receive_skb_list_entry", "netif_rx_entry"];
+const ALWAYS_TPS: &[&str] = &["net_dev_start_xmit", "napi_poll", "kfree_skb"];
+
+pub struct QcountProbe {
+    skel: QcountSkel<'static>,
+    links: Vec<Link>,
+    pub hooks: Vec<Tier0Hook>,
+    pub rx_source: RxSource,
+    flow_every: u32,
+    ncpus: usize,
+}
+
+fn flavor_of(features: &Features, choice: HookChoice, tp: &str) -> Flavor {
+    match choice {
+        HookChoice::RawTp => Flavor::RawTp,
+        HookChoice::TpBtf => Flavor::TpBtf,
+        HookChoice::Auto => {
+            if features.vmlinux_btf && features.tracing_prog && features.btf_tracepoints.iter().any(|t| t == tp) {
+                Flavor::TpBtf
+            } else {
+                Flavor::RawTp
+            }
+        }
+    }
+}
+
+impl QcountProbe {
+    pub fn attach(cfg: &QcountConfig, features: &Features, choice: HookChoice) -> Result<QcountProbe> {
+        let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
+        let mut open = QcountSkelBuilder::default()
+            .open(storage)
+            .map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, "opening the qcount BPF object")))?;
+        let Some(ro) = open.maps.rodata_data.as_deref_mut() else {
+            bail!("qcount BPF object has no read-only config section (build problem)");
+        };
+        ro.filter_ifindex = cfg.ifindex;
+        ro.filter_netns = cfg.netns_inode;
+        ro.rx_queue_offset = cfg.rx_queue_offset;
+        ro.link_hdr_len = cfg.link_hdr_len;
+        ro.flow_every = cfg.flow_every;
+        for mut prog in open.open_object_mut().progs_mut() {
+            let section = prog.section().to_string_lossy().into_owned();
+            let keep = match section.split_once('/') {
+                Some(("tcx", _)) => cfg.rx != RxChoice::Handup,
+                Some((prefix, tp)) => {
+                    let wanted = RX_HANDUP_TPS.contains(&tp) && cfg.rx != RxChoice::Tcx || ALWAYS_TPS.contains(&tp);
+                    wanted && flavor_of(features, choice, tp).section_prefix() == format!("{prefix}/")
+                }
+                None => false,
+            };
+            prog.set_autoload(keep);
+        }
+        let skel = open.load().map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, "loading the qcount BPF programs")))?;
+        let ncpus = libbpf_rs::num_possible_cpus().context("counting possible CPUs")?;
+        let mut links = Vec::new();
+        let mut hooks = Vec::new();
+
+        // RX: tcx when it attaches (or is asked for), else the hand-up tracepoints.
+        let mut rx_source = RxSource::Handup;
+        if cfg.rx != RxChoice::Handup {
+            let prog = skel.object().progs_mut().find(|p| p.section() == "tcx/ingress");
+            let attached = match prog {
+                Some(p) => {
+                    let ifindex = cfg.ifindex;
+                    // The link outlives the thread: it is a kernel object held by its fd.
+                    struct SendLink(Link);
+                    // SAFETY: a bpf_link is an fd plus libbpf bookkeeping, not tied to a thread.
+                    unsafe impl Send for SendLink {}
+                    let ptr = ProgPtr(p.as_libbpf_object().as_ptr());
+                    in_netns(cfg.netns_path.as_deref(), move || attach_tcx(ptr, ifindex).map(SendLink)).map(|l| l.0)
+                }
+                None => Err(anyhow::anyhow!("the qcount object has no tcx program (build problem)")),
+            };
+            match attached {
+                Ok(link) => {
+                    links.push(link);
+                    hooks.push(Tier0Hook { hook: "tcx/ingress".into(), attach: "tcx".into(), error: None });
+                    rx_source = RxSource::Tcx;
+                }
+                Err(e) if cfg.rx == RxChoice::Tcx => return Err(e.context("--rx-counts tcx")),
+                Err(e) => hooks.push(Tier0Hook { hook: "tcx/ingress".into(), attach: "none".into(), error: Some(format!("{e:#}")) }),
+            }
+        }
+        for prog in skel.object().progs_mut() {
+            if !prog.autoload() || prog.section() == "tcx/ingress" {
+                continue;
+            }
+            let section = prog.section().to_string_lossy().into_owned();
+            let (prefix, tp) = section.split_once('/').unwrap_or(("", section.as_str()));
+            if rx_source == RxSource::Tcx && RX_HANDUP_TPS.contains(&tp) {
+                continue;
+            }
+            match prog.attach() {
+                Ok(link) => {
+                    links.push(link);
+                    hooks.push(Tier0Hook { hook: tp.to_string(), attach: prefix.to_string(), error: None });
+                }
+                Err(e) => {
+                    hooks.push(Tier0Hook {
+                        hook: tp.to_string(),
+                        attach: "none".into(),
+                        error: Some(explain_bpf_error(&e, &format!("attaching {section}"))),
+                    });
+                }
+            }
+        }
+        let attached = |tp: &str| hooks.iter().any(|h| h.hook == tp && h.error.is_none());
+        if !attached("net_dev_start_xmit") {
+            let why = hooks.iter().find(|h| h.hook == "net_dev_start_xmit").and_then(|h| h.error.clone()).unwrap_or_default();
+            bail!("the TX counting hook net_dev_start_xmit could not attach: {why}");
+        }
+        if rx_source == RxSource::Handup && !RX_HANDUP_TPS.iter().any(|tp| attached(tp)) {
+            bail!("no RX counting hook attached (neither tcx nor a driver hand-up tracepoint)");
+        }
+        Ok(QcountProbe { skel, links, hooks, rx_source, flow_every: cfg.flow_every, ncpus })
+    }
+
+    /// 1 in N skbs feed the flows (1: exact; 0: none).
+    pub fn flow_every(&self) -> u32 {
+        self.flow_every
+    }
+
+    /// Attached links (for tests and the bench's bookkeeping).
+    pub fn link_count(&self) -> usize {
+        self.links.len()
+    }
+
+    /// Cumulative counts of every queue with any, summed over CPUs.
+    pub fn read_queues(&self) -> Result<Vec<(Dir, u32, QueueCounts)>> {
+        let map = &self.skel.maps.qc_queues;
+        let mut out = Vec::new();
+        for idx in 0..(2 * MAX_QUEUES) {
+            let per_cpu = map.lookup_percpu(&idx.to_ne_bytes(), MapFlags::ANY).context("reading qc_queues")?.unwrap_or_default();
+            let mut q = QueueCounts::default();
+            for raw in per_cpu.iter().take(self.ncpus) {
+                let mut s = qc_queue_stats::default();
+                plain::copy_from_bytes(&mut s, raw).map_err(|_| anyhow::anyhow!("qc_queues value too short"))?;
+                q.packets += s.packets;
+                q.bytes += s.bytes;
+                q.skbs += s.skbs;
+                q.napi_polls += s.napi_polls;
+                q.napi_work += s.napi_work;
+                q.napi_budget_exhausted += s.napi_budget_exhausted;
+                q.drops += s.drops;
+                for (d, v) in q.napi_work_hist.iter_mut().zip(s.napi_work_hist.iter()) {
+                    *d += v;
+                }
+            }
+            if q != QueueCounts::default() {
+                let dir = if idx < MAX_QUEUES { Dir::Rx } else { Dir::Tx };
+                out.push((dir, idx % MAX_QUEUES, q));
+            }
+        }
+        Ok(out)
+    }
+
+    fn percpu_sum(map: &libbpf_rs::MapMut<'_>, key: u32) -> Result<u64> {
+        let vals = map.lookup_percpu(&key.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
+        Ok(vals.iter().filter_map(|v| v.get(..8).and_then(|b| b.try_into().ok())).map(u64::from_ne_bytes).sum())
+    }
+
+    pub fn counter(&self, c: qc_counter) -> Result<u64> {
+        Self::percpu_sum(&self.skel.maps.qc_counters, c.0)
+    }
+
+    pub fn read_drop_reasons(&self) -> Result<Vec<(u32, u64)>> {
+        let mut out = Vec::new();
+        for r in 0..super::qcount_skel::types::ddio_limits::DDIO_MAX_DROP_REASONS.0 {
+            let c = Self::percpu_sum(&self.skel.maps.qc_drop_reasons, r)?;
+            if c > 0 {
+                out.push((r, c));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every flow's sampled sums, over the per-CPU copies of its entry.
+    pub fn read_flows(&self) -> Result<Vec<SampledFlow>> {
+        let map = &self.skel.maps.qc_flows;
+        let mut out = Vec::new();
+        for key in map.keys() {
+            let Some(vals) = map.lookup_percpu(&key, MapFlags::ANY).context("reading qc_flows")? else { continue };
+            let mut k = pl_flow_key::default();
+            if plain::copy_from_bytes(&mut k, &key).is_err() {
+                continue;
+            }
+            let Some(fk) = super::flow_key_of(k.family, k.proto, k.dir, &k.saddr, k.sport, &k.daddr, k.dport) else { continue };
+            let mut f = SampledFlow {
+                key: fk,
+                queue: 0,
+                samples: 0,
+                packets: 0,
+                bytes: 0,
+                payload_bytes: 0,
+                bytes_sq: 0,
+                first_ns: u64::MAX,
+                last_ns: 0,
+            };
+            for raw in vals.iter().take(self.ncpus) {
+                let mut v = qc_flow_stats::default();
+                if plain::copy_from_bytes(&mut v, raw).is_err() || v.samples == 0 {
+                    continue;
+                }
+                f.samples += v.samples;
+                f.packets += v.packets;
+                f.bytes += v.bytes;
+                f.payload_bytes += v.payload_bytes;
+                f.bytes_sq = f.bytes_sq.saturating_add(v.bytes_sq);
+                f.first_ns = f.first_ns.min(v.first_ns);
+                if v.last_ns >= f.last_ns {
+                    f.last_ns = v.last_ns;
+                    f.queue = v.queue;
+                }
+            }
+            if f.samples > 0 {
+                out.push(f);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Each loaded tracepoint program (id, name, tracepoint), for bpf_stats readers.
+    pub fn loaded_progs(&self) -> Vec<super::AttachedProg> {
+        self.skel.object().progs().filter(|p| p.autoload()).filter_map(|p| super::AttachedProg::of(&p)).collect()
+    }
+
+    /// BPF program ids of this probe (for leak checks and bpf_stats).
+    pub fn prog_ids(&self) -> Vec<u32> {
+        self.skel.object().progs().filter(|p| p.autoload()).filter_map(|p| super::loaded_prog_id(&p)).collect()
+    }
+}
