@@ -32,14 +32,4 @@ static __always_inline bool one_in(__u32 r, __u32 n)
 	return (((__u64)r * n) >> 32) == 0;
 }
 
-/* The gap to the next sample of a 1-in-n sampler that counts down instead of
- * drawing per packet (sFlow's skip): uniform in [0, 2n - 2], so samples are
- * n apart on average and never in lock-step with a periodic pattern. */
-static __always_inline __u32 next_skip(__u32 n)
-{
-	if (n <= 1)
-		return 0;
-	return (__u32)(((__u64)bpf_get_prandom_u32() * (2 * n - 1)) >> 32);
-}
-
 #endif /* __DDIO_BITS_BPF_H */

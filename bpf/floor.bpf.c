@@ -58,5 +58,10 @@ const volatile __u32 filter_ifindex = 0;
 	FLOOR_DEV(FL, PFX, net_dev_xmit, done)                                                        \
 	FLOOR_EMPTY(FL, PFX, napi_poll, napi)
 
+/* The recorder's tcx counter's floor: an empty program in the device's tcx
+ * chain (attached after the recorder's), continuing the chain. */
+SEC("tcx/ingress")
+int e_tcx(struct __sk_buff *skb) { return TCX_NEXT; }
+
 FLOOR_HOOKS(_btf, "tp_btf/")
 FLOOR_HOOKS(_raw, "raw_tp/")

@@ -11,9 +11,8 @@
  *   TX: net_dev_start_xmit (the queue is only chosen just before it);
  *   NAPI polls: napi_poll, once per poll, not per packet;
  *   drops: kfree_skb, which fires for drops only.
- * Flows come from 1 in flow_every skbs (a countdown with random gaps, so no
- * per-packet random draw), with the sums userspace needs to scale them and
- * bound the estimate. Everything else (stage latencies, packet records, the
+ * Flows are estimated from skbs sampled in proportion to their size (see
+ * struct qc_flow_stats), each estimate with its variance. Everything else (stage latencies, packet records, the
  * buffer-page map) is pktlife's, attached only inside sampled windows. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -34,8 +33,9 @@ const volatile __u32 filter_netns = 0;     /* netns inode; 0: any namespace */
 const volatile __u8 rx_queue_offset = 1;
 /* Bytes of link-layer header per frame (14 on Ethernet, 0 on L3 devices). */
 const volatile __u32 link_hdr_len = 14;
-/* Flows from 1 in flow_every skbs on average; 1: every skb (exact); 0: none. */
-const volatile __u32 flow_every = 16;
+/* Flows: an skb of d bytes is sampled with probability min(1, d / flow_bytes);
+ * 1: every skb (exact); 0: no flows. */
+const volatile __u32 flow_bytes = 65536;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -105,41 +105,46 @@ static __always_inline struct qc_queue_stats *qc_queue(__u8 dir, __u32 queue)
 	return bpf_map_lookup_elem(&qc_queues, &idx);
 }
 
-/* Is this skb the next flow sample of its direction on this CPU? */
-static __always_inline bool flow_sample_due(struct qc_cpu *c, __u8 dir)
+/* Is this skb, d bytes long, one of the flow samples? */
+static __always_inline bool flow_sampled(__u32 d)
 {
-	if (!flow_every || !c)
+	if (!flow_bytes)
 		return false;
-	__u32 *skip = &c->skip[dir & 1];
-	if (*skip) {
-		*skip -= 1;
-		return false;
-	}
-	*skip = next_skip(flow_every);
-	return true;
+	if (d >= flow_bytes)
+		return true;
+	return (__u64)bpf_get_prandom_u32() * flow_bytes < ((__u64)d << 32);
 }
 
-/* A sampled skb's flow: segs wire frames, wire frame bytes in all, payload
- * L4 bytes. */
-static __always_inline void flow_add(struct pl_flow_key *k, __u32 queue, __u32 segs, __u64 wire, __u64 payload)
+/* A sampled skb of d bytes (as the sampling decision saw it): segs wire
+ * frames, wire frame bytes, payload L4 bytes, each divided by the skb's
+ * sampling probability. */
+static __always_inline void flow_add(struct pl_flow_key *k, __u32 queue, __u32 d, __u32 segs, __u64 wire, __u64 payload)
 {
 	__u64 now = bpf_ktime_get_ns();
+	__u64 pkts = (__u64)segs << 8, pay = payload << 8, bytes = wire, var = 0;
+	if (d && d < flow_bytes) {
+		pkts = pkts * flow_bytes / d;
+		pay = pay * flow_bytes / d;
+		bytes = wire * flow_bytes / d;
+		/* wire^2 (1 - p) / p^2 with p = d / flow_bytes */
+		var = bytes * bytes - bytes * wire;
+	}
 	qc_count(QC_FLOW_SAMPLES);
 	struct qc_flow_stats *f = bpf_map_lookup_elem(&qc_flows, k);
 	if (f) {
 		/* This CPU's own copy of the entry: plain adds suffice. */
 		f->samples += 1;
-		f->packets += segs;
-		f->bytes += wire;
-		f->payload_bytes += payload;
-		f->bytes_sq += wire * wire;
+		f->packets_x256 += pkts;
+		f->bytes += bytes;
+		f->payload_x256 += pay;
+		f->bytes_var += var;
 		f->last_ns = now;
 		f->queue = queue;
 		return;
 	}
 	struct qc_flow_stats init = {
-		.samples = 1, .packets = segs, .bytes = wire, .payload_bytes = payload,
-		.bytes_sq = wire * wire, .first_ns = now, .last_ns = now, .queue = queue,
+		.samples = 1, .packets_x256 = pkts, .bytes = bytes, .payload_x256 = pay,
+		.bytes_var = var, .first_ns = now, .last_ns = now, .queue = queue,
 	};
 	bpf_map_update_elem(&qc_flows, k, &init, BPF_NOEXIST);
 }
@@ -180,7 +185,7 @@ int qc_rx_tc(struct __sk_buff *skb)
 	__u32 len = skb->len;
 	struct qc_cpu *c = qc_cpu_get();
 	learn_napi(c, skb->napi_id, queue);
-	bool sample = flow_sample_due(c, PL_RX);
+	bool sample = flow_sampled(len);
 	__u64 wire = len;
 	struct pl_flow_key k = {};
 	__u32 hdr = 0;
@@ -204,7 +209,7 @@ int qc_rx_tc(struct __sk_buff *skb)
 		if (have_flow) {
 			k.dir = PL_RX;
 			__u32 l3 = len - link_hdr_len;
-			flow_add(&k, queue, segs, wire, l3 > hdr ? l3 - hdr : 0);
+			flow_add(&k, queue, len, segs, wire, l3 > hdr ? l3 - hdr : 0);
 		} else {
 			qc_count(QC_FLOW_UNPARSED);
 		}

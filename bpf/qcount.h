@@ -19,15 +19,19 @@ struct qc_queue_stats {
 	__u64 napi_work_hist[NAPI_BUCKETS];
 };
 
-/* One flow, from the skbs sampled for it (1 in flow_every on average): the
- * sums of what those skbs carried. Userspace scales them by flow_every and
- * bounds the estimate with bytes_sq. */
+/* One flow, estimated from the skbs sampled for it: an skb of d bytes is
+ * sampled with probability min(1, d / flow_bytes) (threshold sampling), and
+ * each sample adds what it carried divided by that probability, so every
+ * field is an unbiased estimate of the flow's total (Horvitz-Thompson), and
+ * bytes_var an unbiased estimate of the bytes estimate's variance. Big skbs
+ * (a GRO skb of a bulk flow) are always sampled: bulk flows come out nearly
+ * exact, while a flood of small packets costs one sample per flow_bytes. */
 struct qc_flow_stats {
 	__u64 samples;          /* sampled skbs */
-	__u64 packets;          /* wire frames in them */
-	__u64 bytes;            /* frame bytes in them */
-	__u64 payload_bytes;    /* L4 payload in them */
-	__u64 bytes_sq;         /* sum of each sampled skb's frame bytes squared */
+	__u64 packets_x256;     /* wire frames, estimated, in 1/256 */
+	__u64 bytes;            /* frame bytes, estimated */
+	__u64 payload_x256;     /* L4 payload bytes, estimated, in 1/256 */
+	__u64 bytes_var;        /* the bytes estimate's variance, estimated */
 	__u64 first_ns;
 	__u64 last_ns;
 	__u32 queue;            /* of the latest sample */
@@ -44,7 +48,6 @@ enum qc_counter {
 
 /* Per-CPU scratch of the counting programs. */
 struct qc_cpu {
-	__u32 skip[2];          /* skbs until the next flow sample, per direction */
 	__u32 napi_id;          /* the NAPI instance and queue of the last frame */
 	__u32 queue;            /*   counted on this CPU (napi_queue written on change) */
 	__u32 seen;             /* frames counted since this CPU's last poll ended */

@@ -74,7 +74,7 @@ static __always_inline int H(qc_rx_handup)(const struct sk_buff *skb)
 		c->queue = queue;
 		c->seen = 1;
 	}
-	bool sample = flow_sample_due(c, PL_RX);
+	bool sample = flow_sampled(l3_len + l2);
 	__u64 wire = l3_len + l2;
 	struct pl_flow_key k = {};
 	__u32 hdr = 0;
@@ -86,7 +86,7 @@ static __always_inline int H(qc_rx_handup)(const struct sk_buff *skb)
 	if (sample) {
 		if (have_flow) {
 			k.dir = PL_RX;
-			flow_add(&k, queue, segs, wire, l3_len > hdr ? l3_len - hdr : 0);
+			flow_add(&k, queue, l3_len + l2, segs, wire, l3_len > hdr ? l3_len - hdr : 0);
 		} else {
 			qc_count(QC_FLOW_UNPARSED);
 		}
@@ -101,7 +101,7 @@ static __always_inline int H(qc_tx_xmit)(const struct sk_buff *skb, const struct
 	__u32 queue = RD(skb, queue_mapping);
 	__u32 len = RD(skb, len);
 	__u32 segs = H(qc_segs)(skb);
-	bool sample = flow_sample_due(qc_cpu_get(), PL_TX);
+	bool sample = flow_sampled(len);
 	__u64 wire = len;
 	struct pl_flow_key k = {};
 	__u32 hdr = 0;
@@ -118,7 +118,7 @@ static __always_inline int H(qc_tx_xmit)(const struct sk_buff *skb, const struct
 		if (have_flow) {
 			k.dir = PL_TX;
 			__u32 l3 = len > l2 ? len - l2 : len;
-			flow_add(&k, queue, segs, wire, l3 > hdr ? l3 - hdr : 0);
+			flow_add(&k, queue, len, segs, wire, l3 > hdr ? l3 - hdr : 0);
 		} else {
 			qc_count(QC_FLOW_UNPARSED);
 		}

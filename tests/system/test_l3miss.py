@@ -61,7 +61,7 @@ def test_cpu_context_attribution_follows_rates(testbed, recorder):
     tb.iperf3_server(5201)
     tb.iperf3_server(5202)
     pin_tx_queues(tb)
-    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--miss-sampling", "software-clock", "--miss-period", "50000")
+    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--duty", "1", "--miss-sampling", "software-clock", "--miss-period", "50000")
     two_flows(tb)
     rc, _, err = rec.stop()
     assert rc == 0, err
@@ -130,7 +130,7 @@ def test_cpu_context_ends_with_the_traffic(testbed, recorder):
     counts), the sampler keeps sampling but charges nothing to a queue."""
     tb = testbed
     tb.iperf3_server()
-    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--miss-sampling", "software-clock", "--miss-period", "50000",
+    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--duty", "1", "--miss-sampling", "software-clock", "--miss-period", "50000",
                    "--interval", "500")
     tb.iperf3("-t", "2", "-P", "2")
     # Readiness: two whole intervals with no packet after the traffic.
@@ -171,7 +171,7 @@ def test_sampler_throttling_is_counted(testbed, recorder):
         pytest.skip("perf_event_max_sample_rate is above cpu-clock's fastest rate: nothing to throttle")
     tb = testbed
     tb.iperf3_server()
-    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--miss-sampling", "software-clock", "--miss-period", "10000")
+    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--duty", "1", "--miss-sampling", "software-clock", "--miss-period", "10000")
     tb.iperf3("-t", "3", "-P", "2")
     rc, _, err = rec.stop()
     assert rc == 0, err
@@ -201,7 +201,7 @@ def test_flow_map_evictions_are_counted(testbed, recorder):
     tb.iperf3_server(5201)
     tb.iperf3_server(5202)
     pin_tx_queues(tb)
-    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--miss-sampling", "software-clock", "--miss-period", "50000",
+    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--duty", "1", "--miss-sampling", "software-clock", "--miss-period", "50000",
                    "--miss-flow-slots", "1")
     two_flows(tb)
     rc, _, err = rec.stop()
@@ -221,7 +221,7 @@ def test_flow_map_evictions_are_counted(testbed, recorder):
 def test_address_path_loads_and_sees_addresses(testbed, recorder):
     tb = testbed
     tb.iperf3_server()
-    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--miss-sampling", "software-faults", "--miss-period", "1")
+    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--duty", "1", "--miss-sampling", "software-faults", "--miss-period", "1")
     ids = set(rec.prog_ids)
     tb.iperf3("-t", "1")
     # Page faults carry (user) data addresses: none is a packet buffer.
@@ -256,7 +256,7 @@ def test_copy_standin_address_join_follows_rates(testbed, recorder, join_sample)
     --join-sample 4 the map holds 1 page in 4, chosen by address: samples on
     the other pages are counted apart, and the shares must not move."""
     out, heavy, light, truth, ids = record_two_flows(
-        testbed, recorder, "--miss-sampling", "software-copy", "--miss-period", "50000", "--join-sample", str(join_sample))
+        testbed, recorder, "--duty", "1", "--miss-sampling", "software-copy", "--miss-period", "50000", "--join-sample", str(join_sample))
     wait_until(lambda: not (ids & live_prog_ids()), what="programs to be unloaded")
     r = report_json(out)
     m = r["l3miss"]
@@ -391,7 +391,7 @@ def test_copy_standin_joins_linear_buffers(testbed, recorder):
     tb = testbed
     tb.ns(tb.ns_snd, "ethtool", "-K", tb.if_snd, "sg", "off")
     tb.iperf3_server()
-    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--miss-sampling", "software-copy", "--miss-period", "50000")
+    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--duty", "1", "--miss-sampling", "software-copy", "--miss-period", "50000")
     tb.iperf3("-t", "2", "-b", "500M")
     rc, _, err = rec.stop()
     assert rc == 0, err
@@ -409,7 +409,7 @@ def test_tx_frag_pages_are_mapped(testbed, recorder):
     at least one frag page per data segment, and none is left out."""
     tb = testbed
     tb.iperf3_server()
-    rec = recorder("-i", tb.if_snd, "--netns", tb.ns_snd, "--miss-sampling", "software-clock", "--miss-period", "1000000")
+    rec = recorder("-i", tb.if_snd, "--netns", tb.ns_snd, "--duty", "1", "--miss-sampling", "software-clock", "--miss-period", "1000000")
     tb.iperf3("-t", "1", "-b", "500M")
     rc, _, err = rec.stop()
     assert rc == 0, err
@@ -430,7 +430,7 @@ def test_copy_standin_joins_every_page_of_large_buffers(testbed, recorder):
     tb = testbed
     tb.ns(tb.ns_snd, "ethtool", "-K", tb.if_snd, "tso", "on", "gso", "on")
     tb.iperf3_server()
-    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--miss-sampling", "software-copy", "--miss-period", "50000")
+    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--duty", "1", "--miss-sampling", "software-copy", "--miss-period", "50000")
     tb.iperf3("-t", "2", "-b", "2G")
     rc, _, err = rec.stop()
     assert rc == 0, err

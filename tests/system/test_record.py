@@ -46,7 +46,8 @@ def test_tcp_counts_queues_flows_and_stages(testbed, recorder):
         assert abs(got / rx_pk - n / truth_total) < 0.01
     assert set(per_q) <= set(truth)
 
-    # Flows: exactly iperf3's data streams, with iperf3's byte counts (2%).
+    # Flows: exactly iperf3's data streams, with iperf3's byte counts (5 %, the claim at
+    # default sampling; bulk flows' GRO skbs are nearly all sampled).
     streams = {(c["local_host"], c["local_port"], c["remote_host"], c["remote_port"]) for c in ip["start"]["connected"]}
     # iperf3's sender count: what crossed the link. Its receiver count stops at
     # the test deadline with data still in flight, so it runs a few % short.
@@ -58,7 +59,7 @@ def test_tcp_counts_queues_flows_and_stages(testbed, recorder):
     assert all(f["proto"] == "tcp" for f in data_flows)
     for sock, nbytes in by_port.items():
         flow = next(f for f in data_flows if f["sport"] == port_of_socket[sock])
-        assert within(flow["payload_bytes"], nbytes, 0.02), (flow, nbytes)
+        assert within(flow["payload_bytes"], nbytes, 0.05), (flow, nbytes)
         assert flow["rx_queue"] in per_q
 
     # Stage histograms: present where traffic ran, and ordered.
@@ -107,8 +108,15 @@ def test_udp_small_packets_and_ipv6(testbed, recorder):
     assert len(udp_flows) == 1, udp_flows
     f = udp_flows[0]
     assert (f["src"], f["dst"], f["dport"]) == (tb.ip_snd, tb.ip_rcv, 5201)
-    assert within(f["packets"], sent["packets"], 0.02), (f, sent)
-    assert within(f["payload_bytes"], sent["bytes"], 0.02), (f, sent)
+    # Small packets are sampled in proportion to their size (1 in ~600 at 106 B): the
+    # estimate holds to its own 95 % bound, taken twice (4 standard deviations, so a
+    # correct estimator fails 1 run in 16,000), plus 1 % for packets in flight at the ends.
+    # The bound must itself be tight enough to say something.
+    assert f["samples"] > 100, f
+    rel = 2 * f["bytes_error"] / f["bytes"] + 0.01
+    assert rel < 0.3, f
+    assert within(f["packets"], sent["packets"], rel), (f, sent, rel)
+    assert within(f["payload_bytes"], sent["bytes"], rel), (f, sent, rel)
 
     v6_streams = {(c["local_host"], c["local_port"]) for c in v6["start"]["connected"]}
     v6_flows = {(f["src"], f["sport"]) for f in r["flows"]
@@ -190,7 +198,7 @@ def test_raw_tp_flavour_counts_and_joins_like_tp_btf(testbed, recorder):
     addresses found in the map."""
     tb = testbed
     tb.iperf3_server()
-    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--hooks", "raw-tp",
+    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--hooks", "raw-tp", "--duty", "1",
                    "--miss-sampling", "software-copy", "--miss-period", "50000")
     k0, q0 = tb.stats(tb.ns_rcv, tb.if_rcv), tb.rx_queue_packets()
     tb.iperf3("-P", "2", "-t", "2")

@@ -203,26 +203,20 @@ pub struct FlowCounters {
     pub payload_bytes: u64,
     pub first_ns: u64,
     pub last_ns: u64,
-    /// The skbs sampled for this flow when flows come from 1 in N skbs (packets, bytes and
-    /// payload_bytes are then the scaled estimates); None: counted exactly (older recordings).
+    /// The skbs sampled for this flow (packets, bytes and payload_bytes are then estimates
+    /// from them); None: counted exactly (recordings from before sampled flows).
     #[serde(default)]
     pub samples: Option<u64>,
-    /// Sum of the sampled skbs' frame bytes squared: the estimate's variance (see
-    /// `bytes_error`).
+    /// The estimated variance of `bytes` (see `bytes_error`); 0 when every skb was sampled.
     #[serde(default)]
-    pub bytes_sq: Option<u64>,
+    pub bytes_var: Option<u64>,
 }
 
 impl FlowCounters {
-    /// The 95 % error bound of `bytes` when it is an estimate from skbs sampled 1 in `every`
-    /// (Horvitz–Thompson: each sampled skb stands for `every`; the variance is estimated as
-    /// every·(every−1)·Σ bytes²), in bytes; 0 when counted exactly.
-    pub fn bytes_error(&self, every: u32) -> f64 {
-        let n = f64::from(every.max(1));
-        match self.bytes_sq {
-            Some(sq) if every > 1 => 1.96 * (n * (n - 1.0) * sq as f64).sqrt(),
-            _ => 0.0,
-        }
+    /// The 95 % error bound of `bytes`, in bytes: 1.96 standard deviations of the estimate
+    /// (its variance is estimated in the kernel with it); 0 when counted exactly.
+    pub fn bytes_error(&self) -> f64 {
+        1.96 * (self.bytes_var.unwrap_or(0) as f64).sqrt()
     }
 }
 

@@ -467,6 +467,12 @@ pub struct FlowReport {
     pub packets: u64,
     pub bytes: u64,
     pub payload_bytes: u64,
+    /// The skbs sampled for the estimates above (absent: counted exactly).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub samples: Option<u64>,
+    /// The 95 % error bound of `bytes` (0: every skb sampled; absent: counted exactly).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes_error: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -603,6 +609,8 @@ pub fn build(rec: &Recording) -> Summary {
             packets: f.packets,
             bytes: f.bytes,
             payload_bytes: f.payload_bytes,
+            samples: f.samples,
+            bytes_error: f.bytes_var.map(|_| f.bytes_error().round() as u64),
         })
         .collect();
     flows.sort_by_key(|f| std::cmp::Reverse(f.bytes));

@@ -44,7 +44,8 @@ fn open_and_load<'obj>(
     }
     for mut prog in open.open_object_mut().progs_mut() {
         let section = prog.section().to_string_lossy().into_owned();
-        let keep = section.split_once('/').is_some_and(|(prefix, tp)| pick(tp).section_prefix() == format!("{prefix}/"));
+        let keep = section == "tcx/ingress"
+            || section.split_once('/').is_some_and(|(prefix, tp)| pick(tp).section_prefix() == format!("{prefix}/"));
         prog.set_autoload(keep);
     }
     open.load().map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, "loading the floor BPF programs")))
@@ -87,6 +88,23 @@ pub fn run(opts: &FloorOptions) -> Result<()> {
     let mut skipped = Vec::new();
     for prog in skel.object().progs_mut() {
         if !prog.autoload() {
+            continue;
+        }
+        if prog.section() == "tcx/ingress" {
+            // After the recorder's tcx program (which attaches first in the chain).
+            let ptr = super::qcount::ProgPtr(libbpf_rs::AsRawLibbpf::as_libbpf_object(&prog).as_ptr());
+            let ns = opts.netns.as_deref().map(|n| std::path::Path::new(crate::topology::NETNS_RUN_DIR).join(n));
+            struct SendLink(libbpf_rs::Link);
+            // SAFETY: a bpf_link is an fd plus libbpf bookkeeping, not tied to a thread.
+            unsafe impl Send for SendLink {}
+            let ifindex = iface.ifindex;
+            match super::qcount::in_netns(ns.as_deref(), move || super::qcount::attach_tcx(ptr, ifindex, false).map(SendLink)) {
+                Ok(l) => {
+                    links.push(l.0);
+                    progs.extend(AttachedProg::of(&prog));
+                }
+                Err(e) => skipped.push(format!("tcx ingress: {e:#}")),
+            }
             continue;
         }
         match prog.attach() {

@@ -95,25 +95,24 @@ pub(crate) fn loaded_prog_id(p: &libbpf_rs::Program<'_>) -> Option<u32> {
 pub struct AttachedProg {
     pub id: u32,
     pub name: String,
+    /// The tracepoint, or `tcx_ingress` for a tcx program.
     pub tracepoint: String,
-    pub flavor: Flavor,
+    /// The tracepoint's attach flavour (None for tcx).
+    pub flavor: Option<Flavor>,
 }
 
 impl AttachedProg {
-    /// From a loaded program whose section is `tp_btf/<tracepoint>` or `raw_tp/<tracepoint>`.
+    /// From a loaded program whose section is `tp_btf/<tracepoint>`, `raw_tp/<tracepoint>`
+    /// or `tcx/ingress`.
     pub(crate) fn of(p: &libbpf_rs::Program<'_>) -> Option<AttachedProg> {
         let section = p.section().to_string_lossy();
         let (prefix, tp) = section.split_once('/')?;
-        let flavor = match prefix {
-            "tp_btf" => Flavor::TpBtf,
-            "raw_tp" => Flavor::RawTp,
+        let (flavor, tracepoint) = match prefix {
+            "tp_btf" => (Some(Flavor::TpBtf), tp.to_string()),
+            "raw_tp" => (Some(Flavor::RawTp), tp.to_string()),
+            "tcx" => (None, format!("tcx_{tp}")),
             _ => return None,
         };
-        Some(AttachedProg {
-            id: loaded_prog_id(p)?,
-            name: p.name().to_string_lossy().into_owned(),
-            tracepoint: tp.to_string(),
-            flavor,
-        })
+        Some(AttachedProg { id: loaded_prog_id(p)?, name: p.name().to_string_lossy().into_owned(), tracepoint, flavor })
     }
 }

@@ -458,10 +458,17 @@ impl PktlifeProbe {
         self.skel.object().progs().filter(|p| p.autoload()).filter_map(|p| super::loaded_prog_id(&p)).collect()
     }
 
-    /// Each loaded hook program: id, name and tracepoint, so bpf_stats readers (the bench)
-    /// can line a program up with others on the same tracepoint.
-    pub fn loaded_progs(&self) -> Vec<super::AttachedProg> {
-        self.skel.object().progs().filter(|p| p.autoload()).filter_map(|p| super::AttachedProg::of(&p)).collect()
+    /// Each hook program that attaches (in windows, or for the whole run): id, name and
+    /// tracepoint, so bpf_stats readers (the bench) can line a program up with others on the
+    /// same tracepoint.
+    pub fn hook_progs(&self) -> Vec<super::AttachedProg> {
+        self.skel
+            .object()
+            .progs()
+            .filter(|p| p.autoload())
+            .filter_map(|p| super::AttachedProg::of(&p))
+            .filter(|a| self.hooks.iter().any(|h| h.tracepoint == a.tracepoint && h.flavor == a.flavor))
+            .collect()
     }
 }
 

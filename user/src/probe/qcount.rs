@@ -29,9 +29,10 @@ const _: () = assert!(
     "qc_queue_stats and QueueCounters disagree"
 );
 
-/// Flows from 1 in this many skbs by default (sFlow-style countdown with random gaps): on a
-/// busy queue hundreds of samples a second per flow, each estimate with its error bound.
-pub const DEFAULT_FLOW_EVERY: u32 = 16;
+/// Flows sample an skb of d bytes with probability min(1, d / this) by default: a bulk flow's
+/// GRO skbs (tens of KiB) are almost all sampled, so its estimate is near exact, while a flood
+/// of small packets costs one sample per 64 KiB (about one in 600 minimum-size frames).
+pub const DEFAULT_FLOW_BYTES: u32 = 65536;
 
 /// Where the RX counts come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,8 +71,9 @@ pub struct QcountConfig {
     pub rx_queue_offset: u8,
     /// Link-layer header bytes per frame: 14 on Ethernet, 0 on L3 devices.
     pub link_hdr_len: u32,
-    /// Flows from 1 in N skbs (1: every skb, exact; 0: no flows).
-    pub flow_every: u32,
+    /// Flows sample an skb of d bytes with probability min(1, d / flow_bytes) (1: every skb,
+    /// exact; 0: no flows).
+    pub flow_bytes: u32,
     pub rx: RxChoice,
 }
 
@@ -96,7 +98,7 @@ pub struct QueueCounts {
     pub napi_work_hist: [u64; NAPI_BUCKETS],
 }
 
-/// A flow's sampled sums (all CPUs), cumulative.
+/// A flow's estimates from its sampled skbs (all CPUs), cumulative.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SampledFlow {
     pub key: FlowKey,
@@ -105,24 +107,24 @@ pub struct SampledFlow {
     pub packets: u64,
     pub bytes: u64,
     pub payload_bytes: u64,
-    pub bytes_sq: u64,
+    /// The estimated variance of `bytes`.
+    pub bytes_var: u64,
     pub first_ns: u64,
     pub last_ns: u64,
 }
 
 /// A loaded program, by pointer, to attach from another thread (the object outlives it).
-struct ProgPtr(*const libbpf_rs::libbpf_sys::bpf_program);
+pub(crate) struct ProgPtr(pub(crate) *const libbpf_rs::libbpf_sys::bpf_program);
 // SAFETY: libbpf's attach reads the program's fd and type only; the object is alive and not
 // modified while the attaching thread runs (it is joined before anything else happens).
 unsafe impl Send for ProgPtr {}
 
-/// A tcx link made through libbpf directly (libbpf-rs has no tcx attach yet).
-fn attach_tcx(prog: ProgPtr, ifindex: u32) -> Result<Link> {
+/// A tcx link made through libbpf directly (libbpf-rs has no tcx attach yet): at the head
+/// of the device's chain when `first`, else at its end.
+pub(crate) fn attach_tcx(prog: ProgPtr, ifindex: u32, first: bool) -> Result<Link> {
     let opts = libbpf_rs::libbpf_sys::bpf_tcx_opts {
         sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_tcx_opts>() as _,
-        // First in the device's chain: it sees every frame the stack takes, whatever
-        // programs attached before it decide, and it only ever continues the chain.
-        flags: libbpf_rs::libbpf_sys::BPF_F_BEFORE,
+        flags: if first { libbpf_rs::libbpf_sys::BPF_F_BEFORE } else { 0 },
         ..Default::default()
     };
     // SAFETY: prog is a loaded program of a live object; opts is a valid bpf_tcx_opts.
@@ -140,7 +142,7 @@ fn attach_tcx(prog: ProgPtr, ifindex: u32) -> Result<Link> {
 
 /// Run `f` on a thread inside the network namespace `ns` (this process's stays as it is): a
 /// tcx link names its device by an index that only means something in its namespace.
-fn in_netns<T: Send>(ns: Option<&std::path::Path>, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+pub(crate) fn in_netns<T: Send>(ns: Option<&std::path::Path>, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
     let file = match ns {
         Some(p) => Some(std::fs::File::open(p).with_context(|| format!("opening network namespace {}", p.display()))?),
         None => None,
@@ -171,7 +173,7 @@ pub struct QcountProbe {
     links: Vec<Link>,
     pub hooks: Vec<Tier0Hook>,
     pub rx_source: RxSource,
-    flow_every: u32,
+    flow_bytes: u32,
     ncpus: usize,
 }
 
@@ -202,7 +204,7 @@ impl QcountProbe {
         ro.filter_netns = cfg.netns_inode;
         ro.rx_queue_offset = cfg.rx_queue_offset;
         ro.link_hdr_len = cfg.link_hdr_len;
-        ro.flow_every = cfg.flow_every;
+        ro.flow_bytes = cfg.flow_bytes;
         for mut prog in open.open_object_mut().progs_mut() {
             let section = prog.section().to_string_lossy().into_owned();
             let keep = match section.split_once('/') {
@@ -232,7 +234,9 @@ impl QcountProbe {
                     // SAFETY: a bpf_link is an fd plus libbpf bookkeeping, not tied to a thread.
                     unsafe impl Send for SendLink {}
                     let ptr = ProgPtr(p.as_libbpf_object().as_ptr());
-                    in_netns(cfg.netns_path.as_deref(), move || attach_tcx(ptr, ifindex).map(SendLink)).map(|l| l.0)
+                    // First in the device's chain: it sees every frame the stack takes, whatever
+                    // programs attached before it decide, and it only ever continues the chain.
+                    in_netns(cfg.netns_path.as_deref(), move || attach_tcx(ptr, ifindex, true).map(SendLink)).map(|l| l.0)
                 }
                 None => Err(anyhow::anyhow!("the qcount object has no tcx program (build problem)")),
             };
@@ -277,12 +281,12 @@ impl QcountProbe {
         if rx_source == RxSource::Handup && !RX_HANDUP_TPS.iter().any(|tp| attached(tp)) {
             bail!("no RX counting hook attached (neither tcx nor a driver hand-up tracepoint)");
         }
-        Ok(QcountProbe { skel, links, hooks, rx_source, flow_every: cfg.flow_every, ncpus })
+        Ok(QcountProbe { skel, links, hooks, rx_source, flow_bytes: cfg.flow_bytes, ncpus })
     }
 
-    /// 1 in N skbs feed the flows (1: exact; 0: none).
-    pub fn flow_every(&self) -> u32 {
-        self.flow_every
+    /// The flows' sampling threshold in bytes (1: exact; 0: none).
+    pub fn flow_bytes(&self) -> u32 {
+        self.flow_bytes
     }
 
     /// Attached links (for tests and the bench's bookkeeping).
@@ -357,7 +361,7 @@ impl QcountProbe {
                 packets: 0,
                 bytes: 0,
                 payload_bytes: 0,
-                bytes_sq: 0,
+                bytes_var: 0,
                 first_ns: u64::MAX,
                 last_ns: 0,
             };
@@ -367,10 +371,10 @@ impl QcountProbe {
                     continue;
                 }
                 f.samples += v.samples;
-                f.packets += v.packets;
+                f.packets += v.packets_x256;
                 f.bytes += v.bytes;
-                f.payload_bytes += v.payload_bytes;
-                f.bytes_sq = f.bytes_sq.saturating_add(v.bytes_sq);
+                f.payload_bytes += v.payload_x256;
+                f.bytes_var = f.bytes_var.saturating_add(v.bytes_var);
                 f.first_ns = f.first_ns.min(v.first_ns);
                 if v.last_ns >= f.last_ns {
                     f.last_ns = v.last_ns;
@@ -378,15 +382,25 @@ impl QcountProbe {
                 }
             }
             if f.samples > 0 {
+                // The kernel keeps 1/256ths: rounded to whole packets and bytes here.
+                f.packets = (f.packets + 128) >> 8;
+                f.payload_bytes = (f.payload_bytes + 128) >> 8;
                 out.push(f);
             }
         }
         Ok(out)
     }
 
-    /// Each loaded tracepoint program (id, name, tracepoint), for bpf_stats readers.
-    pub fn loaded_progs(&self) -> Vec<super::AttachedProg> {
-        self.skel.object().progs().filter(|p| p.autoload()).filter_map(|p| super::AttachedProg::of(&p)).collect()
+    /// Each attached program (id, name, hook), for bpf_stats readers.
+    pub fn attached_progs(&self) -> Vec<super::AttachedProg> {
+        let attached = |tp: &str| self.hooks.iter().any(|h| h.error.is_none() && (h.hook == tp || h.hook == format!("tcx/{}", tp.trim_start_matches("tcx_"))));
+        self.skel
+            .object()
+            .progs()
+            .filter(|p| p.autoload())
+            .filter_map(|p| super::AttachedProg::of(&p))
+            .filter(|a| attached(&a.tracepoint))
+            .collect()
     }
 
     /// BPF program ids of this probe (for leak checks and bpf_stats).

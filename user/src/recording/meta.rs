@@ -73,9 +73,10 @@ pub struct RecordingMeta {
     /// Tier 0's hooks and how each attached.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tier0_hooks: Option<Vec<crate::probe::qcount::Tier0Hook>>,
-    /// Flows from 1 in this many skbs (1: exact; None: before sampled flows, exact).
+    /// Flows sample an skb of d bytes with probability min(1, d / this) (1: exact; None:
+    /// before sampled flows, exact).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub flow_sample: Option<u32>,
+    pub flow_sample_bytes: Option<u32>,
     /// The detail windows (`--detail windows`; None: the detail hooks ran all the time).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window_cycle_ms: Option<f64>,

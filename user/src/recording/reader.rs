@@ -237,7 +237,7 @@ impl Recording {
             let mut st = conn
                 .prepare(&format!(
                     "SELECT dir,proto,src,sport,dst,dport,queue,packets,bytes,payload_bytes,first_ns,last_ns,{} FROM flows",
-                    if column_exists("flows", "samples") { "samples,bytes_sq" } else { "NULL,NULL" }
+                    if column_exists("flows", "samples") { "samples,bytes_var" } else { "NULL,NULL" }
                 ))
                 .map_err(corrupt)?;
             let mut rows = st.query([]).map_err(corrupt)?;
@@ -259,7 +259,7 @@ impl Recording {
                     first_ns: r.get::<_, i64>(10).map_err(corrupt)? as u64,
                     last_ns: r.get::<_, i64>(11).map_err(corrupt)? as u64,
                     samples: r.get::<_, Option<i64>>(12).map_err(corrupt)?.map(|v| v as u64),
-                    bytes_sq: r.get::<_, Option<i64>>(13).map_err(corrupt)?.map(|v| v as u64),
+                    bytes_var: r.get::<_, Option<i64>>(13).map_err(corrupt)?.map(|v| v as u64),
                 });
             }
         }

@@ -186,7 +186,7 @@ fn session_meta(live: &Session) -> Result<RecordingMeta> {
         detail: Some(live.detail_mode),
         rx_counts: Some(live.tier0.rx_source),
         tier0_hooks: Some(live.tier0.hooks.clone()),
-        flow_sample: Some(live.flow_sample),
+        flow_sample_bytes: Some(live.flow_sample),
         window_cycle_ms: cycle.map(|c| c.as_millis() as f64),
         window_duty: windowed.then_some(live.duty),
         window_ms: spans.map(|s| ms(s.window)),
@@ -298,9 +298,9 @@ impl Progress {
         let attached = detail_hooks + live.tier0.hooks.iter().filter(|h| h.error.is_none()).count();
         let iface = &live.iface;
         if self.json {
-            let mut progs = live.tier0.loaded_progs();
+            let mut progs = live.tier0.attached_progs();
             if let Some(d) = &live.detail {
-                progs.extend(d.loaded_progs());
+                progs.extend(d.hook_progs());
             }
             progress_line(serde_json::json!({"event": "attached", "iface": iface.name, "ifindex": iface.ifindex,
                 "hooks": attached, "output": args.output.display().to_string(), "prog_ids": live.prog_ids(),

@@ -80,9 +80,11 @@ pub struct DetailArgs {
     #[arg(long, value_name = "N", default_value_t = windows::DEFAULT_DUTY,
           value_parser = clap::value_parser!(u32).range(1..=windows::MAX_DUTY as i64))]
     pub duty: u32,
-    /// Flows from 1 in N skbs (sFlow-style, each estimate with its error bound); 1: count
-    /// every skb. Default: 16, or 1 with --detail full.
-    #[arg(long, value_name = "N")]
+    /// Flows are estimated from skbs sampled in proportion to their size: an skb of d bytes
+    /// with probability min(1, d / BYTES), so bulk flows come out nearly exact and a flood of
+    /// small packets costs one sample per BYTES; each estimate carries its error bound.
+    /// 1: every skb (exact). Default: 65536, or 1 with --detail full.
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(1..))]
     pub flow_sample: Option<u32>,
     /// Where the exact RX counts come from: auto (a tcx program on the device, which sees
     /// its frames only, after GRO; else the driver hand-up tracepoints), tcx, handup.
@@ -96,11 +98,11 @@ impl DetailArgs {
         DetailArgs { mode: DetailMode::Windows, duty: windows::DEFAULT_DUTY, flow_sample: None, rx_counts: RxChoice::Auto }
     }
 
-    /// Flows from 1 in this many skbs.
+    /// The flows' sampling threshold in bytes.
     pub fn flow_sample(&self) -> u32 {
         self.flow_sample.unwrap_or(match self.mode {
             DetailMode::Full => 1,
-            _ => crate::probe::qcount::DEFAULT_FLOW_EVERY,
+            _ => crate::probe::qcount::DEFAULT_FLOW_BYTES,
         })
     }
 }
@@ -262,6 +264,7 @@ pub struct Session {
     pub duty: u32,
     /// Address join on 1 in N buffer pages.
     pub join_sample: u32,
+    /// The flows' sampling threshold in bytes (1: exact).
     pub flow_sample: u32,
     /// Which uncore event table the host takes, or why none.
     pub platform: counters::Detection,
@@ -329,7 +332,7 @@ impl Session {
                 netns_path: opts.args.netns.as_deref().map(|n| std::path::Path::new(topology::NETNS_RUN_DIR).join(n)),
                 rx_queue_offset: rx_queue_offset_for_driver(iface.driver.as_deref()),
                 link_hdr_len: iface.link_hdr_len(),
-                flow_every: opts.detail.flow_sample(),
+                flow_bytes: opts.detail.flow_sample(),
                 rx: opts.detail.rx_counts,
             },
             &features,
@@ -535,7 +538,6 @@ impl Session {
         snap.queues = merge_queues(&cur_q, &self.prev_q, &cur_s, &self.prev_s);
         let flow_turn = finishing || self.index % self.flow_every == self.flow_every - 1;
         if flow_turn {
-            let every = u64::from(self.flow_sample.max(1));
             snap.flows = self
                 .tier0
                 .read_flows()?
@@ -543,13 +545,13 @@ impl Session {
                 .map(|f| FlowCounters {
                     key: f.key,
                     queue: f.queue,
-                    packets: f.packets * every,
-                    bytes: f.bytes * every,
-                    payload_bytes: f.payload_bytes * every,
+                    packets: f.packets,
+                    bytes: f.bytes,
+                    payload_bytes: f.payload_bytes,
                     first_ns: f.first_ns,
                     last_ns: f.last_ns,
                     samples: Some(f.samples),
-                    bytes_sq: Some(f.bytes_sq),
+                    bytes_var: Some(f.bytes_var),
                 })
                 .collect();
             snap.drop_reasons = self.tier0.read_drop_reasons()?;

@@ -106,7 +106,7 @@ fn synthetic(llc: bool, counters: bool) -> Recording {
         first_ns: START_NS,
         last_ns: START_NS + 5 * IV_NS,
         samples: None,
-        bytes_sq: None,
+        bytes_var: None,
     };
     Recording {
         path: PathBuf::from("synthetic.ddio"),
