@@ -2,7 +2,9 @@
 pub mod advise;
 pub mod analysis;
 pub mod attribution;
+pub mod build_info;
 pub mod counters;
+pub mod dist;
 pub mod doctor;
 pub mod live;
 pub mod model;

@@ -9,7 +9,7 @@ use ddioscope::{doctor, record, recording, report, serve, top};
 #[derive(Parser)]
 #[command(
     name = "ddioscope",
-    version,
+    version = ddioscope::build_info::LONG_VERSION,
     about = "Per-queue and per-flow Intel DDIO observability: eBPF packet lifetimes joined with uncore counters",
     long_about = "ddioscope records what each NIC queue and flow does (eBPF, in the kernel) and what the cache \
 does (uncore counters), and tells which queues lose DDIO's benefit and what to change.\n\n\
@@ -173,6 +173,7 @@ enum Cmd {
     Recommend {
         /// Recording file written by `ddioscope record`.
         file: PathBuf,
+        /// One JSON object (the model, the attribution and the recommendations) instead of text.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -198,6 +199,7 @@ enum Cmd {
         /// Packet sizes to try.
         #[arg(long, value_delimiter = ',')]
         pkt_bytes: Vec<u32>,
+        /// The grid as a JSON array instead of a table.
         #[arg(long)]
         json: bool,
         /// Measure simulator throughput (cache-line accesses per second, one core).
@@ -208,8 +210,21 @@ enum Cmd {
     },
     /// Check what this host offers ddioscope and what each missing piece costs.
     Doctor {
+        /// The checks as one JSON object instead of text.
         #[arg(long)]
         json: bool,
+    },
+    /// Print the shell completion script for SHELL on stdout (`make install` installs them).
+    #[command(hide = true)]
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: ddioscope::dist::Shell,
+    },
+    /// Write the man pages (one per command) into DIR (`make install` installs them).
+    #[command(hide = true)]
+    Man {
+        /// Directory to write ddioscope.1, ddioscope-record.1, … into (created if missing).
+        dir: PathBuf,
     },
     /// For `make bench`: attach empty and device-read programs to the hot
     /// tracepoints (the bpf_stats floor) and hold them until the duration or
@@ -532,6 +547,16 @@ fn run() -> anyhow::Result<ExitCode> {
             ddioscope::probe::floor::run(&ddioscope::probe::floor::FloorOptions { iface, netns, duration, hooks })?;
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Completions { shell } => {
+            ddioscope::dist::write_stdout(&ddioscope::dist::completions(<Cli as clap::CommandFactory>::command(), shell))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Man { dir } => {
+            let pages = ddioscope::dist::man_pages(<Cli as clap::CommandFactory>::command(), &dir)?;
+            let list: String = pages.iter().map(|p| format!("{}\n", p.display())).collect();
+            ddioscope::dist::write_stdout(list.as_bytes())?;
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Doctor { json } => {
             let d = doctor::run();
             if json {
@@ -584,6 +609,13 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn every_visible_flag_has_a_description() {
+        let cmd = <super::Cli as clap::CommandFactory>::command();
+        cmd.clone().debug_assert();
+        assert_eq!(ddioscope::dist::undocumented_args(&cmd), Vec::<String>::new());
+    }
+
     #[test]
     fn join_sample_is_a_power_of_two_up_to_the_cap() {
         for ok in ["1", "2", "4", "16"] {

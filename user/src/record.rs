@@ -128,7 +128,9 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary> {
     // The output is created before anything attaches: a bad path fails cleanly.
     let mut writer = Writer::create(&opts.output, opts.force)?;
     writer.set_meta("format", "ddioscope-recording")?;
-    writer.set_meta("ddioscope_version", env!("CARGO_PKG_VERSION"))?;
+    writer.set_meta("ddioscope_version", crate::build_info::VERSION)?;
+    writer.set_meta("git_commit", crate::build_info::GIT_COMMIT)?;
+    writer.set_meta("bpf_build_id", crate::build_info::BPF_BUILD_ID)?;
     writer.set_meta("command", &opts.command_line)?;
     writer.set_meta_json("iface", &iface)?;
     writer.set_meta_json("features", &features)?;
