@@ -129,9 +129,18 @@ enum Cmd {
         /// Allow a non-loopback --listen address.
         #[arg(long)]
         allow_remote: bool,
-        /// Flows exported, the top N by bytes (bounds the series count).
+        /// Flow series cap per direction: the N busiest flows keep a series each, every
+        /// other flow is counted under proto="other" (bounds the series count).
         #[arg(long, value_name = "N", default_value_t = 10)]
         top_flows: usize,
+        /// Stage histogram labels: per-queue, per-direction (queues summed: fewer
+        /// series on hosts with many queues) or off.
+        #[arg(long, value_enum, default_value = "per-queue")]
+        stage_histograms: ddioscope::serve::StageHistograms,
+        /// L3-miss sampling for attributed misses per queue and flow (as `record`;
+        /// off by default: the address join costs per packet).
+        #[arg(long, value_enum, default_value = "off")]
+        miss_sampling: ddioscope::probe::l3miss::MissSource,
         /// Sampling interval in milliseconds (metrics are cumulative since start).
         #[arg(long, value_name = "MS", default_value_t = 1000)]
         interval: u64,
@@ -423,15 +432,17 @@ fn run() -> anyhow::Result<ExitCode> {
             top::run(&top::TopOptions { iface, netns, interval_ms: interval, counters, verbose })?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Serve { iface, netns, listen, allow_remote, top_flows, interval, counters, verbose } => {
+        Cmd::Serve { iface, netns, listen, allow_remote, top_flows, stage_histograms, miss_sampling, interval, counters, verbose } => {
             serve::run(&serve::ServeOptions {
                 iface,
                 netns,
                 listen,
                 allow_remote,
                 top_flows,
+                stage_histograms,
                 interval_ms: interval,
                 counters,
+                miss_sampling,
                 verbose,
             })?;
             Ok(ExitCode::SUCCESS)
