@@ -9,9 +9,12 @@ use clap::Command;
 
 pub use clap_complete::Shell;
 
-/// The completion script for `shell`.
-pub fn completions(mut cmd: Command, shell: Shell) -> Vec<u8> {
+/// The completion script for `shell`, without the hidden commands (the shells'
+/// generators would offer them).
+pub fn completions(cmd: Command, shell: Shell) -> Vec<u8> {
     let name = cmd.get_name().to_string();
+    let visible: Vec<Command> = cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned().collect();
+    let mut cmd = Command::new(name.clone()).args(cmd.get_arguments().cloned()).subcommands(visible);
     let mut out = Vec::new();
     // Into memory: clap_complete panics on a write error (a closed pipe), we report it.
     clap_complete::generate(shell, &mut cmd, name, &mut out);
@@ -92,6 +95,7 @@ mod tests {
         for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
             let text = String::from_utf8(completions(sample(), shell)).unwrap();
             assert!(text.contains("quiet") && text.contains("sub"), "{shell}: {text}");
+            assert!(!text.contains("secret"), "{shell}: {text}");
         }
     }
 }
