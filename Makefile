@@ -17,9 +17,9 @@ FRAGCHECK := user/target/release/examples/fragcheck
 # Each command the build or tests run, and the package that provides it.
 NEEDED := clang:clang llvm-strip:llvm pkg-config:pkg-config bpftool:bpftool \
 	iperf3:iperf3 ethtool:ethtool ip:iproute2 ping:iputils-ping sqlite3:sqlite3 \
-	python3:python3 setpriv:util-linux capsh:libcap2-bin chromium:chromium \
+	python3:python3 setpriv:util-linux chromium:chromium \
 	prometheus:prometheus promtool:prometheus tmux:tmux \
-	zsh:zsh fish:fish nroff:groff-base
+	zsh:zsh fish:fish nroff:groff-base man:man-db systemd-analyze:systemd
 
 .PHONY: all build deps demo test unit-test system-test bench clean dist install uninstall \
 	package package-deps package-test
@@ -61,7 +61,7 @@ unit-test: deps
 system-test: deps build $(FRAGCHECK)
 	python3 -m pytest -v tests/system
 
-test: unit-test system-test
+test: unit-test system-test package-test
 
 bench: deps build
 	scripts/bench.sh

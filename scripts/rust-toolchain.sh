@@ -9,9 +9,11 @@
 # Nothing is downloaded from outside the package registries.
 set -euo pipefail
 
-# The crate graph's minimum: clap 4.6, clap_complete/clap_mangen, tokio 1.54 and getrandom
-# 0.4 declare rust-version 1.85 (libbpf-rs/libbpf-cargo 0.27: 1.82; axum 0.8: 1.80).
-MSRV=1.85
+# ddioscope's own code calls u32::is_multiple_of (stable in 1.87); its dependencies need
+# 1.85 (clap 4.6, clap_complete, clap_mangen, tokio 1.54, getrandom 0.4 declare it).
+# Checked with Debian's rustc-web 1.85: every dependency compiles, ddioscope fails at
+# exactly those calls. Keep in step with rust-version in user/Cargo.toml.
+MSRV=1.87
 
 # "1.85.0" >= "1.85"?
 new_enough() { printf '%s\n%s\n' "$MSRV" "$1" | sort -V -C; }
