@@ -5,6 +5,7 @@ SHELL := /bin/bash
 # installed it): looked up when used, so a cargo that deps installs is found.
 CARGO ?= $(or $(shell scripts/rust-toolchain.sh find),cargo)
 BIN := user/target/release/ddioscope
+GIT_HEAD := user/target/git-head
 # Where `make install` puts things: $(DESTDIR)$(PREFIX)/bin, share/man/man1, completions…
 PREFIX ?= /usr/local
 DESTDIR ?=
@@ -28,9 +29,16 @@ all: build
 
 build: $(BIN)
 
-$(BIN): $(shell find user/src bpf -type f) user/Cargo.toml user/build.rs
+$(BIN): $(shell find user/src bpf -type f) user/Cargo.toml user/build.rs $(GIT_HEAD)
 	cd user && $(CARGO) build --release
 	@touch $@
+
+# The commit `ddioscope --version` names: a new commit rebuilds (build.rs reads it).
+$(GIT_HEAD): FORCE
+	@mkdir -p $(@D); h=$$(git rev-parse HEAD 2>/dev/null || echo unknown); \
+		[ "$$(cat $@ 2>/dev/null)" = "$$h" ] || echo "$$h" > $@
+
+FORCE:
 
 $(FRAGCHECK): $(BIN) $(shell find user/examples tests/bpf -type f)
 	cd user && $(CARGO) build --release --example fragcheck
