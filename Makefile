@@ -62,7 +62,10 @@ demo: deps build
 	scripts/demo.sh
 
 # The ground-truth tests print their accuracy tables: shown, not captured.
+# clippy from the toolchain found (or Debian's, matched to Debian's rustc), never a download.
 unit-test: deps
+	@scripts/rust-toolchain.sh clippy
+	cd user && $(CARGO) clippy --release --all-targets -- -D warnings
 	cd user && $(CARGO) test --release -- --skip ground_truth
 	cd user && $(CARGO) test --release --lib ground_truth -- --nocapture --test-threads 1
 

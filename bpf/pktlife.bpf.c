@@ -276,11 +276,10 @@ static __always_inline void record_stage(struct pl_queue_stats *qs, __u32 stage,
 	qs->stage_hist[stage][b] += 1;
 }
 
-/* Parse the 5-tuple from an IPv4/IPv6 header at l3 (TCP/UDP only; IPv6
- * extension headers are not walked). */
-/* Parse the 5-tuple (TCP/UDP over IPv4/IPv6; IPv6 extension headers are not
- * walked). One read covers an IPv6 header, or an IPv4 header with up to 20
- * bytes of options, plus the L4 ports and the TCP data offset. */
+/* Parse the 5-tuple from the IPv4/IPv6 header at l3 (TCP/UDP only; IPv6
+ * extension headers are not walked). One read covers an IPv6 header, or an
+ * IPv4 header with up to 20 bytes of options, plus the L4 ports and the TCP
+ * data offset. */
 static __always_inline bool parse_flow(const unsigned char *l3, __u16 proto_be, struct pl_flow_key *k,
 				      __u32 *hdr_len)
 {

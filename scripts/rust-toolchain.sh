@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# rust-toolchain.sh find|install: the cargo that builds ddioscope.
+# rust-toolchain.sh find|install|clippy: the cargo that builds ddioscope.
 #
 #   find      print the path of a cargo whose rustc is new enough (exit 1, silent, if none)
 #   install   the same, installing Debian's cargo/rustc packages when none is found and
 #             Debian's are new enough; otherwise one line saying which version is needed
+#   clippy    check that the cargo found has clippy (`make unit-test` runs it): Debian's
+#             rust-clippy is installed for Debian's own cargo when its version matches
+#             rustc's; otherwise one line saying what is missing
 #
 # Looked for, in order: cargo on PATH, ~/.cargo/bin/cargo (rustup's place), /usr/bin/cargo.
 # Nothing is downloaded from outside the package registries.
@@ -58,5 +61,20 @@ case "${1:-}" in
         echo "rust-toolchain: ddioscope needs cargo and rustc >= $MSRV; none found on PATH or in ~/.cargo/bin, and Debian offers${have:- none}: install Rust >= $MSRV and re-run" >&2
         exit 1
         ;;
-    *) echo "usage: $0 find|install" >&2; exit 2 ;;
+    clippy)
+        c=$(find_cargo) || { echo "rust-toolchain: no cargo >= $MSRV found: run make deps" >&2; exit 1; }
+        "$c" clippy --version >/dev/null 2>&1 && exit 0
+        # Debian's clippy is built against Debian's rustc of the same version only.
+        if [ "$c" = /usr/bin/cargo ]; then
+            r=$(rustc_version "$c")
+            [ -n "$(candidate rust-clippy)" ] || apt-get update -qq || true
+            if [ "$(candidate rust-clippy | cut -d. -f1,2)" = "$(echo "$r" | cut -d. -f1,2)" ]; then
+                DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends rust-clippy >/dev/null || true
+                "$c" clippy --version >/dev/null 2>&1 && exit 0
+            fi
+        fi
+        echo "rust-toolchain: $c (rustc $(rustc_version "$c")) has no clippy: add its clippy component (rustup component add clippy where rustup manages it)" >&2
+        exit 1
+        ;;
+    *) echo "usage: $0 find|install|clippy" >&2; exit 2 ;;
 esac

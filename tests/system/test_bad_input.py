@@ -1,10 +1,14 @@
 """Bad input: one clear line naming the problem, a non-zero exit, nothing left attached."""
+import os
 import shutil
 import sqlite3
+import subprocess
 
 import pytest
 
-from conftest import BIN, live_prog_ids, run
+from conftest import BIN, ROOT, live_prog_ids, run
+
+FIXTURE = ROOT / "tests/fixtures/recordings/veth-tcp.ddio"
 
 
 def expect_error(args, *needles, user=None):
@@ -57,6 +61,36 @@ def test_report_rejects_non_recordings(tmp_path):
     expect_error(["report", other], "not a ddioscope recording")
     expect_error(["report", tmp_path / "absent.ddio"], "no such file")
     expect_error(["report", tmp_path], "directory")
+
+
+def test_damaged_schema_is_one_line(tmp_path):
+    """SQLite quotes the failing statement, which spans lines: the error is still one line."""
+    rec = tmp_path / "damaged.ddio"
+    shutil.copy(FIXTURE, rec)
+    with sqlite3.connect(rec) as c:
+        c.executescript("DROP TABLE IF EXISTS miss_intervals;"
+                        "CREATE TABLE miss_intervals (interval INTEGER PRIMARY KEY, samples INTEGER NOT NULL,"
+                        " on_packet_buffers INTEGER NOT NULL, other_addr INTEGER NOT NULL, no_addr INTEGER NOT NULL,"
+                        " ctx_charged INTEGER NOT NULL, uncharged INTEGER NOT NULL);"
+                        "DROP TABLE IF EXISTS buf_map_intervals;"
+                        "CREATE TABLE buf_map_intervals (interval INTEGER PRIMARY KEY, linear_pages INTEGER);")
+    expect_error(["report", rec], "damaged", "no such column")
+
+
+@pytest.mark.parametrize("args", [
+    ["report", FIXTURE], ["report", "--json", FIXTURE], ["recommend", FIXTURE], ["recommend", "--json", FIXTURE],
+    ["simulate", FIXTURE], ["simulate", "--synthetic", "preset=skx6140,queues=1,ring=1024,pkt_bytes=1500"],
+    ["doctor"], ["doctor", "--json"],
+], ids=lambda a: " ".join(map(str, a)).replace(str(FIXTURE), "REC"))
+def test_closed_stdout_exits_quietly(args):
+    """`ddioscope report REC | head -1`: a reader that goes away ends the command quietly, exit 0."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first write
+    try:
+        p = subprocess.run([str(BIN), *map(str, args)], stdout=write_end, stderr=subprocess.PIPE, timeout=120)
+    finally:
+        os.close(write_end)
+    assert (p.returncode, p.stderr) == (0, b""), p
 
 
 @pytest.fixture

@@ -1,7 +1,6 @@
 //! Shell completions and man pages generated from the command line's clap
-//! definitions, so that flags are defined once (`ddioscope completions SHELL`,
+//! definitions (`cli`), so that flags are defined once (`ddioscope completions SHELL`,
 //! `ddioscope man DIR`; `make install` and the Debian package call them).
-use std::io::Write;
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -11,20 +10,15 @@ pub use clap_complete::Shell;
 
 /// The completion script for `shell`, without the hidden commands (the shells'
 /// generators would offer them).
-pub fn completions(cmd: Command, shell: Shell) -> Vec<u8> {
+pub fn completions(cmd: Command, shell: Shell) -> String {
     let name = cmd.get_name().to_string();
     let visible: Vec<Command> = cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned().collect();
     let mut cmd = Command::new(name.clone()).args(cmd.get_arguments().cloned()).subcommands(visible);
     let mut out = Vec::new();
-    // Into memory: clap_complete panics on a write error (a closed pipe), we report it.
+    // Into memory: clap_complete panics on a write error (a closed pipe); `cli::print`
+    // is quiet on one.
     clap_complete::generate(shell, &mut cmd, name, &mut out);
-    out
-}
-
-/// Write `bytes` to stdout; a closed pipe or full disk is one line, not a panic.
-pub fn write_stdout(bytes: &[u8]) -> Result<()> {
-    let mut out = std::io::stdout().lock();
-    out.write_all(bytes).and_then(|()| out.flush()).context("writing to standard output")
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// One man page per visible command: `ddioscope.1`, `ddioscope-record.1`, …
@@ -93,7 +87,7 @@ mod tests {
     #[test]
     fn completions_name_the_subcommands_and_flags() {
         for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
-            let text = String::from_utf8(completions(sample(), shell)).unwrap();
+            let text = completions(sample(), shell);
             assert!(text.contains("quiet") && text.contains("sub"), "{shell}: {text}");
             assert!(!text.contains("secret"), "{shell}: {text}");
         }

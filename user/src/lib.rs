@@ -1,22 +1,24 @@
 //! ddioscope: per-queue and per-flow Intel DDIO observability.
-pub mod advise;
-pub mod analysis;
-pub mod attribution;
+//!
+//! The modules in the order the data flows: the kernel's view (`probe`) and the host's
+//! (`topology`, `counters`) feed a live `session`, whose snapshots a `recording` keeps;
+//! `analysis` turns a recording into evidence, attribution and advice (with `model`,
+//! `attribution`, `advise`), `report` renders it, and the live `surfaces` show a session.
+//! `build_info` (what this binary is) sits beside `sys` at the bottom; `dist` generates
+//! man pages and completions from the command line (`cli`) at the top.
+pub mod sys;
 pub mod build_info;
-pub mod capped;
+pub mod snapshot;
+pub mod topology;
 pub mod counters;
-pub mod dist;
-pub mod doctor;
-pub mod live;
-pub mod live_model;
 pub mod model;
 pub mod probe;
-pub mod record;
+pub mod session;
 pub mod recording;
+pub mod attribution;
+pub mod advise;
+pub mod analysis;
 pub mod report;
-pub mod serve;
-pub mod snapshot;
-pub mod top;
-pub mod topology;
-pub mod view;
-pub mod windows;
+pub mod surfaces;
+pub mod dist;
+pub mod cli;

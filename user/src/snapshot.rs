@@ -41,7 +41,42 @@ impl Dir {
             Dir::Tx => ["queue_to_xmit", "xmit_call", "xmit_to_free", "queue_to_free"],
         }
     }
+
+    /// The stage a packet buffer lives through while the NIC or the CPU still uses it:
+    /// RX from the DMA hand-up to the buffer's release, TX the NIC's DMA read window.
+    pub fn lifetime_stage(self) -> usize {
+        match self {
+            Dir::Rx => RX_DRIVER_TO_FREE,
+            Dir::Tx => TX_XMIT_TO_FREE,
+        }
+    }
 }
+
+/// As in JSON: `rx`, `tx`.
+impl std::fmt::Display for Dir {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+// The kernel's stage slots (bpf/pktlife.h `enum pl_rx_stage` / `enum pl_tx_stage`): the index
+// into every per-stage array, and into a sampled packet's stage-entry times (`ts`).
+/// Driver hand-up (pre-GRO) to stack entry.
+pub const RX_DRIVER_TO_STACK: usize = 0;
+/// Stack entry to the first copy to a socket.
+pub const RX_STACK_TO_COPY: usize = 1;
+/// First copy to the buffer's release.
+pub const RX_COPY_TO_FREE: usize = 2;
+/// The whole RX buffer lifetime.
+pub const RX_DRIVER_TO_FREE: usize = 3;
+/// Queueing (dev_queue_xmit) to the driver's xmit.
+pub const TX_QUEUE_TO_XMIT: usize = 0;
+/// The driver's xmit call.
+pub const TX_XMIT_CALL: usize = 1;
+/// Driver xmit to completion free: the NIC's DMA window.
+pub const TX_XMIT_TO_FREE: usize = 2;
+/// Queueing to completion free.
+pub const TX_QUEUE_TO_FREE: usize = 3;
 
 /// Per-queue counters: cumulative when read from the kernel, a delta in a Snapshot.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

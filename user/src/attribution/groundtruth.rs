@@ -250,7 +250,7 @@ fn sampled(sc: &Scenario, rng: &mut Rng, mischarge: f64) -> SampledCounts {
 /// The same with the join on 1 in `join_sample` pages: a sample on another page is neither
 /// joined nor "outside packet buffers" (the probes count it apart). With `duty` > 1, as
 /// `record --miss-duty`: the sampler runs in one window of 1/duty of each interval, placed at
-/// random, at the period over the duty (crate::windows).
+/// random, at the period over the duty (crate::session::windows).
 /// Also returns the load misses inside the sampling windows (all of them when always on).
 fn sampled_pages(sc: &Scenario, rng: &mut Rng, mischarge: f64, join_sample: u32, duty: u32) -> (SampledCounts, u64) {
     let nq = sc.base.queues;
@@ -259,7 +259,7 @@ fn sampled_pages(sc: &Scenario, rng: &mut Rng, mischarge: f64, join_sample: u32,
     let mut f: BTreeMap<u32, u64> = BTreeMap::new();
     let mut other = 0u64;
     let mut in_windows = 0u64;
-    let period = crate::windows::window_period(PERIOD, duty);
+    let period = crate::session::windows::window_period(PERIOD, duty);
     let mut count = rng.next() % period;
     let take = |count: &mut u64| {
         *count += 1;
@@ -274,13 +274,13 @@ fn sampled_pages(sc: &Scenario, rng: &mut Rng, mischarge: f64, join_sample: u32,
     // The time the sampler ran, as the recorder measures it: the duty the estimates scale by.
     let measured_duty = {
         let mut d = draws.clone().into_iter();
-        match crate::windows::Schedule::new(cycle, duty, || d.next().unwrap_or(0.5)) {
+        match crate::session::windows::Schedule::new(cycle, duty, || d.next().unwrap_or(0.5)) {
             None => 1.0,
             Some(mut s) => {
                 let (end, mut t, mut on) = (std::time::Duration::from_nanos(t1 - t0), std::time::Duration::ZERO, std::time::Duration::ZERO);
                 while t < end {
                     let next = s.next_change(t).unwrap_or(end).min(end);
-                    if s.phase_at(t) == crate::windows::Phase::Sampling {
+                    if s.phase_at(t) == crate::session::windows::Phase::Sampling {
                         on += next - t;
                     }
                     t = next;
@@ -290,11 +290,11 @@ fn sampled_pages(sc: &Scenario, rng: &mut Rng, mischarge: f64, join_sample: u32,
         }
     };
     let mut next_draw = draws.into_iter();
-    let mut schedule = crate::windows::Schedule::new(cycle, duty, || next_draw.next().unwrap_or(0.5));
+    let mut schedule = crate::session::windows::Schedule::new(cycle, duty, || next_draw.next().unwrap_or(0.5));
     for r in &sc.runs {
         for &(lq, lf, page, t) in &r.loads {
             if let Some(s) = schedule.as_mut() {
-                if s.phase_at(std::time::Duration::from_nanos(t - t0)) != crate::windows::Phase::Sampling {
+                if s.phase_at(std::time::Duration::from_nanos(t - t0)) != crate::session::windows::Phase::Sampling {
                     continue;
                 }
             }

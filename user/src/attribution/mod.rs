@@ -43,6 +43,13 @@ impl Method {
     }
 }
 
+/// As in JSON: `address_join`, `cpu_context`, …
+impl std::fmt::Display for Method {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Confidence {
@@ -61,6 +68,18 @@ impl Confidence {
             Confidence::Medium | Confidence::Low => Confidence::Low,
             Confidence::Insufficient => Confidence::Insufficient,
         }
+    }
+}
+
+/// As in JSON: `high`, `medium`, `low`, `insufficient`.
+impl std::fmt::Display for Confidence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(match self {
+            Confidence::High => "high",
+            Confidence::Medium => "medium",
+            Confidence::Low => "low",
+            Confidence::Insufficient => "insufficient",
+        })
     }
 }
 

@@ -305,6 +305,9 @@ fn dependent_columns(a: &Mat) -> Vec<usize> {
         .collect()
 }
 
+/// A fit and the index of the candidate it came from.
+type Candidate = (usize, Fit);
+
 struct Fit {
     /// Scaled coefficients (design columns and y both unit-norm).
     x: Vec<f64>,
@@ -392,7 +395,7 @@ fn fit_series(name: &str, background_kind: &str, t: &Table, active: &[usize], y_
     // earn their extra freedom when the queues really behave differently (they otherwise
     // fit noise and trade misses between queues).
     let use_shared = best_of(true) <= best_of(false) * PER_QUEUE_GAIN;
-    let (fits, other_tier): (Vec<(usize, Fit)>, Vec<(usize, Fit)>) = all
+    let (fits, other_tier): (Vec<Candidate>, Vec<Candidate>) = all
         .into_iter()
         .partition(|(k, _)| cands[*k].shared() == use_shared);
     let best_cv = fits

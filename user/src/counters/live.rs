@@ -13,6 +13,7 @@ use super::events::{self, EventSet, Unit};
 use super::platform::Platform;
 use super::sysfs::{self, ConfigWords};
 use super::{CounterReading, CounterSource};
+use crate::sys::monotonic_ns;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -494,18 +495,6 @@ pub struct Sampler {
     source: CounterSource,
     /// Problems from the last read (a group that could not be read is skipped, not fatal).
     pub read_warnings: Vec<String>,
-}
-
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
 }
 
 /// Scaled delta for multiplexing: raw * enabled / running over the interval; 0 when never scheduled.

@@ -44,7 +44,8 @@ impl CounterReading {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+/// Where a recording's counter readings come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CounterSource {
     Live,
@@ -62,6 +63,48 @@ impl CounterSource {
             CounterSource::Absent => "absent",
         }
     }
+}
+
+impl std::fmt::Display for CounterSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+/// Which hardware view a live session takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CountersMode {
+    /// Uncore/core PMUs when the platform has them; otherwise none, quietly.
+    Auto,
+    /// Software perf events through the same read path (hosts without a PMU; tests).
+    Software,
+    /// No counters.
+    Off,
+}
+
+/// Open the counter sampler asked for: the sampler, where its readings come from, and
+/// notes. Auto degrades quietly (the reason is kept in the notes); an explicit request
+/// fails loudly.
+pub fn open(mode: CountersMode) -> anyhow::Result<(Option<Sampler>, CounterSource, Vec<String>)> {
+    let detection = platform::detect_host();
+    Ok(match mode {
+        CountersMode::Off => (None, CounterSource::Absent, vec!["counters disabled (--counters off)".into()]),
+        CountersMode::Software => {
+            let (s, rep) = Sampler::try_open(&SamplerConfig::software());
+            if s.is_none() {
+                anyhow::bail!("--counters software: {}", rep.failure_lines().join("; "));
+            }
+            (s, CounterSource::Software, rep.failure_lines())
+        }
+        CountersMode::Auto => match detection.platform() {
+            Some(p) => {
+                let (s, rep) = Sampler::try_open(&SamplerConfig::hardware(p));
+                let src = if s.is_some() { CounterSource::Live } else { CounterSource::Absent };
+                (s, src, rep.failure_lines())
+            }
+            None => (None, CounterSource::Absent, vec![format!("no uncore DDIO counters: {}", detection.describe())]),
+        },
+    })
 }
 
 /// What `ddioscope doctor` prints about counters.

@@ -1,9 +1,9 @@
 //! Platform detection: /proc/cpuinfo text -> which Xeon generation's uncore event table applies.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Xeon server generations with DDIO uncore events, named as Intel's perfmon directories name them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum Platform {
     Skx,
@@ -65,7 +65,7 @@ impl std::fmt::Display for Platform {
 }
 
 /// The identity fields of the first processor in /proc/cpuinfo.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CpuId {
     pub vendor: String,
     pub family: u32,
@@ -84,7 +84,7 @@ impl CpuId {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum Detection {
     Supported { platform: Platform, cpu: CpuId },

@@ -6,7 +6,59 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::events::Unit;
+use super::platform::Platform;
+
+/// The kind of PMU box a counter lives in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Unit {
+    Cha,
+    Iio,
+    Imc,
+    Irp,
+    Core,
+}
+
+impl Unit {
+    /// Short label used in `CounterReading::pmu`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unit::Cha => "cha",
+            Unit::Iio => "iio",
+            Unit::Imc => "imc",
+            Unit::Irp => "irp",
+            Unit::Core => "core",
+        }
+    }
+
+    /// sysfs PMU name (boxes append `_N`).
+    pub fn pmu_prefix(self) -> &'static str {
+        match self {
+            Unit::Cha => "uncore_cha",
+            Unit::Iio => "uncore_iio",
+            Unit::Imc => "uncore_imc",
+            Unit::Irp => "uncore_irp",
+            Unit::Core => "cpu",
+        }
+    }
+
+    pub fn from_label(s: &str) -> Option<Unit> {
+        [Unit::Cha, Unit::Iio, Unit::Imc, Unit::Irp, Unit::Core]
+            .into_iter()
+            .find(|u| u.as_str() == s)
+    }
+
+    /// Programmable counters per box (uncore) or per logical CPU with HT on (core).
+    pub fn counters(self, platform: Platform) -> u32 {
+        match (self, platform) {
+            (
+                Unit::Irp,
+                Platform::Skx | Platform::Clx | Platform::Icx | Platform::Spr | Platform::Emr,
+            ) => 2,
+            _ => 4,
+        }
+    }
+}
 
 /// The perf_event_attr config words a format field can live in.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]

@@ -47,11 +47,32 @@ impl Verdict {
     }
 }
 
+/// As in JSON: `fits`, `at_risk`, `leaky`.
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(match self {
+            Verdict::Fits => "fits",
+            Verdict::AtRisk => "at_risk",
+            Verdict::Leaky => "leaky",
+        })
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, Hash)]
 #[serde(rename_all = "snake_case")]
 pub enum Dir {
     Rx,
     Tx,
+}
+
+/// As in JSON: `rx`, `tx`.
+impl std::fmt::Display for Dir {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(match self {
+            Dir::Rx => "rx",
+            Dir::Tx => "tx",
+        })
+    }
 }
 
 /// Bytes a packet of `pkt_bytes` occupies in the LLC: the NIC writes whole lines.

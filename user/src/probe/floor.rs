@@ -60,7 +60,7 @@ pub fn run(opts: &FloorOptions) -> Result<()> {
             bail!("--duration must be a positive number of seconds");
         }
     }
-    if !crate::live::is_root() {
+    if !crate::sys::is_root() {
         bail!("ddioscope needs root to load BPF programs: run it with sudo");
     }
     let features = Features::detect();
@@ -69,7 +69,7 @@ pub fn run(opts: &FloorOptions) -> Result<()> {
     }
     let iface = crate::topology::resolve_iface_live(&opts.iface, opts.netns.as_deref())?;
     // Signals first, so a signal during attach still ends in a clean detach.
-    let stop = crate::live::stop_flag()?;
+    let stop = crate::sys::stop_flag()?;
     // Two object storages: a failed load keeps its storage borrowed for the
     // lifetime of the skeleton it would have returned.
     let (mut storage, mut retry) = (MaybeUninit::uninit(), MaybeUninit::uninit());
@@ -102,7 +102,7 @@ pub fn run(opts: &FloorOptions) -> Result<()> {
         bail!("no floor program attached: {}", skipped.join("; "));
     }
     let ids: Vec<u32> = progs.iter().map(|p| p.id).collect();
-    crate::record::progress_line(serde_json::json!({
+    crate::sys::progress_line(serde_json::json!({
         "event": "attached", "iface": iface.name, "ifindex": iface.ifindex,
         "progs": progs, "prog_ids": ids, "skipped": skipped,
     }));
@@ -111,6 +111,6 @@ pub fn run(opts: &FloorOptions) -> Result<()> {
         std::thread::sleep(Duration::from_millis(50));
     }
     drop(links);
-    crate::record::progress_line(serde_json::json!({"event": "done"}));
+    crate::sys::progress_line(serde_json::json!({"event": "done"}));
     Ok(())
 }

@@ -35,8 +35,10 @@ pub enum MissSource {
 
 /// The perf_event_attr for one source; `None` for off.
 pub fn event_attr(source: MissSource, platform: Option<Platform>, period: u64, sys_root: &Path) -> Result<Option<(sys::bindings::perf_event_attr, String)>> {
-    let mut attr = sys::bindings::perf_event_attr::default();
-    attr.size = std::mem::size_of::<sys::bindings::perf_event_attr>() as u32;
+    let mut attr = sys::bindings::perf_event_attr {
+        size: std::mem::size_of::<sys::bindings::perf_event_attr>() as u32,
+        ..Default::default()
+    };
     attr.__bindgen_anon_1.sample_period = period.max(1);
     attr.sample_type = (sys::bindings::PERF_SAMPLE_IP
         | sys::bindings::PERF_SAMPLE_TID
@@ -207,7 +209,7 @@ impl MissSampler {
             if let Ok(m) = self.throttle.as_ref() {
                 if let Ok(mut g) = m.lock() {
                     let log = &mut *g;
-                    let now = crate::live::monotonic_ns();
+                    let now = crate::sys::monotonic_ns();
                     for r in log.rings.iter_mut() {
                         r.disabled(now, &mut log.totals);
                     }

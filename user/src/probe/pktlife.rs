@@ -521,7 +521,7 @@ impl PktlifeProbe {
             }
         }
         if let Some(s) = &self.miss_sampler {
-            m.throttle = s.throttling(crate::live::monotonic_ns()).ok();
+            m.throttle = s.throttling(crate::sys::monotonic_ns()).ok();
         }
         for idx in 0..(2 * MAX_QUEUES) {
             let vals = self.skel.maps.miss_queues.lookup_percpu(&idx.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
@@ -556,7 +556,7 @@ impl PktlifeProbe {
                 let region = key.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_ne_bytes).unwrap_or(0);
                 m.regions.push((region, n));
             }
-            m.regions.sort_by(|a, b| b.1.cmp(&a.1));
+            m.regions.sort_by_key(|r| std::cmp::Reverse(r.1));
             m.regions.truncate(32);
         }
         let c = &self.skel.maps.counters;
@@ -705,7 +705,7 @@ mod tests {
     /// root and BTF, and says so when it cannot run.
     #[test]
     fn every_flavour_loads_with_every_option() {
-        if !crate::live::is_root() || !std::path::Path::new(super::super::features::VMLINUX_BTF).exists() {
+        if !crate::sys::is_root() || !std::path::Path::new(super::super::features::VMLINUX_BTF).exists() {
             eprintln!("skipped: loading BPF needs root and kernel BTF");
             return;
         }

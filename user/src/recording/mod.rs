@@ -1,9 +1,14 @@
-//! The recording: one SQLite file per run. Its schema (documented in the README),
-//! the writer that commits one transaction per interval (so a SIGKILL loses at
-//! most the interval in progress), and the reader that replays it as Snapshots.
+//! The recording: one SQLite file per run. Its schema (documented in the README), the
+//! `record` command that fills it from a session, its typed metadata (`meta`), the writer
+//! that commits one transaction per interval (so a SIGKILL loses at most the interval in
+//! progress), the reader that replays it as Snapshots, and the counter import.
+pub mod import;
+pub mod meta;
 pub mod reader;
+pub mod record;
 pub mod writer;
 
+pub use meta::RecordingMeta;
 pub use reader::Recording;
 pub use writer::Writer;
 

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Result};
 use rusqlite::{Connection, OpenFlags};
 
+use super::meta::RecordingMeta;
 use super::writer::{explain_sqlite, CounterRow};
 use super::{APPLICATION_ID, SCHEMA_VERSION};
 use crate::snapshot::{Dir, EventCounters, FlowCounters, FlowKey, MissSnapshot, PacketSample, SamplerThrottle, QueueCounters, Snapshot};
@@ -13,7 +14,7 @@ use crate::topology::{HostInfo, IfaceInfo};
 
 pub struct Recording {
     pub path: PathBuf,
-    pub meta: BTreeMap<String, String>,
+    pub meta: RecordingMeta,
     pub snapshots: Vec<Snapshot>,
     pub flows: Vec<FlowCounters>,
     pub drop_reasons: Vec<(u32, u64)>,
@@ -66,6 +67,7 @@ impl Recording {
         if !meta.contains_key("iface") {
             bail!("{p} has no run metadata: the recording was cut off before its first write");
         }
+        let meta = RecordingMeta::from_rows(&meta);
 
         // Recordings from before state_stale existed read it as 0.
         let has_stale = conn
@@ -411,7 +413,7 @@ impl Recording {
             }
         }
         // Replay parity: each Snapshot carries its interval's readings of the recording's counter source.
-        let source = meta.get("counters_source").cloned().unwrap_or_default();
+        let source = meta.counters_source.map(|s| s.as_str()).unwrap_or_default();
         for (iv, r) in counters.iter().filter(|(_, r)| r.source == source) {
             if let Some(&si) = by_idx.get(iv) {
                 snaps[si].counters.push(r.reading());
@@ -420,20 +422,18 @@ impl Recording {
         Ok(Recording { path: path.to_path_buf(), meta, snapshots: snaps, flows, drop_reasons, counters })
     }
 
-    pub fn meta_json<T: serde::de::DeserializeOwned>(&self, key: &str) -> Option<T> {
-        self.meta.get(key).and_then(|v| serde_json::from_str(v).ok())
-    }
-
+    /// The recorded interface (a default one when its metadata is damaged).
     pub fn iface(&self) -> IfaceInfo {
-        self.meta_json("iface").unwrap_or_default()
+        self.meta.iface.clone().unwrap_or_default()
     }
 
+    /// The recording host (a default one when its metadata is damaged).
     pub fn host(&self) -> HostInfo {
-        self.meta_json("host").unwrap_or_default()
+        self.meta.host.clone().unwrap_or_default()
     }
 
     pub fn complete(&self) -> bool {
-        self.meta.get("complete").is_some_and(|v| v == "true")
+        self.meta.complete()
     }
 
     pub fn duration_s(&self) -> f64 {
@@ -465,13 +465,14 @@ impl Recording {
     }
 }
 
+/// Test support: the checked-in fixture recording, altered.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod fixture {
+    use std::path::Path;
 
     /// The fixture recording with `sql` run on a copy: an older schema rebuilt by hand. The
     /// temporary directory lives as long as the returned guard.
-    fn fixture_altered(sql: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    pub(crate) fn fixture_altered(sql: &str) -> (tempfile::TempDir, std::path::PathBuf) {
         let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/recordings/veth-tcp.ddio");
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("old.ddio");
@@ -479,6 +480,12 @@ mod tests {
         rusqlite::Connection::open(&path).expect("open copy").execute_batch(sql).expect("old-style table");
         (dir, path)
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixture::fixture_altered;
+    use super::*;
 
     /// A recording whose buffer-map table predates its later columns still opens;
     /// the missing counters read as 0.
@@ -494,100 +501,5 @@ mod tests {
         );
         let r = Recording::open(&path);
         assert!(r.is_ok(), "{:?}", r.err());
-    }
-
-    /// Miss samples recorded before page sampling (no out_of_subset column) read with none out.
-    #[test]
-    fn miss_table_without_out_of_subset_reads() {
-        let (_dir, path) = fixture_altered(
-            "DROP TABLE IF EXISTS miss_intervals;
-             CREATE TABLE miss_intervals (
-                interval INTEGER PRIMARY KEY, samples INTEGER NOT NULL, on_packet_buffers INTEGER NOT NULL,
-                other_addr INTEGER NOT NULL, no_addr INTEGER NOT NULL, ctx_charged INTEGER NOT NULL, uncharged INTEGER NOT NULL);
-             INSERT INTO miss_intervals SELECT MIN(idx), 7, 3, 2, 2, 4, 0 FROM intervals;",
-        );
-        let r = Recording::open(&path).expect("opens");
-        let m: Vec<&MissSnapshot> = r.snapshots.iter().filter_map(|s| s.misses.as_ref()).collect();
-        assert_eq!(m.len(), 1);
-        assert_eq!((m[0].samples, m[0].on_packet_buffers, m[0].out_of_subset), (7, 3, 0));
-        // Nor the flow-loss counts: unknown, so no loss is claimed either way.
-        assert_eq!((m[0].no_flow, m[0].queue_clamped), (None, 0));
-        assert_eq!(crate::report::build(&r).l3miss.flow_charges_lost, None);
-        // Nor the sampler's throttling: not measured, and the report claims nothing.
-        assert_eq!(m[0].throttle, None);
-        assert!(crate::report::build(&r).l3miss.throttle.is_none());
-    }
-
-    /// Throttle rows sum over the intervals and are set against the sampler's CPU time; one
-    /// interval that could not read them makes the total unknown.
-    #[test]
-    fn sampler_throttling_sums_over_intervals() {
-        let table = "DROP TABLE miss_intervals;
-             CREATE TABLE miss_intervals (
-                interval INTEGER PRIMARY KEY, samples INTEGER NOT NULL, on_packet_buffers INTEGER NOT NULL,
-                other_addr INTEGER NOT NULL, no_addr INTEGER NOT NULL, ctx_charged INTEGER NOT NULL, uncharged INTEGER NOT NULL,
-                throttles INTEGER, throttled_ns INTEGER, throttle_records_lost INTEGER);
-             INSERT OR REPLACE INTO meta(key, value) VALUES ('miss_sampler_cpus', '2');";
-        let (_dir, path) = fixture_altered(&format!(
-            "{table}
-             INSERT INTO miss_intervals(interval,samples,on_packet_buffers,other_addr,no_addr,ctx_charged,uncharged,
-                                        throttles,throttled_ns,throttle_records_lost)
-             SELECT idx, 10, 0, 0, 10, 10, 0, 3, 40000000, 0 FROM intervals ORDER BY idx LIMIT 2;"
-        ));
-        let r = Recording::open(&path).expect("opens");
-        let t = crate::report::build(&r).l3miss.throttle.expect("measured");
-        assert_eq!((t.throttles, t.records_lost), (6, 0));
-        assert!((t.stopped_ms - 80.0).abs() < 1e-9);
-        let want = 100.0 * 0.080 / (2.0 * r.duration_s());
-        assert!((t.stopped_pct.expect("cpus known") - want).abs() < 1e-9, "{t:?} vs {want}");
-        let text = crate::report::render_text(&crate::report::build(&r), 10);
-        assert!(text.contains("sampler throttled by the kernel 6 times, stopped 80.0 ms"), "{text}");
-
-        let (_dir2, path) = fixture_altered(&format!(
-            "{table}
-             INSERT INTO miss_intervals(interval,samples,on_packet_buffers,other_addr,no_addr,ctx_charged,uncharged,
-                                        throttles,throttled_ns,throttle_records_lost)
-             SELECT idx, 10, 0, 0, 10, 10, 0, CASE WHEN idx = (SELECT MIN(idx) FROM intervals) THEN 3 END, 40000000, 0
-             FROM intervals ORDER BY idx LIMIT 2;"
-        ));
-        let r = Recording::open(&path).expect("opens");
-        assert!(crate::report::build(&r).l3miss.throttle.is_none());
-    }
-
-    /// A recording made in attribution windows: the joins from before their window are summed,
-    /// the windows are described, the sampler's measured time sets the duty the estimates scale
-    /// by, and the throttled share is of that time.
-    #[test]
-    fn windowed_recordings_report_their_windows() {
-        let (_dir, path) = fixture_altered(
-            "DROP TABLE miss_intervals;
-             CREATE TABLE miss_intervals (
-                interval INTEGER PRIMARY KEY, samples INTEGER NOT NULL, on_packet_buffers INTEGER NOT NULL,
-                other_addr INTEGER NOT NULL, no_addr INTEGER NOT NULL, ctx_charged INTEGER NOT NULL, uncharged INTEGER NOT NULL,
-                throttles INTEGER, throttled_ns INTEGER, throttle_records_lost INTEGER, before_window INTEGER NOT NULL DEFAULT 0,
-                sampled_ns INTEGER);
-             INSERT OR REPLACE INTO meta(key, value) VALUES ('miss_sampler_cpus', '2'), ('miss_duty', '16'),
-                ('miss_cycle_ms', '1000'), ('miss_window_ms', '62.500'), ('miss_warmup_ms', '10.000');
-             INSERT INTO miss_intervals(interval,samples,on_packet_buffers,other_addr,no_addr,ctx_charged,uncharged,
-                                        throttles,throttled_ns,throttle_records_lost,before_window,sampled_ns)
-             SELECT idx, 10, 4, 0, 6, 6, 0, 1, 1000000, 0, 2, dur_ns / 20 FROM intervals ORDER BY idx LIMIT 2;",
-        );
-        let r = Recording::open(&path).expect("opens");
-        let l = crate::report::build(&r).l3miss;
-        assert_eq!((l.duty, l.before_window, l.window_ms, l.cycle_ms), (16, 4, Some(62.5), Some(1000.0)));
-        // The two intervals sampled 1/20 of their time each (not the nominal 1/16).
-        let span: u64 = r.snapshots.iter().take(2).map(|s| s.dur_ns).sum();
-        assert!((l.duty_measured.expect("measured") - 20.0).abs() < 0.01, "{:?}", l.duty_measured);
-        let sampled_s = l.sampled_ms.expect("measured") / 1e3;
-        assert!((sampled_s - span as f64 / 20.0 / 1e9).abs() < 1e-6);
-        let want = 100.0 * 0.002 / (2.0 * sampled_s);
-        assert!((l.throttle.expect("measured").stopped_pct.expect("cpus known") - want).abs() < 1e-6);
-        let text = crate::report::render_text(&crate::report::build(&r), 10);
-        assert!(
-            text.contains("attribution in windows (--miss-duty 16): sampler 62.5 ms of every 1000.0 ms after a 10.0 ms warm-up")
-                && text.contains("1/20.00 of the recording")
-                && text.contains("4 joined samples on pages last seen before their window"),
-            "{text}"
-        );
     }
 }

@@ -5,7 +5,7 @@ use anyhow::{bail, Context, Result};
 use rusqlite::{params, Connection, ErrorCode};
 
 use super::{APPLICATION_ID, SCHEMA, SCHEMA_VERSION};
-use crate::snapshot::{Snapshot, NAPI_BUCKETS, NBUCKETS, NSTAGES};
+use crate::snapshot::{Snapshot, NAPI_BUCKETS, NBUCKETS};
 
 pub struct Writer {
     conn: Connection,
@@ -138,6 +138,21 @@ pub struct CounterRow {
 }
 
 impl CounterRow {
+    /// A reading as a row of the given source ("live", "software", "imported").
+    pub fn from_reading(r: &crate::counters::CounterReading, source: &str) -> CounterRow {
+        CounterRow {
+            t_ns: r.t_ns,
+            socket: r.socket,
+            pmu: r.pmu.clone(),
+            event: r.event.clone(),
+            value: r.value,
+            raw: r.raw,
+            enabled_ns: r.enabled_ns,
+            running_ns: r.running_ns,
+            source: source.to_string(),
+        }
+    }
+
     pub fn reading(&self) -> crate::counters::CounterReading {
         crate::counters::CounterReading {
             t_ns: self.t_ns,
@@ -196,8 +211,7 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
             q.frees as i64,
             q.drops as i64
         ])?;
-        let names = q.dir.stage_names();
-        for st in 0..NSTAGES {
+        for (st, name) in q.dir.stage_names().into_iter().enumerate() {
             if q.stage_count[st] == 0 {
                 continue;
             }
@@ -205,14 +219,14 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
                 i,
                 dir,
                 q.queue,
-                names[st],
+                name,
                 q.stage_count[st] as i64,
                 q.stage_sum_ns[st] as i64,
                 q.stage_max_ns[st] as i64
             ])?;
             for b in 0..NBUCKETS {
                 if q.stage_hist[st][b] > 0 {
-                    h_st.execute(params![i, dir, q.queue, names[st], b as i64, q.stage_hist[st][b] as i64])?;
+                    h_st.execute(params![i, dir, q.queue, name, b as i64, q.stage_hist[st][b] as i64])?;
                 }
             }
         }

@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Instant;
 
-use super::{fmt_count, fmt_ns, queue_cells, queue_columns, Report};
+use super::{fmt_count, fmt_ns, queue_cells, queue_columns};
+use crate::analysis::Summary;
 use crate::advise::Recommendation;
 use crate::counters::CounterReading;
 use crate::model::geometry::{LlcGeometry, WaysSource};
@@ -40,7 +41,7 @@ pub struct WhatIf {
     pub elapsed_s: f64,
 }
 
-pub fn render_html(rec: &Recording, report: &Report, recs: &[Recommendation]) -> String {
+pub fn render_html(rec: &Recording, report: &Summary, recs: &[Recommendation]) -> String {
     let mut o = String::with_capacity(256 * 1024);
     let m = &report.meta;
     let _ = writeln!(
@@ -118,7 +119,7 @@ fn fmt_bytes(b: f64) -> String {
     }
 }
 
-fn header(o: &mut String, r: &Report) {
+fn header(o: &mut String, r: &Summary) {
     let m = &r.meta;
     let status = if m.complete {
         "<span class=\"badge ok\">complete</span>".to_string()
@@ -175,7 +176,7 @@ fn header(o: &mut String, r: &Report) {
     let _ = writeln!(o, "</dd></dl>\n</header>");
 }
 
-fn queue_tables(o: &mut String, r: &Report) {
+fn queue_tables(o: &mut String, r: &Summary) {
     let _ = writeln!(o, "<section id=\"queues\">\n<h2>Per-queue packets, rates and stage latencies</h2>");
     for dir in [Dir::Rx, Dir::Tx] {
         let qs: Vec<_> = r.queues.iter().filter(|q| q.dir == dir).collect();
@@ -214,7 +215,7 @@ fn active_totals(rec: &Recording) -> Vec<QueueCounters> {
     rec.queue_totals().into_iter().filter(|q| q.packets > 0 || q.napi_polls > 0).collect()
 }
 
-fn latency_section(o: &mut String, rec: &Recording, r: &Report) {
+fn latency_section(o: &mut String, rec: &Recording, r: &Summary) {
     let _ = writeln!(
         o,
         "<section id=\"latency\">\n<h2>Stage latency distributions</h2>\n<p class=\"note\">Log2 histograms of each \
@@ -270,9 +271,9 @@ fn rel_s(t_ns: u64, start_ns: Option<u64>) -> Option<f64> {
     start_ns.filter(|s| t_ns >= *s).map(|s| (t_ns - s) as f64 / 1e9)
 }
 
-fn rates_section(o: &mut String, rec: &Recording, r: &Report) {
+fn rates_section(o: &mut String, rec: &Recording, r: &Summary) {
     let _ = writeln!(o, "<section id=\"rates\">\n<h2>Packet rates over time</h2>");
-    let start_ns: Option<u64> = rec.meta.get("start_ns").and_then(|v| v.parse().ok());
+    let start_ns = rec.meta.start_ns;
     // Interval ends in seconds: from the BPF clock when the start is known, else summed durations.
     let mut acc = 0.0;
     let xs: Vec<f64> = rec
@@ -336,7 +337,7 @@ pub type MissPoints = Vec<(f64, Option<f64>, Option<f64>)>;
 /// Per-interval write and read miss % per socket from the counter rows of the report's source.
 /// Returns (socket, [(t_s, write_miss, read_miss)]).
 pub fn miss_series(rec: &Recording, source: &str) -> BTreeMap<u32, MissPoints> {
-    let start_ns: Option<u64> = rec.meta.get("start_ns").and_then(|v| v.parse().ok());
+    let start_ns = rec.meta.start_ns;
     let mut by_iv: BTreeMap<u64, Vec<CounterReading>> = BTreeMap::new();
     for (iv, r) in rec.counters.iter().filter(|(_, r)| r.source == source) {
         by_iv.entry(*iv).or_default().push(r.reading());
@@ -363,7 +364,7 @@ pub fn miss_series(rec: &Recording, source: &str) -> BTreeMap<u32, MissPoints> {
     out
 }
 
-fn counters_section(o: &mut String, rec: &Recording, r: &Report) {
+fn counters_section(o: &mut String, rec: &Recording, r: &Summary) {
     let c = &r.counters;
     let _ = writeln!(
         o,
@@ -450,7 +451,7 @@ fn counters_section(o: &mut String, rec: &Recording, r: &Report) {
 
 /// Build the simulator's experiment from what the recording observed and run both curves.
 /// Err is the reason nothing can be modelled (shown as such).
-pub fn what_if_for(rec: &Recording, r: &Report) -> Result<WhatIf, String> {
+pub fn what_if_for(rec: &Recording, r: &Summary) -> Result<WhatIf, String> {
     let rx: Vec<_> = r.queues.iter().filter(|q| q.dir == Dir::Rx && q.packets > 0).collect();
     let packets: u64 = rx.iter().map(|q| q.packets).sum();
     let bytes: u64 = rx.iter().map(|q| q.bytes).sum();
@@ -537,8 +538,10 @@ pub fn what_if_for(rec: &Recording, r: &Report) -> Result<WhatIf, String> {
     // stay cached: the observed driver→stack plus stack→copy means, weighted by packets.
     let totals = active_totals(rec);
     let (mut sum_ns, mut n) = (0.0, 0.0);
-    for q in totals.iter().filter(|q| q.dir == Dir::Rx && q.stage_count[0] > 0 && q.stage_count[1] > 0) {
-        let mean = q.stage_sum_ns[0] as f64 / q.stage_count[0] as f64 + q.stage_sum_ns[1] as f64 / q.stage_count[1] as f64;
+    let (to_stack, to_copy) = (crate::snapshot::RX_DRIVER_TO_STACK, crate::snapshot::RX_STACK_TO_COPY);
+    for q in totals.iter().filter(|q| q.dir == Dir::Rx && q.stage_count[to_stack] > 0 && q.stage_count[to_copy] > 0) {
+        let mean = q.stage_sum_ns[to_stack] as f64 / q.stage_count[to_stack] as f64
+            + q.stage_sum_ns[to_copy] as f64 / q.stage_count[to_copy] as f64;
         sum_ns += mean * q.packets as f64;
         n += q.packets as f64;
     }
@@ -576,7 +579,7 @@ pub fn what_if_for(rec: &Recording, r: &Report) -> Result<WhatIf, String> {
     Ok(WhatIf { spec, inputs, geometry_assumed, by_ring, by_ways, elapsed_s: t0.elapsed().as_secs_f64() })
 }
 
-fn whatif_section(o: &mut String, rec: &Recording, r: &Report) {
+fn whatif_section(o: &mut String, rec: &Recording, r: &Summary) {
     let _ = writeln!(
         o,
         "<section id=\"whatif\">\n<h2>What-if: DDIO hit rate vs ring size and DDIO ways <span class=\"badge model\">model-only prediction</span></h2>\n\
@@ -725,7 +728,7 @@ fn recommendations_section(o: &mut String, recs: &[Recommendation]) {
     o.push_str("</section>\n");
 }
 
-fn flows_section(o: &mut String, r: &Report) {
+fn flows_section(o: &mut String, r: &Summary) {
     let _ = writeln!(o, "<section id=\"flows\">\n<h2>Top flows (by bytes)</h2>");
     if r.flows.is_empty() {
         let _ = writeln!(o, "<p class=\"note\">No flows.</p>\n</section>");
@@ -762,7 +765,7 @@ fn flows_section(o: &mut String, r: &Report) {
     o.push_str("</section>\n");
 }
 
-fn events_section(o: &mut String, r: &Report) {
+fn events_section(o: &mut String, r: &Summary) {
     let e = &r.events;
     let _ = writeln!(
         o,

@@ -129,7 +129,7 @@ pub fn llc_from_sysfs(sys_root: &Path) -> Option<CacheInfo> {
             line_bytes: read_trim(&p.join("coherency_line_size")).and_then(|s| s.parse().ok()).unwrap_or(64),
             shared_cpus: read_trim(&p.join("shared_cpu_list")).unwrap_or_default(),
         };
-        if best.as_ref().map_or(true, |b| level > b.level) {
+        if best.as_ref().is_none_or(|b| level > b.level) {
             best = Some(info);
         }
     }
@@ -166,7 +166,7 @@ pub fn parse_irqs(interrupts: &str, iface: &str, bus_info: Option<&str>) -> Vec<
         let Ok(irq) = num.trim().parse::<u32>() else { continue };
         let name = rest.split_whitespace().last().unwrap_or("");
         let matches_iface = name.starts_with(iface)
-            && name[iface.len()..].chars().next().map_or(true, |c| c == '-' || c == '_' || c == '@');
+            && name[iface.len()..].chars().next().is_none_or(|c| c == '-' || c == '_' || c == '@');
         let matches_bus = bus_info.is_some_and(|b| !b.is_empty() && name.contains(b));
         if matches_iface || matches_bus {
             out.push((irq, name.to_string()));

@@ -108,7 +108,7 @@ fn synthetic(llc: bool, counters: bool) -> Recording {
     };
     Recording {
         path: PathBuf::from("synthetic.ddio"),
-        meta,
+        meta: crate::recording::RecordingMeta::from_rows(&meta),
         snapshots,
         flows: vec![flow],
         drop_reasons: vec![(2, 5)],
@@ -137,7 +137,7 @@ fn count(h: &str, pat: &str) -> usize {
 #[test]
 fn renders_every_section_with_charts() {
     let rec = synthetic(true, true);
-    let r = crate::report::build(&rec);
+    let r = crate::analysis::summary::build(&rec);
     let h = render_html(&rec, &r, &[]);
     assert!(h.starts_with("<!DOCTYPE html>") && h.trim_end().ends_with("</html>"));
     assert_self_contained(&h);
@@ -199,7 +199,7 @@ fn miss_ratios_per_interval_follow_the_counters() {
 #[test]
 fn says_why_when_counters_and_llc_are_missing() {
     let rec = synthetic(false, false);
-    let r = crate::report::build(&rec);
+    let r = crate::analysis::summary::build(&rec);
     let h = render_html(&rec, &r, &[]);
     assert_self_contained(&h);
     assert!(h.contains("id=\"counters-absent\""));
@@ -212,7 +212,7 @@ fn says_why_when_counters_and_llc_are_missing() {
 #[test]
 fn what_if_uses_the_observed_workload() {
     let rec = synthetic(true, false);
-    let r = crate::report::build(&rec);
+    let r = crate::analysis::summary::build(&rec);
     let w = what_if_for(&rec, &r).unwrap();
     assert_eq!(w.spec.queues, 2);
     assert_eq!(w.spec.pkt_bytes, 1514);
@@ -232,7 +232,7 @@ fn what_if_uses_the_observed_workload() {
     for s in &mut none.snapshots {
         s.queues.retain(|q| q.dir == Dir::Tx);
     }
-    let r = crate::report::build(&none);
+    let r = crate::analysis::summary::build(&none);
     assert!(what_if_for(&none, &r).is_err());
     assert!(render_html(&none, &r, &[]).contains("id=\"whatif-absent\""));
 }
@@ -240,7 +240,7 @@ fn what_if_uses_the_observed_workload() {
 #[test]
 fn recommendation_cards() {
     let rec = synthetic(true, false);
-    let r = crate::report::build(&rec);
+    let r = crate::analysis::summary::build(&rec);
     let recs = vec![Recommendation {
         kind: "ring_size".into(),
         target: "rx queues of <eth1>".into(),
@@ -279,7 +279,7 @@ fn histogram_chart_labels_and_markers() {
 fn renders_a_testbed_recording() {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/recordings/veth-tcp.ddio");
     let rec = Recording::open(&p).unwrap();
-    let r = crate::report::build(&rec);
+    let r = crate::analysis::summary::build(&rec);
     let h = render_html(&rec, &r, &[]);
     assert_self_contained(&h);
     let rx: Vec<_> = r.queues.iter().filter(|q| q.dir == Dir::Rx && q.packets > 0).collect();

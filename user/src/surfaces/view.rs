@@ -3,16 +3,13 @@
 //! assumed DDIO capacity. One place, so the terminal and the metrics agree.
 use std::collections::HashMap;
 
-use crate::snapshot::{hist_percentile, Dir, FlowCounters, FlowKey, QueueCounters, NSTAGES};
+use crate::snapshot::{hist_percentile, Dir, FlowCounters, FlowKey, QueueCounters, NSTAGES, RX_DRIVER_TO_FREE};
 use crate::topology::HostInfo;
 
 /// Ways Intel assigns to I/O by default (IIO LLC WAYS = 0x600 on SKX..SPR).
 /// The real mask is not readable without MSR access, so it is an assumption
 /// and every surface says so.
 pub const ASSUMED_DDIO_WAYS: u32 = 2;
-
-/// Index of the whole-RX-lifetime stage (`driver_to_free`) in the stage slots.
-pub const RX_LIFETIME_STAGE: usize = 3;
 
 /// LLC bytes the NIC may allocate into: LLC size × assumed DDIO ways / ways.
 pub fn ddio_capacity_bytes(host: &HostInfo) -> Option<u64> {
@@ -49,7 +46,7 @@ impl QueueView {
         for (s, p) in p99_ns.iter_mut().enumerate() {
             *p = hist_percentile(&d.stage_hist[s], 99.0, d.stage_max_ns[s]);
         }
-        let s = RX_LIFETIME_STAGE;
+        let s = RX_DRIVER_TO_FREE;
         let mean_lifetime_ns = (d.dir == Dir::Rx && d.stage_count[s] > 0)
             .then(|| d.stage_sum_ns[s] as f64 / d.stage_count[s] as f64);
         let bytes_per_s = per_s(d.bytes);
@@ -146,16 +143,16 @@ mod tests {
         d.bytes = 1_500_000; // 1.5 MB in 0.5 s = 3 MB/s = 24 Mbit/s
         d.napi_polls = 10;
         d.napi_work = 640;
-        d.stage_count[RX_LIFETIME_STAGE] = 1000;
-        d.stage_sum_ns[RX_LIFETIME_STAGE] = 1000 * 20_000; // 20 µs mean
-        d.stage_hist[RX_LIFETIME_STAGE][14] = 1000; // [16384, 32768) ns
+        d.stage_count[RX_DRIVER_TO_FREE] = 1000;
+        d.stage_sum_ns[RX_DRIVER_TO_FREE] = 1000 * 20_000; // 20 µs mean
+        d.stage_hist[RX_DRIVER_TO_FREE][14] = 1000; // [16384, 32768) ns
         let v = QueueView::from_delta(&d, 0.5);
         assert_eq!(v.packets_per_s, 2000.0);
         assert!((v.mbit_per_s - 24.0).abs() < 1e-9);
         assert_eq!(v.napi_avg_batch, Some(64.0));
         // 3e6 B/s × 20e-6 s = 60 B in flight.
         assert!((v.inflight_bytes.unwrap() - 60.0).abs() < 1e-9);
-        assert!(v.p99_ns[RX_LIFETIME_STAGE].unwrap() >= 16384);
+        assert!(v.p99_ns[RX_DRIVER_TO_FREE].unwrap() >= 16384);
 
         let mut host = HostInfo::default();
         assert_eq!(ddio_capacity_bytes(&host), None);

@@ -86,7 +86,7 @@ pub fn run() -> Doctor {
     let features = Features::detect();
     let pmus = list_pmus(Path::new("/sys"));
     let has = |prefix: &str| pmus.iter().filter(|p| p.starts_with(prefix)).count();
-    let root = crate::live::is_root();
+    let root = crate::sys::is_root();
     let mut checks = vec![
         check("root", root, if root { "running as root" } else { "not root" }, "cannot load BPF programs: run with sudo"),
         check(

@@ -22,12 +22,12 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use crate::capped::CappedSeries;
-use crate::live::{CountersMode, LiveOptions, LiveSession};
+use super::capped::CappedSeries;
+use super::view;
 use crate::model::analytic::Verdict;
 use crate::probe::l3miss::MissSource;
+use crate::session::{MissArgs, Session, SessionArgs, SessionOptions};
 use crate::snapshot::{Dir, EventCounters, FlowKey, QueueCounters, Snapshot, NBUCKETS, NSTAGES};
-use crate::view;
 
 /// How the stage histograms are labelled: their series count is
 /// queues × stages × (NBUCKETS + 3) per direction when per queue.
@@ -51,28 +51,41 @@ impl StageHistograms {
     }
 }
 
-#[derive(Debug, Clone)]
-pub struct ServeOptions {
-    pub iface: String,
-    pub netns: Option<String>,
+/// `ddioscope serve`'s flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub session: SessionArgs,
+    /// Address to listen on (loopback unless --allow-remote).
+    #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:9436")]
     pub listen: String,
+    /// Allow a non-loopback --listen address.
+    #[arg(long)]
     pub allow_remote: bool,
+    /// Flow series cap per direction: the N busiest flows keep a series each, every
+    /// other flow is counted under proto="other" (bounds the series count).
+    #[arg(long, value_name = "N", default_value_t = 10)]
     pub top_flows: usize,
+    /// Stage histogram labels: per-queue, per-direction (queues summed: fewer
+    /// series on hosts with many queues) or off.
+    #[arg(long, value_enum, default_value = "per-queue")]
     pub stage_histograms: StageHistograms,
-    pub interval_ms: u64,
-    pub counters: CountersMode,
-    /// L3-miss sampling for attribution (off by default: it costs per packet).
+    /// L3-miss sampling for attributed misses per queue and flow (sources as for
+    /// `record`, at its default period; off by default: the address join costs per packet).
+    #[arg(long, value_enum, default_value = "off")]
     pub miss_sampling: MissSource,
-    pub verbose: bool,
+    /// Sampling interval in milliseconds (metrics are cumulative since start).
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    pub interval: u64,
 }
 
-/// The sampler's period when none is given: as `record`'s defaults.
-pub fn default_miss_period(source: MissSource) -> u64 {
-    match source {
-        MissSource::SoftwareClock | MissSource::SoftwareCopy => 1_000_000,
-        MissSource::SoftwareFaults => 1,
-        _ => 2000,
-    }
+/// The session serve runs: a live surface's, plus the L3-miss sampler when asked for
+/// (at the source's default period, always on: no windows).
+fn session_options(opts: &ServeArgs) -> SessionOptions {
+    let flow_every = (1000 / opts.interval.max(1)).max(1);
+    let mut live_opts = SessionOptions::surface(&opts.session, opts.interval, flow_every);
+    live_opts.miss = MissArgs { source: opts.miss_sampling, ..MissArgs::off() };
+    live_opts
 }
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -243,7 +256,7 @@ impl Accumulator {
         }
         if let Some((geom, iface)) = &self.model {
             if snap.queues.iter().any(|q| q.packets > 0) {
-                p.verdicts = crate::live_model::verdicts(geom, iface, &snap.queues, snap.dur_ns);
+                p.verdicts = super::live_model::verdicts(geom, iface, &snap.queues, snap.dur_ns);
             }
         }
         for r in snap.counters.iter().filter(|r| r.is_socket_total()) {
@@ -569,27 +582,17 @@ fn http_thread(
     result
 }
 
-pub fn run(opts: &ServeOptions) -> Result<()> {
+pub fn run(opts: &ServeArgs) -> Result<()> {
     let addr = listen_addr(&opts.listen, opts.allow_remote)?;
     if opts.top_flows > 1000 {
         bail!("--top-flows {} is too many series: use at most 1000", opts.top_flows);
     }
-    let flow_every = (1000 / opts.interval_ms.max(1)).max(1);
-    let mut live_opts = LiveOptions::surface(
-        &opts.iface,
-        opts.netns.as_deref(),
-        opts.interval_ms,
-        opts.counters,
-        flow_every,
-        opts.verbose,
-    );
-    live_opts.miss_source = opts.miss_sampling;
-    live_opts.miss_period = default_miss_period(opts.miss_sampling);
-    let (features, iface) = LiveSession::preflight(&live_opts)?;
+    let live_opts = session_options(opts);
+    let (features, iface) = Session::preflight(&live_opts)?;
     // Bind before attaching: a taken port fails without anything loaded.
     let listener = std::net::TcpListener::bind(addr).with_context(|| format!("--listen {addr}"))?;
     listener.set_nonblocking(true).context("making the listener non-blocking")?;
-    let stop = crate::live::stop_flag()?;
+    let stop = crate::sys::stop_flag()?;
 
     let shared = Arc::new(Shared::default());
     let mut registry = Registry::default();
@@ -608,8 +611,8 @@ pub fn run(opts: &ServeOptions) -> Result<()> {
 }
 
 fn sample_loop(
-    opts: &ServeOptions,
-    live_opts: &LiveOptions,
+    opts: &ServeArgs,
+    live_opts: &SessionOptions,
     features: crate::probe::features::Features,
     iface: crate::topology::IfaceInfo,
     shared: &Shared,
@@ -617,8 +620,8 @@ fn sample_loop(
     http: &std::thread::JoinHandle<Result<()>>,
 ) -> Result<()> {
     let addr = listen_addr(&opts.listen, opts.allow_remote)?;
-    let mut live = LiveSession::start(live_opts, features, iface)?;
-    if opts.verbose {
+    let mut live = Session::start(live_opts, features, iface)?;
+    if opts.session.verbose {
         let ids: Vec<String> = live.probe.prog_ids().iter().map(|i| i.to_string()).collect();
         eprintln!("attached: prog ids {}", ids.join(","));
     }
@@ -634,7 +637,7 @@ fn sample_loop(
     ];
     let mut acc = Accumulator::new(&live.iface.name, view::ddio_capacity_bytes(&live.host), opts.top_flows, info)
         .with_stage_histograms(opts.stage_histograms);
-    if let Some(g) = crate::live_model::geometry(&live.host) {
+    if let Some(g) = super::live_model::geometry(&live.host) {
         acc = acc.with_model(g, live.iface.clone());
     }
     // Ready (healthz 200) once attached: from here every packet is counted.

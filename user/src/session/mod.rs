@@ -2,143 +2,199 @@
 //! counter sampler, and produce one Snapshot per interval. `record`, `top` and
 //! `serve` all consume it, so what they show is one code path.
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 
-use crate::counters;
+use serde::{Deserialize, Serialize};
+
+use crate::counters::{self, CounterSource, CountersMode};
+use crate::probe::features::HookChoice;
+use crate::probe::l3miss::MissSource;
+use crate::sys::{is_root, monotonic_ns};
 use crate::probe::features::Features;
 use crate::probe::pktlife::{rx_queue_offset_for_driver, PktlifeProbe, ProbeConfig};
 use crate::snapshot::{EventCounters, QueueCounters, Snapshot};
 use crate::topology::{self, HostInfo, IfaceInfo};
 
-/// Which hardware view a live session takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum CountersMode {
-    /// Uncore/core PMUs when the platform has them; otherwise none, quietly.
-    Auto,
-    /// Software perf events through the same read path (hosts without a PMU; tests).
-    Software,
-    /// No counters.
-    Off,
+pub mod windows;
+
+/// The flags `record`, `top` and `serve` share: which interface, where, and what else to open.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SessionArgs {
+    /// Interface to observe.
+    #[arg(short, long)]
+    pub iface: String,
+    /// Named network namespace (from `ip netns list`) the interface lives in.
+    #[arg(long)]
+    pub netns: Option<String>,
+    /// Hardware counters: auto (uncore PMUs when present), software (software
+    /// perf events through the same path), off.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub counters: CountersMode,
+    /// Print the feature table and attach details (program ids) on stderr.
+    #[arg(short, long)]
+    pub verbose: bool,
 }
 
-#[derive(Debug, Clone)]
-pub struct LiveOptions {
-    pub iface: String,
-    pub netns: Option<String>,
-    pub interval_ms: u64,
-    pub sample_every: u32,
-    pub stage_every: u32,
-    pub counters: CountersMode,
-    pub miss_source: crate::probe::l3miss::MissSource,
-    /// Sample period of the L3-miss event (events, or ns for cpu-clock).
-    pub miss_period: u64,
-    /// Address join on 1 in N buffer pages (power of two; 1: every page).
+/// L3-miss sampling for attribution, as `record` is asked for it.
+#[derive(Debug, Clone, clap::Args)]
+pub struct MissArgs {
+    /// L3-miss sampling for attribution: auto (PEBS where the CPU has it), pebs,
+    /// software-clock / software-faults / software-copy (stand-ins on hosts
+    /// without a PMU; software-copy gives clock samples inside a socket copy
+    /// the address of the buffer being copied), off.
+    #[arg(long = "miss-sampling", value_name = "MISS_SAMPLING", value_enum, default_value = "auto")]
+    pub source: MissSource,
+    /// Sample period: 1 in N L3 misses (default 2000), N ns for software-clock
+    /// and software-copy (default 1 ms), 1 in N page faults for software-faults (default 1).
+    #[arg(long = "miss-period", value_name = "N")]
+    pub period: Option<u64>,
+    /// Address join on 1 in N packet-buffer pages, chosen by address (a power of two up
+    /// to 16; 1: every page). The buffer map's per-packet cost falls with N; samples on
+    /// the other pages are counted apart, and the join's shares and miss estimates
+    /// come from the sampled pages (estimates scaled by N).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = parse_join_sample)]
     pub join_sample: u32,
-    /// Attribution (buffer join, CPU context, sampler) in one window per interval, 1/N of it
-    /// (crate::windows); 1: always on.
-    pub miss_duty: u32,
-    /// The L3-miss flow map's size (None: built in); a test knob.
-    pub miss_flow_slots: Option<u32>,
+    /// Attribution in windows: the buffer join, CPU context and sampler run for 1/N of
+    /// each second (plus a warm-up of up to 10 ms), at a random place, with the sample
+    /// period divided by N inside, so per-packet cost falls about N-fold and the sample
+    /// count stays the same. Miss counts then extrapolate from the windows; buffers handed
+    /// up before a window and read in it keep an earlier owner and no age (counted).
+    /// 1: always on. Default: 16 with PEBS, 1 with a software stand-in.
+    #[arg(long = "miss-duty", value_name = "N", value_parser = clap::value_parser!(u32).range(1..=windows::MAX_DUTY as i64))]
+    pub duty: Option<u32>,
+    /// Size of the in-kernel L3-miss flow map (default 4096): tests shrink it to check
+    /// that charges lost to its evictions are counted.
+    #[arg(long = "miss-flow-slots", value_name = "N", hide = true)]
+    pub flow_slots: Option<u32>,
+}
+
+impl MissArgs {
+    /// No sampler: the live surfaces (attribution belongs to recordings).
+    pub fn off() -> MissArgs {
+        MissArgs { source: MissSource::Off, period: None, join_sample: 1, duty: Some(1), flow_slots: None }
+    }
+
+    /// The period asked for, else the source's default.
+    pub fn period(&self) -> u64 {
+        self.period.unwrap_or(match self.source {
+            MissSource::SoftwareClock | MissSource::SoftwareCopy => 1_000_000,
+            MissSource::SoftwareFaults => 1,
+            MissSource::Auto | MissSource::Pebs | MissSource::Off => 2000,
+        })
+    }
+
+    /// The duty asked for, else the source's default (`windows::default_duty`).
+    pub fn duty(&self) -> u32 {
+        self.duty.unwrap_or(windows::default_duty(self.source))
+    }
+}
+
+/// `--join-sample`: a power of two from 1 to MAX_JOIN_SAMPLE (the page subset is a mask
+/// on the buffer table's set index).
+fn parse_join_sample(s: &str) -> std::result::Result<u32, String> {
+    let max = crate::probe::pktlife::MAX_JOIN_SAMPLE;
+    match s.parse::<u32>() {
+        Ok(n) if n.is_power_of_two() && n <= max => Ok(n),
+        _ => Err(format!("must be a power of two from 1 to {max} (1, 2, 4, ...)")),
+    }
+}
+
+/// Everything a session needs: the shared flags, and what its consumer sets.
+#[derive(Debug, Clone)]
+pub struct SessionOptions {
+    pub args: SessionArgs,
+    pub interval_ms: u64,
+    /// Send 1 in N packets' full life records to userspace (0: none).
+    pub sample_every: u32,
+    /// Time stage latencies on 1 in N packets.
+    pub stage_every: u32,
+    pub miss: MissArgs,
     /// Flows are read from the kernel every this many intervals (and on the last).
     pub flow_every: u64,
-    pub verbose: bool,
     /// Hook flavour: auto (tp_btf where the kernel allows, else raw_tp) or forced.
-    pub hooks: crate::probe::features::HookChoice,
+    pub hooks: HookChoice,
 }
 
-impl LiveOptions {
+impl SessionOptions {
     /// A live surface (top, serve): aggregates only, so no per-packet records
     /// cross to userspace, stage latencies on the default share of packets, and no L3-miss
     /// sampler (attribution belongs to recordings).
-    pub fn surface(
-        iface: &str,
-        netns: Option<&str>,
-        interval_ms: u64,
-        counters: CountersMode,
-        flow_every: u64,
-        verbose: bool,
-    ) -> LiveOptions {
-        LiveOptions {
-            iface: iface.to_string(),
-            netns: netns.map(str::to_string),
+    pub fn surface(args: &SessionArgs, interval_ms: u64, flow_every: u64) -> SessionOptions {
+        SessionOptions {
+            args: args.clone(),
             interval_ms,
             sample_every: 0,
             stage_every: crate::probe::pktlife::DEFAULT_STAGE_EVERY,
-            counters,
-            miss_source: crate::probe::l3miss::MissSource::Off,
-            miss_period: 0,
-            join_sample: 1,
-            miss_duty: 1,
-            miss_flow_slots: None,
+            miss: MissArgs::off(),
             flow_every,
-            verbose,
-            hooks: crate::probe::features::HookChoice::Auto,
+            hooks: HookChoice::Auto,
         }
     }
 }
 
-/// CLOCK_MONOTONIC in ns: the clock of bpf_ktime_get_ns, so BPF timestamps,
-/// intervals and counter readings line up.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes into ts.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+/// What drives a session's L3-miss samples as it turned out: the source asked for,
+/// resolved (auto becomes PEBS or nothing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MissSampling {
+    Pebs,
+    SoftwareClock,
+    SoftwareFaults,
+    SoftwareCopy,
+    /// Turned off (--miss-sampling off).
+    Off,
+    /// Asked for, but the host has no event for it.
+    Absent,
 }
 
-pub fn is_root() -> bool {
-    // SAFETY: geteuid has no failure mode.
-    unsafe { libc::geteuid() == 0 }
-}
-
-/// SIGINT/SIGTERM/SIGHUP set the returned flag instead of killing the process,
-/// so every consumer detaches cleanly.
-pub fn stop_flag() -> Result<Arc<AtomicBool>> {
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
-        signal_hook::flag::register(sig, Arc::clone(&stop)).context("installing signal handlers")?;
+impl MissSampling {
+    /// A software event standing in for L3-miss samples: its counts are samples, not misses.
+    pub fn is_stand_in(self) -> bool {
+        matches!(self, MissSampling::SoftwareClock | MissSampling::SoftwareFaults | MissSampling::SoftwareCopy)
     }
-    Ok(stop)
-}
 
-/// Open the counter sampler asked for. Auto degrades quietly (the reason is
-/// kept in `notes`); an explicit request fails loudly.
-fn open_counters(mode: CountersMode) -> Result<(Option<counters::Sampler>, &'static str, Vec<String>)> {
-    use counters::{Sampler, SamplerConfig};
-    let detection = counters::platform::detect_host();
-    Ok(match mode {
-        CountersMode::Off => (None, "absent", vec!["counters disabled (--counters off)".into()]),
-        CountersMode::Software => {
-            let (s, rep) = Sampler::try_open(&SamplerConfig::software());
-            if s.is_none() {
-                bail!("--counters software: {}", rep.failure_lines().join("; "));
-            }
-            (s, "software", rep.failure_lines())
+    /// The sampler that runs for `source` once its event opened.
+    pub fn of(source: MissSource) -> MissSampling {
+        match source {
+            MissSource::Auto | MissSource::Pebs => MissSampling::Pebs,
+            MissSource::SoftwareClock => MissSampling::SoftwareClock,
+            MissSource::SoftwareFaults => MissSampling::SoftwareFaults,
+            MissSource::SoftwareCopy => MissSampling::SoftwareCopy,
+            MissSource::Off => MissSampling::Off,
         }
-        CountersMode::Auto => match detection.platform() {
-            Some(p) => {
-                let (s, rep) = Sampler::try_open(&SamplerConfig::hardware(p));
-                let src = if s.is_some() { "live" } else { "absent" };
-                (s, src, rep.failure_lines())
-            }
-            None => (None, "absent", vec![format!("no uncore DDIO counters: {}", detection.describe())]),
-        },
-    })
+    }
 }
 
-pub struct LiveSession {
+impl std::fmt::Display for MissSampling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(match self {
+            MissSampling::Pebs => "pebs",
+            MissSampling::SoftwareClock => "software-clock",
+            MissSampling::SoftwareFaults => "software-faults",
+            MissSampling::SoftwareCopy => "software-copy",
+            MissSampling::Off => "off",
+            MissSampling::Absent => "absent",
+        })
+    }
+}
+
+/// A live session: the probes attached to one interface, the counter sampler, and the
+/// state that turns their cumulative counts into one Snapshot per interval.
+pub struct Session {
     pub iface: IfaceInfo,
     pub host: HostInfo,
     pub features: Features,
     pub probe: PktlifeProbe,
-    pub platform: String,
-    pub counters_source: &'static str,
+    /// Which uncore event table the host takes, or why none.
+    pub platform: counters::Detection,
+    pub counters_source: CounterSource,
     pub counter_notes: Vec<String>,
-    /// What drives the L3-miss samples, or why there are none.
+    /// What drives the L3-miss samples, or why there are none, in words.
     pub miss_label: String,
+    /// What drives the L3-miss samples.
+    pub miss_sampling: MissSampling,
     /// Which packet buffers the address join maps (linear data, frags), and
     /// where the page-to-address layout came from or why frags are left out.
     pub buffer_join: String,
@@ -158,9 +214,9 @@ pub struct LiveSession {
     prev_m: crate::snapshot::MissSnapshot,
 }
 
-impl LiveSession {
+impl Session {
     /// Everything that can fail for a bad argument fails here, before attaching.
-    pub fn preflight(opts: &LiveOptions) -> Result<(Features, IfaceInfo)> {
+    pub fn preflight(opts: &SessionOptions) -> Result<(Features, IfaceInfo)> {
         if opts.interval_ms < 10 {
             bail!("--interval must be at least 10 ms");
         }
@@ -171,21 +227,23 @@ impl LiveSession {
         if let Some(why) = features.fatal() {
             bail!(why);
         }
-        if opts.verbose {
+        if opts.args.verbose {
             eprintln!("features: {}", serde_json::to_string(&features)?);
         }
-        let iface = topology::resolve_iface_live(&opts.iface, opts.netns.as_deref())?;
+        let iface = topology::resolve_iface_live(&opts.args.iface, opts.args.netns.as_deref())?;
         Ok((features, iface))
     }
 
-    pub fn start(opts: &LiveOptions, features: Features, iface: IfaceInfo) -> Result<LiveSession> {
-        use crate::probe::l3miss::{event_attr, MissSource};
-        let platform = counters::platform::detect_host().platform();
-        if opts.miss_duty == 0 || opts.miss_duty > crate::windows::MAX_DUTY {
-            bail!("--miss-duty must be from 1 to {}, not {}", crate::windows::MAX_DUTY, opts.miss_duty);
+    pub fn start(opts: &SessionOptions, features: Features, iface: IfaceInfo) -> Result<Session> {
+        use crate::probe::l3miss::event_attr;
+        let detection = counters::platform::detect_host();
+        let platform = detection.platform();
+        let miss_duty = opts.miss.duty();
+        if miss_duty == 0 || miss_duty > windows::MAX_DUTY {
+            bail!("--miss-duty must be from 1 to {}, not {}", windows::MAX_DUTY, miss_duty);
         }
-        let miss_period = crate::windows::window_period(opts.miss_period, opts.miss_duty);
-        let miss_attr = event_attr(opts.miss_source, platform, miss_period, std::path::Path::new("/sys"))?;
+        let miss_period = windows::window_period(opts.miss.period(), miss_duty);
+        let miss_attr = event_attr(opts.miss.source, platform, miss_period, std::path::Path::new("/sys"))?;
         // Frag pages need the page-to-address layout; without one, the join
         // covers linear data only and the recording says why.
         let layout = miss_attr.as_ref().map(|_| crate::probe::memlayout::resolve_live());
@@ -203,32 +261,35 @@ impl LiveSession {
             rx_queue_offset: rx_queue_offset_for_driver(iface.driver.as_deref()),
             join_buffers: miss_attr.is_some(),
             mem_layout: layout.and_then(Result::ok),
-            copy_standin: opts.miss_source == MissSource::SoftwareCopy,
-            join_sample: opts.join_sample,
-            miss_flow_slots: opts.miss_flow_slots,
+            copy_standin: opts.miss.source == MissSource::SoftwareCopy,
+            join_sample: opts.miss.join_sample,
+            miss_flow_slots: opts.miss.flow_slots,
         };
         let mut probe = PktlifeProbe::attach(&cfg, &features, opts.hooks)?;
-        let miss_label = match miss_attr {
-            None => match opts.miss_source {
-                MissSource::Off => "off (--miss-sampling off)".to_string(),
-                _ => "absent: no PEBS L3-miss event on this host (no Intel core PMU); attribution is model/regression-only".to_string(),
+        let (miss_sampling, miss_label) = match miss_attr {
+            None => match opts.miss.source {
+                MissSource::Off => (MissSampling::Off, "off (--miss-sampling off)".to_string()),
+                _ => (
+                    MissSampling::Absent,
+                    "absent: no PEBS L3-miss event on this host (no Intel core PMU); attribution is model/regression-only".to_string(),
+                ),
             },
             // In windows the sampler waits, disabled, for the first one.
-            Some((attr, label)) => match probe.attach_miss_sampler(attr, label, opts.miss_duty > 1) {
-                Ok(desc) => desc,
-                Err(e) if opts.miss_source == MissSource::Auto => format!("absent: {e:#}"),
+            Some((attr, label)) => match probe.attach_miss_sampler(attr, label, miss_duty > 1) {
+                Ok(desc) => (MissSampling::of(opts.miss.source), desc),
+                Err(e) if opts.miss.source == MissSource::Auto => (MissSampling::Absent, format!("absent: {e:#}")),
                 Err(e) => return Err(e),
             },
         };
-        let windows = if probe.has_miss_sampler() && opts.miss_duty > 1 {
+        let windows = if probe.has_miss_sampler() && miss_duty > 1 {
             // Off until the first window: nothing kept, nothing sampled.
             probe.set_attribution(false, false, None)?;
-            WindowDriver::new(crate::windows::cycle(Duration::from_millis(opts.interval_ms)), opts.miss_duty)
+            WindowDriver::new(windows::cycle(Duration::from_millis(opts.interval_ms)), miss_duty)
         } else {
             None
         };
-        let (sampler, counters_source, counter_notes) = open_counters(opts.counters)?;
-        if opts.verbose {
+        let (sampler, counters_source, counter_notes) = counters::open(opts.args.counters)?;
+        if opts.args.verbose {
             for n in &counter_notes {
                 eprintln!("counters: {n}");
             }
@@ -240,15 +301,16 @@ impl LiveSession {
             let _ = s.read();
         }
         let start_ns = monotonic_ns();
-        Ok(LiveSession {
+        Ok(Session {
             host: topology::host_live(),
             iface,
             features,
             probe,
-            platform: counters::platform::detect_host().describe(),
+            platform: detection,
             counters_source,
             counter_notes,
             miss_label,
+            miss_sampling,
             buffer_join,
             start_ns,
             started: Instant::now(),
@@ -356,11 +418,11 @@ impl LiveSession {
     }
 }
 
-/// Drives the attribution windows (crate::windows): turns the join and the sampler on and
+/// Drives the attribution windows (`windows`): turns the join and the sampler on and
 /// off as the recording passes through them, and measures how long the sampler ran.
 struct WindowDriver {
-    schedule: crate::windows::Schedule<fn() -> f64>,
-    phase: crate::windows::Phase,
+    schedule: windows::Schedule<fn() -> f64>,
+    phase: windows::Phase,
     /// Windows begun so far: the current one's number retires older CPU contexts.
     generation: u32,
     /// CLOCK_MONOTONIC when the join last came on: what it keeps from then on is current.
@@ -372,10 +434,10 @@ struct WindowDriver {
 
 impl WindowDriver {
     fn new(cycle: Duration, duty: u32) -> Option<WindowDriver> {
-        let schedule = crate::windows::Schedule::new(cycle, duty, fastrand::f64 as fn() -> f64)?;
+        let schedule = windows::Schedule::new(cycle, duty, fastrand::f64 as fn() -> f64)?;
         Some(WindowDriver {
             schedule,
-            phase: crate::windows::Phase::Off,
+            phase: windows::Phase::Off,
             generation: 0,
             join_since_ns: 0,
             sampled: Duration::ZERO,
@@ -401,7 +463,7 @@ impl WindowDriver {
 
     /// Put the probes in the phase of `at` (time since the recording started).
     fn drive(&mut self, probe: &mut PktlifeProbe, at: Duration) -> Result<()> {
-        use crate::windows::Phase;
+        use windows::Phase;
         let phase = self.schedule.phase_at(at);
         if phase == self.phase {
             return Ok(());
@@ -429,5 +491,18 @@ impl WindowDriver {
         }
         self.phase = phase;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn join_sample_is_a_power_of_two_up_to_the_cap() {
+        for ok in ["1", "2", "4", "16"] {
+            assert!(super::parse_join_sample(ok).is_ok(), "{ok}");
+        }
+        for bad in ["0", "3", "32", "-4", "four"] {
+            assert!(super::parse_join_sample(bad).is_err(), "{bad}");
+        }
     }
 }

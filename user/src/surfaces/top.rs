@@ -12,32 +12,32 @@ use crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 use crossterm::{cursor, queue, style, terminal};
 
 use crate::counters::socket_metrics;
-use crate::live::{CountersMode, LiveOptions, LiveSession};
+use crate::session::{Session, SessionArgs, SessionOptions};
 use crate::snapshot::{Dir, Snapshot};
-use crate::view::{self, fmt_bytes, fmt_ns, FlowRate, FlowRates, QueueView};
+use super::view::{self, fmt_bytes, fmt_ns, FlowRate, FlowRates, QueueView};
 
-#[derive(Debug, Clone)]
-pub struct TopOptions {
-    pub iface: String,
-    pub netns: Option<String>,
-    pub interval_ms: u64,
-    pub counters: CountersMode,
-    pub verbose: bool,
+/// `ddioscope top`'s flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TopArgs {
+    #[command(flatten)]
+    pub session: SessionArgs,
+    /// Refresh interval in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    pub interval: u64,
 }
 
 /// Flows listed on screen at most (fewer when the terminal is short).
 const MAX_FLOWS: usize = 10;
 
-pub fn run(opts: &TopOptions) -> Result<()> {
+pub fn run(args: &TopArgs) -> Result<()> {
     // Flow rates are per interval, so the flow table is read every interval.
-    let live_opts =
-        LiveOptions::surface(&opts.iface, opts.netns.as_deref(), opts.interval_ms, opts.counters, 1, opts.verbose);
-    let (features, iface) = LiveSession::preflight(&live_opts)?;
+    let opts = SessionOptions::surface(&args.session, args.interval, 1);
+    let (features, iface) = Session::preflight(&opts)?;
     // Signals first, so a Ctrl-C during attach still detaches cleanly; SIGHUP
     // (an SSH session going away) stops too.
-    let stop = crate::live::stop_flag()?;
-    let mut live = LiveSession::start(&live_opts, features, iface)?;
-    if opts.verbose {
+    let stop = crate::sys::stop_flag()?;
+    let mut live = Session::start(&opts, features, iface)?;
+    if args.session.verbose {
         let ids: Vec<String> = live.probe.prog_ids().iter().map(|i| i.to_string()).collect();
         eprintln!("attached: prog ids {}", ids.join(","));
     }
@@ -57,7 +57,7 @@ struct Frame {
     elapsed_s: f64,
 }
 
-fn frame(live: &LiveSession, snap: &Snapshot, flows: &mut FlowRates) -> Frame {
+fn frame(live: &Session, snap: &Snapshot, flows: &mut FlowRates) -> Frame {
     let dur_s = snap.dur_ns as f64 / 1e9;
     let ddio = if snap.counters.is_empty() || dur_s <= 0.0 {
         Vec::new()
@@ -75,7 +75,7 @@ fn frame(live: &LiveSession, snap: &Snapshot, flows: &mut FlowRates) -> Frame {
 
 // ---------------------------------------------------------------- plain lines
 
-fn run_plain(live: &mut LiveSession, stop: &AtomicBool) -> Result<()> {
+fn run_plain(live: &mut Session, stop: &AtomicBool) -> Result<()> {
     let mut flows = FlowRates::default();
     let mut out = io::stdout().lock();
     loop {
@@ -173,7 +173,7 @@ fn spawn_keys(stop: Arc<AtomicBool>, done: Arc<AtomicBool>) -> std::thread::Join
     })
 }
 
-fn run_tty(live: &mut LiveSession, stop: &Arc<AtomicBool>) -> Result<()> {
+fn run_tty(live: &mut Session, stop: &Arc<AtomicBool>) -> Result<()> {
     // A panic prints its message after the terminal is back to normal.
     let prev_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -192,7 +192,7 @@ fn run_tty(live: &mut LiveSession, stop: &Arc<AtomicBool>) -> Result<()> {
     result
 }
 
-fn tty_loop(live: &mut LiveSession, stop: &AtomicBool) -> Result<()> {
+fn tty_loop(live: &mut Session, stop: &AtomicBool) -> Result<()> {
     let mut flows = FlowRates::default();
     draw(&header_lines(live, None), &[])?;
     loop {
@@ -205,7 +205,7 @@ fn tty_loop(live: &mut LiveSession, stop: &AtomicBool) -> Result<()> {
     }
 }
 
-fn header_lines(live: &LiveSession, f: Option<&Frame>) -> Vec<String> {
+fn header_lines(live: &Session, f: Option<&Frame>) -> Vec<String> {
     let i = &live.iface;
     let mut h = vec![format!(
         "ddioscope top — {}{} ({}, {} rx / {} tx queues)  {}   q: quit",
@@ -249,7 +249,7 @@ fn header_lines(live: &LiveSession, f: Option<&Frame>) -> Vec<String> {
     h
 }
 
-fn body_lines(live: &LiveSession, f: &Frame) -> Vec<String> {
+fn body_lines(live: &Session, f: &Frame) -> Vec<String> {
     let cap = view::ddio_capacity_bytes(&live.host);
     let mut out = vec![String::new()];
     for dir in [Dir::Rx, Dir::Tx] {

@@ -1,0 +1,167 @@
+//! What a recording says about the host, the interface and each queue, in the model's
+//! terms (`advise::HostObservation`): rates, residence times, bursts, placement and the
+//! counters' DDIO evidence.
+use std::collections::BTreeMap;
+
+use anyhow::Result;
+
+use super::geometry::{geometry, GeometryOverrides};
+use super::summary::Summary;
+use crate::advise::{CounterEvidence, HostObservation, QueueObservation};
+use crate::counters::CounterSource;
+use crate::model::analytic::Dir as MDir;
+use crate::recording::Recording;
+use crate::snapshot::{hist_percentile, Dir, RX_COPY_TO_FREE};
+
+/// The start of a sampled packet's life: its first stage-entry time (slot 0 either way,
+/// the RX driver's hand-up or TX queueing).
+const LIFE_START: usize = 0;
+
+/// The model's direction for a probe direction.
+fn mdir(d: Dir) -> MDir {
+    match d {
+        Dir::Rx => MDir::Rx,
+        Dir::Tx => MDir::Tx,
+    }
+}
+
+/// Trailing queue number of an IRQ name ("mlx5_comp3@pci:…", "eth0-TxRx-3").
+fn irq_queue(name: &str) -> Option<u32> {
+    let head = name.split('@').next().unwrap_or(name);
+    let digits: String = head.chars().rev().take_while(|c| c.is_ascii_digit()).collect::<Vec<_>>().into_iter().rev().collect();
+    digits.parse().ok()
+}
+
+/// The host, the interface and each queue that carried traffic, as the model and the
+/// recommendation engine take them; `summary` is the recording's, built once.
+pub fn observation(rec: &Recording, summary: &Summary, o: GeometryOverrides) -> Result<HostObservation> {
+    let iface = rec.iface();
+    let host = rec.host();
+    let dur = rec.duration_s().max(1e-9);
+    let mut queues = Vec::new();
+    for q in rec.queue_totals() {
+        if q.packets == 0 {
+            continue;
+        }
+        let life = q.dir.lifetime_stage();
+        // Residence until the last CPU touch: sampled lives where there are
+        // enough, the lifetime histogram otherwise.
+        let mut lives: Vec<f64> = rec
+            .snapshots
+            .iter()
+            .flat_map(|s| s.samples.iter())
+            .filter(|p| p.dir == q.dir && p.queue == q.queue && p.ts[LIFE_START] > 0)
+            .filter_map(|p| {
+                let copied = p.ts[RX_COPY_TO_FREE];
+                let last = if p.dir == Dir::Rx && copied > 0 { copied } else { p.free_ns };
+                (last > p.ts[LIFE_START]).then(|| (last - p.ts[LIFE_START]) as f64)
+            })
+            .collect();
+        lives.sort_by(|a, b| a.total_cmp(b));
+        let pct = |v: &[f64], p: f64| v.get(((v.len() as f64 - 1.0) * p).round() as usize).copied();
+        let (p50, p99) = if lives.len() >= 20 {
+            (pct(&lives, 0.5), pct(&lives, 0.99))
+        } else {
+            let h = &q.stage_hist[life];
+            (
+                hist_percentile(h, 50.0, q.stage_max_ns[life]).map(|v| v as f64),
+                hist_percentile(h, 99.0, q.stage_max_ns[life]).map(|v| v as f64),
+            )
+        };
+        // Peak in flight: Little's law per interval (rate × mean lifetime).
+        let peak = rec
+            .snapshots
+            .iter()
+            .filter_map(|s| {
+                let x = s.queues.iter().find(|x| x.dir == q.dir && x.queue == q.queue)?;
+                let n = x.stage_count[life];
+                (n > 0 && s.dur_ns > 0).then(|| {
+                    let mean_ns = x.stage_sum_ns[life] as f64 / n as f64;
+                    (x.packets as f64 / (s.dur_ns as f64 / 1e9) * mean_ns / 1e9).ceil() as u64
+                })
+            })
+            .max();
+        queues.push(QueueObservation {
+            dir: mdir(q.dir),
+            queue: q.queue,
+            ring_entries: match q.dir {
+                Dir::Rx => iface.rx_ring,
+                Dir::Tx => iface.tx_ring,
+            },
+            pkts_per_s: q.packets as f64 / dur,
+            bytes_per_s: q.bytes as f64 / dur,
+            avg_pkt_bytes: q.bytes as f64 / q.packets as f64,
+            residence_ns_p50: p50,
+            residence_ns_p99: p99,
+            napi_polls: q.napi_polls,
+            napi_budget_exhausted: q.napi_budget_exhausted,
+            peak_inflight_pkts: peak,
+            drops: q.drops,
+        });
+    }
+    // Where each queue is processed: its IRQ's CPUs, else the CPUs that freed its sampled packets.
+    let mut queue_cpus_numa = Vec::new();
+    let mut queue_irqs = Vec::new();
+    for (irq, info) in &iface.irqs {
+        if let Some(q) = irq_queue(&info.name) {
+            queue_irqs.push((q, *irq));
+            let node = info.cpus.first().and_then(|c| host.cpu_node.get(c)).copied();
+            queue_cpus_numa.push((q, node));
+        }
+    }
+    if queue_cpus_numa.is_empty() {
+        let mut seen: BTreeMap<u32, u32> = BTreeMap::new();
+        for p in rec.snapshots.iter().flat_map(|s| s.samples.iter()).filter(|p| p.dir == Dir::Rx) {
+            seen.entry(p.queue).or_insert(p.cpu);
+        }
+        queue_cpus_numa = seen.into_iter().map(|(q, cpu)| (q, host.cpu_node.get(&cpu).copied())).collect();
+    }
+    let mut node_cpus: BTreeMap<i32, Vec<u32>> = BTreeMap::new();
+    for (cpu, node) in &host.cpu_node {
+        node_cpus.entry(*node).or_default().push(*cpu);
+    }
+    let node_cpulists = node_cpus
+        .into_iter()
+        .map(|(n, cpus)| (n, cpus.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",")))
+        .collect();
+    let counters = {
+        let r = &summary.counters;
+        let usable = matches!(rec.meta.counters_source, Some(CounterSource::Live | CounterSource::Imported));
+        let socket = iface.counter_socket();
+        r.sockets
+            .iter()
+            .find(|s| s.socket == socket)
+            .or_else(|| r.sockets.first())
+            .filter(|_| usable)
+            .map(|s| CounterEvidence {
+                write_miss_pct: s.write_miss_pct,
+                read_miss_pct: s.read_miss_pct,
+                write_allocation_disabled: s.write_allocation_disabled,
+                source: r.source.clone(),
+            })
+    };
+    Ok(HostObservation {
+        iface: iface.name.clone(),
+        geometry: geometry(rec, o)?,
+        nic_numa_node: iface.numa_node,
+        queue_cpus_numa,
+        queue_irqs,
+        node_cpulists,
+        root_port: iface.bus_info.clone(),
+        consumer: None,
+        queues,
+        counters,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::irq_queue;
+
+    #[test]
+    fn queue_numbers_from_irq_names() {
+        assert_eq!(irq_queue("mlx5_comp3@pci:0000:5e:00.0"), Some(3));
+        assert_eq!(irq_queue("ens1f0-TxRx-12"), Some(12));
+        assert_eq!(irq_queue("ens1f0-TxRx-"), None);
+    }
+}

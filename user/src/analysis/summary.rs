@@ -1,0 +1,675 @@
+//! The summary of a recording: the per-queue, per-flow, event-loss, counter and L3-miss
+//! numbers every report shows, built once per command (`report` prints it, and the
+//! observation and the attribution evidence read its counters and misses).
+use serde::Serialize;
+
+use crate::recording::Recording;
+use crate::snapshot::{hist_percentile, Dir, QueueCounters, SamplerThrottle, NSTAGES};
+
+#[derive(Debug, Serialize)]
+pub struct Summary {
+    pub meta: Meta,
+    pub queues: Vec<QueueReport>,
+    pub flows: Vec<FlowReport>,
+    pub events: Events,
+    pub drops: Drops,
+    pub counters: CountersReport,
+    pub l3miss: MissReport,
+}
+
+/// The sampler stopped by the kernel (perf_event_max_sample_rate): misses in those windows
+/// were not sampled. A rough indicator of what the counts miss: nothing for stops in idle time
+/// (a CPU without ticks), more than `stopped_pct` for stops in the bursts that trigger them.
+#[derive(Debug, Clone, Serialize)]
+pub struct ThrottleReport {
+    pub throttles: u64,
+    pub stopped_ms: f64,
+    /// Of the sampler's CPU time (CPUs × recording length); None when the CPU count is unknown.
+    pub stopped_pct: Option<f64>,
+    /// Throttle records the ring dropped: the figures are then approximate.
+    pub records_lost: u64,
+}
+
+/// L3-miss samples and how they were charged, with the event behind them.
+#[derive(Debug, Serialize)]
+pub struct MissReport {
+    /// The sampling event, or why there is none.
+    pub source: String,
+    pub samples: u64,
+    pub on_packet_buffers: u64,
+    pub other_addr: u64,
+    /// Samples on pages outside the join's sampled subset (`--join-sample`): not looked up,
+    /// so charged by CPU context (or left uncharged) like any unjoined sample.
+    pub out_of_subset: u64,
+    /// The join's page sampling: 1 in this many buffer pages (1: every page).
+    pub join_sample: u64,
+    /// Attribution windows (`record --miss-duty`): the sampler ran 1/this many of each
+    /// interval (1: always on).
+    pub duty: u64,
+    /// The sampler's span in each window, the cycle holding one window and the warm-up before
+    /// it (ms), when in windows.
+    pub window_ms: Option<f64>,
+    pub cycle_ms: Option<f64>,
+    /// How long the sampler ran in all, measured by the recorder (None: always on, or not
+    /// measured), and what that makes the duty: the recording's length over it.
+    pub sampled_ms: Option<f64>,
+    pub duty_measured: Option<f64>,
+    pub warmup_ms: Option<f64>,
+    /// Joined samples on pages last kept before their window: owner from an earlier window,
+    /// age unknown.
+    pub before_window: u64,
+    pub no_addr: u64,
+    pub ctx_charged: u64,
+    pub uncharged: u64,
+    /// Charged samples with no flow key (None: a recording from before this count).
+    pub no_flow: Option<u64>,
+    /// Charged samples lost to the flow view: their flow was evicted from the probes' LRU flow
+    /// map (charges to queues − charges to the flows read back − charges without a flow).
+    pub flow_charges_lost: Option<u64>,
+    /// Charged samples whose queue number exceeded the probes' table, counted on its last queue.
+    pub queue_clamped: u64,
+    /// The kernel's throttling of the sampler over the recording (absent: not measured, see
+    /// `throttle_unmeasured`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub throttle: Option<ThrottleReport>,
+    /// Why throttling was not measured, when a sampler ran and it was not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub throttle_unmeasured: Option<String>,
+    /// Joined samples: p50/p99 ns between the buffer's hand-up and the miss.
+    pub age_p50_ns: Option<u64>,
+    pub age_p99_ns: Option<u64>,
+    /// Joined samples against their packets' own lifetime (absent without joined samples or
+    /// timed packets).
+    pub age_split: Option<AgeSplit>,
+    /// Joined samples per log2 age bucket (bucket b: [2^b, 2^(b+1)) ns since hand-up).
+    #[serde(skip)]
+    pub age_hist: Vec<u64>,
+    pub queues: Vec<MissQueue>,
+    pub flows: Vec<MissFlow>,
+    /// (2 MiB region start address, samples), busiest first.
+    pub regions: Vec<(String, u64)>,
+    /// Which packet buffers the join maps, and how the frag pages' addresses are known (or why not).
+    pub buffer_join: String,
+    pub buffer_map: BufferMapReport,
+}
+
+/// When a joined miss came, relative to the life of a packet buffer (hand-up to free, p99 over
+/// every queue's timed packets: RX driver → free, TX xmit → free). Within it, the buffer's lines
+/// were evicted while its packet was still being handled: DMA leaked before use. After it, the page
+/// was read again once its packet had gone: late reuse of the memory.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct AgeSplit {
+    pub life_p99_ns: u64,
+    pub within_life: u64,
+    pub after_life: u64,
+}
+
+/// Split a log2 age histogram at `bound` ns; a bucket that straddles it is split in proportion
+/// to the part of its range on each side (as `hist_percentile` interpolates).
+fn split_ages(age: &[u64], bound: u64) -> (u64, u64) {
+    let mut within = 0.0;
+    for (b, &c) in age.iter().enumerate() {
+        let lo = if b == 0 { 0.0 } else { (1u64 << b) as f64 };
+        let hi = (1u64 << (b + 1)) as f64;
+        within += c as f64 * ((bound as f64 - lo) / (hi - lo)).clamp(0.0, 1.0);
+    }
+    let total: u64 = age.iter().sum();
+    let within = (within.round() as u64).min(total);
+    (within, total - within)
+}
+
+/// The lifetime histogram the joined ages are set against: each direction's (RX driver → free,
+/// TX xmit → free) as a distribution, mixed in proportion to that direction's joined samples, so
+/// slow TX completions do not stretch the bound for RX buffers (log2 buckets, counts scaled to
+/// the joined samples).
+fn life_mixture(life: &[[u64; crate::snapshot::NBUCKETS]; 2], joined: [u64; 2]) -> Vec<u64> {
+    let mut mix = vec![0.0; crate::snapshot::NBUCKETS];
+    for (h, &w) in life.iter().zip(&joined) {
+        let n: u64 = h.iter().sum();
+        if n == 0 || w == 0 {
+            continue;
+        }
+        for (m, &c) in mix.iter_mut().zip(h) {
+            *m += w as f64 * c as f64 / n as f64;
+        }
+    }
+    // Scaled up so that rounding keeps the shape of a small histogram.
+    mix.iter().map(|m| (m * 1000.0).round() as u64).collect()
+}
+
+/// The packet-buffer page map over the recording.
+#[derive(Debug, Default, Serialize)]
+pub struct BufferMapReport {
+    /// Pages the table holds (sets × ways; a new page takes the way with the older hand-up).
+    pub capacity: Option<u64>,
+    /// Largest and last entry count read during the recording.
+    pub entries_max: Option<u64>,
+    pub entries_last: Option<u64>,
+    /// Pages written and left out over the recording (the snapshot counters, summed).
+    #[serde(flatten)]
+    pub pages: crate::snapshot::BufMapCounters,
+}
+
+#[derive(Debug, Serialize)]
+pub struct MissQueue {
+    pub dir: Dir,
+    pub queue: u32,
+    pub addr_join: u64,
+    pub cpu_ctx: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct MissFlow {
+    pub dir: Dir,
+    pub proto: String,
+    pub src: String,
+    pub sport: u16,
+    pub dst: String,
+    pub dport: u16,
+    pub addr_join: u64,
+    pub cpu_ctx: u64,
+}
+
+fn miss_report(rec: &Recording) -> MissReport {
+    let mut m = MissReport {
+        source: rec.meta.miss_sampling.clone().unwrap_or_else(|| "absent (not recorded)".into()),
+        samples: 0,
+        on_packet_buffers: 0,
+        other_addr: 0,
+        out_of_subset: 0,
+        join_sample: rec.meta.join_sample.filter(|n| *n >= 1).unwrap_or(1),
+        duty: rec.meta.miss_duty.filter(|n| *n >= 1).unwrap_or(1),
+        window_ms: rec.meta.miss_window_ms,
+        cycle_ms: rec.meta.miss_cycle_ms,
+        sampled_ms: None,
+        duty_measured: None,
+        warmup_ms: rec.meta.miss_warmup_ms,
+        before_window: 0,
+        no_addr: 0,
+        ctx_charged: 0,
+        uncharged: 0,
+        no_flow: Some(0),
+        flow_charges_lost: None,
+        queue_clamped: 0,
+        throttle: None,
+        throttle_unmeasured: rec.meta.miss_throttle.clone(),
+        age_p50_ns: None,
+        age_p99_ns: None,
+        age_split: None,
+        age_hist: Vec::new(),
+        queues: Vec::new(),
+        flows: Vec::new(),
+        regions: Vec::new(),
+        buffer_join: rec.meta.buffer_join.clone().unwrap_or_else(|| "not recorded".into()),
+        buffer_map: BufferMapReport {
+            capacity: rec.meta.buf_pages_capacity,
+            ..Default::default()
+        },
+    };
+    let mut age = vec![0u64; crate::snapshot::NBUCKETS];
+    let mut life = [[0u64; crate::snapshot::NBUCKETS]; 2];
+    let mut per_q: std::collections::BTreeMap<(Dir, u32), (u64, u64)> = Default::default();
+    // Summed over the intervals only if every interval with a miss snapshot read it.
+    let mut throttle: Option<Option<SamplerThrottle>> = None;
+    // Over the intervals with miss snapshots; the time only if every one measured it.
+    let mut sampled: Option<Option<u64>> = None;
+    let mut miss_span_ns = 0u64;
+    for s in &rec.snapshots {
+        for q in &s.queues {
+            // Stage 3 (RX driver → free) and 2 (TX xmit → free): from the time the join dates
+            // a buffer by to the free.
+            let (d, stage) = if q.dir == Dir::Rx { (0, 3) } else { (1, 2) };
+            for (l, c) in life[d].iter_mut().zip(&q.stage_hist[stage]) {
+                *l += c;
+            }
+        }
+        let Some(x) = &s.misses else { continue };
+        m.samples += x.samples;
+        m.on_packet_buffers += x.on_packet_buffers;
+        m.other_addr += x.other_addr;
+        m.out_of_subset += x.out_of_subset;
+        m.before_window += x.before_window;
+        miss_span_ns += s.dur_ns;
+        sampled = Some(match (sampled, x.sampled_ns) {
+            (None, v) => v,
+            (Some(acc), v) => acc.zip(v).map(|(a, b)| a + b),
+        });
+        m.no_flow = m.no_flow.zip(x.no_flow).map(|(a, b)| a + b);
+        m.queue_clamped += x.queue_clamped;
+        throttle = Some(match (throttle, x.throttle) {
+            (None, t) => t,
+            (Some(acc), t) => acc.zip(t).map(|(a, b)| a.combine(&b, u64::saturating_add)),
+        });
+        m.no_addr += x.no_addr;
+        m.ctx_charged += x.ctx_charged;
+        m.uncharged += x.uncharged;
+        let b = &mut m.buffer_map;
+        b.pages = b.pages.combine(&x.buf, u64::saturating_add);
+        if let Some(e) = x.buf.entries {
+            b.entries_max = Some(b.entries_max.unwrap_or(0).max(e));
+            b.entries_last = Some(e);
+        }
+        for (i, v) in x.age_hist.iter().enumerate() {
+            if let Some(a) = age.get_mut(i) {
+                *a += v;
+            }
+        }
+        for (d, q, a, c) in &x.queues {
+            let e = per_q.entry((*d, *q)).or_default();
+            e.0 += a;
+            e.1 += c;
+        }
+        if !x.flows.is_empty() {
+            m.flows = x
+                .flows
+                .iter()
+                .map(|(k, a, c)| MissFlow {
+                    dir: k.dir,
+                    proto: k.proto.clone(),
+                    src: k.src.clone(),
+                    sport: k.sport,
+                    dst: k.dst.clone(),
+                    dport: k.dport,
+                    addr_join: *a,
+                    cpu_ctx: *c,
+                })
+                .collect();
+            m.regions = x.regions.iter().map(|(r, n)| (format!("{:#x}", r << 21), *n)).collect();
+        }
+    }
+    m.flows.sort_by_key(|f| std::cmp::Reverse(f.addr_join + f.cpu_ctx));
+    m.queues = per_q.into_iter().map(|((dir, queue), (a, c))| MissQueue { dir, queue, addr_join: a, cpu_ctx: c }).collect();
+    if m.samples == 0 {
+        m.no_flow = None;
+    }
+    let cpus: Option<f64> = rec.meta.miss_sampler_cpus.map(|n| n as f64);
+    let span_s = rec.duration_s();
+    if m.duty > 1 {
+        m.sampled_ms = sampled.flatten().map(|ns| ns as f64 / 1e6);
+        m.duty_measured = sampled.flatten().filter(|&ns| ns > 0).map(|ns| miss_span_ns as f64 / ns as f64);
+    }
+    // The time the sampler ran: measured, else the nominal share.
+    let sampler_s = m.sampled_ms.map_or(span_s / m.duty as f64, |ms| ms / 1e3);
+    m.throttle = throttle.flatten().map(|t| ThrottleReport {
+        throttles: t.throttles,
+        stopped_ms: t.throttled_ns as f64 / 1e6,
+        // Of the time the sampler ran (in windows, a part of the recording).
+        stopped_pct: cpus
+            .filter(|c| *c > 0.0 && sampler_s > 0.0)
+            .map(|c| (100.0 * t.throttled_ns as f64 / 1e9 / (c * sampler_s)).min(100.0)),
+        records_lost: t.records_lost,
+    });
+    let charged: u64 = m.queues.iter().map(|q| q.addr_join + q.cpu_ctx).sum();
+    let to_flows: u64 = m.flows.iter().map(|f| f.addr_join + f.cpu_ctx).sum();
+    // The queue counts and the flow map are read one after the other while samples keep
+    // coming, queues first: a difference within 0.1 % is that, not loss.
+    m.flow_charges_lost = m.no_flow.map(|n| charged.saturating_sub(to_flows + n)).map(|d| if d * 1000 <= charged { 0 } else { d });
+    m.age_p50_ns = hist_percentile(&age, 50.0, 0);
+    m.age_p99_ns = hist_percentile(&age, 99.0, 0);
+    let joined = [Dir::Rx, Dir::Tx].map(|d| m.queues.iter().filter(|q| q.dir == d).map(|q| q.addr_join).sum::<u64>());
+    if age.iter().any(|&c| c > 0) {
+        m.age_split = hist_percentile(&life_mixture(&life, joined), 99.0, 0).map(|p99| {
+            let (within_life, after_life) = split_ages(&age, p99);
+            AgeSplit { life_p99_ns: p99, within_life, after_life }
+        });
+    }
+    m.age_hist = age;
+    m
+}
+
+/// The socket DDIO view, with where its numbers came from.
+#[derive(Debug, Serialize)]
+pub struct CountersReport {
+    pub platform: String,
+    /// live | software | imported | absent
+    pub source: String,
+    pub sockets: Vec<crate::counters::SocketMetrics>,
+    pub warnings: Vec<String>,
+    pub notes: Vec<String>,
+    pub readings: usize,
+    /// The NIC's own IIO port (its root bus's IIO box), when known.
+    pub nic_port: Option<NicPort>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct NicPort {
+    pub pci_root: Option<String>,
+    pub iio_box: Option<String>,
+    #[serde(rename = "inbound_write_MBps")]
+    pub inbound_write_mbps: Option<f64>,
+    #[serde(rename = "inbound_read_MBps")]
+    pub inbound_read_mbps: Option<f64>,
+    pub note: String,
+}
+
+fn counters_report(rec: &Recording) -> CountersReport {
+    let source = rec.meta.counters_source.unwrap_or(crate::counters::CounterSource::Absent).to_string();
+    // A recording can hold several sources (software live + imported): report the current one.
+    let rows: Vec<&(u64, crate::recording::writer::CounterRow)> =
+        rec.counters.iter().filter(|(_, r)| r.source == source).collect();
+    let readings: Vec<crate::counters::CounterReading> = rows.iter().map(|(_, r)| r.reading()).collect();
+    let intervals: std::collections::BTreeSet<u64> = rows.iter().map(|(i, _)| *i).collect();
+    // Imported captures carry their own interval; live ones share the recording's.
+    // Imported captures carry perf's own clock (interval ends, seconds since the
+    // capture started, shifted onto the recording's start): the capture spans
+    // up to its last interval end. Live readings share the recording's intervals.
+    let dur = if source == "imported" {
+        let start_ns = rec.meta.start_ns.unwrap_or(0);
+        rows.iter().map(|(_, r)| r.t_ns).max().map_or(0.0, |t| t.saturating_sub(start_ns) as f64 / 1e9)
+    } else {
+        rec.snapshots.iter().filter(|s| intervals.contains(&s.index)).map(|s| s.dur_ns).sum::<u64>() as f64 / 1e9
+    };
+    let sockets = if readings.is_empty() || dur <= 0.0 { Vec::new() } else { crate::counters::socket_metrics(&readings, dur) };
+    let warnings = sockets.iter().flat_map(|s| s.warnings.iter().map(move |w| format!("socket {}: {w}", s.socket))).collect();
+    let iface = rec.iface();
+    let nic_port = iface.pci_root.as_ref().map(|root| {
+        let boxed = iface.iio_box.clone();
+        // All partitions of the NIC's box: which lanes of the stack the NIC
+        // uses is not visible from sysfs.
+        let ports: Vec<_> = sockets.iter().flat_map(|s| s.ports.iter()).filter(|p| Some(&p.pmu) == boxed.as_ref()).collect();
+        let sum = |f: &dyn Fn(&crate::counters::metrics::PortBandwidth) -> f64| {
+            (!ports.is_empty()).then(|| ports.iter().map(|p| f(p)).sum::<f64>())
+        };
+        NicPort {
+            pci_root: Some(root.clone()),
+            iio_box: boxed.clone(),
+            inbound_write_mbps: sum(&|p| p.write_mbps),
+            inbound_read_mbps: sum(&|p| p.read_mbps),
+            note: match (&boxed, ports.is_empty()) {
+                (None, _) => format!("root bus {root}: no uncore IIO box maps to it on the recording host"),
+                (Some(b), true) => format!("{b} (root bus {root}): no per-box IIO readings in this recording"),
+                (Some(b), false) => format!("{b} (root bus {root}), all partitions summed"),
+            },
+        }
+    });
+    CountersReport {
+        nic_port,
+        platform: rec.meta.platform.clone().unwrap_or_else(|| "unknown".into()),
+        source,
+        sockets,
+        warnings,
+        notes: rec.meta.counters_notes.clone().unwrap_or_default(),
+        readings: readings.len(),
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct Meta {
+    pub file: String,
+    pub complete: bool,
+    pub iface: String,
+    pub netns: Option<String>,
+    pub ifindex: u32,
+    pub driver: Option<String>,
+    pub duration_s: f64,
+    pub intervals: usize,
+    pub interval_ms: Option<u64>,
+    pub sample_every: Option<u32>,
+    /// Stage latencies measured on 1 in this many packets (absent in older recordings).
+    pub stage_every: Option<u32>,
+    pub host: String,
+    pub kernel: String,
+    pub cpu_model: String,
+    pub llc_bytes: Option<u64>,
+    pub llc_ways: Option<u32>,
+    pub numa_node: Option<i32>,
+    pub rx_queues: u32,
+    pub tx_queues: u32,
+    pub rx_ring: Option<u32>,
+    pub tx_ring: Option<u32>,
+    pub irqs: usize,
+    pub hooks: Vec<String>,
+    pub hooks_missing: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct StageReport {
+    pub count: u64,
+    pub p50_ns: Option<u64>,
+    pub p99_ns: Option<u64>,
+    pub max_ns: u64,
+    pub mean_ns: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct NapiReport {
+    pub polls: u64,
+    pub avg_work: Option<f64>,
+    pub budget_exhausted: u64,
+    /// bucket 0: empty polls; bucket b>0: work in [2^(b-1), 2^b).
+    pub work_hist: Vec<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct QueueReport {
+    pub dir: Dir,
+    pub queue: u32,
+    pub packets: u64,
+    pub bytes: u64,
+    pub pps: f64,
+    pub mbps: f64,
+    pub avg_pkt_bytes: Option<f64>,
+    pub drops: u64,
+    pub napi: Option<NapiReport>,
+    pub stages: serde_json::Map<String, serde_json::Value>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct FlowReport {
+    pub dir: Dir,
+    pub proto: String,
+    pub src: String,
+    pub sport: u16,
+    pub dst: String,
+    pub dport: u16,
+    pub rx_queue: Option<u32>,
+    pub tx_queue: Option<u32>,
+    pub packets: u64,
+    pub bytes: u64,
+    pub payload_bytes: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Events {
+    pub sampled: u64,
+    pub lost: u64,
+    pub received: u64,
+    pub state_evicted: u64,
+    pub queue_clamped: u64,
+    /// States discarded because their packet's free went unseen (GRO merge, coalescing).
+    pub state_stale: u64,
+    /// Tracked packets whose free was seen, % of those whose life ended (seen, evicted or
+    /// stale); None when no tracked packet ended.
+    pub frees_seen_pct: Option<f64>,
+}
+
+impl Events {
+    fn frees_seen_pct(freed: u64, evicted: u64, stale: u64) -> Option<f64> {
+        let ended = freed + evicted + stale;
+        (ended > 0).then(|| 100.0 * freed as f64 / ended as f64)
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct Drops {
+    pub total: u64,
+    pub reasons: Vec<DropReason>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DropReason {
+    pub reason: u32,
+    pub name: Option<String>,
+    pub count: u64,
+}
+
+fn stage_report(q: &QueueCounters, s: usize) -> StageReport {
+    let h = &q.stage_hist[s];
+    let max = q.stage_max_ns[s];
+    StageReport {
+        count: q.stage_count[s],
+        p50_ns: hist_percentile(h, 50.0, max),
+        p99_ns: hist_percentile(h, 99.0, max),
+        max_ns: max,
+        mean_ns: (q.stage_count[s] > 0).then(|| q.stage_sum_ns[s] / q.stage_count[s]),
+    }
+}
+
+pub fn build(rec: &Recording) -> Summary {
+    let iface = rec.iface();
+    let host = rec.host();
+    let dur = rec.duration_s();
+    let hooks: Vec<serde_json::Value> = rec.meta.hooks.clone().and_then(|h| serde_json::from_value(h).ok()).unwrap_or_default();
+    let hook_name = |h: &serde_json::Value| {
+        format!(
+            "{}:{}",
+            h.get("flavor").and_then(|v| v.as_str()).unwrap_or("none"),
+            h.get("tracepoint").and_then(|v| v.as_str()).unwrap_or("?")
+        )
+    };
+    let drop_names = rec.meta.drop_reason_names.clone().unwrap_or_default();
+    let meta = Meta {
+        file: rec.path.display().to_string(),
+        complete: rec.complete(),
+        iface: iface.name.clone(),
+        netns: iface.netns.clone(),
+        ifindex: iface.ifindex,
+        driver: iface.driver.clone(),
+        duration_s: dur,
+        intervals: rec.snapshots.len(),
+        interval_ms: rec.meta.interval_ms,
+        sample_every: rec.meta.sample_every,
+        stage_every: rec.meta.stage_every,
+        host: host.hostname.clone(),
+        kernel: host.kernel.clone(),
+        cpu_model: host.cpu_model.clone(),
+        llc_bytes: host.llc.as_ref().map(|l| l.size_bytes),
+        llc_ways: host.llc.as_ref().map(|l| l.ways),
+        numa_node: iface.numa_node,
+        rx_queues: iface.rx_queues,
+        tx_queues: iface.tx_queues,
+        rx_ring: iface.rx_ring,
+        tx_ring: iface.tx_ring,
+        irqs: iface.irqs.len(),
+        hooks: hooks.iter().filter(|h| !h["flavor"].is_null()).map(hook_name).collect(),
+        hooks_missing: hooks
+            .iter()
+            .filter(|h| h["flavor"].is_null())
+            .map(|h| h.get("tracepoint").and_then(|v| v.as_str()).unwrap_or("?").to_string())
+            .collect(),
+    };
+    let queues = rec
+        .queue_totals()
+        .iter()
+        .filter(|q| q.packets > 0 || q.napi_polls > 0)
+        .map(|q| {
+            let mut stages = serde_json::Map::new();
+            for (s, name) in q.dir.stage_names().iter().enumerate().take(NSTAGES) {
+                if q.stage_count[s] > 0 {
+                    stages.insert(name.to_string(), serde_json::to_value(stage_report(q, s)).unwrap_or_default());
+                }
+            }
+            QueueReport {
+                dir: q.dir,
+                queue: q.queue,
+                packets: q.packets,
+                bytes: q.bytes,
+                pps: if dur > 0.0 { q.packets as f64 / dur } else { 0.0 },
+                mbps: if dur > 0.0 { q.bytes as f64 * 8.0 / dur / 1e6 } else { 0.0 },
+                avg_pkt_bytes: (q.packets > 0).then(|| q.bytes as f64 / q.packets as f64),
+                drops: q.drops,
+                napi: (q.dir == Dir::Rx && q.napi_polls > 0).then(|| NapiReport {
+                    polls: q.napi_polls,
+                    avg_work: Some(q.napi_work as f64 / q.napi_polls as f64),
+                    budget_exhausted: q.napi_budget_exhausted,
+                    work_hist: q.napi_work_hist.to_vec(),
+                }),
+                stages,
+            }
+        })
+        .collect();
+    let mut flows: Vec<FlowReport> = rec
+        .flows
+        .iter()
+        .map(|f| FlowReport {
+            dir: f.key.dir,
+            proto: f.key.proto.clone(),
+            src: f.key.src.clone(),
+            sport: f.key.sport,
+            dst: f.key.dst.clone(),
+            dport: f.key.dport,
+            rx_queue: (f.key.dir == Dir::Rx).then_some(f.queue),
+            tx_queue: (f.key.dir == Dir::Tx).then_some(f.queue),
+            packets: f.packets,
+            bytes: f.bytes,
+            payload_bytes: f.payload_bytes,
+        })
+        .collect();
+    flows.sort_by_key(|f| std::cmp::Reverse(f.bytes));
+    let e = rec.event_totals();
+    // Every tracked packet whose free was seen completed its whole-life stage.
+    let freed: u64 = rec.queue_totals().iter().map(|q| q.stage_count[NSTAGES - 1]).sum();
+    let drops = Drops {
+        total: rec.drop_reasons.iter().map(|(_, c)| c).sum(),
+        reasons: rec
+            .drop_reasons
+            .iter()
+            .map(|(r, c)| DropReason { reason: *r, name: drop_names.get(r).cloned(), count: *c })
+            .collect(),
+    };
+    Summary {
+        meta,
+        queues,
+        flows,
+        events: Events {
+            sampled: e.sampled,
+            lost: e.lost,
+            received: e.received,
+            state_evicted: e.state_evicted,
+            queue_clamped: e.queue_clamped,
+            state_stale: e.state_stale,
+            frees_seen_pct: Events::frees_seen_pct(freed, e.state_evicted, e.state_stale),
+        },
+        drops,
+        counters: counters_report(rec),
+        l3miss: miss_report(rec),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_ages;
+
+    #[test]
+    fn ages_split_at_the_packets_life() {
+        let mut age = vec![0u64; 32];
+        age[10] = 100; // [1024, 2048) ns
+        age[12] = 40; // [4096, 8192)
+        age[20] = 7; // ~1 ms
+        // A bound on a bucket edge splits nothing.
+        assert_eq!(split_ages(&age, 4096), (100, 47));
+        // Inside a bucket: its share on each side, by range.
+        assert_eq!(split_ages(&age, 6144), (120, 27));
+        assert_eq!(split_ages(&age, 0), (0, 147));
+        assert_eq!(split_ages(&age, u64::MAX >> 1), (147, 0));
+        // Bucket 0 holds [0, 2) ns.
+        assert_eq!(split_ages(&[4], 1), (2, 2));
+        // Three buckets split in thirds: the parts always add up to the total.
+        let (w, a) = split_ages(&[3, 3, 3], 3);
+        assert_eq!(w + a, 9);
+    }
+
+    #[test]
+    fn life_bound_follows_the_joined_direction() {
+        use super::{hist_percentile, life_mixture};
+        let mut life = [[0u64; 32]; 2];
+        life[0][10] = 1000; // RX buffers live ~1-2 µs
+        life[1][20] = 10; // TX completions take ~1-2 ms
+        // Only RX joins: the TX lives do not stretch the bound, however few RX lives there are.
+        let p99 = hist_percentile(&life_mixture(&life, [500, 0]), 99.0, 0).unwrap();
+        assert!((1024..2048).contains(&p99), "{p99}");
+        let p99 = hist_percentile(&life_mixture(&life, [1, 1]), 99.0, 0).unwrap();
+        assert!(p99 >= 1 << 20, "{p99}");
+        assert!(life_mixture(&life, [0, 0]).iter().all(|&c| c == 0));
+    }
+}

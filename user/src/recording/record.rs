@@ -1,0 +1,343 @@
+//! `ddioscope record`: attach a session, write each of its snapshots into a recording,
+//! stop on Ctrl-C/SIGTERM or after the duration, detach.
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Result};
+
+use super::meta::StoppedBy;
+use super::writer::CounterRow;
+use super::{RecordingMeta, Writer};
+use crate::probe::features::HookChoice;
+use crate::session::{windows, MissArgs, Session, SessionArgs, SessionOptions};
+use crate::snapshot::{Dir, EventCounters, Snapshot};
+use crate::sys::{monotonic_ns, progress_line, stop_flag};
+
+/// `ddioscope record`'s flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RecordArgs {
+    #[command(flatten)]
+    pub session: SessionArgs,
+    /// Stop after this many seconds (default: run until Ctrl-C).
+    #[arg(short, long, value_name = "SECS")]
+    pub duration: Option<f64>,
+    /// Recording file to create.
+    #[arg(short, long, default_value = "ddioscope.ddio")]
+    pub output: PathBuf,
+    /// Overwrite the output file if it exists.
+    #[arg(long)]
+    pub force: bool,
+    /// Snapshot interval in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 100)]
+    pub interval: u64,
+    /// Send 1 in N packets' full life records to userspace (0 disables sampling).
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub sample: u32,
+    /// Measure stage latencies on 1 in N packets (1: every packet). Counts,
+    /// bytes and flows always cover every packet; this trades histogram
+    /// density for per-packet cost.
+    #[arg(long, value_name = "N", default_value_t = crate::probe::pktlife::DEFAULT_STAGE_EVERY, value_parser = clap::value_parser!(u32).range(1..))]
+    pub stage_sample: u32,
+    /// Print progress as JSON lines on stdout (first line once the probes are attached).
+    #[arg(long)]
+    pub json_progress: bool,
+    /// Import a `perf stat -I MS -x,` CSV captured on this or another host
+    /// (see scripts/capture-counters.sh) into the recording.
+    #[arg(long, value_name = "FILE")]
+    pub counters_from: Option<PathBuf>,
+    #[command(flatten)]
+    pub miss: MissArgs,
+    /// Hook flavour: auto (tp_btf where this kernel allows it, else raw_tp), or
+    /// tp-btf / raw-tp for every hook, failing if the kernel refuses it.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub hooks: HookChoice,
+}
+
+impl RecordArgs {
+    /// The session a recording runs: per-packet samples and the L3-miss sampler as asked,
+    /// flows read about once a second.
+    pub fn session_options(&self) -> SessionOptions {
+        SessionOptions {
+            args: self.session.clone(),
+            interval_ms: self.interval,
+            sample_every: self.sample,
+            stage_every: self.stage_sample,
+            miss: self.miss.clone(),
+            flow_every: (1000 / self.interval.max(1)).max(1),
+            hooks: self.hooks,
+        }
+    }
+}
+
+/// Summary returned to the caller (and printed).
+pub struct RecordSummary {
+    pub intervals: u64,
+    pub rx_packets: u64,
+    pub tx_packets: u64,
+    pub events: EventCounters,
+    pub stopped_by_signal: bool,
+}
+
+/// `ddioscope record`: the recording, then one line saying what was written.
+pub fn run(args: &RecordArgs) -> Result<()> {
+    let s = record(args)?;
+    Progress::new(args).done(args, &s);
+    Ok(())
+}
+
+pub fn record(args: &RecordArgs) -> Result<RecordSummary> {
+    if let Some(f) = &args.counters_from {
+        if !f.is_file() {
+            bail!("--counters-from {}: no such file", f.display());
+        }
+    }
+    if let Some(d) = args.duration {
+        if d.is_nan() || d <= 0.0 {
+            bail!("--duration must be a positive number of seconds");
+        }
+    }
+    let opts = args.session_options();
+    let (features, iface) = Session::preflight(&opts)?;
+
+    // The output is created before anything attaches: a bad path fails cleanly.
+    let mut writer = Writer::create(&args.output, args.force)?;
+    RecordingMeta {
+        command: Some(std::env::args().collect::<Vec<_>>().join(" ")),
+        iface: Some(iface.clone()),
+        features: Some(serde_json::to_value(&features)?),
+        drop_reason_names: Some(crate::probe::features::drop_reason_names()),
+        interval_ms: Some(args.interval),
+        sample_every: Some(args.sample),
+        stage_every: Some(args.stage_sample),
+        complete: Some(false),
+        ..RecordingMeta::this_build()
+    }
+    .write(&writer)?;
+
+    // Signals first, so a Ctrl-C during attach still detaches cleanly.
+    let stop = stop_flag()?;
+    let mut live = Session::start(&opts, features, iface)?;
+    session_meta(&live, args)?.write(&writer)?;
+
+    let mut progress = Progress::new(args);
+    progress.started(&live, args);
+    let end = args.duration.map(|d| live.started + Duration::from_secs_f64(d));
+    let mut totals = Totals::default();
+    let write_error = write_intervals(&mut live, &mut writer, &stop, end, |live, snap, finishing| {
+        totals.add(snap);
+        progress.interval(live, &totals, finishing);
+    })?;
+    progress.finished();
+    let stopped_by_signal = stop.load(Ordering::Relaxed);
+    let intervals = live.index();
+    // Detach before the final metadata write: nothing stays attached even if that write fails.
+    drop(live);
+    if let Some(e) = write_error {
+        return Err(e.context(format!(
+            "recording stopped after {intervals} intervals; {} holds everything up to the last completed interval",
+            args.output.display()
+        )));
+    }
+    RecordingMeta {
+        end_ns: Some(monotonic_ns()),
+        stopped_by: Some(if stopped_by_signal { StoppedBy::Signal } else { StoppedBy::Duration }),
+        complete: Some(true),
+        ..Default::default()
+    }
+    .write(&writer)?;
+    drop(writer);
+    if let Some(csv) = &args.counters_from {
+        super::import::import_counters(&args.output, csv)?;
+    }
+    Ok(RecordSummary {
+        intervals,
+        rx_packets: totals.rx_packets,
+        tx_packets: totals.tx_packets,
+        events: totals.events,
+        stopped_by_signal,
+    })
+}
+
+/// What the session found and opened, once it is attached.
+fn session_meta(live: &Session, args: &RecordArgs) -> Result<RecordingMeta> {
+    let probe = &live.probe;
+    let windowed = probe.has_miss_sampler() && args.miss.duty() > 1;
+    let (cycle, spans) = if windowed {
+        let cycle = windows::cycle(Duration::from_millis(args.interval));
+        (Some(cycle), Some(windows::spans(cycle, args.miss.duty())))
+    } else {
+        (None, None)
+    };
+    // Whole microseconds: the windows are drawn no finer.
+    let ms = |d: Duration| (d.as_secs_f64() * 1e6).round() / 1e3;
+    Ok(RecordingMeta {
+        host: Some(live.host.clone()),
+        // LLC from sysfs and IIO LLC WAYS from MSR 0xC8B (read only), as the model will use them.
+        geometry: crate::model::geometry::LlcGeometry::detect(std::path::Path::new("/sys"), std::path::Path::new("/dev"), 0).ok(),
+        hooks: Some(serde_json::to_value(&probe.hooks)?),
+        platform: Some(live.platform.describe()),
+        platform_detection: Some(live.platform.clone()),
+        counters_source: Some(live.counters_source),
+        counters_notes: Some(live.counter_notes.clone()),
+        miss_sampling: Some(live.miss_label.clone()),
+        miss_source: Some(live.miss_sampling),
+        miss_stand_in: Some(live.miss_sampling.is_stand_in()),
+        // The period the sampler runs at: inside windows, the one asked for over the duty.
+        miss_period: Some(live.miss_period),
+        join_sample: Some(args.miss.join_sample as u64),
+        miss_cycle_ms: cycle.map(|c| c.as_millis() as f64),
+        miss_duty: windowed.then(|| args.miss.duty() as u64),
+        miss_window_ms: spans.map(|(sampling, _)| ms(sampling)),
+        miss_warmup_ms: spans.map(|(_, warmup)| ms(warmup)),
+        buffer_join: Some(live.buffer_join.clone()),
+        miss_throttle: probe.miss_throttle_unavailable().map(|why| format!("not measured: {why}")),
+        miss_sampler_cpus: probe.miss_sampler_cpus().map(|n| n as u64),
+        buf_pages_capacity: probe.has_miss_sampler().then(|| probe.buf_pages_capacity() as u64),
+        prog_ids: Some(probe.prog_ids()),
+        start_ns: Some(live.start_ns),
+        start_unix_ms: Some(SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)),
+        ..Default::default()
+    })
+}
+
+/// Take snapshots until the session finishes, writing each as one committed interval, and
+/// show each to `each`. An interval that cannot be written ends the loop and is returned
+/// (the file keeps the intervals before it); the session's own errors end it as errors.
+fn write_intervals(
+    live: &mut Session,
+    writer: &mut Writer,
+    stop: &AtomicBool,
+    end: Option<Instant>,
+    mut each: impl FnMut(&Session, &Snapshot, bool),
+) -> Result<Option<anyhow::Error>> {
+    let mut notes_len = live.counter_notes.len();
+    loop {
+        let (snap, finishing) = live.next(stop, end)?;
+        let source = live.counters_source.as_str();
+        let rows: Vec<CounterRow> = snap.counters.iter().map(|r| CounterRow::from_reading(r, source)).collect();
+        if let Err(e) = writer.write_snapshot(&snap).and_then(|()| writer.write_counters(snap.index, &rows)) {
+            return Ok(Some(e));
+        }
+        if live.counter_notes.len() != notes_len {
+            notes_len = live.counter_notes.len();
+            RecordingMeta { counters_notes: Some(live.counter_notes.clone()), ..Default::default() }.write(writer)?;
+        }
+        each(live, &snap, finishing);
+        if finishing {
+            return Ok(None);
+        }
+    }
+}
+
+/// Packets and events over the recording so far.
+#[derive(Default)]
+struct Totals {
+    rx_packets: u64,
+    tx_packets: u64,
+    events: EventCounters,
+}
+
+impl Totals {
+    fn add(&mut self, snap: &Snapshot) {
+        for q in &snap.queues {
+            match q.dir {
+                Dir::Rx => self.rx_packets += q.packets,
+                Dir::Tx => self.tx_packets += q.packets,
+            }
+        }
+        self.events.sampled += snap.events.sampled;
+        self.events.lost += snap.events.lost;
+        self.events.received += snap.events.received;
+        self.events.state_evicted += snap.events.state_evicted;
+    }
+}
+
+/// What a recording shows while it runs: JSON lines on stdout for tools (--json-progress),
+/// else a start line and, on a terminal, a status line refreshed twice a second on stderr.
+struct Progress {
+    json: bool,
+    tty: bool,
+    duration: Option<f64>,
+    last: Instant,
+}
+
+impl Progress {
+    fn new(args: &RecordArgs) -> Progress {
+        Progress {
+            json: args.json_progress,
+            tty: std::io::stderr().is_terminal() && !args.json_progress,
+            duration: args.duration,
+            last: Instant::now(),
+        }
+    }
+
+    fn started(&self, live: &Session, args: &RecordArgs) {
+        let attached = live.probe.hooks.iter().filter(|h| h.flavor.is_some()).count();
+        let iface = &live.iface;
+        if self.json {
+            progress_line(serde_json::json!({"event": "attached", "iface": iface.name, "ifindex": iface.ifindex,
+                "hooks": attached, "output": args.output.display().to_string(), "prog_ids": live.probe.prog_ids(),
+                "progs": live.probe.attached_progs()}));
+            return;
+        }
+        let windows = if live.probe.has_miss_sampler() && args.miss.duty() > 1 {
+            format!(", attribution in windows of 1/{} of the time", args.miss.duty())
+        } else {
+            String::new()
+        };
+        eprintln!(
+            "recording {}{} ({} hooks, counters: {}{windows}) into {}{}; Ctrl-C to stop",
+            iface.name,
+            iface.netns.as_deref().map(|n| format!(" in netns {n}")).unwrap_or_default(),
+            attached,
+            live.counters_source,
+            args.output.display(),
+            self.duration.map(|d| format!(" for {d} s")).unwrap_or_default()
+        );
+    }
+
+    fn interval(&mut self, live: &Session, t: &Totals, finishing: bool) {
+        let elapsed = live.started.elapsed().as_secs_f64();
+        if self.json {
+            progress_line(serde_json::json!({"event": "interval", "index": live.index(), "elapsed_s": elapsed,
+                "rx_packets": t.rx_packets, "tx_packets": t.tx_packets, "sampled": t.events.sampled, "lost": t.events.lost}));
+        } else if self.tty && (self.last.elapsed() >= Duration::from_millis(500) || finishing) {
+            self.last = Instant::now();
+            eprint!(
+                "\r  {:6.1} s{}  rx {:>10} pkts  tx {:>10} pkts  samples {}  lost {}   ",
+                elapsed,
+                self.duration.map(|d| format!(" / {d} s")).unwrap_or_default(),
+                t.rx_packets,
+                t.tx_packets,
+                t.events.sampled,
+                t.events.lost
+            );
+        }
+    }
+
+    /// End the status line.
+    fn finished(&self) {
+        if self.tty {
+            eprintln!();
+        }
+    }
+
+    fn done(&self, args: &RecordArgs, s: &RecordSummary) {
+        if self.json {
+            progress_line(serde_json::json!({"event": "done", "intervals": s.intervals, "output": args.output.display().to_string()}));
+        } else {
+            eprintln!(
+                "wrote {} ({} intervals, rx {} / tx {} packets, {} sampled, {} lost){}",
+                args.output.display(),
+                s.intervals,
+                s.rx_packets,
+                s.tx_packets,
+                s.events.sampled,
+                s.events.lost,
+                if s.stopped_by_signal { "; stopped by signal" } else { "" }
+            );
+        }
+    }
+}
