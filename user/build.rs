@@ -1,16 +1,57 @@
 //! Compiles the BPF probe families in ../bpf and generates their libbpf-rs
-//! skeletons (and the Rust types of their shared C structs) into OUT_DIR.
+//! skeletons (and the Rust types of their shared C structs) into OUT_DIR; tells
+//! the crate its git commit and the build id of the BPF objects it embeds.
 use std::collections::BTreeSet;
 use std::env;
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use libbpf_cargo::SkeletonBuilder;
+use sha2::{Digest, Sha256};
 
 /// (name, directory under the repository): the probes, the bench's floor
 /// programs, and the test-only fragcheck object loaded by
 /// examples/fragcheck.rs (never by ddioscope).
 const PROBES: &[(&str, &str)] = &[("qcount", "bpf"), ("pktlife", "bpf"), ("l3miss", "bpf"), ("features", "bpf"), ("floor", "bpf"), ("fragcheck", "tests/bpf")];
+
+/// The objects the ddioscope binary embeds (fragcheck is the example's alone):
+/// their bytes make the BPF build id.
+const EMBEDDED: &[&str] = &["pktlife", "features", "floor"];
+
+/// `git rev-parse HEAD` of the checkout being built, or DDIOSCOPE_GIT_COMMIT
+/// when building from a tree without git (a source package); "unknown" when
+/// neither says. Re-run when HEAD moves: a commit writes the worktree's
+/// logs/HEAD and the branch's ref file.
+fn git_commit(manifest: &Path) -> String {
+    println!("cargo:rerun-if-env-changed=DDIOSCOPE_GIT_COMMIT");
+    if let Some(c) = env::var("DDIOSCOPE_GIT_COMMIT").ok().filter(|c| !c.is_empty()) {
+        return c;
+    }
+    let git = |args: &[&str]| -> Option<String> {
+        let out = Command::new("git").args(args).current_dir(manifest).output().ok()?;
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    let Some(commit) = git(&["rev-parse", "HEAD"]) else { return "unknown".into() };
+    for (dir_arg, files) in [("--git-dir", &["HEAD", "logs/HEAD"][..]), ("--git-common-dir", &["packed-refs"][..])] {
+        if let Some(dir) = git(&["rev-parse", dir_arg]) {
+            let dir = manifest.join(dir);
+            for f in files {
+                let p = dir.join(f);
+                if p.is_file() {
+                    println!("cargo:rerun-if-changed={}", p.display());
+                }
+            }
+        }
+    }
+    if let (Some(dir), Some(head)) = (git(&["rev-parse", "--git-common-dir"]), git(&["symbolic-ref", "-q", "HEAD"])) {
+        let p = manifest.join(dir).join(head);
+        if p.is_file() {
+            println!("cargo:rerun-if-changed={}", p.display());
+        }
+    }
+    commit
+}
 
 /// The local headers `src` pulls in with `#include "…"`, followed through the
 /// headers themselves, resolved as clang resolves them (next to the including
@@ -37,10 +78,13 @@ fn main() {
     let bpf_dir = manifest.join("..").join("bpf");
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
     let mut headers = BTreeSet::new();
+    let mut bpf_hash = Sha256::new();
     for (name, dir) in PROBES {
         let src = manifest.join("..").join(dir).join(format!("{name}.bpf.c"));
+        let obj = out.join(format!("{name}.bpf.o"));
         SkeletonBuilder::new()
             .source(&src)
+            .obj(&obj)
             .clang_args([
                 "-I".into(),
                 bpf_dir.clone().into_os_string(),
@@ -49,10 +93,20 @@ fn main() {
             ])
             .build_and_generate(out.join(format!("{name}.skel.rs")))
             .unwrap_or_else(|e| panic!("building BPF probe {name}: {e:#}"));
+        if EMBEDDED.contains(name) {
+            // The skeleton embeds exactly this file's bytes.
+            let bytes = fs::read(&obj).unwrap_or_else(|e| panic!("reading {}: {e}", obj.display()));
+            bpf_hash.update(name.as_bytes());
+            bpf_hash.update((bytes.len() as u64).to_le_bytes());
+            bpf_hash.update(&bytes);
+        }
         println!("cargo:rerun-if-changed={}", src.display());
         local_headers(&src, &bpf_dir, &mut headers);
     }
     for h in headers {
         println!("cargo:rerun-if-changed={}", h.display());
     }
+    let id: String = bpf_hash.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect();
+    println!("cargo:rustc-env=DDIOSCOPE_BPF_BUILD_ID={id}");
+    println!("cargo:rustc-env=DDIOSCOPE_GIT_COMMIT={}", git_commit(&manifest));
 }

@@ -77,14 +77,17 @@ class Serve:
 class Prometheus:
     """A real Prometheus on loopback with a temp config and storage, scraping every 1 s."""
 
-    def __init__(self, target_port):
+    def __init__(self, target_port, rule_files=()):
         self.dir = Path(tempfile.mkdtemp(prefix="ddioscope-prom-"))
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        rules = "".join(f"  - {f}\n" for f in rule_files)
         (self.dir / "prometheus.yml").write_text(
             "global:\n"
             f"  scrape_interval: {SCRAPE_INTERVAL_S}s\n"
             f"  scrape_timeout: {SCRAPE_INTERVAL_S}s\n"
+            f"  evaluation_interval: {SCRAPE_INTERVAL_S}s\n"
+            + (f"rule_files:\n{rules}" if rules else "") +
             "scrape_configs:\n"
             "  - job_name: ddioscope\n"
             "    static_configs:\n"
@@ -144,8 +147,8 @@ def serve():
 def prometheus():
     started = []
 
-    def start(port):
-        p = Prometheus(port)
+    def start(port, rule_files=()):
+        p = Prometheus(port, rule_files)
         started.append(p)
         return p
 
@@ -201,10 +204,15 @@ def test_prometheus_scrapes_per_queue_counts_that_match_the_kernel(testbed, serv
         f'{{direction="rx",stage="{stage}"}}[1m])))') for stage in ("driver_to_stack", "driver_to_free")}
     assert 0 < p99["driver_to_stack"] <= p99["driver_to_free"] < 10, p99
 
-    # Flows are bounded to --top-flows (iperf3 -P 4 makes 5 connections).
+    # Flows are bounded to --top-flows per direction, plus "other" (iperf3 -P 4 makes 5 connections).
     flows = prom.query("ddioscope_flow_bytes_total")
-    assert 1 <= len({tuple(sorted(f["metric"].items())) for f in flows}) <= 3, flows
-    assert all(f["metric"]["dport"] == "5201" or f["metric"]["sport"] == "5201" for f in flows)
+    for d in ("rx", "tx"):
+        named = {tuple(sorted(f["metric"].items())) for f in flows
+                 if f["metric"]["direction"] == d and f["metric"]["proto"] != "other"}
+        assert len(named) <= 3, flows
+    assert any(f["metric"]["direction"] == "rx" and f["metric"]["proto"] != "other" for f in flows), flows
+    assert all(f["metric"]["dport"] == "5201" or f["metric"]["sport"] == "5201"
+               for f in flows if f["metric"]["proto"] != "other")
 
     # Prometheus took OpenMetrics and saw no scrape failures.
     targets = json.loads(http_get(prom.url + "/api/v1/targets")[2])["data"]["activeTargets"]

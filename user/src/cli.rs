@@ -1,6 +1,7 @@
 //! The command line: every subcommand and its flags, each flag defined once. The flags of
 //! a command that a lower module runs live with it (`RecordArgs`, `TopArgs`, `ServeArgs`,
-//! `SessionArgs`, `GeometryOverrides`), and are handed to it whole.
+//! `SessionArgs`, `GeometryOverrides`), and are handed to it whole. The man pages and
+//! shell completions are generated from these definitions (`dist`).
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
@@ -13,7 +14,7 @@ use crate::surfaces::top::TopArgs;
 #[derive(Parser)]
 #[command(
     name = "ddioscope",
-    version,
+    version = crate::build_info::LONG_VERSION,
     about = "Per-queue and per-flow Intel DDIO observability: eBPF packet lifetimes joined with uncore counters",
     long_about = "ddioscope records what each NIC queue and flow does (eBPF, in the kernel) and what the cache \
 does (uncore counters), and tells which queues lose DDIO's benefit and what to change.\n\n\
@@ -46,6 +47,7 @@ pub enum Cmd {
     Recommend {
         /// Recording file written by `ddioscope record`.
         file: PathBuf,
+        /// One JSON object (the model, the attribution and the recommendations) instead of text.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -55,8 +57,21 @@ pub enum Cmd {
     Simulate(SimulateArgs),
     /// Check what this host offers ddioscope and what each missing piece costs.
     Doctor {
+        /// The checks as one JSON object instead of text.
         #[arg(long)]
         json: bool,
+    },
+    /// Print the shell completion script for SHELL on stdout (`make install` installs them).
+    #[command(hide = true)]
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: crate::dist::Shell,
+    },
+    /// Write the man pages (one per command) into DIR (`make install` installs them).
+    #[command(hide = true)]
+    Man {
+        /// Directory to write ddioscope.1, ddioscope-record.1, … into (created if missing).
+        dir: PathBuf,
     },
     /// For `make bench`: attach empty and device-read programs to the hot
     /// tracepoints (the bpf_stats floor) and hold them until the duration or
@@ -132,6 +147,7 @@ pub struct SimulateArgs {
     /// Packet sizes to try.
     #[arg(long, value_delimiter = ',')]
     pub pkt_bytes: Vec<u32>,
+    /// The grid as a JSON array instead of a table.
     #[arg(long)]
     pub json: bool,
     /// Measure simulator throughput (cache-line accesses per second, one core).
@@ -190,10 +206,13 @@ mod tests {
         assert!(!is_broken_pipe(&anyhow::anyhow!("Broken pipe")));
     }
 
-    /// The command line is well formed (clap's own consistency checks).
+    /// The command line is well formed (clap's own consistency checks), and `--help`
+    /// describes every flag of every visible command.
     #[test]
-    fn command_line_is_consistent() {
+    fn command_line_is_consistent_and_every_visible_flag_has_a_description() {
         use clap::CommandFactory;
-        Cli::command().debug_assert();
+        let cmd = Cli::command();
+        cmd.clone().debug_assert();
+        assert_eq!(crate::dist::undocumented_args(&cmd), Vec::<String>::new());
     }
 }

@@ -4,7 +4,10 @@
 //! (`topology`, `counters`) feed a live `session`, whose snapshots a `recording` keeps;
 //! `analysis` turns a recording into evidence, attribution and advice (with `model`,
 //! `attribution`, `advise`), `report` renders it, and the live `surfaces` show a session.
+//! `build_info` (what this binary is) sits beside `sys` at the bottom; `dist` generates
+//! man pages and completions from the command line (`cli`) at the top.
 pub mod sys;
+pub mod build_info;
 pub mod snapshot;
 pub mod topology;
 pub mod counters;
@@ -17,4 +20,5 @@ pub mod advise;
 pub mod analysis;
 pub mod report;
 pub mod surfaces;
+pub mod dist;
 pub mod cli;

@@ -3,7 +3,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Result};
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
 use ddioscope::analysis::{self, Summary};
 use ddioscope::cli::{error_line, is_broken_pipe, print, Cli, Cmd, ReportArgs, SimulateArgs};
@@ -47,6 +47,11 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
         Cmd::Simulate(args) => simulate(args)?,
         Cmd::BenchFloor { iface, netns, duration, hooks } => {
             ddioscope::probe::floor::run(&ddioscope::probe::floor::FloorOptions { iface, netns, duration, hooks })?;
+        }
+        Cmd::Completions { shell } => print(&ddioscope::dist::completions(Cli::command(), shell))?,
+        Cmd::Man { dir } => {
+            let pages = ddioscope::dist::man_pages(Cli::command(), &dir)?;
+            print(&pages.iter().map(|p| format!("{}\n", p.display())).collect::<String>())?;
         }
         Cmd::Doctor { json } => {
             let d = doctor::run();

@@ -10,6 +10,7 @@ use anyhow::Result;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use super::Writer;
+use crate::build_info;
 use crate::counters::{CounterSource, Detection};
 use crate::model::geometry::LlcGeometry;
 use crate::session::MissSampling;
@@ -35,6 +36,13 @@ pub struct RecordingMeta {
     pub format: Option<String>,
     #[serde(deserialize_with = "text", skip_serializing_if = "Option::is_none")]
     pub ddioscope_version: Option<String>,
+    /// The commit the recorder was built from ("unknown" outside a git checkout).
+    #[serde(deserialize_with = "text", skip_serializing_if = "Option::is_none")]
+    pub git_commit: Option<String>,
+    /// The build id of the BPF objects the recorder embeds: two recordings with the same
+    /// id ran the same programs.
+    #[serde(deserialize_with = "text", skip_serializing_if = "Option::is_none")]
+    pub bpf_build_id: Option<String>,
     /// The command line that made the recording.
     #[serde(deserialize_with = "text", skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
@@ -169,6 +177,18 @@ fn stored_value(raw: &str) -> serde_json::Value {
 }
 
 impl RecordingMeta {
+    /// The fields that say what wrote the recording: its format, and this binary's
+    /// version, commit and BPF build id (as `ddioscope --version` names them).
+    pub fn this_build() -> RecordingMeta {
+        RecordingMeta {
+            format: Some(FORMAT.into()),
+            ddioscope_version: Some(build_info::VERSION.into()),
+            git_commit: Some(build_info::GIT_COMMIT.into()),
+            bpf_build_id: Some(build_info::BPF_BUILD_ID.into()),
+            ..Default::default()
+        }
+    }
+
     /// The `meta` table's rows, typed. A row that does not parse as its field's type (a
     /// damaged or foreign value) is left out, and its field reads as None.
     pub fn from_rows(rows: &BTreeMap<String, String>) -> RecordingMeta {
@@ -257,7 +277,6 @@ mod tests {
     #[test]
     fn rows_round_trip_in_their_stored_spelling() {
         let m = RecordingMeta {
-            format: Some(FORMAT.into()),
             command: Some("ddioscope record -i eth1".into()),
             interval_ms: Some(100),
             complete: Some(false),
@@ -267,11 +286,14 @@ mod tests {
             miss_stand_in: Some(true),
             miss_window_ms: Some(62.5),
             stopped_by: Some(StoppedBy::Signal),
-            ..Default::default()
+            ..RecordingMeta::this_build()
         };
         let stored: BTreeMap<String, String> = m.to_rows().unwrap().into_iter().collect();
         // As sqlite3 and the older readers see them: text bare, the rest JSON.
         assert_eq!(stored["format"], "ddioscope-recording");
+        assert_eq!(stored["ddioscope_version"], build_info::VERSION);
+        assert_eq!(stored["git_commit"], build_info::GIT_COMMIT);
+        assert_eq!(stored["bpf_build_id"], build_info::BPF_BUILD_ID);
         assert_eq!(stored["interval_ms"], "100");
         assert_eq!(stored["complete"], "false");
         assert_eq!(stored["counters_source"], "live");
@@ -354,5 +376,7 @@ mod tests {
         assert_eq!((m.counters_source, m.stopped_by), (Some(CounterSource::Absent), Some(StoppedBy::Duration)));
         assert_eq!((m.miss_source(), m.miss_stand_in()), (Some(MissSampling::Absent), false));
         assert!(matches!(m.platform_detection(), Some(Detection::Unsupported { .. })));
+        // Written before recordings named their build.
+        assert_eq!((m.git_commit.as_deref(), m.bpf_build_id.as_deref()), (None, None));
     }
 }

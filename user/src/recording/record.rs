@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Result};
 
-use super::meta::{StoppedBy, FORMAT};
+use super::meta::StoppedBy;
 use super::writer::CounterRow;
 use super::{RecordingMeta, Writer};
 use crate::probe::features::HookChoice;
@@ -106,8 +106,6 @@ pub fn record(args: &RecordArgs) -> Result<RecordSummary> {
     // The output is created before anything attaches: a bad path fails cleanly.
     let mut writer = Writer::create(&args.output, args.force)?;
     RecordingMeta {
-        format: Some(FORMAT.into()),
-        ddioscope_version: Some(env!("CARGO_PKG_VERSION").into()),
         command: Some(std::env::args().collect::<Vec<_>>().join(" ")),
         iface: Some(iface.clone()),
         features: Some(serde_json::to_value(&features)?),
@@ -116,7 +114,7 @@ pub fn record(args: &RecordArgs) -> Result<RecordSummary> {
         sample_every: Some(args.sample),
         stage_every: Some(args.stage_sample),
         complete: Some(false),
-        ..Default::default()
+        ..RecordingMeta::this_build()
     }
     .write(&writer)?;
 

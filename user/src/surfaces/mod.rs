@@ -1,7 +1,10 @@
 //! What faces a person or a scraper outside a recording: the live terminal view (`top`),
-//! the metrics endpoint (`serve`), the per-interval numbers both show (`view`), and the
+//! the metrics endpoint (`serve`) with its bounded flow series (`capped`) and the model's
+//! live verdicts (`live_model`), the per-interval numbers both show (`view`), and the
 //! host check (`doctor`).
+pub mod capped;
 pub mod doctor;
+pub mod live_model;
 pub mod serve;
 pub mod top;
 pub mod view;

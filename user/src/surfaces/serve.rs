@@ -22,9 +22,34 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use crate::session::{Session, SessionArgs, SessionOptions};
-use crate::snapshot::{Dir, EventCounters, FlowCounters, QueueCounters, Snapshot, NBUCKETS, NSTAGES};
+use super::capped::CappedSeries;
 use super::view;
+use crate::model::analytic::Verdict;
+use crate::probe::l3miss::MissSource;
+use crate::session::{MissArgs, Session, SessionArgs, SessionOptions};
+use crate::snapshot::{Dir, EventCounters, FlowKey, QueueCounters, Snapshot, NBUCKETS, NSTAGES};
+
+/// How the stage histograms are labelled: their series count is
+/// queues × stages × (NBUCKETS + 3) per direction when per queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StageHistograms {
+    /// One histogram per queue and stage.
+    PerQueue,
+    /// Queues summed: one histogram per direction and stage (no `queue` label).
+    PerDirection,
+    /// No stage histograms.
+    Off,
+}
+
+impl StageHistograms {
+    fn as_str(self) -> &'static str {
+        match self {
+            StageHistograms::PerQueue => "per-queue",
+            StageHistograms::PerDirection => "per-direction",
+            StageHistograms::Off => "off",
+        }
+    }
+}
 
 /// `ddioscope serve`'s flags.
 #[derive(Debug, Clone, clap::Args)]
@@ -37,12 +62,30 @@ pub struct ServeArgs {
     /// Allow a non-loopback --listen address.
     #[arg(long)]
     pub allow_remote: bool,
-    /// Flows exported, the top N by bytes (bounds the series count).
+    /// Flow series cap per direction: the N busiest flows keep a series each, every
+    /// other flow is counted under proto="other" (bounds the series count).
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub top_flows: usize,
+    /// Stage histogram labels: per-queue, per-direction (queues summed: fewer
+    /// series on hosts with many queues) or off.
+    #[arg(long, value_enum, default_value = "per-queue")]
+    pub stage_histograms: StageHistograms,
+    /// L3-miss sampling for attributed misses per queue and flow (sources as for
+    /// `record`, at its default period; off by default: the address join costs per packet).
+    #[arg(long, value_enum, default_value = "off")]
+    pub miss_sampling: MissSource,
     /// Sampling interval in milliseconds (metrics are cumulative since start).
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     pub interval: u64,
+}
+
+/// The session serve runs: a live surface's, plus the L3-miss sampler when asked for
+/// (at the source's default period, always on: no windows).
+fn session_options(opts: &ServeArgs) -> SessionOptions {
+    let flow_every = (1000 / opts.interval.max(1)).max(1);
+    let mut live_opts = SessionOptions::surface(&opts.session, opts.interval, flow_every);
+    live_opts.miss = MissArgs { source: opts.miss_sampling, duty: Some(1), ..MissArgs::off() };
+    live_opts
 }
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -105,8 +148,20 @@ pub struct Published {
     /// Last interval's RX in-flight bytes per queue (Little's law).
     pub inflight: BTreeMap<u32, f64>,
     pub ddio_capacity_bytes: Option<u64>,
-    /// Top N flows by bytes (cumulative as the kernel counts them).
-    pub flows: Vec<FlowCounters>,
+    /// Flows exported (at most --top-flows per direction) with [bytes, packets]
+    /// since each was exported, and the rest per direction (`capped`).
+    pub flows: Vec<(FlowKey, [u64; 2])>,
+    pub flows_other: Vec<(Dir, [u64; 2])>,
+    pub stage_histograms: Option<StageHistograms>,
+    /// The model's verdict per queue on the last interval with traffic.
+    pub verdicts: Vec<(Dir, u32, Verdict)>,
+    /// L3-miss samples: all, and those on packet buffers (None: no sampler).
+    pub miss_totals: Option<(u64, u64)>,
+    /// (dir, queue) → [address join, CPU context] samples charged, cumulative.
+    pub miss_queues: BTreeMap<(Dir, u32), [u64; 2]>,
+    /// Flows with [all, address join, CPU context] charged samples, capped like `flows`.
+    pub miss_flows: Vec<(FlowKey, [u64; 3])>,
+    pub miss_flows_other: Vec<(Dir, [u64; 3])>,
     pub events: EventCounters,
     pub intervals: u64,
     /// (socket, event) → scaled cumulative value; per-socket totals only.
@@ -119,15 +174,39 @@ pub struct Published {
 /// Accumulates the stream into totals; `publish` makes the immutable view.
 pub struct Accumulator {
     current: Published,
-    top_flows: usize,
+    /// Per direction (RX, TX): flows by [bytes, packets], and by charged miss samples.
+    flows: [CappedSeries<FlowKey, 2>; 2],
+    miss_flows: [CappedSeries<FlowKey, 3>; 2],
+    /// The model's inputs (None: no LLC described, no verdicts).
+    model: Option<(crate::model::geometry::LlcGeometry, crate::topology::IfaceInfo)>,
 }
 
 impl Accumulator {
     pub fn new(device: &str, ddio_capacity_bytes: Option<u64>, top_flows: usize, info: Vec<(&'static str, String)>) -> Self {
         Accumulator {
-            current: Published { device: device.to_string(), ddio_capacity_bytes, info, ..Default::default() },
-            top_flows,
+            current: Published {
+                device: device.to_string(),
+                ddio_capacity_bytes,
+                info,
+                stage_histograms: Some(StageHistograms::PerQueue),
+                ..Default::default()
+            },
+            flows: [CappedSeries::new(top_flows), CappedSeries::new(top_flows)],
+            miss_flows: [CappedSeries::new(top_flows), CappedSeries::new(top_flows)],
+            model: None,
         }
+    }
+
+    /// How stage histograms are labelled (per queue unless changed).
+    pub fn with_stage_histograms(mut self, h: StageHistograms) -> Self {
+        self.current.stage_histograms = (h != StageHistograms::Off).then_some(h);
+        self
+    }
+
+    /// Publish the model's per-queue verdicts, computed on each interval with traffic.
+    pub fn with_model(mut self, geom: crate::model::geometry::LlcGeometry, iface: crate::topology::IfaceInfo) -> Self {
+        self.model = Some((geom, iface));
+        self
     }
 
     pub fn add(&mut self, snap: &Snapshot) {
@@ -148,13 +227,37 @@ impl Accumulator {
         p.events.received += e.received;
         p.events.state_evicted += e.state_evicted;
         p.events.queue_clamped += e.queue_clamped;
-        // The flow table is read only on some intervals: keep the last reading.
+        // The flow table is read only on some intervals.
         if !snap.flows.is_empty() {
-            let mut flows = snap.flows.clone();
-            flows.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.key.cmp(&b.key)));
-            flows.truncate(self.top_flows);
-            // Series of flows that left the top N disappear with this replacement.
-            p.flows = flows;
+            for (i, dir) in [Dir::Rx, Dir::Tx].into_iter().enumerate() {
+                let reading: Vec<(FlowKey, [u64; 2])> =
+                    snap.flows.iter().filter(|f| f.key.dir == dir).map(|f| (f.key.clone(), [f.bytes, f.packets])).collect();
+                self.flows[i].update(&reading);
+            }
+            (p.flows, p.flows_other) = exported(&self.flows);
+        }
+        if let Some(m) = &snap.misses {
+            let t = p.miss_totals.get_or_insert((0, 0));
+            t.0 += m.samples;
+            t.1 += m.on_packet_buffers;
+            for &(dir, queue, addr, ctx) in &m.queues {
+                let c = p.miss_queues.entry((dir, queue)).or_default();
+                c[0] += addr;
+                c[1] += ctx;
+            }
+            if !m.flows.is_empty() {
+                for (i, dir) in [Dir::Rx, Dir::Tx].into_iter().enumerate() {
+                    let reading: Vec<(FlowKey, [u64; 3])> =
+                        m.flows.iter().filter(|f| f.0.dir == dir).map(|(k, a, c)| (k.clone(), [a + c, *a, *c])).collect();
+                    self.miss_flows[i].update(&reading);
+                }
+                (p.miss_flows, p.miss_flows_other) = exported(&self.miss_flows);
+            }
+        }
+        if let Some((geom, iface)) = &self.model {
+            if snap.queues.iter().any(|q| q.packets > 0) {
+                p.verdicts = super::live_model::verdicts(geom, iface, &snap.queues, snap.dur_ns);
+            }
         }
         for r in snap.counters.iter().filter(|r| r.is_socket_total()) {
             *p.counter_totals.entry((r.socket, r.pmu.clone(), r.event.clone())).or_default() += r.value;
@@ -176,6 +279,13 @@ impl Accumulator {
             inflight: p.inflight.clone(),
             ddio_capacity_bytes: p.ddio_capacity_bytes,
             flows: p.flows.clone(),
+            flows_other: p.flows_other.clone(),
+            stage_histograms: p.stage_histograms,
+            verdicts: p.verdicts.clone(),
+            miss_totals: p.miss_totals,
+            miss_queues: p.miss_queues.clone(),
+            miss_flows: p.miss_flows.clone(),
+            miss_flows_other: p.miss_flows_other.clone(),
             events: p.events,
             intervals: p.intervals,
             counter_totals: p.counter_totals.clone(),
@@ -183,6 +293,14 @@ impl Accumulator {
             info: p.info.clone(),
         })
     }
+}
+
+/// The exported keys of both directions, and each direction's "other" when it has one.
+#[allow(clippy::type_complexity)]
+fn exported<const N: usize>(per_dir: &[CappedSeries<FlowKey, N>; 2]) -> (Vec<(FlowKey, [u64; N])>, Vec<(Dir, [u64; N])>) {
+    let keys = per_dir.iter().flat_map(|c| c.exported()).collect();
+    let other = [Dir::Rx, Dir::Tx].into_iter().zip(per_dir).filter_map(|(d, c)| c.other().map(|o| (d, o))).collect();
+    (keys, other)
 }
 
 /// The latest published value; None until the probes are attached.
@@ -270,19 +388,35 @@ impl Collector for SnapshotCollector {
         counter(&mut enc, "ddioscope_napi_budget_exhausted_polls", "NAPI polls that used their whole budget.",
             &rx.iter().map(|q| (rxl(q), q.napi_budget_exhausted)).collect::<Vec<_>>())?;
 
-        {
+        if let Some(mode) = p.stage_histograms {
             let mut m = enc.encode_descriptor(
                 "ddioscope_stage_duration_seconds",
                 "Time packets spend in each stage of their life (kernel log2 buckets: le = 2^(b+1) ns).",
                 None,
                 MetricType::Histogram,
             )?;
-            for q in &qs {
+            // Per direction: the queues' counters summed, labelled without the queue.
+            let summed: Vec<QueueCounters>;
+            let (hists, per_queue): (Vec<&QueueCounters>, bool) = match mode {
+                StageHistograms::PerDirection => {
+                    summed = [Dir::Rx, Dir::Tx]
+                        .into_iter()
+                        .filter_map(|d| {
+                            let mut sum = QueueCounters::new(d, 0);
+                            qs.iter().filter(|q| q.dir == d).for_each(|q| sum.add(q));
+                            qs.iter().any(|q| q.dir == d).then_some(sum)
+                        })
+                        .collect();
+                    (summed.iter().collect(), false)
+                }
+                _ => (qs.clone(), true),
+            };
+            for q in hists {
                 for (s, stage) in q.dir.stage_names().iter().enumerate().take(NSTAGES) {
                     if q.stage_count[s] == 0 {
                         continue;
                     }
-                    let mut labels = qlabels(q);
+                    let mut labels = if per_queue { qlabels(q) } else { vec![dev(), ("direction", q.dir.as_str().into())] };
                     labels.push(("stage", stage.to_string()));
                     let (buckets, count) = log2_buckets(&q.stage_hist[s], q.stage_count[s]);
                     m.encode_family(&labels)?.encode_histogram::<NoLabelSet>(q.stage_sum_ns[s] as f64 / 1e9, count, &buckets, None)?;
@@ -297,21 +431,82 @@ impl Collector for SnapshotCollector {
             "LLC bytes DDIO may allocate into: LLC size x 2 / ways (assumed 2 DDIO ways).",
             &p.ddio_capacity_bytes.map(|c| vec![(vec![dev()], c as f64)]).unwrap_or_default())?;
 
-        let flow_labels = |f: &FlowCounters| -> Labels {
+        let flow_labels = |k: &FlowKey| -> Labels {
             vec![
                 dev(),
-                ("direction", f.key.dir.as_str().into()),
-                ("proto", f.key.proto.clone()),
-                ("src", f.key.src.clone()),
-                ("sport", f.key.sport.to_string()),
-                ("dst", f.key.dst.clone()),
-                ("dport", f.key.dport.to_string()),
+                ("direction", k.dir.as_str().into()),
+                ("proto", k.proto.clone()),
+                ("src", k.src.clone()),
+                ("sport", k.sport.to_string()),
+                ("dst", k.dst.clone()),
+                ("dport", k.dport.to_string()),
             ]
         };
-        counter(&mut enc, "ddioscope_flow_bytes", "Frame bytes of the top flows by bytes (see --top-flows).",
-            &p.flows.iter().map(|f| (flow_labels(f), f.bytes)).collect::<Vec<_>>())?;
-        counter(&mut enc, "ddioscope_flow_packets", "Packets of the top flows by bytes (see --top-flows).",
-            &p.flows.iter().map(|f| (flow_labels(f), f.packets)).collect::<Vec<_>>())?;
+        // Every flow label "other": the flows not exported, per direction.
+        let other_labels = |d: Dir| -> Labels {
+            let mut l = vec![dev(), ("direction", d.as_str().into())];
+            l.extend(["proto", "src", "sport", "dst", "dport"].map(|n| (n, "other".to_string())));
+            l
+        };
+        let flow_series = |i: usize| -> Vec<(Labels, u64)> {
+            p.flows.iter().map(|(k, v)| (flow_labels(k), v[i])).chain(p.flows_other.iter().map(|(d, v)| (other_labels(*d), v[i]))).collect()
+        };
+        counter(&mut enc, "ddioscope_flow_bytes",
+            "Frame bytes per flow, counted from when the flow entered the exported set (at most --top-flows per direction); the rest under proto=\"other\".",
+            &flow_series(0))?;
+        counter(&mut enc, "ddioscope_flow_packets",
+            "Packets per flow, counted from when the flow entered the exported set (at most --top-flows per direction); the rest under proto=\"other\".",
+            &flow_series(1))?;
+        counter(&mut enc, "ddioscope_events_lost", "Per-packet records the BPF ring buffer had no room for. serve asks for none today (no per-packet sampling), so this stays 0; recordings count theirs too.",
+            &[(vec![dev()], p.events.lost)])?;
+
+        let verdict_series: Vec<(Labels, f64)> = p
+            .verdicts
+            .iter()
+            .flat_map(|&(d, q, v)| {
+                [Verdict::Fits, Verdict::AtRisk, Verdict::Leaky].map(|state| {
+                    let labels = vec![dev(), ("direction", d.as_str().into()), ("queue", q.to_string()), ("verdict", state.as_str().into())];
+                    (labels, if state == v { 1.0 } else { 0.0 })
+                })
+            })
+            .collect();
+        gauge(&mut enc, "ddioscope_model_verdict",
+            "The DDIO model's prediction for the queue on the last interval with traffic (1 for the current verdict): fits, at-risk or leaky. Model-only: 2 DDIO ways assumed, ring assumed 1024 entries when the driver reports none.",
+            &verdict_series)?;
+
+        if let Some((all, on_buffers)) = p.miss_totals {
+            counter(&mut enc, "ddioscope_miss_samples", "L3-miss samples taken (or the software stand-in's, see ddioscope_info's miss_sampling).",
+                &[(vec![dev()], all)])?;
+            counter(&mut enc, "ddioscope_miss_samples_on_packet_buffers", "L3-miss samples whose data address was on a packet buffer.",
+                &[(vec![dev()], on_buffers)])?;
+            let method = |i: usize| if i == 0 { "address_join" } else { "cpu_context" };
+            counter(&mut enc, "ddioscope_attributed_miss_samples",
+                "L3-miss samples charged to the queue, by method (samples, not scaled by the period).",
+                &p.miss_queues
+                    .iter()
+                    .flat_map(|(&(d, q), v)| {
+                        (0..2).map(move |i| (vec![("direction", d.as_str().into()), ("queue", q.to_string()), ("method", method(i).into())], v[i]))
+                    })
+                    .map(|(mut l, v): (Labels, u64)| {
+                        l.insert(0, dev());
+                        (l, v)
+                    })
+                    .collect::<Vec<_>>())?;
+            let miss_flow = |l: Labels, v: [u64; 3]| {
+                (0..2).map(move |i| {
+                    let mut l = l.clone();
+                    l.push(("method", method(i).into()));
+                    (l, v[i + 1])
+                })
+            };
+            counter(&mut enc, "ddioscope_flow_attributed_miss_samples",
+                "L3-miss samples charged to the flow, by method, from when the flow entered the exported set (at most --top-flows per direction; the rest under proto=\"other\").",
+                &p.miss_flows
+                    .iter()
+                    .flat_map(|(k, v)| miss_flow(flow_labels(k), *v))
+                    .chain(p.miss_flows_other.iter().flat_map(|(d, v)| miss_flow(other_labels(*d), *v)))
+                    .collect::<Vec<_>>())?;
+        }
 
         counter(&mut enc, "ddioscope_intervals", "Snapshot intervals taken since start.", &[(vec![dev()], p.intervals)])?;
         counter(&mut enc, "ddioscope_state_evictions",
@@ -392,8 +587,7 @@ pub fn run(opts: &ServeArgs) -> Result<()> {
     if opts.top_flows > 1000 {
         bail!("--top-flows {} is too many series: use at most 1000", opts.top_flows);
     }
-    let flow_every = (1000 / opts.interval.max(1)).max(1);
-    let live_opts = SessionOptions::surface(&opts.session, opts.interval, flow_every);
+    let live_opts = session_options(opts);
     let (features, iface) = Session::preflight(&live_opts)?;
     // Bind before attaching: a taken port fails without anything loaded.
     let listener = std::net::TcpListener::bind(addr).with_context(|| format!("--listen {addr}"))?;
@@ -435,9 +629,17 @@ fn sample_loop(
         ("netns", live.iface.netns.clone().unwrap_or_default()),
         ("driver", live.iface.driver.clone().unwrap_or_default()),
         ("counters", live.counters_source.to_string()),
-        ("version", env!("CARGO_PKG_VERSION").to_string()),
+        ("miss_sampling", live.miss_label.clone()),
+        ("stage_histograms", opts.stage_histograms.as_str().to_string()),
+        ("version", crate::build_info::VERSION.to_string()),
+        ("git_commit", crate::build_info::GIT_COMMIT.to_string()),
+        ("bpf_build_id", crate::build_info::BPF_BUILD_ID.to_string()),
     ];
-    let mut acc = Accumulator::new(&live.iface.name, view::ddio_capacity_bytes(&live.host), opts.top_flows, info);
+    let mut acc = Accumulator::new(&live.iface.name, view::ddio_capacity_bytes(&live.host), opts.top_flows, info)
+        .with_stage_histograms(opts.stage_histograms);
+    if let Some(g) = super::live_model::geometry(&live.host) {
+        acc = acc.with_model(g, live.iface.clone());
+    }
     // Ready (healthz 200) once attached: from here every packet is counted.
     shared.set(acc.publish());
     eprintln!(
@@ -493,7 +695,7 @@ mod tests {
 
     #[test]
     fn encodes_totals_top_flows_and_removes_stale_series() {
-        use crate::snapshot::FlowKey;
+        use crate::snapshot::FlowCounters;
         let mut acc = Accumulator::new("eth9", Some(1 << 20), 1, vec![]);
         let mut q = QueueCounters::new(Dir::Rx, 3);
         q.packets = 10;
@@ -526,10 +728,16 @@ mod tests {
         assert!(text.contains(r#"bucket{le="0.000001024",device="eth9",direction="rx",queue="3",stage="driver_to_stack"} 20"#), "{text}");
         assert!(text.contains(r#"bucket{le="5.12e-7",device="eth9",direction="rx",queue="3",stage="driver_to_stack"} 0"#), "{text}");
         assert!(text.contains(r#"ddioscope_stage_duration_seconds_count{device="eth9",direction="rx",queue="3",stage="driver_to_stack"} 20"#));
-        // Only the top flow by bytes; flow 2 led first and is gone now.
-        assert!(text.contains(r#"sport="1""#) && !text.contains(r#"sport="2""#), "{text}");
+        // One flow series (cap 1): flow 2 led first, flow 1 then grew 450 bytes against
+        // flow 2's none and took its place, counting from there; the rest is "other".
+        assert!(text.contains(r#"ddioscope_flow_bytes_total{device="eth9",direction="rx",proto="tcp",src="10.0.0.1",sport="1",dst="10.0.0.2",dport="80"} 450"#), "{text}");
+        assert!(!text.contains(r#"sport="2""#), "{text}");
+        assert!(text.contains(r#"ddioscope_flow_bytes_total{device="eth9",direction="rx",proto="other",src="other",sport="other",dst="other",dport="other"} 50"#), "{text}");
         assert!(text.contains("ddioscope_ddio_capacity_bytes{device=\"eth9\"} 1048576.0"), "{text}");
         assert!(text.ends_with("# EOF\n"));
+
+        // No LLC in the test accumulator: no verdicts; no sampler: no miss series.
+        assert!(!text.contains("ddioscope_model_verdict{") && !text.contains("miss_samples"), "{text}");
 
         let classic = openmetrics_to_classic(&text);
         assert!(!classic.contains("# EOF") && !classic.contains(" info\n"), "{classic}");
@@ -537,5 +745,95 @@ mod tests {
         assert!(classic.contains("# TYPE ddioscope_packets_total counter\n"), "{classic}");
         assert!(classic.contains("# TYPE ddioscope_info gauge\nddioscope_info{device=\"eth9\"} 1\n"), "{classic}");
         assert!(classic.contains("# TYPE ddioscope_stage_duration_seconds histogram\n"), "{classic}");
+    }
+
+    fn encode(acc: &Accumulator) -> String {
+        let shared = Arc::new(Shared::default());
+        shared.set(acc.publish());
+        let mut reg = Registry::default();
+        reg.register_collector(Box::new(SnapshotCollector(shared)));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &reg).unwrap();
+        text
+    }
+
+    fn two_queues() -> Snapshot {
+        let q = |n| {
+            let mut q = QueueCounters::new(Dir::Rx, n);
+            q.packets = 1000;
+            q.bytes = 1000 * 1500;
+            q.stage_count[3] = 1000;
+            q.stage_sum_ns[3] = 1000 * 6000;
+            q.stage_hist[3][12] = 1000;
+            q
+        };
+        Snapshot { dur_ns: 1_000_000_000, queues: vec![q(0), q(1)], ..Default::default() }
+    }
+
+    #[test]
+    fn stage_histograms_per_direction_sum_the_queues_and_off_drops_them() {
+        let per_dir = {
+            let mut acc = Accumulator::new("eth9", None, 10, vec![]).with_stage_histograms(StageHistograms::PerDirection);
+            acc.add(&two_queues());
+            encode(&acc)
+        };
+        let line = r#"ddioscope_stage_duration_seconds_count{device="eth9",direction="rx",stage="driver_to_free"} 2000"#;
+        assert!(per_dir.contains(line), "{per_dir}");
+        assert!(!per_dir.contains(r#"queue="0",stage"#), "{per_dir}");
+        // Packet counters stay per queue.
+        assert!(per_dir.contains(r#"ddioscope_packets_total{device="eth9",direction="rx",queue="1"} 1000"#), "{per_dir}");
+        let off = {
+            let mut acc = Accumulator::new("eth9", None, 10, vec![]).with_stage_histograms(StageHistograms::Off);
+            acc.add(&two_queues());
+            encode(&acc)
+        };
+        assert!(!off.contains("ddioscope_stage_duration_seconds"), "{off}");
+        let per_queue = {
+            let mut acc = Accumulator::new("eth9", None, 10, vec![]);
+            acc.add(&two_queues());
+            encode(&acc)
+        };
+        assert_eq!(per_queue.matches("ddioscope_stage_duration_seconds_count{").count(), 2, "{per_queue}");
+    }
+
+    #[test]
+    fn verdicts_are_a_state_set_per_busy_queue() {
+        let iface = crate::topology::IfaceInfo { rx_ring: Some(8192), ..Default::default() };
+        let mut acc = Accumulator::new("eth9", None, 10, vec![]).with_model(crate::model::geometry::LlcGeometry::skx_gold_6140(), iface);
+        acc.add(&two_queues());
+        let text = encode(&acc);
+        // Two rings of 8192 x 1.5 KiB: 26 MiB against 4.5 MiB of DDIO capacity.
+        for q in ["0", "1"] {
+            for (v, x) in [("fits", "0.0"), ("at-risk", "0.0"), ("leaky", "1.0")] {
+                let l = format!(r#"ddioscope_model_verdict{{device="eth9",direction="rx",queue="{q}",verdict="{v}"}} {x}"#);
+                assert!(text.contains(&l), "{l}\n{text}");
+            }
+        }
+    }
+
+    #[test]
+    fn miss_samples_by_queue_and_flow_with_other() {
+        use crate::snapshot::MissSnapshot;
+        let key = |sport| FlowKey { dir: Dir::Rx, proto: "udp".into(), src: "10.0.0.1".into(), sport, dst: "10.0.0.2".into(), dport: 9 };
+        let mut acc = Accumulator::new("eth9", None, 1, vec![]);
+        let m = MissSnapshot {
+            samples: 10,
+            on_packet_buffers: 7,
+            queues: vec![(Dir::Rx, 2, 5, 2)],
+            flows: vec![(key(1), 4, 1), (key(2), 1, 1)],
+            ..Default::default()
+        };
+        acc.add(&Snapshot { misses: Some(m), ..two_queues() });
+        let text = encode(&acc);
+        for l in [
+            r#"ddioscope_miss_samples_total{device="eth9"} 10"#,
+            r#"ddioscope_miss_samples_on_packet_buffers_total{device="eth9"} 7"#,
+            r#"ddioscope_attributed_miss_samples_total{device="eth9",direction="rx",queue="2",method="address_join"} 5"#,
+            r#"ddioscope_attributed_miss_samples_total{device="eth9",direction="rx",queue="2",method="cpu_context"} 2"#,
+            r#"ddioscope_flow_attributed_miss_samples_total{device="eth9",direction="rx",proto="udp",src="10.0.0.1",sport="1",dst="10.0.0.2",dport="9",method="address_join"} 4"#,
+            r#"ddioscope_flow_attributed_miss_samples_total{device="eth9",direction="rx",proto="other",src="other",sport="other",dst="other",dport="other",method="cpu_context"} 1"#,
+        ] {
+            assert!(text.contains(l), "{l}\n{text}");
+        }
     }
 }
