@@ -84,7 +84,8 @@ pub struct ServeArgs {
 fn session_options(opts: &ServeArgs) -> SessionOptions {
     let flow_every = (1000 / opts.interval.max(1)).max(1);
     let mut live_opts = SessionOptions::surface(&opts.session, opts.interval, flow_every);
-    live_opts.miss = MissArgs { source: opts.miss_sampling, duty: Some(1), ..MissArgs::off() };
+    // Tier 0 and the default detail windows, the sampler (when asked for) inside them.
+    live_opts.miss = MissArgs { source: opts.miss_sampling, ..MissArgs::off() };
     live_opts
 }
 
