@@ -25,6 +25,8 @@ pub const FORMAT: &str = "ddioscope-recording";
 pub enum StoppedBy {
     Signal,
     Duration,
+    /// The interface (or its namespace) went away.
+    DeviceRemoved,
 }
 
 /// Every key a recording's `meta` table holds. All optional: a recording cut off early, or

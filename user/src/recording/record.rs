@@ -134,6 +134,7 @@ pub fn record(args: &RecordArgs) -> Result<RecordSummary> {
     progress.finished();
     let stopped_by_signal = stop.load(Ordering::Relaxed);
     let intervals = live.index();
+    let live_gone = live.gone().map(str::to_string);
     // Detach before the final metadata write: nothing stays attached even if that write fails.
     drop(live);
     if let Some(e) = write_error {
@@ -142,9 +143,16 @@ pub fn record(args: &RecordArgs) -> Result<RecordSummary> {
             args.output.display()
         )));
     }
+    let gone = live_gone;
     RecordingMeta {
         end_ns: Some(monotonic_ns()),
-        stopped_by: Some(if stopped_by_signal { StoppedBy::Signal } else { StoppedBy::Duration }),
+        stopped_by: Some(if gone.is_some() {
+            StoppedBy::DeviceRemoved
+        } else if stopped_by_signal {
+            StoppedBy::Signal
+        } else {
+            StoppedBy::Duration
+        }),
         complete: Some(true),
         ..Default::default()
     }
@@ -152,6 +160,12 @@ pub fn record(args: &RecordArgs) -> Result<RecordSummary> {
     drop(writer);
     if let Some(csv) = &args.counters_from {
         super::import::import_counters(&args.output, csv)?;
+    }
+    if let Some(why) = gone {
+        bail!(
+            "recording stopped: {why}; {} holds the {intervals} intervals before, complete and readable",
+            args.output.display()
+        );
     }
     Ok(RecordSummary {
         intervals,

@@ -283,6 +283,10 @@ pub struct Session {
     pub miss_period: u64,
     /// The detail windows, when they run 1/N of the time.
     windows: Option<WindowDriver>,
+    /// Whether the interface is still there, asked every interval.
+    watch: Option<topology::presence::DeviceWatch>,
+    /// Why the session ended early: the interface or its namespace went away.
+    gone: Option<String>,
     sampler: Option<counters::Sampler>,
     interval: Duration,
     flow_every: u64,
@@ -319,6 +323,32 @@ impl Session {
         }
         let iface = topology::resolve_iface_live(&opts.args.iface, opts.args.netns.as_deref())?;
         Ok((features, iface))
+    }
+
+    /// After the interface went away: poll once a second until an interface of its name is
+    /// there again (in its namespace), and return what a new session on it needs; None if
+    /// `stop` is set or `give_up` says so first.
+    pub fn await_return(
+        opts: &SessionOptions,
+        stop: &AtomicBool,
+        give_up: impl Fn() -> bool,
+    ) -> Result<Option<(Features, IfaceInfo)>> {
+        while !stop.load(Ordering::Relaxed) && !give_up() {
+            if let Ok(i) = topology::resolve_iface_live(&opts.args.iface, opts.args.netns.as_deref()) {
+                let f = Features::detect();
+                if let Some(why) = f.fatal() {
+                    bail!(why);
+                }
+                return Ok(Some((f, i)));
+            }
+            for _ in 0..20 {
+                if stop.load(Ordering::Relaxed) {
+                    return Ok(None);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Ok(None)
     }
 
     pub fn start(opts: &SessionOptions, features: Features, iface: IfaceInfo) -> Result<Session> {
@@ -412,6 +442,15 @@ impl Session {
             // belong to no interval: read them away so interval 0 starts here.
             let _ = s.read();
         }
+        // Without a watch (no netlink socket could be made) a vanished device goes unnoticed:
+        // said once, the session goes on.
+        let watch = match topology::presence::DeviceWatch::open(&iface) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                eprintln!("ddioscope: cannot watch {} for removal ({e:#}); a removed device will not be noticed", iface.name);
+                None
+            }
+        };
         let start_ns = monotonic_ns();
         let mut live = Session {
             host: topology::host_live(),
@@ -434,6 +473,8 @@ impl Session {
             started: Instant::now(),
             miss_period,
             windows,
+            watch,
+            gone: None,
             sampler,
             interval: Duration::from_millis(opts.interval_ms),
             flow_every: opts.flow_every.max(1),
@@ -467,6 +508,11 @@ impl Session {
             ids.extend(l.prog_ids());
         }
         ids
+    }
+
+    /// Why the session ended early, if the interface or its namespace went away.
+    pub fn gone(&self) -> Option<&str> {
+        self.gone.as_deref()
     }
 
     pub fn has_miss_sampler(&self) -> bool {
@@ -503,7 +549,14 @@ impl Session {
                 None => std::thread::sleep(wait),
             }
         }
-        let finishing = stop.load(Ordering::Relaxed) || end.is_some_and(|e| Instant::now() >= e);
+        let mut finishing = stop.load(Ordering::Relaxed) || end.is_some_and(|e| Instant::now() >= e);
+        if let Some(w) = self.watch.as_mut() {
+            // A check the kernel cannot answer says nothing: the next interval asks again.
+            if let Ok(topology::presence::Presence::Gone(why)) = w.check() {
+                self.gone = Some(why);
+                finishing = true;
+            }
+        }
 
         let t_ns = monotonic_ns();
         let cur_q = self.tier0.read_queues()?;

@@ -165,6 +165,8 @@ pub struct Published {
     pub miss_flows_other: Vec<(Dir, [u64; 3])>,
     pub events: EventCounters,
     pub intervals: u64,
+    /// The interface exists now (false while it is gone; the counters keep their totals).
+    pub device_up: bool,
     /// (socket, event) → scaled cumulative value; per-socket totals only.
     pub counter_totals: BTreeMap<(u32, String, String), f64>,
     /// (socket, write miss ratio, read miss ratio) of the last interval.
@@ -190,6 +192,7 @@ impl Accumulator {
                 ddio_capacity_bytes,
                 info,
                 stage_histograms: Some(StageHistograms::PerQueue),
+                device_up: true,
                 ..Default::default()
             },
             flows: [CappedSeries::new(top_flows), CappedSeries::new(top_flows)],
@@ -272,6 +275,11 @@ impl Accumulator {
         }
     }
 
+    /// The interface went away (false) or came back (true).
+    pub fn set_device_up(&mut self, up: bool) {
+        self.current.device_up = up;
+    }
+
     pub fn publish(&self) -> Arc<Published> {
         let p = &self.current;
         Arc::new(Published {
@@ -289,6 +297,7 @@ impl Accumulator {
             miss_flows_other: p.miss_flows_other.clone(),
             events: p.events,
             intervals: p.intervals,
+            device_up: p.device_up,
             counter_totals: p.counter_totals.clone(),
             miss_ratios: p.miss_ratios.clone(),
             info: p.info.clone(),
@@ -510,6 +519,9 @@ impl Collector for SnapshotCollector {
         }
 
         counter(&mut enc, "ddioscope_intervals", "Snapshot intervals taken since start.", &[(vec![dev()], p.intervals)])?;
+        gauge(&mut enc, "ddioscope_device_up",
+            "1 while the observed interface exists, 0 while it (or its namespace) is gone; the counters keep their totals.",
+            &[(vec![dev()], if p.device_up { 1.0 } else { 0.0 })])?;
         counter(&mut enc, "ddioscope_state_evictions",
             "In-flight packet states the kernel's LRU evicted (their stages go uncounted).",
             &[(vec![dev()], p.events.state_evicted)])?;
@@ -653,6 +665,22 @@ fn sample_loop(
     loop {
         let (snap, finishing) = live.next(stop, None)?;
         acc.add(&snap);
+        if let Some(why) = live.gone().map(str::to_string) {
+            // Keep serving what was counted, say the device is down, and take it up again
+            // when an interface of that name is back (a new session on the new device).
+            drop(live);
+            acc.set_device_up(false);
+            shared.set(acc.publish());
+            eprintln!("ddioscope serve: {why}; serving the totals so far, waiting for it to return");
+            let Some((features, back)) = Session::await_return(live_opts, stop, || http.is_finished())? else {
+                return Ok(());
+            };
+            live = Session::start(live_opts, features, back)?;
+            acc.set_device_up(true);
+            shared.set(acc.publish());
+            eprintln!("ddioscope serve: {} is back; observing it again", live.iface.name);
+            continue;
+        }
         shared.set(acc.publish());
         if finishing {
             break;

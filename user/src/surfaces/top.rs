@@ -37,14 +37,23 @@ pub fn run(args: &TopArgs) -> Result<()> {
     // (an SSH session going away) stops too.
     let stop = crate::sys::stop_flag()?;
     let mut live = Session::start(&opts, features, iface)?;
-    if args.session.verbose {
-        let ids: Vec<String> = live.prog_ids().iter().map(|i| i.to_string()).collect();
-        eprintln!("attached: prog ids {}", ids.join(","));
+    loop {
+        if args.session.verbose {
+            let ids: Vec<String> = live.prog_ids().iter().map(|i| i.to_string()).collect();
+            eprintln!("attached: prog ids {}", ids.join(","));
+        }
+        let result = if io::stdout().is_terminal() { run_tty(&mut live, &stop) } else { run_plain(&mut live, &stop) };
+        let gone = live.gone().map(str::to_string);
+        // Detach (drop the links) before the caller prints anything.
+        drop(live);
+        let Some(why) = gone else { return result };
+        result?;
+        // The view goes on once an interface of that name is back.
+        eprintln!("ddioscope top: {why}; waiting for it to return (Ctrl-C quits)");
+        let Some((features, back)) = Session::await_return(&opts, &stop, || false)? else { return Ok(()) };
+        eprintln!("ddioscope top: {} is back", back.name);
+        live = Session::start(&opts, features, back)?;
     }
-    let result = if io::stdout().is_terminal() { run_tty(&mut live, &stop) } else { run_plain(&mut live, &stop) };
-    // Detach (drop the links) before the caller prints anything.
-    drop(live);
-    result
 }
 
 /// Everything one screen or one set of lines needs about one interval.

@@ -1,0 +1,431 @@
+#!/usr/bin/env python3
+"""make bench: what ddioscope costs a host, measured on the two-namespace testbed.
+
+1. Throughput, side by side: TCP -P 4 and UDP 64 B, each run with nothing attached, the
+   bpftrace per-queue counter (the peer: packets and bytes per queue on the hand-up and
+   xmit tracepoints), `ddioscope record` at its default, `record --detail full`, and
+   `ddioscope serve`. Rounds interleave the configurations (each round reverses the
+   previous one's order: ABBA), so drift in the machine falls on all of them alike.
+   bpf_stats is off, as in production. Mean ± stdev and the cost against nothing attached.
+2. BPF CPU time: the same loads once more per configuration with kernel.bpf_stats on; every
+   program the configuration loaded is summed (run_time_ns) and set against the packets the
+   receiver's interface counted: BPF CPU time per million packets.
+3. The recorder's hot hooks per event: bpf_stats per program of a default recording, next
+   to `ddioscope bench-floor`'s empty programs on the same hooks (what bpf_stats charges any
+   program): raw, floor and net ns per event, event-weighted, against the target.
+4. Long recordings: `report`, `report --json` and `report --html` of a one-hour recording the
+   bench builds (a short testbed recording's intervals repeated), with time and peak RSS.
+5. The simulator's throughput (`simulate --bench`).
+
+A benchmark prints; it asserts nothing about time. Raw results go to out/bench.json.
+Knobs (environment): BIN, OUT_JSON, BENCH_ROUNDS (3), BENCH_RUN_SECS (5),
+BENCH_CONFIGS (comma-separated subset of none,bpftrace,record,record-full,serve),
+BENCH_SKIP (comma-separated sections to skip: cost,hooks,long,sim). Needs root; traffic only
+flows between the testbed's namespaces.
+"""
+import json
+import os
+import select
+import shutil
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(os.environ.get("BIN", ROOT / "user/target/release/ddioscope"))
+OUT_JSON = Path(os.environ.get("OUT_JSON", ROOT / "out/bench.json"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+T_RUN = int(os.environ.get("BENCH_RUN_SECS", "5"))
+CONFIGS = os.environ.get("BENCH_CONFIGS", "none,bpftrace,record,record-full,serve").split(",")
+SKIP = set(filter(None, os.environ.get("BENCH_SKIP", "").split(",")))
+PORT = 5201
+SERVE_PORT = 19436
+TARGET_HOT_NS = 30.0
+TARGET_COST_PCT = 5.0
+LOADS = {
+    "tcp": ("TCP -P 4, Gbit/s", ["-P", "4"]),
+    "udp": ("UDP 64 B -P 2, kpkt/s", ["-u", "-l", "64", "-b", "0", "-P", "2"]),
+}
+# The peer: netqtop's idea as a bpftrace one-liner, per-queue packets and bytes.
+BPFTRACE_PEER = (
+    "tracepoint:net:napi_gro_receive_entry { @rx_pkts[args->queue_mapping] = count(); "
+    "@rx_bytes[args->queue_mapping] = sum(args->len); } "
+    "tracepoint:net:net_dev_start_xmit { @tx_pkts[args->queue_mapping] = count(); "
+    "@tx_bytes[args->queue_mapping] = sum(args->len); }"
+)
+TRACEFS = Path("/sys/kernel/tracing")
+
+
+def log(msg):
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+
+def die(msg):
+    print(f"bench: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def sh(*cmd, check=True, **kw):
+    return subprocess.run([str(c) for c in cmd], check=check, capture_output=True, text=True, **kw)
+
+
+class Testbed:
+    def __init__(self, name):
+        self.name = name
+        sh(ROOT / "scripts/testbed.sh", "up", name)
+        env = dict(l.split("=", 1) for l in sh(ROOT / "scripts/testbed.sh", "env", name).stdout.split())
+        self.ns_snd, self.ns_rcv, self.if_rcv, self.ip_rcv = env["NS_SND"], env["NS_RCV"], env["IF_RCV"], env["IP_RCV"]
+        self.server = subprocess.Popen(["ip", "netns", "exec", self.ns_rcv, "iperf3", "-s", "-p", str(PORT)],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        sh(ROOT / "scripts/wait-port.sh", self.ns_rcv, PORT, 20)
+
+    def rx_packets(self):
+        p = f"/sys/class/net/{self.if_rcv}/statistics/rx_packets"
+        return int(sh("ip", "netns", "exec", self.ns_rcv, "cat", p).stdout)
+
+    def iperf(self, load):
+        _, args = LOADS[load]
+        for attempt in range(3):
+            p = sh("ip", "netns", "exec", self.ns_snd, "iperf3", "-c", self.ip_rcv, "-p", PORT, "-t", T_RUN,
+                   "--connect-timeout", "3000", "-J", *args, check=False, timeout=T_RUN + 30)
+            try:
+                j = json.loads(p.stdout)
+            except json.JSONDecodeError:
+                j = {"error": p.stderr.strip() or "no JSON"}
+            if "error" not in j:
+                e = j["end"]
+                if load == "tcp":
+                    return e["sum_received"]["bits_per_second"] / 1e9, j
+                s = e["sum"]
+                return (s["packets"] - s["lost_packets"]) / s["seconds"] / 1e3, j
+            time.sleep(1)
+        die(f"iperf3 {load} failed 3 times: {j.get('error')}")
+
+    def down(self):
+        self.server.kill()
+        self.server.wait()
+        sh(ROOT / "scripts/testbed.sh", "down", self.name, check=False)
+
+
+def read_line(proc, timeout, what):
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    if not ready:
+        proc.kill()
+        die(f"{what} did not become ready within {timeout} s")
+    line = proc.stdout.readline()
+    if not line:
+        die(f"{what} exited before it was ready: {proc.stderr.read().strip()[-300:]}")
+    return line
+
+
+class Attached:
+    """One configuration, running; `prog_ids` are the BPF programs it loaded."""
+
+    def __init__(self, config, tb, tmp):
+        self.config, self.proc, self.prog_ids = config, None, []
+        before = {p["id"] for p in bpf_progs()}
+        if config == "none":
+            return
+        if config == "bpftrace":
+            self.proc = subprocess.Popen(["bpftrace", "-e", BPFTRACE_PEER], stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True)
+            line = read_line(self.proc, 60, "bpftrace")
+            if "Attaching" not in line:
+                die(f"bpftrace: unexpected first line: {line.strip()}")
+        elif config.startswith("record"):
+            extra = ["--detail", "full"] if config == "record-full" else []
+            self.proc = subprocess.Popen(
+                [str(BIN), "record", "-i", tb.if_rcv, "--netns", tb.ns_rcv, "-d", "600", "-o", str(tmp / f"{config}.ddio"),
+                 "--force", "--json-progress", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            line = json.loads(read_line(self.proc, 60, config))
+            if line.get("event") != "attached":
+                die(f"{config}: unexpected first line: {line}")
+            self.attached = line
+            # Keep draining progress lines so the recorder never blocks on a full pipe.
+            self.drain = subprocess.Popen(["cat"], stdin=self.proc.stdout, stdout=subprocess.DEVNULL)
+        elif config == "serve":
+            self.proc = subprocess.Popen(
+                [str(BIN), "serve", "-i", tb.if_rcv, "--netns", tb.ns_rcv, "--listen", f"127.0.0.1:{SERVE_PORT}"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    urllib.request.urlopen(f"http://127.0.0.1:{SERVE_PORT}/healthz", timeout=1).read()
+                    break
+                except OSError:
+                    if self.proc.poll() is not None or time.monotonic() > deadline:
+                        die(f"serve did not become ready: {self.proc.stderr.read().strip()[-300:]}")
+                    time.sleep(0.1)
+        else:
+            die(f"unknown configuration {config}")
+        self.prog_ids = sorted({p["id"] for p in bpf_progs()} - before)
+
+    def stop(self):
+        if not self.proc:
+            return
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if getattr(self, "drain", None):
+            self.drain.wait()
+
+
+def bpf_progs():
+    return json.loads(sh("bpftool", "prog", "show", "--json").stdout or "[]")
+
+
+def stats_of(ids):
+    by = {p["id"]: p for p in bpf_progs()}
+    return {i: (by[i].get("run_cnt", 0), by[i].get("run_time_ns", 0), by[i].get("name", "?")) for i in ids if i in by}
+
+
+def ms(xs):
+    return statistics.mean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
+
+
+def throughput(tb, tmp):
+    log(f"throughput: {ROUNDS} rounds x {len(CONFIGS)} configurations x 2 loads, {T_RUN} s each (bpf_stats off)")
+    runs = {(c, l): [] for c in CONFIGS for l in LOADS}
+    tb.iperf("tcp")  # warm-up, not counted
+    for r in range(ROUNDS):
+        order = CONFIGS if r % 2 == 0 else CONFIGS[::-1]
+        for load in LOADS:
+            for c in order:
+                a = Attached(c, tb, tmp)
+                try:
+                    v, _ = tb.iperf(load)
+                finally:
+                    a.stop()
+                runs[(c, load)].append(v)
+        log(f"  round {r + 1}/{ROUNDS} done")
+    return runs
+
+
+def bpf_cost(tb, tmp):
+    log("BPF CPU time: one run per configuration and load, bpf_stats on")
+    out = {}
+    for c in CONFIGS:
+        if c == "none":
+            continue
+        a = Attached(c, tb, tmp)
+        try:
+            for load in LOADS:
+                s0, p0 = stats_of(a.prog_ids), tb.rx_packets()
+                tb.iperf(load)
+                s1, p1 = stats_of(a.prog_ids), tb.rx_packets()
+                ns = sum(s1[i][1] - s0.get(i, (0, 0, ""))[1] for i in s1)
+                pkts = max(p1 - p0, 1)
+                out[(c, load)] = {"bpf_ns": ns, "rx_packets": pkts, "ms_per_mpkt": ns / pkts}
+        finally:
+            a.stop()
+    return out
+
+
+def hot_hooks(tb, tmp):
+    """Per program of a default recording: ns per event, raw and net of the floor."""
+    log("hot hooks: a default recording and bench-floor's empty programs, bpf_stats on")
+    rec = Attached("record", tb, tmp)
+    floor = None
+    try:
+        progs = {p["id"]: p for p in rec.attached.get("progs", [])}
+        flavors = {p["flavor"] for p in progs.values() if p.get("flavor")}
+        hooks = {"tp_btf": "tp-btf", "raw_tp": "raw-tp"}.get(flavors.pop(), "auto") if len(flavors) == 1 else "auto"
+        floor = subprocess.Popen([str(BIN), "bench-floor", "-i", tb.if_rcv, "--netns", tb.ns_rcv, "--hooks", hooks],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        fl = json.loads(read_line(floor, 60, "bench-floor"))
+        empty = {p["tracepoint"]: p["id"] for p in fl.get("progs", []) if p["name"].startswith("e_")}
+        ids = list(set(rec.prog_ids) | set(empty.values()))
+        rows = []
+        for load in LOADS:
+            s0 = stats_of(ids)
+            tb.iperf(load)
+            s1 = stats_of(ids)
+            d = {i: (s1[i][0] - s0.get(i, (0, 0))[0], s1[i][1] - s0.get(i, (0, 0))[1], s1[i][2]) for i in s1}
+            for pid, p in progs.items():
+                cnt, ns, name = d.get(pid, (0, 0, p["name"]))
+                if not cnt:
+                    continue
+                f = d.get(empty.get(p["tracepoint"], -1))
+                floor_ns = f[1] / f[0] if f and f[0] else None
+                rows.append({"load": load, "name": name, "hook": p["tracepoint"], "events": cnt, "raw_ns": ns / cnt,
+                             "floor_ns": floor_ns, "net_ns": None if floor_ns is None else ns / cnt - floor_ns})
+        return rows
+    finally:
+        if floor and floor.poll() is None:
+            floor.send_signal(signal.SIGINT)
+            floor.wait(timeout=30)
+        rec.stop()
+
+
+def long_recording(tb, tmp):
+    """A one-hour recording from a short real one, and what reporting it costs."""
+    log("long recordings: a 10 s testbed recording, its intervals repeated to one hour, then report")
+    short = tmp / "short.ddio"
+    p = subprocess.Popen([str(BIN), "record", "-i", tb.if_rcv, "--netns", tb.ns_rcv, "-d", "10", "-o", str(short),
+                          "--force", "--json-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    read_line(p, 60, "record")
+    tb.iperf("tcp")
+    p.wait(timeout=60)
+    long = tmp / "hour.ddio"
+    shutil.copy(short, long)
+    db = sqlite3.connect(long)
+    n, span = db.execute("SELECT COUNT(*), MAX(t_ns) - MIN(t_ns) + MIN(dur_ns) FROM intervals").fetchone()
+    copies = max(1, int(3600e9 // max(span, 1)))
+    per_iv = {t: [r[1] for r in db.execute(f"PRAGMA table_info({t})")] for t in
+              ("queue_intervals", "stage_stats", "stage_hist", "napi_hist", "samples", "counters")}
+    for k in range(1, copies):
+        off = k * n
+        shift = k * span
+        db.execute(f"INSERT INTO intervals SELECT idx + {off}, t_ns + {shift}, " +
+                   ", ".join(c for c in [r[1] for r in db.execute("PRAGMA table_info(intervals)")][2:]) +
+                   f" FROM intervals WHERE idx < {n}")
+        for t, cols in per_iv.items():
+            sel = ", ".join(f"interval + {off}" if c == "interval" else
+                            (f"t_ns + {shift}" if c == "t_ns" and t == "counters" else c) for c in cols)
+            db.execute(f"INSERT INTO {t}({', '.join(cols)}) SELECT {sel} FROM {t} WHERE interval < {n}")
+    db.commit()
+    hours = db.execute("SELECT SUM(dur_ns) FROM intervals").fetchone()[0] / 3.6e12
+    intervals = db.execute("SELECT COUNT(*) FROM intervals").fetchone()[0]
+    samples = db.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
+    db.close()
+    size_mb = long.stat().st_size / 1e6
+    out = {"intervals": intervals, "hours": hours, "samples": samples, "size_mb": size_mb, "runs": {}}
+    for kind, args in (("text", []), ("json", ["--json"]), ("html", ["--html", str(tmp / "hour.html"), "--force"])):
+        t0 = time.monotonic()
+        r = subprocess.run(["/usr/bin/time", "-f", "%M", str(BIN), "report", str(long), *args],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        secs = time.monotonic() - t0
+        rss_kb = int(r.stderr.strip().splitlines()[-1]) if r.returncode == 0 else None
+        out["runs"][kind] = {"seconds": secs, "max_rss_mb": None if rss_kb is None else rss_kb / 1024,
+                             "rc": r.returncode}
+    return out
+
+
+def main():
+    if os.geteuid() != 0:
+        die("needs root (BPF, network namespaces)")
+    if not BIN.exists():
+        die(f"{BIN} not built (make build)")
+    for c in ("ip", "iperf3", "bpftool", "sysctl"):
+        if not shutil.which(c):
+            die(f"missing command: {c} (make deps)")
+    if "bpftrace" in CONFIGS and not shutil.which("bpftrace"):
+        die("missing command: bpftrace (make deps)")
+    mounted_tracefs = False
+    stats_prev = sh("sysctl", "-n", "kernel.bpf_stats_enabled").stdout.strip()
+    tmp = Path(tempfile.mkdtemp(prefix="ddioscope-bench."))
+    tb = None
+    result = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rounds": ROUNDS, "secs": T_RUN}
+    try:
+        cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+        load0 = open("/proc/loadavg").read().split()[0]
+        print(f"ddioscope bench — {result['when']}")
+        print(f"machine: {os.cpu_count()} CPUs, {cpu}, kernel {os.uname().release}; 1-min load {load0} at start")
+        print(f"binary:  {BIN} ({sh(BIN, '--version', check=False).stdout.strip()})\n")
+        # bpftrace reads tracepoint formats from tracefs; mounted for the peer, unmounted after.
+        if "bpftrace" in CONFIGS and not (TRACEFS / "events").exists():
+            sh("mount", "-t", "tracefs", "nodev", TRACEFS)
+            mounted_tracefs = True
+        sh("sysctl", "-qw", "kernel.bpf_stats_enabled=0")
+        tb = Testbed(f"bench{os.getpid()}")
+
+        runs = throughput(tb, tmp)
+        cost = {}
+        hooks = []
+        if "cost" not in SKIP or "hooks" not in SKIP:
+            sh("sysctl", "-qw", "kernel.bpf_stats_enabled=1")
+            if "cost" not in SKIP:
+                cost = bpf_cost(tb, tmp)
+            if "hooks" not in SKIP:
+                hooks = hot_hooks(tb, tmp)
+            sh("sysctl", "-qw", "kernel.bpf_stats_enabled=0")
+        longrec = long_recording(tb, tmp) if "long" not in SKIP else None
+
+        # ---- the table
+        print(f"1. Throughput and BPF CPU time ({ROUNDS} rounds, interleaved ABBA, {T_RUN} s each; "
+              f"cost vs nothing attached; BPF ms per million packets received, bpf_stats on)\n")
+        head = f"  {'configuration':<22}"
+        for load, (title, _) in LOADS.items():
+            head += f" {title:>24} {'cost':>13} {'BPF ms/Mpkt':>11}"
+        print(head)
+        table = {}
+        base = {l: ms(runs[("none", l)])[0] for l in LOADS} if "none" in CONFIGS else {}
+        for c in CONFIGS:
+            line = f"  {c:<22}"
+            for load in LOADS:
+                m, s = ms(runs[(c, load)])
+                b = base.get(load)
+                pct = (b - m) / b * 100 if b else None
+                err = 100 * (m / b) * ((statistics.stdev(runs[("none", load)]) / b) ** 2 + (s / m) ** 2) ** 0.5 \
+                    if b and m and ROUNDS > 1 else None
+                bpf = cost.get((c, load), {}).get("ms_per_mpkt")
+                line += f" {m:>14.2f} ± {s:>7.2f}"
+                line += f" {'—':>13}" if c == "none" or pct is None else f" {pct:>+6.1f}% ±{err or 0:4.1f}"
+                line += f" {'—' if bpf is None else f'{bpf:.1f}':>11}"
+                table.setdefault(c, {})[load] = {"runs": runs[(c, load)], "mean": m, "stdev": s, "cost_pct": pct,
+                                                 "cost_pct_err": err, "bpf": cost.get((c, load))}
+            print(line)
+        if base:
+            for c in ("record",):
+                if c in table:
+                    worst = max(t["cost_pct"] or 0 for t in table[c].values())
+                    print(f"\n  record at default: worst cost {worst:+.1f}% vs target <= {TARGET_COST_PCT:.0f}%: "
+                          f"{'PASS' if worst <= TARGET_COST_PCT else 'ABOVE target'} (noise: see ±)")
+        result["throughput"] = table
+
+        if hooks:
+            print(f"\n2. The default recorder's programs per event (bpf_stats; floor: an empty program on the same hook)\n")
+            print(f"  {'load':<5} {'program':<16} {'hook':<24} {'events':>10} {'raw ns':>8} {'floor ns':>9} {'net ns':>8}")
+            for h in sorted(hooks, key=lambda h: (h["load"], -h["events"])):
+                f = lambda v: "n/a" if v is None else f"{v:.1f}"
+                print(f"  {h['load']:<5} {h['name']:<16} {h['hook']:<24} {h['events']:>10} {f(h['raw_ns']):>8} "
+                      f"{f(h['floor_ns']):>9} {f(h['net_ns']):>8}")
+            w = [h for h in hooks if h["net_ns"] is not None]
+            if w:
+                ev = sum(h["events"] for h in w)
+                net = sum(h["net_ns"] * h["events"] for h in w) / ev
+                print(f"  event-weighted net over hooks with a floor: {net:.1f} ns/event vs target <= "
+                      f"{TARGET_HOT_NS:.0f}: {'PASS' if net <= TARGET_HOT_NS else 'ABOVE target'}")
+                result["hot_net_ns"] = net
+            result["hooks"] = hooks
+
+        if longrec:
+            print(f"\n3. Reporting a long recording: {longrec['intervals']} intervals, {longrec['hours']:.2f} h, "
+                  f"{longrec['samples']} sampled packets, {longrec['size_mb']:.0f} MB")
+            for kind, r in longrec["runs"].items():
+                rss = "?" if r["max_rss_mb"] is None else f"{r['max_rss_mb']:.0f} MB"
+                failed = "" if r["rc"] == 0 else f" (exit {r['rc']})"
+                print(f"  report {kind:<5} {r['seconds']:6.2f} s, peak RSS {rss}{failed}")
+            result["long_recording"] = longrec
+
+        if "sim" not in SKIP:
+            sim = sh(BIN, "simulate", "--bench", check=False, timeout=120)
+            print(f"\n4. simulator: {sim.stdout.strip() or sim.stderr.strip()}")
+            result["simulator"] = sim.stdout.strip()
+        print(f"\n  1-min load average at end: {open('/proc/loadavg').read().split()[0]}")
+    finally:
+        if tb:
+            tb.down()
+        sh("sysctl", "-qw", f"kernel.bpf_stats_enabled={stats_prev or 0}", check=False)
+        if mounted_tracefs:
+            sh("umount", TRACEFS, check=False)
+        shutil.rmtree(tmp, ignore_errors=True)
+    OUT_JSON.parent.mkdir(parents=True, exist_ok=True)
+    OUT_JSON.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    print(f"\nbench: raw results in {OUT_JSON}")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except KeyboardInterrupt:
+        die("interrupted")

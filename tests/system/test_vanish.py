@@ -1,0 +1,87 @@
+"""A device or namespace that goes away mid-run: `record` stops within an interval or two
+with one line, leaving a readable recording marked as stopped by the removal; `serve`
+reports the device down (ddioscope_device_up 0) and takes it up again when it returns."""
+import sqlite3
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+from conftest import BIN, report_json, run, wait_until
+
+
+def meta(path, key):
+    row = sqlite3.connect(path).execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    return row[0] if row else None
+
+
+def intervals(path):
+    try:
+        return sqlite3.connect(path).execute("SELECT COUNT(*) FROM intervals").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+@pytest.mark.parametrize("what", ["interface", "namespace"])
+def test_record_stops_when_the_device_goes(testbed, recorder, what):
+    tb = testbed
+    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "-d", "30")
+    # Readiness: a few intervals written before the device goes.
+    wait_until(lambda: intervals(rec.out) >= 5, timeout=20, what="intervals in the recording")
+    gone_at = time.monotonic()
+    if what == "interface":
+        run("ip", "-n", tb.ns_rcv, "link", "del", tb.if_rcv)
+    else:
+        run("ip", "netns", "delete", tb.ns_rcv)
+    out, err = rec.proc.communicate(timeout=20)
+    took = time.monotonic() - gone_at
+    assert rec.proc.returncode == 1, (rec.proc.returncode, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "recording stopped" in lines[0], err
+    assert ("was removed" if what == "interface" else "was deleted") in lines[0], err
+    # Noticed in the interval it happened in, not at the end of -d 30.
+    assert took < 10, took
+    assert meta(rec.out, "stopped_by") == '"device_removed"' or meta(rec.out, "stopped_by") == "device_removed"
+    assert meta(rec.out, "complete") == "true"
+    r = report_json(rec.out)
+    assert r["meta"]["duration_s"] < 25, r["meta"]
+
+
+def scrape(port):
+    return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+
+
+def device_up(port):
+    for line in scrape(port).splitlines():
+        if line.startswith("ddioscope_device_up{"):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_serve_says_the_device_is_down_and_takes_it_up_again(testbed):
+    tb = testbed
+    port = 19561
+    p = subprocess.Popen([str(BIN), "serve", "-i", tb.if_rcv, "--netns", tb.ns_rcv, "--listen", f"127.0.0.1:{port}",
+                          "--interval", "200"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def ready():
+            try:
+                return device_up(port) == 1.0
+            except OSError:
+                assert p.poll() is None, p.stderr.read()
+                return False
+        wait_until(ready, timeout=30, what="serve to answer with the device up")
+        run("ip", "-n", tb.ns_rcv, "link", "del", tb.if_rcv)
+        wait_until(lambda: device_up(port) == 0.0, timeout=10, what="ddioscope_device_up 0")
+        assert p.poll() is None, "serve must keep serving while the device is gone"
+        # The same pair again, by the testbed's names, in its namespaces.
+        run("ip", "-n", tb.ns_snd, "link", "add", tb.if_snd, "numtxqueues", "4", "numrxqueues", "4", "type", "veth",
+            "peer", "name", tb.if_rcv, "netns", tb.ns_rcv, "numtxqueues", "4", "numrxqueues", "4")
+        run("ip", "-n", tb.ns_rcv, "link", "set", tb.if_rcv, "up")
+        wait_until(lambda: device_up(port) == 1.0, timeout=15, what="ddioscope_device_up 1 again")
+        assert p.poll() is None
+    finally:
+        p.terminate()
+        out, err = p.communicate(timeout=30)
+    assert "was removed" in err and "is back" in err, err
