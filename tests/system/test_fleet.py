@@ -154,10 +154,10 @@ def test_flow_cap_keeps_every_packet_in_exactly_one_series(testbed, serve):
     body = poll()
     total = closed + sum(last.values())
     assert names_max <= 2 and seen_other, (names_max, last)
-    # Against the same probes' per-queue count: frames outside TCP/UDP flows (ARP,
-    # neighbour discovery) are the only difference.
+    # Against the same probes' exact per-queue count: flows are estimates from sampled skbs
+    # (a bulk TCP flow's GRO skbs are nearly all sampled), so within 1 %.
     queues = sum(int(v) for v in re.findall(r'^ddioscope_packets_total\{[^}]*direction="rx"[^}]*\} (\d+)$', body, re.M))
-    assert queues > 10000 and queues - 20 <= total <= queues, (total, queues)
+    assert queues > 10000 and abs(total - queues) <= 0.01 * queues, (total, queues)
     # And against the kernel's interface counter (the probes see ~0.01 % less here).
     truth = after - before
     assert abs(total - truth) <= 0.01 * truth, (total, truth)

@@ -121,7 +121,7 @@ def test_unit_is_valid_and_listens_on_loopback_by_default(installed):
     svc = cp["Service"]
     assert svc["ExecStart"].startswith("/usr/bin/ddioscope serve -i %i --listen ${DDIOSCOPE_LISTEN}")
     assert "DDIOSCOPE_LISTEN=127.0.0.1:9436" in unit.read_text()
-    assert svc["CapabilityBoundingSet"].split() == ["CAP_BPF", "CAP_PERFMON"]
+    assert svc["CapabilityBoundingSet"].split() == ["CAP_BPF", "CAP_PERFMON", "CAP_NET_ADMIN"]
     # systemd's own parser, offline, on an instance of the template.
     inst = dest / "ddioscope-serve@eth1.service"
     inst.write_text(unit.read_text().replace("/usr/bin/ddioscope", str(usr / "bin/ddioscope")))
@@ -156,7 +156,7 @@ def test_the_units_capabilities_suffice_and_each_is_needed(installed, testbed):
     _, usr = installed
     tb = testbed
     caps = capability_set(usr)
-    assert caps == ["+bpf", "+perfmon"]
+    assert caps == ["+bpf", "+perfmon", "+net_admin"]
     tb.iperf3_server()
     port = free_port()
     p = serve_with_caps(tb, usr, caps, port)
@@ -170,18 +170,35 @@ def test_the_units_capabilities_suffice_and_each_is_needed(installed, testbed):
                    timeout=15, what="RX packets counted")
         # ip netns exec and setpriv exec in place: the pid is ddioscope's, holding exactly these.
         eff = re.search(r"^CapEff:\s*([0-9a-f]+)$", (Path("/proc") / str(p.pid) / "status").read_text(), re.M)
-        assert int(eff.group(1), 16) == (1 << 39) | (1 << 38), eff.group(0)  # CAP_BPF, CAP_PERFMON
+        # CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN
+        assert int(eff.group(1), 16) == (1 << 39) | (1 << 38) | (1 << 12), eff.group(0)
     finally:
         p.send_signal(signal.SIGINT)
         _, err = p.communicate(timeout=15)
     assert p.returncode == 0, err
 
-    # Without either capability the kernel refuses the programs: one line, exit 1.
-    for missing in caps:
+    # Without CAP_BPF or CAP_PERFMON the kernel refuses the programs: one line, exit 1.
+    for missing in ("+bpf", "+perfmon"):
         fewer = [c for c in caps if c != missing]
         p = serve_with_caps(tb, usr, fewer, free_port())
         _, err = p.communicate(timeout=30)
         assert p.returncode == 1 and err.count("\n") == 1 and "CAP_BPF+CAP_PERFMON" in err, (missing, err)
+    # Without CAP_NET_ADMIN the tcx counter cannot load: serve counts at the hand-up
+    # tracepoints instead, and still counts.
+    port = free_port()
+    p = serve_with_caps(tb, usr, ["+bpf", "+perfmon"], port)
+    try:
+        wait_until(lambda: p.poll() is not None or netns_http_get(tb, f"http://127.0.0.1:{port}/healthz")[0] == 200,
+                   timeout=30, what="serve without CAP_NET_ADMIN to attach")
+        assert p.poll() is None, p.stderr.read()
+        tb.iperf3("-t", "1")
+        wait_until(lambda: re.search(r'ddioscope_packets_total\{[^}]*direction="rx"[^}]*\} [1-9]',
+                                     netns_http_get(tb, f"http://127.0.0.1:{port}/metrics")[1]),
+                   timeout=15, what="RX packets counted at the hand-up")
+    finally:
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=15)
+    assert p.returncode == 0, err
 
     # --netns instead of the unit's NetworkNamespacePath= needs CAP_SYS_ADMIN (setns).
     p = serve_with_caps(tb, usr, caps, free_port(), "--netns", tb.ns_rcv, in_netns=False)

@@ -244,7 +244,7 @@ def _pinned_udp_run(tb, recorder, client_cpu, server_cpu, port):
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     tb.servers.append(server)
     run(WAIT_PORT, tb.ns_rcv, port, 20)
-    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv)
+    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--detail", "full")
     tb.ns(tb.ns_snd, "taskset", "-c", str(client_cpu), "iperf3", "-c", tb.ip_rcv, "-p", str(port),
           "-u", "-l", "64", "-b", "20M", "-t", "1", timeout=60)
     rc, _, err = rec.stop()

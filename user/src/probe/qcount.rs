@@ -163,6 +163,36 @@ pub(crate) fn in_netns<T: Send>(ns: Option<&std::path::Path>, f: impl FnOnce() -
     })
 }
 
+/// Open and load the object: the tracepoint programs in the flavour chosen, the hand-up
+/// programs unless tcx alone is asked for, and the tcx program when `with_tcx`.
+fn load(cfg: &QcountConfig, features: &Features, choice: HookChoice, with_tcx: bool) -> Result<QcountSkel<'static>> {
+    let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
+    let mut open = QcountSkelBuilder::default()
+        .open(storage)
+        .map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, "opening the qcount BPF object")))?;
+    let Some(ro) = open.maps.rodata_data.as_deref_mut() else {
+        bail!("qcount BPF object has no read-only config section (build problem)");
+    };
+    ro.filter_ifindex = cfg.ifindex;
+    ro.filter_netns = cfg.netns_inode;
+    ro.rx_queue_offset = cfg.rx_queue_offset;
+    ro.link_hdr_len = cfg.link_hdr_len;
+    ro.flow_bytes = cfg.flow_bytes;
+    for mut prog in open.open_object_mut().progs_mut() {
+        let section = prog.section().to_string_lossy().into_owned();
+        let keep = match section.split_once('/') {
+            Some(("tcx", _)) => with_tcx,
+            Some((prefix, tp)) => {
+                let wanted = RX_HANDUP_TPS.contains(&tp) && cfg.rx != RxChoice::Tcx || ALWAYS_TPS.contains(&tp);
+                wanted && flavor_of(features, choice, tp).section_prefix() == format!("{prefix}/")
+            }
+            None => false,
+        };
+        prog.set_autoload(keep);
+    }
+    open.load().map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, "loading the qcount BPF programs")))
+}
+
 /// The tracepoints tier 0 hooks, by role.
 const RX_HANDUP_TPS: &[&str] =
     &["napi_gro_receive_entry", "napi_gro_frags_entry", "netif_receive_skb_entry", "netif_receive_skb_list_entry", "netif_rx_entry"];
@@ -193,38 +223,24 @@ fn flavor_of(features: &Features, choice: HookChoice, tp: &str) -> Flavor {
 
 impl QcountProbe {
     pub fn attach(cfg: &QcountConfig, features: &Features, choice: HookChoice) -> Result<QcountProbe> {
-        let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
-        let mut open = QcountSkelBuilder::default()
-            .open(storage)
-            .map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, "opening the qcount BPF object")))?;
-        let Some(ro) = open.maps.rodata_data.as_deref_mut() else {
-            bail!("qcount BPF object has no read-only config section (build problem)");
+        // A tcx program is a network program: without CAP_NET_ADMIN the kernel refuses to load
+        // it. Auto then counts at the hand-up tracepoints instead; asked for, tcx fails loudly.
+        let (skel, tcx_loaded, mut hooks) = match load(cfg, features, choice, cfg.rx != RxChoice::Handup) {
+            Ok(s) => (s, cfg.rx != RxChoice::Handup, Vec::new()),
+            Err(e) if cfg.rx == RxChoice::Auto => {
+                let why = format!("{e:#}");
+                let skel = load(cfg, features, choice, false)
+                    .map_err(|e2| anyhow::anyhow!("{e2:#} (with tcx: {why})"))?;
+                (skel, false, vec![Tier0Hook { hook: "tcx/ingress".into(), attach: "none".into(), error: Some(why) }])
+            }
+            Err(e) => return Err(e),
         };
-        ro.filter_ifindex = cfg.ifindex;
-        ro.filter_netns = cfg.netns_inode;
-        ro.rx_queue_offset = cfg.rx_queue_offset;
-        ro.link_hdr_len = cfg.link_hdr_len;
-        ro.flow_bytes = cfg.flow_bytes;
-        for mut prog in open.open_object_mut().progs_mut() {
-            let section = prog.section().to_string_lossy().into_owned();
-            let keep = match section.split_once('/') {
-                Some(("tcx", _)) => cfg.rx != RxChoice::Handup,
-                Some((prefix, tp)) => {
-                    let wanted = RX_HANDUP_TPS.contains(&tp) && cfg.rx != RxChoice::Tcx || ALWAYS_TPS.contains(&tp);
-                    wanted && flavor_of(features, choice, tp).section_prefix() == format!("{prefix}/")
-                }
-                None => false,
-            };
-            prog.set_autoload(keep);
-        }
-        let skel = open.load().map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, "loading the qcount BPF programs")))?;
         let ncpus = libbpf_rs::num_possible_cpus().context("counting possible CPUs")?;
         let mut links = Vec::new();
-        let mut hooks = Vec::new();
 
         // RX: tcx when it attaches (or is asked for), else the hand-up tracepoints.
         let mut rx_source = RxSource::Handup;
-        if cfg.rx != RxChoice::Handup {
+        if tcx_loaded {
             let prog = skel.object().progs_mut().find(|p| p.section() == "tcx/ingress");
             let attached = match prog {
                 Some(p) => {
