@@ -6,6 +6,7 @@ pub mod counters;
 pub mod doctor;
 pub mod live;
 pub mod model;
+pub mod outfile;
 pub mod probe;
 pub mod record;
 pub mod recording;

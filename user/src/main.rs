@@ -424,7 +424,7 @@ fn run() -> anyhow::Result<ExitCode> {
         Cmd::Report { file, json, top, html, force, geometry } => {
             // Refuse before the (slower) model runs: the answer does not depend on it.
             if let Some(out) = &html {
-                check_output(out, force)?;
+                ddioscope::outfile::check(out, force)?;
             }
             let rec = recording::Recording::open(&file)?;
             let r = report::build(&rec);
@@ -433,7 +433,7 @@ fn run() -> anyhow::Result<ExitCode> {
             let recs = advice.as_ref().map(|a| a.recommendations.clone()).unwrap_or_default();
             if let Some(out) = html {
                 let page = report::html::render_html(&rec, &r, &recs);
-                std::fs::write(&out, page).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", out.display()))?;
+                ddioscope::outfile::write_whole(&out, force, page.as_bytes())?;
                 eprintln!("wrote {}", out.display());
             } else if json {
                 let mut v = serde_json::to_value(&r)?;
@@ -552,22 +552,6 @@ fn parse_join_sample(s: &str) -> Result<u32, String> {
         Ok(n) if n.is_power_of_two() && n <= max => Ok(n),
         _ => Err(format!("must be a power of two from 1 to {max} (1, 2, 4, ...)")),
     }
-}
-
-/// An output file for a report: refused when it exists (unless `force`), is a directory, or
-/// its directory does not exist, each with one line naming the fix.
-fn check_output(out: &std::path::Path, force: bool) -> anyhow::Result<()> {
-    if out.is_dir() {
-        anyhow::bail!("{} is a directory; name a file for --html", out.display());
-    }
-    if out.exists() && !force {
-        anyhow::bail!("{} already exists; pass --force to overwrite it", out.display());
-    }
-    let dir = out.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-    if !dir.is_dir() {
-        anyhow::bail!("{}: directory {} does not exist", out.display(), dir.display());
-    }
-    Ok(())
 }
 
 fn main() -> ExitCode {
