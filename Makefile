@@ -12,6 +12,9 @@ NEEDED := curl:curl clang:clang llvm-strip:llvm pkg-config:pkg-config bpftool:bp
 	python3:python3 setpriv:util-linux chromium:chromium \
 	prometheus:prometheus promtool:prometheus tmux:tmux
 
+# `make test`: SIGKILLs of a recorder under load (scripts/kill-trials.sh).
+KILL_TRIALS ?= 3
+
 .PHONY: all build deps demo test unit-test system-test bench clean
 
 all: build
@@ -57,6 +60,7 @@ unit-test: deps
 
 system-test: deps build $(FRAGCHECK)
 	python3 -m pytest -v tests/system
+	scripts/kill-trials.sh $(KILL_TRIALS)
 
 test: unit-test system-test
 
