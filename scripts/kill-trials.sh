@@ -136,9 +136,7 @@ kill -9 "$SERVER_PID" 2>/dev/null || true
 wait "$SERVER_PID" 2>/dev/null || true
 SERVER_PID=""
 "$ROOT/scripts/testbed.sh" down "$NAME"
-if ip netns list | grep -q "ddio-$NAME-"; then
-    echo "kill-trials: namespaces left: $(ip netns list | grep "ddio-$NAME-" | tr '\n' ' ')"
-    failures=$((failures + 1))
-fi
+left_ns=$(ip netns list | awk '{print $1}' | grep "^ddio-$NAME-" || true)
+[ -z "$left_ns" ] || echo "kill-trials: FAILED: namespaces left: $(echo $left_ns)"
 echo "kill-trials: $((N - failures)) passed, $failures failed"
-[ "$failures" -eq 0 ]
+[ "$failures" -eq 0 ] && [ -z "$left_ns" ]
