@@ -12,10 +12,12 @@ NEEDED := curl:curl clang:clang llvm-strip:llvm pkg-config:pkg-config bpftool:bp
 	python3:python3 setpriv:util-linux chromium:chromium \
 	prometheus:prometheus promtool:prometheus tmux:tmux
 
+# `make fuzz`: each fuzz target for FUZZ_SECS seconds (docs/fuzzing.md).
+FUZZ_SECS ?= 60
 # `make test`: SIGKILLs of a recorder under load (scripts/kill-trials.sh).
 KILL_TRIALS ?= 3
 
-.PHONY: all build deps demo test unit-test system-test bench clean
+.PHONY: all build deps demo test unit-test system-test bench clean fuzz fuzz-deps
 
 all: build
 
@@ -57,12 +59,21 @@ demo: deps build
 unit-test: deps
 	cd user && $(CARGO) test --release -- --skip ground_truth
 	cd user && $(CARGO) test --release --lib ground_truth -- --nocapture --test-threads 1
+	cd user && $(CARGO) test --release -p ddioscope-fuzz
 
 system-test: deps build $(FRAGCHECK)
 	python3 -m pytest -v tests/system
 	scripts/kill-trials.sh $(KILL_TRIALS)
 
 test: unit-test system-test
+
+# cargo-afl builds AFL++ from the source its crate ships (crates.io only).
+fuzz-deps: deps
+	@command -v cargo-afl >/dev/null 2>&1 || [ -x $(HOME)/.cargo/bin/cargo-afl ] || \
+		$(CARGO) install cargo-afl --version 0.18.2 --locked
+
+fuzz: fuzz-deps
+	CARGO=$(CARGO) scripts/fuzz.sh $(FUZZ_SECS)
 
 bench: deps build
 	scripts/bench.sh
