@@ -4,6 +4,7 @@
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
@@ -67,8 +68,7 @@ pub fn parent_dir(path: &Path) -> &Path {
 const TMP_SUFFIX: &str = ".ddioscope-tmp";
 
 /// `DIR/.NAME.PID.ddioscope-tmp`: hidden, in the same directory (so the final rename is
-/// atomic and never crosses a file system), and named by its writer's pid, so a later run
-/// can tell a leftover of a killed writer from one still being written.
+/// atomic and never crosses a file system), and unique to its writer.
 pub fn temp_path(path: &Path) -> PathBuf {
     let mut name = OsString::from(".");
     name.push(path.file_name().unwrap_or_default());
@@ -76,7 +76,9 @@ pub fn temp_path(path: &Path) -> PathBuf {
     parent_dir(path).join(name)
 }
 
-/// Creates the temporary file for `path`; it must not exist yet (ours are named by pid).
+/// Creates the temporary file for `path`, with an exclusive flock held as long as the
+/// returned File is open: a later run that finds the file can tell a writer that still
+/// runs (in any pid namespace) from one that died, since the lock dies with it.
 pub fn create_temp(path: &Path) -> Result<(PathBuf, File)> {
     sweep_stale(path);
     let tmp = temp_path(path);
@@ -85,6 +87,9 @@ pub fn create_temp(path: &Path) -> Result<(PathBuf, File)> {
         .create_new(true)
         .open(&tmp)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {}", path.display(), io_words(&e, parent_dir(path))))?;
+    // A file just created is known to no one else: the lock cannot be contended.
+    // SAFETY: flock on a descriptor this File owns.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     Ok((tmp, f))
 }
 
@@ -99,32 +104,38 @@ pub fn io_words(e: &std::io::Error, dir: &Path) -> String {
     }
 }
 
-/// Removes temporary files left beside `path` by writers that no longer run (a SIGKILL
-/// before the first rename), with their SQLite journals. Only names of our own pattern
-/// whose pid is gone are touched.
+/// Removes temporary files left beside `path` by writers that died before their first
+/// rename (a SIGKILL), with their SQLite journals: only names of our own pattern, and only
+/// when no live writer holds the file's lock.
 fn sweep_stale(path: &Path) {
     let Some(name) = path.file_name().and_then(|n| n.to_str()) else { return };
     let prefix = format!(".{name}.");
-    let Ok(entries) = std::fs::read_dir(parent_dir(path)) else { return };
+    let dir = parent_dir(path);
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
     for entry in entries.flatten() {
         let file_name = entry.file_name();
         let Some(f) = file_name.to_str() else { continue };
         let Some(rest) = f.strip_prefix(&prefix) else { continue };
-        let rest = rest.strip_suffix("-journal").unwrap_or(rest);
-        let Some(pid) = rest.strip_suffix(TMP_SUFFIX).and_then(|p| p.parse::<i32>().ok()) else { continue };
-        if pid <= 0 || pid as u32 == std::process::id() || process_alive(pid) {
+        let db = rest.strip_suffix("-journal").unwrap_or(rest);
+        let ours = db.strip_suffix(TMP_SUFFIX).is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()));
+        if !ours || !entry.file_type().is_ok_and(|t| t.is_file()) {
             continue;
         }
-        if entry.file_type().is_ok_and(|t| t.is_file()) {
+        // A journal goes with its database file: it is stale when that one is.
+        let db_path = dir.join(format!("{prefix}{db}"));
+        let lock = match File::open(&db_path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                let _ = std::fs::remove_file(entry.path());
+                continue;
+            }
+            Err(_) => continue,
+        };
+        // SAFETY: flock on a descriptor `lock` owns; released when it is dropped.
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
             let _ = std::fs::remove_file(entry.path());
         }
     }
-}
-
-fn process_alive(pid: i32) -> bool {
-    // SAFETY: signal 0 only checks that the process exists; nothing is sent.
-    let r = unsafe { libc::kill(pid, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 /// Moves the finished temporary file onto `path`, checking the target again first (it
@@ -166,11 +177,12 @@ pub fn write_whole(path: &Path, force: bool, bytes: &[u8]) -> Result<()> {
         .write_all(bytes)
         .and_then(|()| f.sync_all())
         .map_err(|e| anyhow::anyhow!("cannot write {}: {}", path.display(), io_words(&e, parent_dir(path))));
-    drop(f);
     let result = written.and_then(|()| publish(&tmp, path, force));
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
+    // Unlocked only now: until renamed, the file is a live writer's.
+    drop(f);
     result
 }
 
@@ -270,16 +282,26 @@ mod tests {
     fn stale_temps_of_dead_writers_are_swept_and_live_ones_kept() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("r.ddio");
-        // A pid above the kernel's maximum (2^22) never runs.
-        let dead = d.path().join(format!(".r.ddio.{}{TMP_SUFFIX}", 1 << 23));
-        let dead_journal = d.path().join(format!(".r.ddio.{}{TMP_SUFFIX}-journal", 1 << 23));
-        let live = d.path().join(format!(".r.ddio.1{TMP_SUFFIX}"));
-        let other = d.path().join(format!(".other.{}{TMP_SUFFIX}", 1 << 23));
-        for f in [&dead, &dead_journal, &live, &other] {
+        let name = |id: &str, suffix: &str| d.path().join(format!(".r.ddio.{id}{TMP_SUFFIX}{suffix}"));
+        // A dead writer's file and journal: no lock held.
+        let (dead, dead_journal) = (name("111", ""), name("111", "-journal"));
+        let orphan_journal = name("222", "-journal");
+        // A live writer's: locked, as create_temp leaves it.
+        let live = name("333", "");
+        let live_journal = name("333", "-journal");
+        let other = d.path().join(format!(".other.444{TMP_SUFFIX}"));
+        let not_ours = d.path().join(".r.ddio.backup");
+        for f in [&dead, &dead_journal, &orphan_journal, &live, &live_journal, &other, &not_ours] {
             std::fs::write(f, "").unwrap();
         }
+        let held = File::open(&live).unwrap();
+        // SAFETY: flock on a descriptor `held` owns.
+        assert_eq!(unsafe { libc::flock(held.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }, 0);
         let (tmp, _f) = create_temp(&p).unwrap();
-        assert!(!dead.exists() && !dead_journal.exists());
-        assert!(live.exists() && other.exists() && tmp.exists());
+        assert!(!dead.exists() && !dead_journal.exists() && !orphan_journal.exists());
+        assert!(live.exists() && live_journal.exists() && other.exists() && not_ours.exists() && tmp.exists());
+        // The one just made is locked as well: another writer's sweep keeps it.
+        sweep_stale(&p);
+        assert!(tmp.exists());
     }
 }

@@ -17,12 +17,13 @@ pub struct Writer {
 }
 
 /// The temporary file a new recording is written to until its first interval is
-/// committed; removed with its journal if the run ends before that.
-struct Temp(Option<PathBuf>);
+/// committed, with the File that holds its lock (see `outfile::create_temp`); removed
+/// with its journal if the run ends before that.
+struct Temp(Option<(PathBuf, std::fs::File)>);
 
 impl Drop for Temp {
     fn drop(&mut self) {
-        if let Some(tmp) = self.0.take() {
+        if let Some((tmp, _lock)) = self.0.take() {
             let _ = std::fs::remove_file(&tmp);
             let mut journal = tmp.into_os_string();
             journal.push("-journal");
@@ -56,9 +57,8 @@ impl Writer {
     /// (unknown interface, BPF load error) leaves whatever was at `path` as it was.
     pub fn create(path: &Path, force: bool) -> Result<Writer> {
         outfile::check(path, force)?;
-        let (tmp, file) = outfile::create_temp(path)?;
-        drop(file);
-        let temp = Temp(Some(tmp.clone()));
+        let (tmp, lock) = outfile::create_temp(path)?;
+        let temp = Temp(Some((tmp.clone(), lock)));
         let conn = Connection::open(&tmp).map_err(|e| anyhow::anyhow!(explain_sqlite(&e, path)))?;
         let w = Writer { conn, path: path.to_path_buf(), force, temp };
         w.conn
@@ -75,8 +75,9 @@ impl Writer {
     /// final name: a SIGKILL in a later interval then leaves the hot journal beside the
     /// recording, where the next reader finds it and rolls the cut interval back.
     fn publish(&mut self) -> Result<()> {
-        let Some(tmp) = self.temp.0.clone() else { return Ok(()) };
-        outfile::publish(&tmp, &self.path, self.force)?;
+        let Some((tmp, _)) = &self.temp.0 else { return Ok(()) };
+        outfile::publish(tmp, &self.path, self.force)?;
+        // Renamed: nothing to remove any more, and the lock goes with the File.
         self.temp.0 = None;
         self.conn = Connection::open_with_flags(&self.path, rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE)
             .map_err(|e| anyhow::anyhow!(explain_sqlite(&e, &self.path)))?;
