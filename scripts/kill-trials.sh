@@ -8,7 +8,8 @@
 #     is lost (its intervals against the time it ran / the interval);
 #   - a recorder killed before its first interval left the previous recording
 #     byte-identical (every trial writes the same path with --force);
-#   - no temporary file of an earlier trial is left (each start sweeps dead writers').
+#   - no temporary file of an earlier trial is left once a recorder got as far as
+#     creating its output (each start removes those of dead writers).
 # After the trials, no namespace of the script is left. One line per trial, a summary,
 # exit 1 on any failure. DDIOSCOPE overrides the binary; KILL_MAX_S the longest delay.
 set -euo pipefail
@@ -119,9 +120,12 @@ for trial in $(seq 1 "$N"); do
         [ "$intervals" -ge 1 ] || problems+=("a recording at the final path with no interval")
         outcome="$intervals intervals readable, $((lost < 0 ? 0 : lost)) lost"
     fi
-    # Temporary files: at most the one of the writer just killed (the next start sweeps it).
-    temps=$(find "$WORK" -maxdepth 1 -name '.rec.ddio.*.ddioscope-tmp*' ! -name ".rec.ddio.$pid.*" | wc -l)
-    [ "$temps" -eq 0 ] || problems+=("$temps temporary files of earlier writers left")
+    # Temporary files: a recorder that got as far as creating its output removed those
+    # of the earlier, dead ones; only its own may be left (the next start removes it).
+    if [ "$after" != "$before" ] || [ -e "$WORK/.rec.ddio.$pid.ddioscope-tmp" ]; then
+        temps=$(find "$WORK" -maxdepth 1 -name '.rec.ddio.*.ddioscope-tmp*' ! -name ".rec.ddio.$pid.*" | wc -l)
+        [ "$temps" -eq 0 ] || problems+=("$temps temporary files of earlier writers left")
+    fi
 
     if [ ${#problems[@]} -eq 0 ]; then
         printf 'trial %d: killed after %.2f s: %s; nothing left attached: ok\n' "$trial" "$delay" "$outcome"
