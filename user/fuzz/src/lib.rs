@@ -436,8 +436,10 @@ fn sysfs_tree(data: &[u8]) {
             }
         }
         let _ = ddioscope::topology::llc_from_sysfs(&t.topology);
-        for node in ddioscope::topology::cpu_nodes(&t.topology).values() {
-            let _ = ddioscope::topology::package_of_node(&t.topology, *node);
+        // Once per node, as the host description asks (not once per CPU).
+        let nodes: std::collections::BTreeSet<i32> = ddioscope::topology::cpu_nodes(&t.topology).into_values().collect();
+        for node in nodes {
+            let _ = ddioscope::topology::package_of_node(&t.topology, node);
         }
         let _ = ddioscope::model::geometry::LlcGeometry::detect(&t.model, Path::new("/nonexistent"), 0);
     }
