@@ -22,8 +22,13 @@ NEEDED := clang:clang llvm-strip:llvm pkg-config:pkg-config bpftool:bpftool \
 	prometheus:prometheus promtool:prometheus tmux:tmux \
 	zsh:zsh fish:fish nroff:groff-base man:man-db systemd-analyze:systemd bpftrace:bpftrace
 
+# `make fuzz`: each fuzz target for FUZZ_SECS seconds (docs/fuzzing.md).
+FUZZ_SECS ?= 60
+# `make test`: SIGKILLs of a recorder under load (scripts/kill-trials.sh).
+KILL_TRIALS ?= 3
+
 .PHONY: all build deps demo test unit-test system-test bench clean dist install uninstall \
-	package package-deps package-test
+	package package-deps package-test fuzz fuzz-deps
 
 all: build
 
@@ -65,15 +70,25 @@ demo: deps build
 # clippy from the toolchain found (or Debian's, matched to Debian's rustc), never a download.
 unit-test: deps
 	@scripts/rust-toolchain.sh clippy
-	cd user && $(CARGO) clippy --release --all-targets -- -D warnings
+	cd user && $(CARGO) clippy --release --workspace --all-targets -- -D warnings
 	# --include-ignored: the tests that load BPF (ignored by a plain `cargo test`, which may lack root).
 	cd user && $(CARGO) test --release -- --skip ground_truth --include-ignored
 	cd user && $(CARGO) test --release --lib ground_truth -- --nocapture --test-threads 1
+	cd user && $(CARGO) test --release -p ddioscope-fuzz
 
 system-test: deps build $(FRAGCHECK)
 	python3 -m pytest -v tests/system
+	scripts/kill-trials.sh $(KILL_TRIALS)
 
 test: unit-test system-test package-test
+
+# cargo-afl builds AFL++ from the source its crate ships (crates.io only).
+fuzz-deps: deps
+	@command -v cargo-afl >/dev/null 2>&1 || [ -x $(HOME)/.cargo/bin/cargo-afl ] || \
+		$(CARGO) install cargo-afl --version 0.18.2 --locked
+
+fuzz: fuzz-deps
+	CARGO=$(CARGO) scripts/fuzz.sh $(FUZZ_SECS)
 
 bench: deps build
 	python3 scripts/bench.py

@@ -42,7 +42,7 @@ def test_record_bad_output(testbed, tmp_path):
     existing.write_text("keep me")
     expect_error(base + ["-o", existing], "already exists", "--force")
     assert existing.read_text() == "keep me"
-    expect_error(base + ["-o", tmp_path], "already exists")
+    expect_error(base + ["-o", tmp_path], "is a directory")
     expect_error(base + ["--interval", "1", "-o", tmp_path / "y.ddio"], "--interval")
 
 

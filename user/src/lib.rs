@@ -4,9 +4,11 @@
 //! (`topology`, `counters`) feed a live `session`, whose snapshots a `recording` keeps;
 //! `analysis` turns a recording into evidence, attribution and advice (with `model`,
 //! `attribution`, `advise`), `report` renders it, and the live `surfaces` show a session.
-//! `build_info` (what this binary is) sits beside `sys` at the bottom; `dist` generates
-//! man pages and completions from the command line (`cli`) at the top.
+//! `build_info` (what this binary is) and `outfile` (what an output may replace) sit beside
+//! `sys` at the bottom; `dist` generates man pages and completions from the command line
+//! (`cli`) at the top.
 pub mod sys;
+pub mod outfile;
 pub mod build_info;
 pub mod snapshot;
 pub mod topology;

@@ -1,8 +1,7 @@
 //! The ddioscope command line: parse, run the subcommand, print its output and errors.
-use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, Result};
 use clap::{CommandFactory, Parser};
 
 use ddioscope::analysis::{self, Summary};
@@ -65,7 +64,7 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
 fn report_cmd(args: ReportArgs) -> Result<()> {
     // Refuse before the (slower) model runs: the answer does not depend on it.
     if let Some(out) = &args.html {
-        check_output(out, args.force)?;
+        ddioscope::outfile::check(out, args.force)?;
     }
     let rec = Recording::open(&args.file)?;
     let summary: Summary = analysis::summary::build(&rec);
@@ -77,7 +76,7 @@ fn report_cmd(args: ReportArgs) -> Result<()> {
             analysis::Outcome::NoModel { .. } => &[],
         };
         let page = report::html::render_html(&rec, &summary, recs);
-        std::fs::write(&out, page).map_err(|e| anyhow!("cannot write {}: {e}", out.display()))?;
+        ddioscope::outfile::write_whole(&out, args.force, page.as_bytes())?;
         eprintln!("wrote {}", out.display());
     } else if args.json {
         print(&(FullReport::new(&summary, &outcome).to_json()? + "\n"))?;
@@ -106,20 +105,4 @@ fn simulate(args: SimulateArgs) -> Result<()> {
     };
     let grid = ddioscope::model::spec::what_if(&spec, &args.ring, &args.ways, &args.queues, &args.pkt_bytes);
     print(&if args.json { serde_json::to_string_pretty(&grid)? + "\n" } else { report::text::render_what_if(&grid) })
-}
-
-/// An output file for a report: refused when it exists (unless `force`), is a directory, or
-/// its directory does not exist, each with one line naming the fix.
-fn check_output(out: &Path, force: bool) -> Result<()> {
-    if out.is_dir() {
-        bail!("{} is a directory; name a file for --html", out.display());
-    }
-    if out.exists() && !force {
-        bail!("{} already exists; pass --force to overwrite it", out.display());
-    }
-    let dir = out.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    if !dir.is_dir() {
-        bail!("{}: directory {} does not exist", out.display(), dir.display());
-    }
-    Ok(())
 }

@@ -158,27 +158,28 @@ impl QueueCounters {
         d
     }
 
-    /// Accumulate a delta into a running total.
+    /// Accumulate a delta into a running total (saturating: a damaged recording's
+    /// counts must not wrap around).
     pub fn add(&mut self, d: &QueueCounters) {
-        self.packets += d.packets;
-        self.bytes += d.bytes;
-        self.napi_polls += d.napi_polls;
-        self.napi_work += d.napi_work;
-        self.napi_budget_exhausted += d.napi_budget_exhausted;
-        self.copies += d.copies;
-        self.frees += d.frees;
-        self.drops += d.drops;
-        self.handups += d.handups;
+        self.packets = self.packets.saturating_add(d.packets);
+        self.bytes = self.bytes.saturating_add(d.bytes);
+        self.napi_polls = self.napi_polls.saturating_add(d.napi_polls);
+        self.napi_work = self.napi_work.saturating_add(d.napi_work);
+        self.napi_budget_exhausted = self.napi_budget_exhausted.saturating_add(d.napi_budget_exhausted);
+        self.copies = self.copies.saturating_add(d.copies);
+        self.frees = self.frees.saturating_add(d.frees);
+        self.drops = self.drops.saturating_add(d.drops);
+        self.handups = self.handups.saturating_add(d.handups);
         for s in 0..NSTAGES {
-            self.stage_count[s] += d.stage_count[s];
-            self.stage_sum_ns[s] += d.stage_sum_ns[s];
+            self.stage_count[s] = self.stage_count[s].saturating_add(d.stage_count[s]);
+            self.stage_sum_ns[s] = self.stage_sum_ns[s].saturating_add(d.stage_sum_ns[s]);
             self.stage_max_ns[s] = self.stage_max_ns[s].max(d.stage_max_ns[s]);
             for b in 0..NBUCKETS {
-                self.stage_hist[s][b] += d.stage_hist[s][b];
+                self.stage_hist[s][b] = self.stage_hist[s][b].saturating_add(d.stage_hist[s][b]);
             }
         }
         for b in 0..NAPI_BUCKETS {
-            self.napi_work_hist[b] += d.napi_work_hist[b];
+            self.napi_work_hist[b] = self.napi_work_hist[b].saturating_add(d.napi_work_hist[b]);
         }
     }
 }

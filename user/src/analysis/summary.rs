@@ -491,7 +491,7 @@ pub struct Events {
 
 impl Events {
     fn frees_seen_pct(freed: u64, evicted: u64, stale: u64) -> Option<f64> {
-        let ended = freed + evicted + stale;
+        let ended = freed.saturating_add(evicted).saturating_add(stale);
         (ended > 0).then(|| 100.0 * freed as f64 / ended as f64)
     }
 }

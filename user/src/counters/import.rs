@@ -216,7 +216,12 @@ pub fn parse_perf_stat_csv_for(
             continue;
         }
         let first: Vec<&str> = trimmed.splitn(3, ',').collect();
-        let time_s: f64 = first[0].trim().parse().map_err(|_| anyhow!("line {lineno}: first field {:?} is not a timestamp (need `perf stat -I ... -x,` output)", first[0]))?;
+        let time_s: f64 = first[0]
+            .trim()
+            .parse()
+            .ok()
+            .filter(|t: &f64| t.is_finite() && *t >= 0.0)
+            .ok_or_else(|| anyhow!("line {lineno}: first field {:?} is not a timestamp (need `perf stat -I ... -x,` output)", first[0]))?;
         let per_socket = first.get(1).and_then(|s| socket_field(s));
         let (socket, value_idx) = match per_socket {
             Some(s) => (s, 3), // time, S0, number of CPUs/instances aggregated, value
@@ -232,6 +237,8 @@ pub fn parse_perf_stat_csv_for(
         }
         let mut value: f64 = value_s
             .parse()
+            .ok()
+            .filter(|v: &f64| v.is_finite())
             .with_context(|| format!("line {lineno}: bad counter value {value_s:?}"))?;
         let unit = f[value_idx + 1].trim();
         let (pmu, event) = resolve_event(&f[value_idx + 2], platform);
@@ -269,7 +276,8 @@ pub fn parse_perf_stat_csv_for(
         rows.entry((socket, pmu.clone(), event.clone()))
             .and_modify(|r| {
                 r.value += value;
-                r.raw += raw;
+                // Saturating: a damaged file's counts must not wrap.
+                r.raw = r.raw.saturating_add(raw);
             })
             .or_insert(CounterReading {
                 t_ns,
@@ -502,5 +510,18 @@ mod tests {
             .to_string();
         assert!(e.contains("not a timestamp"), "{e}");
         assert!(parse_perf_stat_csv("# only comments\n").is_err());
+    }
+
+    /// Found by fuzzing: huge values summed over --no-merge lines overflowed `raw`, and
+    /// non-finite numbers were taken as timestamps and counts.
+    #[test]
+    fn damaged_numbers_are_refused_or_saturate() {
+        let line = "1.0,S1,7,8888888888888888888888888881,,cycles,1000,100,,\n";
+        let iv = parse_perf_stat_csv(&line.repeat(3)).unwrap();
+        assert_eq!(iv[0][0].raw, u64::MAX);
+        for bad in ["inf,1,,cycles\n", "-1.0,1,,cycles\n", "NaN,1,,cycles\n"] {
+            assert!(parse_perf_stat_csv(bad).unwrap_err().to_string().contains("not a timestamp"), "{bad}");
+        }
+        assert!(parse_perf_stat_csv("1.0,inf,,cycles\n").unwrap_err().to_string().contains("bad counter value"));
     }
 }

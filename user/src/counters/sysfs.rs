@@ -270,9 +270,21 @@ pub fn parse_cpu_list(s: &str) -> Result<Vec<u32>> {
                 if a > b {
                     bail!("cpu list {s:?}: reversed range");
                 }
+                if b >= crate::topology::MAX_CPUS {
+                    bail!("cpu list {s:?}: CPU {b} is past any kernel's CPU count");
+                }
                 out.extend(a..=b);
             }
-            None => out.push(part.parse().with_context(|| format!("cpu list {s:?}"))?),
+            None => {
+                let cpu: u32 = part.parse().with_context(|| format!("cpu list {s:?}"))?;
+                if cpu >= crate::topology::MAX_CPUS {
+                    bail!("cpu list {s:?}: CPU {cpu} is past any kernel's CPU count");
+                }
+                out.push(cpu);
+            }
+        }
+        if out.len() > crate::topology::MAX_CPUS as usize {
+            bail!("cpu list {s:?}: more CPUs than any kernel has");
         }
     }
     Ok(out)
@@ -498,6 +510,8 @@ mod tests {
         assert_eq!(parse_cpu_list("0-2,8").unwrap(), vec![0, 1, 2, 8]);
         assert_eq!(parse_cpu_list("").unwrap(), Vec::<u32>::new());
         assert!(parse_cpu_list("3-1").is_err());
+        assert!(parse_cpu_list("0-3333333333").is_err());
+        assert!(parse_cpu_list(&"0-65535,".repeat(3)).is_err());
     }
 
     #[test]

@@ -22,6 +22,20 @@ pub struct Recording {
     pub counters: Vec<(u64, CounterRow)>,
 }
 
+/// A count, size or time as the writer stores it (u64 as i64): negative only in a damaged
+/// file, and refused there, since sums of such values would wrap.
+fn count(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<u64> {
+    let v: i64 = r.get(i)?;
+    u64::try_from(v).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(i, v))
+}
+
+fn opt_count(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<Option<u64>> {
+    match r.get::<_, Option<i64>>(i)? {
+        Some(v) => u64::try_from(v).map(Some).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(i, v)),
+        None => Ok(None),
+    }
+}
+
 fn stage_index(dir: Dir, name: &str) -> Option<usize> {
     dir.stage_names().iter().position(|s| *s == name)
 }
@@ -94,18 +108,18 @@ impl Recording {
             let rows = st
                 .query_map([], |r| {
                     Ok(Snapshot {
-                        index: r.get::<_, i64>(0)? as u64,
-                        t_ns: r.get::<_, i64>(1)? as u64,
-                        dur_ns: r.get::<_, i64>(2)? as u64,
+                        index: count(r, 0)?,
+                        t_ns: count(r, 1)?,
+                        dur_ns: count(r, 2)?,
                         events: EventCounters {
-                            sampled: r.get::<_, i64>(3)? as u64,
-                            lost: r.get::<_, i64>(4)? as u64,
-                            received: r.get::<_, i64>(5)? as u64,
-                            state_evicted: r.get::<_, i64>(6)? as u64,
-                            queue_clamped: r.get::<_, i64>(7)? as u64,
-                            state_stale: r.get::<_, i64>(8)? as u64,
+                            sampled: count(r, 3)?,
+                            lost: count(r, 4)?,
+                            received: count(r, 5)?,
+                            state_evicted: count(r, 6)?,
+                            queue_clamped: count(r, 7)?,
+                            state_stale: count(r, 8)?,
                         },
-                        detail_ns: r.get::<_, Option<i64>>(9)?.map(|v| v as u64),
+                        detail_ns: opt_count(r, 9)?,
                         ..Default::default()
                     })
                 })
@@ -129,7 +143,7 @@ impl Recording {
                 let dir = Dir::parse(&r.get::<_, String>(1).map_err(corrupt)?).unwrap_or(Dir::Rx);
                 let queue: u32 = r.get(2).map_err(corrupt)?;
                 let mut q = QueueCounters::new(dir, queue);
-                let g = |i: usize| -> Result<u64> { Ok(r.get::<_, i64>(i).map_err(corrupt)? as u64) };
+                let g = |i: usize| -> Result<u64> { count(r, i).map_err(corrupt) };
                 q.packets = g(3)?;
                 q.bytes = g(4)?;
                 q.napi_polls = g(5)?;
@@ -148,28 +162,28 @@ impl Recording {
                 .map_err(corrupt)?;
             let mut rows = st.query([]).map_err(corrupt)?;
             while let Some(r) = rows.next().map_err(corrupt)? {
-                let iv = r.get::<_, i64>(0).map_err(corrupt)? as u64;
+                let iv = count(r, 0).map_err(corrupt)?;
                 let dir = Dir::parse(&r.get::<_, String>(1).map_err(corrupt)?).unwrap_or(Dir::Rx);
                 let queue: u32 = r.get(2).map_err(corrupt)?;
                 let Some(si) = stage_index(dir, &r.get::<_, String>(3).map_err(corrupt)?) else { continue };
                 let q = queues.entry((iv, dir, queue)).or_insert_with(|| QueueCounters::new(dir, queue));
-                q.stage_count[si] = r.get::<_, i64>(4).map_err(corrupt)? as u64;
-                q.stage_sum_ns[si] = r.get::<_, i64>(5).map_err(corrupt)? as u64;
-                q.stage_max_ns[si] = r.get::<_, i64>(6).map_err(corrupt)? as u64;
+                q.stage_count[si] = count(r, 4).map_err(corrupt)?;
+                q.stage_sum_ns[si] = count(r, 5).map_err(corrupt)?;
+                q.stage_max_ns[si] = count(r, 6).map_err(corrupt)?;
             }
         }
         {
             let mut st = conn.prepare("SELECT interval,dir,queue,stage,bucket,count FROM stage_hist").map_err(corrupt)?;
             let mut rows = st.query([]).map_err(corrupt)?;
             while let Some(r) = rows.next().map_err(corrupt)? {
-                let iv = r.get::<_, i64>(0).map_err(corrupt)? as u64;
+                let iv = count(r, 0).map_err(corrupt)?;
                 let dir = Dir::parse(&r.get::<_, String>(1).map_err(corrupt)?).unwrap_or(Dir::Rx);
                 let queue: u32 = r.get(2).map_err(corrupt)?;
                 let Some(si) = stage_index(dir, &r.get::<_, String>(3).map_err(corrupt)?) else { continue };
                 let b = r.get::<_, i64>(4).map_err(corrupt)? as usize;
                 let q = queues.entry((iv, dir, queue)).or_insert_with(|| QueueCounters::new(dir, queue));
                 if let Some(slot) = q.stage_hist[si].get_mut(b) {
-                    *slot = r.get::<_, i64>(5).map_err(corrupt)? as u64;
+                    *slot = count(r, 5).map_err(corrupt)?;
                 }
             }
         }
@@ -177,12 +191,12 @@ impl Recording {
             let mut st = conn.prepare("SELECT interval,queue,bucket,count FROM napi_hist").map_err(corrupt)?;
             let mut rows = st.query([]).map_err(corrupt)?;
             while let Some(r) = rows.next().map_err(corrupt)? {
-                let iv = r.get::<_, i64>(0).map_err(corrupt)? as u64;
+                let iv = count(r, 0).map_err(corrupt)?;
                 let queue: u32 = r.get(1).map_err(corrupt)?;
                 let b = r.get::<_, i64>(2).map_err(corrupt)? as usize;
                 let q = queues.entry((iv, Dir::Rx, queue)).or_insert_with(|| QueueCounters::new(Dir::Rx, queue));
                 if let Some(slot) = q.napi_work_hist.get_mut(b) {
-                    *slot = r.get::<_, i64>(3).map_err(corrupt)? as u64;
+                    *slot = count(r, 3).map_err(corrupt)?;
                 }
             }
         }
@@ -199,9 +213,9 @@ impl Recording {
                 .map_err(corrupt)?;
             let mut rows = st.query([]).map_err(corrupt)?;
             while let Some(r) = rows.next().map_err(corrupt)? {
-                let iv = r.get::<_, i64>(0).map_err(corrupt)? as u64;
+                let iv = count(r, 0).map_err(corrupt)?;
                 let dir = Dir::parse(&r.get::<_, String>(1).map_err(corrupt)?).unwrap_or(Dir::Rx);
-                let g = |i: usize| -> Result<u64> { Ok(r.get::<_, i64>(i).map_err(corrupt)? as u64) };
+                let g = |i: usize| -> Result<u64> { count(r, i).map_err(corrupt) };
                 let proto: Option<String> = r.get(14).map_err(corrupt)?;
                 let flow = match proto {
                     Some(proto) => Some(FlowKey {
@@ -219,8 +233,9 @@ impl Recording {
                     queue: g(2)? as u32,
                     cpu: g(3)? as u32,
                     len: g(4)? as u32,
-                    skb_addr: g(5)?,
-                    data_addr: g(6)?,
+                    // Kernel addresses: the writer's u64 read back as i64, negative above 2^63.
+                    skb_addr: r.get::<_, i64>(5).map_err(corrupt)? as u64,
+                    data_addr: r.get::<_, i64>(6).map_err(corrupt)? as u64,
                     ts: [g(7)?, g(8)?, g(9)?, g(10)?],
                     free_ns: g(11)?,
                     dropped: g(12)? != 0,
@@ -253,20 +268,20 @@ impl Recording {
                         dport: r.get(5).map_err(corrupt)?,
                     },
                     queue: r.get(6).map_err(corrupt)?,
-                    packets: r.get::<_, i64>(7).map_err(corrupt)? as u64,
-                    bytes: r.get::<_, i64>(8).map_err(corrupt)? as u64,
-                    payload_bytes: r.get::<_, i64>(9).map_err(corrupt)? as u64,
-                    first_ns: r.get::<_, i64>(10).map_err(corrupt)? as u64,
-                    last_ns: r.get::<_, i64>(11).map_err(corrupt)? as u64,
-                    samples: r.get::<_, Option<i64>>(12).map_err(corrupt)?.map(|v| v as u64),
-                    bytes_var: r.get::<_, Option<i64>>(13).map_err(corrupt)?.map(|v| v as u64),
+                    packets: count(r, 7).map_err(corrupt)?,
+                    bytes: count(r, 8).map_err(corrupt)?,
+                    payload_bytes: count(r, 9).map_err(corrupt)?,
+                    first_ns: count(r, 10).map_err(corrupt)?,
+                    last_ns: count(r, 11).map_err(corrupt)?,
+                    samples: opt_count(r, 12).map_err(corrupt)?,
+                    bytes_var: opt_count(r, 13).map_err(corrupt)?,
                 });
             }
         }
         let mut drop_reasons = Vec::new();
         {
             let mut st = conn.prepare("SELECT reason,count FROM drop_reasons ORDER BY reason").map_err(corrupt)?;
-            let rows = st.query_map([], |r| Ok((r.get::<_, u32>(0)?, r.get::<_, i64>(1)? as u64))).map_err(corrupt)?;
+            let rows = st.query_map([], |r| Ok((r.get::<_, u32>(0)?, count(r, 1)?))).map_err(corrupt)?;
             for r in rows {
                 drop_reasons.push(r.map_err(corrupt)?);
             }
@@ -279,16 +294,16 @@ impl Recording {
             let rows = st
                 .query_map([], |r| {
                     Ok((
-                        r.get::<_, i64>(0)? as u64,
+                        count(r, 0)?,
                         CounterRow {
-                            t_ns: r.get::<_, i64>(1)? as u64,
+                            t_ns: count(r, 1)?,
                             socket: r.get(2)?,
                             pmu: r.get(3)?,
                             event: r.get(4)?,
                             value: r.get(5)?,
-                            raw: r.get::<_, i64>(6)? as u64,
-                            enabled_ns: r.get::<_, i64>(7)? as u64,
-                            running_ns: r.get::<_, i64>(8)? as u64,
+                            raw: count(r, 6)?,
+                            enabled_ns: count(r, 7)?,
+                            running_ns: count(r, 8)?,
                             source: r.get(9)?,
                         },
                     ))
@@ -319,8 +334,8 @@ impl Recording {
                 .map_err(corrupt)?;
             let mut rows = st.query([]).map_err(corrupt)?;
             while let Some(r) = rows.next().map_err(corrupt)? {
-                let g = |i: usize| -> Result<u64> { Ok(r.get::<_, i64>(i).map_err(corrupt)? as u64) };
-                let opt = |i: usize| -> Result<Option<u64>> { Ok(r.get::<_, Option<i64>>(i).map_err(corrupt)?.map(|v| v as u64)) };
+                let g = |i: usize| -> Result<u64> { count(r, i).map_err(corrupt) };
+                let opt = |i: usize| -> Result<Option<u64>> { opt_count(r, i).map_err(corrupt) };
                 if let Some(&si) = by_idx.get(&g(0)?) {
                     snaps[si].misses = Some(MissSnapshot {
                         samples: g(1)?,
@@ -330,7 +345,7 @@ impl Recording {
                         ctx_charged: g(5)?,
                         uncharged: g(6)?,
                         out_of_subset: g(7)?,
-                        no_flow: r.get::<_, Option<i64>>(8).map_err(corrupt)?.map(|v| v as u64),
+                        no_flow: opt_count(r, 8).map_err(corrupt)?,
                         queue_clamped: g(9)?,
                         throttle: match (opt(10)?, opt(11)?, opt(12)?) {
                             (Some(throttles), Some(throttled_ns), Some(records_lost)) => {
@@ -360,7 +375,7 @@ impl Recording {
                     .map_err(corrupt)?;
                 let mut rows = st.query([]).map_err(corrupt)?;
                 while let Some(r) = rows.next().map_err(corrupt)? {
-                    let g = |i: usize| -> Result<u64> { Ok(r.get::<_, i64>(i).map_err(corrupt)? as u64) };
+                    let g = |i: usize| -> Result<u64> { count(r, i).map_err(corrupt) };
                     if let Some(m) = by_idx.get(&g(0)?).and_then(|&si| snaps[si].misses.as_mut()) {
                         m.buf = crate::snapshot::BufMapCounters {
                             linear_pages: g(1)?,
@@ -368,7 +383,7 @@ impl Recording {
                             frags_over_cap: g(3)?,
                             frags_no_page: g(4)?,
                             frags_no_layout: g(5)?,
-                            entries: r.get::<_, Option<i64>>(6).map_err(corrupt)?.map(|e| e as u64),
+                            entries: opt_count(r, 6).map_err(corrupt)?,
                             copy_linear_joined: g(7)?,
                             copy_frag_joined: g(8)?,
                             slots_replaced: g(9)?,
@@ -380,11 +395,11 @@ impl Recording {
             let mut st = conn.prepare("SELECT interval,dir,queue,addr_join,cpu_ctx FROM miss_queues").map_err(corrupt)?;
             let mut rows = st.query([]).map_err(corrupt)?;
             while let Some(r) = rows.next().map_err(corrupt)? {
-                let iv = r.get::<_, i64>(0).map_err(corrupt)? as u64;
+                let iv = count(r, 0).map_err(corrupt)?;
                 let dir = Dir::parse(&r.get::<_, String>(1).map_err(corrupt)?).unwrap_or(Dir::Rx);
                 let q: u32 = r.get(2).map_err(corrupt)?;
-                let a = r.get::<_, i64>(3).map_err(corrupt)? as u64;
-                let c = r.get::<_, i64>(4).map_err(corrupt)? as u64;
+                let a = count(r, 3).map_err(corrupt)?;
+                let c = count(r, 4).map_err(corrupt)?;
                 if let Some(m) = by_idx.get(&iv).and_then(|&si| snaps[si].misses.as_mut()) {
                     m.queues.push((dir, q, a, c));
                 }
@@ -392,11 +407,11 @@ impl Recording {
             let mut st = conn.prepare("SELECT interval,bucket,count FROM miss_age_hist").map_err(corrupt)?;
             let mut rows = st.query([]).map_err(corrupt)?;
             while let Some(r) = rows.next().map_err(corrupt)? {
-                let iv = r.get::<_, i64>(0).map_err(corrupt)? as u64;
+                let iv = count(r, 0).map_err(corrupt)?;
                 let b = r.get::<_, i64>(1).map_err(corrupt)? as usize;
                 if let Some(m) = by_idx.get(&iv).and_then(|&si| snaps[si].misses.as_mut()) {
                     if let Some(slot) = m.age_hist.get_mut(b) {
-                        *slot = r.get::<_, i64>(2).map_err(corrupt)? as u64;
+                        *slot = count(r, 2).map_err(corrupt)?;
                     }
                 }
             }
@@ -415,10 +430,11 @@ impl Recording {
                         dst: r.get(4).map_err(corrupt)?,
                         dport: r.get(5).map_err(corrupt)?,
                     };
-                    last.flows.push((k, r.get::<_, i64>(6).map_err(corrupt)? as u64, r.get::<_, i64>(7).map_err(corrupt)? as u64));
+                    last.flows.push((k, count(r, 6).map_err(corrupt)?, count(r, 7).map_err(corrupt)?));
                 }
                 let mut st = conn.prepare("SELECT region,samples FROM miss_regions ORDER BY samples DESC").map_err(corrupt)?;
-                let rows = st.query_map([], |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64))).map_err(corrupt)?;
+                // A region is an address range (any u64); its sample count is a count.
+                let rows = st.query_map([], |r| Ok((r.get::<_, i64>(0)? as u64, count(r, 1)?))).map_err(corrupt)?;
                 for r in rows {
                     last.regions.push(r.map_err(corrupt)?);
                 }
@@ -449,7 +465,8 @@ impl Recording {
     }
 
     pub fn duration_s(&self) -> f64 {
-        self.snapshots.iter().map(|s| s.dur_ns).sum::<u64>() as f64 / 1e9
+        // In f64: a damaged file's durations must not wrap a u64 sum.
+        self.snapshots.iter().map(|s| s.dur_ns as f64).sum::<f64>() / 1e9
     }
 
     /// Per-queue totals over the whole run.
@@ -466,12 +483,13 @@ impl Recording {
     pub fn event_totals(&self) -> EventCounters {
         let mut t = EventCounters::default();
         for s in &self.snapshots {
-            t.sampled += s.events.sampled;
-            t.lost += s.events.lost;
-            t.received += s.events.received;
-            t.state_evicted += s.events.state_evicted;
-            t.queue_clamped += s.events.queue_clamped;
-            t.state_stale += s.events.state_stale;
+            let e = &s.events;
+            t.sampled = t.sampled.saturating_add(e.sampled);
+            t.lost = t.lost.saturating_add(e.lost);
+            t.received = t.received.saturating_add(e.received);
+            t.state_evicted = t.state_evicted.saturating_add(e.state_evicted);
+            t.queue_clamped = t.queue_clamped.saturating_add(e.queue_clamped);
+            t.state_stale = t.state_stale.saturating_add(e.state_stale);
         }
         t
     }

@@ -1,16 +1,40 @@
 //! Writes a recording: metadata first, then one committed transaction per interval.
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use rusqlite::{params, Connection, ErrorCode};
 
 use super::{APPLICATION_ID, SCHEMA, SCHEMA_VERSION};
+use crate::outfile;
 use crate::snapshot::{Snapshot, NAPI_BUCKETS, NBUCKETS};
 
 pub struct Writer {
     conn: Connection,
     path: PathBuf,
+    force: bool,
+    /// Declared after `conn`, so the connection is closed before its file is removed.
+    temp: Temp,
 }
+
+/// The temporary file a new recording is written to until its first interval is
+/// committed, with the File that holds its lock (see `outfile::create_temp`); removed
+/// with its journal if the run ends before that.
+struct Temp(Option<(PathBuf, std::fs::File)>);
+
+impl Drop for Temp {
+    fn drop(&mut self) {
+        if let Some((tmp, _lock)) = self.0.take() {
+            let _ = std::fs::remove_file(&tmp);
+            let mut journal = tmp.into_os_string();
+            journal.push("-journal");
+            let _ = std::fs::remove_file(journal);
+        }
+    }
+}
+
+/// Per connection: a committed interval survives the writer's death (SIGKILL), and an
+/// interrupted one is rolled back from its journal by the next reader.
+const PRAGMAS: &str = "PRAGMA journal_mode = DELETE; PRAGMA synchronous = NORMAL;";
 
 /// A one-line reason for an SQLite write failure, naming the file.
 pub fn explain_sqlite(e: &rusqlite::Error, path: &Path) -> String {
@@ -27,35 +51,45 @@ pub fn explain_sqlite(e: &rusqlite::Error, path: &Path) -> String {
 }
 
 impl Writer {
-    /// Create a new recording; an existing file is refused unless `force`.
+    /// Create a new recording. The path is checked as `outfile::check` decides (`force`
+    /// replaces only a regular file), and the recording is written to a temporary file
+    /// beside it until the first interval is committed: a run that fails before that
+    /// (unknown interface, BPF load error) leaves whatever was at `path` as it was.
     pub fn create(path: &Path, force: bool) -> Result<Writer> {
-        if path.exists() {
-            if !force {
-                bail!("{} already exists; pass --force to overwrite it", path.display());
-            }
-            std::fs::remove_file(path).with_context(|| format!("removing {} for --force", path.display()))?;
-        }
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            if !dir.is_dir() {
-                bail!("cannot create recording {}: directory {} does not exist", path.display(), dir.display());
-            }
-        }
-        let conn = Connection::open(path).map_err(|e| anyhow::anyhow!(explain_sqlite(&e, path)))?;
-        let w = Writer { conn, path: path.to_path_buf() };
+        outfile::check(path, force)?;
+        let (tmp, lock) = outfile::create_temp(path)?;
+        let temp = Temp(Some((tmp.clone(), lock)));
+        let conn = Connection::open(&tmp).map_err(|e| anyhow::anyhow!(explain_sqlite(&e, path)))?;
+        let w = Writer { conn, path: path.to_path_buf(), force, temp };
         w.conn
             .execute_batch(&format!(
                 "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};
-                 PRAGMA journal_mode = DELETE; PRAGMA synchronous = NORMAL; BEGIN; {SCHEMA} COMMIT;"
+                 {PRAGMAS} BEGIN; {SCHEMA} COMMIT;"
             ))
             .map_err(|e| w.err(e))?;
         Ok(w)
+    }
+
+    /// Renames the temporary file into place (once). SQLite names an open database's
+    /// journal after the path it was opened by, so the connection is reopened under the
+    /// final name: a SIGKILL in a later interval then leaves the hot journal beside the
+    /// recording, where the next reader finds it and rolls the cut interval back.
+    fn publish(&mut self) -> Result<()> {
+        let Some((tmp, _)) = &self.temp.0 else { return Ok(()) };
+        outfile::publish(tmp, &self.path, self.force)?;
+        // Renamed: nothing to remove any more, and the lock goes with the File.
+        self.temp.0 = None;
+        self.conn = Connection::open_with_flags(&self.path, rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE)
+            .map_err(|e| anyhow::anyhow!(explain_sqlite(&e, &self.path)))?;
+        self.conn.execute_batch(PRAGMAS).map_err(|e| self.err(e))?;
+        Ok(())
     }
 
     /// Append to a finished recording (counter import).
     pub fn open_existing(path: &Path) -> Result<Writer> {
         let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE)
             .map_err(|e| anyhow::anyhow!(explain_sqlite(&e, path)))?;
-        Ok(Writer { conn, path: path.to_path_buf() })
+        Ok(Writer { conn, path: path.to_path_buf(), force: false, temp: Temp(None) })
     }
 
     pub fn delete_counters(&self, source: &str) -> Result<()> {
@@ -84,7 +118,7 @@ impl Writer {
         let tx = self.conn.transaction().map_err(|e| anyhow::anyhow!(explain_sqlite(&e, &path)))?;
         write_snapshot_tx(&tx, s).map_err(|e| anyhow::anyhow!(explain_sqlite(&e, &path)))?;
         tx.commit().map_err(|e| anyhow::anyhow!(explain_sqlite(&e, &path)))?;
-        Ok(())
+        self.publish()
     }
 
     /// Counter readings of one interval (any source).
@@ -357,4 +391,61 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
         d_st.execute(params![r, *c as i64])?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir_names(d: &Path) -> Vec<String> {
+        let mut v: Vec<String> =
+            std::fs::read_dir(d).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_start_that_fails_before_the_first_interval_leaves_the_old_file_and_no_temp() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("r.ddio");
+        std::fs::write(&p, b"an earlier recording").unwrap();
+        let w = Writer::create(&p, true).unwrap();
+        w.set_meta("iface", "{}").unwrap();
+        drop(w);
+        assert_eq!(std::fs::read(&p).unwrap(), b"an earlier recording");
+        assert_eq!(dir_names(d.path()), ["r.ddio"]);
+    }
+
+    #[test]
+    fn the_first_interval_moves_the_recording_into_place_with_its_journal() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("r.ddio");
+        std::fs::write(&p, b"an earlier recording").unwrap();
+        let mut w = Writer::create(&p, true).unwrap();
+        w.set_meta("iface", "{}").unwrap();
+        w.write_snapshot(&Snapshot::default()).unwrap();
+        // Later transactions journal beside the final name, where a reader looks.
+        let opened = std::fs::canonicalize(w.conn.path().unwrap()).unwrap();
+        assert_eq!(opened, std::fs::canonicalize(&p).unwrap());
+        w.write_snapshot(&Snapshot { index: 1, ..Default::default() }).unwrap();
+        w.set_meta("complete", "true").unwrap();
+        drop(w);
+        assert_eq!(dir_names(d.path()), ["r.ddio"]);
+        let conn = Connection::open(&p).unwrap();
+        let n: i64 = conn.query_row("SELECT count(*) FROM intervals", [], |r| r.get(0)).unwrap();
+        assert_eq!(n, 2);
+    }
+
+    #[test]
+    fn refusals_happen_before_anything_is_created() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("r.ddio");
+        std::fs::write(&p, b"keep").unwrap();
+        let e = Writer::create(&p, false).err().unwrap().to_string();
+        assert!(e.contains("--force"), "{e}");
+        let e = Writer::create(d.path(), true).err().unwrap().to_string();
+        assert!(e.ends_with("is a directory"), "{e}");
+        assert_eq!(dir_names(d.path()), ["r.ddio"]);
+        assert_eq!(std::fs::read(&p).unwrap(), b"keep");
+    }
 }

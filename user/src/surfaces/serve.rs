@@ -571,21 +571,28 @@ async fn not_found() -> Response {
     (StatusCode::NOT_FOUND, "not found: try /metrics or /healthz\n").into_response()
 }
 
+/// Every route `serve` answers, over the latest published value.
+pub fn router(shared: Arc<Shared>) -> Router {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(SnapshotCollector(Arc::clone(&shared))));
+    let state = AppState { registry: Arc::new(registry), shared };
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .fallback(not_found)
+        .with_state(state)
+}
+
 /// The HTTP side, on its own thread; returns when `shutdown` fires (in-flight
 /// connections are dropped with the runtime: a stuck client cannot hold us).
 fn http_thread(
     listener: std::net::TcpListener,
-    state: AppState,
+    app: Router,
     shutdown: tokio::sync::oneshot::Receiver<()>,
 ) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the HTTP runtime")?;
     let result = rt.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(listener).context("registering the listener")?;
-        let app = Router::new()
-            .route("/metrics", get(metrics))
-            .route("/healthz", get(healthz))
-            .fallback(not_found)
-            .with_state(state);
         tokio::select! {
             r = axum::serve(listener, app).into_future() => r.context("HTTP server"),
             _ = shutdown => Ok(()),
@@ -608,13 +615,11 @@ pub fn run(opts: &ServeArgs) -> Result<()> {
     let stop = crate::sys::stop_flag()?;
 
     let shared = Arc::new(Shared::default());
-    let mut registry = Registry::default();
-    registry.register_collector(Box::new(SnapshotCollector(Arc::clone(&shared))));
-    let state = AppState { registry: Arc::new(registry), shared: Arc::clone(&shared) };
+    let app = router(Arc::clone(&shared));
     let (shutdown_tx, shutdown_rx) = tokio::sync::oneshot::channel();
     let http = std::thread::Builder::new()
         .name("http".into())
-        .spawn(move || http_thread(listener, state, shutdown_rx))
+        .spawn(move || http_thread(listener, app, shutdown_rx))
         .context("starting the HTTP thread")?;
 
     let result = sample_loop(opts, &live_opts, features, iface, &shared, &stop, &http);

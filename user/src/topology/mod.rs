@@ -92,16 +92,29 @@ pub struct CacheInfo {
     pub shared_cpus: String,
 }
 
-/// Parse a kernel CPU list such as "0-3,8,10-11".
+/// CPU ids at or above this are beyond any kernel's NR_CPUS (8192 at most today): a
+/// list naming one is damaged, and expanding it could take all memory.
+pub const MAX_CPUS: u32 = 1 << 16;
+
+/// Parse a kernel CPU list such as "0-3,8,10-11"; parts naming CPUs past MAX_CPUS are
+/// skipped, and the list stops at MAX_CPUS entries.
 pub fn parse_cpu_list(s: &str) -> Vec<u32> {
     let mut out = Vec::new();
     for part in s.trim().split(',').filter(|p| !p.is_empty()) {
         if let Some((a, b)) = part.split_once('-') {
             if let (Ok(a), Ok(b)) = (a.trim().parse::<u32>(), b.trim().parse::<u32>()) {
-                out.extend(a..=b);
+                if b < MAX_CPUS {
+                    out.extend(a..=b);
+                }
             }
         } else if let Ok(v) = part.trim().parse() {
-            out.push(v);
+            if v < MAX_CPUS {
+                out.push(v);
+            }
+        }
+        if out.len() >= MAX_CPUS as usize {
+            out.truncate(MAX_CPUS as usize);
+            break;
         }
     }
     out
@@ -116,7 +129,7 @@ pub fn parse_size(s: &str) -> Option<u64> {
         'G' => (&s[..s.len() - 1], 1024 * 1024 * 1024),
         _ => (s, 1),
     };
-    num.parse::<u64>().ok().map(|n| n * mul)
+    num.parse::<u64>().ok().and_then(|n| n.checked_mul(mul))
 }
 
 fn read_trim(p: &Path) -> Option<String> {
@@ -397,6 +410,12 @@ mod tests {
     fn cpu_lists() {
         assert_eq!(parse_cpu_list("0-3,8,10-11\n"), vec![0, 1, 2, 3, 8, 10, 11]);
         assert_eq!(parse_cpu_list(""), Vec::<u32>::new());
+        // Damaged lists (found by fuzzing): no CPU past any kernel's count, no unbounded list.
+        assert_eq!(parse_cpu_list("0-3333333333,5"), vec![5]);
+        assert_eq!(parse_cpu_list(&"0-65535,".repeat(100)).len(), MAX_CPUS as usize);
+        assert_eq!(parse_size("99999999999999999999G"), None);
+        assert_eq!(parse_size("99999999999G"), None);
+        assert_eq!(parse_size("36608K"), Some(36608 * 1024));
     }
 
     #[test]

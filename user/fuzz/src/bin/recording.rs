@@ -1,0 +1,4 @@
+//! AFL++ entry point of the `recording` target (see src/lib.rs).
+fn main() {
+    afl::fuzz!(|data: &[u8]| ddioscope_fuzz::recording(data));
+}
