@@ -119,7 +119,8 @@ pub struct ReportArgs {
     /// Write a self-contained HTML report (inline SVG charts, no network) to this file.
     #[arg(long, value_name = "OUT", conflicts_with = "json")]
     pub html: Option<PathBuf>,
-    /// Overwrite the --html file if it exists.
+    /// Replace the --html file if it exists (a regular file only: never a device, FIFO,
+    /// socket or symlink).
     #[arg(long, requires = "html")]
     pub force: bool,
     #[command(flatten)]

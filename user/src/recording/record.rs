@@ -1,7 +1,7 @@
 //! `ddioscope record`: attach a session, write each of its snapshots into a recording,
 //! stop on Ctrl-C/SIGTERM or after the duration, detach.
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -26,7 +26,8 @@ pub struct RecordArgs {
     /// Recording file to create.
     #[arg(short, long, default_value = "ddioscope.ddio")]
     pub output: PathBuf,
-    /// Overwrite the output file if it exists.
+    /// Replace the output file if it exists (a regular file only: never a device, FIFO,
+    /// socket or symlink), once the new recording holds its first interval.
     #[arg(long)]
     pub force: bool,
     /// Snapshot interval in milliseconds.
@@ -138,10 +139,7 @@ pub fn record(args: &RecordArgs) -> Result<RecordSummary> {
     // Detach before the final metadata write: nothing stays attached even if that write fails.
     drop(live);
     if let Some(e) = write_error {
-        return Err(e.context(format!(
-            "recording stopped after {intervals} intervals; {} holds everything up to the last completed interval",
-            args.output.display()
-        )));
+        return Err(write_failure(e, &args.output, &writer));
     }
     let gone = live_gone;
     RecordingMeta {
@@ -232,6 +230,24 @@ fn session_meta(live: &Session) -> Result<RecordingMeta> {
         start_unix_ms: Some(SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)),
         ..Default::default()
     })
+}
+
+/// The error of an interval that could not be written, saying what the output path holds
+/// now: the intervals before it once the recording was renamed into place there, else
+/// whatever it held before the run (nothing of this run reached it).
+fn write_failure(e: anyhow::Error, output: &Path, writer: &Writer) -> anyhow::Error {
+    let out = output.display();
+    let what = if writer.published() {
+        format!(
+            "recording stopped after {} intervals; {out} holds everything up to the last completed interval",
+            writer.intervals()
+        )
+    } else if std::fs::symlink_metadata(output).is_ok() {
+        format!("recording stopped before its first interval was written; {out} was left as it was")
+    } else {
+        format!("recording stopped before its first interval was written; {out} was not created")
+    };
+    e.context(what)
 }
 
 /// Take snapshots until the session finishes, writing each as one committed interval, and
@@ -376,5 +392,40 @@ impl Progress {
                 if s.stopped_by_signal { "; stopped by signal" } else { "" }
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A first interval that failed never claims the path holds a recording: nothing was
+    /// renamed there, and whatever it held is as it was.
+    #[test]
+    fn a_failed_first_interval_says_the_path_is_untouched() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("r.ddio");
+        let mut w = Writer::create(&p, false).unwrap();
+        std::fs::write(&p, b"someone else's").unwrap();
+        let e = w.write_snapshot(&Snapshot::default()).unwrap_err();
+        let line = format!("{:#}", write_failure(e, &p, &w));
+        assert!(line.contains("before its first interval was written") && line.contains("was left as it was"), "{line}");
+        assert!(!line.contains("holds everything"), "{line}");
+
+        let q = d.path().join("q.ddio");
+        let w = Writer::create(&q, false).unwrap();
+        let line = format!("{:#}", write_failure(anyhow::anyhow!("the disk is full"), &q, &w));
+        assert!(line.ends_with(&format!("{} was not created: the disk is full", q.display())), "{line}");
+    }
+
+    #[test]
+    fn a_later_failure_names_the_intervals_kept() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("r.ddio");
+        let mut w = Writer::create(&p, false).unwrap();
+        w.write_snapshot(&Snapshot::default()).unwrap();
+        w.write_snapshot(&Snapshot { index: 1, ..Default::default() }).unwrap();
+        let line = format!("{:#}", write_failure(anyhow::anyhow!("the disk is full"), &p, &w));
+        assert!(line.contains("stopped after 2 intervals") && line.contains("holds everything up to the last completed interval"), "{line}");
     }
 }

@@ -12,6 +12,8 @@ pub struct Writer {
     conn: Connection,
     path: PathBuf,
     force: bool,
+    /// Intervals committed by this writer.
+    intervals: u64,
     /// Declared after `conn`, so the connection is closed before its file is removed.
     temp: Temp,
 }
@@ -60,7 +62,7 @@ impl Writer {
         let (tmp, lock) = outfile::create_temp(path)?;
         let temp = Temp(Some((tmp.clone(), lock)));
         let conn = Connection::open(&tmp).map_err(|e| anyhow::anyhow!(explain_sqlite(&e, path)))?;
-        let w = Writer { conn, path: path.to_path_buf(), force, temp };
+        let w = Writer { conn, path: path.to_path_buf(), force, intervals: 0, temp };
         w.conn
             .execute_batch(&format!(
                 "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};
@@ -89,7 +91,7 @@ impl Writer {
     pub fn open_existing(path: &Path) -> Result<Writer> {
         let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE)
             .map_err(|e| anyhow::anyhow!(explain_sqlite(&e, path)))?;
-        Ok(Writer { conn, path: path.to_path_buf(), force: false, temp: Temp(None) })
+        Ok(Writer { conn, path: path.to_path_buf(), force: false, intervals: 0, temp: Temp(None) })
     }
 
     pub fn delete_counters(&self, source: &str) -> Result<()> {
@@ -118,7 +120,19 @@ impl Writer {
         let tx = self.conn.transaction().map_err(|e| anyhow::anyhow!(explain_sqlite(&e, &path)))?;
         write_snapshot_tx(&tx, s).map_err(|e| anyhow::anyhow!(explain_sqlite(&e, &path)))?;
         tx.commit().map_err(|e| anyhow::anyhow!(explain_sqlite(&e, &path)))?;
+        self.intervals += 1;
         self.publish()
+    }
+
+    /// Whether the recording is at its path: false until the first interval is committed
+    /// and renamed into place (until then the path holds whatever it held before).
+    pub fn published(&self) -> bool {
+        self.temp.0.is_none()
+    }
+
+    /// Intervals committed so far (into the temporary file, before `published`).
+    pub fn intervals(&self) -> u64 {
+        self.intervals
     }
 
     /// Counter readings of one interval (any source).
@@ -423,7 +437,9 @@ mod tests {
         std::fs::write(&p, b"an earlier recording").unwrap();
         let mut w = Writer::create(&p, true).unwrap();
         w.set_meta("iface", "{}").unwrap();
+        assert!(!w.published());
         w.write_snapshot(&Snapshot::default()).unwrap();
+        assert!(w.published() && w.intervals() == 1);
         // Later transactions journal beside the final name, where a reader looks.
         let opened = std::fs::canonicalize(w.conn.path().unwrap()).unwrap();
         assert_eq!(opened, std::fs::canonicalize(&p).unwrap());
@@ -434,6 +450,22 @@ mod tests {
         let conn = Connection::open(&p).unwrap();
         let n: i64 = conn.query_row("SELECT count(*) FROM intervals", [], |r| r.get(0)).unwrap();
         assert_eq!(n, 2);
+    }
+
+    #[test]
+    fn a_first_interval_that_cannot_be_published_leaves_the_path_to_its_owner() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("r.ddio");
+        let mut w = Writer::create(&p, false).unwrap();
+        assert!(!w.published());
+        // Another program creates the path meanwhile: without --force it is not replaced.
+        std::fs::write(&p, b"someone else's").unwrap();
+        let e = w.write_snapshot(&Snapshot::default()).unwrap_err().to_string();
+        assert!(e.contains("already exists"), "{e}");
+        assert!(!w.published());
+        drop(w);
+        assert_eq!(std::fs::read(&p).unwrap(), b"someone else's");
+        assert_eq!(dir_names(d.path()), ["r.ddio"]);
     }
 
     #[test]
