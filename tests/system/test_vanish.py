@@ -11,14 +11,20 @@ import pytest
 from conftest import BIN, report_json, run, wait_until
 
 
+def connect(path):
+    """Read-only: a plain connect would create an empty file at a path the recorder has
+    not renamed its recording to yet, and the recorder (rightly) never replaces it."""
+    return sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+
+
 def meta(path, key):
-    row = sqlite3.connect(path).execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    row = connect(path).execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
     return row[0] if row else None
 
 
 def intervals(path):
     try:
-        return sqlite3.connect(path).execute("SELECT COUNT(*) FROM intervals").fetchone()[0]
+        return connect(path).execute("SELECT COUNT(*) FROM intervals").fetchone()[0]
     except sqlite3.Error:
         return 0
 
