@@ -72,6 +72,15 @@ def trimmed_fixture(path, add_misses):
         c.execute("INSERT INTO counters VALUES (0,1000000000,0,'iio','UNC_IIO_DATA_REQ_OF_CPU.MEM_WRITE.PART0',1e6,1000000,1000000000,1000000000,'imported')")
         c.execute("INSERT INTO counters VALUES (1,2000000000,0,'cha','UNC_CHA_TOR_INSERTS.IO_MISS_ITOM',2e5,200000,1000000000,500000000,'imported')")
         c.execute("INSERT OR REPLACE INTO meta VALUES ('miss_sampling','software-clock'),('buffer_join','addresses'),('join_sample','1')")
+        # What the tiered recorder adds: detail windows, hand-up counts, flows estimated
+        # from sampled skbs (with their variance), and the keys that describe them.
+        c.execute("UPDATE intervals SET detail_ns = dur_ns / 16")
+        c.execute("UPDATE queue_intervals SET handups = packets WHERE dir = 'rx'")
+        c.execute("UPDATE flows SET samples = packets / 8 + 1, bytes_var = bytes * 64")
+        c.execute("""INSERT OR REPLACE INTO meta VALUES ('detail','windows'),('rx_counts','tcx'),('flow_sample_bytes','65536'),
+            ('window_cycle_ms','1000.0'),('window_duty','16'),('window_ms','62.5'),('window_warmup_ms','10.0'),
+            ('window_drain_ms','10.0'),('stopped_by','device_removed'),
+            ('tier0_hooks','[{"attach":"tcx","error":null,"hook":"tcx/ingress"},{"attach":"tp_btf","error":null,"hook":"net_dev_start_xmit"}]')""")
     c.commit()
     c.execute("PRAGMA page_size = 512")
     c.execute("VACUUM")
