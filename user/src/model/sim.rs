@@ -187,6 +187,18 @@ pub struct SimOptions {
     pub inclusive_ways: u32,
 }
 
+/// Inclusive ways on Skylake-SP..Sapphire Rapids (Double-Trouble: mask 0x003; Park et al., A4).
+pub const INCLUSIVE_WAYS: u32 = 2;
+/// The slice hash spreads a contiguous region evenly (Intel's complex addressing).
+pub const HASH_EVENNESS: f64 = 1.0;
+
+impl SimOptions {
+    /// The options the model runs with by default (what `SimSpec::new` gives).
+    pub fn model_default() -> Self {
+        SimOptions { hash_evenness: HASH_EVENNESS, inclusive_ways: INCLUSIVE_WAYS, ..SimOptions::default() }
+    }
+}
+
 impl Default for SimOptions {
     fn default() -> Self {
         SimOptions {
@@ -213,9 +225,40 @@ pub(crate) fn mix64(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
+/// Entries of a 16-entry block equal to `value`, as a bit mask.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn scan16(block: &[u32], value: u32) -> u32 {
+    use std::arch::x86_64::{__m128i, _mm_castsi128_ps, _mm_cmpeq_epi32, _mm_loadu_si128, _mm_movemask_ps, _mm_set1_epi32};
+    assert!(block.len() >= 16);
+    // SAFETY: SSE2 is part of the x86_64 baseline, so these intrinsics are always
+    // available; the four unaligned 16-byte loads read block[0..16], in bounds (asserted).
+    unsafe {
+        let t = _mm_set1_epi32(value as i32);
+        let p = block.as_ptr() as *const __m128i;
+        let m = |k: usize| _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(_mm_loadu_si128(p.add(k)), t))) as u32;
+        m(0) | m(1) << 4 | m(2) << 8 | m(3) << 12
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn scan16(block: &[u32], value: u32) -> u32 {
+    let mut m = 0u32;
+    for (i, &t) in block[..16].iter().enumerate() {
+        m |= ((t == value) as u32) << i;
+    }
+    m
+}
+
 /// The LLC state: flat arrays, `ways` entries per simulated set.
 pub struct Llc {
     ways: usize,
+    /// Entries per set in `tags`: 16 (or 32 above 16 ways), so a set is one aligned block
+    /// compared in a single vector pass; ways beyond `ways` stay invalid forever.
+    stride: usize,
+    /// Bit i set for each real way i.
+    way_bits: u32,
     io_first_way: usize,
     /// Ways `[0, inclusive_end)` receive DMA lines a core touched (0 = no migration).
     inclusive_end: usize,
@@ -253,7 +296,9 @@ impl Llc {
         let sets_per_slice = (geom.sets as u64 / slices).max(1);
         let slice_sample = (opts.slice_sample.max(1) as u64).min(slices);
         let sim_slices = slices.div_ceil(slice_sample);
-        let n = (sim_slices * sets_per_slice) as usize * ways;
+        let ways = ways.min(32);
+        let stride = if ways <= 16 { 16 } else { 32 };
+        let n = (sim_slices * sets_per_slice) as usize * stride;
         let ddio = (geom.ddio_ways.max(1) as usize).min(ways);
         let io_first_way = ways - ddio;
         // Migration needs somewhere to go that is not the DDIO ways themselves.
@@ -262,6 +307,8 @@ impl Llc {
         let even_below = if e >= 1.0 { u64::MAX } else { (e * 18_446_744_073_709_551_616.0) as u64 };
         Llc {
             ways,
+            stride,
+            way_bits: if ways == 32 { u32::MAX } else { (1u32 << ways) - 1 },
             io_first_way,
             inclusive_end,
             sets_per_slice,
@@ -286,7 +333,8 @@ impl Llc {
         let sets_per_slice = (geom.sets as u64 / slices).max(1);
         let sim_slices = slices.div_ceil((opts.slice_sample.max(1) as u64).min(slices));
         let per_way = if opts.replacement == Replacement::Lru { 12 } else { 4 };
-        sim_slices * sets_per_slice * geom.ways.max(1) as u64 * per_way
+        let stride = if geom.ways <= 16 { 16 } else { 32 };
+        sim_slices * sets_per_slice * stride * per_way
     }
 
     pub fn slice_fraction(&self) -> f64 {
@@ -298,8 +346,7 @@ impl Llc {
         if self.slices == 1 {
             return 0;
         }
-        let h = mix64(line);
-        if self.even_below == u64::MAX || (self.even_below != 0 && h < self.even_below) {
+        if self.even_below == u64::MAX || (self.even_below != 0 && mix64(line) < self.even_below) {
             // Even mapping: consecutive blocks of `sets_per_slice` lines rotate through the
             // slices from a per-superblock offset, so each aligned superblock of
             // `slices x sets_per_slice` lines covers every (slice, set) once.
@@ -310,23 +357,37 @@ impl Llc {
             }
             self.memo_slice
         } else {
-            ((h as u128 * self.slices as u128) >> 64) as u64
+            ((mix64(line) as u128 * self.slices as u128) >> 64) as u64
         }
+    }
+
+    /// Ways of the set at `base` holding `value`, as a bit mask. On x86_64 four SSE2
+    /// compares cover a 16-way block (the simulator's inner loop); elsewhere a scalar pass.
+    #[inline(always)]
+    fn ways_equal(&self, base: usize, value: u32) -> u32 {
+        let m = if self.stride == 16 {
+            scan16(&self.tags[base..base + 16], value)
+        } else {
+            scan16(&self.tags[base..base + 16], value) | scan16(&self.tags[base + 16..base + 32], value) << 16
+        };
+        m & self.way_bits
     }
 
     /// Index of the first way of the set holding `line`, or None if its slice is not sampled.
     #[inline(always)]
     fn set_base(&mut self, line: u64) -> Option<usize> {
-        let slice = self.slice_of(line);
-        if self.slice_sample != 1 && slice % self.slice_sample != 0 {
-            return None;
+        let mut slice = self.slice_of(line);
+        if self.slice_sample != 1 {
+            if slice % self.slice_sample != 0 {
+                return None;
+            }
+            slice /= self.slice_sample;
         }
         let set_in_slice = match self.sps_mask {
             Some(m) => line & m,
             None => line % self.sets_per_slice,
         };
-        let set = (slice / self.slice_sample) * self.sets_per_slice + set_in_slice;
-        Some(set as usize * self.ways)
+        Some((slice * self.sets_per_slice + set_in_slice) as usize * self.stride)
     }
 
     #[inline(always)]
@@ -346,15 +407,9 @@ impl Llc {
         let base = self.set_base(line)?;
         let hi = if self.sps_mask.is_some() { line >> self.sps_bits } else { line / self.sets_per_slice };
         let tag = ((hi ^ (hi >> 31)) as u32) << 1 | 1;
-        let w = self.ways;
-        let set_tags = &self.tags[base..base + w];
-        let mut found = usize::MAX;
-        for (i, &t) in set_tags.iter().enumerate() {
-            if t == tag {
-                found = i;
-            }
-        }
-        if found != usize::MAX {
+        let hit = self.ways_equal(base, tag);
+        if hit != 0 {
+            let found = hit.trailing_zeros() as usize;
             // A core writing a DMA line takes it into its L2; when it comes back it lands in
             // the inclusive ways (Double-Trouble: device write, core write, device write
             // leaves the line in ways 0-1). Reads leave the line where it is.
@@ -370,8 +425,8 @@ impl Llc {
         }
         let (lo, hi) = match kind {
             AccessKind::IoRead => return Some(false),
-            AccessKind::IoWrite => (self.io_first_way, w),
-            AccessKind::CpuRead | AccessKind::CpuWrite => (0, w),
+            AccessKind::IoWrite => (self.io_first_way, self.ways),
+            AccessKind::CpuRead | AccessKind::CpuWrite => (0, self.ways),
         };
         let victim = self.victim(base, lo, hi);
         self.tags[base + victim] = tag;
@@ -390,8 +445,10 @@ impl Llc {
     #[inline(always)]
     fn victim(&mut self, base: usize, lo: usize, hi: usize) -> usize {
         // Invalid ways fill first under every policy.
-        if let Some(i) = self.tags[base + lo..base + hi].iter().position(|&t| t == 0) {
-            return lo + i;
+        let range = (((1u64 << hi) - 1) & !((1u64 << lo) - 1)) as u32;
+        let f = self.ways_equal(base, 0) & range;
+        if f != 0 {
+            return f.trailing_zeros() as usize;
         }
         match self.replacement {
             Replacement::Lru => {
@@ -537,7 +594,7 @@ pub fn simulate_trace(geom: &LlcGeometry, accesses: &[BufferAccess], opts: &SimO
 /// ring-overflow workload where most accesses miss (the expensive path).
 pub fn bench_lines_per_sec() -> f64 {
     let geom = LlcGeometry::skx_gold_6140();
-    let mut llc = Llc::new(&geom, Replacement::Random, 1, 1);
+    let mut llc = Llc::with_options(&geom, &SimOptions { seed: 1, ..SimOptions::model_default() });
     let ring_lines: u64 = 8 << 20 >> 6; // 8 MiB ring: larger than the 4.5 MiB DDIO ways
     let n: u64 = 20_000_000;
     let start = std::time::Instant::now();
@@ -647,7 +704,7 @@ mod tests {
             let mut llc = Llc::with_options(&g, &SimOptions { hash_evenness: evenness, ..SimOptions::default() });
             let mut per_set = vec![0u32; 256];
             for line in 5 * 256..6 * 256u64 {
-                per_set[llc.set_base(line).unwrap() / 2] += 1;
+                per_set[llc.set_base(line).unwrap() / llc.stride] += 1;
             }
             per_set
         };

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::analytic;
 use super::geometry::{LlcGeometry, WaysSource};
-use super::sim::{Background, Llc, Replacement, SimOptions};
+use super::sim::{Background, Llc, Replacement, SimOptions, HASH_EVENNESS, INCLUSIVE_WAYS};
 
 pub use super::drive::{simulate, simulate_phases, Phase};
 pub use super::grid::{try_what_if, what_if, what_if_with_progress, GridPoint};
@@ -224,10 +224,6 @@ pub const RX_REFILL_BATCH: u32 = 64;
 /// mlx5 requests a TX completion every 32 descriptors (MLX5_TX_COMP_THRESH); buffers are
 /// released when it arrives.
 pub const TX_FREE_BATCH: u32 = 32;
-/// Inclusive ways on Skylake-SP..Sapphire Rapids (Park et al., A4; Double-Trouble: 0x003).
-pub const INCLUSIVE_WAYS: u32 = 2;
-/// Default evenness of the slice hash over a contiguous buffer pool; see docs/model.md.
-pub const HASH_EVENNESS: f64 = 1.0;
 
 /// Hard bounds on what one simulation may cost (documented in docs/model.md).
 pub mod bounds {
