@@ -269,7 +269,7 @@ fn drive(spec: &SimSpec, warm_ns: u64, phases: &[Phase]) -> Vec<SimResult> {
     let buf_addr = |b: u32| -> u64 {
         let (base, i) = if b >= FRESH_ID { (FRESH_BASE, (b - FRESH_ID) as u64) } else { (POOL_BASE, b as u64) };
         if scattered {
-            let page = mix64(i / per_page ^ base) % (1 << 24);
+            let page = mix64((i / per_page) ^ base) % (1 << 24);
             base + page * page_span + (i % per_page) * stride
         } else {
             base + i * stride

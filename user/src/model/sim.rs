@@ -253,12 +253,17 @@ fn scan16(block: &[u32], value: u32) -> u32 {
 
 /// The LLC state: flat arrays, `ways` entries per simulated set.
 pub struct Llc {
-    ways: usize,
     /// Entries per set in `tags`: 16 (or 32 above 16 ways), so a set is one aligned block
     /// compared in a single vector pass; ways beyond `ways` stay invalid forever.
     stride: usize,
+    /// log2(stride).
+    stride_shift: u32,
     /// Bit i set for each real way i.
     way_bits: u32,
+    /// Candidate ways (mask, first, count) for core fills, DMA writes and migrations.
+    all_ways: (u32, usize, usize),
+    io_ways: (u32, usize, usize),
+    incl_ways: (u32, usize, usize),
     io_first_way: usize,
     /// Ways `[0, inclusive_end)` receive DMA lines a core touched (0 = no migration).
     inclusive_end: usize,
@@ -277,6 +282,8 @@ pub struct Llc {
     /// low bit forced on (0 = invalid). 32-bit tags halve the simulator's own memory
     /// traffic; a false match needs two lines of one set that agree in 31 folded bits.
     tags: Vec<u32>,
+    /// Valid ways per set as a bit mask, so a miss finds a free way without scanning.
+    valid: Vec<u32>,
     /// LRU stamp per way (empty unless `Replacement::Lru`).
     stamp: Vec<u64>,
     clock: u64,
@@ -306,9 +313,12 @@ impl Llc {
         let e = opts.hash_evenness.clamp(0.0, 1.0);
         let even_below = if e >= 1.0 { u64::MAX } else { (e * 18_446_744_073_709_551_616.0) as u64 };
         Llc {
-            ways,
             stride,
+            stride_shift: stride.trailing_zeros(),
             way_bits: if ways == 32 { u32::MAX } else { (1u32 << ways) - 1 },
+            all_ways: (if ways == 32 { u32::MAX } else { (1u32 << ways) - 1 }, 0, ways),
+            io_ways: ((if ways == 32 { u32::MAX } else { (1u32 << ways) - 1 }) & !((1u32 << io_first_way) - 1), io_first_way, ways - io_first_way),
+            incl_ways: ((1u32 << inclusive_end) - 1, 0, inclusive_end),
             io_first_way,
             inclusive_end,
             sets_per_slice,
@@ -320,6 +330,7 @@ impl Llc {
             memo_block: u64::MAX,
             memo_slice: 0,
             tags: vec![0; n],
+            valid: vec![0; n / stride],
             stamp: if opts.replacement == Replacement::Lru { vec![0; n] } else { Vec::new() },
             clock: 0,
             rng: opts.seed | 1,
@@ -373,12 +384,12 @@ impl Llc {
         m & self.way_bits
     }
 
-    /// Index of the first way of the set holding `line`, or None if its slice is not sampled.
+    /// Index of the set holding `line`, or None if its slice is not sampled.
     #[inline(always)]
-    fn set_base(&mut self, line: u64) -> Option<usize> {
+    fn set_index(&mut self, line: u64) -> Option<usize> {
         let mut slice = self.slice_of(line);
         if self.slice_sample != 1 {
-            if slice % self.slice_sample != 0 {
+            if !slice.is_multiple_of(self.slice_sample) {
                 return None;
             }
             slice /= self.slice_sample;
@@ -387,7 +398,7 @@ impl Llc {
             Some(m) => line & m,
             None => line % self.sets_per_slice,
         };
-        Some((slice * self.sets_per_slice + set_in_slice) as usize * self.stride)
+        Some((slice * self.sets_per_slice + set_in_slice) as usize)
     }
 
     #[inline(always)]
@@ -404,7 +415,8 @@ impl Llc {
     /// Access one line; returns Some(hit) or None when the line's slice is not simulated.
     #[inline(always)]
     pub fn access(&mut self, line: u64, kind: AccessKind) -> Option<bool> {
-        let base = self.set_base(line)?;
+        let set = self.set_index(line)?;
+        let base = set << self.stride_shift;
         let hi = if self.sps_mask.is_some() { line >> self.sps_bits } else { line / self.sets_per_slice };
         let tag = ((hi ^ (hi >> 31)) as u32) << 1 | 1;
         let hit = self.ways_equal(base, tag);
@@ -414,22 +426,25 @@ impl Llc {
             // the inclusive ways (Double-Trouble: device write, core write, device write
             // leaves the line in ways 0-1). Reads leave the line where it is.
             if kind == AccessKind::CpuWrite && self.inclusive_end != 0 && found >= self.io_first_way {
-                let v = self.victim(base, 0, self.inclusive_end);
+                let v = self.victim(set, self.incl_ways);
                 self.tags[base + found] = 0;
+                self.valid[set] &= !(1u32 << found);
                 self.tags[base + v] = tag;
+                self.valid[set] |= 1u32 << v;
                 self.touch_stamp(base + v);
             } else {
                 self.touch_stamp(base + found);
             }
             return Some(true);
         }
-        let (lo, hi) = match kind {
+        let cand = match kind {
             AccessKind::IoRead => return Some(false),
-            AccessKind::IoWrite => (self.io_first_way, self.ways),
-            AccessKind::CpuRead | AccessKind::CpuWrite => (0, self.ways),
+            AccessKind::IoWrite => self.io_ways,
+            AccessKind::CpuRead | AccessKind::CpuWrite => self.all_ways,
         };
-        let victim = self.victim(base, lo, hi);
+        let victim = self.victim(set, cand);
         self.tags[base + victim] = tag;
+        self.valid[set] |= 1u32 << victim;
         self.touch_stamp(base + victim);
         Some(false)
     }
@@ -442,19 +457,20 @@ impl Llc {
         }
     }
 
+    /// A way among ways `lo..lo + n` (`cand` as a bit mask) to fill in `set`.
     #[inline(always)]
-    fn victim(&mut self, base: usize, lo: usize, hi: usize) -> usize {
+    fn victim(&mut self, set: usize, (cand, lo, n): (u32, usize, usize)) -> usize {
         // Invalid ways fill first under every policy.
-        let range = (((1u64 << hi) - 1) & !((1u64 << lo) - 1)) as u32;
-        let f = self.ways_equal(base, 0) & range;
+        let f = !self.valid[set] & cand;
         if f != 0 {
             return f.trailing_zeros() as usize;
         }
         match self.replacement {
             Replacement::Lru => {
+                let base = set << self.stride_shift;
                 let mut best = lo;
                 let mut bs = u64::MAX;
-                for i in lo..hi {
+                for i in lo..lo + n {
                     let s = self.stamp[base + i];
                     if s < bs {
                         bs = s;
@@ -463,10 +479,7 @@ impl Llc {
                 }
                 best
             }
-            Replacement::Random => {
-                let n = (hi - lo) as u64;
-                lo + ((self.next_rand() as u128 * n as u128) >> 64) as usize
-            }
+            Replacement::Random => lo + ((self.next_rand() as u128 * n as u128) >> 64) as usize,
         }
     }
 }
@@ -704,7 +717,7 @@ mod tests {
             let mut llc = Llc::with_options(&g, &SimOptions { hash_evenness: evenness, ..SimOptions::default() });
             let mut per_set = vec![0u32; 256];
             for line in 5 * 256..6 * 256u64 {
-                per_set[llc.set_base(line).unwrap() / llc.stride] += 1;
+                per_set[llc.set_index(line).unwrap()] += 1;
             }
             per_set
         };

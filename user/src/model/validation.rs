@@ -230,8 +230,8 @@ fn ddio_bench_skx6140_all_experiments() {
 #[test]
 fn calibration_leave_one_out() {
     let rows = all_rows();
-    let mut worst = 0.0f64;
     let mut total = (0.0, 0usize);
+    let mut total_raw = (0.0, 0usize);
     for e in ["pktsize_desc", "cores", "cores_vs_ways", "pkt_rate"] {
         let ex: Vec<Row> = rows.iter().filter(|r| r.exp == e).cloned().collect();
         let picks = [0, ex.len() / 2, ex.len() - 1];
@@ -263,20 +263,22 @@ fn calibration_leave_one_out() {
         let m = err.0 / err.1 as f64;
         let u = uncal.0 / uncal.1 as f64;
         println!("LOO {e:<14} MAE {m:6.2} pp calibrated vs {u:6.2} pp uncalibrated over {} predictions", err.1);
-        worst = worst.max(m);
         total.0 += err.0;
         total.1 += err.1;
+        total_raw.0 += uncal.0;
+        total_raw.1 += uncal.1;
     }
     let all = total.0 / total.1 as f64;
-    println!("LOO all            MAE {all:6.2} pp over {} predictions", total.1);
+    let raw = total_raw.0 / total_raw.1 as f64;
+    println!("LOO all            MAE {all:6.2} pp calibrated vs {raw:6.2} pp uncalibrated over {} predictions", total.1);
     assert!(all <= CLAIMED_LOO_MAE + MAE_MARGIN, "leave-one-out MAE {all:.2} > claimed {CLAIMED_LOO_MAE} + {MAE_MARGIN}");
 }
 
 /// The leave-one-out MAE docs/model.md states.
-const CLAIMED_LOO_MAE: f64 = 9.0;
+const CLAIMED_LOO_MAE: f64 = 7.93;
 /// Packets per simulation in the leave-one-out test (a fifth of the default, to bound the
 /// test's run time; the hit rates move by a few tenths of a point).
-const LOO_PACKETS: u64 = 400_000;
+const LOO_PACKETS: u64 = 300_000;
 
 #[test]
 fn resq_footprints_and_verdicts() {
