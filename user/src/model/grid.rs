@@ -27,11 +27,28 @@ pub struct GridPoint {
     pub error: Option<String>,
 }
 
+/// The values each axis of a grid takes; an empty axis keeps the base spec's value.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Axes<'a> {
+    pub rings: &'a [u32],
+    pub ways: &'a [u32],
+    pub queues: &'a [u32],
+    pub pkt_bytes: &'a [u32],
+}
+
+impl Axes<'_> {
+    fn points(&self) -> usize {
+        let n = |v: &[u32]| v.len().max(1);
+        n(self.rings).saturating_mul(n(self.ways)).saturating_mul(n(self.queues)).saturating_mul(n(self.pkt_bytes))
+    }
+}
+
 /// The spec of every grid point, in output order; an empty axis keeps the base value. The
 /// aggregate packet rate of `base` is held constant as queues change (the same traffic
 /// spread differently), and converted at constant bit rate as packet size changes.
-fn point_specs(base: &SimSpec, rings: &[u32], ways: &[u32], queues: &[u32], pkt_bytes: &[u32]) -> Vec<SimSpec> {
+fn point_specs(base: &SimSpec, ax: &Axes) -> Vec<SimSpec> {
     let axis = |v: &[u32], d: u32| if v.is_empty() { vec![d] } else { v.to_vec() };
+    let Axes { rings, ways, queues, pkt_bytes } = *ax;
     let bitrate = base.pps * (base.pkt_bytes as f64 + 20.0) * 8.0;
     let mut out = Vec::new();
     for &r in &axis(rings, base.ring) {
@@ -61,49 +78,30 @@ fn point_specs(base: &SimSpec, rings: &[u32], ways: &[u32], queues: &[u32], pkt_
     out
 }
 
-fn grid_size(rings: &[u32], ways: &[u32], queues: &[u32], pkt_bytes: &[u32]) -> usize {
-    let n = |v: &[u32]| v.len().max(1);
-    n(rings).saturating_mul(n(ways)).saturating_mul(n(queues)).saturating_mul(n(pkt_bytes))
-}
-
 /// Validate the whole grid before simulating any of it: the first out-of-range point (or a
 /// grid beyond [`bounds::MAX_GRID_POINTS`]) is one error line. For the CLI.
-pub fn try_what_if(
-    base: &SimSpec,
-    rings: &[u32],
-    ways: &[u32],
-    queues: &[u32],
-    pkt_bytes: &[u32],
-    progress: &mut dyn FnMut(usize, usize),
-) -> Result<Vec<GridPoint>, SpecError> {
-    let n = grid_size(rings, ways, queues, pkt_bytes);
+pub fn try_what_if(base: &SimSpec, axes: &Axes, progress: &mut dyn FnMut(usize, usize)) -> Result<Vec<GridPoint>, SpecError> {
+    let n = axes.points();
     if n > bounds::MAX_GRID_POINTS {
         return Err(SpecError::Value("grid".into(), format!("{n} points (at most {})", bounds::MAX_GRID_POINTS)));
     }
-    for s in point_specs(base, rings, ways, queues, pkt_bytes) {
+    for s in point_specs(base, axes) {
         s.validate()?;
     }
-    Ok(what_if_with_progress(base, rings, ways, queues, pkt_bytes, progress))
+    Ok(what_if_with_progress(base, axes, progress))
 }
 
 /// Simulate every combination; see [`what_if_with_progress`].
 pub fn what_if(base: &SimSpec, rings: &[u32], ways: &[u32], queues: &[u32], pkt_bytes: &[u32]) -> Vec<GridPoint> {
-    what_if_with_progress(base, rings, ways, queues, pkt_bytes, &mut |_, _| {})
+    what_if_with_progress(base, &Axes { rings, ways, queues, pkt_bytes }, &mut |_, _| {})
 }
 
 /// Simulate every combination; an empty axis keeps the base value. `progress(done, total)`
 /// is called before the first point and after each one. A point whose spec is out of range
 /// is not simulated: it carries the error and no hit rates. Grids beyond
 /// [`bounds::MAX_GRID_POINTS`] are cut to that many points (use [`try_what_if`] to refuse).
-pub fn what_if_with_progress(
-    base: &SimSpec,
-    rings: &[u32],
-    ways: &[u32],
-    queues: &[u32],
-    pkt_bytes: &[u32],
-    progress: &mut dyn FnMut(usize, usize),
-) -> Vec<GridPoint> {
-    let mut specs = point_specs(base, rings, ways, queues, pkt_bytes);
+pub fn what_if_with_progress(base: &SimSpec, axes: &Axes, progress: &mut dyn FnMut(usize, usize)) -> Vec<GridPoint> {
+    let mut specs = point_specs(base, axes);
     specs.truncate(bounds::MAX_GRID_POINTS);
     let total = specs.len();
     progress(0, total);
@@ -151,7 +149,7 @@ mod tests {
         let mut base = SimSpec::parse("queues=2,ring=512,pkt_bytes=1024,rate_gbps=40").unwrap();
         base.max_packets = 50_000;
         let mut calls = Vec::new();
-        let g = what_if_with_progress(&base, &[256, 0, 1024], &[2, 3], &[], &[], &mut |d, t| calls.push((d, t)));
+        let g = what_if_with_progress(&base, &Axes { rings: &[256, 0, 1024], ways: &[2, 3], ..Axes::default() }, &mut |d, t| calls.push((d, t)));
         assert_eq!(g.len(), 6);
         assert_eq!(calls, (0..=6).map(|d| (d, 6)).collect::<Vec<_>>());
         let bad: Vec<_> = g.iter().filter(|p| p.error.is_some()).collect();
@@ -160,11 +158,11 @@ mod tests {
         assert!(g.iter().filter(|p| p.ring != 0).all(|p| p.io_write_hit_pct.is_some()));
         // The CLI's entry refuses the grid before simulating any of it.
         let mut n = 0;
-        let e = try_what_if(&base, &[256, 0], &[], &[], &[], &mut |_, _| n += 1).unwrap_err();
+        let e = try_what_if(&base, &Axes { rings: &[256, 0], ..Axes::default() }, &mut |_, _| n += 1).unwrap_err();
         assert!(e.to_string().contains("`ring` = 0 is out of range (1..=65536)"), "{e}");
         assert_eq!(n, 0);
         let many: Vec<u32> = (1..=100).collect();
-        let e = try_what_if(&base, &many, &many, &[], &[], &mut |_, _| {}).unwrap_err();
+        let e = try_what_if(&base, &Axes { rings: &many, ways: &many, ..Axes::default() }, &mut |_, _| {}).unwrap_err();
         assert!(e.to_string().contains("10000 points (at most 4096)"), "{e}");
     }
 }

@@ -7,7 +7,7 @@ use super::geometry::{LlcGeometry, WaysSource};
 use super::sim::{Background, Llc, Replacement, SimOptions, HASH_EVENNESS, INCLUSIVE_WAYS};
 
 pub use super::drive::{simulate, simulate_phases, Phase};
-pub use super::grid::{try_what_if, what_if, what_if_with_progress, GridPoint};
+pub use super::grid::{try_what_if, what_if, what_if_with_progress, Axes, GridPoint};
 
 /// Bumped whenever the model's mechanics change the numbers a spec produces; part of the
 /// cache key, so a cached result is never reused across model versions.
@@ -481,23 +481,22 @@ impl SimSpec {
         if let Some(m) = real("bg_working_set_mib")? {
             s.background.working_set_bytes = (m * 1048576.0) as u64;
         }
-        let json = |k: &str| -> Result<Option<serde_json::Value>, SpecError> { Ok(get(k).cloned()) };
-        if let Some(v) = json("queue_weights")? {
-            s.queue_weights = serde_json::from_value(v).map_err(|e| SpecError::Value("queue_weights".into(), one_line(&e.to_string())))?;
+        fn typed<T: serde::de::DeserializeOwned>(k: &str, v: Option<&serde_json::Value>) -> Result<Option<T>, SpecError> {
+            v.map(|v| serde_json::from_value(v.clone()).map_err(|e| SpecError::Value(k.into(), one_line(&e.to_string())))).transpose()
         }
-        if let Some(v) = json("queue_residence_us")? {
-            s.queue_residence_us = serde_json::from_value(v).map_err(|e| SpecError::Value("queue_residence_us".into(), one_line(&e.to_string())))?;
+        if let Some(v) = typed("queue_weights", get("queue_weights"))? {
+            s.queue_weights = v;
         }
-        if let Some(v) = json("flows")? {
-            s.flows = serde_json::from_value(v).map_err(|e| SpecError::Value("flows".into(), one_line(&e.to_string())))?;
+        if let Some(v) = typed("queue_residence_us", get("queue_residence_us"))? {
+            s.queue_residence_us = v;
         }
-        if let Some(v) = json("measured")? {
-            s.measured = serde_json::from_value(v).map_err(|e| SpecError::Value("measured".into(), one_line(&e.to_string())))?;
+        if let Some(v) = typed("flows", get("flows"))? {
+            s.flows = v;
         }
-        let mut stack: Option<StackInputs> = match json("stack")? {
-            Some(v) => Some(serde_json::from_value(v).map_err(|e| SpecError::Value("stack".into(), one_line(&e.to_string())))?),
-            None => None,
-        };
+        if let Some(v) = typed("measured", get("measured"))? {
+            s.measured = v;
+        }
+        let mut stack: Option<StackInputs> = typed("stack", get("stack"))?;
         for (k, field) in [("pp_cache_share", 0), ("pp_ring_share", 1), ("pp_fresh_share", 2)] {
             if let Some(x) = real(k)? {
                 let st = stack.get_or_insert_with(StackInputs::default);

@@ -37,26 +37,9 @@ fn csv_rows(name: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
-/// ddio_bench_skx6140.csv: experiment,pkt_bytes,rx_desc_per_queue,queues,ddio_ways,itom_hit_pct,p99_us,gbps
-fn single_queue_rows() -> Vec<Row> {
-    csv_rows("ddio_bench_skx6140.csv")
-        .into_iter()
-        .map(|c| Row {
-            exp: c[0].clone(),
-            pkt: c[1].parse().unwrap(),
-            desc: c[2].parse().unwrap(),
-            queues: c[3].parse().unwrap(),
-            ways: c[4].parse().unwrap(),
-            offered_gbps: SINGLE_QUEUE_OFFERED_GBPS,
-            itom_hit: c[5].parse().unwrap(),
-            rd_hit: None,
-        })
-        .collect()
-}
-
-/// The multi-core files: experiment,pkt_bytes,rx_desc_per_queue,queues,ddio_ways,
-/// offered_gbps,itom_hit_pct,itom_hit_sd,pcierdcur_hit_pct,rx_mpps,lat50_us
-fn multi_rows(name: &str) -> Vec<Row> {
+/// Rows of a fixture; `itom` and `rd` are the columns of the write and read hit rates,
+/// `offered` that of the offered rate (None: [`SINGLE_QUEUE_OFFERED_GBPS`]).
+fn rows_of(name: &str, offered: Option<usize>, itom: usize, rd: Option<usize>) -> Vec<Row> {
     csv_rows(name)
         .into_iter()
         .map(|c| Row {
@@ -65,17 +48,21 @@ fn multi_rows(name: &str) -> Vec<Row> {
             desc: c[2].parse().unwrap(),
             queues: c[3].parse().unwrap(),
             ways: c[4].parse().unwrap(),
-            offered_gbps: c[5].parse().unwrap(),
-            itom_hit: c[6].parse().unwrap(),
-            rd_hit: c[8].parse().ok(),
+            offered_gbps: offered.map_or(SINGLE_QUEUE_OFFERED_GBPS, |i| c[i].parse().unwrap()),
+            itom_hit: c[itom].parse().unwrap(),
+            rd_hit: rd.and_then(|i| c[i].parse().ok()),
         })
         .collect()
 }
 
+/// Every published row: ddio_bench_skx6140.csv (experiment,pkt_bytes,rx_desc_per_queue,
+/// queues,ddio_ways,itom_hit_pct,p99_us,gbps), then the multi-core files (experiment,
+/// pkt_bytes,rx_desc_per_queue,queues,ddio_ways,offered_gbps,itom_hit_pct,itom_hit_sd,
+/// pcierdcur_hit_pct,rx_mpps,lat50_us).
 pub(crate) fn all_rows() -> Vec<Row> {
-    let mut v = single_queue_rows();
+    let mut v = rows_of("ddio_bench_skx6140.csv", None, 5, None);
     for f in ["ddio_bench_cores_skx6140.csv", "ddio_bench_cores_vs_ways_skx6140.csv", "ddio_bench_pkt_rate_skx6140.csv"] {
-        v.extend(multi_rows(f));
+        v.extend(rows_of(f, Some(5), 6, Some(8)));
     }
     v
 }
