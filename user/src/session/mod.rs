@@ -83,8 +83,9 @@ pub struct DetailArgs {
     /// Flows are estimated from skbs sampled in proportion to their size: an skb of d bytes
     /// with probability min(1, d / BYTES), so bulk flows come out nearly exact and a flood of
     /// small packets costs one sample per BYTES; each estimate carries its error bound.
-    /// 1: every skb (exact). Default: 65536, or 1 with --detail full.
-    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(1..))]
+    /// 1: every skb (exact); 0: no flows (and, where the driver keeps per-queue counters,
+    /// no per-packet program at all). Default: 65536, or 1 with --detail full.
+    #[arg(long, value_name = "BYTES")]
     pub flow_sample: Option<u32>,
     /// Where the exact RX counts come from: auto (a tcx program on the device, which sees
     /// its frames only, after GRO; else the driver hand-up tracepoints), tcx, handup.
