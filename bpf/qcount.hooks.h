@@ -134,8 +134,10 @@ static __always_inline int H(qc_napi_poll)(const struct napi_struct *napi, int w
 	if (!H(qc_dev_matches)(RD(napi, dev)))
 		return 0;
 	__u32 id = RD(napi, napi_id);
-	__u32 *known = id ? bpf_map_lookup_elem(&qc_napi_queue, &id) : NULL;
 	struct qc_cpu *c = qc_cpu_get();
+	/* The NAPI instance this CPU's frames last came from: no map lookup for the common
+	 * case of one queue per CPU (the map for the rest). */
+	__u32 *known = c && id && c->napi_id == id ? &c->queue : (id ? bpf_map_lookup_elem(&qc_napi_queue, &id) : NULL);
 	__u32 queue = 0;
 	if (known) {
 		queue = *known;

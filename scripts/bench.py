@@ -138,6 +138,13 @@ class Attached:
             line = read_line(self.proc, 60, "bpftrace")
             if "Attaching" not in line:
                 die(f"bpftrace: unexpected first line: {line.strip()}")
+            # bpftrace says it is attaching before it loads: ready once its programs are there.
+            want = int(line.split()[1])
+            deadline = time.monotonic() + 60
+            while len({p["id"] for p in bpf_progs()} - before) < want:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    die(f"bpftrace did not load its {want} programs: {self.proc.stderr.read().strip()[-300:]}")
+                time.sleep(0.1)
         elif config.startswith("record"):
             extra = ["--detail", "full"] if config == "record-full" else []
             self.proc = subprocess.Popen(

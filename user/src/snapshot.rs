@@ -279,6 +279,10 @@ pub struct Snapshot {
     pub flows: Vec<FlowCounters>,
     /// Drop reasons, cumulative: (reason id, count).
     pub drop_reasons: Vec<(u32, u64)>,
+    /// The device's page pools as the kernel counts them, cumulative (present on the
+    /// intervals where they were read, where the kernel keeps page_pool statistics).
+    #[serde(default)]
+    pub page_pools: Vec<crate::probe::kstats::PagePoolStat>,
     /// Counter deltas of this interval (any source), per socket.
     pub counters: Vec<crate::counters::CounterReading>,
     /// L3-miss samples of this interval, when a miss sampler is attached.

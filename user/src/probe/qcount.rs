@@ -42,6 +42,8 @@ pub enum RxSource {
     Tcx,
     /// The driver hand-up tracepoints: every device's frames, one run per frame before GRO.
     Handup,
+    /// The driver's own per-queue counters (netdev qstats): no per-packet program.
+    Qstats,
 }
 
 impl RxSource {
@@ -49,6 +51,7 @@ impl RxSource {
         match self {
             RxSource::Tcx => "tcx",
             RxSource::Handup => "handup",
+            RxSource::Qstats => "qstats",
         }
     }
 }
@@ -75,6 +78,10 @@ pub struct QcountConfig {
     /// exact; 0: no flows).
     pub flow_bytes: u32,
     pub rx: RxChoice,
+    /// Count RX / TX with a program per packet (false: the driver's own counters cover that
+    /// direction and no flow is sampled there, so no per-packet program is needed).
+    pub count_rx: bool,
+    pub count_tx: bool,
 }
 
 /// A tracepoint or tc hook of tier 0 and how it attached.
@@ -181,9 +188,11 @@ fn load(cfg: &QcountConfig, features: &Features, choice: HookChoice, with_tcx: b
     for mut prog in open.open_object_mut().progs_mut() {
         let section = prog.section().to_string_lossy().into_owned();
         let keep = match section.split_once('/') {
-            Some(("tcx", _)) => with_tcx,
+            Some(("tcx", _)) => with_tcx && cfg.count_rx,
             Some((prefix, tp)) => {
-                let wanted = RX_HANDUP_TPS.contains(&tp) && cfg.rx != RxChoice::Tcx || ALWAYS_TPS.contains(&tp);
+                let wanted = (RX_HANDUP_TPS.contains(&tp) && cfg.rx != RxChoice::Tcx && cfg.count_rx)
+                    || (tp == "net_dev_start_xmit" && cfg.count_tx)
+                    || ALWAYS_TPS.contains(&tp);
                 wanted && flavor_of(features, choice, tp).section_prefix() == format!("{prefix}/")
             }
             None => false,
@@ -196,7 +205,7 @@ fn load(cfg: &QcountConfig, features: &Features, choice: HookChoice, with_tcx: b
 /// The tracepoints tier 0 hooks, by role.
 const RX_HANDUP_TPS: &[&str] =
     &["napi_gro_receive_entry", "napi_gro_frags_entry", "netif_receive_skb_entry", "netif_receive_skb_list_entry", "netif_rx_entry"];
-const ALWAYS_TPS: &[&str] = &["net_dev_start_xmit", "napi_poll", "kfree_skb"];
+const ALWAYS_TPS: &[&str] = &["napi_poll", "kfree_skb"];
 
 pub struct QcountProbe {
     skel: QcountSkel<'static>,
@@ -225,8 +234,9 @@ impl QcountProbe {
     pub fn attach(cfg: &QcountConfig, features: &Features, choice: HookChoice) -> Result<QcountProbe> {
         // A tcx program is a network program: without CAP_NET_ADMIN the kernel refuses to load
         // it. Auto then counts at the hand-up tracepoints instead; asked for, tcx fails loudly.
-        let (skel, tcx_loaded, mut hooks) = match load(cfg, features, choice, cfg.rx != RxChoice::Handup) {
-            Ok(s) => (s, cfg.rx != RxChoice::Handup, Vec::new()),
+        let want_tcx = cfg.rx != RxChoice::Handup && cfg.count_rx;
+        let (skel, tcx_loaded, mut hooks) = match load(cfg, features, choice, want_tcx) {
+            Ok(s) => (s, want_tcx, Vec::new()),
             Err(e) if cfg.rx == RxChoice::Auto => {
                 let why = format!("{e:#}");
                 let skel = load(cfg, features, choice, false)
@@ -290,11 +300,13 @@ impl QcountProbe {
             }
         }
         let attached = |tp: &str| hooks.iter().any(|h| h.hook == tp && h.error.is_none());
-        if !attached("net_dev_start_xmit") {
+        if cfg.count_tx && !attached("net_dev_start_xmit") {
             let why = hooks.iter().find(|h| h.hook == "net_dev_start_xmit").and_then(|h| h.error.clone()).unwrap_or_default();
             bail!("the TX counting hook net_dev_start_xmit could not attach: {why}");
         }
-        if rx_source == RxSource::Handup && !RX_HANDUP_TPS.iter().any(|tp| attached(tp)) {
+        if !cfg.count_rx {
+            rx_source = RxSource::Qstats;
+        } else if rx_source == RxSource::Handup && !RX_HANDUP_TPS.iter().any(|tp| attached(tp)) {
             bail!("no RX counting hook attached (neither tcx nor a driver hand-up tracepoint)");
         }
         Ok(QcountProbe { skel, links, hooks, rx_source, flow_bytes: cfg.flow_bytes, ncpus })

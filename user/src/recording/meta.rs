@@ -77,9 +77,14 @@ pub struct RecordingMeta {
     /// How much detail ran beyond tier 0's exact counts (None: before tiers; all of it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<crate::session::DetailMode>,
-    /// Where tier 0's RX counts came from (tcx or the hand-up tracepoints).
+    /// Where tier 0's RX counts came from (tcx, the hand-up tracepoints, or the driver's
+    /// qstats).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rx_counts: Option<crate::probe::qcount::RxSource>,
+    /// Where tier 0's TX counts came from: "xmit" (the net_dev_start_xmit program) or
+    /// "qstats" (the driver's own per-queue counters).
+    #[serde(deserialize_with = "text", skip_serializing_if = "Option::is_none")]
+    pub tx_counts: Option<String>,
     /// Tier 0's hooks and how each attached.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tier0_hooks: Option<Vec<crate::probe::qcount::Tier0Hook>>,

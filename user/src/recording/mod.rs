@@ -55,6 +55,11 @@ CREATE TABLE samples (
     free_ns INTEGER NOT NULL, dropped INTEGER NOT NULL, drop_reason INTEGER NOT NULL,
     proto TEXT, src TEXT, sport INTEGER, dst TEXT, dport INTEGER);
 CREATE TABLE drop_reasons (reason INTEGER PRIMARY KEY, count INTEGER NOT NULL);
+CREATE TABLE page_pools (
+    pool INTEGER PRIMARY KEY, napi_id INTEGER, alloc_fast INTEGER NOT NULL, alloc_slow INTEGER NOT NULL,
+    alloc_slow_high_order INTEGER NOT NULL, alloc_empty INTEGER NOT NULL, alloc_refill INTEGER NOT NULL,
+    alloc_waive INTEGER NOT NULL, recycle_cached INTEGER NOT NULL, recycle_cache_full INTEGER NOT NULL,
+    recycle_ring INTEGER NOT NULL, recycle_ring_full INTEGER NOT NULL, recycle_released_refcnt INTEGER NOT NULL);
 CREATE TABLE miss_intervals (
     interval INTEGER PRIMARY KEY, samples INTEGER NOT NULL, on_packet_buffers INTEGER NOT NULL,
     other_addr INTEGER NOT NULL, no_addr INTEGER NOT NULL, ctx_charged INTEGER NOT NULL, uncharged INTEGER NOT NULL,

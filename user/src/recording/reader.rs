@@ -495,6 +495,39 @@ impl Recording {
     }
 }
 
+/// The device's page pools as the recording last saw them (cumulative since each pool was
+/// made; empty: the kernel kept no page_pool statistics, or a recording from before them).
+pub fn page_pools(path: &Path) -> Result<Vec<crate::probe::kstats::PagePoolStat>> {
+    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(|e| anyhow::anyhow!(explain_sqlite(&e, path)))?;
+    let Ok(mut st) = conn.prepare(
+        "SELECT pool,napi_id,alloc_fast,alloc_slow,alloc_slow_high_order,alloc_empty,alloc_refill,alloc_waive,
+                recycle_cached,recycle_cache_full,recycle_ring,recycle_ring_full,recycle_released_refcnt FROM page_pools",
+    ) else {
+        return Ok(Vec::new());
+    };
+    let rows = st
+        .query_map([], |r| {
+            let g = |i: usize| -> rusqlite::Result<u64> { Ok(r.get::<_, i64>(i)?.max(0) as u64) };
+            Ok(crate::probe::kstats::PagePoolStat {
+                id: g(0)?,
+                napi_id: r.get::<_, Option<i64>>(1)?.map(|v| v.max(0) as u64),
+                alloc_fast: g(2)?,
+                alloc_slow: g(3)?,
+                alloc_slow_high_order: g(4)?,
+                alloc_empty: g(5)?,
+                alloc_refill: g(6)?,
+                alloc_waive: g(7)?,
+                recycle_cached: g(8)?,
+                recycle_cache_full: g(9)?,
+                recycle_ring: g(10)?,
+                recycle_ring_full: g(11)?,
+                recycle_released_refcnt: g(12)?,
+            })
+        })
+        .map_err(|e| anyhow::anyhow!("{}: damaged page_pools table: {e}", path.display()))?;
+    rows.collect::<rusqlite::Result<Vec<_>>>().map_err(|e| anyhow::anyhow!("{}: damaged page_pools table: {e}", path.display()))
+}
+
 /// Test support: the checked-in fixture recording, altered.
 #[cfg(test)]
 pub(crate) mod fixture {
@@ -517,6 +550,24 @@ mod tests {
     use super::fixture::fixture_altered;
     use super::*;
 
+    /// Page pools written with an interval read back; a recording without the table has none.
+    #[test]
+    fn page_pools_round_trip() {
+        let (_dir, path) = fixture_altered(
+            "CREATE TABLE page_pools (pool INTEGER PRIMARY KEY, napi_id INTEGER, alloc_fast INTEGER NOT NULL,
+                alloc_slow INTEGER NOT NULL, alloc_slow_high_order INTEGER NOT NULL, alloc_empty INTEGER NOT NULL,
+                alloc_refill INTEGER NOT NULL, alloc_waive INTEGER NOT NULL, recycle_cached INTEGER NOT NULL,
+                recycle_cache_full INTEGER NOT NULL, recycle_ring INTEGER NOT NULL, recycle_ring_full INTEGER NOT NULL,
+                recycle_released_refcnt INTEGER NOT NULL);
+             INSERT INTO page_pools VALUES (5, 8193, 90, 10, 0, 0, 0, 0, 60, 0, 30, 0, 1);",
+        );
+        let p = page_pools(&path).expect("reads");
+        assert_eq!(p.len(), 1);
+        assert_eq!((p[0].id, p[0].napi_id, p[0].recycle_ring), (5, Some(8193), 30));
+        let (_dir2, old) = fixture_altered("SELECT 1;");
+        assert!(page_pools(&old).expect("reads").is_empty());
+    }
+
     /// A recording whose buffer-map table predates its later columns still opens;
     /// the missing counters read as 0.
     #[test]
@@ -533,3 +584,4 @@ mod tests {
         assert!(r.is_ok(), "{:?}", r.err());
     }
 }
+

@@ -400,6 +400,31 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
             r.execute(params![*region as i64, *n as i64])?;
         }
     }
+    if !s.page_pools.is_empty() {
+        let mut p_st = tx.prepare_cached(
+            "INSERT OR REPLACE INTO page_pools(pool,napi_id,alloc_fast,alloc_slow,alloc_slow_high_order,alloc_empty,alloc_refill,
+             alloc_waive,recycle_cached,recycle_cache_full,recycle_ring,recycle_ring_full,recycle_released_refcnt)
+             VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)",
+        )?;
+        let n = |v: u64| v.min(i64::MAX as u64) as i64;
+        for p in &s.page_pools {
+            p_st.execute(params![
+                n(p.id),
+                p.napi_id.map(n),
+                n(p.alloc_fast),
+                n(p.alloc_slow),
+                n(p.alloc_slow_high_order),
+                n(p.alloc_empty),
+                n(p.alloc_refill),
+                n(p.alloc_waive),
+                n(p.recycle_cached),
+                n(p.recycle_cache_full),
+                n(p.recycle_ring),
+                n(p.recycle_ring_full),
+                n(p.recycle_released_refcnt)
+            ])?;
+        }
+    }
     let mut d_st = tx.prepare_cached("INSERT OR REPLACE INTO drop_reasons(reason,count) VALUES (?1,?2)")?;
     for (r, c) in &s.drop_reasons {
         d_st.execute(params![r, *c as i64])?;

@@ -83,8 +83,9 @@ pub struct DetailArgs {
     /// Flows are estimated from skbs sampled in proportion to their size: an skb of d bytes
     /// with probability min(1, d / BYTES), so bulk flows come out nearly exact and a flood of
     /// small packets costs one sample per BYTES; each estimate carries its error bound.
-    /// 1: every skb (exact). Default: 65536, or 1 with --detail full.
-    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u32).range(1..))]
+    /// 1: every skb (exact); 0: no flows (and, where the driver keeps per-queue counters,
+    /// no per-packet program at all). Default: 65536, or 1 with --detail full.
+    #[arg(long, value_name = "BYTES")]
     pub flow_sample: Option<u32>,
     /// Where the exact RX counts come from: auto (a tcx program on the device, which sees
     /// its frames only, after GRO; else the driver hand-up tracepoints), tcx, handup.
@@ -283,6 +284,10 @@ pub struct Session {
     pub miss_period: u64,
     /// The detail windows, when they run 1/N of the time.
     windows: Option<WindowDriver>,
+    /// The driver's own counters, when they cover a direction ([RX, TX]): packets and bytes
+    /// come from them there.
+    kstats: Option<crate::probe::kstats::KernelStats>,
+    pub kernel_counts: [bool; 2],
     /// Whether the interface is still there, asked every interval.
     watch: Option<topology::presence::DeviceWatch>,
     /// Why the session ended early: the interface or its namespace went away.
@@ -355,15 +360,27 @@ impl Session {
         use crate::probe::l3miss::{event_attr, L3missConfig};
         let detection = counters::platform::detect_host();
         let platform = detection.platform();
+        let netns_path = opts.args.netns.as_deref().map(|n| std::path::Path::new(topology::NETNS_RUN_DIR).join(n));
+        // The driver's own per-queue counters, where it keeps them: exact at no per-packet
+        // cost. A direction they cover needs no counting program unless flows are sampled.
+        let mut kstats = crate::probe::kstats::KernelStats::open(netns_path.as_deref(), iface.ifindex).ok().flatten();
+        let first = kstats.as_mut().map(|k| k.queues()).unwrap_or_default();
+        let kernel_counts = [
+            crate::probe::kstats::covers(&first, Dir::Rx),
+            crate::probe::kstats::covers(&first, Dir::Tx),
+        ];
+        let flows = opts.detail.flow_sample() > 0;
         let tier0 = QcountProbe::attach(
             &QcountConfig {
                 ifindex: iface.ifindex,
                 netns_inode: iface.netns_inode,
-                netns_path: opts.args.netns.as_deref().map(|n| std::path::Path::new(topology::NETNS_RUN_DIR).join(n)),
+                netns_path: netns_path.clone(),
                 rx_queue_offset: rx_queue_offset_for_driver(iface.driver.as_deref()),
                 link_hdr_len: iface.link_hdr_len(),
                 flow_bytes: opts.detail.flow_sample(),
                 rx: opts.detail.rx_counts,
+                count_rx: !kernel_counts[0] || flows,
+                count_tx: !kernel_counts[1] || flows,
             },
             &features,
             opts.hooks,
@@ -473,6 +490,8 @@ impl Session {
             started: Instant::now(),
             miss_period,
             windows,
+            kstats,
+            kernel_counts,
             watch,
             gone: None,
             sampler,
@@ -487,6 +506,9 @@ impl Session {
         };
         // Counts already made (between attach and now) belong to no interval either.
         live.prev_q = live.tier0.read_queues()?;
+        if let Some(k) = live.kstats.as_mut() {
+            overlay_kernel_counts(&mut live.prev_q, &k.queues(), live.kernel_counts);
+        }
         Ok(live)
     }
 
@@ -559,7 +581,10 @@ impl Session {
         }
 
         let t_ns = monotonic_ns();
-        let cur_q = self.tier0.read_queues()?;
+        let mut cur_q = self.tier0.read_queues()?;
+        if let Some(k) = self.kstats.as_mut() {
+            overlay_kernel_counts(&mut cur_q, &k.queues(), self.kernel_counts);
+        }
         let (cur_s, mut cur_e, samples) = match &self.detail {
             Some(d) => {
                 let st = d.read_stages()?;
@@ -608,6 +633,9 @@ impl Session {
                 })
                 .collect();
             snap.drop_reasons = self.tier0.read_drop_reasons()?;
+            if let Some(k) = self.kstats.as_mut() {
+                snap.page_pools = k.page_pools();
+            }
         }
         if let (Some(l3), Some(d)) = (self.l3.as_ref(), self.detail.as_ref()) {
             let mut cur = l3.read_misses(flow_turn)?;
@@ -642,6 +670,21 @@ impl Session {
         self.prev_t = t_ns;
         self.index += 1;
         Ok((snap, finishing))
+    }
+}
+
+/// The driver's packets and bytes in place of the programs' in the directions they cover
+/// (NAPI and drop counts stay the programs').
+fn overlay_kernel_counts(q: &mut Vec<(Dir, u32, QueueCounts)>, kernel: &[crate::probe::kstats::QueueStat], covered: [bool; 2]) {
+    for k in kernel.iter().filter(|k| covered[usize::from(k.dir == Dir::Tx)]) {
+        let (Some(packets), Some(bytes)) = (k.packets, k.bytes) else { continue };
+        match q.iter_mut().find(|(d, n, _)| *d == k.dir && *n == k.queue) {
+            Some((_, _, c)) => {
+                c.packets = packets;
+                c.bytes = bytes;
+            }
+            None => q.push((k.dir, k.queue, QueueCounts { packets, bytes, ..Default::default() })),
+        }
     }
 }
 

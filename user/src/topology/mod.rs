@@ -12,6 +12,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 pub mod ethtool;
+pub mod netlink;
 pub mod presence;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
