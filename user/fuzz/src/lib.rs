@@ -84,10 +84,12 @@ fn report_all(rec: &Recording, full: bool) {
     }
 }
 
-/// Opens `path` as a recording and reports it, as `report` would.
+/// Opens `path` as a recording and reports it, as `report` would, and reads its page-pool
+/// table (read on its own, not by `Recording::open`).
 fn open_and_report(path: &Path, full: bool) {
     if let Ok(rec) = Recording::open(path) {
         report_all(&rec, full);
+        let _ = ddioscope::recording::reader::page_pools(path);
     }
 }
 
@@ -235,8 +237,12 @@ fn evaluate_spec(spec: &ddioscope::model::spec::SimSpec) {
     for q in 0..spec.queues.min(8) as usize {
         let _ = spec.mean_pkt_bytes(q);
         let _ = spec.ring_footprint_bytes(q);
+        let _ = spec.service_ns(spec.mean_pkt_bytes(q) as u32);
     }
     let _ = spec.geometry.ddio_capacity_bytes();
+    // What a run would be given (slice sampling, packet cap), and what the output reports.
+    let _ = spec.bounded();
+    let _ = (spec.layout(), spec.page_pool(), spec.inputs(), spec.cache_key());
     let _ = serde_json::to_string(&spec);
 }
 
