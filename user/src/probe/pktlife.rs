@@ -15,7 +15,7 @@ use serde::Serialize;
 use super::features::{Features, Flavor, HookChoice, PKTLIFE_HOOKS};
 use super::skel::types::{pl_buf_bucket, pl_buf_slot, pl_counter, pl_flow_key, pl_limits, pl_pkt_event, pl_queue_stats};
 use super::skel::{PktlifeSkel, PktlifeSkelBuilder};
-use crate::snapshot::{BufMapCounters, Dir, EventCounters, FlowKey, PacketSample, NBUCKETS, NSTAGES};
+use crate::snapshot::{BufMapCounters, Dir, EventCounters, FlowKey, PacketSample, QueueCounters, NBUCKETS, NSTAGES};
 
 // SAFETY: generated from pktlife.h: plain integer structs without padding invariants.
 unsafe impl plain::Plain for pl_queue_stats {}
@@ -82,32 +82,6 @@ pub struct AttachedHook {
 /// inside it can still end (the other hooks stay for the drain).
 const START_HOOKS: &[&str] =
     &["napi_gro_receive_entry", "napi_gro_frags_entry", "netif_receive_skb_entry", "netif_receive_skb_list_entry", "netif_rx_entry", "net_dev_queue"];
-
-/// Per-queue detail, cumulative (all CPUs).
-#[derive(Debug, Clone, PartialEq)]
-pub struct StageCounts {
-    pub handups: u64,
-    pub copies: u64,
-    pub frees: u64,
-    pub stage_count: [u64; NSTAGES],
-    pub stage_sum_ns: [u64; NSTAGES],
-    pub stage_max_ns: [u64; NSTAGES],
-    pub stage_hist: [[u64; NBUCKETS]; NSTAGES],
-}
-
-impl Default for StageCounts {
-    fn default() -> Self {
-        StageCounts {
-            handups: 0,
-            copies: 0,
-            frees: 0,
-            stage_count: [0; NSTAGES],
-            stage_sum_ns: [0; NSTAGES],
-            stage_max_ns: [0; NSTAGES],
-            stage_hist: [[0; NBUCKETS]; NSTAGES],
-        }
-    }
-}
 
 pub struct PktlifeProbe {
     skel: PktlifeSkel<'static>,
@@ -367,8 +341,9 @@ impl PktlifeProbe {
         std::mem::take(&mut *self.pending.borrow_mut())
     }
 
-    /// Cumulative per-queue detail, summed over CPUs; only queues with any.
-    pub fn read_stages(&self) -> Result<Vec<(Dir, u32, StageCounts)>> {
+    /// Cumulative per-queue detail (lives begun, copies, frees, stages), summed over CPUs; only
+    /// queues with any. The counts tier 0 keeps stay zero.
+    pub fn read_stages(&self) -> Result<Vec<QueueCounters>> {
         let map = &self.skel.maps.queue_stats;
         let mut out = Vec::new();
         for idx in 0..(2 * MAX_QUEUES) {
@@ -376,7 +351,8 @@ impl PktlifeProbe {
                 .lookup_percpu(&idx.to_ne_bytes(), MapFlags::ANY)
                 .context("reading queue_stats")?
                 .unwrap_or_default();
-            let mut q = StageCounts::default();
+            let dir = if idx < MAX_QUEUES { Dir::Rx } else { Dir::Tx };
+            let mut q = QueueCounters::new(dir, idx % MAX_QUEUES);
             for raw in per_cpu.iter().take(self.ncpus) {
                 let mut s = pl_queue_stats::default();
                 plain::copy_from_bytes(&mut s, raw).map_err(|_| anyhow::anyhow!("queue_stats value too short"))?;
@@ -392,9 +368,8 @@ impl PktlifeProbe {
                     }
                 }
             }
-            if q != StageCounts::default() {
-                let dir = if idx < MAX_QUEUES { Dir::Rx } else { Dir::Tx };
-                out.push((dir, idx % MAX_QUEUES, q));
+            if !q.is_zero() {
+                out.push(q);
             }
         }
         Ok(out)

@@ -14,7 +14,7 @@ use super::features::{Features, Flavor, HookChoice};
 use super::pktlife::explain_bpf_error;
 use super::qcount_skel::types::{pl_flow_key, qc_counter, qc_flow_stats, qc_queue_stats};
 use super::qcount_skel::{QcountSkel, QcountSkelBuilder};
-use crate::snapshot::{Dir, FlowKey, NAPI_BUCKETS};
+use crate::snapshot::{Dir, FlowKey, QueueCounters, NAPI_BUCKETS};
 
 // SAFETY: generated from qcount.h: plain integer structs without padding invariants.
 unsafe impl plain::Plain for qc_queue_stats {}
@@ -90,19 +90,6 @@ pub struct Tier0Hook {
     pub hook: String,
     pub attach: String,
     pub error: Option<String>,
-}
-
-/// Cumulative per-queue counts (all CPUs).
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
-pub struct QueueCounts {
-    pub packets: u64,
-    pub bytes: u64,
-    pub skbs: u64,
-    pub napi_polls: u64,
-    pub napi_work: u64,
-    pub napi_budget_exhausted: u64,
-    pub drops: u64,
-    pub napi_work_hist: [u64; NAPI_BUCKETS],
 }
 
 /// A flow's estimates from its sampled skbs (all CPUs), cumulative.
@@ -323,18 +310,20 @@ impl QcountProbe {
     }
 
     /// Cumulative counts of every queue with any, summed over CPUs.
-    pub fn read_queues(&self) -> Result<Vec<(Dir, u32, QueueCounts)>> {
+    /// Cumulative counts (packets, bytes, NAPI, drops) of every queue with any, summed over
+    /// CPUs; the detail fields stay zero.
+    pub fn read_queues(&self) -> Result<Vec<QueueCounters>> {
         let map = &self.skel.maps.qc_queues;
         let mut out = Vec::new();
         for idx in 0..(2 * MAX_QUEUES) {
             let per_cpu = map.lookup_percpu(&idx.to_ne_bytes(), MapFlags::ANY).context("reading qc_queues")?.unwrap_or_default();
-            let mut q = QueueCounts::default();
+            let dir = if idx < MAX_QUEUES { Dir::Rx } else { Dir::Tx };
+            let mut q = QueueCounters::new(dir, idx % MAX_QUEUES);
             for raw in per_cpu.iter().take(self.ncpus) {
                 let mut s = qc_queue_stats::default();
                 plain::copy_from_bytes(&mut s, raw).map_err(|_| anyhow::anyhow!("qc_queues value too short"))?;
                 q.packets += s.packets;
                 q.bytes += s.bytes;
-                q.skbs += s.skbs;
                 q.napi_polls += s.napi_polls;
                 q.napi_work += s.napi_work;
                 q.napi_budget_exhausted += s.napi_budget_exhausted;
@@ -343,9 +332,8 @@ impl QcountProbe {
                     *d += v;
                 }
             }
-            if q != QueueCounts::default() {
-                let dir = if idx < MAX_QUEUES { Dir::Rx } else { Dir::Tx };
-                out.push((dir, idx % MAX_QUEUES, q));
+            if !q.is_zero() {
+                out.push(q);
             }
         }
         Ok(out)

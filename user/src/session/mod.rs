@@ -15,8 +15,8 @@ use crate::probe::l3miss::MissSource;
 use crate::sys::{is_root, monotonic_ns};
 use crate::probe::features::Features;
 use crate::probe::l3miss::L3missProbe;
-use crate::probe::pktlife::{rx_queue_offset_for_driver, PktlifeProbe, ProbeConfig, StageCounts};
-use crate::probe::qcount::{QcountConfig, QcountProbe, QueueCounts, RxChoice};
+use crate::probe::pktlife::{rx_queue_offset_for_driver, PktlifeProbe, ProbeConfig};
+use crate::probe::qcount::{QcountConfig, QcountProbe, RxChoice};
 use crate::probe::qcount_skel::types::qc_counter;
 use crate::snapshot::{Dir, EventCounters, FlowCounters, QueueCounters, Snapshot};
 use crate::topology::{self, HostInfo, IfaceInfo};
@@ -296,8 +296,8 @@ pub struct Session {
     interval: Duration,
     flow_every: u64,
     index: u64,
-    prev_q: Vec<(Dir, u32, QueueCounts)>,
-    prev_s: Vec<(Dir, u32, StageCounts)>,
+    /// Each queue's cumulative counters at the last snapshot (tier 0's and the detail's).
+    prev_q: Vec<QueueCounters>,
     prev_e: EventCounters,
     prev_t: u64,
     prev_m: crate::snapshot::MissSnapshot,
@@ -499,7 +499,6 @@ impl Session {
             flow_every: opts.flow_every.max(1),
             index: 0,
             prev_q: Vec::new(),
-            prev_s: Vec::new(),
             prev_e: EventCounters::default(),
             prev_t: start_ns,
             prev_m: Default::default(),
@@ -613,7 +612,8 @@ impl Session {
             detail_ns,
             ..Default::default()
         };
-        snap.queues = merge_queues(&cur_q, &self.prev_q, &cur_s, &self.prev_s);
+        let cur_q = combine(cur_q, &cur_s);
+        snap.queues = interval_queues(&cur_q, &self.prev_q);
         let flow_turn = finishing || self.index % self.flow_every == self.flow_every - 1;
         if flow_turn {
             snap.flows = self
@@ -665,7 +665,6 @@ impl Session {
             }
         }
         self.prev_q = cur_q;
-        self.prev_s = cur_s;
         self.prev_e = cur_e;
         self.prev_t = t_ns;
         self.index += 1;
@@ -675,60 +674,44 @@ impl Session {
 
 /// The driver's packets and bytes in place of the programs' in the directions they cover
 /// (NAPI and drop counts stay the programs').
-fn overlay_kernel_counts(q: &mut Vec<(Dir, u32, QueueCounts)>, kernel: &[crate::probe::kstats::QueueStat], covered: [bool; 2]) {
+fn overlay_kernel_counts(q: &mut Vec<QueueCounters>, kernel: &[crate::probe::kstats::QueueStat], covered: [bool; 2]) {
     for k in kernel.iter().filter(|k| covered[usize::from(k.dir == Dir::Tx)]) {
         let (Some(packets), Some(bytes)) = (k.packets, k.bytes) else { continue };
-        match q.iter_mut().find(|(d, n, _)| *d == k.dir && *n == k.queue) {
-            Some((_, _, c)) => {
+        match q.iter_mut().find(|c| c.dir == k.dir && c.queue == k.queue) {
+            Some(c) => {
                 c.packets = packets;
                 c.bytes = bytes;
             }
-            None => q.push((k.dir, k.queue, QueueCounts { packets, bytes, ..Default::default() })),
+            None => q.push(QueueCounters { packets, bytes, ..QueueCounters::new(k.dir, k.queue) }),
         }
     }
 }
 
-/// One interval's per-queue counters: tier 0's counts and the detail hooks' stages, each the
-/// difference of two cumulative reads; queues with nothing new are left out.
-fn merge_queues(
-    cur_q: &[(Dir, u32, QueueCounts)],
-    prev_q: &[(Dir, u32, QueueCounts)],
-    cur_s: &[(Dir, u32, StageCounts)],
-    prev_s: &[(Dir, u32, StageCounts)],
-) -> Vec<QueueCounters> {
-    use std::collections::BTreeMap;
-    let mut out: BTreeMap<(Dir, u32), QueueCounters> = BTreeMap::new();
-    for (d, q, c) in cur_q {
-        let p = prev_q.iter().find(|(pd, pq, _)| pd == d && pq == q).map(|x| x.2).unwrap_or_default();
-        let e = out.entry((*d, *q)).or_insert_with(|| QueueCounters::new(*d, *q));
-        e.packets = c.packets.saturating_sub(p.packets);
-        e.bytes = c.bytes.saturating_sub(p.bytes);
-        e.napi_polls = c.napi_polls.saturating_sub(p.napi_polls);
-        e.napi_work = c.napi_work.saturating_sub(p.napi_work);
-        e.napi_budget_exhausted = c.napi_budget_exhausted.saturating_sub(p.napi_budget_exhausted);
-        e.drops = c.drops.saturating_sub(p.drops);
-        for (i, v) in e.napi_work_hist.iter_mut().enumerate() {
-            *v = c.napi_work_hist[i].saturating_sub(p.napi_work_hist[i]);
+/// Each queue's cumulative counters: tier 0's counts and the detail hooks' (disjoint fields).
+fn combine(counts: Vec<QueueCounters>, stages: &[QueueCounters]) -> Vec<QueueCounters> {
+    let mut out = counts;
+    for s in stages {
+        match out.iter_mut().find(|q| q.dir == s.dir && q.queue == s.queue) {
+            Some(q) => q.add(s),
+            None => out.push(s.clone()),
         }
     }
-    for (d, q, c) in cur_s {
-        let idle = StageCounts::default();
-        let p = prev_s.iter().find(|(pd, pq, _)| pd == d && pq == q).map_or(&idle, |x| &x.2);
-        let e = out.entry((*d, *q)).or_insert_with(|| QueueCounters::new(*d, *q));
-        e.handups = c.handups.saturating_sub(p.handups);
-        e.copies = c.copies.saturating_sub(p.copies);
-        e.frees = c.frees.saturating_sub(p.frees);
-        for st in 0..crate::snapshot::NSTAGES {
-            e.stage_count[st] = c.stage_count[st].saturating_sub(p.stage_count[st]);
-            e.stage_sum_ns[st] = c.stage_sum_ns[st].saturating_sub(p.stage_sum_ns[st]);
-            // A max cannot be differenced: the largest so far.
-            e.stage_max_ns[st] = c.stage_max_ns[st];
-            for b in 0..crate::snapshot::NBUCKETS {
-                e.stage_hist[st][b] = c.stage_hist[st][b].saturating_sub(p.stage_hist[st][b]);
-            }
-        }
-    }
-    out.into_values().filter(|q| !q.is_zero()).collect()
+    out
+}
+
+/// One interval's per-queue counters: the difference of two cumulative reads; queues with
+/// nothing new are left out.
+fn interval_queues(cur: &[QueueCounters], prev: &[QueueCounters]) -> Vec<QueueCounters> {
+    let mut out: Vec<QueueCounters> = cur
+        .iter()
+        .map(|q| match prev.iter().find(|p| p.dir == q.dir && p.queue == q.queue) {
+            Some(p) => q.delta(p),
+            None => q.clone(),
+        })
+        .filter(|d| !d.is_zero())
+        .collect();
+    out.sort_by_key(|q| (q.dir, q.queue));
+    out
 }
 
 /// Drives the detail windows (crate::windows): attaches and detaches the detail hooks and
@@ -841,6 +824,29 @@ impl WindowDriver {
 }
 #[cfg(test)]
 mod tests {
+    use super::{combine, interval_queues};
+    use crate::snapshot::{Dir, QueueCounters};
+
+    /// Tier 0's counts and the detail's stages make one queue; an interval is the difference
+    /// of two such reads, and a queue with nothing new is left out.
+    #[test]
+    fn counts_and_stages_combine_and_difference() {
+        let counts = |p: u64| vec![QueueCounters { packets: p, bytes: p * 100, ..QueueCounters::new(Dir::Rx, 1) }];
+        let mut st = QueueCounters::new(Dir::Rx, 1);
+        st.handups = 5;
+        st.stage_count[0] = 3;
+        st.stage_max_ns[0] = 900;
+        let a = combine(counts(10), &[st.clone()]);
+        assert_eq!((a[0].packets, a[0].handups, a[0].stage_count[0]), (10, 5, 3));
+        st.stage_count[0] = 4;
+        let b = combine(counts(25), &[st.clone(), QueueCounters { handups: 1, ..QueueCounters::new(Dir::Tx, 0) }]);
+        let d = interval_queues(&b, &a);
+        assert_eq!(d.len(), 2);
+        assert_eq!((d[0].packets, d[0].bytes, d[0].stage_count[0], d[0].stage_max_ns[0]), (15, 1500, 1, 900));
+        assert_eq!((d[1].dir, d[1].handups), (Dir::Tx, 1));
+        assert!(interval_queues(&b, &b).is_empty());
+    }
+
     #[test]
     fn join_sample_is_a_power_of_two_up_to_the_cap() {
         for ok in ["1", "2", "4", "16"] {
