@@ -143,6 +143,22 @@ def live_link_prog_ids():
     return {l.get("prog_id") for l in json.loads(out or "[]")}
 
 
+def kernel_loads(section, tmp_dir):
+    """Whether this kernel loads a do-nothing BPF program of `section` (e.g.
+    "tp_btf/netif_receive_skb"): the kernel's own answer, independent of ddioscope's doctor.
+    Built with clang and loaded by bpftool into a bpffs mounted in a private mount
+    namespace (nothing stays pinned or mounted)."""
+    src, obj = Path(tmp_dir) / "probe.bpf.c", Path(tmp_dir) / "probe.o"
+    src.write_text('#define SEC(n) __attribute__((section(n), used))\n'
+                   f'SEC("{section}") int probe(unsigned long long *ctx) {{ return 0; }}\n'
+                   'char LICENSE[] SEC("license") = "GPL";\n')
+    run("clang", "-target", "bpf", "-O2", "-g", "-c", src, "-o", obj)
+    fs = Path(tmp_dir) / "bpffs"
+    fs.mkdir(exist_ok=True)
+    p = run("unshare", "-m", "sh", "-c", f'mount -t bpf bpf "{fs}" && bpftool prog load "{obj}" "{fs}/p"', check=False)
+    return p.returncode == 0
+
+
 def wait_until(pred, timeout=10.0, what="condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -1,6 +1,7 @@
 """Bad input: one clear line naming the problem, a non-zero exit, nothing left attached."""
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
 
@@ -105,17 +106,27 @@ def small_recording(testbed, recorder, tmp_path):
 
 
 def test_report_truncated_recording(small_recording, tmp_path):
+    """A file cut short (its pages lost) is refused in one line naming it; a recording cut off
+    mid-run (its writer killed, every committed interval intact) is reported and says INCOMPLETE."""
     data = small_recording.read_bytes()
-    for frac in (0.1, 0.5):
+    for frac in (0.1, 0.5, 0.9):
         cut = tmp_path / f"cut{frac}.ddio"
         cut.write_bytes(data[: int(len(data) * frac) // 4096 * 4096 or 100])
         p = run(BIN, "report", cut, check=False)
-        # Either a clear one-line refusal, or a report that says it is incomplete.
-        if p.returncode != 0:
-            assert len(p.stderr.strip().splitlines()) == 1, p.stderr
-            assert str(cut) in p.stderr
-        else:
-            assert p.stdout.strip()
+        assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1, (frac, p.returncode, p.stderr)
+        assert str(cut) in p.stderr and "not a readable ddioscope recording" in p.stderr, p.stderr
     intact = tmp_path / "intact.ddio"
     shutil.copy(small_recording, intact)
-    assert run(BIN, "report", intact).returncode == 0
+    p = run(BIN, "report", intact)
+    assert "INCOMPLETE" not in p.stdout, p.stdout[:500]
+
+
+def test_report_of_a_killed_recorder_says_incomplete(testbed, recorder):
+    testbed.iperf3_server()
+    rec = recorder("-i", testbed.if_rcv, "--netns", testbed.ns_rcv)
+    testbed.iperf3("-t", "1")
+    assert rec._read_line(10)["event"] == "interval"
+    rec.stop(signal.SIGKILL)
+    p = run(BIN, "report", rec.out)
+    assert p.returncode == 0, p.stderr
+    assert "INCOMPLETE" in p.stdout.splitlines()[0], p.stdout[:500]

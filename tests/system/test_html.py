@@ -3,6 +3,7 @@ no console messages, nothing fetched from the network, every chart section in th
 rendered DOM, the per-queue table equal to the text report, and a screenshot
 (out/report.png)."""
 import json
+import re
 import shutil
 import subprocess
 import tempfile
@@ -62,7 +63,7 @@ class Dom(HTMLParser):
 
     def __init__(self, text):
         super().__init__()
-        self.tags, self.ids, self.text, self.tables = {}, set(), [], {}
+        self.tags, self.ids, self.text, self.tables, self.heads = {}, set(), [], {}, {}
         self._table, self._row, self._cell = None, None, None
         self.feed(text)
 
@@ -87,6 +88,8 @@ class Dom(HTMLParser):
         elif tag == "tr" and self._row is not None:
             if self._table and self._row and self._row[0] != "queue":
                 self.tables[self._table].append(self._row)
+            elif self._table and self._row:
+                self.heads[self._table] = self._row
             self._row = None
         elif tag == "table":
             self._table = None
@@ -109,6 +112,24 @@ def text_table_rows(text, title):
     return rows
 
 
+def number(cell):
+    """A table cell's count ("627.8k", "1.2M", "86") and its rounding half-unit."""
+    m = re.fullmatch(r"([\d.]+)([kMG]?)", cell.strip())
+    assert m, cell
+    scale = {"": 1, "k": 1e3, "M": 1e6, "G": 1e9}[m.group(2)]
+    decimals = len(m.group(1).split(".")[1]) if "." in m.group(1) else 0
+    return float(m.group(1)) * scale, 0.5 * scale * 10 ** -decimals
+
+
+def queue_table(dom, direction):
+    """{queue: {column: cell}} of a direction's per-queue table, by its header names (any
+    table whose id names the direction and whose header has "queue" and "packets")."""
+    for tid, head in dom.heads.items():
+        if direction in tid.split("-") and "queue" in head and "packets" in head:
+            return {int(row[0]): dict(zip(head, row)) for row in dom.tables[tid]}
+    raise AssertionError(f"no {direction} queue table in {sorted(dom.heads)}")
+
+
 def test_detectors_catch_a_bad_page(tmp_path):
     """The console and network checks below do see a script error and a fetch."""
     bad = tmp_path / "bad.html"
@@ -125,7 +146,9 @@ def test_html_report_in_chromium(testbed, recorder, tmp_path):
     tb.iperf3_server()
     # No counters: the counters section must then say why, the same on every host.
     rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--interval", "100", "--counters", "off")
+    k0, q0 = tb.stats(tb.ns_rcv, tb.if_rcv), tb.rx_queue_packets()
     tb.iperf3("-P", "4", "-t", "2")
+    k1, q1 = tb.stats(tb.ns_rcv, tb.if_rcv), tb.rx_queue_packets()
     rc, _, err = rec.stop()
     assert rc == 0, err
     r = report_json(rec.out)
@@ -172,6 +195,22 @@ def test_html_report_in_chromium(testbed, recorder, tmp_path):
         assert "No recommendations: the model finds nothing to change" in text
     rx_pk = sum(q["packets"] for q in r["queues"] if q["dir"] == "rx")
     assert rx_pk > 10000
+
+    # The RX queue table against the kernel: each queue's packets against veth's own per-queue
+    # counters, and packets × average size against the interface's byte count (1 %, plus the
+    # cells' rounding and 10 packets for the edges of the recording).
+    table = queue_table(dom, "rx")
+    got_pk, got_by, slack_by = 0.0, 0.0, 0.0
+    for q, n in ((q, q1[q] - q0.get(q, 0)) for q in q1):
+        if n == 0 and q not in table:
+            continue
+        pk, half = number(table[q]["packets"])
+        size, size_half = number(table[q]["avg B"])
+        assert abs(pk - n) <= 0.01 * n + half + 10, (q, table[q], n)
+        got_pk, got_by, slack_by = got_pk + pk, got_by + pk * size, slack_by + pk * size_half + half * size
+    kpk, kby = k1["rx_packets"] - k0["rx_packets"], k1["rx_bytes"] - k0["rx_bytes"]
+    assert kpk > 10000 and abs(got_pk - kpk) <= 0.01 * kpk + 10 * len(table) + sum(number(r["packets"])[1] for r in table.values()), (got_pk, kpk)
+    assert abs(got_by - kby) <= 0.01 * kby + slack_by, (got_by, kby)
 
     # The per-queue tables hold the text report's numbers, cell for cell.
     txt = run(BIN, "report", rec.out).stdout

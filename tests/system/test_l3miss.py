@@ -4,10 +4,18 @@ with the address of the buffer being copied for the address join), on testbed
 traffic with two flows of very different rates pinned to different queues.
 Truth: the rates the sender was told to send and iperf3 measured, the queues XPS
 pinned, and veth's own per-queue counters."""
+import ctypes
+import errno
 import json
+import math
+import os
+import platform
 import shutil
+import struct
 import sqlite3
 import subprocess
+
+from pathlib import Path
 
 import pytest
 
@@ -47,6 +55,14 @@ def record_two_flows(tb, recorder, *args, secs=3):
     return rec.out, heavy, light, {q: after.get(q, 0) - before.get(q, 0) for q in after}, ids
 
 
+def check_pinned(truth, h_bytes, l_bytes):
+    """The setup, not the code under test: each flow arrived on its own pinned queue, so the
+    driver's per-queue packet split follows iperf3's byte split (whatever rates the flows got
+    on a loaded host; the shares below are held to the split achieved, not to a nominal one)."""
+    assert truth.get(0, 0) > 0 and truth.get(1, 0) > 0, truth
+    assert abs(share(truth[0], truth[1]) - share(h_bytes, l_bytes)) < 5, ("setup: the flows left their pinned queues", truth, h_bytes, l_bytes)
+
+
 def joins_by_port(m):
     """Address-join charges per RX destination port."""
     by_port = {}
@@ -57,32 +73,39 @@ def joins_by_port(m):
 
 
 def test_cpu_context_attribution_follows_rates(testbed, recorder):
+    """CPU context (cpu-clock stand-in): the charges follow where the network work ran.
+    Truth: veth's per-queue counters and iperf3's byte counts; the heavier side by them must
+    get the larger share of the charges, whatever split the two flows achieved."""
     tb = testbed
-    tb.iperf3_server(5201)
-    tb.iperf3_server(5202)
-    pin_tx_queues(tb)
-    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--duty", "1", "--miss-sampling", "software-clock", "--miss-period", "50000")
-    two_flows(tb)
-    rc, _, err = rec.stop()
-    assert rc == 0, err
-    r = report_json(rec.out)
+    out, heavy, light, truth, _ = record_two_flows(
+        tb, recorder, "--duty", "1", "--miss-sampling", "software-clock", "--miss-period", "50000")
+    r = report_json(out)
     m = r["l3miss"]
     assert "cpu-clock" in m["source"]
     assert m["samples"] > 1000
     assert m["samples"] == m["on_packet_buffers"] + m["other_addr"] + m["no_addr"]
     assert m["ctx_charged"] + m["uncharged"] == m["samples"] - m["on_packet_buffers"]
 
-    # The pinned queues carried the two flows (driver truth: the traffic report).
+    # The pinned queues carried the two flows (truth: veth's own per-queue counters against
+    # iperf3's byte counts), and the report's per-queue counts are the driver's.
+    h_bytes = heavy["end"]["sum_received"]["bytes"]
+    l_bytes = light["end"]["sum_received"]["bytes"]
+    check_pinned(truth, h_bytes, l_bytes)
     rx = {q["queue"]: q["packets"] for q in r["queues"] if q["dir"] == "rx"}
-    assert rx.get(0, 0) > 5 * rx.get(1, 0) > 0, rx
+    assert all(abs(rx.get(q, 0) - n) <= max(0.01 * n, 10) for q, n in truth.items()), (rx, truth)
     charged = {q["queue"]: q["cpu_ctx"] for q in m["queues"] if q["dir"] == "rx"}
-    assert charged.get(0, 0) > charged.get(1, 0) > 0, charged
-
     flows = {}
     for f in m["flows"]:
         if f["dir"] == "rx":
             flows[f["dport"]] = flows.get(f["dport"], 0) + f["cpu_ctx"]
-    assert flows.get(5201, 0) > 2 * flows.get(5202, 0) > 0, flows
+    print(f"\ncpu context: rx0 {share(charged.get(0, 0), charged.get(1, 0)):.1f}% of charges vs "
+          f"{share(truth[0], truth[1]):.1f}% of packets; heavy flow {share(flows.get(5201, 0), flows.get(5202, 0)):.1f}% vs "
+          f"{share(h_bytes, l_bytes):.1f}% of bytes; {m['ctx_charged']} charged of {m['samples']}")
+    # Charges follow CPU time, not packets: ordered as the truth is.
+    busy, idle = (0, 1) if truth[0] > truth[1] else (1, 0)
+    assert charged.get(busy, 0) > charged.get(idle, 0) > 0, (charged, truth)
+    big, small = (5201, 5202) if h_bytes > l_bytes else (5202, 5201)
+    assert flows.get(big, 0) > flows.get(small, 0) > 0, (flows, h_bytes, l_bytes)
     # Every charge is a queue's, and a flow's unless it had none: nothing is lost to the
     # flow map here (a few may differ: queues and flows are read one after the other).
     charged = m["ctx_charged"] + m["on_packet_buffers"]
@@ -98,16 +121,15 @@ def test_cpu_context_attribution_follows_rates(testbed, recorder):
     a = r["attribution"]
     assert a["method"] == "cpu_context" and a["confidence"] != "insufficient", a
     assert any("stand-in" in n for n in a["notes"])
-    share = {q["queue"]: q["share_pct"] for q in a["queues"] if q["dir"] == "rx"}
-    assert share.get(0, 0) > share.get(1, 0) > 0, share
-    heavy = [f for f in a["flows"] if f["dport"] == 5201]
-    light = [f for f in a["flows"] if f["dport"] == 5202]
-    assert sum(f["share_pct"] for f in heavy) > sum(f["share_pct"] for f in light)
+    shares = {q["queue"]: q["share_pct"] for q in a["queues"] if q["dir"] == "rx"}
+    assert shares.get(busy, 0) > shares.get(idle, 0) > 0, shares
+    by_port = {p: sum(f["share_pct"] for f in a["flows"] if f["dport"] == p) for p in (5201, 5202)}
+    assert by_port[big] > by_port[small], by_port
 
     # Without an LLC geometry the model cannot run, but the measured attribution still shows,
     # the same, and says the model prior is missing; the text lists --top flows.
-    bare = rec.out.with_name("no-geometry.ddio")
-    shutil.copy(rec.out, bare)
+    bare = out.with_name("no-geometry.ddio")
+    shutil.copy(out, bare)
     with sqlite3.connect(bare) as db:
         host = json.loads(db.execute("SELECT value FROM meta WHERE key = 'host'").fetchone()[0])
         host["llc"] = None
@@ -235,17 +257,157 @@ def test_address_path_loads_and_sees_addresses(testbed, recorder):
     wait_until(lambda: not (ids & live_prog_ids()), what="programs to be unloaded")
 
 
+CORE_PMU = Path("/sys/bus/event_source/devices/cpu")
+# Intel Xeon server cores with DDIO uncore events (family 6), from Intel's model numbers:
+# Skylake/Cascade Lake/Cooper Lake-SP 0x55, Ice Lake-SP 0x6a and -D 0x6c, Sapphire Rapids 0x8f,
+# Emerald Rapids 0xcf, Granite Rapids 0xad and -D 0xae.
+DDIO_XEON_MODELS = {0x55, 0x6A, 0x6C, 0x8F, 0xCF, 0xAD, 0xAE}
+
+
+def cpu_id():
+    """(vendor, family, model) of the first CPU, from /proc/cpuinfo."""
+    info = {}
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if not line.strip():
+            break
+        k, _, v = line.partition(":")
+        info[k.strip()] = v.strip()
+    return info.get("vendor_id", ""), int(info.get("cpu family", "0") or 0), int(info.get("model", "0") or 0)
+
+
+def kernel_opens_pebs_l3_miss():
+    """Ask the kernel itself: perf_event_open of MEM_LOAD_RETIRED.L3_MISS (Intel's perfmon
+    encoding: event 0xd1, umask 0x20, placed by the core PMU's own format files) with PEBS
+    (precise_ip 2) and data addresses, system-wide on CPU 0. 0 if it opens, else the errno."""
+    def field(name, value):
+        spec = (CORE_PMU / "format" / name).read_text().strip()
+        lo = int(spec.split(":")[1].split("-")[0])
+        return value << lo
+    attr = bytearray(128)  # PERF_ATTR_SIZE_VER7
+    pmu_type = int((CORE_PMU / "type").read_text())
+    struct.pack_into("=IIQQQ", attr, 0, pmu_type, len(attr), field("event", 0xD1) | field("umask", 0x20), 10007,
+                     0x1 | 0x2 | 0x4 | 0x8 | 0x80 | 0x100)  # IP TID TIME ADDR CPU PERIOD
+    flags = (1 << 0) | (1 << 6) | (2 << 15)  # disabled, exclude_hv, precise_ip 2
+    struct.pack_into("=Q", attr, 40, flags)
+    libc = ctypes.CDLL(None, use_errno=True)
+    buf = ctypes.create_string_buffer(bytes(attr), len(attr))
+    fd = libc.syscall(298, buf, -1, 0, -1, 0)  # __NR_perf_event_open on x86-64
+    if fd < 0:
+        return ctypes.get_errno()
+    os.close(fd)
+    return 0
+
+
+def one_line(p):
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 1 and len(lines) == 1, (p.returncode, p.stderr)
+    return lines[0]
+
+
+@pytest.mark.skipif(CORE_PMU.exists(), reason="this host has a core PMU: see test_pebs_request_where_a_core_pmu_exists")
 def test_pebs_request_fails_loudly_without_pmu(testbed, tmp_path):
     p = run(BIN, "record", "-i", testbed.if_rcv, "--netns", testbed.ns_rcv, "-d", "1", "-o", tmp_path / "x.ddio",
             "--miss-sampling", "pebs", check=False)
-    if "cpu" in run("ls", "/sys/bus/event_source/devices").stdout.split():
-        pytest.skip("this host has a core PMU")
-    assert p.returncode == 1
-    assert len(p.stderr.strip().splitlines()) == 1 and "pebs" in p.stderr, p.stderr
+    line = one_line(p)
+    assert "pebs" in line, line
+    # The precise reason, from /proc/cpuinfo: no Xeon with DDIO, else no core PMU in sysfs.
+    vendor, family, model = cpu_id()
+    if vendor == "GenuineIntel" and family == 6 and model in DDIO_XEON_MODELS:
+        assert "no core PMU" in line, line
+    else:
+        assert "not a supported Intel Xeon" in line, line
+
+
+@pytest.mark.skipif(not CORE_PMU.exists() or platform.machine() != "x86_64",
+                    reason="no core PMU on this host: the PEBS event is checked on a fixture tree by "
+                           "probe::l3miss::tests::pebs_attr_where_a_core_pmu_exists")
+def test_pebs_request_where_a_core_pmu_exists(testbed, tmp_path):
+    """Where the PMU exists, `--miss-sampling pebs` either records PEBS samples or says the
+    precise reason it cannot: not a Xeon with DDIO (/proc/cpuinfo), or the kernel's own refusal
+    of the event (the test opens it itself)."""
+    tb = testbed
+    tb.iperf3_server()
+    out = tmp_path / "pebs.ddio"
+    proc = subprocess.Popen([str(BIN), "record", "-i", tb.if_rcv, "--netns", tb.ns_rcv, "-d", "3", "-o", str(out),
+                             "--miss-sampling", "pebs", "--duty", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    tb.iperf3("-t", "2")
+    stdout, stderr = proc.communicate(timeout=60)
+    p = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    vendor, family, model = cpu_id()
+    if not (vendor == "GenuineIntel" and family == 6 and model in DDIO_XEON_MODELS):
+        assert "not a supported Intel Xeon" in one_line(p), p.stderr
+        return
+    errno_ = kernel_opens_pebs_l3_miss()
+    if errno_ == 0:
+        assert p.returncode == 0, p.stderr
+        m = report_json(out)["l3miss"]
+        assert "MEM_LOAD_RETIRED.L3_MISS (PEBS)" in m["source"], m["source"]
+        assert m["samples"] > 0 and m["samples"] == m["on_packet_buffers"] + m["other_addr"] + m["out_of_subset"] + m["no_addr"], m
+        return
+    line = one_line(p)
+    reason = {errno.ENOENT: "no such PMU", errno.ENODEV: "no such PMU", errno.EACCES: "permission denied",
+              errno.EPERM: "permission denied", errno.EINVAL: "invalid", errno.EBUSY: "busy",
+              errno.EOPNOTSUPP: "not supported", errno.ENOSPC: "not supported"}.get(errno_, os.strerror(errno_))
+    assert "L3-miss sampler" in line and "PEBS" in line and reason in line, (errno.errorcode.get(errno_), line)
 
 
 def share(a, b):
     return 100.0 * a / (a + b) if a + b else 0.0
+
+
+# Statistical margins: Z standard deviations (a correct estimator fails about 1 comparison in 1000).
+Z = 3.3
+# The address join's claim for a share: 2 pp, or 30 % of a share below 6.7 %.
+SHARE_CLAIM_PP = 2.0
+SHARE_CLAIM_REL = 0.3
+# The copy stand-in samples a copy for as long as it takes it to last (1 µs + 1 ns per byte):
+# a flow whose copies are single 1448-byte segments is sampled up to (1000 + 1448) / 1448 =
+# 1.69 times as often per byte as one whose GRO-merged copies are large. The shares of its
+# joins then lie between the packet shares and that weighting (the join adds nothing).
+COPY_OVERWEIGHT = (1000 + 1448) / 1448
+# In windows on a loaded 2-CPU host the light flow was over-read up to 2.7 times (the sampler
+# at 200 µs slows the heavy flow inside the windows): the bound held there.
+WINDOW_OVERWEIGHT = 3.0
+
+
+def share_bound(p_pct, n):
+    """How far a share estimated from n samples may be from a truth of p_pct %: the claim
+    (absolute, relative on small shares) plus Z binomial standard deviations."""
+    p = p_pct / 100.0
+    claim = min(SHARE_CLAIM_PP, SHARE_CLAIM_REL * p_pct)
+    return claim + 100.0 * Z * math.sqrt(p * (1 - p) / max(n, 1))
+
+
+def assert_shares(got, truth, n, what, overweight=1.0):
+    """The lighter of two shares (got: counts, truth: counts) within the claim of the truth's
+    share, or of the truth's share with the lighter side weighted up to `overweight` times
+    (a sampler's known bias), plus Z binomial standard deviations of n samples."""
+    tot_g, tot_t = sum(got), sum(truth)
+    assert tot_g > 0 and tot_t > 0, (what, got, truth)
+    light = min(range(len(truth)), key=lambda i: truth[i])
+    g_pct, t_pct = 100.0 * got[light] / tot_g, 100.0 * truth[light] / tot_t
+    heavier = tot_t - truth[light]
+    t_max = 100.0 * overweight * truth[light] / (overweight * truth[light] + heavier)
+    lo = t_pct - share_bound(t_pct, n)
+    hi = t_max + share_bound(t_max, n)
+    assert lo <= g_pct <= hi, f"{what}: the light side {g_pct:.2f}% against {t_pct:.2f}% (bounds {lo:.2f}-{hi:.2f} over {n} samples)"
+
+
+def poisson_upper(mean, tail=1e-3):
+    """The smallest k with P(X > k) < tail for X ~ Poisson(mean)."""
+    k, term = 0, math.exp(-mean)
+    cdf = term
+    while 1 - cdf >= tail:
+        k += 1
+        term *= mean / k
+        cdf += term
+    return k
+
+
+def assert_rate_at_least(k, n, claim, what):
+    """k of n, for a claimed rate of at least `claim`: k/n may fall below it by Z binomial sd."""
+    floor = claim - Z * math.sqrt(claim * (1 - claim) / max(n, 1))
+    assert n > 0 and k / n >= floor, f"{what}: {k} of {n} ({100 * k / max(n, 1):.2f} %), floor {100 * floor:.2f} % (claim {100 * claim:.1f} %)"
 
 
 @pytest.mark.parametrize("join_sample", [1, 4])
@@ -262,6 +424,16 @@ def test_copy_standin_address_join_follows_rates(testbed, recorder, join_sample)
     m = r["l3miss"]
     b = m["buffer_map"]
     assert "stand-in" in m["source"] and "buffer being copied" in m["source"], m["source"]
+    joined = {q["queue"]: q["addr_join"] for q in m["queues"] if q["dir"] == "rx"}
+    by_port = joins_by_port(m)
+    h_bytes = heavy["end"]["sum_received"]["bytes"]
+    l_bytes = light["end"]["sum_received"]["bytes"]
+    print(f"\ncopy stand-in, join on 1 in {join_sample} pages: {m['on_packet_buffers'] + m['other_addr'] + m['out_of_subset']} address samples, {m['out_of_subset']} "
+          f"outside the subset, {m['other_addr']} not found; ages within life {m['age_split']['within_life'] if m['age_split'] else None} of {m['on_packet_buffers']}; rx queue 0 share "
+          f"{share(joined.get(0, 0), joined.get(1, 0)):.1f}% of joins vs {share(truth.get(0, 0), truth.get(1, 0)):.1f}% of packets; "
+          f"heavy flow {share(by_port.get(5201, 0), by_port.get(5202, 0)):.1f}% vs {share(h_bytes, l_bytes):.1f}% of bytes; "
+          f"age p50 {(m['age_p50_ns'] or 0) / 1e6:.2f} ms p99 {(m['age_p99_ns'] or 0) / 1e6:.2f} ms; map max {b['entries_max']} "
+          f"of {b['capacity']}, {b['slots_replaced']} pushed out")
 
     # Every sample is accounted for exactly once, and every unjoined one is charged or counted uncharged.
     assert m["samples"] > 1000
@@ -272,12 +444,23 @@ def test_copy_standin_address_join_follows_rates(testbed, recorder, join_sample)
     # mapped pages find their page (keys written at hand-up == addresses read at copy).
     in_subset = m["on_packet_buffers"] + m["other_addr"]
     with_addr = in_subset + m["out_of_subset"]
-    assert m["on_packet_buffers"] > 1000 // join_sample and m["on_packet_buffers"] >= 0.95 * in_subset, m
+    assert m["on_packet_buffers"] > 1000 // join_sample, m
+    # The claim: at most 1 of 5000-9900 copy samples not found; as a rate of 1 in 5000, the
+    # count for the samples at hand stays within its Poisson bound.
+    allowed = poisson_upper(in_subset / 5000)
+    assert m["other_addr"] <= allowed, (m["other_addr"], in_subset, allowed)
     assert b["copy_linear_joined"] + b["copy_frag_joined"] == m["on_packet_buffers"], b
-    # The subset is 1 page in join_sample by address hash: the copied pages outside it
-    # are about the rest (the sender's page frags are many distinct pages).
+    # The subset is 1 page in join_sample by address hash: the copied pages outside it are the
+    # rest, 75 % at N = 4 (the claim: 74-76 %). The draw is of pages, not samples: the margin
+    # counts the distinct pages (at most the ways filled, times N) if fewer than the samples.
     expect_out = 1 - 1 / join_sample
-    assert abs(m["out_of_subset"] / with_addr - expect_out) < 0.15, (m["out_of_subset"], with_addr)
+    out = m["out_of_subset"] / with_addr
+    if join_sample == 1:
+        assert m["out_of_subset"] == 0, m
+    else:
+        n_eff = min(with_addr, b["entries_max"] * join_sample)
+        bound = 0.01 + Z * math.sqrt(expect_out * (1 - expect_out) / n_eff)
+        assert abs(out - expect_out) <= bound, (m["out_of_subset"], with_addr, n_eff, bound)
 
     # TCP payload over veth sits in page frags: the frag pages are mapped and
     # the joins are theirs (the layout is this host's, see doctor).
@@ -289,7 +472,8 @@ def test_copy_standin_address_join_follows_rates(testbed, recorder, join_sample)
     # the packets' own lifetime (hand-up -> free, measured apart by the stage timestamps).
     split = m["age_split"]
     assert split and abs(split["within_life"] + split["after_life"] - m["on_packet_buffers"]) <= 1, (split, m)
-    assert split["within_life"] >= 0.9 * m["on_packet_buffers"], split
+    # The claim: 98-99 % within their packets' lives.
+    assert_rate_at_least(split["within_life"], m["on_packet_buffers"], 0.98, "ages within life")
 
     # Bounded under sustained load: far more pages written than the table has
     # slots, and the occupied slots counted during the run never exceed them.
@@ -300,26 +484,15 @@ def test_copy_standin_address_join_follows_rates(testbed, recorder, join_sample)
     # Per queue: the heavy flow's queue carries its share of the joins.
     # Truth: veth's own per-queue counters; the report's per-queue packets agree.
     rx = {q["queue"]: q["packets"] for q in r["queues"] if q["dir"] == "rx"}
-    assert truth[0] > 5 * truth[1] > 0, truth
+    check_pinned(truth, h_bytes, l_bytes)
     assert abs(rx.get(0, 0) - truth[0]) <= 0.01 * truth[0], (rx, truth)
-    joined = {q["queue"]: q["addr_join"] for q in m["queues"] if q["dir"] == "rx"}
-    assert joined.get(0, 0) > 5 * joined.get(1, 0) > 0, joined
-    assert abs(share(joined[0], joined[1]) - share(truth[0], truth[1])) < 6, (joined, truth)
+    n_joined = joined.get(0, 0) + joined.get(1, 0)
+    assert_shares([joined.get(0, 0), joined.get(1, 0)], [truth[0], truth[1]], n_joined, "queue shares of the joins", COPY_OVERWEIGHT)
     assert sum(q["addr_join"] for q in m["queues"] if q["dir"] == "tx") <= 0.01 * m["on_packet_buffers"], m["queues"]
 
-    # Per flow: against the rates iperf3 measured.
-    by_port = joins_by_port(m)
-    h_bytes = heavy["end"]["sum_received"]["bytes"]
-    l_bytes = light["end"]["sum_received"]["bytes"]
-    assert by_port.get(5201, 0) > 5 * by_port.get(5202, 0) > 0, by_port
-    assert abs(share(by_port[5201], by_port[5202]) - share(h_bytes, l_bytes)) < 6, (by_port, h_bytes, l_bytes)
+    # Per flow: against the bytes iperf3 measured.
+    assert_shares([by_port.get(5201, 0), by_port.get(5202, 0)], [h_bytes, l_bytes], n_joined, "flow shares of the joins", COPY_OVERWEIGHT)
 
-    print(f"\ncopy stand-in, join on 1 in {join_sample} pages: {with_addr} address samples, {m['out_of_subset']} "
-          f"outside the subset, {m['other_addr']} not found; rx queue 0 share "
-          f"{share(joined[0], joined[1]):.1f}% of joins vs {share(truth[0], truth[1]):.1f}% of packets; "
-          f"heavy flow {share(by_port[5201], by_port[5202]):.1f}% vs {share(h_bytes, l_bytes):.1f}% of bytes; "
-          f"age p50 {m['age_p50_ns'] / 1e6:.2f} ms p99 {m['age_p99_ns'] / 1e6:.2f} ms; map max {b['entries_max']} "
-          f"of {b['capacity']}, {b['slots_replaced']} pushed out")
     # Time from hand-up to the sampled copy: populated and ordered.
     assert m["age_p50_ns"] and m["age_p99_ns"] and 0 < m["age_p50_ns"] <= m["age_p99_ns"], m
 
@@ -329,8 +502,9 @@ def test_copy_standin_address_join_follows_rates(testbed, recorder, join_sample)
     assert any("stand-in" in n and "not measured" in n for n in a["notes"]), a["notes"]
     if join_sample > 1:
         assert any(f"1 in {join_sample} buffer pages" in n for n in a["notes"]), a["notes"]
+    # Its shares are the joins' (the estimator adds nothing to the counts).
     shares = {q["queue"]: q["share_pct"] for q in a["queues"] if q["dir"] == "rx"}
-    assert shares.get(0, 0) > 5 * shares.get(1, 0) > 0, shares
+    assert abs(shares.get(0, 0) - share(joined.get(0, 0), joined.get(1, 0))) < 0.05, (shares, joined)
     assert r["events"]["lost"] == 0
 
 
@@ -347,6 +521,17 @@ def test_attribution_windows_keep_the_join_and_its_shares(testbed, recorder):
     r = report_json(out)
     m = r["l3miss"]
     b = m["buffer_map"]
+    joined = {q["queue"]: q["addr_join"] for q in m["queues"] if q["dir"] == "rx"}
+    by_port = joins_by_port(m)
+    h_bytes = heavy["end"]["sum_received"]["bytes"]
+    l_bytes = light["end"]["sum_received"]["bytes"]
+    received = sum(truth.values())
+    seen = b["linear_pages"] / received
+    print(f"\nwindows 1/4: map saw {100 * seen:.1f}% of {received} hand-ups; {m['on_packet_buffers']} joined, "
+          f"{m['before_window']} before their window; rx queue 0 {share(joined.get(0, 0), joined.get(1, 0)):.1f}% of joins vs "
+          f"{share(truth.get(0, 0), truth.get(1, 0)):.1f}% of packets; heavy flow {share(by_port.get(5201, 0), by_port.get(5202, 0)):.1f}% "
+          f"vs {share(h_bytes, l_bytes):.1f}% of bytes; ages within life {(m['age_split'] or {}).get('within_life')} of "
+          f"{m['on_packet_buffers'] - m['before_window']} dated")
     assert (m["duty"], m["window_ms"], m["warmup_ms"], m["cycle_ms"]) == (4, 250.0, 10.0, 1000.0), m
     # The recorder measured how long the sampler ran: about a quarter of the recording (less
     # where two windows overlapped; a partial last second holds a whole window or none).
@@ -356,8 +541,6 @@ def test_attribution_windows_keep_the_join_and_its_shares(testbed, recorder):
     # The map is kept only around the windows: about 26 % of the time (less where two windows
     # overlap), so about that share of the hand-ups wrote their linear page. Truth: the
     # packets veth received.
-    received = sum(truth.values())
-    seen = b["linear_pages"] / received
     assert 0.10 < seen < 0.45, (b["linear_pages"], received)
 
     # Inside the windows the join works as always on: nearly every copy-address sample
@@ -366,22 +549,16 @@ def test_attribution_windows_keep_the_join_and_its_shares(testbed, recorder):
     assert m["on_packet_buffers"] > 150 and m["on_packet_buffers"] >= 0.95 * (m["on_packet_buffers"] + m["other_addr"]), m
     assert m["before_window"] <= 0.05 * m["on_packet_buffers"], m
     split = m["age_split"]
-    assert split["within_life"] >= 0.9 * (m["on_packet_buffers"] - m["before_window"]), split
+    assert_rate_at_least(split["within_life"], m["on_packet_buffers"] - m["before_window"], 0.98, "dated ages within life")
 
-    # Shares follow the truth as with attribution always on.
-    joined = {q["queue"]: q["addr_join"] for q in m["queues"] if q["dir"] == "rx"}
-    assert truth[0] > 5 * truth[1] > 0, truth
-    assert abs(share(joined.get(0, 0), joined.get(1, 0)) - share(truth[0], truth[1])) < 6, (joined, truth)
-    by_port = joins_by_port(m)
-    h_bytes = heavy["end"]["sum_received"]["bytes"]
-    l_bytes = light["end"]["sum_received"]["bytes"]
-    assert abs(share(by_port.get(5201, 0), by_port.get(5202, 0)) - share(h_bytes, l_bytes)) < 6, (by_port, h_bytes, l_bytes)
+    # Shares follow the truth as with attribution always on, to the same claim.
+    check_pinned(truth, h_bytes, l_bytes)
+    n_joined = joined.get(0, 0) + joined.get(1, 0)
+    assert_shares([joined.get(0, 0), joined.get(1, 0)], [truth[0], truth[1]], n_joined, "queue shares of the joins", WINDOW_OVERWEIGHT)
+    assert_shares([by_port.get(5201, 0), by_port.get(5202, 0)], [h_bytes, l_bytes], n_joined, "flow shares of the joins", WINDOW_OVERWEIGHT)
     a = r["attribution"]
     assert a["method"] == "address_join" and a["confidence"] != "insufficient", a
     assert any("sampled in windows over 1/" in n for n in a["notes"]), a["notes"]
-    print(f"\nwindows 1/4: map saw {100 * seen:.1f}% of {received} hand-ups; {m['on_packet_buffers']} joined, "
-          f"{m['before_window']} before their window; rx queue 0 {share(joined[0], joined.get(1, 0)):.1f}% of joins vs "
-          f"{share(truth[0], truth[1]):.1f}% of packets")
 
 
 def test_copy_standin_joins_linear_buffers(testbed, recorder):

@@ -7,14 +7,14 @@ import subprocess
 
 import pytest
 
-from conftest import BIN, WAIT_PORT, live_link_prog_ids, live_prog_ids, report_json, run, wait_until
+from conftest import BIN, WAIT_PORT, kernel_loads, live_link_prog_ids, live_prog_ids, report_json, run, wait_until
 
 
 def within(a, b, rel, slack=0):
     return abs(a - b) <= max(rel * max(a, b), slack)
 
 
-def test_tcp_counts_queues_flows_and_stages(testbed, recorder):
+def test_tcp_counts_queues_flows_and_stages(testbed, recorder, tmp_path):
     tb = testbed
     tb.iperf3_server()
     rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--interval", "100")
@@ -62,10 +62,13 @@ def test_tcp_counts_queues_flows_and_stages(testbed, recorder):
         assert within(flow["payload_bytes"], nbytes, 0.05), (flow, nbytes)
         assert flow["rx_queue"] in per_q
 
-    # Stage histograms: present where traffic ran, and ordered.
-    for q in rx:
-        if q["packets"] < 1000:
-            continue
+    # Stage histograms: present on every queue the driver says carried traffic (at least
+    # 1000 packets: four streams over four queues leave at least one such queue), and ordered.
+    busy = [i for i, n in truth.items() if n >= 1000]
+    assert busy, truth
+    by_queue = {q["queue"]: q for q in rx}
+    for i in busy:
+        q = by_queue[i]
         for stage in ("driver_to_stack", "stack_to_copy", "driver_to_free"):
             assert q["stages"][stage]["count"] > 0, (q["queue"], stage)
         assert q["napi"]["polls"] > 0
@@ -82,13 +85,11 @@ def test_tcp_counts_queues_flows_and_stages(testbed, recorder):
     assert r["meta"]["iface"] == tb.if_rcv and r["meta"]["netns"] == tb.ns_rcv
     assert r["meta"]["rx_queues"] == 4 and r["meta"]["tx_queues"] == 4
     assert "napi_gro_receive_entry" in " ".join(r["meta"]["hooks"])
-    # Where this kernel loads tp_btf programs, the fallback to raw_tp must not
-    # have been taken (it would hide a verifier regression behind slower hooks).
-    import json as _json
-    from conftest import run as _run, BIN as _BIN
-    doctor = _json.loads(_run(_BIN, "doctor", "--json").stdout)
-    if doctor["features"]["tracing_prog"]:
-        assert all(h.startswith("tp_btf:") for h in r["meta"]["hooks"]), r["meta"]["hooks"]
+    # Where this kernel loads tp_btf programs (asked by loading one), the fallback to raw_tp
+    # must not have been taken (it would hide a verifier regression behind slower hooks);
+    # where it does not, every hook is the fallback.
+    want = "tp_btf:" if kernel_loads("tp_btf/netif_receive_skb", tmp_path) else "raw_tp:"
+    assert all(h.startswith(want) for h in r["meta"]["hooks"]), (want, r["meta"]["hooks"])
     assert r["events"]["lost"] == 0
     assert r["events"]["sampled"] == r["events"]["received"] > 0
 
@@ -222,15 +223,12 @@ def test_raw_tp_flavour_counts_and_joins_like_tp_btf(testbed, recorder):
 
 
 def test_tp_btf_request_is_honoured_or_fails_in_one_line(testbed, tmp_path):
-    """--hooks tp-btf: every hook as tp_btf where the kernel allows it (as it
-    does here when doctor says so), else one clear line and exit 1."""
-    import json as _json
-    from conftest import run as _run, BIN as _BIN
+    """--hooks tp-btf: every hook as tp_btf where the kernel allows it (the kernel's answer:
+    a tp_btf program of the test's own, loaded by bpftool), else one clear line and exit 1."""
     out = tmp_path / "t.ddio"
-    p = _run(_BIN, "record", "-i", testbed.if_rcv, "--netns", testbed.ns_rcv, "-d", "0.5", "-o", out,
-             "--hooks", "tp-btf", check=False)
-    doctor = _json.loads(_run(_BIN, "doctor", "--json").stdout)
-    if doctor["features"]["tracing_prog"]:
+    p = run(BIN, "record", "-i", testbed.if_rcv, "--netns", testbed.ns_rcv, "-d", "0.5", "-o", out,
+            "--hooks", "tp-btf", check=False)
+    if kernel_loads("tp_btf/netif_receive_skb", tmp_path):
         assert p.returncode == 0, p.stderr
         r = report_json(out)
         assert all(h.startswith("tp_btf:") for h in r["meta"]["hooks"]), r["meta"]["hooks"]
@@ -256,11 +254,11 @@ def _pinned_udp_run(tb, recorder, client_cpu, server_cpu, port):
 def test_untraced_frees_are_measured_and_explained(testbed, recorder):
     # The reader on another CPU than veth's softirq: the kernel defers the free to the
     # allocating CPU, through a path the free tracepoints see.
-    remote, _ = _pinned_udp_run(testbed, recorder, 0, 1, 5211)
+    remote, remote_text = _pinned_udp_run(testbed, recorder, 0, 1, 5211)
     assert remote["frees_seen_pct"] > 90, remote
-    # On the same CPU the kernel may recycle the skb without a tracepoint; whatever it does,
-    # a low share must be reported and explained.
+    assert "no tracepoint reports" not in remote_text, remote_text
+    # On the same CPU (the test's own pinning) the kernel recycles the skb through the per-CPU
+    # NAPI cache without a tracepoint (the README: 2 % seen): a low share, reported and explained.
     local, text = _pinned_udp_run(testbed, recorder, 0, 0, 5212)
-    assert local["frees_seen_pct"] is not None
-    if local["frees_seen_pct"] < 50:
-        assert "were seen freed" in text and "no tracepoint reports" in text, text
+    assert local["frees_seen_pct"] is not None and local["frees_seen_pct"] < 50, local
+    assert "were seen freed" in text and "no tracepoint reports" in text, text

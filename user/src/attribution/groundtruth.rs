@@ -11,10 +11,18 @@
 //!   noise), ring footprint;
 //! * socket counters: Σ queue DDIO write misses and Σ queue core-read misses, each with ±3%
 //!   multiplicative noise plus a background miss rate (other cores) — never the per-queue split;
-//! * address join: the core-read (L3 load) miss stream, interleaved with 30% misses on
-//!   non-packet memory, sampled every `PERIOD`-th event as PEBS does;
-//! * CPU context: the same samples, 10% charged to a wrong queue/flow (softirq of another
-//!   queue on that CPU).
+//! * address join: the probes' buffer-page table run in Rust ([`PageTable`]: the same set
+//!   hash, two ways per set, the way with the older hand-up giving room, hand-up renewal, the
+//!   page subset), written at every simulated hand-up from the recording's start (inside the
+//!   windows and their warm-ups with `--miss-duty`) and looked up by the address of every
+//!   sampled miss: the core-read (L3 load) miss stream, interleaved with 30% misses on
+//!   non-packet memory, sampled every `PERIOD`-th event as PEBS does. The labels are used only
+//!   to score the answer: a sample is charged to whatever owner the table holds for its page
+//!   (a page shared by two buffers names the later one; an evicted page is "elsewhere").
+//!
+//! The CPU-context method is not scored here: the simulator has no CPU schedule (a miss
+//! happens inside its own packet's copy, so a context derived from it would be the label).
+//! Its claims rest on the live tests (`tests/system/test_l3miss.py`).
 
 use std::collections::BTreeMap;
 
@@ -23,14 +31,24 @@ use super::{
     Evidence, FlowId, Interval, Method, ModelPrediction, QueueFeatures, QueueId, RegressionInput,
     SampledCounts, SocketMisses,
 };
-use crate::model::{simulate, simulate_phases, Phase, SimResult, SimSpec};
+use crate::model::{simulate, simulate_phases, HandUp, Phase, SimResult, SimSpec};
+use crate::session::windows::{self, Schedule};
 
 const INTERVALS: usize = 20;
 /// Interval length: several buffer-reuse cycles of every queue in the scenarios.
 const INTERVAL_NS: u64 = 100_000_000;
 const PERIOD: u64 = 200;
 const NON_PACKET_FRACTION: f64 = 0.3;
-const MISCHARGE: f64 = 0.1;
+/// Two-sided normal quantile of the statistical margins (a correct estimator fails 1 run in
+/// about 1000 per comparison).
+const Z: f64 = 3.3;
+/// The address join's claim: each queue's share within this many points of the labels, before
+/// the sampling error of the samples at hand (README, "Ground truth").
+const JOIN_CLAIM_PP: f64 = 2.0;
+/// The same where queues share one buffer pool, so pages hold buffers of two queues.
+const SHARED_POOL_CLAIM_PP: f64 = 6.0;
+/// Per flow: pages hold two buffers, and a page names the later one's flow.
+const FLOW_CLAIM_PP: f64 = 12.0;
 
 /// splitmix64: deterministic test noise.
 struct Rng(u64);
@@ -59,15 +77,21 @@ struct Run {
     spec: SimSpec,
     secs: f64,
     res: SimResult,
-    /// Core-read misses in time order as (queue, flow, 4 KiB page address).
-    /// Core-read misses: (queue, flow, page, ns).
+    /// Core-read misses in time order: (queue, flow, line address, ns).
     loads: Vec<(u32, u32, u64, u64)>,
+    /// Packets handed up in this interval, in time order.
+    handups: Vec<HandUp>,
 }
 
 struct Scenario {
     name: &'static str,
     base: SimSpec,
     runs: Vec<Run>,
+    /// Queues draw buffers from one pool, so a page can hold buffers of two queues.
+    shared_pool: bool,
+    /// The join's claim per queue (pp): `JOIN_CLAIM_PP`, or with a shared pool
+    /// `SHARED_POOL_CLAIM_PP` (a page names its last writer, whatever queue read the other half).
+    join_claim_pp: f64,
 }
 
 fn spec(json: &str) -> SimSpec {
@@ -103,14 +127,15 @@ fn build(name: &'static str, json: &str, seed: u64) -> Scenario {
         .zip(results)
         .skip(lead_in.len())
         .map(|(p, mut res)| {
-            assert_eq!(res.misses_dropped, 0, "miss log too small");
+            assert_eq!((res.misses_dropped, res.handups_dropped), (0, 0), "miss log too small");
             let loads = res
                 .misses
                 .iter()
                 .filter(|m| m.kind == crate::model::AccessKind::CpuRead)
-                .map(|m| (m.queue, m.flow, m.line_addr & !4095, m.t_ns))
+                .map(|m| (m.queue, m.flow, m.line_addr, m.t_ns))
                 .collect();
             res.misses = Vec::new();
+            let handups = std::mem::take(&mut res.handups);
             let mut s = base.clone();
             s.pps = p.queue_pps.iter().sum();
             s.queue_weights = p.queue_pps.clone();
@@ -119,10 +144,13 @@ fn build(name: &'static str, json: &str, seed: u64) -> Scenario {
                 secs: p.duration_ns as f64 / 1e9,
                 res,
                 loads,
+                handups,
             }
         })
         .collect();
-    Scenario { name, base, runs }
+    let shared_pool = base.reuse == crate::model::Reuse::Fifo;
+    let join_claim_pp = if shared_pool { SHARED_POOL_CLAIM_PP } else { JOIN_CLAIM_PP };
+    Scenario { name, base, runs, shared_pool, join_claim_pp }
 }
 
 /// Per-queue (io_write + cpu_read), cpu_read-only and io_write-only truth over all intervals.
@@ -219,68 +247,248 @@ fn regression_input(sc: &Scenario, rng: &mut Rng, other_stacks_read: bool) -> Re
 }
 
 /// The probes' buffer-table set of a page (`buf_set_of` in bpf/attrib.bpf.h).
-fn buf_set_of(page: u64) -> u32 {
-    (((page >> 12).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) & (BUF_SETS - 1)) as u32
+fn buf_set_of(page: u64, sets: u32) -> u32 {
+    ((((page >> 12).wrapping_mul(0x9E37_79B9_7F4A_7C15)) >> 40) as u32) & (sets - 1)
 }
-const BUF_SETS: u64 = 32768;
 
-/// The mirror above is the probes' hash: their source says the same constants.
+/// Sets of the probes' buffer-page table and ways per set, from the BPF object itself: the
+/// map's `max_entries` and the generated type of one set (PL_BUF_WAYS ways).
+fn table_geometry() -> (u32, usize) {
+    use libbpf_rs::skel::SkelBuilder;
+    let mut storage = std::mem::MaybeUninit::uninit();
+    let open = match crate::probe::skel::PktlifeSkelBuilder::default().open(&mut storage) {
+        Ok(o) => o,
+        Err(e) => panic!("opening the pktlife BPF object: {e}"),
+    };
+    let sets = open.maps.buf_pages.max_entries();
+    let ways = crate::probe::skel::types::pl_buf_bucket::default().way.len();
+    (sets, ways)
+}
+
+/// SOURCE CHECK (the one place this file reads BPF source text): the set hash and the subset
+/// test are code, which no value in the object exposes, so their expressions are compared
+/// with [`buf_set_of`] and [`PageTable::in_subset`] as written there. Sets and ways come from
+/// the object (`table_geometry`), and the twin's behaviour is tested on its own below.
 #[test]
 fn buf_set_of_mirrors_the_probes() {
     let bpf = include_str!("../../../bpf/attrib.bpf.h");
-    assert!(include_str!("../../../bpf/attrib.h").contains("#define BUF_SETS 32768"), "BUF_SETS changed in the probes");
     assert!(
         bpf.contains("return (__u32)(((page >> 12) * 0x9E3779B97F4A7C15ULL) >> 40) & (BUF_SETS - 1);"),
-        "buf_set_of changed in the probes"
+        "buf_set_of changed in the probes: change groundtruth::buf_set_of with it"
     );
     assert!(bpf.contains("return !(set & join_page_mask);"), "in_join_subset changed in the probes");
-    assert_eq!(BUF_SETS, 32768);
+    let (sets, ways) = table_geometry();
+    assert!(sets.is_power_of_two() && sets >= 1024, "{sets} sets");
+    assert_eq!(ways, 2, "the twin takes the older of two ways");
 }
 
-/// `record --join-sample n`: the join keeps the pages whose set has its low log2 n bits clear.
-fn in_join_subset(page: u64, n: u32) -> bool {
-    buf_set_of(page) & (n - 1) == 0
+/// One way of the table: the page (0: empty) and its owner.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Way {
+    page: u64,
+    handup_ns: u64,
+    queue: u32,
+    flow: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Lookup {
+    NotInSubset,
+    NotFound,
+    Found(Way),
+}
+
+/// The probes' buffer-page table (`remember_page` in bpf/pktlife.bpf.c, `lookup_page` in
+/// bpf/attrib.bpf.h), in Rust: sets by [`buf_set_of`], two ways each; a page already in a way
+/// is rewritten there, else it takes the way with the older hand-up (an empty way's is 0);
+/// the same owner again only renews the hand-up time; ways are never emptied; with
+/// `--join-sample N` only pages whose set has its low log2 N bits clear are kept or looked up.
+struct PageTable {
+    sets: u32,
+    ways: Vec<[Way; 2]>,
+    mask: u32,
+    filled: u64,
+    replaced: u64,
+}
+
+impl PageTable {
+    fn new(sets: u32, join_sample: u32) -> Self {
+        assert!(join_sample.is_power_of_two());
+        PageTable { sets, ways: vec![[Way::default(); 2]; sets as usize], mask: join_sample - 1, filled: 0, replaced: 0 }
+    }
+
+    fn in_subset(&self, set: u32) -> bool {
+        set & self.mask == 0
+    }
+
+    fn remember(&mut self, page: u64, queue: u32, flow: u32, t_ns: u64) {
+        let set = buf_set_of(page, self.sets);
+        if !self.in_subset(set) {
+            return;
+        }
+        let b = &mut self.ways[set as usize];
+        let i = if b[0].page == page {
+            0
+        } else if b[1].page == page {
+            1
+        } else {
+            let i = if b[0].handup_ns <= b[1].handup_ns { 0 } else { 1 };
+            if b[i].page == 0 {
+                self.filled += 1;
+            } else {
+                self.replaced += 1;
+            }
+            i
+        };
+        b[i] = Way { page, handup_ns: t_ns, queue, flow };
+    }
+
+    /// Every page of a packet's data, as the hand-up hook walks them.
+    fn hand_up(&mut self, h: &HandUp) {
+        let (first, last) = (h.addr & !4095, (h.addr + u64::from(h.len.max(1)) - 1) & !4095);
+        for page in (first..=last).step_by(4096) {
+            self.remember(page, h.queue, h.flow, h.t_ns);
+        }
+    }
+
+    fn lookup(&self, addr: u64) -> Lookup {
+        let page = addr & !4095;
+        let set = buf_set_of(page, self.sets);
+        if !self.in_subset(set) {
+            return Lookup::NotInSubset;
+        }
+        match self.ways[set as usize].iter().find(|w| w.page == page) {
+            Some(w) => Lookup::Found(*w),
+            None => Lookup::NotFound,
+        }
+    }
+}
+
+#[test]
+fn page_table_takes_the_older_way_renews_and_keeps_its_subset() {
+    let sets = 1024;
+    // Pages of one set: the hash is invertible on the page number, so search a few.
+    let mut same_set = (1u64..).map(|n| n << 12).filter(|p| buf_set_of(*p, sets) == 5);
+    let (a, b, c) = (same_set.next().unwrap(), same_set.next().unwrap(), same_set.next().unwrap());
+    let mut t = PageTable::new(sets, 1);
+    t.remember(a, 0, 0, 10);
+    t.remember(b, 1, 1, 20);
+    assert_eq!((t.filled, t.replaced), (2, 0));
+    // The same owner renews the time in place; a third page takes the older way (b's now).
+    t.remember(a, 0, 0, 30);
+    t.remember(c, 2, 2, 40);
+    assert_eq!((t.filled, t.replaced), (2, 1));
+    assert_eq!(t.lookup(a + 100), Lookup::Found(Way { page: a, handup_ns: 30, queue: 0, flow: 0 }));
+    assert_eq!(t.lookup(b), Lookup::NotFound);
+    // A new owner of a page in the table rewrites its way, not the older one.
+    t.remember(a, 3, 7, 50);
+    assert_eq!(t.lookup(a), Lookup::Found(Way { page: a, handup_ns: 50, queue: 3, flow: 7 }));
+    assert_eq!(t.lookup(c), Lookup::Found(Way { page: c, handup_ns: 40, queue: 2, flow: 2 }));
+    // A packet spanning a page boundary writes both pages.
+    t.hand_up(&HandUp { t_ns: 60, queue: 1, flow: 1, addr: (9 << 12) + 4000, len: 200 });
+    assert!(matches!(t.lookup(9 << 12), Lookup::Found(_) | Lookup::NotFound));
+    assert!(matches!(t.lookup(10 << 12), Lookup::Found(w) if w.handup_ns == 60) || buf_set_of(10 << 12, sets) == 5);
+    // 1 page in 4: only sets with the low two bits clear are kept, the others are counted apart.
+    let mut q = PageTable::new(sets, 4);
+    for p in (1u64..5000).map(|n| n << 12) {
+        q.remember(p, 0, 0, 1);
+        let set = buf_set_of(p, sets);
+        match q.lookup(p) {
+            Lookup::NotInSubset => assert_ne!(set % 4, 0),
+            _ => assert_eq!(set % 4, 0),
+        }
+    }
+    assert!(q.filled <= (2 * sets / 4) as u64);
 }
 
 /// PEBS-like sampling of the load-miss stream (packet misses + non-packet misses).
-fn sampled(sc: &Scenario, rng: &mut Rng, mischarge: f64) -> SampledCounts {
-    sampled_pages(sc, rng, mischarge, 1, 1).0
+fn sampled(sc: &Scenario, rng: &mut Rng) -> SampledCounts {
+    sampled_pages(sc, rng, 1, 1).counts
 }
 
-/// The same with the join on 1 in `join_sample` pages: a sample on another page is neither
-/// joined nor "outside packet buffers" (the probes count it apart). With `duty` > 1, as
-/// `record --miss-duty`: the sampler runs in one window of 1/duty of each interval, placed at
-/// random, at the period over the duty (crate::session::windows).
-/// Also returns the load misses inside the sampling windows (all of them when always on).
-fn sampled_pages(sc: &Scenario, rng: &mut Rng, mischarge: f64, join_sample: u32, duty: u32) -> (SampledCounts, u64) {
-    let nq = sc.base.queues;
-    let nf = sc.base.flows.len() as u32;
+/// What one pass of the join did, against the labels.
+#[derive(Debug, Default)]
+struct JoinStats {
+    /// Sampled misses on packet buffers (by the labels).
+    packet_samples: u64,
+    /// Of those: found in the table, not found (evicted, or handed up before the map was
+    /// written), outside the page subset.
+    found: u64,
+    not_found: u64,
+    out_of_subset: u64,
+    /// Found, but the table named another queue / flow (a page shared by two buffers).
+    wrong_queue: u64,
+    wrong_flow: u64,
+    /// Distinct pages the map was written with.
+    pages: u64,
+    /// The load misses in windows per page (every page, in the subset or not): how unevenly
+    /// they fall on pages sets how much a draw of 1 page in N can move the shares.
+    page_misses: std::collections::HashMap<u64, u64>,
+    /// Found samples whose age (miss − hand-up the table holds) is within the packet's own
+    /// life (its queue's hand-up → copy residence), and those kept before their window.
+    within_life: u64,
+    before_window: u64,
+    /// Every load miss (not only the sampled ones) looked up: per-queue and per-flow counts of
+    /// the owners found, the bias of the join itself with no sampling error.
+    all_queues: BTreeMap<u32, u64>,
+    all_flows: BTreeMap<u32, u64>,
+    all_found: u64,
+    all_loads: u64,
+    /// Per queue, the owners found kept in the current window (dated).
+    dated_queues: BTreeMap<u32, u64>,
+    /// The labels of those load misses.
+    label_queues: BTreeMap<u32, u64>,
+    label_flows: BTreeMap<u32, u64>,
+    /// Ways filled and taken over.
+    filled: u64,
+    replaced: u64,
+}
+
+struct JoinRun {
+    counts: SampledCounts,
+    /// Load misses inside the sampling windows (all of them when always on).
+    in_windows: u64,
+    stats: JoinStats,
+}
+
+/// The recorder's join over the scenario: the page table written at each hand-up from the
+/// start of the recording (with `duty` > 1, as `record --miss-duty`: only in the windows and
+/// their warm-ups, placed at random, the sampler running inside the windows at the period
+/// over the duty, crate::session::windows), and each sampled miss looked up by its address,
+/// with 1 in `join_sample` pages kept. Non-packet misses get addresses of their own (never
+/// a buffer page) and go through the same lookup.
+fn sampled_pages(sc: &Scenario, rng: &mut Rng, join_sample: u32, duty: u32) -> JoinRun {
+    let (sets, _) = table_geometry();
+    let mut table = PageTable::new(sets, join_sample);
+    let mut st = JoinStats::default();
+    let mut pages = std::collections::HashSet::new();
     let mut q: BTreeMap<u32, u64> = BTreeMap::new();
     let mut f: BTreeMap<u32, u64> = BTreeMap::new();
     let mut other = 0u64;
     let mut in_windows = 0u64;
-    let period = crate::session::windows::window_period(PERIOD, duty);
+    let period = windows::window_period(PERIOD, duty);
     let mut count = rng.next() % period;
     let take = |count: &mut u64| {
         *count += 1;
         (*count).is_multiple_of(period)
     };
-    // The runs are back-to-back intervals of one simulation: one timeline, as in `record`.
+    // The runs are back-to-back intervals of one simulation: one timeline, as in `record`,
+    // starting with the first measured interval (the lead-in ran before the recorder did).
     // No draws when always on: the page-sampling checks keep their sample streams.
     let draws: Vec<f64> = if duty > 1 { (0..sc.runs.len() + 2).map(|_| rng.unit()).collect() } else { Vec::new() };
     let cycle = std::time::Duration::from_nanos(INTERVAL_NS);
-    let t0 = sc.runs.iter().flat_map(|r| r.loads.iter().map(|l| l.3)).min().unwrap_or(0);
+    let t0 = sc.runs.first().and_then(|r| r.handups.first()).map_or(0, |h| h.t_ns);
     let t1 = sc.runs.iter().flat_map(|r| r.loads.iter().map(|l| l.3)).max().unwrap_or(0);
     // The time the sampler ran, as the recorder measures it: the duty the estimates scale by.
     let measured_duty = {
         let mut d = draws.clone().into_iter();
-        match crate::session::windows::Schedule::new(cycle, duty, || d.next().unwrap_or(0.5)) {
+        match Schedule::new(cycle, duty, || d.next().unwrap_or(0.5)) {
             None => 1.0,
             Some(mut s) => {
                 let (end, mut t, mut on) = (std::time::Duration::from_nanos(t1 - t0), std::time::Duration::ZERO, std::time::Duration::ZERO);
                 while t < end {
                     let next = s.next_change(t).unwrap_or(end).min(end);
-                    if s.phase_at(t) == crate::session::windows::Phase::Window {
+                    if s.phase_at(t) == windows::Phase::Window {
                         on += next - t;
                     }
                     t = next;
@@ -290,28 +498,98 @@ fn sampled_pages(sc: &Scenario, rng: &mut Rng, mischarge: f64, join_sample: u32,
         }
     };
     let mut next_draw = draws.into_iter();
-    let mut schedule = crate::session::windows::Schedule::new(cycle, duty, || next_draw.next().unwrap_or(0.5));
+    let mut schedule = Schedule::new(cycle, duty, || next_draw.next().unwrap_or(0.5));
+    // Phase at t: always on without a schedule.
+    let mut phase_at = |t: u64| schedule.as_mut().map_or(windows::Phase::Window, |s| s.phase_at(std::time::Duration::from_nanos(t - t0)));
+    let mut phase = windows::Phase::Off;
+    // When the current window's join began (its warm-up): older entries are "before window".
+    let mut window_start = 0u64;
+    let life: Vec<u64> = (0..sc.base.queues as usize)
+        .map(|i| (sc.base.queue_residence_us.get(i).copied().unwrap_or(sc.base.residence_us) * 1e3) as u64)
+        .collect();
     for r in &sc.runs {
-        for &(lq, lf, page, t) in &r.loads {
-            if let Some(s) = schedule.as_mut() {
-                if s.phase_at(std::time::Duration::from_nanos(t - t0)) != crate::session::windows::Phase::Window {
-                    continue;
+        let mut h = r.handups.iter().peekable();
+        // The interval's misses, then its last hand-ups.
+        for load in r.loads.iter().map(Some).chain([None]) {
+            let until = load.map_or(u64::MAX, |l| l.3);
+            // Every hand-up up to this miss, while the hooks were on.
+            while let Some(hu) = h.next_if(|hu| hu.t_ns <= until) {
+                let p = phase_at(hu.t_ns);
+                let on = matches!(p, windows::Phase::Warmup | windows::Phase::Window);
+                if on && !matches!(phase, windows::Phase::Warmup | windows::Phase::Window) {
+                    window_start = hu.t_ns;
                 }
+                phase = p;
+                if on {
+                    table.hand_up(hu);
+                    let (first, last) = (hu.addr & !4095, (hu.addr + u64::from(hu.len.max(1)) - 1) & !4095);
+                    pages.extend((first..=last).step_by(4096).filter(|p| table.in_subset(buf_set_of(*p, sets))));
+                }
+            }
+            let Some(&(lq, lf, addr, t)) = load else { break };
+            let p = phase_at(t);
+            if matches!(p, windows::Phase::Warmup | windows::Phase::Window) && !matches!(phase, windows::Phase::Warmup | windows::Phase::Window) {
+                window_start = t;
+            }
+            phase = p;
+            // The join's own bias: every load miss while the map is kept (no sampling error).
+            if phase == windows::Phase::Window {
+                st.all_loads += 1;
+                *st.page_misses.entry(addr & !4095).or_default() += 1;
+                *st.label_queues.entry(lq).or_default() += 1;
+                *st.label_flows.entry(lf).or_default() += 1;
+                if let Lookup::Found(w) = table.lookup(addr) {
+                    st.all_found += 1;
+                    if w.handup_ns >= window_start {
+                        *st.dated_queues.entry(w.queue).or_default() += 1;
+                    }
+                    *st.all_queues.entry(w.queue).or_default() += 1;
+                    *st.all_flows.entry(w.flow).or_default() += 1;
+                }
+            } else {
+                continue;
             }
             in_windows += 1;
-            // Non-packet misses interleaved: geometric run with mean φ/(1−φ) per packet miss.
+            // Non-packet misses interleaved: geometric run with mean φ/(1−φ) per packet miss,
+            // each on a page of its own far from any buffer (page 2^32 on).
             while rng.unit() < NON_PACKET_FRACTION {
                 if take(&mut count) {
-                    other += 1;
+                    let page = (1u64 << 44) + ((rng.next() % (1 << 22)) << 12);
+                    match table.lookup(page) {
+                        Lookup::NotInSubset => {}
+                        Lookup::NotFound => other += 1,
+                        Lookup::Found(w) => panic!("a non-packet page {page:#x} found as {w:?}"),
+                    }
                 }
             }
-            if take(&mut count) && in_join_subset(page, join_sample) {
-                let (cq, cf) = if rng.unit() < mischarge { ((rng.next() % nq as u64) as u32, (rng.next() % nf as u64) as u32) } else { (lq, lf) };
-                *q.entry(cq).or_default() += 1;
-                *f.entry(cf).or_default() += 1;
+            if !take(&mut count) {
+                continue;
+            }
+            st.packet_samples += 1;
+            match table.lookup(addr) {
+                Lookup::NotInSubset => st.out_of_subset += 1,
+                Lookup::NotFound => {
+                    st.not_found += 1;
+                    other += 1;
+                }
+                Lookup::Found(w) => {
+                    st.found += 1;
+                    st.wrong_queue += u64::from(w.queue != lq);
+                    st.wrong_flow += u64::from(w.flow != lf);
+                    if w.handup_ns < window_start {
+                        st.before_window += 1;
+                    } else if t - w.handup_ns <= life[lq as usize] {
+                        st.within_life += 1;
+                    }
+                    *q.entry(w.queue).or_default() += 1;
+                    *f.entry(w.flow).or_default() += 1;
+                }
             }
         }
     }
+    st.pages = pages.len() as u64;
+    st.filled = table.filled;
+    st.replaced = table.replaced;
     let counts = SampledCounts {
         period,
         stand_in: false,
@@ -320,10 +598,10 @@ fn sampled_pages(sc: &Scenario, rng: &mut Rng, mischarge: f64, join_sample: u32,
         other_samples: other,
         join_sample: join_sample as u64,
         duty: measured_duty,
-        before_window: 0,
+        before_window: st.before_window,
         age_hist: Vec::new(),
     };
-    (counts, in_windows)
+    JoinRun { counts, in_windows, stats: st }
 }
 
 fn shares(a: &Attribution, nq: usize) -> Vec<f64> {
@@ -346,11 +624,140 @@ fn row(label: &str, v: &[f64], truth: Option<&[f64]>, extra: &str) -> String {
     format!("  {label:<24}{cells} {err}  {extra}")
 }
 
+/// Z binomial standard deviations of a share `p` (fraction) estimated from `n` samples, in
+/// percentage points: the statistical margin every share bound adds to its claim.
+fn margin_pp(p: f64, n: u64) -> f64 {
+    100.0 * Z * (p * (1.0 - p) / n.max(1) as f64).sqrt()
+}
+
+/// Shares (%) of a count map over `n` dense ids.
+fn map_pct(m: &BTreeMap<u32, u64>, n: usize) -> Vec<f64> {
+    pct(&(0..n as u32).map(|k| *m.get(&k).unwrap_or(&0) as f64).collect::<Vec<_>>())
+}
+
+/// What one pass of the join proves, against the labels of the misses it covered.
+struct JoinCheck {
+    /// Samples joined (on packet buffers, found).
+    joined: u64,
+    /// The join's own error, every load miss looked up (no sampling error): max over queues
+    /// and over flows, percentage points.
+    bias_q: f64,
+    bias_f: f64,
+    /// The sampled answer's error, over queues and flows.
+    err_q: f64,
+    err_f: f64,
+    /// Found share of the sampled packet-buffer misses in the subset.
+    found_pct: f64,
+}
+
+/// Print one pass's accounting and check it: every found sample's age lies within its
+/// packet's life (the map keeps current hand-up times); nothing is charged to another queue
+/// where queues own their buffers (a page shared by two buffers names the later one: another
+/// flow, or in a shared pool another queue). Claims, each with its stated margin:
+/// * the join's own error (every load miss looked up, no sampling error) per queue within the
+///   scenario's claim; with 1 page in N, plus the error of the fixed draw of pages the subset
+///   is (binomial over the pages kept);
+/// * per flow within `FLOW_CLAIM_PP`;
+/// * the sampled answer within those plus the binomial margin of the samples joined.
+fn check_join(sc: &Scenario, label: &str, run: &JoinRun, a: &Attribution) -> JoinCheck {
+    let nq = sc.base.queues as usize;
+    let nf = sc.base.flows.len();
+    let st = &run.stats;
+    let truth_q = map_pct(&st.label_queues, nq);
+    let truth_f = map_pct(&st.label_flows, nf);
+    let bias_q = max_err(&map_pct(&st.all_queues, nq), &truth_q);
+    let bias_f = max_err(&map_pct(&st.all_flows, nf), &truth_f);
+    let joined: u64 = run.counts.queues.iter().map(|(_, k)| k).sum();
+    let in_subset = st.packet_samples - st.out_of_subset;
+    let found_pct = 100.0 * st.found as f64 / in_subset.max(1) as f64;
+    let dated = st.found - st.before_window;
+    // The subset is a draw of 1 in N of the pages, each carrying its misses: a share's error is
+    // binomial over the pages drawn, counted as the effective number of equally-weighted pages
+    // ((Σ w)² / Σ w², w the misses of each page), over N.
+    let (sum_w, sum_w2) = st.page_misses.values().fold((0.0f64, 0.0f64), |(a, b), &w| (a + w as f64, b + (w as f64).powi(2)));
+    let pages_drawn = (sum_w * sum_w / sum_w2.max(1.0) / run.counts.join_sample.max(1) as f64) as u64;
+    println!(
+        "  {label}: {} packet-buffer samples, {} outside the page subset; of the rest {found_pct:.2} % found ({} not found: \
+         evicted, or handed up before the map was kept), {} charged to another queue, {} to another flow (a page shared by two \
+         buffers); {} of {dated} dated ages within their packet's life, {} kept before their window; table: {} pages, {} ways \
+         filled, {} taken over ({} equally-weighted pages drawn); the join's own error (all {} load misses in windows looked up, {:.2} % found): queues {bias_q:.2} pp, \
+         flows {bias_f:.2} pp",
+        st.packet_samples,
+        st.out_of_subset,
+        st.not_found,
+        st.wrong_queue,
+        st.wrong_flow,
+        st.within_life,
+        st.before_window,
+        st.pages,
+        st.filled,
+        st.replaced,
+        pages_drawn,
+        st.all_loads,
+        100.0 * st.all_found as f64 / st.all_loads.max(1) as f64,
+    );
+    if !sc.shared_pool {
+        assert_eq!(st.wrong_queue, 0, "{}: {label}: samples charged to another queue", sc.name);
+    }
+    assert_eq!(st.within_life, dated, "{}: {label}: ages past their packet's life", sc.name);
+    assert_eq!(joined, st.found, "{}: {label}: joined samples", sc.name);
+    // Windows keep the map from a warm-up of `MAX_WARMUP` before each: a reader that lags by
+    // more finds pages kept in an earlier window (their owner then) or not kept at all. The
+    // claims hold where every queue is read within the warm-up; elsewhere the attribution
+    // must say how many joins predate their window, and the error is printed.
+    let lag_ns = (0..nq).map(|i| (sc.base.queue_residence_us.get(i).copied().unwrap_or(sc.base.residence_us) * 1e3) as u64).max().unwrap_or(0);
+    if run.counts.duty > 1.0 && lag_ns > windows::MAX_WARMUP.as_nanos() as u64 {
+        let dated_q = max_err(&map_pct(&st.dated_queues, nq), &truth_q);
+        println!(
+            "    readers lag {:.0} ms, past the {} ms warm-up: claims not held; queues off by {bias_q:.2} pp, {:.2} pp counting only the \
+             joins dated in their window",
+            lag_ns as f64 / 1e6,
+            windows::MAX_WARMUP.as_millis(),
+            dated_q
+        );
+        assert!(
+            st.before_window == 0 || a.notes.iter().any(|n| n.contains("were on pages last seen before their window")),
+            "{}: {label}: joins from earlier windows not said: {:?}",
+            sc.name,
+            a.notes
+        );
+        return JoinCheck { joined, bias_q, bias_f, err_q: f64::NAN, err_f: f64::NAN, found_pct };
+    }
+    let draw = |p: f64| if run.counts.join_sample > 1 { margin_pp(p, pages_drawn) } else { 0.0 };
+    for (qi, (g, t)) in map_pct(&st.all_queues, nq).iter().zip(&truth_q).enumerate() {
+        let bound = sc.join_claim_pp + draw(t / 100.0);
+        assert!((g - t).abs() <= bound, "{}: {label}: the join's own error on rx{qi} {:.2} pp (bound {bound:.2})", sc.name, (g - t).abs());
+    }
+    let flow_claim = FLOW_CLAIM_PP;
+    let flow_bound = flow_claim + draw(0.5);
+    assert!(bias_f <= flow_bound, "{}: {label}: the join's own error on flows {bias_f:.2} pp (bound {flow_bound:.2})", sc.name);
+    let (err_q, err_f) = if a.confidence == Confidence::Insufficient {
+        (f64::NAN, f64::NAN)
+    } else {
+        let got = shares(a, nq);
+        let mut err_q = 0.0f64;
+        for (qi, (g, t)) in got.iter().zip(&truth_q).enumerate() {
+            let p = t / 100.0;
+            let bound = sc.join_claim_pp + draw(p) + margin_pp(p, joined);
+            err_q = err_q.max((g - t).abs());
+            assert!((g - t).abs() <= bound, "{}: {label}: rx{qi} off by {:.2} pp (bound {bound:.2})", sc.name, (g - t).abs());
+        }
+        let mut err_f = 0.0f64;
+        for (fi, t) in truth_f.iter().enumerate() {
+            let id = flow_id(fi as u32);
+            let g = a.flows.iter().find(|x| x.sport == id.sport).map_or(0.0, |x| x.share_pct);
+            let p = t / 100.0;
+            let bound = flow_claim + draw(p) + margin_pp(p, joined);
+            err_f = err_f.max((g - t).abs());
+            assert!((g - t).abs() <= bound, "{}: {label}: flow {fi} off by {:.2} pp (bound {bound:.2})", sc.name, (g - t).abs());
+        }
+        (err_q, err_f)
+    };
+    JoinCheck { joined, bias_q, bias_f, err_q, err_f, found_pct }
+}
+
 struct Outcome {
-    /// Address-join samples on packet buffers.
-    samples: u64,
-    join_err: f64,
-    ctx_err: f64,
+    join: JoinCheck,
     reg_err: f64,
     reg_conf: Confidence,
     /// The regression without the other stacks' DMA bytes (background steady in time).
@@ -363,27 +770,28 @@ fn evaluate(sc: &Scenario, seed: u64) -> Outcome {
     let nq = sc.base.queues as usize;
     let mut rng = Rng(seed);
     let (t_all, t_loads, t_writes) = truth(sc);
-    let (p_all, p_loads) = (pct(&t_all), pct(&t_loads));
+    let p_all = pct(&t_all);
 
-    let join = address_join(&sampled(sc, &mut rng, 0.0));
-    let ctx = cpu_context(&sampled(sc, &mut rng, MISCHARGE));
+    let run = sampled_pages(sc, &mut rng, 1, 1);
+    let join = address_join(&run.counts);
     let reg_in = regression_input(sc, &mut rng, true);
     let reg = regression(&reg_in);
     let blind = regression(&regression_input(sc, &mut Rng(seed ^ 0x5eed), false));
     let measured: f64 = reg_in.intervals.iter().map(|i| i.socket.io_write.unwrap_or(0.0) + i.socket.l3.unwrap_or(0.0)).sum();
     let prior = model_prior(&ModelPrediction::from_sim(&simulate(&sc.base), Some(measured)));
 
-    let (sj, sc_, sr, sp) = (shares(&join, nq), shares(&ctx, nq), shares(&reg, nq), shares(&prior, nq));
+    let (sj, sr, sp) = (shares(&join, nq), shares(&reg, nq), shares(&prior, nq));
     let sb = shares(&blind, nq);
     let qs: String = (0..nq).map(|q| format!("{:>7}", format!("rx{q}"))).collect();
+    // The join answers for the load misses of the recording (from its first hand-up on).
+    let p_rec = map_pct(&run.stats.label_queues, nq);
     let lines = [
         format!("scenario {}: {} intervals, {} flows, {:.3e} labelled misses ({:.3e} core loads)", sc.name, sc.runs.len(), sc.base.flows.len(), t_all.iter().sum::<f64>(), t_loads.iter().sum::<f64>()),
         format!("  {:<24}{qs} {:>7}  confidence", "share %", "maxerr"),
         row("truth (write+load)", &p_all, None, ""),
-        row("truth (load misses)", &p_loads, None, ""),
+        row("truth (load misses)", &p_rec, None, ""),
         row("truth (write misses)", &pct(&t_writes), None, ""),
-        row("address_join vs load", &sj, Some(&p_loads), &format!("{:?}", join.confidence)),
-        row("cpu_context vs load", &sc_, Some(&p_loads), &format!("{:?}", ctx.confidence)),
+        row("address_join vs load", &sj, Some(&p_rec), &format!("{:?}", join.confidence)),
         row("regression vs w+l", &sr, Some(&p_all), &format!("{:?}", reg.confidence)),
         row("  without other stacks", &sb, Some(&p_all), &format!("{:?} (background steady in time)", blind.confidence)),
         row("model_prior vs w+l", &sp, Some(&p_all), &format!("{:?} (same simulator, mean rates)", prior.confidence)),
@@ -395,103 +803,83 @@ fn evaluate(sc: &Scenario, seed: u64) -> Outcome {
     for n in &blind.notes {
         println!("    without other stacks: {n}");
     }
-    // Flows by address join vs labels.
-    let mut tf: BTreeMap<u32, f64> = BTreeMap::new();
-    for r in &sc.runs {
-        for &(_, f, _, _) in &r.loads {
-            *tf.entry(f).or_default() += 1.0;
-        }
-    }
-    let tfs: f64 = tf.values().sum();
-    let mut flow_err = 0.0f64;
-    for (f, n) in &tf {
-        let id = flow_id(*f);
-        let got = join.flows.iter().find(|x| x.sport == id.sport).map_or(0.0, |x| x.share_pct);
-        flow_err = flow_err.max((got - 100.0 * n / tfs).abs());
-    }
-    let n_samples: u64 = join.queues.iter().map(|q| (q.misses / PERIOD as f64) as u64).sum();
-    println!("  address_join per-flow max error {flow_err:.2} pp over {} flows ({n_samples} samples)", tf.len());
-    page_sampling(sc, seed, &p_loads, t_loads.iter().sum());
-    time_windows(sc, seed, &p_loads, t_loads.iter().sum());
+    let jc = check_join(sc, "join, every page", &run, &join);
+    page_sampling(sc, seed);
+    time_windows(sc, seed);
     println!();
-    // Flow shares are not held to the queue bound: a queue's samples split over its flows,
-    // so with few samples the binomial error dominates; allow 3.3σ of the worst case (p=½).
-    let flow_bound = 2.0f64.max(100.0 * 3.3 * (0.25 / n_samples.max(1) as f64).sqrt());
-    assert!(flow_err <= flow_bound, "{}: flow shares off by {flow_err:.2} pp (bound {flow_bound:.2})", sc.name);
     assert_eq!(join.method, Method::AddressJoin);
     assert_ne!(join.confidence, Confidence::Insufficient);
-    assert!(matches!(ctx.confidence, Confidence::Medium | Confidence::Low), "context is never high");
-    assert_eq!(attribute(&Evidence { address_join: Some(sampled(sc, &mut rng, 0.0)), regression: Some(reg_in), ..Default::default() }).method, Method::AddressJoin);
-    Outcome { samples: n_samples, join_err: max_err(&sj, &p_loads), ctx_err: max_err(&sc_, &p_loads), reg_err: max_err(&sr, &p_all), reg_conf: reg.confidence, blind_err: max_err(&sb, &p_all), blind_conf: blind.confidence, prior_err: max_err(&sp, &p_all) }
+    // The same counts as CPU context would be one confidence step weaker: a proxy.
+    assert!(matches!(cpu_context(&run.counts).confidence, Confidence::Medium | Confidence::Low), "context is never high");
+    assert_eq!(attribute(&Evidence { address_join: Some(sampled(sc, &mut rng)), regression: Some(reg_in), ..Default::default() }).method, Method::AddressJoin);
+    Outcome { join: jc, reg_err: max_err(&sr, &p_all), reg_conf: reg.confidence, blind_err: max_err(&sb, &p_all), blind_conf: blind.confidence, prior_err: max_err(&sp, &p_all) }
 }
 
-/// `--join-sample`: the join on 1 in 4 and 1 in 16 buffer pages, the same sample stream. The
-/// hash knows nothing of queues, so each queue's share is off by no more than the binomial
-/// error of the fewer samples joined (3.3σ, at least the full join's 2 pp), and the estimate
-/// scaled by N lands on the true load misses; with too few samples the join declines.
-fn page_sampling(sc: &Scenario, seed: u64, p_loads: &[f64], true_loads: f64) {
-    let nq = p_loads.len();
+/// `--join-sample`: the join on 1 in 4 and 1 in 16 buffer pages, the same sample stream, the
+/// table keeping only the pages of its subset. The hash knows nothing of queues, but a
+/// queue's recurring pages are seen through one fixed draw of them: that error is in the
+/// join's own error (every load miss looked up), which the printout gives; each share is
+/// checked against the claim plus the binomial margin of the fewer samples joined. The
+/// estimate scaled by N lands on the load misses the subset's pages found; with too few
+/// samples the join declines.
+fn page_sampling(sc: &Scenario, seed: u64) {
     for n in [4u32, 16] {
-        let (counts, _) = sampled_pages(sc, &mut Rng(seed ^ 0x9a9e), 0.0, n, 1);
-        let joined: u64 = counts.queues.iter().map(|(_, k)| k).sum();
-        let a = address_join(&counts);
+        let run = sampled_pages(sc, &mut Rng(seed ^ 0x9a9e), n, 1);
+        let a = address_join(&run.counts);
         let label = format!("join, 1 page in {n}");
+        let c = check_join(sc, &label, &run, &a);
         if a.confidence == Confidence::Insufficient {
-            println!("  {label:<24}insufficient: {joined} samples joined");
-            assert!(joined < super::sampled::MIN_SAMPLES, "{}: 1 in {n} declined with {joined} samples", sc.name);
+            println!("    insufficient: {} samples joined", c.joined);
+            assert!(c.joined < super::sampled::MIN_SAMPLES, "{}: 1 in {n} declined with {} samples", sc.name, c.joined);
             continue;
         }
-        let got = shares(&a, nq);
         let estimate: f64 = a.queues.iter().map(|q| q.misses).sum();
-        println!("{}, {joined} samples, misses ×{:.3} of truth", row(&label, &got, Some(p_loads), &format!("{:?}", a.confidence)), estimate / true_loads);
-        for (q, (g, t)) in got.iter().zip(p_loads).enumerate() {
-            let p = t / 100.0;
-            let bound = 2.0f64.max(100.0 * 3.3 * (p * (1.0 - p) / joined as f64).sqrt());
-            assert!((g - t).abs() <= bound, "{}: 1 in {n} pages, rx{q} off by {:.2} pp (bound {bound:.2})", sc.name, (g - t).abs());
-        }
-        let rel = 3.3 / (joined as f64).sqrt();
-        assert!((estimate / true_loads - 1.0).abs() <= rel, "{}: 1 in {n} pages scaled to {estimate:.3e} misses, truth {true_loads:.3e}", sc.name);
+        // What the map could find: the load misses found on the subset's pages (every one
+        // looked up), each standing for N.
+        let findable = run.stats.all_found as f64 * f64::from(n);
+        println!(
+            "    shares off by {:.2} pp (flows {:.2}), {} samples, {:?}; misses ×{:.3} of the loads found in the map",
+            c.err_q,
+            c.err_f,
+            c.joined,
+            a.confidence,
+            estimate / findable
+        );
+        let rel = Z / (c.joined as f64).sqrt();
+        assert!((estimate / findable - 1.0).abs() <= rel, "{}: 1 in {n} pages scaled to {estimate:.3e} misses, found {findable:.3e}", sc.name);
     }
 }
 
 /// `--miss-duty`: the sampler in one window of 1/4 and 1/16 of each interval at 4 and 16
-/// times the rate. The window sees every page, so with the rate raised the join gets about
-/// the samples it gets always on and must meet the same 2 pp bar (3.3σ binomial where the
-/// windows' sample count is lower); the estimate lands on the load misses the windows held,
+/// times the rate, the map kept in the windows and their warm-ups only. The shares are held
+/// to the same bar as always on; the estimate lands on the load misses the windows held,
 /// scaled by the duty. How far that is from the recording's total depends on how the load
-/// varies in time (here each interval's rates differ, ±50 %): printed, not asserted.
-fn time_windows(sc: &Scenario, seed: u64, p_loads: &[f64], true_loads: f64) {
+/// varies in time (here each interval's rates differ, ±50 %): printed, bounded loosely.
+fn time_windows(sc: &Scenario, seed: u64) {
     for duty in [4u32, 16] {
-        let (counts, in_windows) = sampled_pages(sc, &mut Rng(seed ^ 0x7d17), 0.0, 1, duty);
-        let joined: u64 = counts.queues.iter().map(|(_, k)| k).sum();
-        let a = address_join(&counts);
+        let run = sampled_pages(sc, &mut Rng(seed ^ 0x7d17), 1, duty);
+        let a = address_join(&run.counts);
         let label = format!("join, windows 1/{duty}");
-        assert_ne!(a.confidence, Confidence::Insufficient, "{}: windows of 1/{duty} declined with {joined} samples", sc.name);
-        let got = shares(&a, p_loads.len());
+        let c = check_join(sc, &label, &run, &a);
+        assert_ne!(a.confidence, Confidence::Insufficient, "{}: windows of 1/{duty} declined with {} samples", sc.name, c.joined);
         let estimate: f64 = a.queues.iter().map(|q| q.misses).sum();
-        // What the windows held against their share of the time (measured, as the recorder
-        // does): the error of extrapolating from them, a property of how the load varies.
-        let held = in_windows as f64 * counts.duty / true_loads;
+        let true_loads: f64 = sc.runs.iter().map(|r| r.loads.len() as f64).sum();
+        let found = run.stats.all_found as f64 / run.stats.all_loads.max(1) as f64;
+        let held = run.in_windows as f64 * run.counts.duty / true_loads;
         println!(
-            "{}, {joined} samples, misses ×{:.3} of truth (sampled 1/{:.2} of the time; the windows held ×{held:.3} of that share)",
-            row(&label, &got, Some(p_loads), &format!("{:?}", a.confidence)),
+            "    shares off by {:.2} pp (flows {:.2}), {} samples, {:?}; misses ×{:.3} of truth (sampled 1/{:.2} of the time; the windows held ×{held:.3} of that share)",
+            c.err_q,
+            c.err_f,
+            c.joined,
+            a.confidence,
             estimate / true_loads,
-            counts.duty
+            run.counts.duty
         );
-        for (q, (g, t)) in got.iter().zip(p_loads).enumerate() {
-            let p = t / 100.0;
-            let bound = 2.0f64.max(100.0 * 3.3 * (p * (1.0 - p) / joined as f64).sqrt());
-            assert!((g - t).abs() <= bound, "{}: windows of 1/{duty}, rx{q} off by {:.2} pp (bound {bound:.2})", sc.name, (g - t).abs());
-        }
-        // The sampling itself: the estimate lands on what the windows held, scaled by the
-        // share of the time they sampled.
-        let rel = 3.3 / (joined as f64).sqrt();
-        assert!(
-            (estimate / (in_windows as f64 * counts.duty) - 1.0).abs() <= rel,
-            "{}: windows of 1/{duty} scaled to {estimate:.3e} misses, the windows held {in_windows} (×{:.2})",
-            sc.name,
-            counts.duty
-        );
+        // The sampling itself: the estimate lands on what the windows held and the map found,
+        // scaled by the share of the time they sampled.
+        let rel = Z / (c.joined as f64).sqrt();
+        let want = run.in_windows as f64 * found * run.counts.duty;
+        assert!((estimate / want - 1.0).abs() <= rel, "{}: windows of 1/{duty} scaled to {estimate:.3e} misses, want {want:.3e}", sc.name);
         // And against the labels: within the spread a load varying ±50 % from interval to
         // interval gives 20 windows, far inside what a wrong schedule or scale (×N too few
         // or too many) would give.
@@ -499,34 +887,35 @@ fn time_windows(sc: &Scenario, seed: u64, p_loads: &[f64], true_loads: f64) {
     }
 }
 
-/// The regression must answer within 10 pp. Without the other stacks' DMA bytes it may decline
-/// (a queue's steady misses look like a steady background) but must not answer wrongly.
-fn check(sc: &Scenario, seed: u64) {
+/// The regression must answer within 10 pp where `regression_answers`; elsewhere it may decline
+/// (a queue's steady misses look like a steady background), and without the other stacks' DMA
+/// bytes it always may, but it must never answer wrongly.
+fn check(sc: &Scenario, seed: u64, regression_answers: bool) {
     let o = evaluate(sc, seed);
     let show = |c: Confidence, e: f64| if c == Confidence::Insufficient { "insufficient".to_string() } else { format!("{e:.2}") };
     println!(
-        "SUMMARY {:<27} max abs error (pp): address_join {:.2}  cpu_context {:.2}  regression {} ({:?}; without other stacks {})  model_prior {:.2}",
+        "SUMMARY {:<27} max abs error (pp): address_join {:.2} (own error {:.2}, flows {:.2}; {} samples, {:.2} % found)  regression {} ({:?}; without other stacks {})  model_prior {:.2}",
         sc.name,
-        o.join_err,
-        o.ctx_err,
+        o.join.err_q,
+        o.join.bias_q,
+        o.join.bias_f,
+        o.join.joined,
+        o.join.found_pct,
         show(o.reg_conf, o.reg_err),
         o.reg_conf,
         show(o.blind_conf, o.blind_err),
         o.prior_err
     );
-    assert_ne!(o.reg_conf, Confidence::Insufficient, "{}: regression declined", sc.name);
-    assert!(o.reg_err <= 10.0, "{}: regression off by {:.2} pp", sc.name, o.reg_err);
+    if regression_answers {
+        assert_ne!(o.reg_conf, Confidence::Insufficient, "{}: regression declined", sc.name);
+    }
+    assert!(o.reg_conf == Confidence::Insufficient || o.reg_err <= 10.0, "{}: regression off by {:.2} pp", sc.name, o.reg_err);
     assert!(
         o.blind_conf == Confidence::Insufficient || o.blind_err <= 10.0,
         "{}: regression without the other stacks off by {:.2} pp",
         sc.name,
         o.blind_err
     );
-    assert!(o.join_err <= 2.0, "{}: address join off by {:.2} pp", sc.name, o.join_err);
-    // 10% of context samples are charged uniformly at random: a bias up to 0.1 × |share − 1/4|,
-    // plus the binomial error of the samples (3.3σ at p = ½).
-    let ctx_bound = 0.1 * 75.0 + 100.0 * 3.3 * (0.25 / o.samples.max(1) as f64).sqrt();
-    assert!(o.ctx_err <= ctx_bound, "{}: cpu context off by {:.2} pp (bound {ctx_bound:.2})", sc.name, o.ctx_err);
 }
 
 /// Queue 0: two large-packet flows, a slow consumer (8 ms residence) and most of the load —
@@ -556,14 +945,30 @@ const SMALL_SLOW: &str = r#"{"queues":4,"ring":256,"pps":2e6,"consumer":"copy","
            {"queue":2,"weight":1,"pkt_bytes":1500},
            {"queue":3,"weight":1,"pkt_bytes":1400},{"queue":3,"weight":1,"pkt_bytes":800}]}"#;
 
+/// A shared FIFO pool of 160 k buffers (≈ 95 k pages, more than the table's 65536 ways) that
+/// every queue draws from: pages come back for other queues and flows, and a page waiting for
+/// its slow reader can be pushed out of its set by two newer hand-ups. Queues 0 and 3 are read
+/// late (40 and 60 ms), 1 and 2 sooner; small packets keep the miss log in memory.
+const LARGE_POOL: &str = r#"{"queues":4,"ring":1024,"pps":5e5,"consumer":"copy","reuse":"fifo","pool_extra":40000,
+  "queue_weights":[1.5,1,1,0.5],"queue_residence_us":[40000,8000,2000,60000],"max_packets":3000000,
+  "flows":[{"queue":0,"weight":1,"pkt_bytes":900},{"queue":0,"weight":2,"pkt_bytes":200},
+           {"queue":1,"weight":1,"pkt_bytes":600},{"queue":1,"weight":1,"pkt_bytes":128},
+           {"queue":2,"weight":1,"pkt_bytes":500},
+           {"queue":3,"weight":1,"pkt_bytes":700},{"queue":3,"weight":1,"pkt_bytes":300}]}"#;
+
+#[test]
+fn ground_truth_large_shared_pool() {
+    check(&build("large-shared-pool", LARGE_POOL, 44), 404, true);
+}
+
 #[test]
 fn ground_truth_heavy_slow_queue() {
-    check(&build("heavy-slow-queue", HEAVY, 11), 101);
+    check(&build("heavy-slow-queue", HEAVY, 11), 101, true);
 }
 
 #[test]
 fn ground_truth_balanced() {
-    check(&build("balanced", BALANCED, 22), 202);
+    check(&build("balanced", BALANCED, 22), 202, true);
 }
 
 #[test]
@@ -572,7 +977,7 @@ fn ground_truth_small_queue_long_residence() {
     // their own rate: steady misses, which equal-length intervals cannot tell from a background
     // steady in time, so without the other IIO stacks' bytes the regression declines here. With
     // them the background has its own driver (and at most a miss per line), and the rest is the
-    // queues'. Over six more seeds per scenario: 1.4–7.8 pp with the other stacks; without them
-    // small declined on four and answered 6.5 and 6.8 pp off on two.
-    check(&build("small-queue-long-residence", SMALL_SLOW, 33), 303);
+    // queues'. With the model's RX ring physics (descriptors held until the core picks the
+    // packet up) the regression declines here even with them, so only a wrong answer fails.
+    check(&build("small-queue-long-residence", SMALL_SLOW, 33), 303, false);
 }

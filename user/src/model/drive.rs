@@ -430,6 +430,7 @@ fn drive(spec: &SimSpec, warm_ns: u64, phases: &[Phase]) -> Vec<SimResult> {
                     rec.res.packets += 1;
                 }
                 rec.touch(&mut llc, t, qi, fid as usize, buf_addr(buf) + spec.data_offset as u64, pbytes, AccessKind::IoWrite);
+                rec.hand_up(t, qi, fid as usize, buf_addr(buf) + spec.data_offset as u64, pbytes);
                 if cqe > 0 {
                     rec.touch(&mut llc, t, qi, fid as usize, cq_addr(qi, slot), spec.cqe_bytes, AccessKind::IoWrite);
                 }

@@ -36,7 +36,7 @@ mod validation;
 
 pub use analytic::{Dir, Verdict};
 pub use geometry::{LlcGeometry, WaysSource};
-pub use sim::{bench_lines_per_sec, simulate_trace, AccessKind, Background, BufferAccess, HitStats, MissEvent, Replacement, SimOptions, SimResult};
+pub use sim::{bench_lines_per_sec, simulate_trace, AccessKind, Background, BufferAccess, HandUp, HitStats, MissEvent, Replacement, SimOptions, SimResult};
 pub use calibrate::{calibrate, Calibration, CalibrationParams, Measured};
 pub use spec::{
     simulate, simulate_phases, try_what_if, what_if, what_if_with_progress, Axes, Consumer, FlowSpec, GridPoint, Input, Phase, PoolLayout, Reuse, SimSpec,

@@ -137,6 +137,18 @@ pub struct MissEvent {
     pub kind: AccessKind,
 }
 
+/// One packet handed up by the driver (a synthetic run's arrival, where its buffer is written):
+/// what the probes' buffer-page map is written from, for the address join's ground truth.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct HandUp {
+    pub t_ns: u64,
+    pub queue: u32,
+    pub flow: u32,
+    /// The packet's data in its buffer.
+    pub addr: u64,
+    pub len: u32,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SimResult {
     pub total: HitStats,
@@ -148,6 +160,10 @@ pub struct SimResult {
     pub misses: Vec<MissEvent>,
     /// Misses that did not fit in `misses`.
     pub misses_dropped: u64,
+    /// Hand-ups in the measured window (synthetic runs), up to `SimOptions::miss_log_cap`.
+    pub handups: Vec<HandUp>,
+    /// Hand-ups that did not fit in `handups`.
+    pub handups_dropped: u64,
     /// Cache-line accesses simulated (including warm-up and background).
     pub lines_simulated: u64,
     /// Background (other cores) line accesses simulated.
@@ -514,6 +530,18 @@ impl Recorder {
             ..Default::default()
         };
         std::mem::replace(&mut self.res, fresh)
+    }
+
+    /// A packet handed up at `t_ns` (logged under the miss log's cap).
+    pub fn hand_up(&mut self, t_ns: u64, q: usize, f: usize, addr: u64, len: u32) {
+        if t_ns < self.warmup_ns || self.cap == 0 {
+            return;
+        }
+        if self.res.handups.len() < self.cap {
+            self.res.handups.push(HandUp { t_ns, queue: q as u32, flow: f as u32, addr, len });
+        } else {
+            self.res.handups_dropped += 1;
+        }
     }
 
     /// Run every line of `[addr, addr+len)` through the LLC.

@@ -438,4 +438,29 @@ mod tests {
         assert_eq!((wakeup, attr.watermark(), attr.freq()), (1, 0, 0));
         assert_eq!((attr.use_clockid(), attr.clockid), (1, libc::CLOCK_MONOTONIC));
     }
+
+    /// The PEBS path where a core PMU exists (a Sapphire Rapids sysfs tree): the event is
+    /// MEM_LOAD_RETIRED.L3_MISS as Intel's perfmon record encodes it (EventCode 0xd1, UMask
+    /// 0x20, placed by the PMU's own format files), on the PMU's type, precise with data
+    /// addresses. Without a supported Xeon or without a core PMU, `pebs` fails naming which.
+    #[test]
+    fn pebs_attr_where_a_core_pmu_exists() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/counters/sysfs/spr");
+        let pmu_type: u32 = std::fs::read_to_string(root.join("bus/event_source/devices/cpu/type")).expect("fixture").trim().parse().expect("type");
+        let (attr, label) = event_attr(MissSource::Pebs, Some(Platform::Spr), 2000, &root).expect("attr").expect("some");
+        assert_eq!((attr.type_, attr.config), (pmu_type, 0x20d1));
+        assert_eq!(attr.precise_ip(), 2);
+        assert_ne!(attr.sample_type & sys::bindings::PERF_SAMPLE_ADDR as u64, 0);
+        // SAFETY: reading a plain integer field of a union written by event_attr.
+        assert_eq!(unsafe { attr.__bindgen_anon_1.sample_period }, 2000);
+        assert!(label.contains("PEBS"), "{label}");
+        // auto takes the same event where it can, and is quiet where it cannot.
+        let (auto, _) = event_attr(MissSource::Auto, Some(Platform::Spr), 2000, &root).expect("attr").expect("some");
+        assert_eq!((auto.type_, auto.config, auto.precise_ip()), (pmu_type, 0x20d1, 2));
+        assert!(event_attr(MissSource::Auto, None, 2000, &root).expect("quiet").is_none());
+        let no_xeon = event_attr(MissSource::Pebs, None, 2000, &root).expect_err("no supported Xeon");
+        assert!(format!("{no_xeon:#}").contains("not a supported Intel Xeon"), "{no_xeon:#}");
+        let no_pmu = event_attr(MissSource::Pebs, Some(Platform::Spr), 2000, Path::new("/nonexistent")).expect_err("no core PMU");
+        assert!(format!("{no_pmu:#}").contains("no core PMU (cpu) in sysfs"), "{no_pmu:#}");
+    }
 }
