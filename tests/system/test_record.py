@@ -185,8 +185,8 @@ def test_software_counters_and_import(testbed, recorder, tmp_path):
     assert r["counters"]["source"] == "imported"
     # Intel DDIO PerfMon paper, Table 7 (default_8096_desc): 85% of full-line writes miss.
     assert round(s0["write_miss_pct"]) == 85
-    assert {"socket", "write_miss_pct", "read_miss_pct", "inbound_write_MBps", "inbound_read_MBps",
-            "dram_read_MBps", "dram_write_MBps"} <= set(s0)
+    assert {"socket", "write_miss_pct", "read_miss_pct", "inbound_write_mbyte_per_s", "inbound_read_mbyte_per_s",
+            "dram_read_mbyte_per_s", "dram_write_mbyte_per_s"} <= set(s0)
     assert any("PCIRdCur" in w for w in r["counters"]["warnings"])
 
 
