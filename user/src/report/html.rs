@@ -100,13 +100,10 @@ fn answer_section(o: &mut String, a: &Answer, verdicts: &[QueueVerdict]) {
     } else if a.leaking.is_empty() {
         if a.unknown > 0 { format!("none known; {} queues have no verdict", a.unknown) } else { "none: every modelled queue fits".into() }
     } else {
-        let names: Vec<String> = a
-            .leaking
-            .iter()
-            .map(|l| format!("<b class=\"leak\" data-queue=\"{}\">{}</b>", qname(l.dir, l.queue), qname(l.dir, l.queue)))
-            .collect();
         let f = &a.leaking[0];
-        format!("{}: {}, {}", names.join(", "), f.verdict, esc(&reason(f.dir, f.queue)))
+        // The text report's words, each queue marked for tools and tests.
+        let mark = |d: Dir, q: u32| format!("<b class=\"leak\" data-queue=\"{0}\">{0}</b>", qname(d, q));
+        crate::report::text::leaking_line(a, &esc(&reason(f.dir, f.queue)), mark)
     };
     let _ = write!(o, "<dt>Leaking</dt><dd id=\"answer-leaking\">{leaking}</dd>");
     let shares: Vec<String> = a.leaking.iter().filter_map(|l| l.share_pct.map(|s| format!("{} {s:.1}%", qname(l.dir, l.queue)))).collect();
@@ -391,7 +388,7 @@ fn latency_section(o: &mut String, r: &Summary) {
         o,
         "<section id=\"latency\">\n<h2>Stage latency distributions</h2>\n<p class=\"note\">Log2 histograms of each \
          packet stage per queue (bucket [2<sup>b</sup>, 2<sup>b+1</sup>) ns); bar height is the share of the stage's \
-         packets; dashed lines mark p50 and p99. Stages are described in the README.</p>"
+         packets; dashed lines mark p50 and p99. Stages are described in docs/report.md.</p>"
     );
     let totals = active_totals(r);
     let mut charts = 0;
@@ -743,7 +740,7 @@ fn whatif_section(o: &mut String, rec: &Recording, r: &Summary) {
         "<section id=\"whatif\">\n<h2>What-if: DDIO hit rate vs ring size and DDIO ways <span class=\"badge model\">model-only prediction</span></h2>\n\
          <p class=\"note\">Simulated by ddioscope's LLC model from the workload this recording observed — not measured. \
          <b>I/O write hit</b>: NIC writes that found or allocated their line in the LLC; <b>CPU read hit</b>: the copy found the packet still cached \
-         (DDIO's benefit). Validation against ddio-bench: see the README.</p>"
+         (DDIO's benefit). Validation against published measurements: docs/model.md.</p>"
     );
     let wi = match what_if_for(rec, r) {
         Ok(w) => w,

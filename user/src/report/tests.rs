@@ -134,7 +134,7 @@ fn windowed_recordings_report_their_windows() {
     assert!((l.throttle.as_ref().expect("measured").stopped_pct.expect("cpus known") - want).abs() < 1e-6);
     let text = evidence_text(&s);
     assert!(
-        text.contains("attribution in windows, --miss-duty 16: sampler 62.5 ms of every 1.00 s after a 10.0 ms warm-up")
+        text.contains("attribution in windows, --duty 16: sampler 62.5 ms of every 1.00 s after a 10.0 ms warm-up")
             && text.contains("1/20.00 of the recording")
             && text.contains("4 joined samples on pages last seen before their window"),
         "{text}"
@@ -397,4 +397,28 @@ fn json_for_tools() {
     assert_eq!(got, want);
     assert_eq!(v["answer"]["method"], v["attribution"]["method"]);
     assert_eq!(v["answer"]["confidence"], v["attribution"]["confidence"]);
+}
+
+/// The leaking queues in one line: one verdict said once, mixed verdicts said per queue, and
+/// the reason is the most-missed queue's.
+#[test]
+fn leaking_queues_say_their_verdicts() {
+    use crate::analysis::answer::{Answer, LeakingQueue};
+    use crate::snapshot::Dir;
+    let q = |queue, verdict| LeakingQueue { dir: Dir::Rx, queue, verdict, share_pct: None };
+    let mut a = Answer {
+        leaking: vec![q(1, VerdictKind::Leaky), q(0, VerdictKind::Leaky)],
+        unknown: 0,
+        top_flows: Vec::new(),
+        method: crate::attribution::Method::ModelPrior,
+        confidence: crate::attribution::Confidence::Low,
+        evidence: String::new(),
+        changes: Vec::new(),
+        no_change: None,
+        model_unavailable: None,
+    };
+    let name = |d: Dir, n: u32| format!("{d} {n}");
+    assert_eq!(crate::report::text::leaking_line(&a, "WHY", name), "rx 1, rx 0: leaky, WHY");
+    a.leaking.push(q(2, VerdictKind::AtRisk));
+    assert_eq!(crate::report::text::leaking_line(&a, "WHY", name), "rx 1 leaky, rx 0 leaky, rx 2 at_risk; rx 1: WHY");
 }

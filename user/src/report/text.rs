@@ -185,6 +185,20 @@ fn predicted(metric: Option<&str>, before: Option<f64>, after: Option<f64>) -> S
     }
 }
 
+/// "rx 3, rx 0: leaky, REASON" when the leaking queues share a verdict; "rx 3 leaky, rx 0
+/// at_risk; rx 3: REASON" when they do not. The reason is the most-missed queue's; `name`
+/// writes a queue (the HTML marks it up).
+pub fn leaking_line(a: &Answer, why: &str, name: impl Fn(Dir, u32) -> String) -> String {
+    let first = &a.leaking[0];
+    if a.leaking.iter().all(|l| l.verdict == first.verdict) {
+        let names: Vec<String> = a.leaking.iter().map(|l| name(l.dir, l.queue)).collect();
+        format!("{}: {}, {why}", names.join(", "), first.verdict)
+    } else {
+        let names: Vec<String> = a.leaking.iter().map(|l| format!("{} {}", name(l.dir, l.queue), l.verdict)).collect();
+        format!("{}; {}: {why}", names.join(", "), qname(first.dir, first.queue))
+    }
+}
+
 /// The answer block every report and `recommend` lead with.
 pub fn render_answer(o: &mut String, a: &Answer, verdicts: &[QueueVerdict]) {
     let _ = writeln!(o, "Answer");
@@ -195,10 +209,9 @@ pub fn render_answer(o: &mut String, a: &Answer, verdicts: &[QueueVerdict]) {
         let what = if a.unknown > 0 { format!("none known; {} queues have no verdict", a.unknown) } else { "none: every modelled queue fits".into() };
         wrapped(o, "  Leaking   ", &what);
     } else {
-        let names: Vec<String> = a.leaking.iter().map(|l| qname(l.dir, l.queue)).collect();
         let first = &a.leaking[0];
         let why = reason_of(first.dir, first.queue).unwrap_or_default();
-        wrapped(o, "  Leaking   ", &format!("{}: {}, {why}", names.join(", "), first.verdict));
+        wrapped(o, "  Leaking   ", &leaking_line(a, &why, qname));
     }
     let shares: Vec<String> = a.leaking.iter().filter_map(|l| l.share_pct.map(|s| format!("{} {s:.1}%", qname(l.dir, l.queue)))).collect();
     if !shares.is_empty() {
@@ -593,7 +606,7 @@ fn render_misses(o: &mut String, r: &Summary) {
                 o,
                 "  ",
                 &format!(
-                    "attribution in windows, --miss-duty {}: sampler {} of every {} after a {} warm-up, at a random place, the period divided by {} inside; it ran {}{}; {} joined samples on pages last seen before their window: owner from then, age unknown",
+                    "attribution in windows, --duty {}: sampler {} of every {} after a {} warm-up, at a random place, the period divided by {} inside; it ran {}{}; {} joined samples on pages last seen before their window: owner from then, age unknown",
                     l.duty,
                     ms(l.window_ms),
                     ms(l.cycle_ms),
