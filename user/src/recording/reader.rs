@@ -81,7 +81,13 @@ impl Columns {
             stale: pick("intervals", "state_stale", "0"),
             detail_ns: pick("intervals", "detail_ns", "NULL"),
             handups: pick("queue_intervals", "handups", "0"),
-            flow_samples: if col("flows", "samples") { "samples,bytes_var" } else { "NULL,NULL" },
+            // Sampled flows came with `samples`; their variance first as a sum of squares
+            // (`bytes_sq`, not read: a different estimator), then as `bytes_var`.
+            flow_samples: match (col("flows", "samples"), col("flows", "bytes_var")) {
+                (true, true) => "samples,bytes_var",
+                (true, false) => "samples,NULL",
+                _ => "NULL,NULL",
+            },
             miss: table("miss_intervals"),
             out_of_subset: pick("miss_intervals", "out_of_subset", "0"),
             no_flow: pick("miss_intervals", "no_flow", "NULL"),
@@ -1112,6 +1118,18 @@ mod tests {
         );
         let r = Recording::open(&path).expect("opens");
         assert!(r.miss_totals().is_ok());
+    }
+
+    /// Flows from the first sampled recordings (a sum of squares, `bytes_sq`, not the variance)
+    /// read with their sample counts and no error bound.
+    #[test]
+    fn flows_with_a_sum_of_squares_read() {
+        let (_dir, path) = fixture_altered(
+            "ALTER TABLE flows ADD COLUMN samples INTEGER; ALTER TABLE flows ADD COLUMN bytes_sq INTEGER;
+             UPDATE flows SET samples = 3, bytes_sq = 9;",
+        );
+        let flows = Recording::open(&path).unwrap().flows().expect("reads");
+        assert!(!flows.is_empty() && flows.iter().all(|f| f.samples == Some(3) && f.bytes_var.is_none()));
     }
 
     /// The aggregates equal sums taken row by row in SQL, over the whole run and a window.
