@@ -72,7 +72,36 @@ struct Columns {
     pages_over_cap: &'static str,
 }
 
+/// The columns every reader of a table needs (newer ones are optional, see `Columns`), and
+/// whether every recording has the table (the L3-miss and buffer-map tables came later).
+const REQUIRED: &[(&str, &str, bool)] = &[
+    ("intervals", "idx,t_ns,dur_ns,sampled,lost,received,state_evicted,queue_clamped", true),
+    ("queue_intervals", "interval,dir,queue,packets,bytes,napi_polls,napi_work,napi_budget_exhausted,copies,frees,drops", true),
+    ("stage_stats", "interval,dir,queue,stage,count,sum_ns,max_ns", true),
+    ("stage_hist", "interval,dir,queue,stage,bucket,count", true),
+    ("napi_hist", "interval,queue,bucket,count", true),
+    ("flows", "dir,proto,src,sport,dst,dport,queue,packets,bytes,payload_bytes,first_ns,last_ns", true),
+    ("samples", "interval,dir,queue,cpu,len,skb_addr,data_addr,ts0,ts1,ts2,ts3,free_ns,dropped,drop_reason,proto,src,sport,dst,dport", true),
+    ("drop_reasons", "reason,count", true),
+    ("counters", "interval,t_ns,socket,pmu,event,value,raw,enabled_ns,running_ns,source", true),
+    ("miss_intervals", "interval,samples,on_packet_buffers,other_addr,no_addr,ctx_charged,uncharged", false),
+    ("miss_queues", "interval,dir,queue,addr_join,cpu_ctx", false),
+    ("miss_age_hist", "interval,bucket,count", false),
+    ("miss_flows", "dir,proto,src,sport,dst,dport,addr_join,cpu_ctx", false),
+    ("miss_regions", "region,samples", false),
+    ("buf_map_intervals", "interval,linear_pages,frag_pages,frags_over_cap,frags_no_page,frags_no_layout,entries,copy_linear_joined,copy_frag_joined", false),
+];
+
 impl Columns {
+    /// Whether a later table is there to read (the miss tables come together).
+    fn has(&self, table: &str) -> bool {
+        if table == "buf_map_intervals" {
+            self.buf_map
+        } else {
+            self.miss
+        }
+    }
+
     fn probe(conn: &Connection) -> Columns {
         let table = |name: &str| conn.query_row("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?1", [name], |_| Ok(())).is_ok();
         let col = |t: &str, c: &str| conn.query_row("SELECT 1 FROM pragma_table_info(?1) WHERE name=?2", [t, c], |_| Ok(())).is_ok();
@@ -267,6 +296,13 @@ impl Recording {
         }
         let meta = RecordingMeta::from_rows(&meta);
         let cols = Columns::probe(&conn);
+        // Every column a query will read must exist, rows or not: a damaged table is found at
+        // open, in one line, not by whichever report happens to read it.
+        for (table, columns, needed) in REQUIRED {
+            if *needed || cols.has(table) {
+                conn.prepare(&format!("SELECT {columns} FROM {table} LIMIT 0")).map_err(corrupt)?;
+            }
+        }
         let none = Window { whole: true, first: 0, last: 0, intervals: 0, from_s: 0.0, to_s: 0.0, dur_ns: 0, start_ns: 0, end_ns: 0 };
         let mut rec = Recording { path: path.to_path_buf(), meta, window: none.clone(), all: none, conn, cols, scanned: Default::default() };
         rec.all = Window { whole: true, ..rec.select(0.0, f64::INFINITY)? };
