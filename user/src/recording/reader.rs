@@ -457,7 +457,7 @@ impl Recording {
         type SRow = (i64, Dir, u32, Option<usize>, [u64; 3]);
         let next_q = |rows: &mut rusqlite::Rows<'_>| -> Result<Option<QRow>> {
             let Some(r) = rows.next().map_err(e)? else { return Ok(None) };
-            let g = |i: usize| -> Result<u64> { Ok(sum(r, i).map_err(|x| self.corrupt(x))?) };
+            let g = |i: usize| -> Result<u64> { sum(r, i).map_err(|x| self.corrupt(x)) };
             let mut v = [0u64; 9];
             for (i, slot) in v.iter_mut().enumerate() {
                 *slot = g(i + 3)?;
@@ -469,7 +469,7 @@ impl Recording {
             let dir = dir_of(r.get_ref(1).map_err(e)?.as_str().unwrap_or("rx"));
             let stage = r.get_ref(3).map_err(e)?.as_str().unwrap_or("");
             let si = stage_index(dir, stage);
-            let g = |i: usize| -> Result<u64> { Ok(count(r, i).map_err(|x| self.corrupt(x))?) };
+            let g = |i: usize| -> Result<u64> { count(r, i).map_err(|x| self.corrupt(x)) };
             Ok(Some((r.get(0).map_err(e)?, dir, r.get(2).map_err(e)?, si, [g(4)?, g(5)?, g(6)?])))
         };
         let mut q_ahead = next_q(&mut qrows)?;
@@ -641,7 +641,7 @@ impl Recording {
         let mut rows = st.query([]).map_err(e)?;
         let mut flows = Vec::new();
         while let Some(r) = rows.next().map_err(e)? {
-            let g = |i: usize| -> Result<u64> { Ok(count(r, i).map_err(|x| self.corrupt(x))?) };
+            let g = |i: usize| -> Result<u64> { count(r, i).map_err(|x| self.corrupt(x)) };
             let f = FlowCounters {
                 key: FlowKey {
                     dir: dir_of(&r.get::<_, String>(0).map_err(e)?),
@@ -710,7 +710,7 @@ impl Recording {
         let mut t = CounterTotals::default();
         let mut last_t = 0u64;
         while let Some(r) = rows.next().map_err(e)? {
-            let g = |i: usize| -> Result<u64> { Ok(count(r, i).map_err(|x| self.corrupt(x))?) };
+            let g = |i: usize| -> Result<u64> { count(r, i).map_err(|x| self.corrupt(x)) };
             let reading = CounterReading {
                 t_ns: g(7)?,
                 socket: r.get(0).map_err(e)?,
@@ -836,7 +836,7 @@ impl Recording {
             .map_err(e)?;
         let mut rows = st.query(params![a, b]).map_err(e)?;
         while let Some(r) = rows.next().map_err(e)? {
-            let g = |i: usize| -> Result<u64> { Ok(count(r, i).map_err(|x| self.corrupt(x))?) };
+            let g = |i: usize| -> Result<u64> { count(r, i).map_err(|x| self.corrupt(x)) };
             m.queues.push((dir_of(&r.get::<_, String>(0).map_err(e)?), r.get(1).map_err(e)?, g(2)?, g(3)?));
         }
         let mut st = self

@@ -193,6 +193,9 @@ fn the_answer_comes_first_and_says_what_it_rests_on() {
     assert!(!text.contains("Leaky") && !text.contains("Rx queue") && !text.contains("AtRisk"), "{raw}");
     // No DDIO here: said, and no suggestion of a script that refuses this CPU.
     assert!(text.contains("no DDIO on this CPU; model only"), "{raw}");
+    // The platform's reason is said once in the counters section, not in its heading too.
+    let counters = &raw[at("\nSocket DDIO counters")..at("\nL3-miss samples")];
+    assert_eq!(counters.matches("no DDIO uncore events").count(), 1, "{counters}");
     assert!(!text.contains("capture-counters.sh"), "{raw}");
     // Model-prior attribution: shares and predicted misses per second, and no note about a
     // measured total when nothing was measured.

@@ -492,7 +492,15 @@ pub fn render_evidence(o: &mut String, r: &Summary, opt: &TextOptions) {
 
 fn render_counters(o: &mut String, r: &Summary) {
     let c = &r.counters;
-    let _ = writeln!(o, "\nSocket DDIO counters · {}, platform {}", c.source, c.platform);
+    // The platform line says why there is no DDIO when there is none: said once, below.
+    match &c.absent_why {
+        Some(_) => {
+            let _ = writeln!(o, "\nSocket DDIO counters · {}", c.source);
+        }
+        None => {
+            let _ = writeln!(o, "\nSocket DDIO counters · {}, platform {}", c.source, c.platform);
+        }
+    }
     let mbs = |v: Option<f64>| v.map(|v| format!("{v:.0} MB/s")).unwrap_or_else(|| "-".into());
     match &c.absent_why {
         Some(why) => {
