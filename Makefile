@@ -55,6 +55,8 @@ deps:
 		command -v $$cmd >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
 	[ -f /usr/include/libelf.h ] || missing="$$missing libelf-dev"; \
 	[ -f /usr/include/zlib.h ] || missing="$$missing zlib1g-dev"; \
+	[ -x /usr/bin/time ] || missing="$$missing time"; \
+	python3 -c 'import jsonschema' 2>/dev/null || missing="$$missing python3-jsonschema"; \
 	if [ -n "$$missing" ]; then \
 		echo "deps: installing$$missing"; \
 		export DEBIAN_FRONTEND=noninteractive; \

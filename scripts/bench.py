@@ -273,8 +273,22 @@ def hot_hooks(tb, tmp):
         rec.stop()
 
 
+def timed(cmd):
+    """Wall seconds, CPU seconds (user + system) and peak RSS in MB of one command, by GNU
+    time: a child's own rusage would count the Python image it was forked from."""
+    p = subprocess.run(["/usr/bin/time", "-f", "%e %U %S %M", *[str(c) for c in cmd]],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines = p.stderr.strip().splitlines()
+    try:
+        wall, user, system, rss_kb = lines[-1].split()
+        return float(wall), float(user) + float(system), int(rss_kb) / 1024, p.returncode, " ".join(lines[:-1])
+    except (IndexError, ValueError):
+        return 0.0, 0.0, 0.0, p.returncode or 1, p.stderr.strip()
+
+
 def long_recording(tb, tmp):
-    """A one-hour recording from a short real one, and what reporting it costs."""
+    """A one-hour recording built from a short real one, and what reporting either costs:
+    side by side and interleaved, so the difference is what the hour adds."""
     log("long recordings: a 10 s testbed recording, its intervals repeated to one hour, then report")
     short = tmp / "short.ddio"
     p = subprocess.Popen([str(BIN), "record", "-i", tb.if_rcv, "--netns", tb.ns_rcv, "-d", "10", "-o", str(short),
@@ -282,38 +296,28 @@ def long_recording(tb, tmp):
     read_line(p, 60, "record")
     tb.iperf("tcp")
     p.wait(timeout=60)
-    long = tmp / "hour.ddio"
-    shutil.copy(short, long)
-    db = sqlite3.connect(long)
-    n, span = db.execute("SELECT COUNT(*), MAX(t_ns) - MIN(t_ns) + MIN(dur_ns) FROM intervals").fetchone()
-    copies = max(1, int(3600e9 // max(span, 1)))
-    per_iv = {t: [r[1] for r in db.execute(f"PRAGMA table_info({t})")] for t in
-              ("queue_intervals", "stage_stats", "stage_hist", "napi_hist", "samples", "counters")}
-    for k in range(1, copies):
-        off = k * n
-        shift = k * span
-        db.execute(f"INSERT INTO intervals SELECT idx + {off}, t_ns + {shift}, " +
-                   ", ".join(c for c in [r[1] for r in db.execute("PRAGMA table_info(intervals)")][2:]) +
-                   f" FROM intervals WHERE idx < {n}")
-        for t, cols in per_iv.items():
-            sel = ", ".join(f"interval + {off}" if c == "interval" else
-                            (f"t_ns + {shift}" if c == "t_ns" and t == "counters" else c) for c in cols)
-            db.execute(f"INSERT INTO {t}({', '.join(cols)}) SELECT {sel} FROM {t} WHERE interval < {n}")
-    db.commit()
-    hours = db.execute("SELECT SUM(dur_ns) FROM intervals").fetchone()[0] / 3.6e12
-    intervals = db.execute("SELECT COUNT(*) FROM intervals").fetchone()[0]
+    hour = tmp / "hour.ddio"
+    sh(sys.executable, ROOT / "scripts/long-recording.py", short, hour, "--seconds", "3600")
+    db = sqlite3.connect(hour)
+    intervals, dur_ns = db.execute("SELECT COUNT(*), SUM(dur_ns) FROM intervals").fetchone()
     samples = db.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
     db.close()
-    size_mb = long.stat().st_size / 1e6
-    out = {"intervals": intervals, "hours": hours, "samples": samples, "size_mb": size_mb, "runs": {}}
-    for kind, args in (("text", []), ("json", ["--json"]), ("html", ["--html", str(tmp / "hour.html"), "--force"])):
-        t0 = time.monotonic()
-        r = subprocess.run(["/usr/bin/time", "-f", "%M", str(BIN), "report", str(long), *args],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        secs = time.monotonic() - t0
-        rss_kb = int(r.stderr.strip().splitlines()[-1]) if r.returncode == 0 else None
-        out["runs"][kind] = {"seconds": secs, "max_rss_mb": None if rss_kb is None else rss_kb / 1024,
-                             "rc": r.returncode}
+    out = {"intervals": intervals, "hours": dur_ns / 3.6e12, "samples": samples,
+           "size_mb": hour.stat().st_size / 1e6, "runs": {}}
+    kinds = (("text", []), ("json", ["--json"]), ("html", ["--html", str(tmp / "r.html"), "--force"]))
+    raw = {(rec, kind): [] for rec in ("short", "hour") for kind, _ in kinds}
+    for r in range(ROUNDS):
+        order = [("short", short), ("hour", hour)]
+        for rec, path in (order if r % 2 == 0 else order[::-1]):
+            for kind, args in kinds:
+                raw[(rec, kind)].append(timed([BIN, "report", path, *args]))
+    for (rec, kind), runs in raw.items():
+        ok = [x for x in runs if x[3] == 0]
+        mean_sd = lambda v: (statistics.mean(v), statistics.stdev(v) if len(v) > 1 else 0.0) if v else (None, None)
+        (w, wsd), (c, csd) = mean_sd([x[0] for x in ok]), mean_sd([x[1] for x in ok])
+        out["runs"].setdefault(rec, {})[kind] = {
+            "seconds": w, "seconds_sd": wsd, "cpu_seconds": c, "cpu_seconds_sd": csd,
+            "max_rss_mb": max((x[2] for x in ok), default=None), "failed": [x[4] for x in runs if x[3] != 0][:1]}
     return out
 
 
@@ -322,7 +326,7 @@ def main():
         die("needs root (BPF, network namespaces)")
     if not BIN.exists():
         die(f"{BIN} not built (make build)")
-    for c in ("ip", "iperf3", "bpftool", "sysctl"):
+    for c in ("ip", "iperf3", "bpftool", "sysctl", "/usr/bin/time"):
         if not shutil.which(c):
             die(f"missing command: {c} (make deps)")
     if "bpftrace" in CONFIGS and not shutil.which("bpftrace"):
@@ -407,11 +411,19 @@ def main():
 
         if longrec:
             print(f"\n3. Reporting a long recording: {longrec['intervals']} intervals, {longrec['hours']:.2f} h, "
-                  f"{longrec['samples']} sampled packets, {longrec['size_mb']:.0f} MB")
-            for kind, r in longrec["runs"].items():
-                rss = "?" if r["max_rss_mb"] is None else f"{r['max_rss_mb']:.0f} MB"
-                failed = "" if r["rc"] == 0 else f" (exit {r['rc']})"
-                print(f"  report {kind:<5} {r['seconds']:6.2f} s, peak RSS {rss}{failed}")
+                  f"{longrec['samples']} packet records, {longrec['size_mb']:.0f} MB, built from a 10 s testbed "
+                  f"recording; {ROUNDS} rounds interleaved, wall and CPU seconds mean ± stdev, peak RSS\n")
+            print(f"  {'':<13} {'10 s recording':>38}   {'1 h recording':>38}")
+            for kind in ("text", "json", "html"):
+                cells = []
+                for rec in ("short", "hour"):
+                    r = longrec["runs"][rec][kind]
+                    if r["seconds"] is None:
+                        cells.append(f"{'failed: ' + (r['failed'] or ['?'])[0][:30]:>38}")
+                    else:
+                        cells.append(f"{r['seconds']:5.2f} ± {r['seconds_sd']:.2f} s, cpu {r['cpu_seconds']:5.2f} s, "
+                                     f"{r['max_rss_mb']:4.0f} MB")
+                print(f"  report {kind:<6} {cells[0]:>38}   {cells[1]:>38}")
             result["long_recording"] = longrec
 
         if "sim" not in SKIP:

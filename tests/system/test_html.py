@@ -1,7 +1,8 @@
 """`ddioscope report --html` on a fresh testbed recording, opened in headless Chromium:
-no console messages, nothing fetched from the network, every chart section in the
-rendered DOM, the per-queue table equal to the text report, and a screenshot
-(out/report.png)."""
+no console messages, nothing fetched from the network, the answer first and agreeing with
+`recommend --json`, the per-queue verdicts and the attribution as `recommend --json` gives
+them, every chart section in the rendered DOM, the per-queue table equal to the text
+report's, and a screenshot (out/report.png)."""
 import json
 import re
 import shutil
@@ -59,19 +60,28 @@ def console_lines(stderr):
 
 
 class Dom(HTMLParser):
-    """Tag counts, element ids, visible text and the cells of every table with an id."""
+    """Tag counts, element ids, visible text, the cells of every table with an id, the text
+    of every element with an id (ids in `texts`), and each element's attributes."""
 
-    def __init__(self, text):
+    def __init__(self, text, texts=()):
         super().__init__()
-        self.tags, self.ids, self.text, self.tables, self.heads = {}, set(), [], {}, {}
+        self.tags, self.ids, self.text, self.tables, self.attrs, self.heads = {}, set(), [], {}, [], {}
+        self.texts = {i: [] for i in texts}
+        self._open = []  # (tag, id) of the elements whose text is collected
         self._table, self._row, self._cell = None, None, None
         self.feed(text)
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
+        self.attrs.append((tag, a))
         self.tags[tag] = self.tags.get(tag, 0) + 1
         if a.get("id"):
             self.ids.add(a["id"])
+        if a.get("id") in self.texts:
+            self._open.append((tag, a["id"], 0))
+        elif self._open and self._open[-1][0] == tag:
+            t, i, depth = self._open[-1]
+            self._open[-1] = (t, i, depth + 1)
         if tag == "table":
             self._table = a.get("id")
             if self._table:
@@ -82,6 +92,12 @@ class Dom(HTMLParser):
             self._cell = []
 
     def handle_endtag(self, tag):
+        if self._open and self._open[-1][0] == tag:
+            t, i, depth = self._open[-1]
+            if depth == 0:
+                self._open.pop()
+            else:
+                self._open[-1] = (t, i, depth - 1)
         if tag in ("td", "th") and self._cell is not None and self._row is not None:
             self._row.append("".join(self._cell).strip())
             self._cell = None
@@ -96,19 +112,23 @@ class Dom(HTMLParser):
 
     def handle_data(self, data):
         self.text.append(data)
+        for _, i, _ in self._open:
+            self.texts[i].append(data)
         if self._cell is not None:
             self._cell.append(data)
 
 
 def text_table_rows(text, title):
-    """Data rows of one queue table of the text report ("RX queues" / "TX queues")."""
+    """Data rows of one queue table of the text report ("RX queues ..." / "TX queues ..."),
+    each as its words joined by one space; queues without packets left out."""
     lines = text.splitlines()
-    i = lines.index(title)
+    i = next(n for n, l in enumerate(lines) if l.startswith(title))
     rows = []
     for l in lines[i + 2:]:
-        if not l.startswith("  ") or not l.strip():
+        if not l.startswith("  ") or not l.strip() or l.strip().startswith("life:"):
             break
-        rows.append(l.split())
+        if l.split()[1] not in ("idle", "0"):
+            rows.append(" ".join(l.split()))
     return rows
 
 
@@ -128,6 +148,10 @@ def queue_table(dom, direction):
         if direction in tid.split("-") and "queue" in head and "packets" in head:
             return {int(row[0]): dict(zip(head, row)) for row in dom.tables[tid]}
     raise AssertionError(f"no {direction} queue table in {sorted(dom.heads)}")
+
+
+def text_of(dom):
+    return " ".join(dom.text)
 
 
 def test_detectors_catch_a_bad_page(tmp_path):
@@ -172,11 +196,41 @@ def test_html_report_in_chromium(testbed, recorder, tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     assert console_lines(p.stderr) == []
     assert page_fetches(log) == set()
-    dom = Dom(p.stdout)
+    dom = Dom(p.stdout, texts=("answer", "answer-leaking", "answer-change", "answer-confidence", "no-recommendations"))
 
-    sections = {"summary", "queues", "latency", "rates", "counters", "counters-absent", "whatif",
-                "whatif-ring", "whatif-ways", "recommendations", "flows", "events", "queues-rx", "rates-rx"}
+    sections = {"summary", "answer", "verdicts", "verdicts-table", "attribution", "recommendations", "whatif", "whatif-ring",
+                "whatif-ways", "evidence", "tiers", "queues", "latency", "rates", "counters", "counters-absent", "flows",
+                "events", "queues-rx", "rates-rx"}
     assert sections <= dom.ids, sections - dom.ids
+    # The answer first: before the verdicts, the attribution and every piece of evidence.
+    order = [p.stdout.find(f'id="{i}"') for i in ("answer", "verdicts", "attribution", "recommendations", "evidence", "queues")]
+    assert order == sorted(order), order
+
+    # The answer agrees with `recommend --json`: the same changes (or the same reasons for
+    # none), the queues its verdicts call leaky or at risk, its method and confidence.
+    adv = json.loads(run(BIN, "recommend", rec.out, "--json").stdout)
+    recs = adv["recommendations"]
+    change = " ".join(dom.texts["answer-change"])
+    if recs:
+        assert all(r["command"] in change for r in recs), (change, recs)
+        assert all(r["command"] in text_of(dom) and r["kind"] in text_of(dom) for r in recs), recs
+    else:
+        assert "nothing to run" in change and all(w in change for w in adv["no_change"]["reasons"]), (change, adv["no_change"])
+        none = " ".join(dom.texts["no-recommendations"])
+        assert all(w in none for w in adv["no_change"]["reasons"] + adv["no_change"]["next_steps"]), none
+    leaking = {a["data-queue"] for t, a in dom.attrs if t == "b" and "leak" in (a.get("class") or "")}
+    want = {f"{v['dir']} {v['queue']}" for v in adv["verdicts"] if v["verdict"] in ("leaky", "at_risk")}
+    assert leaking == want, (leaking, want)
+    sure = next(a for t, a in dom.attrs if t == "b" and "data-method" in a)
+    assert (sure["data-method"], sure["data-confidence"]) == (adv["attribution"]["method"], adv["attribution"]["confidence"])
+
+    # The verdict section: one row per queue, with the verdict and reason recommend gives.
+    rows = dom.tables["verdicts-table"]
+    assert [(r[0], r[1], r[-1]) for r in rows] == [(f"{v['dir']} {v['queue']}", v["verdict"], v["reason"]) for v in adv["verdicts"]]
+    # The attribution section: every queue's share as recommend gives it.
+    att = dom.tables["attribution-queues"] if adv["attribution"]["queues"] else []
+    assert [(r[0], r[1]) for r in att] == [(f"{q['dir']} {q['queue']}", f"{q['share_pct']:.1f}%") for q in adv["attribution"]["queues"]]
+
     # One histogram per queue x stage with data, one rate chart per direction with
     # traffic, two what-if curves.
     stage_ids = {f"lat-{q['dir']}-{q['queue']}-{s}" for q in r["queues"] for s in q["stages"]}
@@ -185,14 +239,7 @@ def test_html_report_in_chromium(testbed, recorder, tmp_path):
     assert {f"rates-{d}" for d in dirs} <= dom.ids
     assert dom.tags.get("svg", 0) == len(stage_ids) + len(dirs) + 2, dom.tags
     assert dom.tags.get("polyline", 0) >= 2 and dom.tags.get("rect", 0) >= len(stage_ids)
-    text = " ".join(dom.text)
-    assert "model-only prediction" in text
-    # The cards are the recommendations `recommend` gives for the same recording.
-    recs = json.loads(run(BIN, "recommend", rec.out, "--json").stdout)["recommendations"]
-    if recs:
-        assert all(r["command"] in text and r["kind"] in text for r in recs), recs
-    else:
-        assert "No recommendations: the model finds nothing to change" in text
+    assert "model-only prediction" in text_of(dom)
     rx_pk = sum(q["packets"] for q in r["queues"] if q["dir"] == "rx")
     assert rx_pk > 10000
 
@@ -212,11 +259,17 @@ def test_html_report_in_chromium(testbed, recorder, tmp_path):
     assert kpk > 10000 and abs(got_pk - kpk) <= 0.01 * kpk + 10 * len(table) + sum(number(r["packets"])[1] for r in table.values()), (got_pk, kpk)
     assert abs(got_by - kby) <= 0.01 * kby + slack_by, (got_by, kby)
 
-    # The per-queue tables hold the text report's numbers, cell for cell.
-    txt = run(BIN, "report", rec.out).stdout
+    # The per-queue tables hold the wide text report's numbers, cell for cell.
+    txt = run(BIN, "report", rec.out, "--wide").stdout
     for d in dirs:
-        want = [[c.replace("us", "µs") for c in row] for row in text_table_rows(txt, f"{d.upper()} queues")]
-        assert dom.tables[f"queues-{d}"] == want, (d, dom.tables[f"queues-{d}"], want)
+        html_rows = [" ".join(row) for row in dom.tables[f"queues-{d}"] if row[1] != "0"]
+        assert html_rows == text_table_rows(txt, f"{d.upper()} queues"), (d, html_rows)
+
+    # The JSON of a live recording matches its documented schema too.
+    import jsonschema
+    schema = json.loads((ROOT / "docs/report.schema.json").read_text())
+    errors = list(jsonschema.Draft202012Validator(schema).iter_errors(r))
+    assert not errors, [f"{list(e.path)}: {e.message}" for e in errors[:10]]
 
     OUT.mkdir(exist_ok=True)
     shot = OUT / "report.png"

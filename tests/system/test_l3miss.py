@@ -140,10 +140,11 @@ def test_cpu_context_attribution_follows_rates(testbed, recorder):
     ab = rb["attribution"]
     assert (ab["method"], ab["confidence"]) == (a["method"], a["confidence"]), ab
     assert [(q["dir"], q["queue"], q["share_pct"]) for q in ab["queues"]] == [(q["dir"], q["queue"], q["share_pct"]) for q in a["queues"]]
-    assert any("no model prior" in n for n in ab["notes"]), ab["notes"]
+    assert any(n.startswith("model_prior: the DDIO model is not available") for n in ab["not_used"]), ab["not_used"]
     text = run(BIN, "report", bare, "--top", "1").stdout
-    assert "Attributed DDIO/L3 misses: method cpu_context" in text and "DDIO model: not available" in text, text
-    assert f"({len(ab['flows']) - 1} more flows)" in text, text
+    assert "Attribution · cpu_context" in text and "DDIO model: not available" in text, text
+    assert f"and {len(ab['flows']) - 1} more flows" in text, text
+    assert "the DDIO model could not run" in " ".join(text.split()), text
 
 
 def test_cpu_context_ends_with_the_traffic(testbed, recorder):

@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 use crate::analysis::GeometryOverrides;
 use crate::recording::record::RecordArgs;
+use crate::recording::window::TimeSpec;
 use crate::surfaces::serve::ServeArgs;
 use crate::surfaces::top::TopArgs;
 
@@ -44,15 +45,7 @@ pub enum Cmd {
     Report(ReportArgs),
     /// Recommend ring sizes, IIO LLC ways and IRQ/NUMA placement from a recording
     /// (printed commands with evidence and predicted effect; nothing is applied).
-    Recommend {
-        /// Recording file written by `ddioscope record`.
-        file: PathBuf,
-        /// One JSON object (the model, the attribution and the recommendations) instead of text.
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        geometry: GeometryOverrides,
-    },
+    Recommend(RecommendArgs),
     /// What-if grid from the DDIO cache simulator (synthetic experiment descriptions).
     Simulate(SimulateArgs),
     /// Check what this host offers ddioscope and what each missing piece costs.
@@ -105,17 +98,38 @@ impl Cmd {
     }
 }
 
+/// The part of a recording to read: `--from`/`--to`.
+#[derive(clap::Args, Debug, Clone, Copy, Default)]
+pub struct WindowArgs {
+    /// Start of the part to report: seconds from the recording's start (90, 5m) or a
+    /// wall-clock time (14:05:30, 2026-11-24 14:05:30, RFC 3339).
+    #[arg(long, value_name = "TIME")]
+    pub from: Option<TimeSpec>,
+    /// End of the part to report, as --from.
+    #[arg(long, value_name = "TIME")]
+    pub to: Option<TimeSpec>,
+}
+
+/// The default recording, as `record` writes it (`perf report` reads perf.data the same way).
+pub const DEFAULT_RECORDING: &str = "ddioscope.ddio";
+
 /// `ddioscope report`'s flags.
 #[derive(clap::Args)]
 pub struct ReportArgs {
     /// Recording file written by `ddioscope record`.
+    #[arg(default_value = DEFAULT_RECORDING)]
     pub file: PathBuf,
-    /// One JSON object instead of text.
+    /// One JSON object instead of text (its schema: docs/report.md).
     #[arg(long)]
     pub json: bool,
     /// How many flows the text report lists.
     #[arg(long, default_value_t = 10)]
     pub top: usize,
+    /// Text tables with every stage's latencies in the queue rows (wider than 120 columns).
+    #[arg(long, conflicts_with_all = ["json", "html"])]
+    pub wide: bool,
+    #[command(flatten)]
+    pub window: WindowArgs,
     /// Write a self-contained HTML report (inline SVG charts, no network) to this file.
     #[arg(long, value_name = "OUT", conflicts_with = "json")]
     pub html: Option<PathBuf>,
@@ -123,6 +137,21 @@ pub struct ReportArgs {
     /// socket or symlink).
     #[arg(long, requires = "html")]
     pub force: bool,
+    #[command(flatten)]
+    pub geometry: GeometryOverrides,
+}
+
+/// `ddioscope recommend`'s flags.
+#[derive(clap::Args)]
+pub struct RecommendArgs {
+    /// Recording file written by `ddioscope record`.
+    #[arg(default_value = DEFAULT_RECORDING)]
+    pub file: PathBuf,
+    /// One JSON object (the answer, the model, the attribution and the recommendations) instead of text.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub window: WindowArgs,
     #[command(flatten)]
     pub geometry: GeometryOverrides,
 }

@@ -10,6 +10,7 @@
 pub mod sys;
 pub mod outfile;
 pub mod build_info;
+pub mod units;
 pub mod snapshot;
 pub mod topology;
 pub mod counters;

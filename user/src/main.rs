@@ -1,11 +1,12 @@
 //! The ddioscope command line: parse, run the subcommand, print its output and errors.
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{anyhow, Result};
 use clap::{CommandFactory, Parser};
 
 use ddioscope::analysis::{self, Summary};
-use ddioscope::cli::{error_line, is_broken_pipe, print, Cli, Cmd, ReportArgs, SimulateArgs};
+use ddioscope::cli::{error_line, is_broken_pipe, print, Cli, Cmd, RecommendArgs, ReportArgs, SimulateArgs, WindowArgs};
 use ddioscope::recording::{self, record, Recording};
 use ddioscope::report::{self, json::FullReport};
 use ddioscope::surfaces::{doctor, serve, top};
@@ -38,11 +39,7 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
             eprintln!("imported {n} counter readings from {} into {}", csv.display(), rec.display());
         }
         Cmd::Report(args) => report_cmd(args)?,
-        Cmd::Recommend { file, json, geometry } => {
-            let rec = Recording::open(&file)?;
-            let a = analysis::advise(&rec, &analysis::summary::build(&rec), geometry)?;
-            print(&if json { serde_json::to_string_pretty(&a)? + "\n" } else { report::text::render_advice(&a) })?;
-        }
+        Cmd::Recommend(args) => recommend(args)?,
         Cmd::Simulate(args) => simulate(args)?,
         Cmd::BenchFloor { iface, netns, duration, hooks } => {
             ddioscope::probe::floor::run(&ddioscope::probe::floor::FloorOptions { iface, netns, duration, hooks })?;
@@ -61,29 +58,39 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// A recording, read over the `--from`/`--to` window.
+fn open(file: &Path, w: WindowArgs) -> Result<Recording> {
+    let mut rec = Recording::open(file)?;
+    rec.set_window(w.from, w.to)?;
+    Ok(rec)
+}
+
 fn report_cmd(args: ReportArgs) -> Result<()> {
     // Refuse before the (slower) model runs: the answer does not depend on it.
     if let Some(out) = &args.html {
         ddioscope::outfile::check(out, args.force)?;
     }
-    let rec = Recording::open(&args.file)?;
-    let summary: Summary = analysis::summary::build(&rec);
+    let rec = open(&args.file, args.window)?;
+    let summary: Summary = analysis::summary::build(&rec)?;
     // The model needs an LLC geometry; without one the report still prints, and says why.
-    let outcome = analysis::advise_or_explain(&rec, &summary, args.geometry);
+    let outcome = analysis::advise_or_explain(&rec, &summary, args.geometry)?;
     if let Some(out) = args.html {
-        let recs = match &outcome {
-            analysis::Outcome::Advised(a) => a.recommendations.as_slice(),
-            analysis::Outcome::NoModel { .. } => &[],
-        };
-        let page = report::html::render_html(&rec, &summary, recs);
+        let page = report::html::render_html(&rec, &summary, &outcome)?;
         ddioscope::outfile::write_whole(&out, args.force, page.as_bytes())?;
         eprintln!("wrote {}", out.display());
     } else if args.json {
         print(&(FullReport::new(&summary, &outcome).to_json()? + "\n"))?;
     } else {
-        print(&report::text::render_report(&summary, &outcome, args.top))?;
+        print(&report::text::render_report(&summary, &outcome, &report::text::TextOptions { top_flows: args.top, wide: args.wide }))?;
     }
     Ok(())
+}
+
+fn recommend(args: RecommendArgs) -> Result<()> {
+    let rec = open(&args.file, args.window)?;
+    let summary = analysis::summary::build(&rec)?;
+    let a = analysis::advise(&rec, &summary, args.geometry)?;
+    print(&if args.json { report::json::advice_json(&summary, &a)? + "\n" } else { report::text::render_advice(&summary, &a) })
 }
 
 fn simulate(args: SimulateArgs) -> Result<()> {
@@ -94,7 +101,7 @@ fn simulate(args: SimulateArgs) -> Result<()> {
     let spec = match &args.recording {
         Some(path) => {
             let rec = Recording::open(path)?;
-            let obs = analysis::observation(&rec, &analysis::summary::build(&rec), args.geometry)?;
+            let obs = analysis::observation(&rec, &analysis::summary::build(&rec)?, args.geometry)?;
             ddioscope::advise::spec_from_observation(&obs, None, None)
                 .ok_or_else(|| anyhow!("{} has no RX traffic to simulate", path.display()))?
         }

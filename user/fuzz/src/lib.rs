@@ -63,33 +63,36 @@ extern "C" {
 /// simulator: seconds per recording, too slow to fuzz, so only the corpus replay runs
 /// them (`report_full`).
 fn report_all(rec: &Recording, full: bool) {
-    use ddioscope::analysis::{self, Outcome};
+    use ddioscope::analysis;
     use ddioscope::report;
-    let summary = analysis::summary::build(rec);
-    let _ = report::text::render_text(&summary, 10);
+    let Ok(summary) = analysis::summary::build(rec) else { return };
+    let mut text = String::new();
+    report::text::render_evidence(&mut text, &summary, &report::text::TextOptions::default());
     let _ = serde_json::to_string(&summary);
     let obs = analysis::observation(rec, &summary, Default::default()).ok();
     if let Some(spec) = obs.as_ref().and_then(|o| ddioscope::advise::spec_from_observation(o, None, None)) {
         evaluate_spec(&spec);
     }
     if full {
-        let outcome = analysis::advise_or_explain(rec, &summary, Default::default());
-        let _ = report::text::render_report(&summary, &outcome, 10);
+        let Ok(outcome) = analysis::advise_or_explain(rec, &summary, Default::default()) else { return };
+        let _ = report::text::render_report(&summary, &outcome, &report::text::TextOptions::default());
         let _ = report::json::FullReport::new(&summary, &outcome).to_json();
-        let recs = match &outcome {
-            Outcome::Advised(a) => a.recommendations.as_slice(),
-            Outcome::NoModel { .. } => &[],
-        };
-        let _ = report::html::render_html(rec, &summary, recs);
+        let _ = report::html::render_html(rec, &summary, &outcome);
     }
 }
 
 /// Opens `path` as a recording and reports it, as `report` would, and reads its page-pool
 /// table (read on its own, not by `Recording::open`).
 fn open_and_report(path: &Path, full: bool) {
-    if let Ok(rec) = Recording::open(path) {
+    if let Ok(mut rec) = Recording::open(path) {
         report_all(&rec, full);
         let _ = ddioscope::recording::reader::page_pools(path);
+        // A window of the first half, as `report --from 0 --to T/2` reads it.
+        use ddioscope::recording::window::TimeSpec;
+        let half = rec.window.to_s / 2.0;
+        if half.is_finite() && half > 0.0 && rec.set_window(Some(TimeSpec::Offset(0.0)), Some(TimeSpec::Offset(half))).is_ok() {
+            report_all(&rec, false);
+        }
     }
 }
 

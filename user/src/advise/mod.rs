@@ -446,7 +446,7 @@ pub fn recommend(obs: &HostObservation) -> Vec<Recommendation> {
     let mib = |b: u64| b as f64 / 1048576.0;
     let fits_ring = analytic::max_ring_within_usable(g, nq, pkt, MIN_RING);
     let mut ev_ring = vec![format!(
-        "{nq} RX queues x {} descriptors x {} B lines (+{} B descriptor) = {:.1} MiB working set vs DDIO {:.2} MiB nominal ({} of {} ways, {:?}) / {:.2} MiB usable",
+        "{nq} RX queues x {} descriptors x {} B lines (+{} B descriptor) = {:.1} MiB working set vs DDIO {:.2} MiB nominal ({} of {} ways, {}) / {:.2} MiB usable",
         cur_ring.map_or("?".into(), |r| r.to_string()),
         analytic::line_rounded(pkt),
         DESC_BYTES_PER_PKT,
@@ -454,7 +454,12 @@ pub fn recommend(obs: &HostObservation) -> Vec<Recommendation> {
         mib(g.ddio_capacity_bytes()),
         g.ddio_ways,
         g.ways,
-        g.ddio_ways_source,
+        // As the JSON spells it.
+        match g.ddio_ways_source {
+            crate::model::geometry::WaysSource::Measured => "measured",
+            crate::model::geometry::WaysSource::Assumed => "assumed",
+            crate::model::geometry::WaysSource::Override => "override",
+        },
         mib(usable)
     )];
     if let Some(c) = counters {

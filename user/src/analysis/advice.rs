@@ -3,6 +3,7 @@
 use anyhow::Result;
 use serde::Serialize;
 
+use super::answer::{NoChange, QueueVerdict};
 use super::evidence::{attribution, AttributionReport};
 use super::geometry::GeometryOverrides;
 use super::observation::observation;
@@ -20,6 +21,8 @@ pub const MIN_PACKETS_FOR_PREDICTION: f64 = 1000.0;
 #[derive(Debug, Serialize)]
 pub struct Advice {
     pub attribution: AttributionReport,
+    /// Each modelled queue's verdict with its reason.
+    pub verdicts: Vec<QueueVerdict>,
     pub model: ModelView,
     pub geometry: LlcGeometry,
     /// "measured" when MSR 0xC8B was read at record time; "assumed" otherwise.
@@ -27,6 +30,9 @@ pub struct Advice {
     /// What the model had to assume about this recording, in plain words.
     pub notes: Vec<String>,
     pub recommendations: Vec<Recommendation>,
+    /// Why there are no recommendations, and what to do next (absent when there are some).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub no_change: Option<NoChange>,
 }
 
 /// The model's view, the attribution and the recommendations for a recording; `summary`
@@ -34,11 +40,11 @@ pub struct Advice {
 pub fn advise(rec: &Recording, summary: &Summary, o: GeometryOverrides) -> Result<Advice> {
     let obs = observation(rec, summary, o)?;
     let note = match obs.geometry.ddio_ways_source {
-        WaysSource::Measured => "measured (MSR 0xC8B)".to_string(),
-        WaysSource::Assumed => format!("assumed {} (MSR 0xC8B not readable at record time)", obs.geometry.ddio_ways),
+        WaysSource::Measured => "measured: MSR 0xC8B read at record time".to_string(),
+        WaysSource::Assumed => "assumed: MSR 0xC8B was not readable at record time".to_string(),
         WaysSource::Override => "given on the command line".to_string(),
     };
-    let attribution = attribution(rec, summary, Some(&obs));
+    let attribution = attribution(rec, summary, Some(&obs))?;
     let mut recommendations = advise::recommend(&obs);
     let iface = rec.iface();
     for r in recommendations.iter_mut().filter(|r| r.kind == "spread_load") {
@@ -52,7 +58,7 @@ pub fn advise(rec: &Recording, summary: &Summary, o: GeometryOverrides) -> Resul
             );
         }
     }
-    let flows = attributed_flows(rec, &attribution.chosen);
+    let flows = attributed_flows(rec, &attribution.chosen)?;
     target_with_attribution(&mut recommendations, &attribution.chosen, &flows);
     if let Some(r) = steer_attributed_flow(&obs, iface.driver.as_deref() == Some("veth"), &attribution.chosen, &flows) {
         recommendations.insert(0, r);
@@ -69,10 +75,11 @@ pub fn advise(rec: &Recording, summary: &Summary, o: GeometryOverrides) -> Resul
         }
     }
     let mut notes = Vec::new();
-    if let Some(crate::counters::Detection::Unsupported { reason, .. }) = rec.meta.platform_detection() {
-        notes.push(format!(
-            "the recording host has no Intel DDIO ({reason}): the model shows what an Intel LLC of the recorded size and ways would do with this traffic"
-        ));
+    if summary.counters.cpu_has_ddio == Some(false) {
+        notes.push(
+            "the recording host has no DDIO: the model shows what an Intel LLC of the recorded size and ways would do with this traffic"
+                .to_string(),
+        );
     }
     if obs.queues.iter().filter(|q| q.dir == MDir::Rx).all(|q| q.ring_entries.is_none()) {
         notes.push(format!(
@@ -80,7 +87,21 @@ pub fn advise(rec: &Recording, summary: &Summary, o: GeometryOverrides) -> Resul
             iface.driver.as_deref().unwrap_or("the driver")
         ));
     }
-    Ok(Advice { attribution, model, geometry: obs.geometry.clone(), ddio_ways_note: note, notes, recommendations })
+    let verdicts = super::answer::verdicts(&obs, &model, iface.driver.as_deref());
+    let no_change = recommendations.is_empty().then(|| {
+        let no_ddio = summary.counters.cpu_has_ddio == Some(false);
+        super::answer::no_change(&obs, &verdicts, &rec.path.display().to_string(), iface.driver.as_deref(), no_ddio)
+    });
+    Ok(Advice {
+        attribution,
+        verdicts,
+        model,
+        geometry: obs.geometry.clone(),
+        ddio_ways_note: note,
+        notes,
+        recommendations,
+        no_change,
+    })
 }
 
 /// What `report` shows beyond the summary: the advice, or why the model could not run
@@ -90,27 +111,31 @@ pub enum Outcome {
     NoModel { why: String, attribution: AttributionReport },
 }
 
-/// `advise`, for a report, which prints whatever it can.
-pub fn advise_or_explain(rec: &Recording, summary: &Summary, o: GeometryOverrides) -> Outcome {
-    match advise(rec, summary, o) {
-        Ok(a) => Outcome::Advised(Box::new(a)),
+/// `advise`, for a report, which prints whatever it can: without an LLC geometry, the
+/// attribution and why there is no model. A recording that cannot be read is an error.
+pub fn advise_or_explain(rec: &Recording, summary: &Summary, o: GeometryOverrides) -> Result<Outcome> {
+    match super::geometry::geometry(rec, o) {
+        Ok(_) => Ok(Outcome::Advised(Box::new(advise(rec, summary, o)?))),
         Err(e) => {
             let why = format!("{e:#}");
-            let mut attribution = attribution(rec, summary, None);
-            attribution.chosen.notes.push(format!("no model prior: the DDIO model is not available ({why})"));
-            Outcome::NoModel { why, attribution }
+            let mut attribution = attribution(rec, summary, None)?;
+            let prior = crate::attribution::Method::ModelPrior.as_str();
+            attribution.not_used.retain(|n| !n.starts_with(prior));
+            attribution.not_used.push(format!("{prior}: the DDIO model is not available: {why}"));
+            Ok(Outcome::NoModel { why, attribution })
         }
     }
 }
 
 /// The attributed flows received on the traced device, each on the RX queue the probes saw it
 /// on, with its rates over the recording.
-fn attributed_flows(rec: &Recording, a: &crate::attribution::Attribution) -> Vec<advise::AttributedFlow> {
+fn attributed_flows(rec: &Recording, a: &crate::attribution::Attribution) -> Result<Vec<advise::AttributedFlow>> {
     let dur = rec.duration_s().max(1e-9);
-    a.flows
+    let recorded = rec.flows()?;
+    Ok(a.flows
         .iter()
         .filter_map(|f| {
-            let seen = rec.flows.iter().find(|c| {
+            let seen = recorded.iter().find(|c| {
                 c.key.dir == Dir::Rx
                     && (c.key.proto.as_str(), c.key.src.as_str(), c.key.sport, c.key.dst.as_str(), c.key.dport)
                         == (f.proto.as_str(), f.src.as_str(), f.sport, f.dst.as_str(), f.dport)
@@ -127,7 +152,7 @@ fn attributed_flows(rec: &Recording, a: &crate::attribution::Attribution) -> Vec
                 pkts_per_s: seen.packets as f64 / dur,
             })
         })
-        .collect()
+        .collect())
 }
 
 /// `advise::steer_flow` on the attribution's RX queue shares and flows.

@@ -3,27 +3,31 @@
 //! attribution `report` shows: the strongest method's answer with the notes that qualify it.
 use std::collections::BTreeMap;
 
+use anyhow::Result;
 use serde::Serialize;
 
 use super::summary::Summary;
 use crate::advise::HostObservation;
 use crate::counters::CounterSource;
 use crate::model::analytic::{self, Dir as MDir};
+use crate::recording::reader::{GroupQueue, IntervalGroup};
 use crate::recording::Recording;
 use crate::snapshot::Dir;
 
-/// Per snapshot, the inbound DMA (write, read) bytes of the socket's IIO stacks other than the
+
+
+/// Per interval group, the inbound DMA (write, read) bytes of the socket's IIO stacks other than the
 /// NIC's: the driver of the I/O misses no queue causes. Trusted per direction only while the
 /// NIC's stack carried what the traced device moved: no more than twice its packets plus a
 /// descriptor line each (more: an untraced device behind the same stack, a second port, whose
 /// misses would be charged to the queues), and at least half its packet bytes (less: the box
 /// or socket is not the NIC's, and the "other" bytes would hold the NIC's own DMA). None: not
 /// measured (the regression then takes the background as steady in time).
-pub fn other_stacks_bytes(snaps: &[crate::snapshot::Snapshot], socket: u32, nic_box: Option<&str>) -> Vec<(Option<f64>, Option<f64>)> {
+pub fn other_stacks_bytes(groups: &[IntervalGroup], socket: u32, nic_box: Option<&str>) -> Vec<(Option<f64>, Option<f64>)> {
     use crate::counters::metrics::stack_split;
-    let splits: Vec<_> = snaps.iter().map(|s| nic_box.and_then(|b| stack_split(&s.counters, socket, b))).collect();
+    let splits: Vec<_> = groups.iter().map(|s| nic_box.and_then(|b| stack_split(&s.counters, socket, b))).collect();
     let (mut moved, mut payload, mut seen) = ([0.0f64; 2], [0.0f64; 2], [0.0f64; 2]);
-    for (s, sp) in snaps.iter().zip(&splits) {
+    for (s, sp) in groups.iter().zip(&splits) {
         let Some(sp) = sp else { continue };
         let lines: f64 = s.queues.iter().map(|q| 64.0 * q.packets as f64).sum();
         let bytes = |d: Dir| s.queues.iter().filter(|q| q.dir == d).map(|q| q.bytes as f64).sum::<f64>();
@@ -50,19 +54,12 @@ pub fn other_stacks_bytes(snaps: &[crate::snapshot::Snapshot], socket: u32, nic_
 /// footprint from its entries (`ring`, as ethtool reports them) and the queue's mean packet over
 /// the recording (`mean_pkt`, bytes) in whole lines, as the model and the ground truth count it:
 /// the ring is there, idle or not.
-fn queue_features(
-    q: &crate::snapshot::QueueCounters,
-    dur_ns: u64,
-    ring: Option<u32>,
-    mean_pkt: Option<u32>,
-) -> crate::attribution::QueueFeatures {
-    let life = q.dir.lifetime_stage();
+fn queue_features(q: &GroupQueue, dur_ns: u64, ring: Option<u32>, mean_pkt: Option<u32>) -> crate::attribution::QueueFeatures {
     let inflight = if q.bytes == 0 {
         Some(0.0)
     } else {
-        (q.stage_count[life] > 0 && dur_ns > 0).then(|| {
-            analytic::inflight_bytes(q.bytes as f64 / (dur_ns as f64 / 1e9), q.stage_sum_ns[life] as f64 / q.stage_count[life] as f64)
-        })
+        (q.life_count > 0 && dur_ns > 0)
+            .then(|| analytic::inflight_bytes(q.bytes as f64 / (dur_ns as f64 / 1e9), q.life_sum_ns as f64 / q.life_count as f64))
     };
     let footprint = ring
         .zip(mean_pkt)
@@ -80,7 +77,7 @@ fn queue_features(
 /// what each method is given. `summary`: the recording's, built once; `obs`: the host as the
 /// model sees it, for the model prior; without one (no LLC geometry) the measured methods
 /// still get their evidence.
-pub fn evidence(rec: &Recording, summary: &Summary, obs: Option<&HostObservation>) -> crate::attribution::Evidence {
+pub fn evidence(rec: &Recording, summary: &Summary, obs: Option<&HostObservation>) -> Result<crate::attribution::Evidence> {
     use crate::attribution::{
         Evidence, FlowId, Interval, ModelPrediction, QueueId, RegressionInput, SampledCounts, SocketMisses,
     };
@@ -132,72 +129,94 @@ pub fn evidence(rec: &Recording, summary: &Summary, obs: Option<&HostObservation
     // Regression needs socket miss counts in the recording's own intervals: live counters only.
     let socket = rec.iface().counter_socket();
     let live = rec.meta.counters_source == Some(CounterSource::Live);
-    let sum_of = |s: &crate::snapshot::Snapshot, names: &[&str]| -> Option<f64> {
-        let v: Vec<f64> = s
-            .counters
+    let sum_of = |readings: &[crate::counters::CounterReading], names: &[&str]| -> Option<f64> {
+        let v: Vec<f64> = readings
             .iter()
             .filter(|r| r.socket == socket && r.is_socket_total() && names.iter().any(|n| r.event.eq_ignore_ascii_case(n)))
             .map(|r| r.value)
             .collect();
         (!v.is_empty()).then(|| v.iter().sum())
     };
-    let other_stacks = other_stacks_bytes(&rec.snapshots, socket, rec.iface().iio_box.as_deref());
-    // Every queue the recording saw, in every interval (a snapshot leaves idle queues out), with
-    // its mean packet over the recording, rounded up to whole bytes as the model does.
-    let mut seen: BTreeMap<(Dir, u32), (u64, u64)> = BTreeMap::new();
-    for s in &rec.snapshots {
-        for q in &s.queues {
+    let flows = rec.flows()?;
+    // A longer recording's intervals come summed in groups of consecutive ones (reader::
+    // SERIES_POINTS at most): misses and features are sums, so the model is unchanged and
+    // only its time resolution drops, which keeps its cost and memory flat.
+    let regression = if live {
+        let groups = rec.interval_groups(Some(CounterSource::Live.as_str()))?;
+        let other_stacks = other_stacks_bytes(&groups, socket, rec.iface().iio_box.as_deref());
+        // Every queue the recording saw, in every interval (a group leaves idle queues out),
+        // with its mean packet over the recording, rounded up to whole bytes as the model does.
+        let mut seen: BTreeMap<(Dir, u32), (u64, u64)> = BTreeMap::new();
+        for q in groups.iter().flat_map(|g| g.queues.iter()) {
             let e = seen.entry((q.dir, q.queue)).or_default();
             e.0 += q.bytes;
             e.1 += q.packets;
         }
-    }
-    let mean_pkt = |d: Dir, q: u32| -> Option<u32> {
-        seen.get(&(d, q)).filter(|e| e.1 > 0).map(|e| e.0.div_ceil(e.1).min(u32::MAX as u64) as u32)
+        let mean_pkt = |d: Dir, q: u32| -> Option<u32> {
+            seen.get(&(d, q)).filter(|e| e.1 > 0).map(|e| e.0.div_ceil(e.1).min(u32::MAX as u64) as u32)
+        };
+        Some(RegressionInput {
+            intervals: groups
+                .iter()
+                .zip(&other_stacks)
+                .filter(|(g, _)| !g.counters.is_empty())
+                .map(|(g, &(other_io_write_bytes, other_io_read_bytes))| Interval {
+                    duration_ns: g.dur_ns,
+                    queues: seen
+                        .keys()
+                        .map(|&(d, qn)| {
+                            let idle = GroupQueue { dir: d, queue: qn, packets: 0, bytes: 0, life_count: 0, life_sum_ns: 0 };
+                            let q = g.queue(d, qn).unwrap_or(&idle);
+                            let ring = if d == Dir::Rx { rec.iface().rx_ring } else { rec.iface().tx_ring };
+                            queue_features(q, g.dur_ns, ring, mean_pkt(d, qn))
+                        })
+                        .collect(),
+                    socket: SocketMisses {
+                        io_write: sum_of(&g.counters, &["UNC_CHA_TOR_INSERTS.IO_MISS_ITOM"]),
+                        io_read: sum_of(&g.counters, &["UNC_CHA_TOR_INSERTS.IO_MISS_PCIRDCUR", "UNC_CHA_TOR_INSERTS.IO_MISS_RDCUR"]),
+                        l3: sum_of(&g.counters, &["MEM_LOAD_RETIRED.L3_MISS"]),
+                        other_io_write_bytes,
+                        other_io_read_bytes,
+                    },
+                })
+                .collect(),
+            flow_bytes: flows.iter().map(|f| (fid(&f.key), qid(f.key.dir, f.queue), f.bytes as f64)).collect(),
+        })
+    } else {
+        None
     };
-    let regression = live.then(|| RegressionInput {
-        intervals: rec
-            .snapshots
-            .iter()
-            .zip(&other_stacks)
-            .filter(|(s, _)| !s.counters.is_empty())
-            .map(|(s, &(other_io_write_bytes, other_io_read_bytes))| Interval {
-                duration_ns: s.dur_ns,
-                queues: seen
-                    .keys()
-                    .map(|&(d, qn)| {
-                        let idle = crate::snapshot::QueueCounters::new(d, qn);
-                        let q = s.queues.iter().find(|q| q.dir == d && q.queue == qn).unwrap_or(&idle);
-                        let ring = if d == Dir::Rx { rec.iface().rx_ring } else { rec.iface().tx_ring };
-                        queue_features(q, s.dur_ns, ring, mean_pkt(d, qn))
-                    })
-                    .collect(),
-                socket: SocketMisses {
-                    io_write: sum_of(s, &["UNC_CHA_TOR_INSERTS.IO_MISS_ITOM"]),
-                    io_read: sum_of(s, &["UNC_CHA_TOR_INSERTS.IO_MISS_PCIRDCUR", "UNC_CHA_TOR_INSERTS.IO_MISS_RDCUR"]),
-                    l3: sum_of(s, &["MEM_LOAD_RETIRED.L3_MISS"]),
-                    other_io_write_bytes,
-                    other_io_read_bytes,
-                },
-            })
-            .collect(),
-        flow_bytes: rec.flows.iter().map(|f| (fid(&f.key), qid(f.key.dir, f.queue), f.bytes as f64)).collect(),
-    });
+    // The socket's measured I/O write misses over the window, for the model prior's scale.
+    let measured_itom = match rec.meta.counters_source {
+        Some(s @ (CounterSource::Live | CounterSource::Imported)) => sum_of(&rec.counter_totals(s.as_str())?.readings, &["UNC_CHA_TOR_INSERTS.IO_MISS_ITOM"]),
+        _ => None,
+    };
 
     // Model prior: the simulator's per-queue misses (sim queue i is the i-th RX
     // queue by id), each split over its flows by bytes.
+    let dur = rec.duration_s();
     let model = obs.and_then(|obs| crate::advise::spec_from_observation(obs, None, None).map(|spec| (obs, spec))).map(|(obs, spec)| {
         let r = crate::model::spec::simulate(&spec);
-        let mut rx_ids: Vec<u32> = obs.queues.iter().filter(|q| q.dir == MDir::Rx).map(|q| q.queue).collect();
-        rx_ids.sort_unstable();
+        let mut rx: Vec<&crate::advise::QueueObservation> = obs.queues.iter().filter(|q| q.dir == MDir::Rx).collect();
+        rx.sort_by_key(|q| q.queue);
         let mut p = ModelPrediction::from_sim(&r, None);
-        for (id, _) in p.queues.iter_mut() {
-            if let Some(real) = rx_ids.get(id.queue as usize) {
-                id.queue = *real;
+        let measured = summary.counters.sockets.iter().find(|s| s.socket == socket).and(measured_itom);
+        p.measured_total = measured.filter(|v: &f64| *v > 0.0);
+        for (i, (id, misses)) in p.queues.iter_mut().enumerate() {
+            let Some(q) = rx.get(i) else { continue };
+            id.queue = q.queue;
+            // Without a measured total to scale to, the simulator's counts have no time base:
+            // put them on the window's, as misses per DMA-written line times the lines the
+            // queue wrote (its packets in whole lines, and a descriptor each).
+            if p.measured_total.is_none() {
+                let sim_lines = r.per_queue.get(i).map_or(0, |h| h.io_write_hits + h.io_write_misses) as f64;
+                let pkt = q.avg_pkt_bytes.round().clamp(1.0, u32::MAX as f64) as u32;
+                let lines_per_pkt = (analytic::line_rounded(pkt) + analytic::DESC_BYTES_PER_PKT as u64) as f64 / analytic::LINE as f64;
+                let written = q.pkts_per_s * dur * lines_per_pkt;
+                *misses = if sim_lines > 0.0 { *misses / sim_lines * written } else { 0.0 };
             }
         }
         for (id, misses) in &p.queues {
-            let flows: Vec<_> = rec.flows.iter().filter(|f| f.key.dir == Dir::Rx && f.queue == id.queue).collect();
+            let flows: Vec<_> = flows.iter().filter(|f| f.key.dir == Dir::Rx && f.queue == id.queue).collect();
             let total: f64 = flows.iter().map(|f| f.bytes as f64).sum();
             if total > 0.0 {
                 for f in flows {
@@ -205,14 +224,9 @@ pub fn evidence(rec: &Recording, summary: &Summary, obs: Option<&HostObservation
                 }
             }
         }
-        let measured = summary.counters.sockets.iter().find(|s| s.socket == socket).and_then(|_| {
-            let live_or_imported = matches!(rec.meta.counters_source, Some(CounterSource::Live | CounterSource::Imported));
-            live_or_imported.then(|| rec.snapshots.iter().filter_map(|s| sum_of(s, &["UNC_CHA_TOR_INSERTS.IO_MISS_ITOM"])).sum())
-        });
-        p.measured_total = measured.filter(|v: &f64| *v > 0.0);
         p
     });
-    Evidence { address_join, cpu_context, regression, model }
+    Ok(Evidence { address_join, cpu_context, regression, model })
 }
 
 /// The attribution `report` shows: the strongest method the evidence
@@ -222,6 +236,8 @@ pub struct AttributionReport {
     #[serde(flatten)]
     pub chosen: crate::attribution::Attribution,
     pub stand_in: bool,
+    /// The stronger methods this recording has no evidence for, each with why.
+    pub not_used: Vec<String>,
     pub all: Vec<crate::attribution::Attribution>,
 }
 
@@ -229,8 +245,8 @@ pub struct AttributionReport {
 const THROTTLE_NOTE_PCT: f64 = 1.0;
 
 /// The attribution of a recording; `summary` and `obs` as for `evidence`.
-pub fn attribution(rec: &Recording, summary: &Summary, obs: Option<&HostObservation>) -> AttributionReport {
-    let ev = evidence(rec, summary, obs);
+pub fn attribution(rec: &Recording, summary: &Summary, obs: Option<&HostObservation>) -> Result<AttributionReport> {
+    let ev = evidence(rec, summary, obs)?;
     let mut chosen = crate::attribution::attribute(&ev);
     let all = crate::attribution::attribute_all(&ev);
     // Software stand-in events measure where network CPU time goes, not L3 misses.
@@ -267,21 +283,31 @@ pub fn attribution(rec: &Recording, summary: &Summary, obs: Option<&HostObservat
             ));
         }
     }
-    AttributionReport { chosen, stand_in, all }
+    // Why each stronger method was passed over: kept apart from the notes that qualify the
+    // chosen method's numbers.
+    let mut not_used = Vec::new();
+    for a in all.iter().take_while(|a| a.method != chosen.method) {
+        let line = format!("{} not used: {}", a.method.as_str(), a.notes.join("; "));
+        chosen.notes.retain(|n| *n != line);
+        not_used.push(format!("{}: {}", a.method.as_str(), a.notes.join("; ")));
+    }
+    Ok(AttributionReport { chosen, stand_in, not_used, all })
 }
 
 #[cfg(test)]
 mod tests {
     use super::queue_features;
-    use crate::snapshot::{Dir, QueueCounters, RX_DRIVER_TO_FREE};
+    use crate::recording::reader::{GroupQueue, IntervalGroup};
+    use crate::snapshot::Dir;
+
+    fn idle(dir: Dir, queue: u32) -> GroupQueue {
+        GroupQueue { dir, queue, packets: 0, bytes: 0, life_count: 0, life_sum_ns: 0 }
+    }
 
     #[test]
     fn regression_features_of_a_queue() {
-        let mut q = QueueCounters::new(Dir::Rx, 2);
-        q.packets = 1_000;
-        q.bytes = 1_000 * 1514;
-        q.stage_count[RX_DRIVER_TO_FREE] = 100;
-        q.stage_sum_ns[RX_DRIVER_TO_FREE] = 100 * 20_000; // 20 µs from DMA to free
+        // 100 packets timed from DMA to free, 20 µs each.
+        let q = GroupQueue { packets: 1_000, bytes: 1_000 * 1514, life_count: 100, life_sum_ns: 100 * 20_000, ..idle(Dir::Rx, 2) };
         let f = queue_features(&q, 1_000_000_000, Some(1024), Some(1514));
         assert_eq!((f.queue.dir.as_str(), f.queue.queue), ("rx", 2));
         assert_eq!(f.inbound_bytes, 1_514_000.0);
@@ -294,18 +320,17 @@ mod tests {
         assert_eq!(queue_features(&q, 1_000_000_000, None, Some(1514)).footprint_bytes, None);
         assert_eq!(queue_features(&q, 1_000_000_000, Some(1024), None).footprint_bytes, None);
         // Idle this interval: nothing in flight, and its ring's footprint all the same.
-        let idle = queue_features(&QueueCounters::new(Dir::Tx, 0), 1_000_000_000, Some(512), Some(64));
+        let idle = queue_features(&idle(Dir::Tx, 0), 1_000_000_000, Some(512), Some(64));
         assert_eq!((idle.inflight_bytes, idle.footprint_bytes), (Some(0.0), Some((512 * 64 + 512 * 64) as f64)));
         // Packets but none timed: in-flight unknown.
-        let mut untimed = q.clone();
-        untimed.stage_count[RX_DRIVER_TO_FREE] = 0;
+        let untimed = GroupQueue { life_count: 0, ..q };
         assert_eq!(queue_features(&untimed, 1_000_000_000, Some(1024), Some(1514)).inflight_bytes, None);
     }
 
     #[test]
     fn other_stacks_only_while_the_nic_stack_is_the_traced_device() {
         use crate::counters::CounterReading;
-        use crate::snapshot::{Dir, QueueCounters, Snapshot};
+        use crate::snapshot::Dir;
         let row = |pmu: &str, ev: &str, units: f64| CounterReading {
             t_ns: 0,
             socket: 0,
@@ -318,8 +343,8 @@ mod tests {
         };
         let (w, r) = ("UNC_IIO_DATA_REQ_OF_CPU.MEM_WRITE.PART0", "UNC_IIO_DATA_REQ_OF_CPU.MEM_READ.PART0");
         // 1000 RX packets of 1000 bytes: the NIC's stack writes 1.1 MB (data and completions).
-        let snap = |nic_write_units: f64| Snapshot {
-            queues: vec![QueueCounters { packets: 1000, bytes: 1_000_000, ..QueueCounters::new(Dir::Rx, 0) }],
+        let snap = |nic_write_units: f64| IntervalGroup {
+            queues: vec![GroupQueue { packets: 1000, bytes: 1_000_000, ..idle(Dir::Rx, 0) }],
             counters: vec![
                 row("iio", w, nic_write_units + 500_000.0),
                 row("iio", r, 40_000.0),

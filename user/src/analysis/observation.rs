@@ -13,6 +13,11 @@ use crate::model::analytic::Dir as MDir;
 use crate::recording::Recording;
 use crate::snapshot::{hist_percentile, Dir, RX_COPY_TO_FREE};
 
+/// Packet records read for residence times: an even spread over the recording, so the cost
+/// and memory stay flat however long it is (percentiles of 50 000 lives are within a few
+/// tenths of a percent of rank).
+pub const MAX_PACKET_RECORDS: usize = 50_000;
+
 /// The start of a sampled packet's life: its first stage-entry time (slot 0 either way,
 /// the RX driver's hand-up or TX queueing).
 const LIFE_START: usize = 0;
@@ -38,18 +43,19 @@ pub fn observation(rec: &Recording, summary: &Summary, o: GeometryOverrides) -> 
     let iface = rec.iface();
     let host = rec.host();
     let dur = rec.duration_s().max(1e-9);
+    let records = rec.packet_records(MAX_PACKET_RECORDS)?;
+    let peaks = rec.peak_inflight()?;
     let mut queues = Vec::new();
-    for q in rec.queue_totals() {
+    for q in &summary.totals {
         if q.packets == 0 {
             continue;
         }
         let life = q.dir.lifetime_stage();
         // Residence until the last CPU touch: sampled lives where there are
         // enough, the lifetime histogram otherwise.
-        let mut lives: Vec<f64> = rec
-            .snapshots
+        let mut lives: Vec<f64> = records
+            .records
             .iter()
-            .flat_map(|s| s.samples.iter())
             .filter(|p| p.dir == q.dir && p.queue == q.queue && p.ts[LIFE_START] > 0)
             .filter_map(|p| {
                 let copied = p.ts[RX_COPY_TO_FREE];
@@ -69,18 +75,7 @@ pub fn observation(rec: &Recording, summary: &Summary, o: GeometryOverrides) -> 
             )
         };
         // Peak in flight: Little's law per interval (rate × mean lifetime).
-        let peak = rec
-            .snapshots
-            .iter()
-            .filter_map(|s| {
-                let x = s.queues.iter().find(|x| x.dir == q.dir && x.queue == q.queue)?;
-                let n = x.stage_count[life];
-                (n > 0 && s.dur_ns > 0).then(|| {
-                    let mean_ns = x.stage_sum_ns[life] as f64 / n as f64;
-                    (x.packets as f64 / (s.dur_ns as f64 / 1e9) * mean_ns / 1e9).ceil() as u64
-                })
-            })
-            .max();
+        let peak = peaks.get(&(q.dir, q.queue)).copied();
         queues.push(QueueObservation {
             dir: mdir(q.dir),
             queue: q.queue,
@@ -111,7 +106,7 @@ pub fn observation(rec: &Recording, summary: &Summary, o: GeometryOverrides) -> 
     }
     if queue_cpus_numa.is_empty() {
         let mut seen: BTreeMap<u32, u32> = BTreeMap::new();
-        for p in rec.snapshots.iter().flat_map(|s| s.samples.iter()).filter(|p| p.dir == Dir::Rx) {
+        for p in records.records.iter().filter(|p| p.dir == Dir::Rx) {
             seen.entry(p.queue).or_insert(p.cpu);
         }
         queue_cpus_numa = seen.into_iter().map(|(q, cpu)| (q, host.cpu_node.get(&cpu).copied())).collect();

@@ -1,20 +1,31 @@
 //! The summary of a recording: the per-queue, per-flow, event-loss, counter and L3-miss
 //! numbers every report shows, built once per command (`report` prints it, and the
 //! observation and the attribution evidence read its counters and misses).
+use anyhow::Result;
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 use crate::recording::Recording;
-use crate::snapshot::{hist_percentile, Dir, QueueCounters, SamplerThrottle, NSTAGES};
+use crate::units::fmt_duration;
+use crate::snapshot::{hist_percentile, Dir, QueueCounters, NSTAGES};
 
 #[derive(Debug, Serialize)]
 pub struct Summary {
     pub meta: Meta,
+    /// The part of the recording reported on.
+    pub window: crate::recording::window::Window,
+    /// Which tier of the recorder each kind of number comes from.
+    pub tiers: Tiers,
     pub queues: Vec<QueueReport>,
     pub flows: Vec<FlowReport>,
     pub events: Events,
     pub drops: Drops,
     pub counters: CountersReport,
     pub l3miss: MissReport,
+    /// Every queue's totals with their histograms, for the charts and the model's input.
+    #[serde(skip)]
+    pub totals: Vec<QueueCounters>,
 }
 
 /// The sampler stopped by the kernel (perf_event_max_sample_rate): misses in those windows
@@ -170,7 +181,7 @@ pub struct MissFlow {
     pub cpu_ctx: u64,
 }
 
-fn miss_report(rec: &Recording) -> MissReport {
+fn miss_report(rec: &Recording, totals: &[QueueCounters]) -> Result<MissReport> {
     let mut m = MissReport {
         source: rec.meta.miss_sampling.clone().unwrap_or_else(|| "absent (not recorded)".into()),
         samples: 0,
@@ -188,7 +199,7 @@ fn miss_report(rec: &Recording) -> MissReport {
         no_addr: 0,
         ctx_charged: 0,
         uncharged: 0,
-        no_flow: Some(0),
+        no_flow: None,
         flow_charges_lost: None,
         queue_clamped: 0,
         throttle: None,
@@ -206,91 +217,63 @@ fn miss_report(rec: &Recording) -> MissReport {
             ..Default::default()
         },
     };
-    let mut age = vec![0u64; crate::snapshot::NBUCKETS];
+    // Stage 3 (RX driver → free) and 2 (TX xmit → free): from the time the join dates a
+    // buffer by to the free.
     let mut life = [[0u64; crate::snapshot::NBUCKETS]; 2];
-    let mut per_q: std::collections::BTreeMap<(Dir, u32), (u64, u64)> = Default::default();
-    // Summed over the intervals only if every interval with a miss snapshot read it.
-    let mut throttle: Option<Option<SamplerThrottle>> = None;
-    // Over the intervals with miss snapshots; the time only if every one measured it.
-    let mut sampled: Option<Option<u64>> = None;
-    let mut miss_span_ns = 0u64;
-    for s in &rec.snapshots {
-        for q in &s.queues {
-            // Stage 3 (RX driver → free) and 2 (TX xmit → free): from the time the join dates
-            // a buffer by to the free.
-            let (d, stage) = if q.dir == Dir::Rx { (0, 3) } else { (1, 2) };
-            for (l, c) in life[d].iter_mut().zip(&q.stage_hist[stage]) {
-                *l += c;
-            }
-        }
-        let Some(x) = &s.misses else { continue };
-        m.samples += x.samples;
-        m.on_packet_buffers += x.on_packet_buffers;
-        m.other_addr += x.other_addr;
-        m.out_of_subset += x.out_of_subset;
-        m.before_window += x.before_window;
-        miss_span_ns += s.dur_ns;
-        sampled = Some(match (sampled, x.sampled_ns) {
-            (None, v) => v,
-            (Some(acc), v) => acc.zip(v).map(|(a, b)| a + b),
-        });
-        m.no_flow = m.no_flow.zip(x.no_flow).map(|(a, b)| a + b);
-        m.queue_clamped += x.queue_clamped;
-        throttle = Some(match (throttle, x.throttle) {
-            (None, t) => t,
-            (Some(acc), t) => acc.zip(t).map(|(a, b)| a.combine(&b, u64::saturating_add)),
-        });
-        m.no_addr += x.no_addr;
-        m.ctx_charged += x.ctx_charged;
-        m.uncharged += x.uncharged;
-        let b = &mut m.buffer_map;
-        b.pages = b.pages.combine(&x.buf, u64::saturating_add);
-        if let Some(e) = x.buf.entries {
-            b.entries_max = Some(b.entries_max.unwrap_or(0).max(e));
-            b.entries_last = Some(e);
-        }
-        for (i, v) in x.age_hist.iter().enumerate() {
-            if let Some(a) = age.get_mut(i) {
-                *a += v;
-            }
-        }
-        for (d, q, a, c) in &x.queues {
-            let e = per_q.entry((*d, *q)).or_default();
-            e.0 += a;
-            e.1 += c;
-        }
-        if !x.flows.is_empty() {
-            m.flows = x
-                .flows
-                .iter()
-                .map(|(k, a, c)| MissFlow {
-                    dir: k.dir,
-                    proto: k.proto.clone(),
-                    src: k.src.clone(),
-                    sport: k.sport,
-                    dst: k.dst.clone(),
-                    dport: k.dport,
-                    addr_join: *a,
-                    cpu_ctx: *c,
-                })
-                .collect();
-            m.regions = x.regions.iter().map(|(r, n)| (format!("{:#x}", r << 21), *n)).collect();
+    for q in totals {
+        let (d, stage) = if q.dir == Dir::Rx { (0, 3) } else { (1, 2) };
+        for (l, c) in life[d].iter_mut().zip(&q.stage_hist[stage]) {
+            *l += c;
         }
     }
+    let Some(t) = rec.miss_totals()? else {
+        return Ok(m);
+    };
+    let x = &t.totals;
+    m.samples = x.samples;
+    m.on_packet_buffers = x.on_packet_buffers;
+    m.other_addr = x.other_addr;
+    m.out_of_subset = x.out_of_subset;
+    m.before_window = x.before_window;
+    m.no_flow = x.no_flow;
+    m.queue_clamped = x.queue_clamped;
+    m.no_addr = x.no_addr;
+    m.ctx_charged = x.ctx_charged;
+    m.uncharged = x.uncharged;
+    m.buffer_map.pages = x.buf.clone();
+    m.buffer_map.entries_max = t.entries_max;
+    m.buffer_map.entries_last = x.buf.entries;
+    m.buffer_map.pages.entries = None;
+    let age = x.age_hist.clone();
+    m.queues = x.queues.iter().map(|&(dir, queue, a, c)| MissQueue { dir, queue, addr_join: a, cpu_ctx: c }).collect();
+    m.flows = x
+        .flows
+        .iter()
+        .map(|(k, a, c)| MissFlow {
+            dir: k.dir,
+            proto: k.proto.clone(),
+            src: k.src.clone(),
+            sport: k.sport,
+            dst: k.dst.clone(),
+            dport: k.dport,
+            addr_join: *a,
+            cpu_ctx: *c,
+        })
+        .collect();
+    m.regions = x.regions.iter().map(|(r, n)| (format!("{:#x}", r << 21), *n)).collect();
     m.flows.sort_by_key(|f| std::cmp::Reverse(f.addr_join + f.cpu_ctx));
-    m.queues = per_q.into_iter().map(|((dir, queue), (a, c))| MissQueue { dir, queue, addr_join: a, cpu_ctx: c }).collect();
     if m.samples == 0 {
         m.no_flow = None;
     }
     let cpus: Option<f64> = rec.meta.miss_sampler_cpus.map(|n| n as f64);
     let span_s = rec.duration_s();
     if m.duty > 1 {
-        m.sampled_ms = sampled.flatten().map(|ns| ns as f64 / 1e6);
-        m.duty_measured = sampled.flatten().filter(|&ns| ns > 0).map(|ns| miss_span_ns as f64 / ns as f64);
+        m.sampled_ms = x.sampled_ns.map(|ns| ns as f64 / 1e6);
+        m.duty_measured = x.sampled_ns.filter(|&ns| ns > 0).map(|ns| t.span_ns as f64 / ns as f64);
     }
     // The time the sampler ran: measured, else the nominal share.
     let sampler_s = m.sampled_ms.map_or(span_s / m.duty as f64, |ms| ms / 1e3);
-    m.throttle = throttle.flatten().map(|t| ThrottleReport {
+    m.throttle = x.throttle.map(|t| ThrottleReport {
         throttles: t.throttles,
         stopped_ms: t.throttled_ns as f64 / 1e6,
         // Of the time the sampler ran (in windows, a part of the recording).
@@ -314,8 +297,11 @@ fn miss_report(rec: &Recording) -> MissReport {
         });
     }
     m.age_hist = age;
-    m
+    Ok(m)
 }
+
+/// Queues listed per direction at most, idle or not (the probes count up to 64).
+const MAX_LISTED_QUEUES: u32 = 64;
 
 /// The socket DDIO view, with where its numbers came from.
 #[derive(Debug, Serialize)]
@@ -329,36 +315,31 @@ pub struct CountersReport {
     pub readings: usize,
     /// The NIC's own IIO port (its root bus's IIO box), when known.
     pub nic_port: Option<NicPort>,
+    /// False when the recording host's CPU has no DDIO (not an Intel Xeon server part); None
+    /// when not known.
+    pub cpu_has_ddio: Option<bool>,
+    /// Why there are no DDIO numbers (None: there are).
+    pub absent_why: Option<String>,
+    /// How to get them, where this host can.
+    pub next_step: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
 pub struct NicPort {
     pub pci_root: Option<String>,
     pub iio_box: Option<String>,
-    #[serde(rename = "inbound_write_MBps")]
+    #[serde(rename = "inbound_write_mbyte_per_s")]
     pub inbound_write_mbps: Option<f64>,
-    #[serde(rename = "inbound_read_MBps")]
+    #[serde(rename = "inbound_read_mbyte_per_s")]
     pub inbound_read_mbps: Option<f64>,
     pub note: String,
 }
 
-fn counters_report(rec: &Recording) -> CountersReport {
+fn counters_report(rec: &Recording) -> Result<CountersReport> {
     let source = rec.meta.counters_source.unwrap_or(crate::counters::CounterSource::Absent).to_string();
     // A recording can hold several sources (software live + imported): report the current one.
-    let rows: Vec<&(u64, crate::recording::writer::CounterRow)> =
-        rec.counters.iter().filter(|(_, r)| r.source == source).collect();
-    let readings: Vec<crate::counters::CounterReading> = rows.iter().map(|(_, r)| r.reading()).collect();
-    let intervals: std::collections::BTreeSet<u64> = rows.iter().map(|(i, _)| *i).collect();
-    // Imported captures carry their own interval; live ones share the recording's.
-    // Imported captures carry perf's own clock (interval ends, seconds since the
-    // capture started, shifted onto the recording's start): the capture spans
-    // up to its last interval end. Live readings share the recording's intervals.
-    let dur = if source == "imported" {
-        let start_ns = rec.meta.start_ns.unwrap_or(0);
-        rows.iter().map(|(_, r)| r.t_ns).max().map_or(0.0, |t| t.saturating_sub(start_ns) as f64 / 1e9)
-    } else {
-        rec.snapshots.iter().filter(|s| intervals.contains(&s.index)).map(|s| s.dur_ns).sum::<u64>() as f64 / 1e9
-    };
+    let totals = rec.counter_totals(&source)?;
+    let (readings, dur) = (totals.readings, totals.duration_s);
     let sockets = if readings.is_empty() || dur <= 0.0 { Vec::new() } else { crate::counters::socket_metrics(&readings, dur) };
     let warnings = sockets.iter().flat_map(|s| s.warnings.iter().map(move |w| format!("socket {}: {w}", s.socket))).collect();
     let iface = rec.iface();
@@ -382,15 +363,151 @@ fn counters_report(rec: &Recording) -> CountersReport {
             },
         }
     });
-    CountersReport {
+    let have = sockets.iter().any(|s| s.write_miss_pct.is_some() || s.inbound_write_mbps.is_some() || s.dram_read_mbps.is_some());
+    let (cpu_has_ddio, absent, next) = counters_absent(rec, &source, totals.rows);
+    let (absent_why, next_step) = if have { (None, None) } else { (Some(absent), next) };
+    Ok(CountersReport {
+        cpu_has_ddio,
+        absent_why,
+        next_step,
         nic_port,
         platform: rec.meta.platform.clone().unwrap_or_else(|| "unknown".into()),
         source,
         sockets,
         warnings,
         notes: rec.meta.counters_notes.clone().unwrap_or_default(),
-        readings: readings.len(),
+        readings: totals.rows as usize,
+    })
+}
+
+/// Whether the recording host has DDIO at all, why a recording has no DDIO numbers, and
+/// the next step where there is one: DDIO exists on Intel Xeon server parts only, and
+/// `scripts/capture-counters.sh` captures its counters there.
+fn counters_absent(rec: &Recording, source: &str, rows: u64) -> (Option<bool>, String, Option<String>) {
+    use crate::counters::Detection;
+    let capture = "capture on the host with scripts/capture-counters.sh, then `ddioscope import-counters REC FILE`".to_string();
+    let vendor = rec.host().cpu_vendor;
+    let non_intel = !vendor.is_empty() && vendor != "GenuineIntel";
+    match rec.meta.platform_detection() {
+        Some(Detection::Unsupported { reason, .. }) if non_intel => (Some(false), format!("no DDIO on this CPU; model only: {reason}"), None),
+        Some(Detection::Unsupported { reason, .. }) => (Some(false), format!("no DDIO counters for this CPU; model only: {reason}"), None),
+        _ if non_intel => (Some(false), format!("no DDIO on this CPU; model only: {vendor} has no DDIO"), None),
+        detected => {
+            let has = detected.map(|_| true);
+            if source == "software" {
+                (has, format!("software events only, {rows} readings: this host has no uncore PMU, so no DDIO numbers"), Some(capture))
+            } else {
+                let why = rec.meta.counters_notes.as_ref().and_then(|n| n.first().cloned()).unwrap_or_else(|| "no counters in this recording".into());
+                (has, why, Some(capture))
+            }
+        }
     }
+}
+
+/// Where each kind of number comes from: which tier of the recorder measured it, and how
+/// much of the traffic stands behind it.
+#[derive(Debug, Serialize)]
+pub struct Tiers {
+    /// Per-queue packets, bytes, NAPI polls and drops.
+    pub counts: Provenance,
+    /// Per-flow packets and bytes.
+    pub flows: Provenance,
+    /// Stage latencies and their histograms.
+    pub stages: Provenance,
+    /// Packet records (whole packet lives), the residence times' source.
+    pub records: Provenance,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Provenance {
+    /// exact | estimated | windowed | continuous | absent
+    pub kind: &'static str,
+    /// Stages and records: 1 in this many packets. Flows: the sampling threshold in bytes, an
+    /// skb of d bytes sampled with probability min(1, d / every).
+    pub every: Option<u32>,
+    /// Packets (stages, records) or skbs (flows) that stand behind the numbers.
+    pub samples: Option<u64>,
+    /// In words, as the reports print it.
+    pub text: String,
+}
+
+fn tiers(rec: &Recording, totals: &[QueueCounters], flows: &[crate::snapshot::FlowCounters], records: u64) -> Result<Tiers> {
+    use crate::session::DetailMode;
+    let m = &rec.meta;
+    let counts = Provenance {
+        kind: "exact",
+        every: None,
+        samples: None,
+        text: match m.rx_counts {
+            Some(src) => format!(
+                "exact: every packet, counted by tier 0; RX at {}{}",
+                match src {
+                    crate::probe::qcount::RxSource::Tcx => "tcx ingress, after GRO",
+                    crate::probe::qcount::RxSource::Handup => "the driver hand-up tracepoints",
+                    crate::probe::qcount::RxSource::Qstats => "the driver's own per-queue counters, netdev qstats",
+                },
+                match m.tx_counts.as_deref() {
+                    Some("qstats") => "; TX from the driver's qstats",
+                    Some(_) => "; TX at net_dev_start_xmit",
+                    None => "",
+                }
+            ),
+            None => "exact: every packet, counted by the detail hooks, always on".into(),
+        },
+    };
+    let threshold = m.flow_sample_bytes.unwrap_or(1);
+    let skbs: u64 = flows.iter().filter_map(|f| f.samples).sum();
+    let flows = match threshold {
+        0 => Provenance { kind: "absent", every: None, samples: None, text: "not recorded: --flow-sample 0".into() },
+        1 => Provenance { kind: "exact", every: None, samples: None, text: "exact: every skb counted".into() },
+        n => Provenance {
+            kind: "estimated",
+            every: Some(n),
+            samples: Some(skbs),
+            text: format!(
+                "estimated from sampled skbs, one of d bytes with probability d/{n} up to 1: {skbs} sampled; each flow gives its 95% error bound"
+            ),
+        },
+    };
+    let timed: u64 = totals.iter().map(|q| q.stage_count[q.dir.lifetime_stage()].max(q.stage_count[0])).sum();
+    let stage_every = m.stage_every.unwrap_or(1).max(1);
+    let detail_s = rec.detail_ns()?.map(|ns| ns as f64 / 1e9);
+    let on_packets = if stage_every > 1 { format!("1 in {stage_every} packets") } else { "every packet".into() };
+    let (kind, when) = match (m.detail, m.window_ms, m.window_cycle_ms) {
+        (Some(DetailMode::Counts), _, _) => ("absent", String::new()),
+        (Some(DetailMode::Windows), Some(w), Some(c)) => (
+            "windowed",
+            format!(
+                "in windows of {} every {}{}",
+                fmt_duration(w * 1e6),
+                fmt_duration(c * 1e6),
+                detail_s.map_or(String::new(), |d| format!(", {} of {} in all", fmt_duration(d * 1e9), fmt_duration(rec.duration_s() * 1e9)))
+            ),
+        ),
+        _ => ("continuous", "all the time".to_string()),
+    };
+    let stages = Provenance {
+        kind,
+        every: Some(stage_every),
+        samples: Some(timed),
+        text: if kind == "absent" {
+            "not measured: recorded with --detail counts".into()
+        } else {
+            format!("timed {when} on {on_packets}: {timed} packets")
+        },
+    };
+    let rec_every = m.sample_every.unwrap_or(0);
+    let records = Provenance {
+        kind: if rec_every == 0 || kind == "absent" { "absent" } else { kind },
+        every: (rec_every > 0).then_some(rec_every),
+        samples: Some(records),
+        text: if rec_every == 0 || kind == "absent" {
+            "none recorded".into()
+        } else {
+            format!("1 in {rec_every} packets' lives, {when}: {records} records")
+        },
+    };
+    Ok(Tiers { counts, flows, stages, records })
 }
 
 #[derive(Debug, Serialize)]
@@ -422,8 +539,9 @@ pub struct Meta {
     pub hooks_missing: Vec<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct StageReport {
+    /// Packets timed: the histogram's samples.
     pub count: u64,
     pub p50_ns: Option<u64>,
     pub p99_ns: Option<u64>,
@@ -440,18 +558,26 @@ pub struct NapiReport {
     pub work_hist: Vec<u64>,
 }
 
+/// One queue over the window. Every queue the device has is listed, idle ones with zeros.
 #[derive(Debug, Serialize)]
 pub struct QueueReport {
     pub dir: Dir,
     pub queue: u32,
     pub packets: u64,
     pub bytes: u64,
-    pub pps: f64,
-    pub mbps: f64,
+    pub packets_per_s: f64,
+    pub mbit_per_s: f64,
     pub avg_pkt_bytes: Option<f64>,
     pub drops: u64,
     pub napi: Option<NapiReport>,
-    pub stages: serde_json::Map<String, serde_json::Value>,
+    /// Stage name → its latencies, for the stages that timed a packet.
+    pub stages: BTreeMap<String, StageReport>,
+}
+
+impl QueueReport {
+    pub fn stage(&self, name: &str) -> Option<&StageReport> {
+        self.stages.get(name)
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -464,14 +590,13 @@ pub struct FlowReport {
     pub dport: u16,
     pub rx_queue: Option<u32>,
     pub tx_queue: Option<u32>,
+    /// Counted, or estimated from sampled skbs (`samples` of them): see `bytes_error`.
     pub packets: u64,
     pub bytes: u64,
     pub payload_bytes: u64,
-    /// The skbs sampled for the estimates above (absent: counted exactly).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The skbs sampled for the estimates above (None: counted exactly).
     pub samples: Option<u64>,
-    /// The 95 % error bound of `bytes` (0: every skb sampled; absent: counted exactly).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The 95 % error bound of `bytes`, in bytes (0: every skb sampled; None: counted exactly).
     pub bytes_error: Option<u64>,
 }
 
@@ -521,7 +646,8 @@ fn stage_report(q: &QueueCounters, s: usize) -> StageReport {
     }
 }
 
-pub fn build(rec: &Recording) -> Summary {
+pub fn build(rec: &Recording) -> Result<Summary> {
+    let totals = rec.queue_totals()?;
     let iface = rec.iface();
     let host = rec.host();
     let dur = rec.duration_s();
@@ -542,7 +668,7 @@ pub fn build(rec: &Recording) -> Summary {
         ifindex: iface.ifindex,
         driver: iface.driver.clone(),
         duration_s: dur,
-        intervals: rec.snapshots.len(),
+        intervals: rec.window.intervals as usize,
         interval_ms: rec.meta.interval_ms,
         sample_every: rec.meta.sample_every,
         stage_every: rec.meta.stage_every,
@@ -564,15 +690,21 @@ pub fn build(rec: &Recording) -> Summary {
             .map(|h| h.get("tracepoint").and_then(|v| v.as_str()).unwrap_or("?").to_string())
             .collect(),
     };
-    let queues = rec
-        .queue_totals()
-        .iter()
-        .filter(|q| q.packets > 0 || q.napi_polls > 0)
+    // Every queue the device has, and any other the probes counted on: an idle queue is a
+    // finding too.
+    let mut all: BTreeMap<(Dir, u32), QueueCounters> = totals.iter().map(|q| ((q.dir, q.queue), q.clone())).collect();
+    for (dir, n) in [(Dir::Rx, iface.rx_queues), (Dir::Tx, iface.tx_queues)] {
+        for q in 0..n.min(MAX_LISTED_QUEUES) {
+            all.entry((dir, q)).or_insert_with(|| QueueCounters::new(dir, q));
+        }
+    }
+    let queues = all
+        .values()
         .map(|q| {
-            let mut stages = serde_json::Map::new();
+            let mut stages = BTreeMap::new();
             for (s, name) in q.dir.stage_names().iter().enumerate().take(NSTAGES) {
                 if q.stage_count[s] > 0 {
-                    stages.insert(name.to_string(), serde_json::to_value(stage_report(q, s)).unwrap_or_default());
+                    stages.insert(name.to_string(), stage_report(q, s));
                 }
             }
             QueueReport {
@@ -580,8 +712,8 @@ pub fn build(rec: &Recording) -> Summary {
                 queue: q.queue,
                 packets: q.packets,
                 bytes: q.bytes,
-                pps: if dur > 0.0 { q.packets as f64 / dur } else { 0.0 },
-                mbps: if dur > 0.0 { q.bytes as f64 * 8.0 / dur / 1e6 } else { 0.0 },
+                packets_per_s: if dur > 0.0 { q.packets as f64 / dur } else { 0.0 },
+                mbit_per_s: if dur > 0.0 { q.bytes as f64 * 8.0 / dur / 1e6 } else { 0.0 },
                 avg_pkt_bytes: (q.packets > 0).then(|| q.bytes as f64 / q.packets as f64),
                 drops: q.drops,
                 napi: (q.dir == Dir::Rx && q.napi_polls > 0).then(|| NapiReport {
@@ -594,8 +726,8 @@ pub fn build(rec: &Recording) -> Summary {
             }
         })
         .collect();
-    let mut flows: Vec<FlowReport> = rec
-        .flows
+    let recorded_flows = rec.flows()?;
+    let mut flows: Vec<FlowReport> = recorded_flows
         .iter()
         .map(|f| FlowReport {
             dir: f.key.dir,
@@ -614,19 +746,24 @@ pub fn build(rec: &Recording) -> Summary {
         })
         .collect();
     flows.sort_by_key(|f| std::cmp::Reverse(f.bytes));
-    let e = rec.event_totals();
+    let e = rec.event_totals()?;
     // Every tracked packet whose free was seen completed its whole-life stage.
-    let freed: u64 = rec.queue_totals().iter().map(|q| q.stage_count[NSTAGES - 1]).sum();
+    let freed: u64 = totals.iter().map(|q| q.stage_count[NSTAGES - 1]).sum();
+    let drop_reasons = rec.drop_reasons()?;
     let drops = Drops {
-        total: rec.drop_reasons.iter().map(|(_, c)| c).sum(),
-        reasons: rec
-            .drop_reasons
+        total: drop_reasons.iter().map(|(_, c)| c).sum(),
+        reasons: drop_reasons
             .iter()
             .map(|(r, c)| DropReason { reason: *r, name: drop_names.get(r).cloned(), count: *c })
             .collect(),
     };
-    Summary {
+    let counters = counters_report(rec)?;
+    let l3miss = miss_report(rec, &totals)?;
+    let tiers = tiers(rec, &totals, &recorded_flows, e.sampled)?;
+    Ok(Summary {
         meta,
+        window: rec.window.clone(),
+        tiers,
         queues,
         flows,
         events: Events {
@@ -639,9 +776,10 @@ pub fn build(rec: &Recording) -> Summary {
             frees_seen_pct: Events::frees_seen_pct(freed, e.state_evicted, e.state_stale),
         },
         drops,
-        counters: counters_report(rec),
-        l3miss: miss_report(rec),
-    }
+        counters,
+        l3miss,
+        totals,
+    })
 }
 
 #[cfg(test)]

@@ -29,15 +29,17 @@ pub fn model_prior(p: &ModelPrediction) -> Attribution {
     if pred <= 0.0 {
         return Attribution::insufficient(m, "the model predicts no misses on packet buffers");
     }
-    let (scale, mut notes) = match p.measured_total {
+    let (scale, notes) = match p.measured_total {
         Some(t) if t.is_finite() && t > 0.0 => (
             t / pred,
-            vec![format!("model-only: simulator prediction scaled to the measured socket total ({t:.3e} misses; model {pred:.3e})")],
+            vec![
+                format!("model-only: simulator prediction scaled to the measured socket total of {t:.3e} misses; model {pred:.3e}"),
+                "the measured total includes misses outside packet buffers, so scaled per-queue misses are an upper bound".into(),
+            ],
         ),
         Some(_) => (1.0, vec!["model-only: measured socket total is zero or invalid; unscaled simulator prediction".to_string()]),
         None => (1.0, vec!["model-only: no miss counters on this host; misses are the simulator's prediction, not a measurement".to_string()]),
     };
-    notes.push("the measured total includes misses outside packet buffers, so scaled per-queue misses are an upper bound".into());
     let qs = queues
         .iter()
         .map(|(q, v)| QueueShare { dir: q.dir.clone(), queue: q.queue, misses: v * scale, share_pct: 100.0 * v / pred, ci_pct: None })
@@ -61,6 +63,8 @@ mod tests {
         let a = model_prior(&ModelPrediction { measured_total: None, ..p.clone() });
         assert_eq!(a.queues[1].misses, 10.0);
         assert!(a.notes[0].contains("no miss counters"));
+        // Nothing measured: no note about what a measured total includes.
+        assert!(!a.notes.iter().any(|n| n.contains("measured total")), "{:?}", a.notes);
         let z = ModelPrediction { queues: vec![(QueueId::rx(0), 0.0)], ..Default::default() };
         assert_eq!(model_prior(&z).confidence, Confidence::Insufficient);
         let bad = ModelPrediction { queues: vec![(QueueId::rx(0), f64::NAN)], ..Default::default() };

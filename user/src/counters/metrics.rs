@@ -21,7 +21,9 @@ pub struct PortBandwidth {
     /// "iio" for the sum over all stacks of the socket, or one stack's PMU, e.g. "uncore_iio_3".
     pub pmu: String,
     pub part: u32,
+    #[serde(rename = "write_mbyte_per_s")]
     pub write_mbps: f64,
+    #[serde(rename = "read_mbyte_per_s")]
     pub read_mbps: f64,
 }
 
@@ -34,13 +36,13 @@ pub struct SocketMetrics {
     pub partial_write_miss_pct: Option<f64>,
     /// Inbound reads (PCIRdCur) that missed, %.
     pub read_miss_pct: Option<f64>,
-    #[serde(rename = "inbound_write_MBps")]
+    #[serde(rename = "inbound_write_mbyte_per_s")]
     pub inbound_write_mbps: Option<f64>,
-    #[serde(rename = "inbound_read_MBps")]
+    #[serde(rename = "inbound_read_mbyte_per_s")]
     pub inbound_read_mbps: Option<f64>,
-    #[serde(rename = "dram_read_MBps")]
+    #[serde(rename = "dram_read_mbyte_per_s")]
     pub dram_read_mbps: Option<f64>,
-    #[serde(rename = "dram_write_MBps")]
+    #[serde(rename = "dram_write_mbyte_per_s")]
     pub dram_write_mbps: Option<f64>,
     pub l3_miss_per_s: Option<f64>,
     pub write_allocation_disabled: bool,
@@ -508,10 +510,10 @@ pub(crate) mod tests {
             "write_miss_pct",
             "partial_write_miss_pct",
             "read_miss_pct",
-            "inbound_write_MBps",
-            "inbound_read_MBps",
-            "dram_read_MBps",
-            "dram_write_MBps",
+            "inbound_write_mbyte_per_s",
+            "inbound_read_mbyte_per_s",
+            "dram_read_mbyte_per_s",
+            "dram_write_mbyte_per_s",
             "l3_miss_per_s",
             "write_allocation_disabled",
             "warnings",

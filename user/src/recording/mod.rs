@@ -1,11 +1,12 @@
-//! The recording: one SQLite file per run. Its schema (documented in the README), the
+//! The recording: one SQLite file per run. Its schema (documented in docs/recording.md), the
 //! `record` command that fills it from a session, its typed metadata (`meta`), the writer
 //! that commits one transaction per interval (so a SIGKILL loses at most the interval in
-//! progress), the reader that replays it as Snapshots, and the counter import.
+//! progress), the reader that aggregates it over a time `window`, and the counter import.
 pub mod import;
 pub mod meta;
 pub mod reader;
 pub mod record;
+pub mod window;
 pub mod writer;
 
 pub use meta::RecordingMeta;

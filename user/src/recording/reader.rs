@@ -1,25 +1,208 @@
-//! Reads a recording back as the same Snapshot stream live mode produces,
-//! refusing files that are not ddioscope recordings with a one-line reason.
-use std::collections::{BTreeMap, HashMap};
+//! Reads a recording without holding its intervals in memory: totals aggregated over the
+//! covered intervals (a `Window`, the whole run by default), per-interval series in a bounded
+//! number of groups, and a bounded spread of packet records. Memory does not grow with the
+//! recording's length. Files that are not ddioscope recordings are refused with a one-line
+//! reason; a damaged table fails the query that reads it, naming the file.
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::{params, Connection, OpenFlags};
 
 use super::meta::RecordingMeta;
-use super::writer::{explain_sqlite, CounterRow};
+use super::window::{bounds, TimeSpec, Window};
+use super::writer::explain_sqlite;
 use super::{APPLICATION_ID, SCHEMA_VERSION};
-use crate::snapshot::{Dir, EventCounters, FlowCounters, FlowKey, MissSnapshot, PacketSample, SamplerThrottle, QueueCounters, Snapshot};
+use crate::counters::CounterReading;
+use crate::snapshot::{
+    BufMapCounters, Dir, EventCounters, FlowCounters, FlowKey, MissSnapshot, PacketSample, QueueCounters, SamplerThrottle, NAPI_BUCKETS,
+    NBUCKETS, NSTAGES,
+};
 use crate::topology::{HostInfo, IfaceInfo};
 
 pub struct Recording {
     pub path: PathBuf,
     pub meta: RecordingMeta,
-    pub snapshots: Vec<Snapshot>,
-    pub flows: Vec<FlowCounters>,
-    pub drop_reasons: Vec<(u32, u64)>,
-    /// (interval, row)
-    pub counters: Vec<(u64, CounterRow)>,
+    /// The intervals every query covers.
+    pub window: Window,
+    /// All of it.
+    all: Window,
+    conn: Connection,
+    cols: Columns,
+    /// The window's per-interval tables, read once (see `scan`).
+    scanned: std::cell::OnceCell<Scan>,
+}
+
+/// Points in a per-interval series at most (charts, regression rows): a longer window sums
+/// consecutive intervals into this many groups.
+pub const SERIES_POINTS: usize = 1200;
+
+/// One pass over the window's interval, queue and stage-statistics rows.
+#[derive(Debug, Default)]
+struct Scan {
+    /// Per-queue totals, without the histograms.
+    totals: BTreeMap<(Dir, u32), QueueCounters>,
+    /// Per queue, the most packets in flight in any interval (Little's law).
+    peaks: BTreeMap<(Dir, u32), u64>,
+    groups: Vec<IntervalGroup>,
+}
+
+/// The SQL for columns and tables older recordings lack: each reads as what it meant before
+/// it existed.
+struct Columns {
+    /// Recordings from before state_stale read it as 0.
+    stale: &'static str,
+    /// Nor detail_ns, from before detail windows: the hooks ran all the time (NULL).
+    detail_ns: &'static str,
+    handups: &'static str,
+    flow_samples: &'static str,
+    miss: bool,
+    /// Recordings from before page sampling have no out_of_subset column: nothing was out.
+    out_of_subset: &'static str,
+    /// Nor, from before the flow-loss counts, no_flow (unknown: NULL) and queue_clamped.
+    no_flow: &'static str,
+    miss_queue_clamped: &'static str,
+    /// Nor, from before the sampler's throttle log, its three columns (unknown).
+    throttle: &'static str,
+    /// Nor, from before attribution windows, before_window (always on: none) and sampled_ns.
+    before_window: &'static str,
+    sampled_ns: &'static str,
+    buf_map: bool,
+    slots_replaced: &'static str,
+    pages_over_cap: &'static str,
+}
+
+/// The columns every reader of a table needs (newer ones are optional, see `Columns`), and
+/// whether every recording has the table (the L3-miss and buffer-map tables came later).
+const REQUIRED: &[(&str, &str, bool)] = &[
+    ("intervals", "idx,t_ns,dur_ns,sampled,lost,received,state_evicted,queue_clamped", true),
+    ("queue_intervals", "interval,dir,queue,packets,bytes,napi_polls,napi_work,napi_budget_exhausted,copies,frees,drops", true),
+    ("stage_stats", "interval,dir,queue,stage,count,sum_ns,max_ns", true),
+    ("stage_hist", "interval,dir,queue,stage,bucket,count", true),
+    ("napi_hist", "interval,queue,bucket,count", true),
+    ("flows", "dir,proto,src,sport,dst,dport,queue,packets,bytes,payload_bytes,first_ns,last_ns", true),
+    ("samples", "interval,dir,queue,cpu,len,skb_addr,data_addr,ts0,ts1,ts2,ts3,free_ns,dropped,drop_reason,proto,src,sport,dst,dport", true),
+    ("drop_reasons", "reason,count", true),
+    ("counters", "interval,t_ns,socket,pmu,event,value,raw,enabled_ns,running_ns,source", true),
+    ("miss_intervals", "interval,samples,on_packet_buffers,other_addr,no_addr,ctx_charged,uncharged", false),
+    ("miss_queues", "interval,dir,queue,addr_join,cpu_ctx", false),
+    ("miss_age_hist", "interval,bucket,count", false),
+    ("miss_flows", "dir,proto,src,sport,dst,dport,addr_join,cpu_ctx", false),
+    ("miss_regions", "region,samples", false),
+    ("buf_map_intervals", "interval,linear_pages,frag_pages,frags_over_cap,frags_no_page,frags_no_layout,entries,copy_linear_joined,copy_frag_joined", false),
+];
+
+impl Columns {
+    /// Whether a later table is there to read (the miss tables come together).
+    fn has(&self, table: &str) -> bool {
+        if table == "buf_map_intervals" {
+            self.buf_map
+        } else {
+            self.miss
+        }
+    }
+
+    fn probe(conn: &Connection) -> Columns {
+        let table = |name: &str| conn.query_row("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?1", [name], |_| Ok(())).is_ok();
+        let col = |t: &str, c: &str| conn.query_row("SELECT 1 FROM pragma_table_info(?1) WHERE name=?2", [t, c], |_| Ok(())).is_ok();
+        let pick = |t: &str, c: &'static str, or: &'static str| if col(t, c) { c } else { or };
+        Columns {
+            stale: pick("intervals", "state_stale", "0"),
+            detail_ns: pick("intervals", "detail_ns", "NULL"),
+            handups: pick("queue_intervals", "handups", "0"),
+            // Sampled flows came with `samples`; their variance first as a sum of squares
+            // (`bytes_sq`, not read: a different estimator), then as `bytes_var`.
+            flow_samples: match (col("flows", "samples"), col("flows", "bytes_var")) {
+                (true, true) => "samples,bytes_var",
+                (true, false) => "samples,NULL",
+                _ => "NULL,NULL",
+            },
+            miss: table("miss_intervals"),
+            out_of_subset: pick("miss_intervals", "out_of_subset", "0"),
+            no_flow: pick("miss_intervals", "no_flow", "NULL"),
+            miss_queue_clamped: pick("miss_intervals", "queue_clamped", "0"),
+            throttle: if col("miss_intervals", "throttles") { "throttles,throttled_ns,throttle_records_lost" } else { "NULL,NULL,NULL" },
+            before_window: pick("miss_intervals", "before_window", "0"),
+            sampled_ns: pick("miss_intervals", "sampled_ns", "NULL"),
+            buf_map: table("buf_map_intervals"),
+            slots_replaced: pick("buf_map_intervals", "slots_replaced", "0"),
+            pages_over_cap: pick("buf_map_intervals", "pages_over_cap", "0"),
+        }
+    }
+}
+
+/// The L3-miss rows of the covered intervals, summed; the whole-run flow and region tables.
+#[derive(Debug, Clone, Default)]
+pub struct MissTotals {
+    /// Sums over the intervals; `no_flow`, `throttle` and `sampled_ns` only when every
+    /// interval has them; `buf.entries` is the last count read; `flows` and `regions` are
+    /// the whole run's.
+    pub totals: MissSnapshot,
+    /// Intervals with miss rows, and their summed length.
+    pub intervals: u64,
+    pub span_ns: u64,
+    /// Largest buffer-map entry count read.
+    pub entries_max: Option<u64>,
+}
+
+/// Counter readings of one source over the covered intervals, summed per socket, PMU and event.
+#[derive(Debug, Clone, Default)]
+pub struct CounterTotals {
+    pub readings: Vec<CounterReading>,
+    /// Rows summed.
+    pub rows: u64,
+    /// The time the readings span, s.
+    pub duration_s: f64,
+}
+
+/// One queue in a group of consecutive intervals: its counts and its lifetime stage.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GroupQueue {
+    pub dir: Dir,
+    pub queue: u32,
+    pub packets: u64,
+    pub bytes: u64,
+    /// The lifetime stage (`Dir::lifetime_stage`): timed packets and their summed ns.
+    pub life_count: u64,
+    pub life_sum_ns: u64,
+}
+
+/// Consecutive intervals summed: the unit of every per-interval series (a chart point, a
+/// regression row). A recording longer than the series' point count groups its intervals.
+#[derive(Debug, Clone, Default)]
+pub struct IntervalGroup {
+    pub first: u64,
+    pub last: u64,
+    /// CLOCK_MONOTONIC at the end of the last interval.
+    pub t_ns: u64,
+    pub dur_ns: u64,
+    pub queues: Vec<GroupQueue>,
+    /// The live counter readings of these intervals, summed per socket, PMU and event (when asked for).
+    pub counters: Vec<CounterReading>,
+}
+
+impl IntervalGroup {
+    pub fn queue(&self, dir: Dir, queue: u32) -> Option<&GroupQueue> {
+        self.queues.iter().find(|q| q.dir == dir && q.queue == queue)
+    }
+}
+
+/// Counter readings of one source in a group of their own intervals (a live recording's, or
+/// an imported capture's), for ratios over time.
+#[derive(Debug, Clone)]
+pub struct CounterPoint {
+    /// CLOCK_MONOTONIC at the end of the group's last reading.
+    pub t_ns: u64,
+    pub dur_s: f64,
+    pub readings: Vec<CounterReading>,
+}
+
+/// A bounded, evenly spread subset of the covered intervals' packet records.
+#[derive(Debug, Clone, Default)]
+pub struct PacketRecords {
+    pub records: Vec<PacketSample>,
+    /// Records in the covered intervals (all of them, read or not).
+    pub total: u64,
 }
 
 /// A count, size or time as the writer stores it (u64 as i64): negative only in a damaged
@@ -36,11 +219,37 @@ fn opt_count(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<Option<u64>> {
     }
 }
 
+/// A SUM over rows: NULL (no rows) reads as 0; negative refused as `count`.
+fn sum(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<u64> {
+    Ok(opt_count(r, i)?.unwrap_or(0))
+}
+
+fn dir_of(s: &str) -> Dir {
+    Dir::parse(s).unwrap_or(Dir::Rx)
+}
+
 fn stage_index(dir: Dir, name: &str) -> Option<usize> {
     dir.stage_names().iter().position(|s| *s == name)
 }
 
+/// Sum readings per (socket, PMU, event), keeping the last time and summing the times enabled.
+fn fold_reading(acc: &mut BTreeMap<(u32, String, String), CounterReading>, r: CounterReading) {
+    match acc.get_mut(&(r.socket, r.pmu.clone(), r.event.clone())) {
+        Some(a) => {
+            a.value += r.value;
+            a.raw = a.raw.saturating_add(r.raw);
+            a.enabled_ns = a.enabled_ns.saturating_add(r.enabled_ns);
+            a.running_ns = a.running_ns.saturating_add(r.running_ns);
+            a.t_ns = a.t_ns.max(r.t_ns);
+        }
+        None => {
+            acc.insert((r.socket, r.pmu.clone(), r.event.clone()), r);
+        }
+    }
+}
+
 impl Recording {
+    /// Open a recording for reading, covering all of it.
     pub fn open(path: &Path) -> Result<Recording> {
         let p = path.display();
         if !path.exists() {
@@ -51,8 +260,9 @@ impl Recording {
         }
         // Read-write when possible so SQLite can roll back an interval that a
         // SIGKILL interrupted (a hot journal); read-only otherwise.
-        let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE)
-            .or_else(|_| Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY))
+        // One thread reads: no per-call locking (it is a third of the cost of a long scan).
+        let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+            .or_else(|_| Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX))
             .map_err(|e| anyhow::anyhow!(explain_sqlite(&e, path)))?;
         let bad = |e: rusqlite::Error| match e.sqlite_error_code() {
             Some(rusqlite::ErrorCode::NotADatabase) | Some(rusqlite::ErrorCode::DatabaseCorrupt) => {
@@ -68,6 +278,9 @@ impl Recording {
         if ver > SCHEMA_VERSION {
             bail!("{p} was written by a newer ddioscope (schema {ver}; this one reads up to {SCHEMA_VERSION})");
         }
+        // Aggregates over a long recording sort in SQLite's temporary storage: keep its page
+        // cache small so memory stays flat whatever the length.
+        let _ = conn.execute_batch("PRAGMA cache_size = -8192; PRAGMA temp_store = FILE;");
         let corrupt = |e: rusqlite::Error| anyhow::anyhow!("{p} is damaged: {e}");
         let mut meta = BTreeMap::new();
         {
@@ -82,372 +295,88 @@ impl Recording {
             bail!("{p} has no run metadata: the recording was cut off before its first write");
         }
         let meta = RecordingMeta::from_rows(&meta);
+        let cols = Columns::probe(&conn);
+        // Every column a query will read must exist, rows or not: a damaged table is found at
+        // open, in one line, not by whichever report happens to read it.
+        for (table, columns, needed) in REQUIRED {
+            if *needed || cols.has(table) {
+                conn.prepare(&format!("SELECT {columns} FROM {table} LIMIT 0")).map_err(corrupt)?;
+            }
+        }
+        let none = Window { whole: true, first: 0, last: 0, intervals: 0, from_s: 0.0, to_s: 0.0, dur_ns: 0, start_ns: 0, end_ns: 0 };
+        let mut rec = Recording { path: path.to_path_buf(), meta, window: none.clone(), all: none, conn, cols, scanned: Default::default() };
+        rec.all = Window { whole: true, ..rec.select(0.0, f64::INFINITY)? };
+        rec.window = rec.all.clone();
+        Ok(rec)
+    }
 
-        let table_exists = |name: &str| -> bool {
-            conn.query_row("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?1", [name], |_| Ok(()))
-                .is_ok()
-        };
-        let column_exists = |table: &str, column: &str| -> bool {
-            conn.query_row("SELECT 1 FROM pragma_table_info(?1) WHERE name=?2", [table, column], |_| Ok(())).is_ok()
-        };
-        // Recordings from before state_stale existed read it as 0.
-        let has_stale = conn
-            .prepare("SELECT state_stale FROM intervals LIMIT 0")
-            .is_ok();
-        let stale_col = if has_stale { "state_stale" } else { "0" };
-        // Nor detail_ns, from before detail windows: the hooks ran all the time (NULL).
-        let detail_col = if column_exists("intervals", "detail_ns") { "detail_ns" } else { "NULL" };
-        let mut snaps: Vec<Snapshot> = Vec::new();
-        let mut by_idx: HashMap<u64, usize> = HashMap::new();
-        {
-            let mut st = conn
-                .prepare(&format!(
-                    "SELECT idx,t_ns,dur_ns,sampled,lost,received,state_evicted,queue_clamped,{stale_col},{detail_col} FROM intervals ORDER BY idx"
-                ))
-                .map_err(corrupt)?;
-            let rows = st
-                .query_map([], |r| {
-                    Ok(Snapshot {
-                        index: count(r, 0)?,
-                        t_ns: count(r, 1)?,
-                        dur_ns: count(r, 2)?,
-                        events: EventCounters {
-                            sampled: count(r, 3)?,
-                            lost: count(r, 4)?,
-                            received: count(r, 5)?,
-                            state_evicted: count(r, 6)?,
-                            queue_clamped: count(r, 7)?,
-                            state_stale: count(r, 8)?,
-                        },
-                        detail_ns: opt_count(r, 9)?,
-                        ..Default::default()
-                    })
-                })
-                .map_err(corrupt)?;
-            for s in rows {
-                let s = s.map_err(corrupt)?;
-                by_idx.insert(s.index, snaps.len());
-                snaps.push(s);
-            }
+    /// A damaged table or column: one line naming the file.
+    fn corrupt(&self, e: rusqlite::Error) -> anyhow::Error {
+        anyhow::anyhow!("{} is damaged: {e}", self.path.display())
+    }
+
+    /// CLOCK_MONOTONIC at the recording's start: recorded, else the first interval's start.
+    fn start_ns(&self) -> Result<u64> {
+        if let Some(s) = self.meta.start_ns {
+            return Ok(s);
         }
-        let mut queues: HashMap<(u64, Dir, u32), QueueCounters> = HashMap::new();
-        {
-            let mut st = conn
-                .prepare(&format!(
-                    "SELECT interval,dir,queue,packets,bytes,napi_polls,napi_work,napi_budget_exhausted,copies,frees,drops,{} FROM queue_intervals",
-                    if column_exists("queue_intervals", "handups") { "handups" } else { "0" }
-                ))
-                .map_err(corrupt)?;
-            let mut rows = st.query([]).map_err(corrupt)?;
-            while let Some(r) = rows.next().map_err(corrupt)? {
-                let dir = Dir::parse(&r.get::<_, String>(1).map_err(corrupt)?).unwrap_or(Dir::Rx);
-                let queue: u32 = r.get(2).map_err(corrupt)?;
-                let mut q = QueueCounters::new(dir, queue);
-                let g = |i: usize| -> Result<u64> { count(r, i).map_err(corrupt) };
-                q.packets = g(3)?;
-                q.bytes = g(4)?;
-                q.napi_polls = g(5)?;
-                q.napi_work = g(6)?;
-                q.napi_budget_exhausted = g(7)?;
-                q.copies = g(8)?;
-                q.frees = g(9)?;
-                q.drops = g(10)?;
-                q.handups = g(11)?;
-                queues.insert((g(0)?, dir, queue), q);
-            }
+        let first: Option<i64> = self
+            .conn
+            .query_row("SELECT t_ns - dur_ns FROM intervals ORDER BY idx LIMIT 1", [], |r| r.get(0))
+            .or_else(|e| if e == rusqlite::Error::QueryReturnedNoRows { Ok(None) } else { Err(e) })
+            .map_err(|e| self.corrupt(e))?;
+        Ok(first.unwrap_or(0).max(0) as u64)
+    }
+
+    /// The intervals whose middle lies in [from_s, to_s) seconds from the start.
+    fn select(&self, from_s: f64, to_s: f64) -> Result<Window> {
+        let start = self.start_ns()? as i64;
+        let ns = |s: f64| if s.is_finite() { start.saturating_add((s * 1e9) as i64) } else { i64::MAX };
+        // MIN(idx), MAX(idx), COUNT(*), SUM(dur_ns), MIN(start), MAX(end); all NULL but the count when empty.
+        let v: [Option<i64>; 6] = self
+            .conn
+            .query_row(
+                "SELECT MIN(idx), MAX(idx), COUNT(*), SUM(dur_ns), MIN(t_ns - dur_ns), MAX(t_ns) FROM intervals
+                 WHERE t_ns - dur_ns / 2 >= ?1 AND t_ns - dur_ns / 2 < ?2",
+                params![ns(from_s), ns(to_s)],
+                |r| Ok([r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?]),
+            )
+            .map_err(|e| self.corrupt(e))?;
+        let [first, last, n, dur, lo, hi] = v;
+        let n = n.unwrap_or(0);
+        let (lo, hi) = (lo.unwrap_or(start).max(0) as u64, hi.unwrap_or(start).max(0) as u64);
+        Ok(Window {
+            whole: false,
+            first: first.unwrap_or(0).max(0) as u64,
+            last: last.unwrap_or(-1).max(0) as u64,
+            intervals: n.max(0) as u64,
+            from_s: lo.saturating_sub(start as u64) as f64 / 1e9,
+            to_s: hi.saturating_sub(start as u64) as f64 / 1e9,
+            dur_ns: dur.unwrap_or(0).max(0) as u64,
+            start_ns: lo,
+            end_ns: hi,
+        })
+    }
+
+    /// Cover only the intervals between `from` and `to` (either open): refused, in one line,
+    /// when none lies between them.
+    pub fn set_window(&mut self, from: Option<TimeSpec>, to: Option<TimeSpec>) -> Result<()> {
+        if from.is_none() && to.is_none() {
+            return Ok(());
         }
-        {
-            let mut st = conn
-                .prepare("SELECT interval,dir,queue,stage,count,sum_ns,max_ns FROM stage_stats")
-                .map_err(corrupt)?;
-            let mut rows = st.query([]).map_err(corrupt)?;
-            while let Some(r) = rows.next().map_err(corrupt)? {
-                let iv = count(r, 0).map_err(corrupt)?;
-                let dir = Dir::parse(&r.get::<_, String>(1).map_err(corrupt)?).unwrap_or(Dir::Rx);
-                let queue: u32 = r.get(2).map_err(corrupt)?;
-                let Some(si) = stage_index(dir, &r.get::<_, String>(3).map_err(corrupt)?) else { continue };
-                let q = queues.entry((iv, dir, queue)).or_insert_with(|| QueueCounters::new(dir, queue));
-                q.stage_count[si] = count(r, 4).map_err(corrupt)?;
-                q.stage_sum_ns[si] = count(r, 5).map_err(corrupt)?;
-                q.stage_max_ns[si] = count(r, 6).map_err(corrupt)?;
-            }
+        let length = self.all.to_s;
+        let (from_s, to_s) = bounds(from, to, self.meta.start_unix_ms, length)?;
+        let w = self.select(from_s, to_s)?;
+        if w.intervals == 0 {
+            bail!(
+                "no interval of {} lies between {from_s:.1} s and {} from its start (it covers 0 to {length:.1} s)",
+                self.path.display(),
+                if to_s.is_finite() { format!("{to_s:.1} s") } else { "its end".into() }
+            );
         }
-        {
-            let mut st = conn.prepare("SELECT interval,dir,queue,stage,bucket,count FROM stage_hist").map_err(corrupt)?;
-            let mut rows = st.query([]).map_err(corrupt)?;
-            while let Some(r) = rows.next().map_err(corrupt)? {
-                let iv = count(r, 0).map_err(corrupt)?;
-                let dir = Dir::parse(&r.get::<_, String>(1).map_err(corrupt)?).unwrap_or(Dir::Rx);
-                let queue: u32 = r.get(2).map_err(corrupt)?;
-                let Some(si) = stage_index(dir, &r.get::<_, String>(3).map_err(corrupt)?) else { continue };
-                let b = r.get::<_, i64>(4).map_err(corrupt)? as usize;
-                let q = queues.entry((iv, dir, queue)).or_insert_with(|| QueueCounters::new(dir, queue));
-                if let Some(slot) = q.stage_hist[si].get_mut(b) {
-                    *slot = count(r, 5).map_err(corrupt)?;
-                }
-            }
-        }
-        {
-            let mut st = conn.prepare("SELECT interval,queue,bucket,count FROM napi_hist").map_err(corrupt)?;
-            let mut rows = st.query([]).map_err(corrupt)?;
-            while let Some(r) = rows.next().map_err(corrupt)? {
-                let iv = count(r, 0).map_err(corrupt)?;
-                let queue: u32 = r.get(1).map_err(corrupt)?;
-                let b = r.get::<_, i64>(2).map_err(corrupt)? as usize;
-                let q = queues.entry((iv, Dir::Rx, queue)).or_insert_with(|| QueueCounters::new(Dir::Rx, queue));
-                if let Some(slot) = q.napi_work_hist.get_mut(b) {
-                    *slot = count(r, 3).map_err(corrupt)?;
-                }
-            }
-        }
-        let mut qlist: Vec<_> = queues.into_iter().collect();
-        qlist.sort_by_key(|((iv, d, q), _)| (*iv, *d, *q));
-        for ((iv, _, _), q) in qlist {
-            if let Some(&si) = by_idx.get(&iv) {
-                snaps[si].queues.push(q);
-            }
-        }
-        {
-            let mut st = conn
-                .prepare("SELECT interval,dir,queue,cpu,len,skb_addr,data_addr,ts0,ts1,ts2,ts3,free_ns,dropped,drop_reason,proto,src,sport,dst,dport FROM samples")
-                .map_err(corrupt)?;
-            let mut rows = st.query([]).map_err(corrupt)?;
-            while let Some(r) = rows.next().map_err(corrupt)? {
-                let iv = count(r, 0).map_err(corrupt)?;
-                let dir = Dir::parse(&r.get::<_, String>(1).map_err(corrupt)?).unwrap_or(Dir::Rx);
-                let g = |i: usize| -> Result<u64> { count(r, i).map_err(corrupt) };
-                let proto: Option<String> = r.get(14).map_err(corrupt)?;
-                let flow = match proto {
-                    Some(proto) => Some(FlowKey {
-                        dir,
-                        proto,
-                        src: r.get(15).map_err(corrupt)?,
-                        sport: r.get(16).map_err(corrupt)?,
-                        dst: r.get(17).map_err(corrupt)?,
-                        dport: r.get(18).map_err(corrupt)?,
-                    }),
-                    None => None,
-                };
-                let sample = PacketSample {
-                    dir,
-                    queue: g(2)? as u32,
-                    cpu: g(3)? as u32,
-                    len: g(4)? as u32,
-                    // Kernel addresses: the writer's u64 read back as i64, negative above 2^63.
-                    skb_addr: r.get::<_, i64>(5).map_err(corrupt)? as u64,
-                    data_addr: r.get::<_, i64>(6).map_err(corrupt)? as u64,
-                    ts: [g(7)?, g(8)?, g(9)?, g(10)?],
-                    free_ns: g(11)?,
-                    dropped: g(12)? != 0,
-                    drop_reason: g(13)? as u32,
-                    flow,
-                };
-                if let Some(&si) = by_idx.get(&iv) {
-                    snaps[si].samples.push(sample);
-                }
-            }
-        }
-        let mut flows = Vec::new();
-        {
-            let mut st = conn
-                .prepare(&format!(
-                    "SELECT dir,proto,src,sport,dst,dport,queue,packets,bytes,payload_bytes,first_ns,last_ns,{} FROM flows",
-                    if column_exists("flows", "samples") { "samples,bytes_var" } else { "NULL,NULL" }
-                ))
-                .map_err(corrupt)?;
-            let mut rows = st.query([]).map_err(corrupt)?;
-            while let Some(r) = rows.next().map_err(corrupt)? {
-                let dir = Dir::parse(&r.get::<_, String>(0).map_err(corrupt)?).unwrap_or(Dir::Rx);
-                flows.push(FlowCounters {
-                    key: FlowKey {
-                        dir,
-                        proto: r.get(1).map_err(corrupt)?,
-                        src: r.get(2).map_err(corrupt)?,
-                        sport: r.get(3).map_err(corrupt)?,
-                        dst: r.get(4).map_err(corrupt)?,
-                        dport: r.get(5).map_err(corrupt)?,
-                    },
-                    queue: r.get(6).map_err(corrupt)?,
-                    packets: count(r, 7).map_err(corrupt)?,
-                    bytes: count(r, 8).map_err(corrupt)?,
-                    payload_bytes: count(r, 9).map_err(corrupt)?,
-                    first_ns: count(r, 10).map_err(corrupt)?,
-                    last_ns: count(r, 11).map_err(corrupt)?,
-                    samples: opt_count(r, 12).map_err(corrupt)?,
-                    bytes_var: opt_count(r, 13).map_err(corrupt)?,
-                });
-            }
-        }
-        let mut drop_reasons = Vec::new();
-        {
-            let mut st = conn.prepare("SELECT reason,count FROM drop_reasons ORDER BY reason").map_err(corrupt)?;
-            let rows = st.query_map([], |r| Ok((r.get::<_, u32>(0)?, count(r, 1)?))).map_err(corrupt)?;
-            for r in rows {
-                drop_reasons.push(r.map_err(corrupt)?);
-            }
-        }
-        let mut counters = Vec::new();
-        {
-            let mut st = conn
-                .prepare("SELECT interval,t_ns,socket,pmu,event,value,raw,enabled_ns,running_ns,source FROM counters ORDER BY interval")
-                .map_err(corrupt)?;
-            let rows = st
-                .query_map([], |r| {
-                    Ok((
-                        count(r, 0)?,
-                        CounterRow {
-                            t_ns: count(r, 1)?,
-                            socket: r.get(2)?,
-                            pmu: r.get(3)?,
-                            event: r.get(4)?,
-                            value: r.get(5)?,
-                            raw: count(r, 6)?,
-                            enabled_ns: count(r, 7)?,
-                            running_ns: count(r, 8)?,
-                            source: r.get(9)?,
-                        },
-                    ))
-                })
-                .map_err(corrupt)?;
-            for r in rows {
-                counters.push(r.map_err(corrupt)?);
-            }
-        }
-        // L3-miss samples: per-interval rows into each Snapshot; cumulative flows and regions into the last.
-        if table_exists("miss_intervals") {
-            // Recordings from before page sampling have no out_of_subset column: nothing was out.
-            let out_of_subset = if column_exists("miss_intervals", "out_of_subset") { "out_of_subset" } else { "0" };
-            // Nor, from before the flow-loss counts, no_flow (unknown: NULL) and queue_clamped.
-            let no_flow = if column_exists("miss_intervals", "no_flow") { "no_flow" } else { "NULL" };
-            let queue_clamped = if column_exists("miss_intervals", "queue_clamped") { "queue_clamped" } else { "0" };
-            // Nor, from before the sampler's throttle log, its three columns (unknown).
-            let throttle =
-                if column_exists("miss_intervals", "throttles") { "throttles,throttled_ns,throttle_records_lost" } else { "NULL,NULL,NULL" };
-            // Nor, from before attribution windows, before_window (always on: none).
-            let before_window = if column_exists("miss_intervals", "before_window") { "before_window" } else { "0" };
-            let sampled_ns = if column_exists("miss_intervals", "sampled_ns") { "sampled_ns" } else { "NULL" };
-            let mut st = conn
-                .prepare(&format!(
-                    "SELECT interval,samples,on_packet_buffers,other_addr,no_addr,ctx_charged,uncharged,{out_of_subset},{no_flow},\
-                     {queue_clamped},{throttle},{before_window},{sampled_ns} FROM miss_intervals"
-                ))
-                .map_err(corrupt)?;
-            let mut rows = st.query([]).map_err(corrupt)?;
-            while let Some(r) = rows.next().map_err(corrupt)? {
-                let g = |i: usize| -> Result<u64> { count(r, i).map_err(corrupt) };
-                let opt = |i: usize| -> Result<Option<u64>> { opt_count(r, i).map_err(corrupt) };
-                if let Some(&si) = by_idx.get(&g(0)?) {
-                    snaps[si].misses = Some(MissSnapshot {
-                        samples: g(1)?,
-                        on_packet_buffers: g(2)?,
-                        other_addr: g(3)?,
-                        no_addr: g(4)?,
-                        ctx_charged: g(5)?,
-                        uncharged: g(6)?,
-                        out_of_subset: g(7)?,
-                        no_flow: opt_count(r, 8).map_err(corrupt)?,
-                        queue_clamped: g(9)?,
-                        throttle: match (opt(10)?, opt(11)?, opt(12)?) {
-                            (Some(throttles), Some(throttled_ns), Some(records_lost)) => {
-                                Some(SamplerThrottle { throttles, throttled_ns, records_lost })
-                            }
-                            _ => None,
-                        },
-                        before_window: g(13)?,
-                        sampled_ns: opt(14)?,
-                        age_hist: vec![0; crate::snapshot::NBUCKETS],
-                        ..Default::default()
-                    });
-                }
-            }
-            // Recordings from before the buffer-map table read it as all zero.
-            if table_exists("buf_map_intervals") {
-                let mut st = conn
-                    .prepare(
-                        &format!(
-                            "SELECT interval,linear_pages,frag_pages,frags_over_cap,frags_no_page,frags_no_layout,entries,
-                                    copy_linear_joined,copy_frag_joined,{},{} FROM buf_map_intervals",
-                            // Columns added later read as 0 from recordings without them.
-                            if column_exists("buf_map_intervals", "slots_replaced") { "slots_replaced" } else { "0" },
-                            if column_exists("buf_map_intervals", "pages_over_cap") { "pages_over_cap" } else { "0" },
-                        ),
-                    )
-                    .map_err(corrupt)?;
-                let mut rows = st.query([]).map_err(corrupt)?;
-                while let Some(r) = rows.next().map_err(corrupt)? {
-                    let g = |i: usize| -> Result<u64> { count(r, i).map_err(corrupt) };
-                    if let Some(m) = by_idx.get(&g(0)?).and_then(|&si| snaps[si].misses.as_mut()) {
-                        m.buf = crate::snapshot::BufMapCounters {
-                            linear_pages: g(1)?,
-                            frag_pages: g(2)?,
-                            frags_over_cap: g(3)?,
-                            frags_no_page: g(4)?,
-                            frags_no_layout: g(5)?,
-                            entries: opt_count(r, 6).map_err(corrupt)?,
-                            copy_linear_joined: g(7)?,
-                            copy_frag_joined: g(8)?,
-                            slots_replaced: g(9)?,
-                            pages_over_cap: g(10)?,
-                        };
-                    }
-                }
-            }
-            let mut st = conn.prepare("SELECT interval,dir,queue,addr_join,cpu_ctx FROM miss_queues").map_err(corrupt)?;
-            let mut rows = st.query([]).map_err(corrupt)?;
-            while let Some(r) = rows.next().map_err(corrupt)? {
-                let iv = count(r, 0).map_err(corrupt)?;
-                let dir = Dir::parse(&r.get::<_, String>(1).map_err(corrupt)?).unwrap_or(Dir::Rx);
-                let q: u32 = r.get(2).map_err(corrupt)?;
-                let a = count(r, 3).map_err(corrupt)?;
-                let c = count(r, 4).map_err(corrupt)?;
-                if let Some(m) = by_idx.get(&iv).and_then(|&si| snaps[si].misses.as_mut()) {
-                    m.queues.push((dir, q, a, c));
-                }
-            }
-            let mut st = conn.prepare("SELECT interval,bucket,count FROM miss_age_hist").map_err(corrupt)?;
-            let mut rows = st.query([]).map_err(corrupt)?;
-            while let Some(r) = rows.next().map_err(corrupt)? {
-                let iv = count(r, 0).map_err(corrupt)?;
-                let b = r.get::<_, i64>(1).map_err(corrupt)? as usize;
-                if let Some(m) = by_idx.get(&iv).and_then(|&si| snaps[si].misses.as_mut()) {
-                    if let Some(slot) = m.age_hist.get_mut(b) {
-                        *slot = count(r, 2).map_err(corrupt)?;
-                    }
-                }
-            }
-            if let Some(last) = snaps.iter_mut().rev().find(|s| s.misses.is_some()).and_then(|s| s.misses.as_mut()) {
-                let mut st = conn
-                    .prepare("SELECT dir,proto,src,sport,dst,dport,addr_join,cpu_ctx FROM miss_flows")
-                    .map_err(corrupt)?;
-                let mut rows = st.query([]).map_err(corrupt)?;
-                while let Some(r) = rows.next().map_err(corrupt)? {
-                    let dir = Dir::parse(&r.get::<_, String>(0).map_err(corrupt)?).unwrap_or(Dir::Rx);
-                    let k = FlowKey {
-                        dir,
-                        proto: r.get(1).map_err(corrupt)?,
-                        src: r.get(2).map_err(corrupt)?,
-                        sport: r.get(3).map_err(corrupt)?,
-                        dst: r.get(4).map_err(corrupt)?,
-                        dport: r.get(5).map_err(corrupt)?,
-                    };
-                    last.flows.push((k, count(r, 6).map_err(corrupt)?, count(r, 7).map_err(corrupt)?));
-                }
-                let mut st = conn.prepare("SELECT region,samples FROM miss_regions ORDER BY samples DESC").map_err(corrupt)?;
-                // A region is an address range (any u64); its sample count is a count.
-                let rows = st.query_map([], |r| Ok((r.get::<_, i64>(0)? as u64, count(r, 1)?))).map_err(corrupt)?;
-                for r in rows {
-                    last.regions.push(r.map_err(corrupt)?);
-                }
-            }
-        }
-        // Replay parity: each Snapshot carries its interval's readings of the recording's counter source.
-        let source = meta.counters_source.map(|s| s.as_str()).unwrap_or_default();
-        for (iv, r) in counters.iter().filter(|(_, r)| r.source == source) {
-            if let Some(&si) = by_idx.get(iv) {
-                snaps[si].counters.push(r.reading());
-            }
-        }
-        Ok(Recording { path: path.to_path_buf(), meta, snapshots: snaps, flows, drop_reasons, counters })
+        self.window = Window { whole: w.first == self.all.first && w.last == self.all.last, ..w };
+        self.scanned = Default::default();
+        Ok(())
     }
 
     /// The recorded interface (a default one when its metadata is damaged).
@@ -465,35 +394,654 @@ impl Recording {
     }
 
     pub fn duration_s(&self) -> f64 {
-        // In f64: a damaged file's durations must not wrap a u64 sum.
-        self.snapshots.iter().map(|s| s.dur_ns as f64).sum::<f64>() / 1e9
+        self.window.duration_s()
     }
 
-    /// Per-queue totals over the whole run.
-    pub fn queue_totals(&self) -> Vec<QueueCounters> {
-        let mut map: BTreeMap<(Dir, u32), QueueCounters> = BTreeMap::new();
-        for s in &self.snapshots {
-            for q in &s.queues {
-                map.entry((q.dir, q.queue)).or_insert_with(|| QueueCounters::new(q.dir, q.queue)).add(q);
+    fn range(&self) -> (i64, i64) {
+        if self.window.intervals == 0 {
+            (1, 0)
+        } else {
+            (self.window.first as i64, self.window.last as i64)
+        }
+    }
+
+    /// `WHERE` for a per-interval table in the window, and whether to read it in row order
+    /// without its index: a window of most of the recording reads faster as a plain scan.
+    fn rows_in_window(&self, column: &str) -> (String, &'static str) {
+        let (a, b) = self.range();
+        let most = self.window.intervals * 4 >= self.all.intervals;
+        (format!("WHERE {column} BETWEEN {a} AND {b}"), if most { "NOT INDEXED" } else { "" })
+    }
+
+    /// The window's intervals, queue counts and stage statistics in one pass: three cursors
+    /// advanced together by interval (tables written one interval per transaction hold their
+    /// rows in interval order), so nothing per interval is kept. Tables out of that order
+    /// are read through their index instead.
+    fn scan(&self) -> Result<&Scan> {
+        if let Some(s) = self.scanned.get() {
+            return Ok(s);
+        }
+        let s = match self.scan_ordered(false)? {
+            Some(s) => s,
+            None => self.scan_ordered(true)?.unwrap_or_default(),
+        };
+        Ok(self.scanned.get_or_init(|| s))
+    }
+
+    /// `scan`, reading rows in storage order (`by_index` false) or through the interval index;
+    /// None when storage order is not interval order.
+    fn scan_ordered(&self, by_index: bool) -> Result<Option<Scan>> {
+        let e = |e| self.corrupt(e);
+        let (a, _) = self.range();
+        let (iw, _) = self.rows_in_window("idx");
+        let (qw, qhint) = self.rows_in_window("interval");
+        let (hint, order) = if by_index { ("", "ORDER BY interval") } else { (qhint, "") };
+        let mut ist = self.conn.prepare(&format!("SELECT idx,t_ns,dur_ns FROM intervals {iw} ORDER BY idx")).map_err(e)?;
+        let mut qst = self
+            .conn
+            .prepare(&format!(
+                "SELECT interval,dir,queue,packets,bytes,napi_polls,napi_work,napi_budget_exhausted,copies,frees,drops,{}
+                 FROM queue_intervals {hint} {qw} {order}",
+                self.cols.handups
+            ))
+            .map_err(e)?;
+        let mut sst = self.conn.prepare(&format!("SELECT interval,dir,queue,stage,count,sum_ns,max_ns FROM stage_stats {hint} {qw} {order}")).map_err(e)?;
+        let mut irows = ist.query([]).map_err(e)?;
+        let mut qrows = qst.query([]).map_err(e)?;
+        let mut srows = sst.query([]).map_err(e)?;
+        let k = (self.window.intervals as usize).div_ceil(SERIES_POINTS).max(1) as i64;
+        let mut scan = Scan::default();
+        let mut group_sums: BTreeMap<(Dir, u32), GroupQueue> = BTreeMap::new();
+        // The next row of each table, read ahead: (interval, row values).
+        type QRow = (i64, Dir, u32, [u64; 9]);
+        type SRow = (i64, Dir, u32, Option<usize>, [u64; 3]);
+        let next_q = |rows: &mut rusqlite::Rows<'_>| -> Result<Option<QRow>> {
+            let Some(r) = rows.next().map_err(e)? else { return Ok(None) };
+            let g = |i: usize| -> Result<u64> { sum(r, i).map_err(|x| self.corrupt(x)) };
+            let mut v = [0u64; 9];
+            for (i, slot) in v.iter_mut().enumerate() {
+                *slot = g(i + 3)?;
+            }
+            Ok(Some((r.get(0).map_err(e)?, dir_of(r.get_ref(1).map_err(e)?.as_str().unwrap_or("rx")), r.get(2).map_err(e)?, v)))
+        };
+        let next_s = |rows: &mut rusqlite::Rows<'_>| -> Result<Option<SRow>> {
+            let Some(r) = rows.next().map_err(e)? else { return Ok(None) };
+            let dir = dir_of(r.get_ref(1).map_err(e)?.as_str().unwrap_or("rx"));
+            let stage = r.get_ref(3).map_err(e)?.as_str().unwrap_or("");
+            let si = stage_index(dir, stage);
+            let g = |i: usize| -> Result<u64> { count(r, i).map_err(|x| self.corrupt(x)) };
+            Ok(Some((r.get(0).map_err(e)?, dir, r.get(2).map_err(e)?, si, [g(4)?, g(5)?, g(6)?])))
+        };
+        let mut q_ahead = next_q(&mut qrows)?;
+        let mut s_ahead = next_s(&mut srows)?;
+        let mut last_q = i64::MIN;
+        let mut last_s = i64::MIN;
+        while let Some(r) = irows.next().map_err(e)? {
+            let iv: i64 = r.get(0).map_err(e)?;
+            let t_ns = count(r, 1).map_err(e)?;
+            let dur_ns = count(r, 2).map_err(e)?;
+            let gi = ((iv - a) / k) as usize;
+            if scan.groups.len() <= gi {
+                if let Some(g) = scan.groups.last_mut() {
+                    g.queues = std::mem::take(&mut group_sums).into_values().collect();
+                }
+                scan.groups.push(IntervalGroup { first: iv as u64, ..Default::default() });
+            }
+            let g = scan.groups.last_mut().expect("pushed");
+            g.last = iv as u64;
+            g.t_ns = t_ns;
+            g.dur_ns = g.dur_ns.saturating_add(dur_ns);
+            // This interval's packets per queue, for Little's law with its lifetime stage.
+            let mut packets: BTreeMap<(Dir, u32), u64> = BTreeMap::new();
+            while let Some((qi, dir, queue, v)) = q_ahead.filter(|q| q.0 <= iv) {
+                if qi < last_q {
+                    return Ok(None);
+                }
+                last_q = qi;
+                if qi == iv {
+                    let t = scan.totals.entry((dir, queue)).or_insert_with(|| QueueCounters::new(dir, queue));
+                    // Saturating: a damaged file's counts must not wrap.
+                    for (f, x) in [
+                        (&mut t.packets, v[0]),
+                        (&mut t.bytes, v[1]),
+                        (&mut t.napi_polls, v[2]),
+                        (&mut t.napi_work, v[3]),
+                        (&mut t.napi_budget_exhausted, v[4]),
+                        (&mut t.copies, v[5]),
+                        (&mut t.frees, v[6]),
+                        (&mut t.drops, v[7]),
+                        (&mut t.handups, v[8]),
+                    ] {
+                        *f = f.saturating_add(x);
+                    }
+                    let gq = group_sums.entry((dir, queue)).or_insert(GroupQueue { dir, queue, packets: 0, bytes: 0, life_count: 0, life_sum_ns: 0 });
+                    gq.packets = gq.packets.saturating_add(v[0]);
+                    gq.bytes = gq.bytes.saturating_add(v[1]);
+                    packets.insert((dir, queue), v[0]);
+                }
+                q_ahead = next_q(&mut qrows)?;
+            }
+            while let Some((si_iv, dir, queue, si, v)) = s_ahead.filter(|s| s.0 <= iv) {
+                if si_iv < last_s {
+                    return Ok(None);
+                }
+                last_s = si_iv;
+                if let (true, Some(si)) = (si_iv == iv, si) {
+                    let t = scan.totals.entry((dir, queue)).or_insert_with(|| QueueCounters::new(dir, queue));
+                    t.stage_count[si] = t.stage_count[si].saturating_add(v[0]);
+                    t.stage_sum_ns[si] = t.stage_sum_ns[si].saturating_add(v[1]);
+                    t.stage_max_ns[si] = t.stage_max_ns[si].max(v[2]);
+                    if si == dir.lifetime_stage() {
+                        let gq = group_sums.entry((dir, queue)).or_insert(GroupQueue { dir, queue, packets: 0, bytes: 0, life_count: 0, life_sum_ns: 0 });
+                        gq.life_count = gq.life_count.saturating_add(v[0]);
+                        gq.life_sum_ns = gq.life_sum_ns.saturating_add(v[1]);
+                        // Peak in flight: this interval's packet rate × its mean lifetime.
+                        if let (Some(&pk), true, true) = (packets.get(&(dir, queue)), v[0] > 0, dur_ns > 0) {
+                            let inflight = (pk as f64 / (dur_ns as f64 / 1e9) * (v[1] as f64 / v[0] as f64) / 1e9).ceil() as u64;
+                            let p = scan.peaks.entry((dir, queue)).or_insert(0);
+                            *p = (*p).max(inflight);
+                        }
+                    }
+                }
+                s_ahead = next_s(&mut srows)?;
             }
         }
-        map.into_values().collect()
+        if let Some(g) = scan.groups.last_mut() {
+            g.queues = group_sums.into_values().collect();
+        }
+        Ok(Some(scan))
     }
 
-    pub fn event_totals(&self) -> EventCounters {
-        let mut t = EventCounters::default();
-        for s in &self.snapshots {
-            let e = &s.events;
-            t.sampled = t.sampled.saturating_add(e.sampled);
-            t.lost = t.lost.saturating_add(e.lost);
-            t.received = t.received.saturating_add(e.received);
-            t.state_evicted = t.state_evicted.saturating_add(e.state_evicted);
-            t.queue_clamped = t.queue_clamped.saturating_add(e.queue_clamped);
-            t.state_stale = t.state_stale.saturating_add(e.state_stale);
+    /// Per-queue totals over the covered intervals, with their histograms (queues with rows only).
+    pub fn queue_totals(&self) -> Result<Vec<QueueCounters>> {
+        let e = |e| self.corrupt(e);
+        let mut map = self.scan()?.totals.clone();
+        let (w, hint) = self.rows_in_window("interval");
+        // The histograms are the largest per-interval tables: summed while streaming, which
+        // is several times faster than SQLite's sorting GROUP BY.
+        let mut st = self.conn.prepare(&format!("SELECT dir,queue,stage,bucket,count FROM stage_hist {hint} {w}")).map_err(e)?;
+        let mut rows = st.query([]).map_err(e)?;
+        while let Some(r) = rows.next().map_err(e)? {
+            let dir = dir_of(r.get_ref(0).map_err(e)?.as_str().unwrap_or("rx"));
+            let queue: u32 = r.get(1).map_err(e)?;
+            let stage = r.get_ref(2).map_err(e)?.as_str().unwrap_or("");
+            let Some(si) = stage_index(dir, stage) else { continue };
+            let bucket = r.get::<_, i64>(3).map_err(e)?;
+            let n = count(r, 4).map_err(e)?;
+            let q = map.entry((dir, queue)).or_insert_with(|| QueueCounters::new(dir, queue));
+            if let Some(slot) = usize::try_from(bucket).ok().and_then(|b| q.stage_hist[si].get_mut(b)) {
+                *slot = slot.saturating_add(n);
+            }
         }
-        t
+        let mut st = self.conn.prepare(&format!("SELECT queue,bucket,count FROM napi_hist {hint} {w}")).map_err(e)?;
+        let mut rows = st.query([]).map_err(e)?;
+        while let Some(r) = rows.next().map_err(e)? {
+            let queue: u32 = r.get(0).map_err(e)?;
+            let bucket = r.get::<_, i64>(1).map_err(e)?;
+            let n = count(r, 2).map_err(e)?;
+            let q = map.entry((Dir::Rx, queue)).or_insert_with(|| QueueCounters::new(Dir::Rx, queue));
+            if let Some(slot) = usize::try_from(bucket).ok().filter(|b| *b < NAPI_BUCKETS).and_then(|b| q.napi_work_hist.get_mut(b)) {
+                *slot = slot.saturating_add(n);
+            }
+        }
+        Ok(map.into_values().collect())
+    }
+
+    pub fn event_totals(&self) -> Result<EventCounters> {
+        let (a, b) = self.range();
+        self.conn
+            .query_row(
+                &format!(
+                    "SELECT SUM(sampled),SUM(lost),SUM(received),SUM(state_evicted),SUM(queue_clamped),SUM({}) FROM intervals
+                     WHERE idx BETWEEN ?1 AND ?2",
+                    self.cols.stale
+                ),
+                params![a, b],
+                |r| {
+                    let g = |i: usize| -> rusqlite::Result<u64> { sum(r, i) };
+                    Ok(EventCounters {
+                        sampled: g(0)?,
+                        lost: g(1)?,
+                        received: g(2)?,
+                        state_evicted: g(3)?,
+                        queue_clamped: g(4)?,
+                        state_stale: g(5)?,
+                    })
+                },
+            )
+            .map_err(|e| self.corrupt(e))
+    }
+
+    /// How long the detail hooks ran in the covered intervals (None: all the time, a
+    /// recording from before detail windows).
+    pub fn detail_ns(&self) -> Result<Option<u64>> {
+        let (a, b) = self.range();
+        let (sum, n, all): (Option<i64>, i64, i64) = self
+            .conn
+            .query_row(
+                &format!("SELECT SUM({0}), COUNT({0}), COUNT(*) FROM intervals WHERE idx BETWEEN ?1 AND ?2", self.cols.detail_ns),
+                params![a, b],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .map_err(|e| self.corrupt(e))?;
+        Ok((n == all && n > 0).then(|| sum.unwrap_or(0).max(0) as u64))
+    }
+
+    /// The run's flows (a whole-run table: with a window, the flows active in it, with their
+    /// whole-run counts).
+    pub fn flows(&self) -> Result<Vec<FlowCounters>> {
+        let e = |e| self.corrupt(e);
+        let mut st = self
+            .conn
+            .prepare(&format!(
+                "SELECT dir,proto,src,sport,dst,dport,queue,packets,bytes,payload_bytes,first_ns,last_ns,{} FROM flows",
+                self.cols.flow_samples
+            ))
+            .map_err(e)?;
+        let mut rows = st.query([]).map_err(e)?;
+        let mut flows = Vec::new();
+        while let Some(r) = rows.next().map_err(e)? {
+            let g = |i: usize| -> Result<u64> { count(r, i).map_err(|x| self.corrupt(x)) };
+            let f = FlowCounters {
+                key: FlowKey {
+                    dir: dir_of(&r.get::<_, String>(0).map_err(e)?),
+                    proto: r.get(1).map_err(e)?,
+                    src: r.get(2).map_err(e)?,
+                    sport: r.get(3).map_err(e)?,
+                    dst: r.get(4).map_err(e)?,
+                    dport: r.get(5).map_err(e)?,
+                },
+                queue: r.get(6).map_err(e)?,
+                packets: g(7)?,
+                bytes: g(8)?,
+                payload_bytes: g(9)?,
+                first_ns: g(10)?,
+                last_ns: g(11)?,
+                samples: opt_count(r, 12).map_err(e)?,
+                bytes_var: opt_count(r, 13).map_err(e)?,
+            };
+            let w = &self.window;
+            // A flow first seen before the window ends and last seen after it starts (a zero
+            // first time is an unknown one).
+            if w.whole || ((f.first_ns == 0 || f.first_ns <= w.end_ns) && f.last_ns >= w.start_ns) {
+                flows.push(f);
+            }
+        }
+        Ok(flows)
+    }
+
+    /// Drops by kernel reason over the run (a whole-run table).
+    pub fn drop_reasons(&self) -> Result<Vec<(u32, u64)>> {
+        let e = |e| self.corrupt(e);
+        let mut st = self.conn.prepare("SELECT reason,count FROM drop_reasons ORDER BY reason").map_err(e)?;
+        let rows = st.query_map([], |r| Ok((r.get::<_, u32>(0)?, count(r, 1)?))).map_err(e)?;
+        rows.map(|r| r.map_err(e)).collect()
+    }
+
+    /// The WHERE clause selecting a source's counter rows in the window: live and software
+    /// rows by the recording's interval, imported ones (the capture's own intervals) by time.
+    fn counter_filter(&self, source: &str) -> String {
+        let (a, b) = self.range();
+        if source == crate::counters::CounterSource::Imported.as_str() {
+            if self.window.whole {
+                "source = ?1".into()
+            } else {
+                format!("source = ?1 AND t_ns > {} AND t_ns <= {}", self.window.start_ns, self.window.end_ns)
+            }
+        } else {
+            format!("source = ?1 AND interval BETWEEN {a} AND {b}")
+        }
+    }
+
+    /// A source's counter readings over the window, summed per socket, PMU and event; the
+    /// time they span: an imported capture's from the start to its last reading (perf's own
+    /// clock, shifted onto the recording's), else the recording intervals that have readings.
+    pub fn counter_totals(&self, source: &str) -> Result<CounterTotals> {
+        let e = |e| self.corrupt(e);
+        let filter = self.counter_filter(source);
+        let mut st = self
+            .conn
+            .prepare(&format!(
+                "SELECT socket,pmu,event,SUM(value),SUM(raw),SUM(enabled_ns),SUM(running_ns),MAX(t_ns),COUNT(*) FROM counters
+                 WHERE {filter} GROUP BY socket,pmu,event"
+            ))
+            .map_err(e)?;
+        let mut rows = st.query([source]).map_err(e)?;
+        let mut t = CounterTotals::default();
+        let mut last_t = 0u64;
+        while let Some(r) = rows.next().map_err(e)? {
+            let g = |i: usize| -> Result<u64> { count(r, i).map_err(|x| self.corrupt(x)) };
+            let reading = CounterReading {
+                t_ns: g(7)?,
+                socket: r.get(0).map_err(e)?,
+                pmu: r.get(1).map_err(e)?,
+                event: r.get(2).map_err(e)?,
+                value: r.get(3).map_err(e)?,
+                raw: g(4)?,
+                enabled_ns: g(5)?,
+                running_ns: g(6)?,
+            };
+            last_t = last_t.max(reading.t_ns);
+            t.rows = t.rows.saturating_add(g(8)?);
+            t.readings.push(reading);
+        }
+        t.duration_s = if source == crate::counters::CounterSource::Imported.as_str() {
+            let from = if self.window.whole { self.meta.start_ns.unwrap_or(0) } else { self.window.start_ns };
+            last_t.saturating_sub(from) as f64 / 1e9
+        } else {
+            let sql = format!("SELECT SUM(dur_ns) FROM intervals WHERE idx IN (SELECT DISTINCT interval FROM counters WHERE {filter})");
+            self.conn.query_row(&sql, [source], |r| sum(r, 0)).map_err(e)? as f64 / 1e9
+        };
+        Ok(t)
+    }
+
+    /// The L3-miss rows of the window, summed (None: no miss table, or no rows in the window).
+    pub fn miss_totals(&self) -> Result<Option<MissTotals>> {
+        if !self.cols.miss {
+            return Ok(None);
+        }
+        let (a, b) = self.range();
+        let e = |e| self.corrupt(e);
+        let c = &self.cols;
+        let (th, tns, tl) = {
+            let mut it = c.throttle.split(',');
+            (it.next().unwrap_or("NULL"), it.next().unwrap_or("NULL"), it.next().unwrap_or("NULL"))
+        };
+        // A sum that stands only if every interval has the column (else None).
+        let all = |col: &str| format!("CASE WHEN COUNT({col}) = COUNT(*) THEN SUM({col}) END");
+        let sql = format!(
+            "SELECT COUNT(*),SUM(samples),SUM(on_packet_buffers),SUM(other_addr),SUM(no_addr),SUM(ctx_charged),SUM(uncharged),
+                    SUM({}),{},SUM({}),{},{},{},SUM({}),{},
+                    (SELECT SUM(dur_ns) FROM intervals WHERE idx IN (SELECT interval FROM miss_intervals WHERE interval BETWEEN ?1 AND ?2))
+             FROM miss_intervals WHERE interval BETWEEN ?1 AND ?2",
+            c.out_of_subset,
+            all(c.no_flow),
+            c.miss_queue_clamped,
+            all(th),
+            all(tns),
+            all(tl),
+            c.before_window,
+            all(c.sampled_ns),
+        );
+        let mut t = MissTotals::default();
+        let n = self
+            .conn
+            .query_row(&sql, params![a, b], |r| {
+                let g = |i: usize| -> rusqlite::Result<u64> { sum(r, i) };
+                let opt = |i: usize| -> rusqlite::Result<Option<u64>> { opt_count(r, i) };
+                let m = &mut t.totals;
+                m.samples = g(1)?;
+                m.on_packet_buffers = g(2)?;
+                m.other_addr = g(3)?;
+                m.no_addr = g(4)?;
+                m.ctx_charged = g(5)?;
+                m.uncharged = g(6)?;
+                m.out_of_subset = g(7)?;
+                m.no_flow = opt(8)?;
+                m.queue_clamped = g(9)?;
+                m.throttle = match (opt(10)?, opt(11)?, opt(12)?) {
+                    (Some(throttles), Some(throttled_ns), Some(records_lost)) => {
+                        Some(SamplerThrottle { throttles, throttled_ns, records_lost })
+                    }
+                    _ => None,
+                };
+                m.before_window = g(13)?;
+                m.sampled_ns = opt(14)?;
+                t.span_ns = g(15)?;
+                g(0)
+            })
+            .map_err(e)?;
+        if n == 0 {
+            return Ok(None);
+        }
+        t.intervals = n;
+        let m = &mut t.totals;
+        m.age_hist = vec![0; NBUCKETS];
+        if c.buf_map {
+            let sql = format!(
+                "SELECT SUM(linear_pages),SUM(frag_pages),SUM(frags_over_cap),SUM(frags_no_page),SUM(frags_no_layout),
+                        SUM(copy_linear_joined),SUM(copy_frag_joined),SUM({}),SUM({}),MAX(entries),
+                        (SELECT entries FROM buf_map_intervals WHERE entries IS NOT NULL AND interval BETWEEN ?1 AND ?2
+                         ORDER BY interval DESC LIMIT 1)
+                 FROM buf_map_intervals WHERE interval BETWEEN ?1 AND ?2",
+                c.slots_replaced, c.pages_over_cap
+            );
+            let (buf, max) = self
+                .conn
+                .query_row(&sql, params![a, b], |r| {
+                    let g = |i: usize| -> rusqlite::Result<u64> { sum(r, i) };
+                    Ok((
+                        BufMapCounters {
+                            linear_pages: g(0)?,
+                            frag_pages: g(1)?,
+                            frags_over_cap: g(2)?,
+                            frags_no_page: g(3)?,
+                            frags_no_layout: g(4)?,
+                            copy_linear_joined: g(5)?,
+                            copy_frag_joined: g(6)?,
+                            slots_replaced: g(7)?,
+                            pages_over_cap: g(8)?,
+                            entries: opt_count(r, 10)?,
+                        },
+                        opt_count(r, 9)?,
+                    ))
+                })
+                .map_err(e)?;
+            m.buf = buf;
+            t.entries_max = max;
+        }
+        let mut st = self
+            .conn
+            .prepare("SELECT dir,queue,SUM(addr_join),SUM(cpu_ctx) FROM miss_queues WHERE interval BETWEEN ?1 AND ?2 GROUP BY dir,queue")
+            .map_err(e)?;
+        let mut rows = st.query(params![a, b]).map_err(e)?;
+        while let Some(r) = rows.next().map_err(e)? {
+            let g = |i: usize| -> Result<u64> { count(r, i).map_err(|x| self.corrupt(x)) };
+            m.queues.push((dir_of(&r.get::<_, String>(0).map_err(e)?), r.get(1).map_err(e)?, g(2)?, g(3)?));
+        }
+        let mut st = self
+            .conn
+            .prepare("SELECT bucket,SUM(count) FROM miss_age_hist WHERE interval BETWEEN ?1 AND ?2 GROUP BY bucket")
+            .map_err(e)?;
+        let mut rows = st.query(params![a, b]).map_err(e)?;
+        while let Some(r) = rows.next().map_err(e)? {
+            let b = r.get::<_, i64>(0).map_err(e)?;
+            if let Some(slot) = usize::try_from(b).ok().and_then(|b| m.age_hist.get_mut(b)) {
+                *slot = count(r, 1).map_err(e)?;
+            }
+        }
+        let mut st = self.conn.prepare("SELECT dir,proto,src,sport,dst,dport,addr_join,cpu_ctx FROM miss_flows").map_err(e)?;
+        let mut rows = st.query([]).map_err(e)?;
+        while let Some(r) = rows.next().map_err(e)? {
+            let k = FlowKey {
+                dir: dir_of(&r.get::<_, String>(0).map_err(e)?),
+                proto: r.get(1).map_err(e)?,
+                src: r.get(2).map_err(e)?,
+                sport: r.get(3).map_err(e)?,
+                dst: r.get(4).map_err(e)?,
+                dport: r.get(5).map_err(e)?,
+            };
+            m.flows.push((k, count(r, 6).map_err(e)?, count(r, 7).map_err(e)?));
+        }
+        let mut st = self.conn.prepare("SELECT region,samples FROM miss_regions ORDER BY samples DESC").map_err(e)?;
+        // A region is an address range (any u64); its sample count is a count.
+        let rows = st.query_map([], |r| Ok((r.get::<_, i64>(0)? as u64, count(r, 1)?))).map_err(e)?;
+        for r in rows {
+            m.regions.push(r.map_err(e)?);
+        }
+        Ok(Some(t))
+    }
+
+    /// The covered intervals in at most `SERIES_POINTS` groups of consecutive intervals (one
+    /// interval a group while they fit), with each queue's counts and lifetime stage, and
+    /// the readings of counter source `counters` by recording interval (live or software).
+    pub fn interval_groups(&self, counters: Option<&str>) -> Result<Vec<IntervalGroup>> {
+        let mut groups = self.scan()?.groups.clone();
+        let Some(source) = counters else { return Ok(groups) };
+        let e = |e| self.corrupt(e);
+        let (a, _) = self.range();
+        let k = (self.window.intervals as usize).div_ceil(SERIES_POINTS).max(1) as i64;
+        let mut acc: Vec<BTreeMap<(u32, String, String), CounterReading>> = vec![BTreeMap::new(); groups.len()];
+        let mut st = self
+            .conn
+            .prepare(&format!("SELECT interval,t_ns,socket,pmu,event,value,raw,enabled_ns,running_ns FROM counters WHERE {}", self.counter_filter(source)))
+            .map_err(e)?;
+        let mut rows = st.query([source]).map_err(e)?;
+        while let Some(r) = rows.next().map_err(e)? {
+            let iv: i64 = r.get(0).map_err(e)?;
+            let Some(m) = acc.get_mut(((iv - a) / k) as usize) else { continue };
+            fold_reading(m, reading_at(r, 1).map_err(e)?);
+        }
+        for (g, m) in groups.iter_mut().zip(acc) {
+            g.counters = m.into_values().collect();
+        }
+        Ok(groups)
+    }
+
+    /// A source's counter readings over time in at most `max` points, each summing
+    /// consecutive readings of the source's own intervals; a point's length is the time since
+    /// the previous one (the first: since the window's start).
+    pub fn counter_series(&self, source: &str, max: usize) -> Result<Vec<CounterPoint>> {
+        let e = |e| self.corrupt(e);
+        let filter = self.counter_filter(source);
+        let (n, lo): (i64, Option<i64>) = self
+            .conn
+            .query_row(&format!("SELECT COUNT(DISTINCT interval), MIN(interval) FROM counters WHERE {filter}"), [source], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .map_err(e)?;
+        let Some(lo) = lo else { return Ok(Vec::new()) };
+        // Intervals are numbered without gaps in both kinds of source; a gap only merges points.
+        let k = (n.max(1) as usize).div_ceil(max.max(1)).max(1) as i64;
+        let mut points: BTreeMap<i64, BTreeMap<(u32, String, String), CounterReading>> = BTreeMap::new();
+        let mut st = self
+            .conn
+            .prepare(&format!("SELECT interval,t_ns,socket,pmu,event,value,raw,enabled_ns,running_ns FROM counters WHERE {filter}"))
+            .map_err(e)?;
+        let mut rows = st.query([source]).map_err(e)?;
+        while let Some(r) = rows.next().map_err(e)? {
+            let iv: i64 = r.get(0).map_err(e)?;
+            fold_reading(points.entry((iv - lo) / k).or_default(), reading_at(r, 1).map_err(e)?);
+        }
+        let mut prev = if self.window.whole { self.meta.start_ns.unwrap_or(self.window.start_ns) } else { self.window.start_ns };
+        Ok(points
+            .into_values()
+            .map(|m| {
+                let readings: Vec<CounterReading> = m.into_values().collect();
+                let t_ns = readings.iter().map(|r| r.t_ns).max().unwrap_or(prev);
+                let dur_s = t_ns.saturating_sub(prev) as f64 / 1e9;
+                prev = t_ns;
+                CounterPoint { t_ns, dur_s, readings }
+            })
+            .collect())
+    }
+
+    /// Per queue, the most packets in flight in any interval by Little's law (its packet rate
+    /// × the mean of its lifetime stage), over the intervals that timed that stage.
+    pub fn peak_inflight(&self) -> Result<BTreeMap<(Dir, u32), u64>> {
+        Ok(self.scan()?.peaks.clone())
+    }
+
+    /// At most `limit` of the window's packet records, in evenly spaced runs across it, and
+    /// how many it holds. Records are stored in interval order, so the window is a range of
+    /// row ids, found by bisection.
+    pub fn packet_records(&self, limit: usize) -> Result<PacketRecords> {
+        let e = |e| self.corrupt(e);
+        let (a, b) = self.range();
+        let (lo, hi): (Option<i64>, Option<i64>) =
+            self.conn.query_row("SELECT MIN(rowid), MAX(rowid) FROM samples", [], |r| Ok((r.get(0)?, r.get(1)?))).map_err(e)?;
+        let (Some(lo), Some(hi)) = (lo, hi) else { return Ok(PacketRecords::default()) };
+        // The first row id whose interval is at least `iv` (hi + 1: none).
+        let first_at = |iv: i64| -> Result<i64> {
+            let (mut l, mut h) = (lo, hi + 1);
+            while l < h {
+                let mid = l + (h - l) / 2;
+                let at: Option<i64> = self
+                    .conn
+                    .query_row("SELECT interval FROM samples WHERE rowid >= ?1 ORDER BY rowid LIMIT 1", [mid], |r| r.get(0))
+                    .or_else(|x| if x == rusqlite::Error::QueryReturnedNoRows { Ok(None) } else { Err(x) })
+                    .map_err(e)?;
+                match at {
+                    Some(v) if v < iv => l = mid + 1,
+                    _ => h = mid,
+                }
+            }
+            Ok(l)
+        };
+        let (from, to) = if self.window.whole { (lo, hi + 1) } else { (first_at(a)?, first_at(b + 1)?) };
+        let total = (to - from).max(0) as u64;
+        let mut out = PacketRecords { records: Vec::with_capacity(limit.min(total as usize)), total };
+        if total == 0 || limit == 0 {
+            return Ok(out);
+        }
+        const RUNS: i64 = 64;
+        let runs: Vec<(i64, i64)> = if total as usize <= limit {
+            vec![(from, to)]
+        } else {
+            let len = (limit as i64 / RUNS).max(1);
+            let step = (to - from) / RUNS;
+            (0..RUNS).map(|i| (from + i * step, from + i * step + len)).collect()
+        };
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT dir,queue,cpu,len,skb_addr,data_addr,ts0,ts1,ts2,ts3,free_ns,dropped,drop_reason,proto,src,sport,dst,dport
+                 FROM samples WHERE rowid >= ?1 AND rowid < ?2",
+            )
+            .map_err(e)?;
+        for (s, t) in runs {
+            let mut rows = st.query(params![s, t]).map_err(e)?;
+            while let Some(r) = rows.next().map_err(e)? {
+                let dir = dir_of(&r.get::<_, String>(0).map_err(e)?);
+                let g = |i: usize| -> Result<u64> { count(r, i).map_err(|x| self.corrupt(x)) };
+                // Kernel addresses: the writer's u64 read back as i64, negative above 2^63.
+                let addr = |i: usize| -> Result<u64> { Ok(r.get::<_, i64>(i).map_err(|x| self.corrupt(x))? as u64) };
+                let flow = match r.get::<_, Option<String>>(13).map_err(e)? {
+                    Some(proto) => Some(FlowKey {
+                        dir,
+                        proto,
+                        src: r.get(14).map_err(e)?,
+                        sport: r.get(15).map_err(e)?,
+                        dst: r.get(16).map_err(e)?,
+                        dport: r.get(17).map_err(e)?,
+                    }),
+                    None => None,
+                };
+                out.records.push(PacketSample {
+                    dir,
+                    queue: g(1)? as u32,
+                    cpu: g(2)? as u32,
+                    len: g(3)? as u32,
+                    skb_addr: addr(4)?,
+                    data_addr: addr(5)?,
+                    ts: [g(6)?, g(7)?, g(8)?, g(9)?],
+                    free_ns: g(10)?,
+                    dropped: g(11)? != 0,
+                    drop_reason: g(12)? as u32,
+                    flow,
+                });
+            }
+        }
+        Ok(out)
     }
 }
+
+/// A counter reading from columns t_ns, socket, pmu, event, value, raw, enabled_ns,
+/// running_ns starting at `at`.
+fn reading_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<CounterReading> {
+    Ok(CounterReading {
+        t_ns: count(r, at)?,
+        socket: r.get(at + 1)?,
+        pmu: r.get(at + 2)?,
+        event: r.get(at + 3)?,
+        value: r.get(at + 4)?,
+        raw: count(r, at + 5)?,
+        enabled_ns: count(r, at + 6)?,
+        running_ns: count(r, at + 7)?,
+    })
+}
+
+const _: () = assert!(NSTAGES == 4);
 
 /// The device's page pools as the recording last saw them (cumulative since each pool was
 /// made; empty: the kernel kept no page_pool statistics, or a recording from before them).
@@ -528,26 +1076,50 @@ pub fn page_pools(path: &Path) -> Result<Vec<crate::probe::kstats::PagePoolStat>
     rows.collect::<rusqlite::Result<Vec<_>>>().map_err(|e| anyhow::anyhow!("{}: damaged page_pools table: {e}", path.display()))
 }
 
-/// Test support: the checked-in fixture recording, altered.
+/// Test support: the checked-in fixture recording, altered, and recordings written from
+/// Snapshots.
 #[cfg(test)]
 pub(crate) mod fixture {
-    use std::path::Path;
+    use std::path::{Path, PathBuf};
+
+    pub(crate) const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/recordings/veth-tcp.ddio");
 
     /// The fixture recording with `sql` run on a copy: an older schema rebuilt by hand. The
     /// temporary directory lives as long as the returned guard.
-    pub(crate) fn fixture_altered(sql: &str) -> (tempfile::TempDir, std::path::PathBuf) {
-        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/recordings/veth-tcp.ddio");
+    pub(crate) fn fixture_altered(sql: &str) -> (tempfile::TempDir, PathBuf) {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("old.ddio");
-        std::fs::copy(&fixture, &path).expect("copy fixture");
+        std::fs::copy(Path::new(FIXTURE), &path).expect("copy fixture");
         rusqlite::Connection::open(&path).expect("open copy").execute_batch(sql).expect("old-style table");
+        (dir, path)
+    }
+
+    /// A recording written through the recorder's own writer: `meta` rows, then `snaps`, then
+    /// `counters` rows per interval.
+    pub(crate) fn write_recording(
+        meta: &[(&str, String)],
+        snaps: &[crate::snapshot::Snapshot],
+        counters: &[(u64, crate::recording::writer::CounterRow)],
+    ) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("built.ddio");
+        let mut w = crate::recording::Writer::create(&path, false).expect("create");
+        for (k, v) in meta {
+            w.set_meta(k, v).expect("meta");
+        }
+        for s in snaps {
+            w.write_snapshot(s).expect("snapshot");
+        }
+        for (iv, row) in counters {
+            w.write_counters(*iv, std::slice::from_ref(row)).expect("counters");
+        }
         (dir, path)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::fixture::fixture_altered;
+    use super::fixture::{fixture_altered, FIXTURE};
     use super::*;
 
     /// Page pools written with an interval read back; a recording without the table has none.
@@ -580,8 +1152,58 @@ mod tests {
                 entries INTEGER, copy_linear_joined INTEGER NOT NULL, copy_frag_joined INTEGER NOT NULL);
              INSERT INTO buf_map_intervals VALUES (1, 10, 20, 0, 0, 0, 5, 0, 0);",
         );
-        let r = Recording::open(&path);
-        assert!(r.is_ok(), "{:?}", r.err());
+        let r = Recording::open(&path).expect("opens");
+        assert!(r.miss_totals().is_ok());
+    }
+
+    /// Flows from the first sampled recordings (a sum of squares, `bytes_sq`, not the variance)
+    /// read with their sample counts and no error bound.
+    #[test]
+    fn flows_with_a_sum_of_squares_read() {
+        let (_dir, path) = fixture_altered(
+            "ALTER TABLE flows ADD COLUMN samples INTEGER; ALTER TABLE flows ADD COLUMN bytes_sq INTEGER;
+             UPDATE flows SET samples = 3, bytes_sq = 9;",
+        );
+        let flows = Recording::open(&path).unwrap().flows().expect("reads");
+        assert!(!flows.is_empty() && flows.iter().all(|f| f.samples == Some(3) && f.bytes_var.is_none()));
+    }
+
+    /// The aggregates equal sums taken row by row in SQL, over the whole run and a window.
+    #[test]
+    fn totals_are_the_rows_summed() {
+        let mut r = Recording::open(Path::new(FIXTURE)).unwrap();
+        let c = rusqlite::Connection::open(FIXTURE).unwrap();
+        let one = |sql: &str| -> i64 { c.query_row(sql, [], |r| r.get(0)).unwrap() };
+        assert_eq!(r.window.intervals as i64, one("SELECT COUNT(*) FROM intervals"));
+        assert_eq!(r.window.dur_ns as i64, one("SELECT SUM(dur_ns) FROM intervals"));
+        let rx: u64 = r.queue_totals().unwrap().iter().filter(|q| q.dir == Dir::Rx).map(|q| q.packets).sum();
+        assert_eq!(rx as i64, one("SELECT SUM(packets) FROM queue_intervals WHERE dir='rx'"));
+        let hist: u64 = r.queue_totals().unwrap().iter().flat_map(|q| q.stage_hist.iter().flatten()).sum();
+        assert_eq!(hist as i64, one("SELECT SUM(count) FROM stage_hist"));
+        assert_eq!(r.event_totals().unwrap().sampled as i64, one("SELECT SUM(sampled) FROM intervals"));
+        let recs = r.packet_records(100_000).unwrap();
+        assert_eq!((recs.total as i64, recs.records.len() as i64), (one("SELECT COUNT(*) FROM samples"), recs.total as i64));
+        // Fewer than asked for: evenly spread runs, and the count still of all.
+        let few = r.packet_records(64).unwrap();
+        assert!(few.records.len() <= 64 && few.total == recs.total, "{} of {}", few.records.len(), few.total);
+        // The groups of a series cover every interval once.
+        let g = r.interval_groups(None).unwrap();
+        assert!(g.len() <= SERIES_POINTS);
+        assert_eq!(g.iter().map(|g| g.dur_ns).sum::<u64>(), r.window.dur_ns);
+        let pk: u64 = g.iter().flat_map(|g| g.queues.iter()).filter(|q| q.dir == Dir::Rx).map(|q| q.packets).sum();
+        assert_eq!(pk, rx);
+
+        // A window of the 2nd to 4th 200 ms interval: the same sums over those rows.
+        r.set_window(Some(TimeSpec::Offset(0.2)), Some(TimeSpec::Offset(0.8))).unwrap();
+        let (a, b) = (r.window.first, r.window.last);
+        assert_eq!(r.window.intervals, 3, "{:?}", r.window);
+        let rx: u64 = r.queue_totals().unwrap().iter().filter(|q| q.dir == Dir::Rx).map(|q| q.packets).sum();
+        assert_eq!(rx as i64, one(&format!("SELECT SUM(packets) FROM queue_intervals WHERE dir='rx' AND interval BETWEEN {a} AND {b}")));
+        let recs = r.packet_records(100_000).unwrap();
+        assert_eq!(recs.total as i64, one(&format!("SELECT COUNT(*) FROM samples WHERE interval BETWEEN {a} AND {b}")));
+        assert!((r.duration_s() - 0.6).abs() < 0.01, "{}", r.duration_s());
+        // Nothing there: one line saying what the recording covers.
+        let err = r.set_window(Some(TimeSpec::Offset(100.0)), None).unwrap_err().to_string();
+        assert!(err.contains("no interval") && err.contains("covers 0 to 3.0 s"), "{err}");
     }
 }
-

@@ -9,10 +9,11 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Instant;
 
-use super::{fmt_count, fmt_ns, queue_cells, queue_columns};
-use crate::analysis::Summary;
+use super::{queue_cells, queue_columns};
+use crate::units::{fmt_bytes, fmt_count, fmt_duration, fmt_ns, fmt_pct};
+use crate::analysis::answer::{Answer, NoChange, QueueVerdict};
+use crate::analysis::{AttributionReport, Outcome, Summary};
 use crate::advise::Recommendation;
-use crate::counters::CounterReading;
 use crate::model::geometry::{LlcGeometry, WaysSource};
 use crate::model::spec::{what_if, GridPoint, SimSpec};
 use crate::recording::Recording;
@@ -41,9 +42,14 @@ pub struct WhatIf {
     pub elapsed_s: f64,
 }
 
-pub fn render_html(rec: &Recording, report: &Summary, recs: &[Recommendation]) -> String {
+pub fn render_html(rec: &Recording, report: &Summary, outcome: &Outcome) -> anyhow::Result<String> {
     let mut o = String::with_capacity(256 * 1024);
     let m = &report.meta;
+    let answer = crate::analysis::answer::answer(report, outcome);
+    let (verdicts, attribution, recs, no_change): (&[QueueVerdict], &AttributionReport, &[Recommendation], Option<&NoChange>) = match outcome {
+        Outcome::Advised(a) => (&a.verdicts, &a.attribution, &a.recommendations, answer.no_change.as_ref()),
+        Outcome::NoModel { attribution, .. } => (&[], attribution, &[], answer.no_change.as_ref()),
+    };
     let _ = writeln!(
         o,
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
@@ -54,16 +60,21 @@ pub fn render_html(rec: &Recording, report: &Summary, recs: &[Recommendation]) -
     header(&mut o, report);
     let _ = writeln!(
         o,
-        "<nav><a href=\"#queues\">Queues</a><a href=\"#latency\">Latency</a><a href=\"#rates\">Rates</a>\
-         <a href=\"#counters\">Counters</a><a href=\"#whatif\">What-if</a><a href=\"#recommendations\">Recommendations</a>\
+        "<nav><a href=\"#answer\">Answer</a><a href=\"#verdicts\">Verdicts</a><a href=\"#attribution\">Attribution</a>\
+         <a href=\"#recommendations\">Recommendations</a><a href=\"#whatif\">What-if</a><a href=\"#evidence\">Evidence</a>\
+         <a href=\"#queues\">Queues</a><a href=\"#latency\">Latency</a><a href=\"#rates\">Rates</a><a href=\"#counters\">Counters</a>\
          <a href=\"#flows\">Flows</a><a href=\"#events\">Events</a></nav>\n<main>"
     );
-    queue_tables(&mut o, report);
-    latency_section(&mut o, rec, report);
-    rates_section(&mut o, rec, report);
-    counters_section(&mut o, rec, report);
+    answer_section(&mut o, &answer, verdicts);
+    verdicts_section(&mut o, verdicts);
+    attribution_section(&mut o, attribution, report.meta.duration_s);
+    recommendations_section(&mut o, recs, no_change);
     whatif_section(&mut o, rec, report);
-    recommendations_section(&mut o, recs);
+    provenance_section(&mut o, report);
+    queue_tables(&mut o, report);
+    latency_section(&mut o, report);
+    rates_section(&mut o, rec, report)?;
+    counters_section(&mut o, rec, report)?;
     flows_section(&mut o, report);
     events_section(&mut o, report);
     let _ = writeln!(
@@ -72,7 +83,173 @@ pub fn render_html(rec: &Recording, report: &Summary, recs: &[Recommendation]) -
         env!("CARGO_PKG_VERSION"),
         esc(&m.file)
     );
-    o
+    Ok(o)
+}
+
+/// "rx 3", as the JSON spells a queue.
+fn qname(dir: impl std::fmt::Display, queue: u32) -> String {
+    format!("{dir} {queue}")
+}
+
+/// The answer first: what leaks, how sure, what to change (the same words as the text report).
+fn answer_section(o: &mut String, a: &Answer, verdicts: &[QueueVerdict]) {
+    let _ = writeln!(o, "<section id=\"answer\">\n<h2>Answer</h2>\n<dl class=\"meta answer\">");
+    let reason = |d: Dir, q: u32| verdicts.iter().find(|v| v.dir == d && v.queue == q).map(|v| v.reason.clone()).unwrap_or_default();
+    let leaking = if let Some(why) = &a.model_unavailable {
+        format!("unknown: the DDIO model could not run: {}", esc(why))
+    } else if a.leaking.is_empty() {
+        if a.unknown > 0 { format!("none known; {} queues have no verdict", a.unknown) } else { "none: every modelled queue fits".into() }
+    } else {
+        let f = &a.leaking[0];
+        // The text report's words, each queue marked for tools and tests.
+        let mark = |d: Dir, q: u32| format!("<b class=\"leak\" data-queue=\"{0}\">{0}</b>", qname(d, q));
+        crate::report::text::leaking_line(a, &esc(&reason(f.dir, f.queue)), mark)
+    };
+    let _ = write!(o, "<dt>Leaking</dt><dd id=\"answer-leaking\">{leaking}</dd>");
+    let shares: Vec<String> = a.leaking.iter().filter_map(|l| l.share_pct.map(|s| format!("{} {s:.1}%", qname(l.dir, l.queue)))).collect();
+    if !shares.is_empty() {
+        let of = if a.method == crate::attribution::Method::ModelPrior { "of the predicted misses" } else { "of the attributed misses" };
+        let _ = write!(o, "<dt>Misses</dt><dd>{} {of}</dd>", shares.join(", "));
+    }
+    if !a.top_flows.is_empty() {
+        let f: Vec<String> = a
+            .top_flows
+            .iter()
+            .map(|f| esc(&format!("{} {}:{} -> {}:{} {:.1}%", f.proto, f.src, f.sport, f.dst, f.dport, f.share_pct)))
+            .collect();
+        let _ = write!(o, "<dt>Flows</dt><dd>{}</dd>", f.join("; "));
+    }
+    let _ = write!(
+        o,
+        "<dt>How sure</dt><dd id=\"answer-confidence\"><b data-method=\"{m}\" data-confidence=\"{c}\">{c} confidence, {m}</b>: {}</dd>",
+        esc(&a.evidence),
+        m = a.method,
+        c = a.confidence
+    );
+    if a.changes.is_empty() {
+        let why = a.no_change.as_ref().map_or_else(String::new, |n| n.reasons.join("; "));
+        let _ = write!(o, "<dt>Change</dt><dd id=\"answer-change\">nothing to run: {}</dd>", esc(&why));
+    } else {
+        o.push_str("<dt>Change</dt><dd id=\"answer-change\"><ul>");
+        for c in &a.changes {
+            let pred = match (c.predicted_before, c.predicted_after) {
+                (Some(b), Some(af)) => format!(" <span class=\"pred\">predicted {}: {b:.1}% → {af:.1}%</span>", esc(c.predicted_metric.as_deref().unwrap_or("hit rate"))),
+                _ => String::new(),
+            };
+            let _ = write!(o, "<li><code>{}</code>{pred}</li>", esc(&c.command));
+        }
+        o.push_str("</ul></dd>");
+    }
+    if let Some(n) = &a.no_change {
+        for s in &n.next_steps {
+            let _ = write!(o, "<dt>Next</dt><dd>{}</dd>", esc(s));
+        }
+    }
+    o.push_str("</dl>\n</section>\n");
+}
+
+/// Each modelled queue's verdict with its reason.
+fn verdicts_section(o: &mut String, verdicts: &[QueueVerdict]) {
+    let _ = writeln!(
+        o,
+        "<section id=\"verdicts\">\n<h2>Per-queue verdicts <span class=\"badge model\">model-only prediction</span></h2>"
+    );
+    if verdicts.is_empty() {
+        let _ = writeln!(o, "<p class=\"note\">No verdicts: the DDIO model did not run on this recording.</p>\n</section>");
+        return;
+    }
+    o.push_str(
+        "<div class=\"scroll\"><table class=\"num\" id=\"verdicts-table\"><thead><tr><th class=\"l\">queue</th><th class=\"l\">verdict</th>\
+         <th>ring needs</th><th>in flight</th><th>write hit</th><th>read hit</th><th class=\"l\">why</th></tr></thead><tbody>\n",
+    );
+    for v in verdicts {
+        let _ = writeln!(
+            o,
+            "<tr><td class=\"l\">{}</td><td class=\"l v-{v}\">{v}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l why\">{}</td></tr>",
+            qname(v.dir, v.queue),
+            v.footprint_bytes.map_or_else(|| "-".into(), |b| fmt_bytes(b as f64)),
+            v.inflight_bytes.map_or_else(|| "-".into(), fmt_bytes),
+            fmt_pct(v.predicted_write_hit_pct),
+            fmt_pct(v.predicted_read_hit_pct),
+            esc(&v.reason),
+            v = v.verdict,
+        );
+    }
+    o.push_str("</tbody></table></div>\n</section>\n");
+}
+
+/// The attributed misses per queue and flow, with the notes that qualify them.
+fn attribution_section(o: &mut String, a: &AttributionReport, duration_s: f64) {
+    let at = &a.chosen;
+    let _ = writeln!(
+        o,
+        "<section id=\"attribution\">\n<h2>Attribution <span class=\"badge{}\">{}, {} confidence</span></h2>",
+        if at.method == crate::attribution::Method::ModelPrior { " model" } else { "" },
+        at.method,
+        at.confidence
+    );
+    let unit = if at.counts_are_samples {
+        "samples"
+    } else if at.method == crate::attribution::Method::ModelPrior {
+        "predicted misses/s"
+    } else {
+        "misses/s"
+    };
+    let per = |m: f64| if at.counts_are_samples { format!("{m:.0}") } else { fmt_count(m / duration_s.max(1e-9)) };
+    if at.queues.is_empty() {
+        let _ = writeln!(o, "<p class=\"note\">No shares: no method has evidence enough.</p>");
+    } else {
+        let _ = writeln!(
+            o,
+            "<table class=\"num\" id=\"attribution-queues\"><thead><tr><th class=\"l\">queue</th><th>share</th><th>95% interval</th><th>{unit}</th></tr></thead><tbody>"
+        );
+        for q in &at.queues {
+            let _ = writeln!(
+                o,
+                "<tr><td class=\"l\">{}</td><td>{:.1}%</td><td>{}</td><td>{}</td></tr>",
+                qname(&q.dir, q.queue),
+                q.share_pct,
+                q.ci_pct.map_or_else(String::new, |(lo, hi)| format!("{lo:.0}–{hi:.0}%")),
+                per(q.misses)
+            );
+        }
+        o.push_str("</tbody></table>\n");
+    }
+    if !at.flows.is_empty() {
+        let _ = writeln!(
+            o,
+            "<table class=\"num\" id=\"attribution-flows\"><thead><tr><th class=\"l\">flow</th><th>share</th><th>{unit}</th></tr></thead><tbody>"
+        );
+        for f in at.flows.iter().take(TOP_FLOWS) {
+            let _ = writeln!(
+                o,
+                "<tr><td class=\"l\">{}</td><td>{:.1}%</td><td>{}</td></tr>",
+                esc(&format!("{} {}:{} -> {}:{}", f.proto, f.src, f.sport, f.dst, f.dport)),
+                f.share_pct,
+                per(f.misses)
+            );
+        }
+        o.push_str("</tbody></table>\n");
+    }
+    for n in &at.notes {
+        let _ = writeln!(o, "<p class=\"note\">{}</p>", esc(n));
+    }
+    if !a.not_used.is_empty() {
+        let _ = writeln!(o, "<p class=\"note\">Not available: {}</p>", esc(&a.not_used.join("; ")));
+    }
+    o.push_str("</section>\n");
+}
+
+/// Where each kind of number comes from.
+fn provenance_section(o: &mut String, r: &Summary) {
+    let t = &r.tiers;
+    let _ = writeln!(o, "<section id=\"evidence\">\n<h2>Evidence: where the numbers come from</h2>\n<dl class=\"meta\" id=\"tiers\">");
+    for (k, p) in [("Counts", &t.counts), ("Flows", &t.flows), ("Stages", &t.stages), ("Records", &t.records)] {
+        let _ = write!(o, "<dt>{k}</dt><dd data-kind=\"{}\">{}</dd>", p.kind, esc(&p.text));
+    }
+    o.push_str("</dl>\n");
+    host_details(o, r);
+    o.push_str("</section>\n");
 }
 
 /// HTML-escape text and attribute values (recordings carry host-supplied strings).
@@ -91,34 +268,6 @@ fn esc(s: &str) -> String {
     out
 }
 
-/// The text report's duration cells, with a proper micro sign for the page.
-fn ns_cell(v: Option<u64>) -> String {
-    fmt_ns(v).replace("us", "µs")
-}
-
-/// Axis label for a duration: 3 significant-ish digits in ns/µs/ms/s.
-fn fmt_dur(ns: f64) -> String {
-    let (v, unit) = match ns {
-        n if n < 1e3 => (n, "ns"),
-        n if n < 1e6 => (n / 1e3, "µs"),
-        n if n < 1e9 => (n / 1e6, "ms"),
-        n => (n / 1e9, "s"),
-    };
-    if v < 10.0 && unit != "ns" {
-        format!("{v:.1}{unit}")
-    } else {
-        format!("{v:.0}{unit}")
-    }
-}
-
-fn fmt_bytes(b: f64) -> String {
-    match b {
-        v if v >= 1048576.0 => format!("{:.2} MiB", v / 1048576.0),
-        v if v >= 1024.0 => format!("{:.1} KiB", v / 1024.0),
-        v => format!("{v:.0} B"),
-    }
-}
-
 fn header(o: &mut String, r: &Summary) {
     let m = &r.meta;
     let status = if m.complete {
@@ -126,34 +275,50 @@ fn header(o: &mut String, r: &Summary) {
     } else {
         "<span class=\"badge bad\">INCOMPLETE: the recording was cut off; numbers cover the intervals written before that</span>".to_string()
     };
-    let _ = write!(
+    let w = &r.window;
+    let window = if w.whole {
+        String::new()
+    } else {
+        format!(
+            " · <span class=\"badge\" id=\"window\">window {} to {} from the start</span>",
+            fmt_duration(w.from_s * 1e9),
+            fmt_duration(w.to_s * 1e9)
+        )
+    };
+    let _ = writeln!(
         o,
-        "<header id=\"summary\">\n<h1>ddioscope report — {}{}</h1>\n<p class=\"sub\">{} · {:.1} s in {} intervals{} · packet records sampled 1 in {}</p>\n<dl class=\"meta\">",
+        "<header id=\"summary\">\n<h1>ddioscope report — {}{}</h1>\n<p class=\"sub\">{} · {} · {} in {} intervals{}{window}</p>\n</header>",
         esc(&m.iface),
         m.netns.as_deref().map(|n| format!(" <small>@ netns {}</small>", esc(n))).unwrap_or_default(),
+        esc(m.driver.as_deref().unwrap_or("unknown driver")),
         status,
-        m.duration_s,
+        fmt_duration(m.duration_s * 1e9),
         m.intervals,
         m.interval_ms.map(|v| format!(" of {v} ms")).unwrap_or_default(),
-        m.sample_every.map(|v| v.to_string()).unwrap_or_else(|| "?".into()),
     );
+}
+
+/// The host, the device and the hooks: the recording's metadata, with the evidence.
+fn host_details(o: &mut String, r: &Summary) {
+    let m = &r.meta;
+    let _ = write!(o, "<dl class=\"meta\" id=\"host\">");
     let llc = m
         .llc_bytes
-        .map(|b| format!("{:.2} MiB, {} ways", b as f64 / 1048576.0, m.llc_ways.unwrap_or(0)))
+        .map(|b| format!("{}, {} ways", fmt_bytes(b as f64), m.llc_ways.unwrap_or(0)))
         .unwrap_or_else(|| "unknown".into());
-    let rows: [(&str, String); 9] = [
-        ("Interface", format!("{} (ifindex {})", m.iface, m.ifindex)),
-        ("Namespace", m.netns.clone().unwrap_or_else(|| "(initial)".into())),
+    let rows: [(&str, String); 8] = [
+        ("Interface", format!("{}, ifindex {}", m.iface, m.ifindex)),
+        ("Namespace", m.netns.clone().unwrap_or_else(|| "the initial one".into())),
         ("Driver", m.driver.clone().unwrap_or_else(|| "unknown".into())),
         (
             "Queues",
             format!(
-                "rx {} · tx {} · rings rx {} tx {} · IRQs {} · NIC NUMA node {}",
+                "rx {} · tx {} · rings rx {} tx {} · {} · NIC NUMA node {}",
                 m.rx_queues,
                 m.tx_queues,
-                m.rx_ring.map(|v| v.to_string()).unwrap_or_else(|| "n/a".into()),
-                m.tx_ring.map(|v| v.to_string()).unwrap_or_else(|| "n/a".into()),
-                if m.irqs == 0 { "none (virtual device)".to_string() } else { m.irqs.to_string() },
+                m.rx_ring.map(|v| v.to_string()).unwrap_or_else(|| "unknown".into()),
+                m.tx_ring.map(|v| v.to_string()).unwrap_or_else(|| "unknown".into()),
+                if m.irqs == 0 { "no IRQs: a virtual device".to_string() } else { format!("{} IRQs", m.irqs) },
                 m.numa_node.map(|n| n.to_string()).unwrap_or_else(|| "unknown".into())
             ),
         ),
@@ -161,7 +326,6 @@ fn header(o: &mut String, r: &Summary) {
         ("Kernel", m.kernel.clone()),
         ("CPU", if m.cpu_model.is_empty() { "unknown".into() } else { m.cpu_model.clone() }),
         ("LLC", llc),
-        ("Duration", format!("{:.2} s", m.duration_s)),
     ];
     for (k, v) in rows {
         let _ = write!(o, "<dt>{k}</dt><dd>{}</dd>", esc(&v));
@@ -173,20 +337,21 @@ fn header(o: &mut String, r: &Summary) {
     for h in &m.hooks_missing {
         let _ = write!(o, "<span class=\"chip missing\" title=\"not attached\">{} ✗</span>", esc(h));
     }
-    let _ = writeln!(o, "</dd></dl>\n</header>");
+    let _ = writeln!(o, "</dd></dl>");
 }
 
 fn queue_tables(o: &mut String, r: &Summary) {
     let _ = writeln!(o, "<section id=\"queues\">\n<h2>Per-queue packets, rates and stage latencies</h2>");
+    let _ = writeln!(o, "<p class=\"note\">Counts: {}. Stages: {}.</p>", esc(&r.tiers.counts.text), esc(&r.tiers.stages.text));
     for dir in [Dir::Rx, Dir::Tx] {
         let qs: Vec<_> = r.queues.iter().filter(|q| q.dir == dir).collect();
         let _ = writeln!(o, "<h3>{} queues</h3>", dir.as_str().to_uppercase());
         if qs.is_empty() {
-            let _ = writeln!(o, "<p class=\"note\">No traffic.</p>");
+            let _ = writeln!(o, "<p class=\"note\">None.</p>");
             continue;
         }
         let _ = write!(o, "<div class=\"scroll\"><table class=\"num\" id=\"queues-{}\"><thead><tr>", dir.as_str());
-        for c in queue_columns(dir) {
+        for c in queue_columns(dir, true) {
             // "driver_to_stack p50/p99/max" → name over a small unit line.
             match c.split_once(' ') {
                 Some((name, unit)) if unit == "p50/p99/max" => {
@@ -199,9 +364,9 @@ fn queue_tables(o: &mut String, r: &Summary) {
         }
         let _ = writeln!(o, "</tr></thead><tbody>");
         for q in qs {
-            o.push_str("<tr>");
-            for c in queue_cells(q) {
-                let _ = write!(o, "<td>{}</td>", esc(&c.replace("us", "µs")));
+            o.push_str(if q.packets == 0 { "<tr class=\"idle\">" } else { "<tr>" });
+            for c in queue_cells(q, true) {
+                let _ = write!(o, "<td>{}</td>", esc(&c));
             }
             o.push_str("</tr>\n");
         }
@@ -211,21 +376,24 @@ fn queue_tables(o: &mut String, r: &Summary) {
 }
 
 /// The same queues the report lists (traffic or NAPI activity), with their histograms.
-fn active_totals(rec: &Recording) -> Vec<QueueCounters> {
-    rec.queue_totals().into_iter().filter(|q| q.packets > 0 || q.napi_polls > 0).collect()
+fn active_totals(r: &Summary) -> Vec<&QueueCounters> {
+    r.totals.iter().filter(|q| q.packets > 0 || q.napi_polls > 0).collect()
 }
 
-fn latency_section(o: &mut String, rec: &Recording, r: &Summary) {
+/// Points on a chart over time at most: a longer recording's intervals are summed in groups.
+const MAX_POINTS: usize = crate::recording::reader::SERIES_POINTS;
+
+fn latency_section(o: &mut String, r: &Summary) {
     let _ = writeln!(
         o,
         "<section id=\"latency\">\n<h2>Stage latency distributions</h2>\n<p class=\"note\">Log2 histograms of each \
          packet stage per queue (bucket [2<sup>b</sup>, 2<sup>b+1</sup>) ns); bar height is the share of the stage's \
-         packets; dashed lines mark p50 and p99. Stages are described in the README.</p>"
+         packets; dashed lines mark p50 and p99. Stages are described in docs/report.md.</p>"
     );
-    let totals = active_totals(rec);
+    let totals = active_totals(r);
     let mut charts = 0;
     for dir in [Dir::Rx, Dir::Tx] {
-        let qs: Vec<&QueueCounters> = totals.iter().filter(|q| q.dir == dir && q.stage_count.iter().any(|&c| c > 0)).collect();
+        let qs: Vec<&QueueCounters> = totals.iter().copied().filter(|q| q.dir == dir && q.stage_count.iter().any(|&c| c > 0)).collect();
         if qs.is_empty() {
             continue;
         }
@@ -237,8 +405,8 @@ fn latency_section(o: &mut String, rec: &Recording, r: &Summary) {
                     continue;
                 }
                 let st = qr.and_then(|x| x.stages.get(*name));
-                let p50 = st.and_then(|v| v["p50_ns"].as_u64());
-                let p99 = st.and_then(|v| v["p99_ns"].as_u64());
+                let p50 = st.and_then(|v| v.p50_ns);
+                let p99 = st.and_then(|v| v.p99_ns);
                 let label = format!("{} q{} {}", dir.as_str(), q.queue, name);
                 let _ = writeln!(
                     o,
@@ -250,9 +418,9 @@ fn latency_section(o: &mut String, rec: &Recording, r: &Summary) {
                     q.queue,
                     name,
                     fmt_count(q.stage_count[s] as f64),
-                    ns_cell(p50),
-                    ns_cell(p99),
-                    ns_cell(Some(q.stage_max_ns[s])),
+                    fmt_ns(p50),
+                    fmt_ns(p99),
+                    fmt_ns(Some(q.stage_max_ns[s])),
                     hist_chart(&q.stage_hist[s], p50, p99, &label)
                 );
                 charts += 1;
@@ -271,24 +439,25 @@ fn rel_s(t_ns: u64, start_ns: Option<u64>) -> Option<f64> {
     start_ns.filter(|s| t_ns >= *s).map(|s| (t_ns - s) as f64 / 1e9)
 }
 
-fn rates_section(o: &mut String, rec: &Recording, r: &Summary) {
+fn rates_section(o: &mut String, rec: &Recording, r: &Summary) -> anyhow::Result<()> {
     let _ = writeln!(o, "<section id=\"rates\">\n<h2>Packet rates over time</h2>");
     let start_ns = rec.meta.start_ns;
-    // Interval ends in seconds: from the BPF clock when the start is known, else summed durations.
+    let groups = rec.interval_groups(None)?;
+    // Group ends in seconds: from the BPF clock when the start is known, else summed durations.
     let mut acc = 0.0;
-    let xs: Vec<f64> = rec
-        .snapshots
+    let xs: Vec<f64> = groups
         .iter()
-        .map(|s| {
-            acc += s.dur_ns as f64 / 1e9;
-            rel_s(s.t_ns, start_ns).unwrap_or(acc)
+        .map(|g| {
+            acc += g.dur_ns as f64 / 1e9;
+            rel_s(g.t_ns, start_ns).unwrap_or(acc)
         })
         .collect();
+    let per = groups.first().map_or(1, |g| g.last - g.first + 1);
     let mut any = false;
     o.push_str("<div class=\"grid two\">\n");
     for dir in [Dir::Rx, Dir::Tx] {
         let queues: Vec<u32> = r.queues.iter().filter(|q| q.dir == dir && q.packets > 0).map(|q| q.queue).collect();
-        if queues.is_empty() || rec.snapshots.is_empty() {
+        if queues.is_empty() || groups.is_empty() {
             continue;
         }
         any = true;
@@ -299,13 +468,12 @@ fn rates_section(o: &mut String, rec: &Recording, r: &Summary) {
                 name: format!("{} q{qn}", dir.as_str()),
                 color: PALETTE[i % PALETTE.len()],
                 dashed: false,
-                points: rec
-                    .snapshots
+                points: groups
                     .iter()
                     .zip(&xs)
-                    .map(|(s, &x)| {
-                        let pk = s.queues.iter().find(|q| q.dir == dir && q.queue == qn).map_or(0, |q| q.packets);
-                        (s.dur_ns > 0).then(|| (x, pk as f64 / (s.dur_ns as f64 / 1e9)))
+                    .map(|(g, &x)| {
+                        let pk = g.queue(dir, qn).map_or(0, |q| q.packets);
+                        (g.dur_ns > 0).then(|| (x, pk as f64 / (g.dur_ns as f64 / 1e9)))
                     })
                     .collect(),
             })
@@ -316,10 +484,14 @@ fn rates_section(o: &mut String, rec: &Recording, r: &Summary) {
         let y = count_axis(ymax, "packets/s");
         let _ = writeln!(
             o,
-            "<figure class=\"card\" id=\"rates-{}\"><figcaption><b>{} packets/s per queue</b>, per {} interval</figcaption>{}{}</figure>",
+            "<figure class=\"card\" id=\"rates-{}\"><figcaption><b>{} packets/s per queue</b>, per {}</figcaption>{}{}</figure>",
             dir.as_str(),
             dir.as_str().to_uppercase(),
-            r.meta.interval_ms.map(|v| format!("{v} ms")).unwrap_or_else(|| "recording".into()),
+            match r.meta.interval_ms {
+                Some(ms) if per > 1 => format!("{} of {per} intervals of {ms} ms", fmt_duration((per * ms) as f64 * 1e6)),
+                Some(ms) => format!("{ms} ms interval"),
+                None => "interval".into(),
+            },
             line_chart(&format!("{} packets per second per queue over time", dir.as_str()), &x, &y, &series, None),
             legend(&series)
         );
@@ -329,42 +501,28 @@ fn rates_section(o: &mut String, rec: &Recording, r: &Summary) {
         let _ = writeln!(o, "<p class=\"note\">No traffic was recorded.</p>");
     }
     o.push_str("</section>\n");
+    Ok(())
 }
 
 /// (seconds since start, write miss %, read miss %) per counter interval.
 pub type MissPoints = Vec<(f64, Option<f64>, Option<f64>)>;
 
-/// Per-interval write and read miss % per socket from the counter rows of the report's source.
-/// Returns (socket, [(t_s, write_miss, read_miss)]).
-pub fn miss_series(rec: &Recording, source: &str) -> BTreeMap<u32, MissPoints> {
+/// Write and read miss % per socket over time from the counter readings of the report's
+/// source, at most `MAX_POINTS` points. Returns (socket, [(t_s, write_miss, read_miss)]).
+pub fn miss_series(rec: &Recording, source: &str) -> anyhow::Result<BTreeMap<u32, MissPoints>> {
     let start_ns = rec.meta.start_ns;
-    let mut by_iv: BTreeMap<u64, Vec<CounterReading>> = BTreeMap::new();
-    for (iv, r) in rec.counters.iter().filter(|(_, r)| r.source == source) {
-        by_iv.entry(*iv).or_default().push(r.reading());
-    }
     let mut out: BTreeMap<u32, MissPoints> = BTreeMap::new();
-    let mut prev_t: Option<f64> = Some(0.0);
-    for (iv, readings) in by_iv {
-        let t_end = readings.iter().map(|r| r.t_ns).max().unwrap_or(0);
-        let Some(t) = rel_s(t_end, start_ns) else { continue };
-        // Miss % is a ratio and does not depend on the duration; bandwidths would. Live rows
-        // share a recording interval's duration; imported ones span the gap to the previous row.
-        let dur = rec
-            .snapshots
-            .iter()
-            .find(|s| s.index == iv)
-            .map(|s| s.dur_ns as f64 / 1e9)
-            .filter(|d| *d > 0.0)
-            .unwrap_or_else(|| (t - prev_t.unwrap_or(0.0)).max(1e-3));
-        prev_t = Some(t);
-        for s in crate::counters::socket_metrics(&readings, dur) {
+    for p in rec.counter_series(source, MAX_POINTS)? {
+        let Some(t) = rel_s(p.t_ns, start_ns) else { continue };
+        // Miss % is a ratio and does not depend on the duration; bandwidths would.
+        for s in crate::counters::socket_metrics(&p.readings, p.dur_s.max(1e-3)) {
             out.entry(s.socket).or_default().push((t, s.write_miss_pct, s.read_miss_pct));
         }
     }
-    out
+    Ok(out)
 }
 
-fn counters_section(o: &mut String, rec: &Recording, r: &Summary) {
+fn counters_section(o: &mut String, rec: &Recording, r: &Summary) -> anyhow::Result<()> {
     let c = &r.counters;
     let _ = writeln!(
         o,
@@ -373,18 +531,14 @@ fn counters_section(o: &mut String, rec: &Recording, r: &Summary) {
         esc(&c.platform),
         c.readings
     );
-    let have = !c.sockets.iter().all(|s| s.write_miss_pct.is_none() && s.inbound_write_mbps.is_none() && s.dram_read_mbps.is_none());
-    if !have {
-        // Same wording as the text report: say why there are no DDIO numbers and how to get them.
-        let why = match c.source.as_str() {
-            "software" => format!("software events only ({} readings): this host has no uncore PMU, so no DDIO numbers", c.readings),
-            _ => c.notes.first().cloned().unwrap_or_else(|| "no counters in this recording".into()),
-        };
+    if let Some(why) = &c.absent_why {
+        // Same words as the text report: why there are no DDIO numbers, and how to get them
+        // where this host can.
         let _ = writeln!(
             o,
-            "<p class=\"note\" id=\"counters-absent\">No miss ratios over time: {}.<br>Capture on the host with \
-             <code>scripts/capture-counters.sh</code>, then <code>ddioscope import-counters REC FILE</code>.</p>",
-            esc(&why)
+            "<p class=\"note\" id=\"counters-absent\">No miss ratios over time: {}.{}</p>",
+            esc(why),
+            c.next_step.as_ref().map_or(String::new(), |n| format!("<br>Next: {}.", esc(n)))
         );
         for n in c.notes.iter().skip(1) {
             let _ = writeln!(o, "<p class=\"note\">{}</p>", esc(n));
@@ -407,7 +561,7 @@ fn counters_section(o: &mut String, rec: &Recording, r: &Summary) {
             );
         }
         o.push_str("</tbody></table>\n");
-        let per = miss_series(rec, &c.source);
+        let per = miss_series(rec, &c.source)?;
         let mut series = Vec::new();
         for (i, (sock, pts)) in per.iter().enumerate() {
             let color = PALETTE[i % PALETTE.len()];
@@ -447,6 +601,7 @@ fn counters_section(o: &mut String, rec: &Recording, r: &Summary) {
         let _ = writeln!(o, "<p class=\"warn\">warning: {}</p>", esc(w));
     }
     o.push_str("</section>\n");
+    Ok(())
 }
 
 /// Build the simulator's experiment from what the recording observed and run both curves.
@@ -536,7 +691,7 @@ pub fn what_if_for(rec: &Recording, r: &Summary) -> Result<WhatIf, String> {
     inputs.push(("Queue load".into(), "observed per-queue packet shares".into()));
     // Residence (DMA write → the copy that last reads the packet) sets how long a buffer must
     // stay cached: the observed driver→stack plus stack→copy means, weighted by packets.
-    let totals = active_totals(rec);
+    let totals = active_totals(r);
     let (mut sum_ns, mut n) = (0.0, 0.0);
     let (to_stack, to_copy) = (crate::snapshot::RX_DRIVER_TO_STACK, crate::snapshot::RX_STACK_TO_COPY);
     for q in totals.iter().filter(|q| q.dir == Dir::Rx && q.stage_count[to_stack] > 0 && q.stage_count[to_copy] > 0) {
@@ -547,9 +702,9 @@ pub fn what_if_for(rec: &Recording, r: &Summary) -> Result<WhatIf, String> {
     }
     if n > 0.0 {
         spec.residence_us = sum_ns / n / 1e3;
-        inputs.push(("Residence".into(), format!("{} — observed mean driver→stack + stack→copy", fmt_dur(spec.residence_us * 1e3))));
+        inputs.push(("Residence".into(), format!("{} — observed mean driver→stack + stack→copy", fmt_duration(spec.residence_us * 1e3))));
     } else {
-        inputs.push(("Residence".into(), format!("{} — default (no copy stage observed)", fmt_dur(spec.residence_us * 1e3))));
+        inputs.push(("Residence".into(), format!("{} — default (no copy stage observed)", fmt_duration(spec.residence_us * 1e3))));
     }
     // The kernel refills rings from the page allocator, so packets in flight are never short
     // of buffers: size the spare pool above the in-flight count so the model does not drop.
@@ -585,7 +740,7 @@ fn whatif_section(o: &mut String, rec: &Recording, r: &Summary) {
         "<section id=\"whatif\">\n<h2>What-if: DDIO hit rate vs ring size and DDIO ways <span class=\"badge model\">model-only prediction</span></h2>\n\
          <p class=\"note\">Simulated by ddioscope's LLC model from the workload this recording observed — not measured. \
          <b>I/O write hit</b>: NIC writes that found or allocated their line in the LLC; <b>CPU read hit</b>: the copy found the packet still cached \
-         (DDIO's benefit). Validation against ddio-bench: see the README.</p>"
+         (DDIO's benefit). Validation against published measurements: docs/model.md.</p>"
     );
     let wi = match what_if_for(rec, r) {
         Ok(w) => w,
@@ -688,10 +843,18 @@ fn whatif_section(o: &mut String, rec: &Recording, r: &Summary) {
     o.push_str("</tbody></table></div>\n</section>\n");
 }
 
-fn recommendations_section(o: &mut String, recs: &[Recommendation]) {
+fn recommendations_section(o: &mut String, recs: &[Recommendation], no_change: Option<&NoChange>) {
     let _ = writeln!(o, "<section id=\"recommendations\">\n<h2>Recommendations</h2>");
     if recs.is_empty() {
-        let _ = writeln!(o, "<p class=\"note\">No recommendations: the model finds nothing to change for this recording.</p>");
+        let _ = writeln!(o, "<div class=\"note\" id=\"no-recommendations\"><p>No recommendations:</p><ul>");
+        for r in no_change.map(|n| n.reasons.as_slice()).unwrap_or_default() {
+            let _ = writeln!(o, "<li>{}</li>", esc(r));
+        }
+        o.push_str("</ul>");
+        for s in no_change.map(|n| n.next_steps.as_slice()).unwrap_or_default() {
+            let _ = writeln!(o, "<p>Next: <code>{}</code></p>", esc(s));
+        }
+        o.push_str("</div>\n");
     } else {
         o.push_str("<div class=\"grid two\">\n");
         for r in recs {
@@ -729,38 +892,40 @@ fn recommendations_section(o: &mut String, recs: &[Recommendation]) {
 }
 
 fn flows_section(o: &mut String, r: &Summary) {
-    let _ = writeln!(o, "<section id=\"flows\">\n<h2>Top flows (by bytes)</h2>");
+    let _ = writeln!(o, "<section id=\"flows\">\n<h2>Top flows by bytes</h2>\n<p class=\"note\">{}</p>", esc(&r.tiers.flows.text));
     if r.flows.is_empty() {
         let _ = writeln!(o, "<p class=\"note\">No flows.</p>\n</section>");
         return;
     }
     o.push_str(
         "<div class=\"scroll\"><table class=\"num\"><thead><tr><th>dir</th><th>proto</th><th class=\"l\">source</th><th class=\"l\">destination</th>\
-         <th>queue</th><th>packets</th><th>bytes</th><th>payload bytes</th></tr></thead><tbody>\n",
+         <th>queue</th><th>packets</th><th>bytes</th><th>payload bytes</th><th>±95%</th><th>skbs sampled</th></tr></thead><tbody>\n",
     );
     let ep = |a: &str, p: u16| if a.contains(':') { format!("[{a}]:{p}") } else { format!("{a}:{p}") };
     for f in r.flows.iter().take(TOP_FLOWS) {
         let q = match (f.rx_queue, f.tx_queue) {
-            (Some(q), _) => format!("rxq {q}"),
-            (_, Some(q)) => format!("txq {q}"),
+            (Some(q), _) => qname("rx", q),
+            (_, Some(q)) => qname("tx", q),
             _ => "-".into(),
         };
         let _ = writeln!(
             o,
-            "<tr><td>{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             f.dir.as_str(),
             esc(&f.proto),
             esc(&ep(&f.src, f.sport)),
             esc(&ep(&f.dst, f.dport)),
             q,
             fmt_count(f.packets as f64),
-            fmt_count(f.bytes as f64),
-            fmt_count(f.payload_bytes as f64)
+            fmt_bytes(f.bytes as f64),
+            fmt_bytes(f.payload_bytes as f64),
+            f.bytes_error.map_or_else(|| "exact".into(), |e| format!("±{:.1}%", 100.0 * e as f64 / f.bytes.max(1) as f64)),
+            f.samples.map_or_else(|| "-".into(), |n| n.to_string())
         );
     }
     o.push_str("</tbody></table></div>\n");
     if r.flows.len() > TOP_FLOWS {
-        let _ = writeln!(o, "<p class=\"note\">… {} more flows (see <code>ddioscope report --json</code>).</p>", r.flows.len() - TOP_FLOWS);
+        let _ = writeln!(o, "<p class=\"note\">And {} more flows: see <code>ddioscope report --json</code>.</p>", r.flows.len() - TOP_FLOWS);
     }
     o.push_str("</section>\n");
 }
@@ -770,20 +935,22 @@ fn events_section(o: &mut String, r: &Summary) {
     let _ = writeln!(
         o,
         "<section id=\"events\">\n<h2>Events and drops</h2>\n<table class=\"num kv\"><tbody>\
-         <tr><th>packet records sampled (1 in {})</th><td>{}</td></tr>\
-         <tr><th>stage latencies measured on</th><td>1 in {} packets</td></tr>\
+         <tr><th>packet records sent, 1 in {} packets</th><td>{}</td></tr>\
          <tr><th>received by ddioscope</th><td>{}</td></tr>\
          <tr><th>lost in the ring buffer</th><td{}>{}</td></tr>\
          <tr><th>in-flight states evicted</th><td>{}</td></tr>\
-         <tr><th>packets on queues ≥ 64 folded into queue 63</th><td>{}</td></tr>\
-         <tr><th>drops (kfree_skb)</th><td>{}</td></tr></tbody></table>",
+         <tr><th>in-flight states found stale</th><td>{}</td></tr>\
+         <tr><th>packets on queues past 63, counted on queue 63</th><td>{}</td></tr>\
+         <tr><th>drops, kfree_skb</th><td>{}</td></tr></tbody></table>\n\
+         <p class=\"note\">In-flight states are packets timed to a point and then lost: evicted when a newer packet took the \
+         state's slot before the free, stale when the free went unseen because GRO merged or coalesced the skb.</p>",
         r.meta.sample_every.map(|v| v.to_string()).unwrap_or_else(|| "?".into()),
         e.sampled,
-        r.meta.stage_every.map(|v| v.to_string()).unwrap_or_else(|| "?".into()),
         e.received,
         if e.lost > 0 { " class=\"bad\"" } else { "" },
         e.lost,
         e.state_evicted,
+        e.state_stale,
         e.queue_clamped,
         r.drops.total
     );
@@ -1010,8 +1177,8 @@ fn hist_chart(hist: &[u64], p50: Option<u64>, p99: Option<u64>, aria: &str) -> S
                 x + 0.5,
                 H - B - h,
                 (bw - 1.0).max(0.5),
-                fmt_dur(bucket_lo(b)),
-                fmt_dur((1u64 << (b + 1)) as f64),
+                fmt_duration(bucket_lo(b)),
+                fmt_duration((1u64 << (b + 1)) as f64),
                 c,
                 c as f64 / total.max(1) as f64 * 100.0
             );
@@ -1029,7 +1196,7 @@ fn hist_chart(hist: &[u64], p50: Option<u64>, p99: Option<u64>, aria: &str) -> S
             H - B + 3.0,
             x.min(W - 1.0),
             H - B + 13.0,
-            fmt_dur(bucket_lo(b))
+            fmt_duration(bucket_lo(b))
         );
     }
     let _ = write!(o, "<line class=\"axis\" x1=\"{L}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\"/>", W - R, H - B, H - B);
@@ -1056,7 +1223,7 @@ fn hist_chart(hist: &[u64], p50: Option<u64>, p99: Option<u64>, aria: &str) -> S
             "<line class=\"pct\" x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"{:.1}\" y2=\"{:.1}\"><title>{name} {}</title></line><text class=\"pctl\" x=\"{c:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{name}</text>",
             T - 2.0,
             H - B,
-            fmt_dur(v as f64),
+            fmt_duration(v as f64),
             T - 4.0,
         );
     }
@@ -1094,7 +1261,9 @@ table.kv th{text-align:left;background:none;font-weight:400;color:var(--muted)}
 table.small{font-size:12px}
 #queues table{font-size:13px}
 tr.cur td{font-weight:600}
-td.v-fits{color:var(--ok)}td.v-at_risk{color:#8a5300}td.v-leaky{color:var(--bad)}
+td.v-fits{color:var(--ok)}td.v-at_risk{color:#8a5300}td.v-leaky{color:var(--bad)}td.v-unknown{color:var(--muted)}
+td.why{white-space:normal;min-width:320px;color:var(--muted)}tr.idle td{color:var(--muted)}
+#answer dl.answer{font-size:15px}#answer dt{font-weight:600;color:var(--fg)}#answer ul{margin:0;padding-left:18px}
 .scroll{overflow-x:auto}
 .grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(290px,1fr));gap:10px}
 .grid.two{grid-template-columns:repeat(auto-fill,minmax(480px,1fr))}

@@ -1,13 +1,26 @@
-//! `report --json`: one object for tools, the summary's keys with the model's view, the
-//! recommendations and the attribution beside them.
+//! `report --json` and `recommend --json`: one object for tools, with a schema version and the
+//! tool's version, floats rounded to what they can mean, every unit spelled as a suffix
+//! (`_ns`, `_ms`, `_s`, `_bytes`, `_pct`, `_per_s`, `_mbit_per_s`, `_mbyte_per_s`). The
+//! schema is docs/report.schema.json, described in docs/report.md.
 use serde::Serialize;
 
 use crate::advise::{ModelView, Recommendation};
-use crate::analysis::{AttributionReport, Outcome, Summary};
+use crate::analysis::answer::{answer, answer_for_advice, Answer, QueueVerdict};
+use crate::analysis::{Advice, AttributionReport, Outcome, Summary};
 use crate::model::geometry::LlcGeometry;
+
+/// The JSON layout's version: a tool checks it before reading. Raised when a key changes
+/// meaning or goes away; new keys do not raise it.
+pub const SCHEMA_VERSION: u32 = 2;
 
 #[derive(Serialize)]
 pub struct FullReport<'a> {
+    pub schema_version: u32,
+    pub ddioscope_version: &'static str,
+    /// The answer first: what leaks, how sure, what to change.
+    pub answer: Answer,
+    /// Each modelled queue's verdict with its reason (empty without a model).
+    pub verdicts: &'a [QueueVerdict],
     #[serde(flatten)]
     pub summary: &'a Summary,
     pub model: ModelSection<'a>,
@@ -34,21 +47,99 @@ pub enum ModelSection<'a> {
 
 impl<'a> FullReport<'a> {
     pub fn new(summary: &'a Summary, outcome: &'a Outcome) -> FullReport<'a> {
+        let answer = answer(summary, outcome);
         match outcome {
             Outcome::Advised(a) => FullReport {
+                schema_version: SCHEMA_VERSION,
+                ddioscope_version: env!("CARGO_PKG_VERSION"),
+                answer,
+                verdicts: &a.verdicts,
                 summary,
                 model: ModelSection::View { view: &a.model, geometry: &a.geometry, ddio_ways_note: &a.ddio_ways_note, notes: &a.notes },
                 recommendations: &a.recommendations,
                 attribution: &a.attribution,
             },
-            Outcome::NoModel { why, attribution } => {
-                FullReport { summary, model: ModelSection::Unavailable { error: why }, recommendations: &[], attribution }
-            }
+            Outcome::NoModel { why, attribution } => FullReport {
+                schema_version: SCHEMA_VERSION,
+                ddioscope_version: env!("CARGO_PKG_VERSION"),
+                answer,
+                verdicts: &[],
+                summary,
+                model: ModelSection::Unavailable { error: why },
+                recommendations: &[],
+                attribution,
+            },
         }
     }
 
-    /// Pretty JSON, its keys in sorted order as `report --json` has always printed them.
+    /// Pretty JSON, keys in sorted order, floats rounded.
     pub fn to_json(&self) -> serde_json::Result<String> {
-        serde_json::to_string_pretty(&serde_json::to_value(self)?)
+        to_json(self)
+    }
+}
+
+/// `recommend --json`: the advice with the answer and the versions.
+#[derive(Serialize)]
+struct AdviceJson<'a> {
+    schema_version: u32,
+    ddioscope_version: &'static str,
+    answer: Answer,
+    #[serde(flatten)]
+    advice: &'a Advice,
+}
+
+pub fn advice_json(summary: &Summary, a: &Advice) -> serde_json::Result<String> {
+    to_json(&AdviceJson { schema_version: SCHEMA_VERSION, ddioscope_version: env!("CARGO_PKG_VERSION"), answer: answer_for_advice(summary, a), advice: a })
+}
+
+/// Significant digits a float keeps: measured rates, shares and times are good to a few
+/// parts in a thousand at best; more digits would be noise.
+const SIGNIFICANT: i32 = 4;
+
+/// `x` to `SIGNIFICANT` significant digits; whole numbers (counts carried as floats) as they are.
+pub fn round_meaningful(x: f64) -> f64 {
+    if !x.is_finite() || x == 0.0 || (x.fract() == 0.0 && x.abs() < 9.0e15) {
+        return x;
+    }
+    let scale = 10f64.powi(SIGNIFICANT - 1 - x.abs().log10().floor() as i32);
+    let r = (x * scale).round() / scale;
+    // Decimal scales are not exact in binary: print the shortest float that rounds there.
+    format!("{r:.*e}", (SIGNIFICANT - 1) as usize).parse().unwrap_or(r)
+}
+
+fn round_floats(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Number(n) if n.is_f64() => {
+            if let Some(r) = n.as_f64().map(round_meaningful).and_then(serde_json::Number::from_f64) {
+                *n = r;
+            }
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(round_floats),
+        serde_json::Value::Object(o) => o.values_mut().for_each(round_floats),
+        _ => {}
+    }
+}
+
+fn to_json<T: Serialize>(v: &T) -> serde_json::Result<String> {
+    let mut value = serde_json::to_value(v)?;
+    round_floats(&mut value);
+    serde_json::to_string_pretty(&value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::round_meaningful;
+
+    #[test]
+    fn floats_keep_four_significant_digits() {
+        assert_eq!(round_meaningful(52_134.567), 52_130.0);
+        assert_eq!(round_meaningful(630.5123), 630.5);
+        assert_eq!(round_meaningful(18.812_345), 18.81);
+        assert_eq!(round_meaningful(0.000_123_456), 0.000_123_5);
+        assert_eq!(round_meaningful(-4.567_89), -4.568);
+        // Counts carried as floats stay exact.
+        assert_eq!(round_meaningful(1_234_567.0), 1_234_567.0);
+        assert_eq!(round_meaningful(0.0), 0.0);
+        assert!(round_meaningful(f64::INFINITY).is_infinite());
     }
 }

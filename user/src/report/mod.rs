@@ -5,8 +5,7 @@ pub mod html;
 pub mod json;
 pub mod text;
 
-pub use text::{fmt_ns, queue_cells, queue_columns, render_text, socket_cells};
-pub(crate) use text::fmt_count;
+pub use text::{queue_cells, queue_columns, render_report, socket_cells, TextOptions};
 
 #[cfg(test)]
 mod tests;

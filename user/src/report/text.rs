@@ -1,24 +1,46 @@
-//! The text report: the recording's summary, the attribution and the model's view, and the
-//! simulator's what-if table, for people; and the cells the HTML report shares with it.
+//! The text report for people: the answer first (what leaks, how sure, what to change), each
+//! queue's verdict with its reason, then the evidence (where each number comes from, the
+//! queue and stage tables, flows, events, counters, L3-miss samples, drops) and the
+//! attribution. Lines fit 120 columns unless `--wide` asks for every stage in the queue rows.
+//! The cells the HTML report shares with it live here too.
 use std::fmt::Write as _;
 
+use crate::analysis::answer::{Answer, NoChange, QueueVerdict};
 use crate::analysis::summary::{QueueReport, Summary};
 use crate::analysis::{Advice, AttributionReport, Outcome};
+use crate::attribution::Method;
 use crate::model::spec::GridPoint;
 use crate::snapshot::Dir;
+use crate::units::{fmt_bytes, fmt_count, fmt_duration, fmt_ns, fmt_pct};
 
 /// Below this share of frees seen the report explains where the others went.
 const FREES_SEEN_NOTE_PCT: f64 = 50.0;
+/// The width every line of the default report fits.
+pub const WIDTH: usize = 120;
+
+/// How the text report is laid out.
+#[derive(Debug, Clone, Copy)]
+pub struct TextOptions {
+    /// Flows listed.
+    pub top_flows: usize,
+    /// Every stage's p50/p99/max in the queue rows (wider than `WIDTH`).
+    pub wide: bool,
+}
+
+impl Default for TextOptions {
+    fn default() -> Self {
+        TextOptions { top_flows: 10, wide: false }
+    }
+}
 
 /// One socket's DDIO numbers as display cells: write miss, partial write
 /// miss, read miss, inbound write/read, DRAM read/write, L3 misses/s.
 pub fn socket_cells(s: &crate::counters::SocketMetrics) -> [String; 8] {
-    let pct = |v: Option<f64>| v.map(|v| format!("{v:.1}%")).unwrap_or_else(|| "-".into());
     let mbs = |v: Option<f64>| v.map(|v| format!("{v:.0} MB/s")).unwrap_or_else(|| "-".into());
     [
-        pct(s.write_miss_pct),
-        pct(s.partial_write_miss_pct),
-        pct(s.read_miss_pct),
+        fmt_pct(s.write_miss_pct),
+        fmt_pct(s.partial_write_miss_pct),
+        fmt_pct(s.read_miss_pct),
         mbs(s.inbound_write_mbps),
         mbs(s.inbound_read_mbps),
         mbs(s.dram_read_mbps),
@@ -27,310 +49,608 @@ pub fn socket_cells(s: &crate::counters::SocketMetrics) -> [String; 8] {
     ]
 }
 
-/// Column headers of a direction's queue table (text and HTML share them).
-pub fn queue_columns(dir: Dir) -> Vec<String> {
-    let mut c: Vec<String> = ["queue", "packets", "pkt/s", "Mbit/s", "avg B"].iter().map(|s| s.to_string()).collect();
+/// The stage that spans a packet buffer's life, by direction.
+fn life_stage(dir: Dir) -> &'static str {
+    dir.stage_names()[dir.lifetime_stage()]
+}
+
+/// Column headers of a direction's queue table (text and HTML share them); `wide` adds
+/// every stage's p50/p99/max.
+pub fn queue_columns(dir: Dir, wide: bool) -> Vec<String> {
+    let mut c: Vec<String> = ["queue", "packets", "pkt/s", "Mbit/s", "avg B", "drops"].iter().map(|s| s.to_string()).collect();
     if dir == Dir::Rx {
         c.extend(["polls", "batch", "full"].iter().map(|s| s.to_string()));
     }
-    c.extend(dir.stage_names().iter().map(|n| format!("{n} p50/p99/max")));
+    if wide {
+        c.extend(dir.stage_names().iter().map(|n| format!("{n} p50/p99/max")));
+    } else {
+        c.extend(["life p50", "life p99"].iter().map(|s| s.to_string()));
+    }
     c
 }
 
 /// One queue's row, formatted once for every surface that shows it.
-pub fn queue_cells(q: &QueueReport) -> Vec<String> {
+pub fn queue_cells(q: &QueueReport, wide: bool) -> Vec<String> {
     let mut c = vec![
         q.queue.to_string(),
         fmt_count(q.packets as f64),
-        fmt_count(q.pps),
-        format!("{:.1}", q.mbps),
-        format!("{:.0}", q.avg_pkt_bytes.unwrap_or(0.0)),
+        fmt_count(q.packets_per_s),
+        format!("{:.1}", q.mbit_per_s),
+        q.avg_pkt_bytes.map_or_else(|| "-".into(), |v| format!("{v:.0}")),
+        q.drops.to_string(),
     ];
     if q.dir == Dir::Rx {
         match &q.napi {
-            Some(n) => c.extend([
-                fmt_count(n.polls as f64),
-                format!("{:.1}", n.avg_work.unwrap_or(0.0)),
-                n.budget_exhausted.to_string(),
-            ]),
+            Some(n) => c.extend([fmt_count(n.polls as f64), format!("{:.1}", n.avg_work.unwrap_or(0.0)), n.budget_exhausted.to_string()]),
             None => c.extend(["-".to_string(), "-".to_string(), "-".to_string()]),
         }
     }
-    for n in q.dir.stage_names() {
-        c.push(match q.stages.get(n) {
-            Some(s) => format!(
-                "{}/{}/{}",
-                fmt_ns(s["p50_ns"].as_u64()),
-                fmt_ns(s["p99_ns"].as_u64()),
-                fmt_ns(s["max_ns"].as_u64())
-            ),
-            None => "-".into(),
-        });
+    if wide {
+        for n in q.dir.stage_names() {
+            c.push(match q.stage(n) {
+                Some(s) => format!("{}/{}/{}", fmt_ns(s.p50_ns), fmt_ns(s.p99_ns), fmt_ns(Some(s.max_ns))),
+                None => "-".into(),
+            });
+        }
+    } else {
+        let life = q.stage(life_stage(q.dir));
+        c.push(fmt_ns(life.and_then(|s| s.p50_ns)));
+        c.push(fmt_ns(life.and_then(|s| s.p99_ns)));
     }
     c
 }
 
-pub fn fmt_ns(v: Option<u64>) -> String {
-    match v {
-        None => "-".into(),
-        Some(ns) if ns < 10_000 => format!("{ns}ns"),
-        Some(ns) if ns < 10_000_000 => format!("{:.1}us", ns as f64 / 1e3),
-        Some(ns) => format!("{:.1}ms", ns as f64 / 1e6),
+/// A table: a header row and rows, right-aligned but for the `left` columns, each column as
+/// wide as its widest cell.
+fn table(o: &mut String, indent: usize, header: &[String], rows: &[Vec<String>], left: &[usize]) {
+    let n = header.len();
+    let mut w = vec![0usize; n];
+    for r in std::iter::once(header).chain(rows.iter().map(|r| r.as_slice())) {
+        for (i, c) in r.iter().enumerate().take(n) {
+            w[i] = w[i].max(c.chars().count());
+        }
+    }
+    for r in std::iter::once(header).chain(rows.iter().map(|r| r.as_slice())) {
+        let mut line = " ".repeat(indent);
+        for (i, c) in r.iter().enumerate().take(n) {
+            let pad = w[i].saturating_sub(c.chars().count());
+            if i > 0 {
+                line.push_str("  ");
+            }
+            if left.contains(&i) {
+                line.push_str(c);
+                if i + 1 < r.len() {
+                    line.push_str(&" ".repeat(pad));
+                }
+            } else {
+                line.push_str(&" ".repeat(pad));
+                line.push_str(c);
+            }
+        }
+        let _ = writeln!(o, "{}", line.trim_end());
     }
 }
 
-pub(crate) fn fmt_count(v: f64) -> String {
-    if v >= 1e9 {
-        format!("{:.2}G", v / 1e9)
-    } else if v >= 1e6 {
-        format!("{:.2}M", v / 1e6)
-    } else if v >= 1e3 {
-        format!("{:.1}k", v / 1e3)
+/// `text` after `head`, wrapped at `WIDTH` with continuation lines indented to where the
+/// text starts.
+fn wrapped(o: &mut String, head: &str, text: &str) {
+    let indent = head.chars().count();
+    let mut line = head.to_string();
+    let mut len = indent;
+    let mut first = true;
+    for word in text.split(' ').filter(|w| !w.is_empty()) {
+        let wl = word.chars().count();
+        if !first && len + 1 + wl > WIDTH {
+            let _ = writeln!(o, "{}", line.trim_end());
+            line = " ".repeat(indent);
+            len = indent;
+            first = true;
+        }
+        if !first {
+            line.push(' ');
+            len += 1;
+        }
+        line.push_str(word);
+        len += wl;
+        first = false;
+    }
+    let _ = writeln!(o, "{}", line.trim_end());
+}
+
+/// "rx 3", as the JSON spells a queue.
+fn qname(dir: impl std::fmt::Display, queue: u32) -> String {
+    format!("{dir} {queue}")
+}
+
+/// Runs of queue numbers as "1", "1–3".
+fn runs(qs: &[u32]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < qs.len() {
+        let mut j = i;
+        while j + 1 < qs.len() && qs[j + 1] == qs[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j { qs[i].to_string() } else { format!("{}–{}", qs[i], qs[j]) });
+        i = j + 1;
+    }
+    out
+}
+
+fn predicted(metric: Option<&str>, before: Option<f64>, after: Option<f64>) -> String {
+    match (before, after) {
+        (Some(b), Some(a)) => format!("; predicted {}: {b:.1}% → {a:.1}%", metric.unwrap_or("hit rate")),
+        (None, Some(a)) => format!("; predicted {}: {a:.1}%", metric.unwrap_or("hit rate")),
+        _ => String::new(),
+    }
+}
+
+/// "rx 3, rx 0: leaky, REASON" when the leaking queues share a verdict; "rx 3 leaky, rx 0
+/// at_risk; rx 3: REASON" when they do not. The reason is the most-missed queue's; `name`
+/// writes a queue (the HTML marks it up).
+pub fn leaking_line(a: &Answer, why: &str, name: impl Fn(Dir, u32) -> String) -> String {
+    let first = &a.leaking[0];
+    if a.leaking.iter().all(|l| l.verdict == first.verdict) {
+        let names: Vec<String> = a.leaking.iter().map(|l| name(l.dir, l.queue)).collect();
+        format!("{}: {}, {why}", names.join(", "), first.verdict)
     } else {
-        format!("{v:.0}")
+        let names: Vec<String> = a.leaking.iter().map(|l| format!("{} {}", name(l.dir, l.queue), l.verdict)).collect();
+        format!("{}; {}: {why}", names.join(", "), qname(first.dir, first.queue))
     }
 }
 
-/// The summary as text, listing the first `top_flows` flows.
-pub fn render_text(r: &Summary, top_flows: usize) -> String {
-    let mut o = String::new();
+/// The answer block every report and `recommend` lead with.
+pub fn render_answer(o: &mut String, a: &Answer, verdicts: &[QueueVerdict]) {
+    let _ = writeln!(o, "Answer");
+    let reason_of = |d: Dir, q: u32| verdicts.iter().find(|v| v.dir == d && v.queue == q).map(|v| v.reason.clone());
+    if let Some(why) = &a.model_unavailable {
+        wrapped(o, "  Leaking   ", &format!("unknown: the DDIO model could not run: {why}"));
+    } else if a.leaking.is_empty() {
+        let what = if a.unknown > 0 { format!("none known; {} queues have no verdict", a.unknown) } else { "none: every modelled queue fits".into() };
+        wrapped(o, "  Leaking   ", &what);
+    } else {
+        let first = &a.leaking[0];
+        let why = reason_of(first.dir, first.queue).unwrap_or_default();
+        wrapped(o, "  Leaking   ", &leaking_line(a, &why, qname));
+    }
+    let shares: Vec<String> = a.leaking.iter().filter_map(|l| l.share_pct.map(|s| format!("{} {s:.1}%", qname(l.dir, l.queue)))).collect();
+    if !shares.is_empty() {
+        let of = if a.method == Method::ModelPrior { "of the predicted misses" } else { "of the attributed misses" };
+        wrapped(o, "  Misses    ", &format!("{} {of}", shares.join(", ")));
+    }
+    if !a.top_flows.is_empty() {
+        let f: Vec<String> = a.top_flows.iter().map(|f| format!("{} {}:{} -> {}:{} {:.1}%", f.proto, f.src, f.sport, f.dst, f.dport, f.share_pct)).collect();
+        wrapped(o, "  Flows     ", &f.join("; "));
+    }
+    wrapped(o, "  How sure  ", &format!("{} confidence, {}: {}", a.confidence, a.method, a.evidence));
+    if a.changes.is_empty() {
+        let why = a.no_change.as_ref().map_or_else(String::new, |n| n.reasons.join("; "));
+        wrapped(o, "  Change    ", &format!("nothing to run: {why}"));
+    }
+    for c in &a.changes {
+        wrapped(o, "  Change    ", &format!("{}{}", c.command.replace('\n', "; "), predicted(c.predicted_metric.as_deref(), c.predicted_before, c.predicted_after)));
+    }
+    if let Some(NoChange { next_steps, .. }) = &a.no_change {
+        for n in next_steps {
+            wrapped(o, "  Next      ", n);
+        }
+    }
+}
+
+/// Each queue's verdict: a table, then the reasons, each once for the queues it covers.
+pub fn render_verdicts(o: &mut String, verdicts: &[QueueVerdict]) {
+    let _ = writeln!(o, "\nPer-queue verdicts · model-only prediction");
+    if verdicts.is_empty() {
+        let _ = writeln!(o, "  none: no queue carried traffic");
+        return;
+    }
+    let rows: Vec<Vec<String>> = verdicts
+        .iter()
+        .map(|v| {
+            vec![
+                qname(v.dir, v.queue),
+                v.verdict.to_string(),
+                v.footprint_bytes.map_or_else(|| "-".into(), |b| fmt_bytes(b as f64)),
+                v.inflight_bytes.map_or_else(|| "-".into(), fmt_bytes),
+                fmt_pct(v.predicted_write_hit_pct),
+                fmt_pct(v.predicted_read_hit_pct),
+            ]
+        })
+        .collect();
+    let header: Vec<String> =
+        ["queue", "verdict", "ring needs", "in flight", "write hit", "read hit"].iter().map(|s| s.to_string()).collect();
+    table(o, 2, &header, &rows, &[0, 1]);
+    let mut reasons: Vec<(&str, Vec<&QueueVerdict>)> = Vec::new();
+    for v in verdicts {
+        match reasons.iter_mut().find(|(r, _)| *r == v.reason) {
+            Some((_, qs)) => qs.push(v),
+            None => reasons.push((&v.reason, vec![v])),
+        }
+    }
+    for (reason, qs) in reasons {
+        let mut names = Vec::new();
+        for dir in [Dir::Rx, Dir::Tx] {
+            let nums: Vec<u32> = qs.iter().filter(|v| v.dir == dir).map(|v| v.queue).collect();
+            if !nums.is_empty() {
+                names.push(format!("{dir} {}", runs(&nums).join(", ")));
+            }
+        }
+        wrapped(o, "  why: ", &format!("{}: {reason}", names.join(", ")));
+    }
+}
+
+/// Where each kind of number comes from.
+fn render_provenance(o: &mut String, r: &Summary) {
+    let t = &r.tiers;
+    wrapped(o, "  counts    ", &t.counts.text);
+    wrapped(o, "  flows     ", &t.flows.text);
+    wrapped(o, "  stages    ", &t.stages.text);
+    wrapped(o, "  records   ", &t.records.text);
+}
+
+fn render_header(o: &mut String, r: &Summary) {
     let m = &r.meta;
     let _ = writeln!(
         o,
-        "ddioscope report — {}{} ({}), {:.1} s in {} intervals{}",
+        "ddioscope report: {}{}, {} · {} in {} intervals{}{}",
         m.iface,
         m.netns.as_deref().map(|n| format!(" @ netns {n}")).unwrap_or_default(),
         m.driver.as_deref().unwrap_or("unknown driver"),
-        m.duration_s,
+        fmt_duration(m.duration_s * 1e9),
         m.intervals,
-        if m.complete { "" } else { "  [INCOMPLETE: recording was cut off]" }
+        m.interval_ms.map(|v| format!(" of {v} ms")).unwrap_or_default(),
+        if m.complete { "" } else { " · INCOMPLETE: the recording was cut off" }
     );
-    let _ = writeln!(
+    let w = &r.window;
+    if !w.whole {
+        wrapped(
+            o,
+            "window: ",
+            &format!(
+                "{} to {} from the start, intervals {} to {}; flows and drop reasons are whole-run tables: listed are the flows active in the window, with their counts over the whole run",
+                fmt_duration(w.from_s * 1e9),
+                fmt_duration(w.to_s * 1e9),
+                w.first,
+                w.last
+            ),
+        );
+    }
+}
+
+/// The queue tables, the stage latencies, flows, events, counters, L3-miss samples and drops.
+pub fn render_evidence(o: &mut String, r: &Summary, opt: &TextOptions) {
+    let m = &r.meta;
+    let _ = writeln!(o, "\nEvidence");
+    wrapped(
         o,
-        "host {} · kernel {} · {} · LLC {} · NIC NUMA node {}",
-        m.host,
-        m.kernel,
-        if m.cpu_model.is_empty() { "unknown CPU" } else { &m.cpu_model },
-        m.llc_bytes
-            .map(|b| format!("{:.2} MiB/{} ways", b as f64 / 1048576.0, m.llc_ways.unwrap_or(0)))
-            .unwrap_or_else(|| "unknown".into()),
-        m.numa_node.map(|n| n.to_string()).unwrap_or_else(|| "unknown".into())
+        "  host      ",
+        &format!(
+            "{} · kernel {} · {} · LLC {} · NIC NUMA node {}",
+            m.host,
+            m.kernel,
+            if m.cpu_model.is_empty() { "unknown CPU" } else { &m.cpu_model },
+            m.llc_bytes.map(|b| format!("{}, {} ways", fmt_bytes(b as f64), m.llc_ways.unwrap_or(0))).unwrap_or_else(|| "unknown".into()),
+            m.numa_node.map(|n| n.to_string()).unwrap_or_else(|| "unknown".into())
+        ),
     );
-    let _ = writeln!(
+    wrapped(
         o,
-        "queues rx {} tx {} · rings rx {} tx {} · IRQs {}",
-        m.rx_queues,
-        m.tx_queues,
-        m.rx_ring.map(|v| v.to_string()).unwrap_or_else(|| "n/a".into()),
-        m.tx_ring.map(|v| v.to_string()).unwrap_or_else(|| "n/a".into()),
-        if m.irqs == 0 { "none (virtual device)".to_string() } else { m.irqs.to_string() }
+        "  device    ",
+        &format!(
+            "{} RX and {} TX queues · rings RX {}, TX {} · {}",
+            m.rx_queues,
+            m.tx_queues,
+            m.rx_ring.map(|v| v.to_string()).unwrap_or_else(|| "unknown".into()),
+            m.tx_ring.map(|v| v.to_string()).unwrap_or_else(|| "unknown".into()),
+            if m.irqs == 0 { "no IRQs: a virtual device".to_string() } else { format!("{} IRQs", m.irqs) }
+        ),
     );
-    let _ = writeln!(o, "hooks: {}", m.hooks.join(" "));
+    render_provenance(o, r);
+    wrapped(o, "  hooks     ", &m.hooks.join(" "));
     if !m.hooks_missing.is_empty() {
-        let _ = writeln!(o, "hooks not attached: {}", m.hooks_missing.join(" "));
+        wrapped(o, "  not attached ", &m.hooks_missing.join(" "));
     }
 
     for dir in [Dir::Rx, Dir::Tx] {
-        let qs: Vec<_> = r.queues.iter().filter(|q| q.dir == dir).collect();
-        let _ = writeln!(o, "\n{} queues", dir.as_str().to_uppercase());
+        let qs: Vec<&QueueReport> = r.queues.iter().filter(|q| q.dir == dir).collect();
+        let _ = writeln!(o, "\n{} queues · {}", dir.as_str().to_uppercase(), r.tiers.counts.kind);
         if qs.is_empty() {
-            let _ = writeln!(o, "  (no traffic)");
+            let _ = writeln!(o, "  none");
             continue;
         }
-        // Widths: queue, packets, pkt/s, Mbit/s, avg B, [polls, batch, full], stages.
-        let mut widths = vec![5, 9, 9, 9, 7];
-        if dir == Dir::Rx {
-            widths.extend([7, 6, 5]);
-        }
-        widths.extend([21; crate::snapshot::NSTAGES]);
-        let line = |cells: &[String]| -> String {
-            cells.iter().zip(&widths).map(|(c, w)| format!(" {c:>w$}", w = *w)).collect::<String>()
+        let header = queue_columns(dir, opt.wide);
+        let mut rows: Vec<Vec<String>> = Vec::new();
+        let mut idle: Vec<u32> = Vec::new();
+        let flush = |idle: &mut Vec<u32>, rows: &mut Vec<Vec<String>>| {
+            for run in runs(idle) {
+                rows.push(vec![run, "idle".into()]);
+            }
+            idle.clear();
         };
-        let _ = writeln!(o, " {}", line(&queue_columns(dir)));
         for q in qs {
-            let _ = writeln!(o, " {}", line(&queue_cells(q)));
+            if q.packets == 0 && q.napi.is_none() && q.drops == 0 {
+                idle.push(q.queue);
+                continue;
+            }
+            flush(&mut idle, &mut rows);
+            rows.push(queue_cells(q, opt.wide));
+        }
+        flush(&mut idle, &mut rows);
+        table(o, 2, &header, &rows, &[]);
+        let _ = writeln!(o, "  life: {}, the stage a packet buffer lives through", life_stage(dir));
+    }
+
+    if !opt.wide {
+        for dir in [Dir::Rx, Dir::Tx] {
+            let mut rows = Vec::new();
+            for q in r.queues.iter().filter(|q| q.dir == dir) {
+                for name in dir.stage_names() {
+                    if let Some(s) = q.stage(name) {
+                        rows.push(vec![
+                            q.queue.to_string(),
+                            name.to_string(),
+                            s.count.to_string(),
+                            fmt_ns(s.p50_ns),
+                            fmt_ns(s.p99_ns),
+                            fmt_ns(Some(s.max_ns)),
+                        ]);
+                    }
+                }
+            }
+            if rows.is_empty() {
+                continue;
+            }
+            let _ = writeln!(o, "\n{} stage latencies · {}", dir.as_str().to_uppercase(), r.tiers.stages.kind);
+            let header: Vec<String> = ["queue", "stage", "timed", "p50", "p99", "max"].iter().map(|s| s.to_string()).collect();
+            table(o, 2, &header, &rows, &[1]);
         }
     }
 
-    let _ = writeln!(o, "\nTop flows (by bytes)");
+    let _ = writeln!(
+        o,
+        "\nFlows, top {} by bytes · {}",
+        opt.top_flows.min(r.flows.len()),
+        if r.tiers.flows.kind == "exact" { "exact" } else { "estimated, ± at 95%" }
+    );
     if r.flows.is_empty() {
-        let _ = writeln!(o, "  (none)");
-    }
-    for f in r.flows.iter().take(top_flows) {
-        let q = match (f.rx_queue, f.tx_queue) {
-            (Some(q), _) => format!("rxq {q}"),
-            (_, Some(q)) => format!("txq {q}"),
-            _ => "-".into(),
-        };
-        let _ = writeln!(
-            o,
-            "  {} {} {}:{} -> {}:{}  {}  {} pkts  {} B",
-            f.dir.as_str(),
-            f.proto,
-            f.src,
-            f.sport,
-            f.dst,
-            f.dport,
-            q,
-            fmt_count(f.packets as f64),
-            fmt_count(f.bytes as f64)
-        );
-    }
-    if r.flows.len() > top_flows {
-        let _ = writeln!(o, "  … {} more (see --json)", r.flows.len() - top_flows);
+        let _ = writeln!(o, "  none");
+    } else {
+        let estimated = r.tiers.flows.kind != "exact";
+        let rows: Vec<Vec<String>> = r
+            .flows
+            .iter()
+            .take(opt.top_flows)
+            .map(|f| {
+                let q = match (f.rx_queue, f.tx_queue) {
+                    (Some(q), _) => qname("rx", q),
+                    (_, Some(q)) => qname("tx", q),
+                    _ => "-".into(),
+                };
+                let mut row = vec![
+                    f.dir.to_string(),
+                    f.proto.clone(),
+                    format!("{}:{} -> {}:{}", f.src, f.sport, f.dst, f.dport),
+                    q,
+                    fmt_count(f.packets as f64),
+                    fmt_bytes(f.bytes as f64),
+                ];
+                if estimated {
+                    row.push(f.bytes_error.map_or_else(|| "-".into(), |e| format!("±{:.1}%", 100.0 * e as f64 / f.bytes.max(1) as f64)));
+                    row.push(f.samples.map_or_else(|| "-".into(), |s| s.to_string()));
+                }
+                row
+            })
+            .collect();
+        let mut header: Vec<String> = ["dir", "proto", "endpoints", "queue", "packets", "bytes"].iter().map(|s| s.to_string()).collect();
+        if estimated {
+            header.extend(["±95%".to_string(), "skbs".to_string()]);
+        }
+        table(o, 2, &header, &rows, &[0, 1, 2, 3]);
+        if r.flows.len() > opt.top_flows {
+            let _ = writeln!(o, "  and {} more: see --json", r.flows.len() - opt.top_flows);
+        }
     }
 
     let e = &r.events;
+    let _ = writeln!(o, "\nPacket records and in-flight states · {}", r.tiers.records.kind);
     let _ = writeln!(
         o,
-        "\nEvents: {} packet records sampled (1 in {}), stage latencies on 1 in {} packets, {} lost in the ring buffer, {} in-flight states evicted, {} found stale{}",
+        "  {} packet records sent{}, {} lost in the ring buffer{}",
         e.sampled,
-        m.sample_every.map(|v| v.to_string()).unwrap_or_else(|| "?".into()),
-        m.stage_every.map(|v| v.to_string()).unwrap_or_else(|| "?".into()),
+        m.sample_every.map(|v| format!(", 1 in {v} packets")).unwrap_or_default(),
         e.lost,
-        e.state_evicted,
-        e.state_stale,
-        if e.queue_clamped > 0 { format!(", {} packets on queues ≥ 64 folded into queue 63", e.queue_clamped) } else { String::new() }
+        if e.queue_clamped > 0 { format!("; {} packets on queues past 63 counted on queue 63", e.queue_clamped) } else { String::new() }
+    );
+    wrapped(
+        o,
+        "  ",
+        &format!(
+            "{} in-flight states evicted, {} found stale: packets timed to a point and then lost; evicted when a newer packet took \
+             the state's slot before the free, stale when the free went unseen because GRO merged or coalesced the skb",
+            e.state_evicted, e.state_stale
+        ),
     );
     if let Some(p) = e.frees_seen_pct.filter(|p| *p < FREES_SEEN_NOTE_PCT) {
-        let _ = writeln!(
+        wrapped(
             o,
-            "  note: only {p:.0}% of tracked packets were seen freed. The kernel returns receive skbs freed on the CPU that \
-             allocated them to its NAPI skb cache, which no tracepoint reports (usual when the reader runs on the softirq's \
-             CPU); the free-based stages, residence and in-flight estimates cover the traced frees only"
+            "  note: ",
+            &format!(
+                "only {p:.0}% of tracked packets were seen freed. The kernel returns receive skbs freed on the CPU that allocated them \
+                 to its NAPI skb cache, which no tracepoint reports, as usual when the reader runs on the softirq's CPU; the free-based \
+                 stages, residence and in-flight estimates cover the traced frees only"
+            ),
         );
     }
+    render_counters(o, r);
+    render_misses(o, r);
+    let _ = write!(o, "\nDrops: {}", r.drops.total);
+    for d in &r.drops.reasons {
+        let _ = write!(o, "  {}={}", d.name.clone().unwrap_or_else(|| format!("reason{}", d.reason)), d.count);
+    }
+    let _ = writeln!(o);
+}
+
+fn render_counters(o: &mut String, r: &Summary) {
     let c = &r.counters;
-    let _ = writeln!(o, "\nSocket DDIO (counters: {}; platform {})", c.source, c.platform);
+    // The platform line says why there is no DDIO when there is none: said once, below.
+    match &c.absent_why {
+        Some(_) => {
+            let _ = writeln!(o, "\nSocket DDIO counters · {}", c.source);
+        }
+        None => {
+            let _ = writeln!(o, "\nSocket DDIO counters · {}, platform {}", c.source, c.platform);
+        }
+    }
     let mbs = |v: Option<f64>| v.map(|v| format!("{v:.0} MB/s")).unwrap_or_else(|| "-".into());
-    if c.sockets.iter().all(|s| s.write_miss_pct.is_none() && s.inbound_write_mbps.is_none() && s.dram_read_mbps.is_none()) {
-        let why = match c.source.as_str() {
-            "software" => format!("software events only ({} readings): this host has no uncore PMU, so no DDIO numbers", c.readings),
-            _ => c.notes.first().cloned().unwrap_or_else(|| "no counters in this recording".into()),
-        };
-        let _ = writeln!(o, "  {why}");
-        let _ = writeln!(o, "  (capture on the host with scripts/capture-counters.sh, then `ddioscope import-counters REC FILE`)");
-    } else {
-        for s in &c.sockets {
-            let [w, pw, r, iw, ir, dr, dw, l3] = socket_cells(s);
-            let _ = writeln!(
-                o,
-                "  socket {}: write miss {w} (partial {pw}), read miss {r}, inbound write {iw} read {ir}, DRAM read {dr} write {dw}, L3 misses/s {l3}{}",
-                s.socket,
-                if s.write_allocation_disabled { "  DDIO WRITE ALLOCATION DISABLED" } else { "" }
-            );
+    match &c.absent_why {
+        Some(why) => {
+            wrapped(o, "  ", why);
+            if let Some(next) = &c.next_step {
+                wrapped(o, "  next: ", next);
+            }
+        }
+        None => {
+            for s in &c.sockets {
+                let [w, pw, rd, iw, ir, dr, dw, l3] = socket_cells(s);
+                wrapped(
+                    o,
+                    "  ",
+                    &format!(
+                        "socket {}: write miss {w}, partial {pw}; read miss {rd}; inbound write {iw}, read {ir}; DRAM read {dr}, write {dw}; L3 misses/s {l3}{}",
+                        s.socket,
+                        if s.write_allocation_disabled { "; DDIO WRITE ALLOCATION DISABLED" } else { "" }
+                    ),
+                );
+            }
         }
     }
     if let Some(p) = &c.nic_port {
-        let _ = writeln!(
-            o,
-            "  NIC port: {}; inbound write {} read {}",
-            p.note,
-            mbs(p.inbound_write_mbps),
-            mbs(p.inbound_read_mbps)
-        );
+        wrapped(o, "  NIC port: ", &format!("{}; inbound write {}, read {}", p.note, mbs(p.inbound_write_mbps), mbs(p.inbound_read_mbps)));
     }
     for w in &c.warnings {
-        let _ = writeln!(o, "  warning: {w}");
+        wrapped(o, "  warning: ", w);
     }
+}
+
+fn render_misses(o: &mut String, r: &Summary) {
     let l = &r.l3miss;
-    let _ = writeln!(o, "\nL3-miss samples ({})", l.source);
+    let _ = writeln!(o, "\nL3-miss samples");
+    wrapped(o, "  source: ", &l.source);
     if l.samples == 0 {
         let _ = writeln!(o, "  none recorded");
     } else {
-        let _ = writeln!(
+        wrapped(
             o,
-            "  {} samples: {} on live packet buffers (hand-up → miss p50 {} p99 {}), {} elsewhere, {} without address; {} charged by CPU context, {} uncharged",
-            l.samples,
-            l.on_packet_buffers,
-            fmt_ns(l.age_p50_ns),
-            fmt_ns(l.age_p99_ns),
-            l.other_addr,
-            l.no_addr,
-            l.ctx_charged,
-            l.uncharged
+            "  ",
+            &format!(
+                "{} samples: {} on live packet buffers, hand-up to miss p50 {} p99 {}; {} elsewhere, {} without address; {} charged by CPU context, {} uncharged",
+                l.samples,
+                l.on_packet_buffers,
+                fmt_ns(l.age_p50_ns),
+                fmt_ns(l.age_p99_ns),
+                l.other_addr,
+                l.no_addr,
+                l.ctx_charged,
+                l.uncharged
+            ),
         );
         if l.flow_charges_lost.is_some_and(|n| n > 0) || l.queue_clamped > 0 {
-            let _ = writeln!(
+            wrapped(
                 o,
-                "  lost to the flow view: {} charged samples whose flow the flow map lost (LRU eviction); {} charged to a queue past the probes' table, counted on its last queue",
-                l.flow_charges_lost.unwrap_or(0),
-                l.queue_clamped
+                "  ",
+                &format!(
+                    "lost to the flow view: {} charged samples whose flow the flow map lost to LRU eviction; {} charged to a queue past the probes' table, counted on its last queue",
+                    l.flow_charges_lost.unwrap_or(0),
+                    l.queue_clamped
+                ),
             );
         }
         match l.throttle.as_ref() {
-            Some(t) if t.throttles > 0 => {
-                let _ = writeln!(
-                    o,
-                    "  sampler throttled by the kernel {} times, stopped {:.1} ms in all{}{}: misses then went unsampled (none lost to stops in idle time, more than that share to stops in a burst)",
+            Some(t) if t.throttles > 0 => wrapped(
+                o,
+                "  ",
+                &format!(
+                    "sampler throttled by the kernel {} times, stopped {} in all{}{}: misses then went unsampled, none lost to stops in idle time, more than that share to stops in a burst",
                     t.throttles,
-                    t.stopped_ms,
-                    t.stopped_pct.map_or(String::new(), |p| format!(" ({p:.2}% of its CPU time)")),
-                    if t.records_lost > 0 { format!(", approximate: {} throttle records lost", t.records_lost) } else { String::new() }
-                );
-            }
+                    fmt_duration(t.stopped_ms * 1e6),
+                    t.stopped_pct.map_or(String::new(), |p| format!(", {p:.2}% of its CPU time")),
+                    if t.records_lost > 0 { format!("; approximate: {} throttle records lost", t.records_lost) } else { String::new() }
+                ),
+            ),
             Some(_) => {
                 let _ = writeln!(o, "  sampler never throttled by the kernel");
             }
             None => {}
         }
         if let Some(why) = &l.throttle_unmeasured {
-            let _ = writeln!(o, "  sampler throttling: {why}");
+            wrapped(o, "  sampler throttling: ", why);
         }
         if let Some(a) = &l.age_split {
             let n = (a.within_life + a.after_life).max(1) as f64;
-            let _ = writeln!(
+            wrapped(
                 o,
-                "  joined samples vs their packets' life (hand-up → free p99 {}): {:.1}% within it (evicted before use), {:.1}% after it (late reuse)",
-                fmt_ns(Some(a.life_p99_ns)),
-                100.0 * a.within_life as f64 / n,
-                100.0 * a.after_life as f64 / n
+                "  ",
+                &format!(
+                    "joined samples against their packets' life, hand-up to free p99 {}: {:.1}% within it, evicted before use; {:.1}% after it, late reuse",
+                    fmt_ns(Some(a.life_p99_ns)),
+                    100.0 * a.within_life as f64 / n,
+                    100.0 * a.after_life as f64 / n
+                ),
             );
         }
         if l.join_sample > 1 {
-            let _ = writeln!(
+            wrapped(
                 o,
-                "  join on 1 in {} buffer pages (--join-sample): {} samples on other pages, not looked up (charged by CPU context where it applies)",
-                l.join_sample, l.out_of_subset
+                "  ",
+                &format!(
+                    "join on 1 in {} buffer pages, --join-sample: {} samples on other pages, not looked up, charged by CPU context where it applies",
+                    l.join_sample, l.out_of_subset
+                ),
             );
         }
         if l.duty > 1 {
-            let ms = |v: Option<f64>| v.map_or_else(|| "?".to_string(), |v| format!("{v:.1}"));
-            let _ = writeln!(
+            let ms = |v: Option<f64>| v.map_or_else(|| "?".to_string(), |v| fmt_duration(v * 1e6));
+            wrapped(
                 o,
-                "  attribution in windows (--miss-duty {}): sampler {} ms of every {} ms after a {} ms warm-up, at a random place, the period divided by {} inside; it ran {}{}; {} joined samples on pages last seen before their window (owner from then, age unknown)",
-                l.duty,
-                ms(l.window_ms),
-                ms(l.cycle_ms),
-                ms(l.warmup_ms),
-                l.duty,
-                l.sampled_ms.map_or_else(|| "? ms (not measured)".to_string(), |v| format!("{v:.1} ms")),
-                l.duty_measured.map_or(String::new(), |d| format!(", 1/{d:.2} of the recording (estimates scale by that)")),
-                l.before_window
+                "  ",
+                &format!(
+                    "attribution in windows, --duty {}: sampler {} of every {} after a {} warm-up, at a random place, the period divided by {} inside; it ran {}{}; {} joined samples on pages last seen before their window: owner from then, age unknown",
+                    l.duty,
+                    ms(l.window_ms),
+                    ms(l.cycle_ms),
+                    ms(l.warmup_ms),
+                    l.duty,
+                    l.sampled_ms.map_or_else(|| "for an unmeasured time".to_string(), |v| fmt_duration(v * 1e6)),
+                    l.duty_measured.map_or(String::new(), |d| format!(", 1/{d:.2} of the recording: estimates scale by that")),
+                    l.before_window
+                ),
             );
         }
         for q in &l.queues {
-            let _ = writeln!(o, "  {} queue {}: {} by address, {} by CPU context", q.dir.as_str(), q.queue, q.addr_join, q.cpu_ctx);
+            let _ = writeln!(o, "  {}: {} by address, {} by CPU context", qname(q.dir, q.queue), q.addr_join, q.cpu_ctx);
         }
     }
     if l.buffer_map.capacity.is_some() {
         let (b, p) = (&l.buffer_map, &l.buffer_map.pages);
         let opt = |v: Option<u64>| v.map_or_else(|| "?".to_string(), |v| v.to_string());
-        let _ = writeln!(o, "  buffer join: {}", l.buffer_join);
-        let _ = writeln!(
+        wrapped(o, "  buffer join: ", &l.buffer_join);
+        wrapped(
             o,
-            "  buffer-page map: {} linear and {} frag pages written; frags left out: {} past the cap, {} without a page, {} without an address layout; {} pages past the per-packet cap; entries max {} last {} of {} slots, {} taken over",
-            p.linear_pages,
-            p.frag_pages,
-            p.frags_over_cap,
-            p.frags_no_page,
-            p.frags_no_layout,
-            p.pages_over_cap,
-            opt(b.entries_max),
-            opt(b.entries_last),
-            // Only the subset's sets are ever filled.
-            opt(b.capacity.map(|c| c / l.join_sample.max(1))),
-            p.slots_replaced
+            "  buffer-page map: ",
+            &format!(
+                "{} linear and {} frag pages written; frags left out: {} past the cap, {} without a page, {} without an address layout; {} pages past the per-packet cap; entries max {} last {} of {} slots, {} taken over",
+                p.linear_pages,
+                p.frag_pages,
+                p.frags_over_cap,
+                p.frags_no_page,
+                p.frags_no_layout,
+                p.pages_over_cap,
+                opt(b.entries_max),
+                opt(b.entries_last),
+                // Only the subset's sets are ever filled.
+                opt(b.capacity.map(|c| c / l.join_sample.max(1))),
+                p.slots_replaced
+            ),
         );
         if p.copy_linear_joined + p.copy_frag_joined > 0 {
             let _ = writeln!(
@@ -340,75 +660,105 @@ pub fn render_text(r: &Summary, top_flows: usize) -> String {
             );
         }
     }
-    let _ = write!(o, "\nDrops: {}", r.drops.total);
-    for d in &r.drops.reasons {
-        let _ = write!(o, "  {}={}", d.name.clone().unwrap_or_else(|| format!("reason{}", d.reason)), d.count);
+}
+
+/// What the attribution's numbers are, for its column header and the answer.
+fn attribution_unit(a: &AttributionReport) -> &'static str {
+    let at = &a.chosen;
+    if at.counts_are_samples {
+        "samples"
+    } else if at.method == Method::ModelPrior {
+        "predicted misses/s"
+    } else {
+        "misses/s"
     }
-    let _ = writeln!(o);
-    o
 }
 
 /// The attributed misses: every queue, and the first `top_flows` flows.
-pub fn render_attribution(a: &AttributionReport, top_flows: usize) -> String {
-    let mut o = String::new();
+pub fn render_attribution(o: &mut String, a: &AttributionReport, duration_s: f64, top_flows: usize) {
     let at = &a.chosen;
-    let _ = writeln!(
-        o,
-        "\nAttributed DDIO/L3 misses: method {}, confidence {}",
-        at.method, at.confidence
-    );
+    let _ = writeln!(o, "\nAttribution · {}, {} confidence", at.method, at.confidence);
+    let unit = attribution_unit(a);
+    let per = |m: f64| if at.counts_are_samples { format!("{m:.0}") } else { fmt_count(m / duration_s.max(1e-9)) };
+    if !at.queues.is_empty() {
+        let rows: Vec<Vec<String>> = at
+            .queues
+            .iter()
+            .map(|q| {
+                vec![
+                    qname(&q.dir, q.queue),
+                    format!("{:.1}%", q.share_pct),
+                    q.ci_pct.map_or_else(String::new, |(lo, hi)| format!("{lo:.0}–{hi:.0}%")),
+                    per(q.misses),
+                ]
+            })
+            .collect();
+        let header: Vec<String> = ["queue", "share", "95% interval", unit].iter().map(|s| s.to_string()).collect();
+        table(o, 2, &header, &rows, &[0]);
+    }
+    if !at.flows.is_empty() {
+        let rows: Vec<Vec<String>> = at
+            .flows
+            .iter()
+            .take(top_flows)
+            .map(|f| vec![format!("{} {}:{} -> {}:{}", f.proto, f.src, f.sport, f.dst, f.dport), format!("{:.1}%", f.share_pct), per(f.misses)])
+            .collect();
+        let header: Vec<String> = ["flow", "share", unit].iter().map(|s| s.to_string()).collect();
+        table(o, 2, &header, &rows, &[0]);
+        if at.flows.len() > top_flows {
+            let _ = writeln!(o, "  and {} more flows", at.flows.len() - top_flows);
+        }
+    }
     for n in &at.notes {
-        let _ = writeln!(o, "  note: {n}");
+        wrapped(o, "  note: ", n);
     }
-    let unit = if at.counts_are_samples { "samples" } else { "misses" };
-    for q in &at.queues {
-        let ci = q.ci_pct.map(|(lo, hi)| format!(" [{lo:.0}–{hi:.0}%]")).unwrap_or_default();
-        let _ = writeln!(o, "  {} queue {:>2}: {:>12.0} {unit}  {:5.1}%{}", q.dir, q.queue, q.misses, q.share_pct, ci);
+    if !a.not_used.is_empty() {
+        wrapped(o, "  not available: ", &a.not_used.join("; "));
     }
-    for f in at.flows.iter().take(top_flows) {
-        let _ = writeln!(o, "  {} {}:{} -> {}:{}  {:.0} {unit}  {:.1}%", f.proto, f.src, f.sport, f.dst, f.dport, f.misses, f.share_pct);
-    }
-    if at.flows.len() > top_flows {
-        let _ = writeln!(o, "  ({} more flows)", at.flows.len() - top_flows);
-    }
-    o
 }
 
-/// The DDIO model's view and the recommendations.
-pub fn render_model(a: &Advice, o: &mut String) {
+/// The DDIO model's capacity line and its notes.
+fn render_model_notes(o: &mut String, a: &Advice) {
     let g = &a.geometry;
-    let _ = writeln!(
+    let _ = writeln!(o, "\nDDIO model · model-only prediction");
+    wrapped(
         o,
-        "\nDDIO model (model-only prediction): LLC {:.2} MiB, {} ways; DDIO {} ways ({}) = {:.2} MiB nominal, {:.2} MiB usable",
-        g.size_bytes as f64 / 1048576.0,
-        g.ways,
-        g.ddio_ways,
-        a.ddio_ways_note,
-        a.model.ddio_capacity_bytes as f64 / 1048576.0,
-        a.model.usable_ddio_bytes as f64 / 1048576.0
+        "  ",
+        &format!(
+            "LLC {}, {} ways; DDIO {} ways, {}: {} nominal, {} usable",
+            fmt_bytes(g.size_bytes as f64),
+            g.ways,
+            g.ddio_ways,
+            a.ddio_ways_note,
+            fmt_bytes(a.model.ddio_capacity_bytes as f64),
+            fmt_bytes(a.model.usable_ddio_bytes as f64)
+        ),
     );
     for n in &a.notes {
-        let _ = writeln!(o, "  note: {n}");
+        wrapped(o, "  note: ", n);
     }
-    for q in &a.model.queues {
-        let _ = writeln!(
-            o,
-            "  {:?} queue {}: footprint {:.0} KiB, in flight {:.0} KiB, predicted write hit {}, read hit {} → {:?}",
-            q.dir,
-            q.queue,
-            q.footprint_bytes as f64 / 1024.0,
-            q.inflight_bytes / 1024.0,
-            q.predicted_write_hit_pct.map(|v| format!("{v:.1}%")).unwrap_or_else(|| "-".into()),
-            q.predicted_read_hit_pct.map(|v| format!("{v:.1}%")).unwrap_or_else(|| "-".into()),
-            q.verdict
-        );
+}
+
+/// The recommendations with their evidence, or why there are none.
+fn render_recommendations(o: &mut String, a: &Advice) {
+    let _ = writeln!(o, "\nRecommendations · commands to run yourself; nothing is applied");
+    if a.recommendations.is_empty() {
+        if let Some(n) = &a.no_change {
+            for r in &n.reasons {
+                wrapped(o, "  none: ", r);
+            }
+            for s in &n.next_steps {
+                wrapped(o, "  next: ", s);
+            }
+        }
     }
-    let _ = writeln!(o, "\nRecommendations ({}; nothing is applied)", if a.recommendations.is_empty() { "none" } else { "commands to run yourself" });
     for r in &a.recommendations {
         let _ = writeln!(o, "  [{}] {}", r.kind, r.target);
-        let _ = writeln!(o, "      $ {}", r.command);
+        for line in r.command.lines() {
+            let _ = writeln!(o, "      $ {line}");
+        }
         for e in &r.evidence {
-            let _ = writeln!(o, "      · {e}");
+            wrapped(o, "      · ", e);
         }
         if let (Some(b), Some(af)) = (r.predicted_before, r.predicted_after) {
             let _ = writeln!(o, "      predicted {}: {b:.1} → {af:.1}", r.predicted_metric.as_deref().unwrap_or("hit %"));
@@ -416,24 +766,52 @@ pub fn render_model(a: &Advice, o: &mut String) {
     }
 }
 
-/// `recommend`: the attribution (its first five flows), the model's view and the recommendations.
-pub fn render_advice(a: &Advice) -> String {
-    let mut o = render_attribution(&a.attribution, 5);
-    render_model(a, &mut o);
+/// `recommend`: the answer, the verdicts, the model and the recommendations; the attribution
+/// as one line (`report` shows all of it).
+pub fn render_advice(summary: &Summary, a: &Advice) -> String {
+    let mut o = String::new();
+    render_header(&mut o, summary);
+    let _ = writeln!(o);
+    render_answer(&mut o, &crate::analysis::answer::answer_for_advice(summary, a), &a.verdicts);
+    render_verdicts(&mut o, &a.verdicts);
+    render_model_notes(&mut o, a);
+    render_recommendations(&mut o, a);
+    let at = &a.attribution.chosen;
+    let shares: Vec<String> = at.queues.iter().filter(|q| q.share_pct > 0.0).map(|q| format!("{} {:.1}%", qname(&q.dir, q.queue), q.share_pct)).collect();
+    wrapped(
+        &mut o,
+        "\nAttribution: ",
+        &format!(
+            "{}, {} confidence{}; `ddioscope report` shows every queue, flow and note",
+            at.method,
+            at.confidence,
+            if shares.is_empty() { String::new() } else { format!(": {}", shares.join(", ")) }
+        ),
+    );
     o
 }
 
-/// `report`: the summary, the attribution and the model's view, or why there is no model.
-pub fn render_report(summary: &Summary, outcome: &Outcome, top_flows: usize) -> String {
-    let mut o = render_text(summary, top_flows);
+/// `report`: the answer, the verdicts, the evidence, the attribution and the model, or why
+/// there is no model.
+pub fn render_report(summary: &Summary, outcome: &Outcome, opt: &TextOptions) -> String {
+    let mut o = String::new();
+    render_header(&mut o, summary);
+    let _ = writeln!(o);
+    let answer = crate::analysis::answer::answer(summary, outcome);
     match outcome {
         Outcome::Advised(a) => {
-            o.push_str(&render_attribution(&a.attribution, top_flows));
-            render_model(a, &mut o);
+            render_answer(&mut o, &answer, &a.verdicts);
+            render_verdicts(&mut o, &a.verdicts);
+            render_evidence(&mut o, summary, opt);
+            render_attribution(&mut o, &a.attribution, summary.meta.duration_s, opt.top_flows);
+            render_model_notes(&mut o, a);
+            render_recommendations(&mut o, a);
         }
         Outcome::NoModel { why, attribution } => {
-            o.push_str(&render_attribution(attribution, top_flows));
-            let _ = writeln!(o, "\nDDIO model: not available ({why})");
+            render_answer(&mut o, &answer, &[]);
+            render_evidence(&mut o, summary, opt);
+            render_attribution(&mut o, attribution, summary.meta.duration_s, opt.top_flows);
+            wrapped(&mut o, "\nDDIO model: ", &format!("not available: {why}"));
         }
     }
     o
@@ -442,28 +820,28 @@ pub fn render_report(summary: &Summary, outcome: &Outcome, top_flows: usize) -> 
 /// `simulate`: the what-if grid as a table.
 pub fn render_what_if(grid: &[GridPoint]) -> String {
     let mut o = String::new();
-    let _ = writeln!(o, "model-only prediction (simulated, not measured)");
-    let _ = writeln!(
-        o,
-        "{:>6} {:>5} {:>8} {:>7} {:>6} {:>11} {:>11} {:>9} {:>9} {:>9}",
-        "ring", "ways", "mask", "queues", "pkt B", "footprint", "DDIO cap", "verdict", "write hit", "read hit"
-    );
-    let pct = |v: Option<f64>| v.map(|v| format!("{v:.1}%")).unwrap_or_else(|| "-".into());
-    for p in grid {
-        let _ = writeln!(
-            o,
-            "{:>6} {:>5} {:>#8x} {:>7} {:>6} {:>9.2}Mi {:>9.2}Mi {:>9} {:>9} {:>9}",
-            p.ring,
-            p.ddio_ways,
-            p.ddio_mask,
-            p.queues,
-            p.pkt_bytes,
-            p.footprint_bytes as f64 / 1048576.0,
-            p.ddio_capacity_bytes as f64 / 1048576.0,
-            p.verdict,
-            pct(p.io_write_hit_pct),
-            pct(p.io_read_hit_pct)
-        );
-    }
+    let _ = writeln!(o, "model-only prediction: simulated, not measured");
+    let header: Vec<String> = ["ring", "ways", "mask", "queues", "pkt B", "footprint", "DDIO cap", "verdict", "write hit", "read hit"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let rows: Vec<Vec<String>> = grid
+        .iter()
+        .map(|p| {
+            vec![
+                p.ring.to_string(),
+                p.ddio_ways.to_string(),
+                format!("{:#x}", p.ddio_mask),
+                p.queues.to_string(),
+                p.pkt_bytes.to_string(),
+                fmt_bytes(p.footprint_bytes as f64),
+                fmt_bytes(p.ddio_capacity_bytes as f64),
+                p.verdict.to_string(),
+                fmt_pct(p.io_write_hit_pct),
+                fmt_pct(p.io_read_hit_pct),
+            ]
+        })
+        .collect();
+    table(&mut o, 0, &header, &rows, &[]);
     o
 }

@@ -110,26 +110,7 @@ impl FlowRates {
     }
 }
 
-/// "1.23 µs"-style duration for narrow columns.
-pub fn fmt_ns(ns: Option<u64>) -> String {
-    match ns {
-        None => "-".into(),
-        Some(n) if n < 1_000 => format!("{n} ns"),
-        Some(n) if n < 1_000_000 => format!("{:.1} µs", n as f64 / 1e3),
-        Some(n) if n < 1_000_000_000 => format!("{:.1} ms", n as f64 / 1e6),
-        Some(n) => format!("{:.2} s", n as f64 / 1e9),
-    }
-}
-
-/// "12.3 KiB"-style size.
-pub fn fmt_bytes(b: f64) -> String {
-    match b {
-        b if b >= 1024.0 * 1024.0 * 1024.0 => format!("{:.1} GiB", b / (1024.0 * 1024.0 * 1024.0)),
-        b if b >= 1024.0 * 1024.0 => format!("{:.1} MiB", b / (1024.0 * 1024.0)),
-        b if b >= 1024.0 => format!("{:.1} KiB", b / 1024.0),
-        b => format!("{b:.0} B"),
-    }
-}
+pub use crate::units::{fmt_bytes, fmt_ns};
 
 #[cfg(test)]
 mod tests {

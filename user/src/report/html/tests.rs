@@ -1,6 +1,5 @@
-//! Tests of the HTML report: a synthetic recording built in memory, and a real one recorded on the
-//! namespace testbed (tests/fixtures/recordings/).
-use std::collections::BTreeMap;
+//! Tests of the HTML report: a synthetic recording written through the recorder's writer, and
+//! a real one recorded on the namespace testbed (tests/fixtures/recordings/).
 use std::path::{Path, PathBuf};
 
 use super::*;
@@ -47,8 +46,9 @@ fn tor(iv: u64, event: &str, value: f64) -> (u64, CounterRow) {
     )
 }
 
-/// Five 100 ms intervals, two RX queues and one TX queue, optionally LLC info and TOR counters.
-fn synthetic(llc: bool, counters: bool) -> Recording {
+/// Five 100 ms intervals, two RX queues and one TX queue, optionally LLC info and TOR
+/// counters, written through the recorder's own writer (`rx` false: no RX traffic).
+fn synthetic_file(llc: bool, counters: bool, rx: bool) -> (tempfile::TempDir, PathBuf) {
     let iface = IfaceInfo {
         name: "eth<1>".into(),
         netns: Some("ns-test".into()),
@@ -67,36 +67,16 @@ fn synthetic(llc: bool, counters: bool) -> Recording {
         llc: llc.then(|| CacheInfo { level: 3, size_bytes: 8 << 20, ways: 16, sets: 8192, line_bytes: 64, shared_cpus: "0-3".into() }),
         ..Default::default()
     };
-    let mut meta = BTreeMap::new();
-    meta.insert("iface".into(), serde_json::to_string(&iface).unwrap());
-    meta.insert("host".into(), serde_json::to_string(&host).unwrap());
-    meta.insert("start_ns".into(), START_NS.to_string());
-    meta.insert("interval_ms".into(), "100".into());
-    meta.insert("sample_every".into(), "64".into());
-    meta.insert("complete".into(), "true".into());
-    meta.insert(
-        "hooks".into(),
-        r#"[{"tracepoint":"net:napi_gro_receive_entry","flavor":"tp_btf"},{"tracepoint":"skb:consume_skb","flavor":null}]"#.into(),
-    );
-    meta.insert("counters_source".into(), if counters { "imported" } else { "absent" }.into());
-    let snapshots = (0..5u64)
-        .map(|i| Snapshot {
-            index: i,
-            t_ns: START_NS + (i + 1) * IV_NS,
-            dur_ns: IV_NS,
-            queues: vec![queue(Dir::Rx, 0, i), queue(Dir::Rx, 1, i), queue(Dir::Tx, 0, i)],
-            events: EventCounters { sampled: 10, received: 10, ..Default::default() },
-            ..Default::default()
-        })
-        .collect();
-    let mut rows = Vec::new();
-    if counters {
-        for iv in 0..5 {
-            rows.push(tor(iv, "UNC_CHA_TOR_INSERTS.IO_ITOM", 100_000.0));
-            rows.push(tor(iv, "UNC_CHA_TOR_INSERTS.IO_HIT_ITOM", 100_000.0 - 10_000.0 * iv as f64));
-            rows.push(tor(iv, "UNC_CHA_TOR_INSERTS.IO_MISS_ITOM", 10_000.0 * iv as f64));
-        }
-    }
+    let meta: Vec<(&str, String)> = vec![
+        ("iface", serde_json::to_string(&iface).unwrap()),
+        ("host", serde_json::to_string(&host).unwrap()),
+        ("start_ns", START_NS.to_string()),
+        ("interval_ms", "100".into()),
+        ("sample_every", "64".into()),
+        ("complete", "true".into()),
+        ("hooks", r#"[{"tracepoint":"net:napi_gro_receive_entry","flavor":"tp_btf"},{"tracepoint":"skb:consume_skb","flavor":null}]"#.into()),
+        ("counters_source", if counters { "imported" } else { "absent" }.into()),
+    ];
     let flow = FlowCounters {
         key: FlowKey { dir: Dir::Rx, proto: "tcp".into(), src: "fd77::1".into(), sport: 40000, dst: "fd77::2".into(), dport: 5201 },
         queue: 1,
@@ -108,14 +88,42 @@ fn synthetic(llc: bool, counters: bool) -> Recording {
         samples: None,
         bytes_var: None,
     };
-    Recording {
-        path: PathBuf::from("synthetic.ddio"),
-        meta: crate::recording::RecordingMeta::from_rows(&meta),
-        snapshots,
-        flows: vec![flow],
-        drop_reasons: vec![(2, 5)],
-        counters: rows,
+    let snapshots: Vec<Snapshot> = (0..5u64)
+        .map(|i| {
+            let mut queues = vec![queue(Dir::Tx, 0, i)];
+            if rx {
+                queues.extend([queue(Dir::Rx, 0, i), queue(Dir::Rx, 1, i)]);
+            }
+            Snapshot {
+                index: i,
+                t_ns: START_NS + (i + 1) * IV_NS,
+                dur_ns: IV_NS,
+                queues,
+                events: EventCounters { sampled: 10, received: 10, ..Default::default() },
+                flows: if i == 4 { vec![flow.clone()] } else { Vec::new() },
+                drop_reasons: if i == 4 { vec![(2, 5)] } else { Vec::new() },
+                ..Default::default()
+            }
+        })
+        .collect();
+    let mut rows = Vec::new();
+    if counters {
+        for iv in 0..5 {
+            rows.push(tor(iv, "UNC_CHA_TOR_INSERTS.IO_ITOM", 100_000.0));
+            rows.push(tor(iv, "UNC_CHA_TOR_INSERTS.IO_HIT_ITOM", 100_000.0 - 10_000.0 * iv as f64));
+            rows.push(tor(iv, "UNC_CHA_TOR_INSERTS.IO_MISS_ITOM", 10_000.0 * iv as f64));
+        }
     }
+    crate::recording::reader::fixture::write_recording(&meta, &snapshots, &rows)
+}
+
+/// The page for a recording, with the report's own summary and outcome.
+fn page(path: &Path) -> (Recording, crate::analysis::Summary, String) {
+    let rec = Recording::open(path).unwrap();
+    let r = crate::analysis::summary::build(&rec).unwrap();
+    let outcome = crate::analysis::advise_or_explain(&rec, &r, Default::default()).unwrap();
+    let h = render_html(&rec, &r, &outcome).unwrap();
+    (rec, r, h)
 }
 
 /// No network fetches: the only URLs allowed are xmlns namespace names.
@@ -138,29 +146,19 @@ fn count(h: &str, pat: &str) -> usize {
 
 #[test]
 fn renders_every_section_with_charts() {
-    let rec = synthetic(true, true);
-    let r = crate::analysis::summary::build(&rec);
-    let h = render_html(&rec, &r, &[]);
+    let (_dir, path) = synthetic_file(true, true, true);
+    let (_rec, r, h) = page(&path);
     assert!(h.starts_with("<!DOCTYPE html>") && h.trim_end().ends_with("</html>"));
     assert_self_contained(&h);
     for id in [
-        "id=\"summary\"",
-        "id=\"queues\"",
-        "id=\"latency\"",
-        "id=\"rates\"",
-        "id=\"rates-rx\"",
-        "id=\"rates-tx\"",
-        "id=\"counters\"",
-        "id=\"miss-over-time\"",
-        "id=\"whatif\"",
-        "id=\"whatif-ring\"",
-        "id=\"whatif-ways\"",
-        "id=\"recommendations\"",
-        "id=\"flows\"",
-        "id=\"events\"",
+        "summary", "answer", "verdicts", "verdicts-table", "attribution", "evidence", "tiers", "queues", "latency", "rates",
+        "rates-rx", "rates-tx", "counters", "miss-over-time", "whatif", "whatif-ring", "whatif-ways", "recommendations", "flows",
+        "events",
     ] {
-        assert!(h.contains(id), "missing {id}");
+        assert!(h.contains(&format!("id=\"{id}\"")), "missing {id}");
     }
+    // The answer comes before the evidence.
+    assert!(h.find("id=\"answer\"") < h.find("id=\"evidence\"") && h.find("id=\"verdicts\"") < h.find("id=\"queues\""));
     // 3 queues x 3 stages with data, 2 rate charts, 1 miss chart, 2 what-if curves.
     assert_eq!(count(&h, "<svg"), 9 + 2 + 1 + 2);
     assert_eq!(count(&h, "<svg"), count(&h, "</svg>"));
@@ -169,26 +167,25 @@ fn renders_every_section_with_charts() {
     assert!(!h.contains("lat-rx-0-driver_to_free"), "a stage without data gets no chart");
     assert!(h.contains("<polyline"));
     assert!(h.contains("model-only prediction"));
-    assert!(h.contains("No recommendations: the model finds nothing to change"));
     assert!(!h.contains("assumed-geometry"));
     // Escaped host-supplied strings, IPv6 endpoints bracketed.
     assert!(h.contains("eth&lt;1&gt;") && !h.contains("eth<1>"));
     assert!(h.contains("[fd77::1]:40000"));
-    // Per-queue table: the same numbers as the text report.
-    let text = crate::report::render_text(&r, 10);
-    let q = &r.queues[0];
-    let cell = ns_cell(q.stages["driver_to_stack"]["p99_ns"].as_u64());
-    assert!(h.contains(&cell) && text.contains(&fmt_ns(q.stages["driver_to_stack"]["p99_ns"].as_u64())));
-    assert!(h.contains(&fmt_count(q.pps)));
-    // Units on the latency axes.
-    assert!(h.contains("µs"));
+    // Per-queue table: the same cells as the text report's, durations in one style.
+    let q = r.queues.iter().find(|q| q.packets > 0).unwrap();
+    for c in crate::report::queue_cells(q, true) {
+        assert!(h.contains(&format!("<td>{}</td>", esc(&c))), "{c}");
+    }
+    assert!(h.contains(&fmt_count(q.packets_per_s)));
+    assert!(h.contains("µs") && !h.contains("0us<"));
     std::fs::write(std::env::temp_dir().join("ddioscope-html-synthetic.html"), &h).unwrap();
 }
 
 #[test]
 fn miss_ratios_per_interval_follow_the_counters() {
-    let rec = synthetic(true, true);
-    let s = miss_series(&rec, "imported");
+    let (_dir, path) = synthetic_file(true, true, true);
+    let rec = Recording::open(&path).unwrap();
+    let s = miss_series(&rec, "imported").unwrap();
     let pts = &s[&0];
     assert_eq!(pts.len(), 5);
     for (i, (t, w, rd)) in pts.iter().enumerate() {
@@ -200,21 +197,23 @@ fn miss_ratios_per_interval_follow_the_counters() {
 
 #[test]
 fn says_why_when_counters_and_llc_are_missing() {
-    let rec = synthetic(false, false);
-    let r = crate::analysis::summary::build(&rec);
-    let h = render_html(&rec, &r, &[]);
+    let (_dir, path) = synthetic_file(false, false, true);
+    let (_rec, _r, h) = page(&path);
     assert_self_contained(&h);
     assert!(h.contains("id=\"counters-absent\""));
-    assert!(h.contains("no counters in this recording"));
+    assert!(h.contains("no counters in this recording") && h.contains("capture-counters.sh"));
     assert!(!h.contains("id=\"miss-over-time\""));
     assert!(h.contains("id=\"assumed-geometry\"") && h.contains("ASSUMED"));
     assert!(h.contains("id=\"whatif-ring\""));
+    // No geometry, no model: the answer says so, and there are no verdicts.
+    assert!(h.contains("the DDIO model could not run") && h.contains("No verdicts"));
 }
 
 #[test]
 fn what_if_uses_the_observed_workload() {
-    let rec = synthetic(true, false);
-    let r = crate::analysis::summary::build(&rec);
+    let (_dir, path) = synthetic_file(true, false, true);
+    let rec = Recording::open(&path).unwrap();
+    let r = crate::analysis::summary::build(&rec).unwrap();
     let w = what_if_for(&rec, &r).unwrap();
     assert_eq!(w.spec.queues, 2);
     assert_eq!(w.spec.pkt_bytes, 1514);
@@ -230,20 +229,24 @@ fn what_if_uses_the_observed_workload() {
     assert!(hit(&w.by_ways[5]) >= hit(&w.by_ways[0]));
     println!("what-if: {:.2} s for {} points", w.elapsed_s, w.by_ring.len() + w.by_ways.len());
 
-    let mut none = synthetic(true, false);
-    for s in &mut none.snapshots {
-        s.queues.retain(|q| q.dir == Dir::Tx);
-    }
-    let r = crate::analysis::summary::build(&none);
-    assert!(what_if_for(&none, &r).is_err());
-    assert!(render_html(&none, &r, &[]).contains("id=\"whatif-absent\""));
+    let (_dir2, none) = synthetic_file(true, false, false);
+    let rec = Recording::open(&none).unwrap();
+    let r = crate::analysis::summary::build(&rec).unwrap();
+    assert!(what_if_for(&rec, &r).is_err());
+    let (_rec, _r, h) = page(&none);
+    assert!(h.contains("id=\"whatif-absent\""));
+    // Nothing to size, and the page says so rather than "nothing to change".
+    assert!(h.contains("no RX traffic in the window"));
 }
 
 #[test]
-fn recommendation_cards() {
-    let rec = synthetic(true, false);
-    let r = crate::analysis::summary::build(&rec);
-    let recs = vec![Recommendation {
+fn recommendation_cards_and_the_answer_agree() {
+    let (_dir, path) = synthetic_file(true, false, true);
+    let rec = Recording::open(&path).unwrap();
+    let r = crate::analysis::summary::build(&rec).unwrap();
+    let mut outcome = crate::analysis::advise_or_explain(&rec, &r, Default::default()).unwrap();
+    let crate::analysis::Outcome::Advised(a) = &mut outcome else { panic!("geometry") };
+    a.recommendations = vec![Recommendation {
         kind: "ring_size".into(),
         target: "rx queues of <eth1>".into(),
         command: "ethtool -G eth1 rx 512".into(),
@@ -252,11 +255,12 @@ fn recommendation_cards() {
         predicted_before: Some(61.0),
         predicted_after: Some(98.5),
     }];
-    let h = render_html(&rec, &r, &recs);
+    a.no_change = None;
+    let h = render_html(&rec, &r, &outcome).unwrap();
     assert!(h.contains("class=\"card rec\""));
-    assert!(h.contains("ethtool -G eth1 rx 512"));
     assert!(h.contains("&lt;eth1&gt;"));
-    assert!(h.contains("61.0") && h.contains("98.5"));
+    let answer = &h[h.find("id=\"answer\"").unwrap()..h.find("id=\"verdicts\"").unwrap()];
+    assert!(answer.contains("<code>ethtool -G eth1 rx 512</code>") && answer.contains("61.0% → 98.5%"), "{answer}");
     assert!(!h.contains("No recommendations"));
 }
 
@@ -267,22 +271,19 @@ fn histogram_chart_labels_and_markers() {
     hgram[20] = 10; // [1.0ms, 2.1ms)
     let svg = hist_chart(&hgram, Some(1500), Some(1_500_000), "t");
     assert_eq!(count(&svg, "<rect"), 2);
-    assert!(svg.contains("1.0µs") && svg.contains("ms"));
+    assert!(svg.contains("1.02 µs") && svg.contains("ms"));
     assert!(svg.contains(">p50<") && svg.contains(">p99<"));
     assert!(hist_chart(&[0; NBUCKETS], None, None, "t").is_empty());
-    assert_eq!(fmt_dur(512.0), "512ns");
-    assert_eq!(fmt_dur(4096.0), "4.1µs");
-    assert_eq!(fmt_dur(131072.0), "131µs");
-    assert_eq!(fmt_dur(2e6), "2.0ms");
+    assert_eq!(fmt_duration(512.0), "512 ns");
+    assert_eq!(fmt_duration(4096.0), "4.10 µs");
 }
 
-/// A real recording made on the testbed (see tests/fixtures/recordings/README.md).
+/// A real recording made on the testbed (see tests/fixtures/recordings/README.md): every
+/// section, and the verdicts and attribution as the JSON gives them.
 #[test]
 fn renders_a_testbed_recording() {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/recordings/veth-tcp.ddio");
-    let rec = Recording::open(&p).unwrap();
-    let r = crate::analysis::summary::build(&rec);
-    let h = render_html(&rec, &r, &[]);
+    let (rec, r, h) = page(&p);
     assert_self_contained(&h);
     let rx: Vec<_> = r.queues.iter().filter(|q| q.dir == Dir::Rx && q.packets > 0).collect();
     assert!(!rx.is_empty());
@@ -294,5 +295,22 @@ fn renders_a_testbed_recording() {
     }
     for q in &rx {
         assert!(h.contains(&format!("id=\"lat-rx-{}-driver_to_stack\"", q.queue)));
+    }
+    // AMD: no suggestion of a script that refuses it; the reason once.
+    assert!(!h.contains("capture-counters.sh") && h.contains("no DDIO on this CPU; model only"));
+    let outcome = crate::analysis::advise_or_explain(&rec, &r, Default::default()).unwrap();
+    let crate::analysis::Outcome::Advised(a) = &outcome else { panic!("geometry") };
+    // The recommendation cards, or why there are none.
+    assert_eq!(h.contains("id=\"no-recommendations\""), a.recommendations.is_empty());
+    assert_eq!(count(&h, "class=\"card rec\""), a.recommendations.len());
+    let verdicts = &h[h.find("id=\"verdicts-table\"").unwrap()..];
+    for v in &a.verdicts {
+        assert!(verdicts.contains(&format!("<td class=\"l\">{} {}</td><td class=\"l v-{}\">{}</td>", v.dir, v.queue, v.verdict, v.verdict)));
+        assert!(verdicts.contains(&esc(&v.reason)));
+    }
+    let attribution = &h[h.find("id=\"attribution\"").unwrap()..h.find("id=\"recommendations\"").unwrap()];
+    assert!(attribution.contains("predicted misses/s") && attribution.contains("model_prior, low confidence"));
+    for q in &a.attribution.chosen.queues {
+        assert!(attribution.contains(&format!("{} {}</td><td>{:.1}%", q.dir, q.queue, q.share_pct)), "{q:?}");
     }
 }
