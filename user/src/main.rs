@@ -96,20 +96,29 @@ fn recommend(args: RecommendArgs) -> Result<()> {
 fn simulate(args: SimulateArgs) -> Result<()> {
     if args.bench {
         let lps = ddioscope::model::sim::bench_lines_per_sec();
-        return print(&format!("simulator: {:.1} M cache-line accesses/s on one core (target >= 50 M/s)\n", lps / 1e6));
+        return print(&format!("simulator: {:.1} M cache-line accesses/s on one core (target >= 100 M/s)\n", lps / 1e6));
     }
-    let spec = match &args.recording {
+    let grid = match &args.recording {
         Some(path) => {
             let rec = Recording::open(path)?;
             let obs = analysis::observation(&rec, &analysis::summary::build(&rec)?, args.geometry)?;
-            ddioscope::advise::spec_from_observation(&obs, None, None)
-                .ok_or_else(|| anyhow!("{} has no RX traffic to simulate", path.display()))?
+            let run = ddioscope::advise::ModelRun::new(&obs);
+            let spec = run.spec().ok_or_else(|| anyhow!("{} has no RX traffic to simulate", path.display()))?;
+            if args.queues.is_empty() && args.pkt_bytes.is_empty() {
+                // The recording's own computation: its points are the report's and recommend's.
+                if !args.json {
+                    eprint!("{}", report::text::render_model_inputs(&run.inputs(), run.calibration.as_ref()));
+                }
+                run.grid(&args.ring, &args.ways)
+            } else {
+                ddioscope::model::spec::what_if(spec, &args.ring, &args.ways, &args.queues, &args.pkt_bytes)
+            }
         }
         None => {
             let text = args.synthetic.as_deref().unwrap_or_default();
-            ddioscope::model::spec::SimSpec::parse(text).map_err(|e| anyhow!("--synthetic: {e}"))?
+            let spec = ddioscope::model::spec::SimSpec::parse(text).map_err(|e| anyhow!("--synthetic: {e}"))?;
+            ddioscope::model::spec::what_if(&spec, &args.ring, &args.ways, &args.queues, &args.pkt_bytes)
         }
     };
-    let grid = ddioscope::model::spec::what_if(&spec, &args.ring, &args.ways, &args.queues, &args.pkt_bytes);
     print(&if args.json { serde_json::to_string_pretty(&grid)? + "\n" } else { report::text::render_what_if(&grid) })
 }

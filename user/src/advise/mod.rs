@@ -4,10 +4,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::analytic::{self, Dir, QueueLoad, SocketAnalytic, Verdict, DESC_BYTES_PER_PKT};
 use crate::model::geometry::{ways_to_mask, LlcGeometry, WaysSource};
-use crate::model::spec::{simulate, Consumer, Reuse, SimSpec};
+use crate::model::spec::{Consumer, Reuse, SimSpec, StackInputs};
 
+mod run;
 #[cfg(test)]
 mod tests;
+
+pub use run::{CalibrationReport, ModelRun};
 
 /// Smallest ring we recommend: one NAPI budget (64 packets) must fit; most drivers
 /// accept 64 (ixgbe, i40e, ice, mlx5).
@@ -75,6 +78,9 @@ pub struct HostObservation {
     pub consumer: Option<Consumer>,
     pub queues: Vec<QueueObservation>,
     pub counters: Option<CounterEvidence>,
+    /// The kernel's buffer recycling as measured (page_pool statistics); None: not measured.
+    #[serde(default)]
+    pub stack: Option<StackInputs>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -166,6 +172,17 @@ pub fn spec_from_observation(obs: &HostObservation, ring: Option<u32>, ddio_ways
         g.ddio_ways = w.clamp(1, g.ways);
     }
     let mut s = SimSpec::new(g, rx.len() as u32, ring.unwrap_or(cur), pkt);
+    // What the recording measured; the rest of the spec is a default or an assumption.
+    s.measured = vec!["queues".into(), "pkt_bytes".into(), "pps".into(), "llc".into()];
+    if ring.is_none() && rx.iter().any(|q| q.ring_entries.is_some()) {
+        s.measured.push("ring".into());
+    }
+    if rx.iter().any(|q| q.residence_ns_p50.is_some()) {
+        s.measured.push("residence_us".into());
+    }
+    if obs.consumer.is_some() {
+        s.measured.push("consumer".into());
+    }
     let pps: f64 = rx.iter().map(|q| q.pkts_per_s).sum();
     if pps > 0.0 {
         s.pps = pps;
@@ -185,6 +202,9 @@ pub fn spec_from_observation(obs: &HostObservation, ring: Option<u32>, ddio_ways
     s.residence_us = median(&res);
     s.queue_residence_us = res;
     s.reuse = Reuse::Recycle;
+    // The driver's page_pool, where the kernel counted it: how often a buffer comes back
+    // warm from the cache, from the recycle ring, or fresh from the page allocator.
+    s.stack = obs.stack.clone().filter(|st| st.has_shares());
     // Enough spare buffers for everything in flight (Little's law or the observed peak),
     // so the simulation does not drop what the host actually carried.
     let inflight = rx
@@ -226,53 +246,24 @@ fn round1(x: f64) -> f64 {
     (x * 10.0).round() / 10.0
 }
 
+/// (write hit %, read hit %) of one prediction, rounded as printed.
 type Prediction = (Option<f64>, Option<f64>);
-/// (ring, DDIO ways) a prediction was made for.
-type PredictionKey = (Option<u32>, Option<u32>);
 
-/// Simulations are the expensive part of advice; the same (ring, ways) point is asked for
-/// by several rules.
-struct Predictor<'a> {
-    obs: &'a HostObservation,
-    memo: Vec<(PredictionKey, Option<Prediction>)>,
-}
-
-impl<'a> Predictor<'a> {
-    fn new(obs: &'a HostObservation) -> Self {
-        Predictor { obs, memo: Vec::new() }
-    }
-    fn get(&mut self, ring: Option<u32>, ways: Option<u32>) -> Option<Prediction> {
-        if let Some((_, p)) = self.memo.iter().find(|(k, _)| *k == (ring, ways)) {
-            return *p;
-        }
-        let p = predict(self.obs, ring, ways);
-        self.memo.push(((ring, ways), p));
-        p
-    }
-}
-
-/// Predicted (write hit %, read hit %) for the observed load at a ring / way count.
-fn predict(obs: &HostObservation, ring: Option<u32>, ways: Option<u32>) -> Option<Prediction> {
-    let s = spec_from_observation(obs, ring, ways)?;
-    let r = simulate(&s);
-    let read = match s.consumer {
-        Consumer::Copy => r.total.cpu_read_hit_pct(),
-        Consumer::Forward => r.total.io_read_hit_pct(),
-    };
-    Some((r.total.io_write_hit_pct().map(round1), read.map(round1)))
+fn prediction(run: &ModelRun, ring: Option<u32>, ways: Option<u32>) -> Option<Prediction> {
+    let r = run.result(ring, ways)?;
+    Some((r.total.io_write_hit_pct().map(round1), run.read_hit_pct(&r).map(round1)))
 }
 
 /// The model's per-queue view and the socket's DDIO capacity.
-pub fn model_view(obs: &HostObservation) -> ModelView {
+pub fn model_view(obs: &HostObservation, run: &ModelRun) -> ModelView {
     let ls = loads(obs, None);
     let sock = analytic::analyse_socket(&obs.geometry, &ls);
-    let (per_q, tx_read) = match spec_from_observation(obs, None, None) {
-        Some(s) => {
-            let r = simulate(&s);
+    let (per_q, tx_read) = match (run.result(None, None), run.spec()) {
+        (Some(r), Some(s)) => {
             let tx = if s.consumer == Consumer::Forward { r.total.io_read_hit_pct() } else { None };
             (Some((r, s.consumer)), tx)
         }
-        None => (None, None),
+        _ => (None, None),
     };
     let rx = rx_queues(obs);
     let queues = sock
@@ -343,12 +334,11 @@ fn burst_floor(q: &QueueObservation) -> (u32, Vec<String>) {
 }
 
 /// Recommendations for one host observation. Deterministic: same input, same output.
-pub fn recommend(obs: &HostObservation) -> Vec<Recommendation> {
+pub fn recommend(obs: &HostObservation, run: &ModelRun) -> Vec<Recommendation> {
     let mut out = Vec::new();
     let g = &obs.geometry;
     let rx = rx_queues(obs);
     let counters = obs.counters.as_ref();
-    let mut pred = Predictor::new(obs);
 
     // 1. Write allocation disabled: nothing else about DDIO applies until it is on.
     if let Some(c) = counters.filter(|c| c.write_allocation_disabled) {
@@ -408,7 +398,7 @@ pub fn recommend(obs: &HostObservation) -> Vec<Recommendation> {
                     ev.push(format!("{} counters: inbound write miss {w:.0}%, read miss {r:.0}%", c.source));
                 }
             }
-            let after = pred.get(None, None).and_then(|p| p.1);
+            let after = prediction(run, None, None).and_then(|p| p.1);
             out.push(Recommendation {
                 kind: "numa_placement".into(),
                 target: format!("{} (NUMA node {nic})", obs.iface),
@@ -438,7 +428,8 @@ pub fn recommend(obs: &HostObservation) -> Vec<Recommendation> {
         burst_ev.extend(why);
     }
     let need_ring = floors.iter().map(|f| f.1).max().unwrap_or(MIN_RING);
-    let fp = |r: u32| nq as u64 * analytic::ring_footprint_bytes(r, pkt, DESC_BYTES_PER_PKT);
+    // The socket's RX footprint as the per-queue view computes it (each queue's own packet size).
+    let fp = |r: u32| analytic::analyse_socket(g, &loads(obs, Some(r))).rx_footprint_bytes;
     let usable = g.usable_ddio_bytes();
     let cur_fp = cur_ring.map(fp);
     let over = cur_fp.is_some_and(|f| f > usable);
@@ -476,7 +467,7 @@ pub fn recommend(obs: &HostObservation) -> Vec<Recommendation> {
     let shrink = cur_ring.is_some_and(|c| target_ring < c) && over;
     let grow = cur_ring.is_some_and(|c| target_ring > c);
     if ring_fits && (shrink || grow) {
-        let (b, a) = match (pred.get(None, None), pred.get(Some(target_ring), None)) {
+        let (b, a) = match (prediction(run, None, None), prediction(run, Some(target_ring), None)) {
             (Some(b), Some(a)) => (b.0, a.0),
             _ => (None, None),
         };
@@ -503,7 +494,7 @@ pub fn recommend(obs: &HostObservation) -> Vec<Recommendation> {
         });
         let shrink_to = cur_ring.filter(|c| need_ring < *c).map(|_| need_ring);
         if let Some(r) = shrink_to {
-            let (b, a) = match (pred.get(None, None), pred.get(Some(r), None)) {
+            let (b, a) = match (prediction(run, None, None), prediction(run, Some(r), None)) {
                 (Some(b), Some(a)) => (b.0, a.0),
                 _ => (None, None),
             };
@@ -528,7 +519,7 @@ pub fn recommend(obs: &HostObservation) -> Vec<Recommendation> {
                 let mask = ways_to_mask(w, g.ways).unwrap_or(0);
                 let mut gg = g.clone();
                 gg.ddio_ways = w;
-                let (b, a) = match (pred.get(Some(need_ring), None), pred.get(Some(need_ring), Some(w))) {
+                let (b, a) = match (prediction(run, Some(need_ring), None), prediction(run, Some(need_ring), Some(w))) {
                     (Some(b), Some(a)) => (b.0, a.0),
                     _ => (None, None),
                 };
@@ -580,7 +571,7 @@ pub fn recommend(obs: &HostObservation) -> Vec<Recommendation> {
             _ => false,
         };
         if hot.bytes_per_s >= IMBALANCE_RATIO * mean && (hot_exhausted || hot_slow || hot.drops > 0) {
-            let before = pred.get(None, None).and_then(|p| p.1);
+            let before = prediction(run, None, None).and_then(|p| p.1);
             let mut even = obs.clone();
             let med = median(&rx.iter().filter_map(|q| q.residence_ns_p50).collect::<Vec<_>>());
             let pps: f64 = rx.iter().map(|q| q.pkts_per_s).sum::<f64>() / rx.len() as f64;
@@ -591,7 +582,7 @@ pub fn recommend(obs: &HostObservation) -> Vec<Recommendation> {
                     q.residence_ns_p50 = Some(med);
                 }
             }
-            let after = predict(&even, None, None).and_then(|p| p.1);
+            let after = run.for_observation(&even).and_then(|r| run.read_hit_pct(&r)).map(round1);
             let mut evidence = vec![format!(
                     "rx{} carries {:.1}x the mean queue load ({:.0} vs {:.0} MB/s){}{}",
                     hot.queue,
@@ -625,8 +616,8 @@ pub fn recommend(obs: &HostObservation) -> Vec<Recommendation> {
         if let (Some(w), Some(r)) = (c.write_miss_pct, c.read_miss_pct) {
             let ring_explains = over || !ring_fits;
             if !numa_mismatch && w >= SIGNIFICANT_WRITE_MISS_PCT && r <= WARM_READ_MISS_PCT && !ring_explains {
-                let b = predict_with_reuse(obs, Reuse::Fifo);
-                let a = predict_with_reuse(obs, Reuse::Recycle);
+                let b = predict_with_reuse(run, Reuse::Fifo);
+                let a = predict_with_reuse(run, Reuse::Recycle);
                 out.push(Recommendation {
                     kind: "buffer_reuse".into(),
                     target: obs.iface.clone(),
@@ -676,7 +667,7 @@ const STEER_MIN_GAIN: f64 = 1.0;
 /// the attributed misses (`rx_shares`: (queue, share %)), move its top attributed flow to the RX
 /// queue with the fewest, with an ntuple rule, if the model predicts a gain. `how`: the
 /// attribution's method and confidence, for the evidence.
-pub fn steer_flow(obs: &HostObservation, rx_shares: &[(u32, f64)], flows: &[AttributedFlow], how: &str) -> Option<Recommendation> {
+pub fn steer_flow(obs: &HostObservation, run: &ModelRun, rx_shares: &[(u32, f64)], flows: &[AttributedFlow], how: &str) -> Option<Recommendation> {
     let rx: Vec<&QueueObservation> = obs.queues.iter().filter(|q| q.dir == Dir::Rx).collect();
     if rx.len() < 2 {
         return None;
@@ -696,7 +687,7 @@ pub fn steer_flow(obs: &HostObservation, rx_shares: &[(u32, f64)], flows: &[Attr
         .iter()
         .filter(|f| f.queue == hot.queue && f.share_pct >= STEER_MIN_FLOW_SHARE)
         .max_by(|a, b| a.share_pct.total_cmp(&b.share_pct))?;
-    let (_, before) = predict(obs, None, None)?;
+    let (_, before) = prediction(run, None, None)?;
     let mut moved = obs.clone();
     for q in moved.queues.iter_mut().filter(|q| q.dir == Dir::Rx) {
         let sign = if q.queue == hot.queue {
@@ -712,7 +703,7 @@ pub fn steer_flow(obs: &HostObservation, rx_shares: &[(u32, f64)], flows: &[Attr
             q.avg_pkt_bytes = q.bytes_per_s / q.pkts_per_s;
         }
     }
-    let (_, after) = predict(&moved, None, None)?;
+    let after = run.for_observation(&moved).and_then(|r| run.read_hit_pct(&r)).map(round1);
     let (b, a) = (before?, after?);
     if a - b < STEER_MIN_GAIN {
         return None;
@@ -747,16 +738,17 @@ pub fn steer_flow(obs: &HostObservation, rx_shares: &[(u32, f64)], flows: &[Attr
 }
 
 /// Predicted write hit % when buffers come from a large FIFO pool vs recycled warm.
-fn predict_with_reuse(obs: &HostObservation, reuse: Reuse) -> Option<f64> {
-    let mut s = spec_from_observation(obs, None, None)?;
-    s.reuse = reuse;
-    if reuse == Reuse::Fifo {
-        // A pool without a per-core cache cycles through all its buffers. ASSUMPTION: the
-        // pool is sized generously (as testpmd/DPDK apps do), taken as twice what the
-        // DDIO ways can hold of these packets, and at least 8 rings.
-        let per_buf = analytic::line_rounded(s.pkt_bytes) as u32;
-        let pool = (2 * s.geometry.ddio_capacity_bytes() / per_buf as u64) as u32;
-        s.pool_extra = s.pool_extra.max(8 * s.ring).max(pool.saturating_sub(s.ring));
-    }
-    simulate(&s).total.io_write_hit_pct().map(round1)
+fn predict_with_reuse(run: &ModelRun, reuse: Reuse) -> Option<f64> {
+    let r = run.variant(|s| {
+        s.reuse = reuse;
+        if reuse == Reuse::Fifo {
+            // A pool without a per-core cache cycles through all its buffers. ASSUMPTION: the
+            // pool is sized generously (as testpmd/DPDK apps do), taken as twice what the
+            // DDIO ways can hold of these packets, and at least 8 rings.
+            let per_buf = analytic::line_rounded(s.pkt_bytes) as u32;
+            let pool = (2 * s.geometry.ddio_capacity_bytes() / per_buf as u64) as u32;
+            s.pool_extra = s.pool_extra.max(8 * s.ring).max(pool.saturating_sub(s.ring));
+        }
+    })?;
+    r.total.io_write_hit_pct().map(round1)
 }

@@ -4,6 +4,10 @@ use super::*;
 use crate::model::analytic::Dir;
 use crate::model::geometry::LlcGeometry;
 
+fn recommend_one(obs: &HostObservation) -> Vec<Recommendation> {
+    recommend(obs, &ModelRun::new(obs))
+}
+
 fn fixture_json(name: &str) -> serde_json::Value {
     let p = format!("{}/../tests/fixtures/model/{name}", env!("CARGO_MANIFEST_DIR"));
     let s = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{p}: {e}"));
@@ -69,6 +73,7 @@ fn vtune_obs(case: &serde_json::Value) -> HostObservation {
             write_allocation_disabled: false,
             source: "imported".into(),
         }),
+        stack: None,
     }
 }
 
@@ -77,14 +82,14 @@ fn vtune_remote_numa_and_buffer_reuse() {
     let v = fixture_json("vtune_ddio_recipe.json");
     let cases = &v["cases"];
 
-    let remote = recommend(&vtune_obs(&cases["remote_core_1"]));
+    let remote = recommend_one(&vtune_obs(&cases["remote_core_1"]));
     show("remote_core_1", &remote);
     let numa = remote.iter().find(|r| r.kind == "numa_placement").expect("numa_placement");
     assert!(numa.target.contains("node 1"), "{}", numa.target);
     assert!(numa.command.contains("18-35") && numa.command.contains("--cpunodebind=1"), "{}", numa.command);
     assert!(!kinds(&remote).contains(&"buffer_reuse"));
 
-    let nocache = recommend(&vtune_obs(&cases["local_no_mempool_cache"]));
+    let nocache = recommend_one(&vtune_obs(&cases["local_no_mempool_cache"]));
     show("local_no_mempool_cache", &nocache);
     assert_eq!(kinds(&nocache), vec!["buffer_reuse"]);
     let br = &nocache[0];
@@ -92,7 +97,7 @@ fn vtune_remote_numa_and_buffer_reuse() {
     let (b, a) = (br.predicted_before.unwrap(), br.predicted_after.unwrap());
     assert!(a > b, "recycling must predict more write hits: {b} -> {a}");
 
-    let local = recommend(&vtune_obs(&cases["local_core_25"]));
+    let local = recommend_one(&vtune_obs(&cases["local_core_25"]));
     show("local_core_25", &local);
     assert!(local.is_empty(), "{:?}", kinds(&local));
 }
@@ -121,6 +126,7 @@ fn emr_obs(ring: u32, counters: Option<CounterEvidence>) -> HostObservation {
         consumer: Some(Consumer::Copy),
         queues,
         counters,
+        stack: None,
     }
 }
 
@@ -138,7 +144,7 @@ fn emr_shrink_rings_and_allocation_disabled() {
     assert!(!write_allocation_disabled(ev_u64(d, "UNC_CHA_TOR_INSERTS.IO_CLFLUSH"), ev_u64(d, "UNC_CHA_TOR_INSERTS.IO_WBMTOI")));
     let c = CounterEvidence { write_miss_pct: Some(miss), read_miss_pct: Some(rmiss), write_allocation_disabled: false, source: "imported".into() };
     let obs = emr_obs(8096, Some(c));
-    let recs = recommend(&obs);
+    let recs = recommend_one(&obs);
     show("default_8096_desc", &recs);
     let ring = recs.iter().find(|r| r.kind == "ring_size").expect("ring_size");
     let n: u32 = ring.command.rsplit(' ').next().unwrap().parse().unwrap();
@@ -147,8 +153,8 @@ fn emr_shrink_rings_and_allocation_disabled() {
     assert!(a > b, "smaller rings must predict more write hits: {b} -> {a}");
     // The paper's own step, 8096 -> 2048 descriptors, in the direction it measured
     // (write miss 85% -> 50%).
-    let p8096 = predict(&obs, Some(8096), None).unwrap().0.unwrap();
-    let p2048 = predict(&obs, Some(2048), None).unwrap().0.unwrap();
+    let p8096 = prediction(&ModelRun::new(&obs), Some(8096), None).unwrap().0.unwrap();
+    let p2048 = prediction(&ModelRun::new(&obs), Some(2048), None).unwrap().0.unwrap();
     println!("EMR predicted write hit: 8096 desc {p8096:.1}%, 2048 desc {p2048:.1}% (measured 14.8% -> 50%)");
     assert!(p2048 > p8096);
     // 48 rings that absorb a 200 us p99 do not fit 2 DDIO ways: more ways are recommended.
@@ -159,7 +165,7 @@ fn emr_shrink_rings_and_allocation_disabled() {
     let disabled = write_allocation_disabled(ev_u64(na, "UNC_CHA_TOR_INSERTS.IO_CLFLUSH"), ev_u64(na, "UNC_CHA_TOR_INSERTS.IO_WBMTOI"));
     assert!(disabled);
     let c = CounterEvidence { write_miss_pct: None, read_miss_pct: None, write_allocation_disabled: disabled, source: "imported".into() };
-    let recs = recommend(&emr_obs(2048, Some(c)));
+    let recs = recommend_one(&emr_obs(2048, Some(c)));
     show("non_allocating_2048_desc", &recs);
     assert_eq!(kinds(&recs), vec!["ddio_write_allocation_disabled"]);
     assert!(recs[0].evidence[0].contains("DDIO write allocation is disabled"));
@@ -190,8 +196,9 @@ fn resq_recommended_rings_fit() {
         consumer: Some(Consumer::Forward),
         queues,
         counters: Some(CounterEvidence { write_miss_pct: Some(miss), read_miss_pct: None, write_allocation_disabled: false, source: "imported".into() }),
+        stack: None,
     };
-    let recs = recommend(&obs);
+    let recs = recommend_one(&obs);
     show("resq 1518B", &recs);
     let ring = recs.iter().find(|r| r.kind == "ring_size").expect("ring_size");
     let n: u32 = ring.command.rsplit(' ').next().unwrap().parse().unwrap();
@@ -221,14 +228,15 @@ fn ways_when_no_ring_fits_and_determinism() {
         consumer: Some(Consumer::Forward),
         queues: queues.clone(),
         counters: None,
+        stack: None,
     };
-    let a = recommend(&obs);
+    let a = recommend_one(&obs);
     show("no ring fits", &a);
     assert_eq!(kinds(&a), vec!["ring_size", "iio_llc_ways"]);
     assert_eq!(a[0].command, "ethtool -G ens2 rx 1024");
     // 4 x 1024 x 1600 B = 6.25 MiB needs 7 ways (0.45 x 7 x 2.25 MiB = 7.1 MiB usable).
     assert_eq!(a[1].command, "wrmsr -a 0xc8b 0x7f0");
-    let b = recommend(&obs);
+    let b = recommend_one(&obs);
     assert_eq!(serde_json::to_string(&a).unwrap(), serde_json::to_string(&b).unwrap());
 
     // One ring of 1024 x 1500 B with small bursts: shrink, and the mask form is 0x780-style.
@@ -238,7 +246,7 @@ fn ways_when_no_ring_fits_and_determinism() {
         q.peak_inflight_pkts = Some(200);
         q
     }];
-    let r = recommend(&o2);
+    let r = recommend_one(&o2);
     show("one queue", &r);
     assert_eq!(kinds(&r), vec!["ring_size"]);
     assert_eq!(r[0].command, "ethtool -G ens2 rx 512");
@@ -260,7 +268,7 @@ fn ways_when_no_ring_fits_and_determinism() {
             x
         })
         .collect();
-    let r = recommend(&o3);
+    let r = recommend_one(&o3);
     show("imbalanced", &r);
     let sp = r.iter().find(|x| x.kind == "spread_load").expect("spread_load");
     assert!(sp.predicted_after.unwrap() > sp.predicted_before.unwrap());
@@ -275,11 +283,11 @@ fn ways_when_no_ring_fits_and_determinism() {
         q.residence_ns_p50 = Some(2_000.0);
         q.peak_inflight_pkts = Some(2);
     }
-    let r = recommend(&o4);
+    let r = recommend_one(&o4);
     show("imbalanced, cache-resident", &r);
     let sp = r.iter().find(|x| x.kind == "spread_load").expect("spread_load");
     assert!(sp.evidence.iter().any(|e| e.contains("no hit-rate gain")), "{:?}", sp.evidence);
-    let mv = model_view(&o3);
+    let mv = model_view(&o3, &ModelRun::new(&o3));
     assert_eq!(mv.queues.len(), 4);
     assert!(mv.queues.iter().all(|q| q.predicted_write_hit_pct.is_some()));
 }
@@ -314,7 +322,7 @@ fn steer_the_top_flow_off_the_hot_queue() {
     };
     let flows = vec![flow(40001, 0, 25.0, 2e6), flow(40000, 0, 55.0, 4e6), flow(40002, 2, 7.0, 0.5e6)];
     let shares = [(0, 80.0), (1, 8.0), (2, 7.0), (3, 5.0)];
-    let r = steer_flow(&obs, &shares, &flows, "address_join, high confidence").expect("steer_flow");
+    let r = steer_flow(&obs, &ModelRun::new(&obs), &shares, &flows, "address_join, high confidence").expect("steer_flow");
     show("steer", std::slice::from_ref(&r));
     assert_eq!(r.kind, "steer_flow");
     assert_eq!(
@@ -325,10 +333,10 @@ fn steer_the_top_flow_off_the_hot_queue() {
     assert!(r.predicted_after.unwrap() >= r.predicted_before.unwrap() + STEER_MIN_GAIN);
 
     // Misses spread evenly, a hot queue whose flows are small, or a single queue: nothing to steer.
-    assert!(steer_flow(&obs, &[(0, 30.0), (1, 25.0), (2, 25.0), (3, 20.0)], &flows, "").is_none());
+    assert!(steer_flow(&obs, &ModelRun::new(&obs), &[(0, 30.0), (1, 25.0), (2, 25.0), (3, 20.0)], &flows, "").is_none());
     let small: Vec<_> = flows.iter().map(|f| AttributedFlow { share_pct: 5.0, ..f.clone() }).collect();
-    assert!(steer_flow(&obs, &shares, &small, "").is_none());
+    assert!(steer_flow(&obs, &ModelRun::new(&obs), &shares, &small, "").is_none());
     let mut one = obs.clone();
     one.queues.truncate(1);
-    assert!(steer_flow(&one, &shares, &flows, "").is_none());
+    assert!(steer_flow(&one, &ModelRun::new(&one), &shares, &flows, "").is_none());
 }

@@ -8,11 +8,15 @@ use super::evidence::{attribution, AttributionReport};
 use super::geometry::GeometryOverrides;
 use super::observation::observation;
 use super::summary::Summary;
-use crate::advise::{self, HostObservation, ModelView, Recommendation};
+use crate::advise::{self, CalibrationReport, HostObservation, ModelRun, ModelView, Recommendation};
 use crate::model::analytic::Dir as MDir;
 use crate::model::geometry::{LlcGeometry, WaysSource};
+use crate::model::spec::Input;
 use crate::recording::Recording;
 use crate::snapshot::Dir;
+
+/// A calibration residual beyond this (points) is said in the notes.
+pub const CALIBRATION_RESIDUAL_NOTE_PP: f64 = 10.0;
 
 /// Fewer packets than this on a queue: no predicted hit rate for it.
 pub const MIN_PACKETS_FOR_PREDICTION: f64 = 1000.0;
@@ -33,6 +37,14 @@ pub struct Advice {
     /// Why there are no recommendations, and what to do next (absent when there are some).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub no_change: Option<NoChange>,
+    /// The model's workload inputs, each measured or assumed.
+    pub model_inputs: Vec<Input>,
+    /// The model fitted to the recording's DDIO counters (absent without them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<CalibrationReport>,
+    /// The computation every prediction above came from; the HTML what-if asks it too.
+    #[serde(skip)]
+    pub run: ModelRun,
 }
 
 /// The model's view, the attribution and the recommendations for a recording; `summary`
@@ -44,8 +56,9 @@ pub fn advise(rec: &Recording, summary: &Summary, o: GeometryOverrides) -> Resul
         WaysSource::Assumed => "assumed: MSR 0xC8B was not readable at record time".to_string(),
         WaysSource::Override => "given on the command line".to_string(),
     };
-    let attribution = attribution(rec, summary, Some(&obs))?;
-    let mut recommendations = advise::recommend(&obs);
+    let run = ModelRun::new(&obs);
+    let attribution = attribution(rec, summary, Some((&obs, &run)))?;
+    let mut recommendations = advise::recommend(&obs, &run);
     let iface = rec.iface();
     for r in recommendations.iter_mut().filter(|r| r.kind == "spread_load") {
         // Spread over every configured queue, not only the ones that saw traffic.
@@ -60,10 +73,10 @@ pub fn advise(rec: &Recording, summary: &Summary, o: GeometryOverrides) -> Resul
     }
     let flows = attributed_flows(rec, &attribution.chosen)?;
     target_with_attribution(&mut recommendations, &attribution.chosen, &flows);
-    if let Some(r) = steer_attributed_flow(&obs, iface.driver.as_deref() == Some("veth"), &attribution.chosen, &flows) {
+    if let Some(r) = steer_attributed_flow(&obs, &run, iface.driver.as_deref() == Some("veth"), &attribution.chosen, &flows) {
         recommendations.insert(0, r);
     }
-    let mut model = advise::model_view(&obs);
+    let mut model = advise::model_view(&obs, &run);
     // A queue that carried a handful of packets gives the simulator nothing to
     // measure: no predicted hit rate rather than a confident 0 %.
     let dur = rec.duration_s().max(1e-9);
@@ -87,6 +100,12 @@ pub fn advise(rec: &Recording, summary: &Summary, o: GeometryOverrides) -> Resul
             iface.driver.as_deref().unwrap_or("the driver")
         ));
     }
+    if let Some(res) = run.calibration.as_ref().and_then(|c| c.residual_write_pct).filter(|r| r.abs() > CALIBRATION_RESIDUAL_NOTE_PP) {
+        notes.push(format!(
+            "calibrated to this host's counters the model still differs from them by {res:+.1} points of write hit rate: \
+             its predictions here are uncertain, and the measured counters are the better guide"
+        ));
+    }
     let verdicts = super::answer::verdicts(&obs, &model, iface.driver.as_deref());
     let no_change = recommendations.is_empty().then(|| {
         let no_ddio = summary.counters.cpu_has_ddio == Some(false);
@@ -101,6 +120,9 @@ pub fn advise(rec: &Recording, summary: &Summary, o: GeometryOverrides) -> Resul
         notes,
         recommendations,
         no_change,
+        model_inputs: run.inputs(),
+        calibration: run.calibration.clone(),
+        run,
     })
 }
 
@@ -158,6 +180,7 @@ fn attributed_flows(rec: &Recording, a: &crate::attribution::Attribution) -> Res
 /// `advise::steer_flow` on the attribution's RX queue shares and flows.
 fn steer_attributed_flow(
     obs: &HostObservation,
+    run: &ModelRun,
     veth: bool,
     a: &crate::attribution::Attribution,
     flows: &[advise::AttributedFlow],
@@ -168,7 +191,7 @@ fn steer_attributed_flow(
         return None;
     }
     let rx_shares: Vec<(u32, f64)> = a.queues.iter().filter(|q| q.dir == "rx").map(|q| (q.queue, q.share_pct)).collect();
-    let mut r = advise::steer_flow(obs, &rx_shares, flows, &attribution_label(a))?;
+    let mut r = advise::steer_flow(obs, run, &rx_shares, flows, &attribution_label(a))?;
     if veth {
         r.evidence.push("veth has no ntuple filters: send the flow from another TX queue of the sender (XPS) instead".into());
     } else {

@@ -7,6 +7,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::summary::Summary;
+use crate::advise::ModelRun;
 use crate::advise::HostObservation;
 use crate::counters::CounterSource;
 use crate::model::analytic::{self, Dir as MDir};
@@ -77,7 +78,7 @@ fn queue_features(q: &GroupQueue, dur_ns: u64, ring: Option<u32>, mean_pkt: Opti
 /// what each method is given. `summary`: the recording's, built once; `obs`: the host as the
 /// model sees it, for the model prior; without one (no LLC geometry) the measured methods
 /// still get their evidence.
-pub fn evidence(rec: &Recording, summary: &Summary, obs: Option<&HostObservation>) -> Result<crate::attribution::Evidence> {
+pub fn evidence(rec: &Recording, summary: &Summary, model: Option<(&HostObservation, &ModelRun)>) -> Result<crate::attribution::Evidence> {
     use crate::attribution::{
         Evidence, FlowId, Interval, ModelPrediction, QueueId, RegressionInput, SampledCounts, SocketMisses,
     };
@@ -194,8 +195,7 @@ pub fn evidence(rec: &Recording, summary: &Summary, obs: Option<&HostObservation
     // Model prior: the simulator's per-queue misses (sim queue i is the i-th RX
     // queue by id), each split over its flows by bytes.
     let dur = rec.duration_s();
-    let model = obs.and_then(|obs| crate::advise::spec_from_observation(obs, None, None).map(|spec| (obs, spec))).map(|(obs, spec)| {
-        let r = crate::model::spec::simulate(&spec);
+    let model = model.and_then(|(obs, run)| run.result(None, None).map(|r| (obs, r))).map(|(obs, r)| {
         let mut rx: Vec<&crate::advise::QueueObservation> = obs.queues.iter().filter(|q| q.dir == MDir::Rx).collect();
         rx.sort_by_key(|q| q.queue);
         let mut p = ModelPrediction::from_sim(&r, None);
@@ -245,8 +245,8 @@ pub struct AttributionReport {
 const THROTTLE_NOTE_PCT: f64 = 1.0;
 
 /// The attribution of a recording; `summary` and `obs` as for `evidence`.
-pub fn attribution(rec: &Recording, summary: &Summary, obs: Option<&HostObservation>) -> Result<AttributionReport> {
-    let ev = evidence(rec, summary, obs)?;
+pub fn attribution(rec: &Recording, summary: &Summary, model: Option<(&HostObservation, &ModelRun)>) -> Result<AttributionReport> {
+    let ev = evidence(rec, summary, model)?;
     let mut chosen = crate::attribution::attribute(&ev);
     let all = crate::attribution::attribute_all(&ev);
     // Software stand-in events measure where network CPU time goes, not L3 misses.

@@ -10,6 +10,7 @@ use super::summary::Summary;
 use crate::advise::{CounterEvidence, HostObservation, QueueObservation};
 use crate::counters::CounterSource;
 use crate::model::analytic::Dir as MDir;
+use crate::model::spec::StackInputs;
 use crate::recording::Recording;
 use crate::snapshot::{hist_percentile, Dir, RX_COPY_TO_FREE};
 
@@ -146,12 +147,42 @@ pub fn observation(rec: &Recording, summary: &Summary, o: GeometryOverrides) -> 
         consumer: None,
         queues,
         counters,
+        stack: stack_inputs(&crate::recording::reader::page_pools(&rec.path)?),
     })
+}
+
+/// The recycling shares of the device's page pools, summed: of the buffers the driver took,
+/// how many came back through the pool's cache (LIFO, warm), through its ring (oldest
+/// first), or fresh from the page allocator. None when no pool counted anything.
+pub fn stack_inputs(pools: &[crate::probe::kstats::PagePoolStat]) -> Option<StackInputs> {
+    let sum = |f: fn(&crate::probe::kstats::PagePoolStat) -> u64| pools.iter().map(f).fold(0u64, u64::saturating_add) as f64;
+    let taken = sum(|p| p.alloc_fast) + sum(|p| p.alloc_slow) + sum(|p| p.alloc_slow_high_order);
+    if taken <= 0.0 {
+        return None;
+    }
+    let fresh = ((sum(|p| p.alloc_slow) + sum(|p| p.alloc_slow_high_order)) / taken).min(1.0);
+    let cache = (sum(|p| p.recycle_cached) / taken).min(1.0 - fresh);
+    let ring = (sum(|p| p.recycle_ring) / taken).min(1.0 - fresh - cache).max(0.0);
+    Some(StackInputs { cache_share: Some(cache), ring_share: Some(ring), fresh_share: Some(fresh), ..StackInputs::default() })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::irq_queue;
+    use super::{irq_queue, stack_inputs};
+    use crate::probe::kstats::PagePoolStat;
+
+    #[test]
+    fn page_pool_counts_become_recycling_shares() {
+        let pool = |fast, slow, cached, ring| PagePoolStat { id: 1, napi_id: None, alloc_fast: fast, alloc_slow: slow, alloc_slow_high_order: 0, alloc_empty: 0, alloc_refill: 0, alloc_waive: 0, recycle_cached: cached, recycle_cache_full: 0, recycle_ring: ring, recycle_ring_full: 0, recycle_released_refcnt: 0 };
+        assert_eq!(stack_inputs(&[]), None);
+        assert_eq!(stack_inputs(&[pool(0, 0, 0, 0)]), None);
+        let st = stack_inputs(&[pool(800, 100, 500, 200), pool(100, 0, 100, 100)]).unwrap();
+        let (c, r, f) = (st.cache_share.unwrap(), st.ring_share.unwrap(), st.fresh_share.unwrap());
+        assert!((f - 0.1).abs() < 1e-9 && (c - 0.6).abs() < 1e-9 && (r - 0.3).abs() < 1e-9, "{st:?}");
+        // Counts that overlap (a recycled page counted twice) never give shares over 1.
+        let st = stack_inputs(&[pool(100, 50, 200, 200)]).unwrap();
+        assert!(st.cache_share.unwrap() + st.ring_share.unwrap() + st.fresh_share.unwrap() <= 1.0 + 1e-9);
+    }
 
     #[test]
     fn queue_numbers_from_irq_names() {

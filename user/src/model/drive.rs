@@ -26,6 +26,9 @@ const USER_BASE: u64 = 1 << 38;
 /// always cold, as a page from the allocator is.
 const FRESH_BUFS: u64 = 1 << 22;
 
+/// Queues below this share of the packets do not set the warm-up and measurement windows.
+const MINOR_QUEUE_SHARE: f64 = 0.01;
+
 /// Measure at least this many packets so hit rates near 100% are not sampling noise.
 const MIN_MEASURE_PACKETS: f64 = 100_000.0;
 
@@ -99,10 +102,13 @@ fn windows(spec: &SimSpec) -> (u64, u64) {
         _ => (spec.ring as usize + extra_circulating(spec)) as f64,
     };
     // One buffer reuse cycle of the slowest queue sets the warm-up and measurement windows.
-    // A saturated queue turns over at its core's pace, not the offered rate.
+    // A saturated queue turns over at its core's pace, not the offered rate. A queue with a
+    // sliver of the traffic (under MINOR_QUEUE_SHARE) would stretch the run to its own
+    // turnover for a hit rate that weighs nothing in the total: it does not set the cycle.
+    let total_pps: f64 = qpps.iter().sum();
     let cycle_ns = qpps
         .iter()
-        .filter(|p| **p > 0.0)
+        .filter(|p| **p > 0.0 && **p >= MINOR_QUEUE_SHARE * total_pps)
         .map(|p| {
             let served = if svc > 0.0 { p.min(1e9 / svc) } else { *p };
             let per_s = if spec.reuse == Reuse::Fifo && spec.page_pool().is_none() { spec.pps } else { served };

@@ -24,6 +24,7 @@
 //!   ways), EMR 8592+ (ASSUMED 320 MiB per socket, 20 ways, 64 slices, 2 DDIO ways).
 
 pub mod analytic;
+pub mod cache;
 pub mod calibrate;
 pub mod drive;
 pub mod geometry;

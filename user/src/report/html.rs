@@ -14,17 +14,14 @@ use crate::units::{fmt_bytes, fmt_count, fmt_duration, fmt_ns, fmt_pct};
 use crate::analysis::answer::{Answer, NoChange, QueueVerdict};
 use crate::analysis::{AttributionReport, Outcome, Summary};
 use crate::advise::Recommendation;
-use crate::model::geometry::{LlcGeometry, WaysSource};
-use crate::model::spec::{what_if, GridPoint, SimSpec};
+use crate::model::geometry::WaysSource;
+use crate::model::spec::{GridPoint, SimSpec, Source};
 use crate::recording::Recording;
 use crate::snapshot::{Dir, QueueCounters, NBUCKETS};
 
 /// Ring sizes and DDIO way counts of the what-if curves.
 pub const WHATIF_RINGS: [u32; 7] = [64, 128, 256, 512, 1024, 2048, 4096];
 pub const WHATIF_WAYS: [u32; 6] = [1, 2, 3, 4, 5, 6];
-/// Packets simulated per what-if point: 13 points must render in a few seconds, and
-/// 120 k packets keep a near-100 % hit rate's sampling noise under a point.
-const WHATIF_MAX_PACKETS: u64 = 120_000;
 const TOP_FLOWS: usize = 20;
 /// Colour-blind-friendly (Tableau 10) series colours.
 const PALETTE: [&str; 8] = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#b07aa1", "#9c755f", "#edc948"];
@@ -35,8 +32,6 @@ pub struct WhatIf {
     pub spec: SimSpec,
     /// (input, value and its source)
     pub inputs: Vec<(String, String)>,
-    /// The recording had no usable LLC description: the skx6140 preset stands in.
-    pub geometry_assumed: bool,
     pub by_ring: Vec<GridPoint>,
     pub by_ways: Vec<GridPoint>,
     pub elapsed_s: f64,
@@ -69,7 +64,7 @@ pub fn render_html(rec: &Recording, report: &Summary, outcome: &Outcome) -> anyh
     verdicts_section(&mut o, verdicts);
     attribution_section(&mut o, attribution, report.meta.duration_s);
     recommendations_section(&mut o, recs, no_change);
-    whatif_section(&mut o, rec, report);
+    whatif_section(&mut o, outcome);
     provenance_section(&mut o, report);
     queue_tables(&mut o, report);
     latency_section(&mut o, report);
@@ -604,137 +599,67 @@ fn counters_section(o: &mut String, rec: &Recording, r: &Summary) -> anyhow::Res
     Ok(())
 }
 
-/// Build the simulator's experiment from what the recording observed and run both curves.
-/// Err is the reason nothing can be modelled (shown as such).
-pub fn what_if_for(rec: &Recording, r: &Summary) -> Result<WhatIf, String> {
-    let rx: Vec<_> = r.queues.iter().filter(|q| q.dir == Dir::Rx && q.packets > 0).collect();
-    let packets: u64 = rx.iter().map(|q| q.packets).sum();
-    let bytes: u64 = rx.iter().map(|q| q.bytes).sum();
-    let dur = r.meta.duration_s;
-    if packets == 0 || dur <= 0.0 {
-        return Err("no RX traffic in this recording, so there is nothing to model".into());
-    }
-    // Start from the kernel-stack consumer's defaults (half-page buffers, 256 B headroom)
-    // so those stay defined in one place, spec.rs.
-    let mut spec = SimSpec::parse("consumer=copy").map_err(|e| e.to_string())?;
-    let mut inputs: Vec<(String, String)> = Vec::new();
-
-    let host = rec.host();
-    let geom = host
-        .llc
-        .as_ref()
-        .filter(|l| l.size_bytes > 0 && l.ways > 0)
-        .and_then(|l| LlcGeometry::new(l.size_bytes, l.ways, if l.line_bytes > 0 { l.line_bytes } else { 64 }).ok());
-    let geometry_assumed = geom.is_none();
-    spec.geometry = geom.unwrap_or_else(LlcGeometry::skx_gold_6140);
+/// The what-if curves of the recording's one model computation (the same [`ModelRun`] the
+/// per-queue verdicts and the recommendations came from), with the model's inputs and what
+/// was measured of them. Err is the reason nothing can be modelled (shown as such).
+pub fn what_if_for(outcome: &Outcome) -> Result<WhatIf, String> {
+    let a = match outcome {
+        Outcome::Advised(a) => a,
+        Outcome::NoModel { why, .. } => return Err(format!("the DDIO model is not available: {why}")),
+    };
+    let spec = a.run.spec().cloned().ok_or_else(|| "no RX traffic in this recording, so there is nothing to model".to_string())?;
+    let t0 = Instant::now();
+    let (by_ring, by_ways) = a.run.what_if(&WHATIF_RINGS, &WHATIF_WAYS);
     let g = &spec.geometry;
-    inputs.push((
+    let mut inputs: Vec<(String, String)> = vec![(
         "LLC".into(),
         format!(
-            "{:.2} MiB, {} ways, {} sets{} — {}",
+            "{:.2} MiB, {} ways, {} sets{} — from the recording host's sysfs",
             g.size_bytes as f64 / 1048576.0,
             g.ways,
             g.sets,
             g.slices.map(|s| format!(", {s} slices")).unwrap_or_default(),
-            if geometry_assumed {
-                "ASSUMED: the recording has no usable LLC description, so the Xeon Gold 6140 preset stands in"
-            } else {
-                "from the recording host's sysfs"
-            }
         ),
-    ));
-    if !geometry_assumed && !host.cpu_vendor.is_empty() && host.cpu_vendor != "GenuineIntel" {
-        inputs.push((
-            "CPU".into(),
-            format!("{} is not an Intel CPU, which has no DDIO: the curves show what this LLC would do if it had it", host.cpu_vendor),
-        ));
-    }
-    spec.geometry.ddio_ways = spec.geometry.ddio_ways.clamp(1, spec.geometry.ways);
+    )];
     inputs.push((
         "DDIO ways".into(),
         format!(
             "{} — {}",
-            spec.geometry.ddio_ways,
-            match spec.geometry.ddio_ways_source {
+            g.ddio_ways,
+            match g.ddio_ways_source {
                 WaysSource::Measured => "read from MSR 0xC8B",
                 WaysSource::Override => "set explicitly",
                 WaysSource::Assumed => "assumed (power-on default; the recording does not carry MSR 0xC8B)",
             }
         ),
     ));
-    spec.queues = rx.len() as u32;
-    inputs.push(("RX queues".into(), format!("{} — queues that received packets", spec.queues)));
-    spec.ring = r.meta.rx_ring.unwrap_or(1024).max(1);
-    inputs.push((
-        "RX ring".into(),
-        match r.meta.rx_ring {
-            Some(v) => format!("{v} descriptors — from the driver (ethtool)"),
-            None => "1024 descriptors — assumed (the driver reports no ring size)".into(),
-        },
-    ));
-    // A buffer holds at most stride − headroom bytes; GRO/LRO-sized frames exceed it.
-    let room = spec.buf_stride.saturating_sub(spec.data_offset).max(64);
-    let avg = bytes as f64 / packets as f64;
-    spec.pkt_bytes = (avg.round() as u32).clamp(64, room);
-    inputs.push((
-        "Packet size".into(),
-        if avg.round() as u32 > room {
-            format!("{} B — observed average {avg:.0} B, clamped to one {} B buffer (merged frames)", spec.pkt_bytes, spec.buf_stride)
-        } else {
-            format!("{} B — observed average RX frame", spec.pkt_bytes)
-        },
-    ));
-    spec.pps = packets as f64 / dur;
-    inputs.push(("Rate".into(), format!("{} packets/s — observed, over all RX queues", fmt_count(spec.pps))));
-    let w: Vec<f64> = rx.iter().map(|q| q.packets as f64).collect();
-    spec.queue_weights = w;
-    inputs.push(("Queue load".into(), "observed per-queue packet shares".into()));
-    // Residence (DMA write → the copy that last reads the packet) sets how long a buffer must
-    // stay cached: the observed driver→stack plus stack→copy means, weighted by packets.
-    let totals = active_totals(r);
-    let (mut sum_ns, mut n) = (0.0, 0.0);
-    let (to_stack, to_copy) = (crate::snapshot::RX_DRIVER_TO_STACK, crate::snapshot::RX_STACK_TO_COPY);
-    for q in totals.iter().filter(|q| q.dir == Dir::Rx && q.stage_count[to_stack] > 0 && q.stage_count[to_copy] > 0) {
-        let mean = q.stage_sum_ns[to_stack] as f64 / q.stage_count[to_stack] as f64
-            + q.stage_sum_ns[to_copy] as f64 / q.stage_count[to_copy] as f64;
-        sum_ns += mean * q.packets as f64;
-        n += q.packets as f64;
+    for i in a.model_inputs.iter().filter(|i| !matches!(i.name.as_str(), "ddio_ways" | "llc")) {
+        let src = match i.source {
+            Source::Measured => "measured",
+            Source::Assumed => "assumed",
+        };
+        inputs.push((i.name.clone(), format!("{} — {src}", i.value)));
     }
-    if n > 0.0 {
-        spec.residence_us = sum_ns / n / 1e3;
-        inputs.push(("Residence".into(), format!("{} — observed mean driver→stack + stack→copy", fmt_duration(spec.residence_us * 1e3))));
+    if let Some(c) = &a.calibration {
+        let pct = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.1}%"));
+        inputs.push((
+            "Calibration".into(),
+            format!(
+                "to the {} counters: write hit measured {}, uncalibrated {}, calibrated {} (residual {})",
+                c.source,
+                pct(c.measured_write_hit_pct),
+                pct(c.uncalibrated_write_hit_pct),
+                pct(c.calibrated_write_hit_pct),
+                c.residual_write_pct.map_or_else(|| "-".to_string(), |v| format!("{v:+.1} pp")),
+            ),
+        ));
     } else {
-        inputs.push(("Residence".into(), format!("{} — default (no copy stage observed)", fmt_duration(spec.residence_us * 1e3))));
+        inputs.push(("Calibration".into(), "none: the recording has no DDIO counters to fit the model to".into()));
     }
-    // The kernel refills rings from the page allocator, so packets in flight are never short
-    // of buffers: size the spare pool above the in-flight count so the model does not drop.
-    let max_q_pps = spec.queue_pps().into_iter().fold(0.0, f64::max);
-    let inflight = (max_q_pps * spec.residence_us / 1e6 * 1.5).ceil() as u32 + 64;
-    spec.pool_extra = spec.pool_extra.max(inflight).min(1 << 16);
-    inputs.push(("Consumer".into(), "copy — the kernel stack copies each payload to a socket reader".into()));
-    spec.max_packets = WHATIF_MAX_PACKETS;
-    // Set sampling: simulate about four slices; hit rates are per-set statistics, so a
-    // sample of sets estimates them without bias at a fraction of the cost.
-    spec.slice_sample = spec.geometry.slices.map_or(1, |s| (s / 4).max(1));
-    inputs.push((
-        "Sampling".into(),
-        format!("{} packets per point, 1 in {} LLC slices simulated", WHATIF_MAX_PACKETS, spec.slice_sample),
-    ));
-    spec.validate().map_err(|e| format!("cannot model this recording: {e}"))?;
-
-    let t0 = Instant::now();
-    let ways: Vec<u32> = WHATIF_WAYS.iter().copied().filter(|w| *w <= spec.geometry.ways).collect();
-    // The two curves are independent; run them on two threads (the grid itself is sequential).
-    let (by_ring, by_ways) = std::thread::scope(|sc| {
-        let rings = sc.spawn(|| what_if(&spec, &WHATIF_RINGS, &[spec.geometry.ddio_ways], &[], &[]));
-        let by_ways = what_if(&spec, &[spec.ring], &ways, &[], &[]);
-        (rings.join(), by_ways)
-    });
-    let by_ring = by_ring.map_err(|_| "the simulator failed (thread panicked)".to_string())?;
-    Ok(WhatIf { spec, inputs, geometry_assumed, by_ring, by_ways, elapsed_s: t0.elapsed().as_secs_f64() })
+    Ok(WhatIf { spec, inputs, by_ring, by_ways, elapsed_s: t0.elapsed().as_secs_f64() })
 }
 
-fn whatif_section(o: &mut String, rec: &Recording, r: &Summary) {
+fn whatif_section(o: &mut String, outcome: &Outcome) {
     let _ = writeln!(
         o,
         "<section id=\"whatif\">\n<h2>What-if: DDIO hit rate vs ring size and DDIO ways <span class=\"badge model\">model-only prediction</span></h2>\n\
@@ -742,16 +667,13 @@ fn whatif_section(o: &mut String, rec: &Recording, r: &Summary) {
          <b>I/O write hit</b>: NIC writes that found or allocated their line in the LLC; <b>CPU read hit</b>: the copy found the packet still cached \
          (DDIO's benefit). Validation against published measurements: docs/model.md.</p>"
     );
-    let wi = match what_if_for(rec, r) {
+    let wi = match what_if_for(outcome) {
         Ok(w) => w,
         Err(why) => {
             let _ = writeln!(o, "<p class=\"note\" id=\"whatif-absent\">No prediction: {}.</p>\n</section>", esc(&why));
             return;
         }
     };
-    if wi.geometry_assumed {
-        let _ = writeln!(o, "<p class=\"warn\" id=\"assumed-geometry\">Assumed geometry: the recording host reported no usable LLC, so the curves are for a Xeon Gold 6140 (24.75 MiB, 11 ways).</p>");
-    }
     o.push_str("<details open><summary>Model inputs</summary><dl class=\"meta\">");
     for (k, v) in &wi.inputs {
         let _ = write!(o, "<dt>{}</dt><dd>{}</dd>", esc(k), esc(v));

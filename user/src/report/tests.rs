@@ -425,3 +425,45 @@ fn leaking_queues_say_their_verdicts() {
     a.leaking.push(q(2, VerdictKind::AtRisk));
     assert_eq!(crate::report::text::leaking_line(&a, "WHY", name), "rx 1 leaky, rx 0 leaky, rx 2 at_risk; rx 1: WHY");
 }
+
+/// One computation, one answer: the per-queue predictions, the what-if rows at the recorded
+/// ring and ways (both curves), `simulate FILE`'s point and the recommendations' "before"
+/// are the same simulation, and the what-if footprint is the per-queue view's socket total.
+#[test]
+fn per_queue_what_if_and_recommendations_give_one_answer() {
+    for (name, sql) in [("as recorded", ""), ("an Intel NIC with 4096-entry rings", INTEL_NIC)] {
+        let (_dir, path) = fixture_altered(sql);
+        let (_rec, s, o) = reported(&path);
+        let Outcome::Advised(a) = &o else { panic!("{name}: no model") };
+        let spec = a.run.spec().expect("RX traffic").clone();
+        let (by_ring, by_ways) = a.run.what_if(&crate::report::html::WHATIF_RINGS, &crate::report::html::WHATIF_WAYS);
+        let at = |pts: &[crate::model::spec::GridPoint]| {
+            pts.iter().find(|p| p.ring == spec.ring && p.ddio_ways == spec.geometry.ddio_ways).cloned().expect("the recorded point")
+        };
+        let point = at(&by_ring);
+        assert_eq!(point, at(&by_ways), "{name}");
+        assert_eq!(vec![point.clone()], a.run.grid(&[], &[]), "{name}: simulate FILE");
+        assert_eq!(point.footprint_bytes, a.model.socket.rx_footprint_bytes, "{name}");
+        // The per-queue write hits, weighted by each queue's packets, are the point's total.
+        let (mut sum, mut n) = (0.0, 0.0);
+        for q in a.model.queues.iter().filter(|q| q.predicted_write_hit_pct.is_some()) {
+            let pk = s.totals.iter().find(|t| (t.dir == crate::snapshot::Dir::Rx) == (q.dir == crate::model::analytic::Dir::Rx) && t.queue == q.queue).map_or(0, |t| t.packets) as f64;
+            sum += pk * q.predicted_write_hit_pct.unwrap_or(0.0);
+            n += pk;
+        }
+        let total = point.io_write_hit_pct.expect("write hit");
+        assert!(n > 0.0 && (sum / n - total).abs() < 0.3, "{name}: per-queue {:.2} vs what-if {total:.2}", sum / n);
+        let mut compared = 0;
+        for r in &a.recommendations {
+            let metric = r.predicted_metric.as_deref().unwrap_or("");
+            let want = match r.kind.as_str() {
+                "ring_size" => point.io_write_hit_pct,
+                "spread_load" if metric.starts_with("cpu_read") => point.cpu_read_hit_pct,
+                _ => continue,
+            };
+            assert_eq!(r.predicted_before, want.map(|v| (v * 10.0).round() / 10.0), "{name}: {} before", r.kind);
+            compared += 1;
+        }
+        assert!(sql.is_empty() || compared > 0, "{name}: no recommendation to compare: {:?}", a.recommendations);
+    }
+}

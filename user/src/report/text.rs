@@ -734,6 +734,10 @@ fn render_model_notes(o: &mut String, a: &Advice) {
             fmt_bytes(a.model.usable_ddio_bytes as f64)
         ),
     );
+    for line in render_model_inputs(&a.model_inputs, a.calibration.as_ref()).lines() {
+        let (head, rest) = line.split_at(line.len().min(14));
+        wrapped(o, &format!("  {head}"), rest);
+    }
     for n in &a.notes {
         wrapped(o, "  note: ", n);
     }
@@ -821,7 +825,7 @@ pub fn render_report(summary: &Summary, outcome: &Outcome, opt: &TextOptions) ->
 pub fn render_what_if(grid: &[GridPoint]) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "model-only prediction: simulated, not measured");
-    let header: Vec<String> = ["ring", "ways", "mask", "queues", "pkt B", "footprint", "DDIO cap", "verdict", "write hit", "read hit"]
+    let header: Vec<String> = ["ring", "ways", "mask", "queues", "pkt B", "footprint", "DDIO cap", "verdict", "write hit", "CPU read hit", "NIC read hit"]
         .iter()
         .map(|s| s.to_string())
         .collect();
@@ -838,10 +842,42 @@ pub fn render_what_if(grid: &[GridPoint]) -> String {
                 fmt_bytes(p.ddio_capacity_bytes as f64),
                 p.verdict.to_string(),
                 fmt_pct(p.io_write_hit_pct),
+                fmt_pct(p.cpu_read_hit_pct),
                 fmt_pct(p.io_read_hit_pct),
             ]
         })
         .collect();
     table(&mut o, 0, &header, &rows, &[]);
+    o
+}
+
+/// The model's inputs, measured ones first, and its calibration: what a prediction rests on.
+pub fn render_model_inputs(inputs: &[crate::model::spec::Input], cal: Option<&crate::advise::CalibrationReport>) -> String {
+    use crate::model::spec::Source;
+    let list = |src: Source| inputs.iter().filter(|i| i.source == src).map(|i| format!("{} {}", i.name, i.value)).collect::<Vec<_>>().join(", ");
+    let mut o = String::new();
+    let _ = writeln!(o, "model inputs  measured: {}", list(Source::Measured));
+    let _ = writeln!(o, "              assumed: {}", list(Source::Assumed));
+    let pct = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.1}%"));
+    match cal {
+        Some(c) => {
+            let _ = writeln!(
+                o,
+                "calibration   to the {} counters: write hit measured {}, uncalibrated {}, calibrated {} (residual {}){}",
+                c.source,
+                pct(c.measured_write_hit_pct),
+                pct(c.uncalibrated_write_hit_pct),
+                pct(c.calibrated_write_hit_pct),
+                c.residual_write_pct.map_or_else(|| "-".to_string(), |v| format!("{v:+.1} pp")),
+                match (c.measured_read_hit_pct, c.calibrated_read_hit_pct) {
+                    (Some(m), Some(k)) => format!("; NIC read hit measured {m:.1}%, calibrated {k:.1}%"),
+                    _ => String::new(),
+                }
+            );
+        }
+        None => {
+            let _ = writeln!(o, "calibration   none: no DDIO counters in the recording to fit the model to");
+        }
+    }
     o
 }

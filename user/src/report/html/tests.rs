@@ -167,7 +167,6 @@ fn renders_every_section_with_charts() {
     assert!(!h.contains("lat-rx-0-driver_to_free"), "a stage without data gets no chart");
     assert!(h.contains("<polyline"));
     assert!(h.contains("model-only prediction"));
-    assert!(!h.contains("assumed-geometry"));
     // Escaped host-supplied strings, IPv6 endpoints bracketed.
     assert!(h.contains("eth&lt;1&gt;") && !h.contains("eth<1>"));
     assert!(h.contains("[fd77::1]:40000"));
@@ -203,8 +202,8 @@ fn says_why_when_counters_and_llc_are_missing() {
     assert!(h.contains("id=\"counters-absent\""));
     assert!(h.contains("no counters in this recording") && h.contains("capture-counters.sh"));
     assert!(!h.contains("id=\"miss-over-time\""));
-    assert!(h.contains("id=\"assumed-geometry\"") && h.contains("ASSUMED"));
-    assert!(h.contains("id=\"whatif-ring\""));
+    // No geometry, no model: no curves for an invented LLC either.
+    assert!(h.contains("id=\"whatif-absent\"") && h.contains("the DDIO model is not available") && !h.contains("id=\"whatif-ring\""));
     // No geometry, no model: the answer says so, and there are no verdicts.
     assert!(h.contains("the DDIO model could not run") && h.contains("No verdicts"));
 }
@@ -214,7 +213,8 @@ fn what_if_uses_the_observed_workload() {
     let (_dir, path) = synthetic_file(true, false, true);
     let rec = Recording::open(&path).unwrap();
     let r = crate::analysis::summary::build(&rec).unwrap();
-    let w = what_if_for(&rec, &r).unwrap();
+    let outcome = crate::analysis::advise_or_explain(&rec, &r, Default::default()).unwrap();
+    let w = what_if_for(&outcome).unwrap();
     assert_eq!(w.spec.queues, 2);
     assert_eq!(w.spec.pkt_bytes, 1514);
     assert_eq!(w.spec.geometry.size_bytes, 8 << 20);
@@ -232,7 +232,7 @@ fn what_if_uses_the_observed_workload() {
     let (_dir2, none) = synthetic_file(true, false, false);
     let rec = Recording::open(&none).unwrap();
     let r = crate::analysis::summary::build(&rec).unwrap();
-    assert!(what_if_for(&rec, &r).is_err());
+    assert!(what_if_for(&crate::analysis::advise_or_explain(&rec, &r, Default::default()).unwrap()).is_err());
     let (_rec, _r, h) = page(&none);
     assert!(h.contains("id=\"whatif-absent\""));
     // Nothing to size, and the page says so rather than "nothing to change".
@@ -313,4 +313,28 @@ fn renders_a_testbed_recording() {
     for q in &a.attribution.chosen.queues {
         assert!(attribution.contains(&format!("{} {}</td><td>{:.1}%", q.dir, q.queue, q.share_pct)), "{q:?}");
     }
+}
+
+/// With DDIO counters in the recording the model is fitted to them: the report shows the
+/// measured, uncalibrated and calibrated write hit and the residual, the calibrated model is
+/// at least as close to the measurement, and every prediction (what-if included) uses it.
+#[test]
+fn counters_calibrate_the_model_the_report_uses() {
+    let (_dir, path) = synthetic_file(true, true, true);
+    let rec = Recording::open(&path).unwrap();
+    let r = crate::analysis::summary::build(&rec).unwrap();
+    let outcome = crate::analysis::advise_or_explain(&rec, &r, Default::default()).unwrap();
+    let crate::analysis::Outcome::Advised(a) = &outcome else { panic!("no model") };
+    let c = a.calibration.as_ref().expect("calibrated from the imported counters");
+    let (m, u, k) = (c.measured_write_hit_pct.unwrap(), c.uncalibrated_write_hit_pct.unwrap(), c.calibrated_write_hit_pct.unwrap());
+    println!("measured {m:.1}, uncalibrated {u:.1}, calibrated {k:.1}");
+    assert!((k - m).abs() <= (u - m).abs() + 0.5, "calibration moved away: {m} {u} {k}");
+    assert!((c.residual_write_pct.unwrap() - (k - m)).abs() < 1e-9);
+    let w = what_if_for(&outcome).unwrap();
+    let cur = w.by_ring.iter().find(|p| p.ring == w.spec.ring).unwrap();
+    assert_eq!(cur.io_write_hit_pct, Some(k), "the what-if is the calibrated model");
+    let text = crate::report::text::render_report(&r, &outcome, &Default::default());
+    assert!(text.contains("calibration   to the imported counters"), "{text}");
+    let h = render_html(&rec, &r, &outcome).unwrap();
+    assert!(h.contains("to the imported counters: write hit measured"));
 }
