@@ -98,6 +98,7 @@ fn simulate(args: SimulateArgs) -> Result<()> {
         let lps = ddioscope::model::sim::bench_lines_per_sec();
         return print(&format!("simulator: {:.1} M cache-line accesses/s on one core (target >= 100 M/s)\n", lps / 1e6));
     }
+    let mut head = String::new();
     let grid = match &args.recording {
         Some(path) => {
             let rec = Recording::open(path)?;
@@ -106,9 +107,7 @@ fn simulate(args: SimulateArgs) -> Result<()> {
             let spec = run.spec().ok_or_else(|| anyhow!("{} has no RX traffic to simulate", path.display()))?;
             if args.queues.is_empty() && args.pkt_bytes.is_empty() {
                 // The recording's own computation: its points are the report's and recommend's.
-                if !args.json {
-                    eprint!("{}", report::text::render_model_inputs(&run.inputs(), run.calibration.as_ref()));
-                }
+                head = report::text::render_model_inputs(&run.inputs(), run.calibration.as_ref());
                 run.grid(&args.ring, &args.ways)
             } else {
                 ddioscope::model::spec::what_if(spec, &args.ring, &args.ways, &args.queues, &args.pkt_bytes)
@@ -120,5 +119,5 @@ fn simulate(args: SimulateArgs) -> Result<()> {
             ddioscope::model::spec::what_if(&spec, &args.ring, &args.ways, &args.queues, &args.pkt_bytes)
         }
     };
-    print(&if args.json { serde_json::to_string_pretty(&grid)? + "\n" } else { report::text::render_what_if(&grid) })
+    print(&if args.json { serde_json::to_string_pretty(&grid)? + "\n" } else { head + &report::text::render_what_if(&grid) })
 }

@@ -148,13 +148,28 @@ fn estimate(c: &SampledCounts, method: Method) -> Attribution {
         notes.push(format!("median miss ≤ {:.1} µs after hand-up", med as f64 / 1e3));
     }
     if method == Method::AddressJoin && c.before_window > 0 {
-        notes.push(format!(
-            "{:.1}% of joined samples were on pages last seen before their window: charged to that owner, age unknown",
-            100.0 * c.before_window as f64 / n as f64
-        ));
+        let pct = 100.0 * c.before_window as f64 / n as f64;
+        notes.push(format!("{pct:.1}% of joined samples were on pages last seen before their window: charged to that owner, age unknown"));
+        // Readers that lag past the window's warm-up read buffers whose owner the map kept
+        // from an earlier window: a page the driver has since given another queue is charged
+        // to the old one. The intervals cannot show that error, so the confidence says it.
+        let steps = (pct > STALE_OWNER_PCT) as u32 + (pct > 3.0 * STALE_OWNER_PCT) as u32;
+        if steps > 0 {
+            for _ in 0..steps {
+                confidence = confidence.weaker();
+            }
+            notes.push(format!(
+                "confidence lowered: {pct:.1}% of the joined samples (over {STALE_OWNER_PCT:.0}%) rest on an owner kept from an earlier window, \
+                 as when readers lag the driver by more than the window's warm-up; `record --detail full` joins every packet without windows"
+            ));
+        }
     }
     Attribution { method, confidence, queues: qs, flows, notes, counts_are_samples: c.stand_in }
 }
+
+/// Share of joined samples on owners kept from an earlier window (%) beyond which each step
+/// (this, three times this) lowers the confidence once.
+pub const STALE_OWNER_PCT: f64 = 10.0;
 
 /// Upper bound of the bucket holding the median sample.
 fn median_bucket(h: &[(u64, u64)]) -> Option<u64> {
@@ -279,6 +294,16 @@ mod tests {
         let j = address_join(&windowed);
         assert!(j.notes.iter().any(|n| n.starts_with("5.0% of joined samples were on pages last seen before their window")), "{:?}", j.notes);
         assert!(cpu_context(&windowed).notes.iter().all(|n| !n.contains("before their window")));
+        assert!(j.notes.iter().all(|n| !n.contains("confidence lowered")), "{:?}", j.notes);
+        // Many samples on owners from an earlier window (readers lagging the warm-up): the
+        // same shares, a weaker confidence, one step per threshold, and the reason said.
+        let stale = |k: u64| address_join(&SampledCounts { before_window: k, ..windowed.clone() });
+        let (fresh, some, most) = (stale(0), stale(240), stale(480));
+        assert_eq!(some.queues[0].share_pct, fresh.queues[0].share_pct);
+        assert_ne!(some.confidence, fresh.confidence);
+        assert_eq!(some.confidence, fresh.confidence.weaker());
+        assert_eq!(most.confidence, fresh.confidence.weaker().weaker());
+        assert!(some.notes.iter().any(|n| n.starts_with("confidence lowered: 20.0% of the joined samples")), "{:?}", some.notes);
     }
 
     #[test]

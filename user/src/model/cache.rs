@@ -1,7 +1,7 @@
 //! A disk cache of the model's results keyed by [`SimSpec::cache_key`], so re-reading a recording does not re-simulate it; an optimisation only, silent when the cache cannot be used.
 //!
 //! Where: `$DDIOSCOPE_CACHE_DIR` (empty: no cache), else `$XDG_CACHE_HOME/ddioscope/model`,
-//! else `~/.cache/ddioscope/model`. One small JSON file per key, written to a temporary
+//! else `~/.cache/ddioscope/model`, in a directory per build. One small JSON file per key, written to a temporary
 //! name and renamed, so a reader never sees half a file and concurrent writers agree (the
 //! same key always holds the same numbers). The directory is pruned to its newest
 //! [`MAX_ENTRIES`] files when it grows past that.
@@ -21,14 +21,18 @@ pub const MAX_ENTRIES: usize = 4096;
 
 fn dir() -> Option<PathBuf> {
     if let Some(d) = std::env::var_os("DDIOSCOPE_CACHE_DIR") {
-        return (!d.is_empty()).then(|| PathBuf::from(d));
+        return (!d.is_empty()).then(|| PathBuf::from(d).join(BUILD));
     }
     let base = std::env::var_os("XDG_CACHE_HOME")
         .filter(|d| !d.is_empty())
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| PathBuf::from(h).join(".cache")))?;
-    Some(base.join("ddioscope").join("model"))
+    Some(base.join("ddioscope").join("model").join(BUILD))
 }
+
+/// Entries are kept per build: a simulator change that forgot to bump `MODEL_VERSION` still
+/// never reads another build's numbers.
+const BUILD: &str = concat!(env!("CARGO_PKG_VERSION"), "-", env!("DDIOSCOPE_GIT_COMMIT"));
 
 /// The value stored under `key`, if any and readable.
 pub fn get<T: DeserializeOwned>(key: &str) -> Option<T> {

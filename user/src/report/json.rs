@@ -4,10 +4,11 @@
 //! schema is docs/report.schema.json, described in docs/report.md.
 use serde::Serialize;
 
-use crate::advise::{ModelView, Recommendation};
+use crate::advise::{CalibrationReport, ModelView, Recommendation};
 use crate::analysis::answer::{answer, answer_for_advice, Answer, QueueVerdict};
 use crate::analysis::{Advice, AttributionReport, Outcome, Summary};
 use crate::model::geometry::LlcGeometry;
+use crate::model::spec::Input;
 
 /// The JSON layout's version: a tool checks it before reading. Raised when a key changes
 /// meaning or goes away; new keys do not raise it.
@@ -39,6 +40,9 @@ pub enum ModelSection<'a> {
         /// Where the DDIO way count came from, in words.
         ddio_ways_note: &'a str,
         notes: &'a [String],
+        model_inputs: &'a [Input],
+        #[serde(skip_serializing_if = "Option::is_none")]
+        calibration: Option<&'a CalibrationReport>,
     },
     Unavailable {
         error: &'a str,
@@ -55,7 +59,14 @@ impl<'a> FullReport<'a> {
                 answer,
                 verdicts: &a.verdicts,
                 summary,
-                model: ModelSection::View { view: &a.model, geometry: &a.geometry, ddio_ways_note: &a.ddio_ways_note, notes: &a.notes },
+                model: ModelSection::View {
+                    view: &a.model,
+                    geometry: &a.geometry,
+                    ddio_ways_note: &a.ddio_ways_note,
+                    notes: &a.notes,
+                    model_inputs: &a.model_inputs,
+                    calibration: a.calibration.as_ref(),
+                },
                 recommendations: &a.recommendations,
                 attribution: &a.attribution,
             },
