@@ -282,7 +282,7 @@ pub struct Snapshot {
     /// The device's page pools as the kernel counts them, cumulative (present on the
     /// intervals where they were read, where the kernel keeps page_pool statistics).
     #[serde(default)]
-    pub page_pools: Vec<crate::probe::kstats::PagePoolStat>,
+    pub page_pools: Vec<PagePoolStat>,
     /// Counter deltas of this interval (any source), per socket.
     pub counters: Vec<crate::counters::CounterReading>,
     /// L3-miss samples of this interval, when a miss sampler is attached.
@@ -495,5 +495,33 @@ mod tests {
         assert_eq!(d.packets, 15);
         assert_eq!(d.stage_hist[0][3], 2);
         assert_eq!(d.stage_max_ns[0], 900);
+    }
+}
+
+/// One page_pool's recycling (cumulative): where its pages came from and went.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PagePoolStat {
+    pub id: u64,
+    pub napi_id: Option<u64>,
+    pub alloc_fast: u64,
+    pub alloc_slow: u64,
+    pub alloc_slow_high_order: u64,
+    pub alloc_empty: u64,
+    pub alloc_refill: u64,
+    pub alloc_waive: u64,
+    pub recycle_cached: u64,
+    pub recycle_cache_full: u64,
+    pub recycle_ring: u64,
+    pub recycle_ring_full: u64,
+    pub recycle_released_refcnt: u64,
+}
+
+impl PagePoolStat {
+    /// Of the pages handed to the driver, the share that came back through the pool's cache
+    /// or ring rather than from the page allocator: how warm its buffers are.
+    pub fn recycled_share(&self) -> Option<f64> {
+        let recycled = self.recycle_cached + self.recycle_ring;
+        let total = self.alloc_fast + self.alloc_slow + self.alloc_slow_high_order;
+        (total > 0).then(|| recycled as f64 / total as f64)
     }
 }

@@ -3,7 +3,7 @@
 use anyhow::Result;
 use serde::Serialize;
 
-use super::answer::{NoChange, QueueVerdict};
+use super::verdict::{NoChange, QueueVerdict};
 use super::evidence::{attribution, AttributionReport};
 use super::geometry::GeometryOverrides;
 use super::observation::observation;
@@ -106,10 +106,10 @@ pub fn advise(rec: &Recording, summary: &Summary, o: GeometryOverrides) -> Resul
              its predictions here are uncertain, and the measured counters are the better guide"
         ));
     }
-    let verdicts = super::answer::verdicts(&obs, &model, iface.driver.as_deref());
+    let verdicts = super::verdict::verdicts(&obs, &model, iface.driver.as_deref());
     let no_change = recommendations.is_empty().then(|| {
         let no_ddio = summary.counters.cpu_has_ddio == Some(false);
-        super::answer::no_change(&obs, &verdicts, &rec.path.display().to_string(), iface.driver.as_deref(), no_ddio)
+        super::verdict::no_change(&obs, &verdicts, &rec.path.display().to_string(), iface.driver.as_deref(), no_ddio)
     });
     Ok(Advice {
         attribution,

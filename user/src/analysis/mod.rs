@@ -4,6 +4,7 @@
 //! report agree.
 pub mod advice;
 pub mod answer;
+pub mod verdict;
 pub mod evidence;
 pub mod geometry;
 pub mod observation;

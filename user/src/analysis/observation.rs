@@ -154,8 +154,8 @@ pub fn observation(rec: &Recording, summary: &Summary, o: GeometryOverrides) -> 
 /// The recycling shares of the device's page pools, summed: of the buffers the driver took,
 /// how many came back through the pool's cache (LIFO, warm), through its ring (oldest
 /// first), or fresh from the page allocator. None when no pool counted anything.
-pub fn stack_inputs(pools: &[crate::probe::kstats::PagePoolStat]) -> Option<StackInputs> {
-    let sum = |f: fn(&crate::probe::kstats::PagePoolStat) -> u64| pools.iter().map(f).fold(0u64, u64::saturating_add) as f64;
+pub fn stack_inputs(pools: &[crate::snapshot::PagePoolStat]) -> Option<StackInputs> {
+    let sum = |f: fn(&crate::snapshot::PagePoolStat) -> u64| pools.iter().map(f).fold(0u64, u64::saturating_add) as f64;
     let taken = sum(|p| p.alloc_fast) + sum(|p| p.alloc_slow) + sum(|p| p.alloc_slow_high_order);
     if taken <= 0.0 {
         return None;
@@ -169,7 +169,7 @@ pub fn stack_inputs(pools: &[crate::probe::kstats::PagePoolStat]) -> Option<Stac
 #[cfg(test)]
 mod tests {
     use super::{irq_queue, stack_inputs};
-    use crate::probe::kstats::PagePoolStat;
+    use crate::snapshot::PagePoolStat;
 
     #[test]
     fn page_pool_counts_become_recycling_shares() {

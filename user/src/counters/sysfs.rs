@@ -411,6 +411,23 @@ pub fn read_pmu(dir: &Path, name: &str, unit: Unit, index: u32) -> Result<Pmu> {
     })
 }
 
+/// Name the IIO stack (uncore box) behind the interface's PCIe root bus, and take the
+/// socket its counters count on from that stack's die; an interface without a root bus, or a
+/// host whose uncore PMUs say nothing of it, keeps what topology found (its NUMA package).
+pub fn place_on_iio(info: &mut crate::topology::IfaceInfo, root: &Path) {
+    let Some((seg, bus)) = info.pci_root.as_deref().and_then(|r| {
+        let (s, b) = r.split_once(':')?;
+        Some((u16::from_str_radix(s, 16).ok()?, u8::from_str_radix(b, 16).ok()?))
+    }) else {
+        return;
+    };
+    let Ok(inv) = discover(root) else { return };
+    if let Some((pmu, stack)) = inv.iio_for_root_bus(seg, bus) {
+        info.iio_box = Some(pmu.name.clone());
+        info.socket = Some(stack.die);
+    }
+}
+
 /// Scans `<root>/bus/event_source/devices`. A missing directory yields an empty inventory, not an error,
 /// because "no PMUs here" is a normal answer on VMs.
 pub fn discover(root: &Path) -> Result<Inventory> {

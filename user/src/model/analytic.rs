@@ -6,12 +6,7 @@ use super::geometry::LlcGeometry;
 
 pub const LINE: u64 = 64;
 
-/// Fraction of the nominal DDIO capacity a ring working set can fill and still see ≥97%
-/// write hits — the target for *recommended* rings. Sets are hashed across slices, so a
-/// working set smaller than the DDIO ways already overloads some sets, and the core's own
-/// fills share those ways. Measured on Skylake-SP (Farshin et al., ATC'20, ddio-bench):
-/// 97% needs footprint ≲ 0.45 × nominal.
-pub const USABLE_DDIO_FRACTION: f64 = 0.45;
+pub use super::geometry::USABLE_DDIO_FRACTION;
 
 /// A working set within nominal capacity is still "at risk" when this fraction of its DMA
 /// writes is expected to find the set's DDIO ways full: one write in five leaking doubles

@@ -6,6 +6,13 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+/// Fraction of the nominal DDIO capacity a ring working set can fill and still see ≥97%
+/// write hits — the target for *recommended* rings. Sets are hashed across slices, so a
+/// working set smaller than the DDIO ways already overloads some sets, and the core's own
+/// fills share those ways. Measured on Skylake-SP (Farshin et al., ATC'20, ddio-bench):
+/// 97% needs footprint ≲ 0.45 × nominal.
+pub const USABLE_DDIO_FRACTION: f64 = 0.45;
+
 /// MSR holding the bitmask of LLC ways that DDIO write-allocates may fill (package scope).
 pub const MSR_IIO_LLC_WAYS: u64 = 0xC8B;
 
@@ -132,9 +139,9 @@ impl LlcGeometry {
     }
 
     /// Capacity a ring working set can use before hash conflicts make writes miss
-    /// (see [`USABLE_DDIO_FRACTION`](super::analytic::USABLE_DDIO_FRACTION)).
+    /// (see [`USABLE_DDIO_FRACTION`]).
     pub fn usable_ddio_bytes(&self) -> u64 {
-        (self.ddio_capacity_bytes() as f64 * super::analytic::USABLE_DDIO_FRACTION) as u64
+        (self.ddio_capacity_bytes() as f64 * USABLE_DDIO_FRACTION) as u64
     }
 
     pub fn lines(&self) -> u64 {

@@ -13,7 +13,7 @@ use libbpf_rs::OpenObject;
 
 use super::features::{Features, Flavor, HookChoice, PKTLIFE_HOOKS};
 use super::floor_skel::{FloorSkel, FloorSkelBuilder};
-use super::pktlife::explain_bpf_error;
+use super::explain_bpf_error;
 use super::AttachedProg;
 
 #[derive(Debug, Clone)]

@@ -8,6 +8,7 @@ use std::path::Path;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
+pub use crate::snapshot::PagePoolStat;
 use crate::snapshot::Dir;
 use crate::topology::netlink::{attr, attrs, uint, Netlink, NLM_F_DUMP};
 
@@ -42,34 +43,6 @@ pub struct QueueStat {
     pub bytes: Option<u64>,
     pub hw_drops: Option<u64>,
     pub alloc_fail: Option<u64>,
-}
-
-/// One page_pool's recycling (cumulative): where its pages came from and went.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PagePoolStat {
-    pub id: u64,
-    pub napi_id: Option<u64>,
-    pub alloc_fast: u64,
-    pub alloc_slow: u64,
-    pub alloc_slow_high_order: u64,
-    pub alloc_empty: u64,
-    pub alloc_refill: u64,
-    pub alloc_waive: u64,
-    pub recycle_cached: u64,
-    pub recycle_cache_full: u64,
-    pub recycle_ring: u64,
-    pub recycle_ring_full: u64,
-    pub recycle_released_refcnt: u64,
-}
-
-impl PagePoolStat {
-    /// Of the pages handed to the driver, the share that came back through the pool's cache
-    /// or ring rather than from the page allocator: how warm its buffers are.
-    pub fn recycled_share(&self) -> Option<f64> {
-        let recycled = self.recycle_cached + self.recycle_ring;
-        let total = self.alloc_fast + self.alloc_slow + self.alloc_slow_high_order;
-        (total > 0).then(|| recycled as f64 / total as f64)
-    }
 }
 
 /// The answer to a queue-scoped qstats dump, queue by queue.

@@ -167,7 +167,7 @@ impl MissSampler {
             let owned = unsafe { OwnedFd::from_raw_fd(fd) };
             let link = prog
                 .attach_perf_event(fd)
-                .map_err(|e| anyhow::anyhow!(crate::probe::pktlife::explain_bpf_error(&e, "attaching the L3-miss program")))?;
+                .map_err(|e| anyhow::anyhow!(super::explain_bpf_error(&e, "attaching the L3-miss program")))?;
             links.push(link);
             // SAFETY: an open perf event fd of ours; DISABLE takes no pointer argument.
             if stopped && unsafe { sys::ioctls::DISABLE(fd, 0) } < 0 {
@@ -262,7 +262,7 @@ impl L3missProbe {
         let storage: &'static mut std::mem::MaybeUninit<OpenObject> = Box::leak(Box::new(std::mem::MaybeUninit::uninit()));
         let mut open = L3missSkelBuilder::default()
             .open(storage)
-            .map_err(|e| anyhow::anyhow!(super::pktlife::explain_bpf_error(&e, "opening the l3miss BPF object")))?;
+            .map_err(|e| anyhow::anyhow!(super::explain_bpf_error(&e, "opening the l3miss BPF object")))?;
         let Some(ro) = open.maps.rodata_data.as_deref_mut() else {
             bail!("l3miss BPF object has no read-only config section (build problem)");
         };
@@ -274,7 +274,7 @@ impl L3missProbe {
         if let Some(n) = cfg.flow_slots {
             open.maps.miss_flows.set_max_entries(n.max(1)).context("sizing the L3-miss flow map")?;
         }
-        let skel = open.load().map_err(|e| anyhow::anyhow!(super::pktlife::explain_bpf_error(&e, "loading the L3-miss program")))?;
+        let skel = open.load().map_err(|e| anyhow::anyhow!(super::explain_bpf_error(&e, "loading the L3-miss program")))?;
         let ncpus = libbpf_rs::num_possible_cpus().context("counting possible CPUs")?;
         Ok(L3missProbe { skel, sampler: None, ncpus })
     }

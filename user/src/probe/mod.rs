@@ -117,3 +117,43 @@ impl AttachedProg {
         Some(AttachedProg { id: loaded_prog_id(p)?, name: p.name().to_string_lossy().into_owned(), tracepoint, flavor })
     }
 }
+
+/// Turn libbpf errors into a sentence a user can act on.
+pub fn explain_bpf_error(e: &libbpf_rs::Error, doing: &str) -> String {
+    use libbpf_rs::ErrorKind;
+    match e.kind() {
+        ErrorKind::PermissionDenied => format!(
+            "{doing}: permission denied — run as root (or with CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN)"
+        ),
+        ErrorKind::NotFound => format!("{doing}: a kernel hook or BTF type was not found ({})", without_errno(&e.to_string())),
+        // Only a load goes through the verifier; an attach's EINVAL is its own story.
+        ErrorKind::InvalidInput if doing.starts_with("loading") => format!(
+            "{doing}: the kernel's verifier rejected a program ({}; `-v` prints its log)",
+            without_errno(&e.to_string())
+        ),
+        _ if doing.starts_with("loading") && e.to_string().contains("Argument list too long") => {
+            format!("{doing}: the kernel's verifier gave up on a program as too complex (`-v` prints its log)")
+        }
+        _ => format!("{doing}: {}", without_errno(&e.to_string())),
+    }
+}
+
+/// An OS error's words without Rust's " (os error N)" suffix (the words already say it).
+fn without_errno(msg: &str) -> String {
+    match msg.find(" (os error ") {
+        Some(i) => format!("{}{}", &msg[..i], msg[i..].find(')').map_or("", |j| &msg[i + j + 1..])),
+        None => msg.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod error_tests {
+    use super::without_errno;
+
+    #[test]
+    fn os_error_suffix_is_dropped() {
+        assert_eq!(without_errno("Argument list too long (os error 7)"), "Argument list too long");
+        assert_eq!(without_errno("No such file (os error 2): more"), "No such file: more");
+        assert_eq!(without_errno("plain words"), "plain words");
+    }
+}

@@ -2,6 +2,7 @@
 //! L3-miss sampler, the buffer-page map and CPU work context. Loaded once; its hooks are
 //! attached as links owned by this process for the recorder's windows (tier 1) or the whole
 //! run (tier 2), so nothing outlives the process, even after SIGKILL.
+use super::explain_bpf_error;
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
 use std::rc::Rc;
@@ -137,33 +138,6 @@ fn open_and_load(cfg: &ProbeConfig, flavors: &[Flavor]) -> Result<PktlifeSkel<'s
     open.load().map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, "loading the pktlife BPF programs")))
 }
 
-/// Turn libbpf errors into a sentence a user can act on.
-pub fn explain_bpf_error(e: &libbpf_rs::Error, doing: &str) -> String {
-    use libbpf_rs::ErrorKind;
-    match e.kind() {
-        ErrorKind::PermissionDenied => format!(
-            "{doing}: permission denied — run as root (or with CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN)"
-        ),
-        ErrorKind::NotFound => format!("{doing}: a kernel hook or BTF type was not found ({})", without_errno(&e.to_string())),
-        // Only a load goes through the verifier; an attach's EINVAL is its own story.
-        ErrorKind::InvalidInput if doing.starts_with("loading") => format!(
-            "{doing}: the kernel's verifier rejected a program ({}; `-v` prints its log)",
-            without_errno(&e.to_string())
-        ),
-        _ if doing.starts_with("loading") && e.to_string().contains("Argument list too long") => {
-            format!("{doing}: the kernel's verifier gave up on a program as too complex (`-v` prints its log)")
-        }
-        _ => format!("{doing}: {}", without_errno(&e.to_string())),
-    }
-}
-
-/// An OS error's words without Rust's " (os error N)" suffix (the words already say it).
-fn without_errno(msg: &str) -> String {
-    match msg.find(" (os error ") {
-        Some(i) => format!("{}{}", &msg[..i], msg[i..].find(')').map_or("", |j| &msg[i + j + 1..])),
-        None => msg.to_string(),
-    }
-}
 
 impl PktlifeProbe {
     /// Load along the fallback chain (or with the flavour the user asked for), attach every
@@ -481,12 +455,6 @@ fn parse_sample(data: &[u8]) -> Option<PacketSample> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn os_error_suffix_is_dropped() {
-        assert_eq!(without_errno("Argument list too long (os error 7)"), "Argument list too long");
-        assert_eq!(without_errno("No such file (os error 2): more"), "No such file: more");
-        assert_eq!(without_errno("plain words"), "plain words");
-    }
 
     /// Both hook flavours must pass the verifier with every option that adds
     /// code (records, stage state, the buffer map with frags, the copy

@@ -11,7 +11,7 @@ use libbpf_rs::{AsRawLibbpf, Link, MapCore, MapFlags, OpenObject};
 use serde::{Deserialize, Serialize};
 
 use super::features::{Features, Flavor, HookChoice};
-use super::pktlife::explain_bpf_error;
+use super::explain_bpf_error;
 use super::qcount_skel::types::{pl_flow_key, qc_counter, qc_flow_stats, qc_queue_stats};
 use super::qcount_skel::{QcountSkel, QcountSkelBuilder};
 use crate::snapshot::{Dir, FlowKey, QueueCounters, NAPI_BUCKETS};

@@ -1045,7 +1045,7 @@ const _: () = assert!(NSTAGES == 4);
 
 /// The device's page pools as the recording last saw them (cumulative since each pool was
 /// made; empty: the kernel kept no page_pool statistics, or a recording from before them).
-pub fn page_pools(path: &Path) -> Result<Vec<crate::probe::kstats::PagePoolStat>> {
+pub fn page_pools(path: &Path) -> Result<Vec<crate::snapshot::PagePoolStat>> {
     let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(|e| anyhow::anyhow!(explain_sqlite(&e, path)))?;
     let Ok(mut st) = conn.prepare(
         "SELECT pool,napi_id,alloc_fast,alloc_slow,alloc_slow_high_order,alloc_empty,alloc_refill,alloc_waive,
@@ -1056,7 +1056,7 @@ pub fn page_pools(path: &Path) -> Result<Vec<crate::probe::kstats::PagePoolStat>
     let rows = st
         .query_map([], |r| {
             let g = |i: usize| -> rusqlite::Result<u64> { Ok(r.get::<_, i64>(i)?.max(0) as u64) };
-            Ok(crate::probe::kstats::PagePoolStat {
+            Ok(crate::snapshot::PagePoolStat {
                 id: g(0)?,
                 napi_id: r.get::<_, Option<i64>>(1)?.map(|v| v.max(0) as u64),
                 alloc_fast: g(2)?,

@@ -326,7 +326,8 @@ impl Session {
         if opts.args.verbose {
             eprintln!("features: {}", serde_json::to_string(&features)?);
         }
-        let iface = topology::resolve_iface_live(&opts.args.iface, opts.args.netns.as_deref())?;
+        let mut iface = topology::resolve_iface_live(&opts.args.iface, opts.args.netns.as_deref())?;
+        crate::counters::sysfs::place_on_iio(&mut iface, std::path::Path::new("/sys"));
         Ok((features, iface))
     }
 
@@ -339,7 +340,8 @@ impl Session {
         give_up: impl Fn() -> bool,
     ) -> Result<Option<(Features, IfaceInfo)>> {
         while !stop.load(Ordering::Relaxed) && !give_up() {
-            if let Ok(i) = topology::resolve_iface_live(&opts.args.iface, opts.args.netns.as_deref()) {
+            if let Ok(mut i) = topology::resolve_iface_live(&opts.args.iface, opts.args.netns.as_deref()) {
+                crate::counters::sysfs::place_on_iio(&mut i, std::path::Path::new("/sys"));
                 let f = Features::detect();
                 if let Some(why) = f.fatal() {
                     bail!(why);

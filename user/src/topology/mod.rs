@@ -335,12 +335,9 @@ pub fn resolve_iface_live(iface: &str, netns: Option<&str>) -> Result<IfaceInfo>
         let dev = Path::new("/sys/bus/pci/devices").join(&bus);
         info.numa_node = read_trim(&dev.join("numa_node")).and_then(|s| s.parse().ok()).filter(|n: &i32| *n >= 0);
         if let Some((seg, rb)) = fs::canonicalize(&dev).ok().and_then(|p| pci_root_of(&p.to_string_lossy())) {
+            // The IIO stack behind this root bus (and its die) is the counters' to find:
+            // `counters::sysfs::place_on_iio`.
             info.pci_root = Some(format!("{seg:04x}:{rb:02x}"));
-            let stack = crate::counters::sysfs::discover(Path::new("/sys"))
-                .ok()
-                .and_then(|inv| inv.iio_for_root_bus(seg, rb).map(|(pmu, s)| (pmu.name.clone(), s.die)));
-            info.iio_box = stack.as_ref().map(|(name, _)| name.clone());
-            info.socket = stack.map(|(_, die)| die);
         }
         if info.socket.is_none() {
             info.socket = info.numa_node.and_then(|n| package_of_node(Path::new("/sys"), n));
