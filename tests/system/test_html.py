@@ -133,7 +133,10 @@ def text_table_rows(text, title):
 
 
 def number(cell):
-    """A table cell's count ("627.8k", "1.2M", "86") and its rounding half-unit."""
+    """A table cell's count ("627.8k", "1.2M", "86") and its rounding half-unit; a dash (an
+    idle queue's average size) is none."""
+    if cell.strip() in ("-", "—"):
+        return 0.0, 0.0
     m = re.fullmatch(r"([\d.]+)([kMG]?)", cell.strip())
     assert m, cell
     scale = {"": 1, "k": 1e3, "M": 1e6, "G": 1e9}[m.group(2)]
