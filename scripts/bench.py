@@ -3,8 +3,8 @@
 
 1. Throughput, side by side: TCP -P 4 and UDP 64 B, each run with nothing attached, the
    bpftrace per-queue counter (the peer: packets and bytes per queue on the hand-up and
-   xmit tracepoints), `ddioscope record` at its default, `record --detail full`, and
-   `ddioscope serve`. Rounds interleave the configurations (each round reverses the
+   xmit tracepoints), `ddioscope record --detail counts` (tier 0 alone), `record` at its
+   default, `record --detail full`, and `ddioscope serve`. Rounds interleave the configurations (each round reverses the
    previous one's order: ABBA), so drift in the machine falls on all of them alike.
    bpf_stats is off, as in production. Mean ± stdev and the cost against nothing attached.
 2. BPF CPU time: the same loads once more per configuration with kernel.bpf_stats on; every
@@ -19,7 +19,7 @@
 
 A benchmark prints; it asserts nothing about time. Raw results go to out/bench.json.
 Knobs (environment): BIN, OUT_JSON, BENCH_ROUNDS (3), BENCH_RUN_SECS (5),
-BENCH_CONFIGS (comma-separated subset of none,bpftrace,record,record-full,serve),
+BENCH_CONFIGS (comma-separated subset of none,bpftrace,record-counts,record,record-full,serve),
 BENCH_SKIP (comma-separated sections to skip: throughput,cost,hooks,long,sim). Needs root; traffic only
 flows between the testbed's namespaces.
 """
@@ -42,7 +42,7 @@ BIN = Path(os.environ.get("BIN", ROOT / "user/target/release/ddioscope"))
 OUT_JSON = Path(os.environ.get("OUT_JSON", ROOT / "out/bench.json"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 T_RUN = int(os.environ.get("BENCH_RUN_SECS", "5"))
-CONFIGS = os.environ.get("BENCH_CONFIGS", "none,bpftrace,record,record-full,serve").split(",")
+CONFIGS = os.environ.get("BENCH_CONFIGS", "none,bpftrace,record-counts,record,record-full,serve").split(",")
 SKIP = set(filter(None, os.environ.get("BENCH_SKIP", "").split(",")))
 PORT = 5201
 SERVE_PORT = 19436
@@ -146,7 +146,7 @@ class Attached:
                     die(f"bpftrace did not load its {want} programs: {self.proc.stderr.read().strip()[-300:]}")
                 time.sleep(0.1)
         elif config.startswith("record"):
-            extra = ["--detail", "full"] if config == "record-full" else []
+            extra = {"record-full": ["--detail", "full"], "record-counts": ["--detail", "counts"]}.get(config, [])
             self.proc = subprocess.Popen(
                 [str(BIN), "record", "-i", tb.if_rcv, "--netns", tb.ns_rcv, "-d", "600", "-o", str(tmp / f"{config}.ddio"),
                  "--force", "--json-progress", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
