@@ -3,8 +3,8 @@
 //! Where: `$DDIOSCOPE_CACHE_DIR` (empty: no cache), else `$XDG_CACHE_HOME/ddioscope/model`,
 //! else `~/.cache/ddioscope/model`, in a directory per build. One small JSON file per key, written to a temporary
 //! name and renamed, so a reader never sees half a file and concurrent writers agree (the
-//! same key always holds the same numbers). The directory is pruned to its newest
-//! [`MAX_ENTRIES`] files when it grows past that.
+//! same key always holds the same numbers). Past [`MAX_ENTRIES`] files the directory
+//! is pruned to its newest half.
 
 use std::fs;
 use std::path::{Path, PathBuf};
