@@ -640,22 +640,7 @@ pub fn what_if_for(outcome: &Outcome) -> Result<WhatIf, String> {
         };
         inputs.push((i.name.clone(), format!("{} — {src}", i.value)));
     }
-    if let Some(c) = &a.calibration {
-        let pct = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.1}%"));
-        inputs.push((
-            "Calibration".into(),
-            format!(
-                "to the {} counters: write hit measured {}, uncalibrated {}, calibrated {} (residual {})",
-                c.source,
-                pct(c.measured_write_hit_pct),
-                pct(c.uncalibrated_write_hit_pct),
-                pct(c.calibrated_write_hit_pct),
-                c.residual_write_pct.map_or_else(|| "-".to_string(), |v| format!("{v:+.1} pp")),
-            ),
-        ));
-    } else {
-        inputs.push(("Calibration".into(), "none: the recording has no DDIO counters to fit the model to".into()));
-    }
+    inputs.push(("Calibration".into(), crate::report::text::calibration_words(a.calibration.as_ref())));
     Ok(WhatIf { spec, inputs, by_ring, by_ways, elapsed_s: t0.elapsed().as_secs_f64() })
 }
 

@@ -858,26 +858,24 @@ pub fn render_model_inputs(inputs: &[crate::model::spec::Input], cal: Option<&cr
     let mut o = String::new();
     let _ = writeln!(o, "model inputs  measured: {}", list(Source::Measured));
     let _ = writeln!(o, "              assumed: {}", list(Source::Assumed));
-    let pct = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.1}%"));
-    match cal {
-        Some(c) => {
-            let _ = writeln!(
-                o,
-                "calibration   to the {} counters: write hit measured {}, uncalibrated {}, calibrated {} (residual {}){}",
-                c.source,
-                pct(c.measured_write_hit_pct),
-                pct(c.uncalibrated_write_hit_pct),
-                pct(c.calibrated_write_hit_pct),
-                c.residual_write_pct.map_or_else(|| "-".to_string(), |v| format!("{v:+.1} pp")),
-                match (c.measured_read_hit_pct, c.calibrated_read_hit_pct) {
-                    (Some(m), Some(k)) => format!("; NIC read hit measured {m:.1}%, calibrated {k:.1}%"),
-                    _ => String::new(),
-                }
-            );
-        }
-        None => {
-            let _ = writeln!(o, "calibration   none: no DDIO counters in the recording to fit the model to");
-        }
-    }
+    let _ = writeln!(o, "calibration   {}", calibration_words(cal));
     o
+}
+
+/// The model's calibration in one sentence, for the text report, `simulate` and the HTML page.
+pub fn calibration_words(cal: Option<&crate::advise::CalibrationReport>) -> String {
+    let Some(c) = cal else { return "none: no DDIO counters in the recording to fit the model to".to_string() };
+    let pct = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.1}%"));
+    format!(
+        "to the {} counters: write hit measured {}, uncalibrated {}, calibrated {} (residual {}){}",
+        c.source,
+        pct(c.measured_write_hit_pct),
+        pct(c.uncalibrated_write_hit_pct),
+        pct(c.calibrated_write_hit_pct),
+        c.residual_write_pct.map_or_else(|| "-".to_string(), |v| format!("{v:+.1} pp")),
+        match (c.measured_read_hit_pct, c.calibrated_read_hit_pct) {
+            (Some(m), Some(k)) => format!("; NIC read hit measured {m:.1}%, calibrated {k:.1}%"),
+            _ => String::new(),
+        }
+    )
 }
