@@ -20,6 +20,9 @@ use crate::model::spec::{Consumer, GridPoint, Input, SimSpec};
 /// a quarter of a prediction's budget.
 const CALIBRATION_BUDGET_DIVISOR: u64 = 4;
 
+/// Simulations run at once by [`ModelRun::prefetch`].
+const MAX_SIM_THREADS: usize = 4;
+
 /// How the model was calibrated, for output: the uncalibrated and calibrated predictions of
 /// the recorded configuration against what the counters measured.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -166,7 +169,8 @@ impl ModelRun {
         if todo.is_empty() {
             return;
         }
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(todo.len());
+        // Each simulation holds up to 64 MiB of LLC state: a few threads, however many CPUs.
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_SIM_THREADS).min(todo.len());
         let results: Vec<((u32, u32), SimResult)> = std::thread::scope(|sc| {
             let chunks: Vec<Vec<&SimSpec>> = (0..threads).map(|t| todo.iter().skip(t).step_by(threads).collect()).collect();
             let handles: Vec<_> = chunks
