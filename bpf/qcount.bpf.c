@@ -33,9 +33,11 @@ const volatile __u32 filter_netns = 0;     /* netns inode; 0: any namespace */
 const volatile __u8 rx_queue_offset = 1;
 /* Bytes of link-layer header per frame (14 on Ethernet, 0 on L3 devices). */
 const volatile __u32 link_hdr_len = 14;
-/* Flows: an skb of d bytes is sampled with probability min(1, d / flow_bytes);
- * 1: every skb (exact); 0: no flows. */
+/* Flows: an RX skb of d bytes is sampled with probability min(1, d / flow_bytes),
+ * a TX skb with min(1, d / flow_bytes_tx); 1: every skb (exact); 0: no flows. A
+ * direction whose program runs only in windows samples more densely there. */
 const volatile __u32 flow_bytes = 65536;
+const volatile __u32 flow_bytes_tx = 65536;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -72,15 +74,23 @@ struct {
 	__type(value, struct qc_cpu);
 } qc_cpu SEC(".maps");
 
-/* NAPI id -> RX queue, learned from the frames each NAPI instance delivered,
- * so a poll is charged to its queue even when RPS moved its frames' stack
- * work (and the counting program) to another CPU. */
+/* NAPI id -> RX queue, learned from the frames each NAPI instance delivered
+ * (or written by userspace from the kernel's queue table), so a poll is
+ * charged to its queue even when RPS moved its frames' stack work (and the
+ * counting program) to another CPU, or no RX program runs. An array, whose
+ * lookup the verifier inlines: a poll pays a load, not a hash walk. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, QC_NAPI_SLOTS);
 	__type(key, __u32);
-	__type(value, __u32);
+	__type(value, struct qc_napi_slot);
 } qc_napi_queue SEC(".maps");
+
+static __always_inline struct qc_napi_slot *napi_slot(__u32 napi_id)
+{
+	__u32 idx = napi_id & (QC_NAPI_SLOTS - 1);
+	return bpf_map_lookup_elem(&qc_napi_queue, &idx);
+}
 
 static __always_inline void qc_count(__u32 idx)
 {
@@ -106,27 +116,28 @@ static __always_inline struct qc_queue_stats *qc_queue(__u8 dir, __u32 queue)
 }
 
 /* Is this skb, d bytes long, one of the flow samples? */
-static __always_inline bool flow_sampled(__u32 d)
+static __always_inline bool flow_sampled(__u32 d, __u32 fb)
 {
-	if (!flow_bytes)
+	if (!fb)
 		return false;
-	if (d >= flow_bytes)
+	if (d >= fb)
 		return true;
-	return (__u64)bpf_get_prandom_u32() * flow_bytes < ((__u64)d << 32);
+	return (__u64)bpf_get_prandom_u32() * fb < ((__u64)d << 32);
 }
 
 /* A sampled skb of d bytes (as the sampling decision saw it): segs wire
  * frames, wire frame bytes, payload L4 bytes, each divided by the skb's
  * sampling probability. */
-static __always_inline void flow_add(struct pl_flow_key *k, __u32 queue, __u32 d, __u32 segs, __u64 wire, __u64 payload)
+static __always_inline void flow_add(struct pl_flow_key *k, __u32 queue, __u32 d, __u32 fb, __u32 segs, __u64 wire,
+				     __u64 payload)
 {
 	__u64 now = bpf_ktime_get_ns();
 	__u64 pkts = (__u64)segs << 8, pay = payload << 8, bytes = wire, var = 0;
-	if (d && d < flow_bytes) {
-		pkts = pkts * flow_bytes / d;
-		pay = pay * flow_bytes / d;
-		bytes = wire * flow_bytes / d;
-		/* wire^2 (1 - p) / p^2 with p = d / flow_bytes */
+	if (d && d < fb) {
+		pkts = pkts * fb / d;
+		pay = pay * fb / d;
+		bytes = wire * fb / d;
+		/* wire^2 (1 - p) / p^2 with p = d / fb */
 		var = bytes * bytes - bytes * wire;
 	}
 	qc_count(QC_FLOW_SAMPLES);
@@ -154,8 +165,15 @@ static __always_inline void learn_napi(struct qc_cpu *c, __u32 napi_id, __u32 qu
 {
 	if (!c)
 		return;
-	if (napi_id && (c->napi_id != napi_id || c->queue != queue))
-		bpf_map_update_elem(&qc_napi_queue, &napi_id, &queue, BPF_ANY);
+	/* One CPU can alternate between queues packet by packet: the slot is
+	 * written only when it names another instance or queue. */
+	if (napi_id && (c->napi_id != napi_id || c->queue != queue)) {
+		struct qc_napi_slot *s = napi_slot(napi_id);
+		if (s && (s->napi_id != napi_id || s->queue != queue)) {
+			s->napi_id = napi_id;
+			s->queue = queue;
+		}
+	}
 	c->napi_id = napi_id;
 	c->queue = queue;
 	c->seen = 1;
@@ -185,7 +203,7 @@ int qc_rx_tc(struct __sk_buff *skb)
 	__u32 len = skb->len;
 	struct qc_cpu *c = qc_cpu_get();
 	learn_napi(c, skb->napi_id, queue);
-	bool sample = flow_sampled(len);
+	bool sample = flow_sampled(len, flow_bytes);
 	__u64 wire = len;
 	struct pl_flow_key k = {};
 	__u32 hdr = 0;
@@ -209,7 +227,7 @@ int qc_rx_tc(struct __sk_buff *skb)
 		if (have_flow) {
 			k.dir = PL_RX;
 			__u32 l3 = len - link_hdr_len;
-			flow_add(&k, queue, len, segs, wire, l3 > hdr ? l3 - hdr : 0);
+			flow_add(&k, queue, len, flow_bytes, segs, wire, l3 > hdr ? l3 - hdr : 0);
 		} else {
 			qc_count(QC_FLOW_UNPARSED);
 		}
@@ -262,3 +280,4 @@ QCOUNT_HOOKS(_raw, "raw_tp/")
 enum qc_counter qc_counter_anchor = QC_QUEUE_CLAMPED;
 enum ddio_limits ddio_limits_anchor = DDIO_MAX_QUEUES;
 enum qc_rx_source qc_rx_source_anchor = QC_RX_TCX;
+enum qc_napi_slots qc_napi_slots_anchor = QC_NAPI_SLOTS;

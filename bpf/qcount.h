@@ -46,6 +46,17 @@ enum qc_counter {
 	QC_NR = 8,
 };
 
+/* A NAPI instance and the RX queue it serves, in a slot of qc_napi_queue
+ * (indexed by napi_id modulo its size; the id says whose the slot is). */
+struct qc_napi_slot {
+	__u32 napi_id;
+	__u32 queue;
+};
+
+enum qc_napi_slots {
+	QC_NAPI_SLOTS = 4096,   /* a power of two */
+};
+
 /* Per-CPU scratch of the counting programs. */
 struct qc_cpu {
 	__u32 napi_id;          /* the NAPI instance and queue of the last frame */

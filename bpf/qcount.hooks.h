@@ -74,7 +74,7 @@ static __always_inline int H(qc_rx_handup)(const struct sk_buff *skb)
 		c->queue = queue;
 		c->seen = 1;
 	}
-	bool sample = flow_sampled(l3_len + l2);
+	bool sample = flow_sampled(l3_len + l2, flow_bytes);
 	__u64 wire = l3_len + l2;
 	struct pl_flow_key k = {};
 	__u32 hdr = 0;
@@ -86,7 +86,7 @@ static __always_inline int H(qc_rx_handup)(const struct sk_buff *skb)
 	if (sample) {
 		if (have_flow) {
 			k.dir = PL_RX;
-			flow_add(&k, queue, l3_len + l2, segs, wire, l3_len > hdr ? l3_len - hdr : 0);
+			flow_add(&k, queue, l3_len + l2, flow_bytes, segs, wire, l3_len > hdr ? l3_len - hdr : 0);
 		} else {
 			qc_count(QC_FLOW_UNPARSED);
 		}
@@ -101,7 +101,7 @@ static __always_inline int H(qc_tx_xmit)(const struct sk_buff *skb, const struct
 	__u32 queue = RD(skb, queue_mapping);
 	__u32 len = RD(skb, len);
 	__u32 segs = H(qc_segs)(skb);
-	bool sample = flow_sampled(len);
+	bool sample = flow_sampled(len, flow_bytes_tx);
 	__u64 wire = len;
 	struct pl_flow_key k = {};
 	__u32 hdr = 0;
@@ -118,7 +118,7 @@ static __always_inline int H(qc_tx_xmit)(const struct sk_buff *skb, const struct
 		if (have_flow) {
 			k.dir = PL_TX;
 			__u32 l3 = len > l2 ? len - l2 : len;
-			flow_add(&k, queue, len, segs, wire, l3 > hdr ? l3 - hdr : 0);
+			flow_add(&k, queue, len, flow_bytes_tx, segs, wire, l3 > hdr ? l3 - hdr : 0);
 		} else {
 			qc_count(QC_FLOW_UNPARSED);
 		}
@@ -135,16 +135,24 @@ static __always_inline int H(qc_napi_poll)(const struct napi_struct *napi, int w
 		return 0;
 	__u32 id = RD(napi, napi_id);
 	struct qc_cpu *c = qc_cpu_get();
-	/* The NAPI instance this CPU's frames last came from: no map lookup for the common
-	 * case of one queue per CPU (the map for the rest). */
-	__u32 *known = c && id && c->napi_id == id ? &c->queue : (id ? bpf_map_lookup_elem(&qc_napi_queue, &id) : NULL);
+	/* The NAPI instance this CPU last saw: its queue without a map lookup for the common
+	 * case of one queue per CPU (the map's slot for the rest). */
+	struct qc_napi_slot *s = id && !(c && c->napi_id == id) ? napi_slot(id) : NULL;
 	__u32 queue = 0;
-	if (known) {
-		queue = *known;
+	if (c && id && c->napi_id == id) {
+		queue = c->queue;
+	} else if (s && s->napi_id == id) {
+		queue = s->queue;
+		if (c) {
+			c->napi_id = id;
+			c->queue = queue;
+		}
 	} else if (c && c->seen) {
 		queue = c->queue;
-		if (id)
-			bpf_map_update_elem(&qc_napi_queue, &id, &queue, BPF_ANY);
+		if (s) {
+			s->napi_id = id;
+			s->queue = queue;
+		}
 	} else {
 		qc_count(QC_NAPI_UNMAPPED);
 	}

@@ -35,6 +35,10 @@ def test_tcp_counts_queues_flows_and_stages(testbed, recorder, tmp_path):
     tx_pk = sum(q["packets"] for q in tx)
     assert within(tx_pk, k1["tx_packets"] - k0["tx_packets"], 0.01, slack=5)
 
+    # veth counts its queues (ethtool -S) on the NAPI path the testbed's GRO turns on: the
+    # counts come from there with no per-packet program, and flows from the windows.
+    assert r["meta"]["rx_counts"] == "ethtool" and r["meta"]["flow_windows"] > 0, r["meta"]
+
     # Per queue against the driver's own per-queue counters: every queue's
     # count and share, and the shares sum to the whole.
     per_q = {q["queue"]: q["packets"] for q in rx}
@@ -98,7 +102,9 @@ def test_udp_small_packets_and_ipv6(testbed, recorder):
     tb = testbed
     tb.iperf3_server()
     rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--sample", "16")
-    udp = tb.iperf3("-u", "-l", "64", "-b", "40M", "-t", "2")
+    # Six seconds: on veth the driver counts the queues, so flows are sampled in the detail
+    # windows (1/16 of each second) and a flow's start and end are known to about a second.
+    udp = tb.iperf3("-u", "-l", "64", "-b", "40M", "-t", "6")
     v6 = tb.iperf3("-P", "2", "-t", "1", dst=tb.ip6_rcv)
     rc, _, err = rec.stop()
     assert rc == 0, err
@@ -109,13 +115,13 @@ def test_udp_small_packets_and_ipv6(testbed, recorder):
     assert len(udp_flows) == 1, udp_flows
     f = udp_flows[0]
     assert (f["src"], f["dst"], f["dport"]) == (tb.ip_snd, tb.ip_rcv, 5201)
-    # Small packets are sampled in proportion to their size (1 in ~600 at 106 B): the
+    # Small packets are sampled in proportion to their size, and in windows of time: the
     # estimate holds to its own 95 % bound, taken twice (4 standard deviations, so a
     # correct estimator fails 1 run in 16,000), plus 1 % for packets in flight at the ends.
-    # The bound must itself be tight enough to say something.
+    # The bound must itself be tight enough to say something (within a quarter).
     assert f["samples"] > 100, f
     rel = 2 * f["bytes_error"] / f["bytes"] + 0.01
-    assert rel < 0.3, f
+    assert rel < 0.5, f
     assert within(f["packets"], sent["packets"], rel), (f, sent, rel)
     assert within(f["payload_bytes"], sent["bytes"], rel), (f, sent, rel)
 
@@ -126,6 +132,31 @@ def test_udp_small_packets_and_ipv6(testbed, recorder):
 
     samples_ok = r["events"]["sampled"]
     assert samples_ok > 0 and r["events"]["lost"] == 0
+
+
+def test_driver_queue_counters_that_miss_a_path_are_not_trusted(testbed, recorder):
+    """veth counts its queues on its NAPI path only: with GRO off on the receiver, frames
+    arrive another way and its rx_queue_N_xdp_packets stand still. What the counters add up
+    to is checked against the interface's own total, so the recorder counts RX with its
+    program instead (and says why in the recording's notes), and its totals still match the
+    kernel's."""
+    tb = testbed
+    tb.ns(tb.ns_rcv, "ethtool", "-K", tb.if_rcv, "gro", "off")
+    tb.iperf3_server()
+    # Traffic the driver's per-queue counters miss, before the recording starts.
+    tb.iperf3("-u", "-l", "64", "-b", "20M", "-t", "1")
+    assert sum(tb.rx_queue_packets().values()) < 100
+    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--interval", "100")
+    k0 = tb.stats(tb.ns_rcv, tb.if_rcv)
+    tb.iperf3("-P", "2", "-t", "2")
+    k1 = tb.stats(tb.ns_rcv, tb.if_rcv)
+    rc, _, err = rec.stop()
+    assert rc == 0, err
+    r = report_json(rec.out)
+    assert r["meta"]["rx_counts"] in ("tcx", "handup") and r["meta"]["flow_windows"] is None, r["meta"]
+    rx_pk = sum(q["packets"] for q in r["queues"] if q["dir"] == "rx")
+    truth = k1["rx_packets"] - k0["rx_packets"]
+    assert rx_pk > 10000 and within(rx_pk, truth, 0.01), (rx_pk, truth)
 
 
 def test_nothing_stays_attached_after_sigint_or_sigkill(testbed, recorder):

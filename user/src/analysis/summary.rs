@@ -445,9 +445,11 @@ fn tiers(rec: &Recording, totals: &[QueueCounters], flows: &[crate::snapshot::Fl
                     crate::probe::qcount::RxSource::Tcx => "tcx ingress, after GRO",
                     crate::probe::qcount::RxSource::Handup => "the driver hand-up tracepoints",
                     crate::probe::qcount::RxSource::Qstats => "the driver's own per-queue counters, netdev qstats",
+                    crate::probe::qcount::RxSource::Ethtool => "the driver's own per-queue counters, ethtool -S",
                 },
                 match m.tx_counts.as_deref() {
                     Some("qstats") => "; TX from the driver's qstats",
+                    Some("ethtool") => "; TX from the driver's ethtool -S counters",
                     Some(_) => "; TX at net_dev_start_xmit",
                     None => "",
                 }
@@ -464,9 +466,17 @@ fn tiers(rec: &Recording, totals: &[QueueCounters], flows: &[crate::snapshot::Fl
             kind: "estimated",
             every: Some(n),
             samples: Some(skbs),
-            text: format!(
-                "estimated from sampled skbs, one of d bytes with probability d/{n} up to 1: {skbs} sampled; each flow gives its 95% error bound"
-            ),
+            text: match m.flow_windows {
+                Some(w) => format!(
+                    "estimated from skbs sampled in {w} detail windows, one of d bytes with probability d/{} up to 1, \
+                     scaled by each queue's exact packet count: {skbs} sampled; each flow gives its 95% error bound \
+                     (size sampling and the spread between windows; a flow shorter than a cycle can be missed)",
+                    (n / m.window_duty.unwrap_or(1).max(1)).max(1)
+                ),
+                None => format!(
+                    "estimated from sampled skbs, one of d bytes with probability d/{n} up to 1: {skbs} sampled; each flow gives its 95% error bound"
+                ),
+            },
         },
     };
     let timed: u64 = totals.iter().map(|q| q.stage_count[q.dir.lifetime_stage()].max(q.stage_count[0])).sum();
@@ -537,6 +547,13 @@ pub struct Meta {
     pub irqs: usize,
     pub hooks: Vec<String>,
     pub hooks_missing: Vec<String>,
+    /// Where the exact RX and TX counts came from: tcx, handup, qstats or ethtool (RX);
+    /// xmit, qstats or ethtool (TX); None in recordings from before tier 0.
+    pub rx_counts: Option<crate::probe::qcount::RxSource>,
+    pub tx_counts: Option<String>,
+    /// Flows of the driver-counted directions were sampled in this many detail windows and
+    /// scaled by the driver's counts (None: sampled all the time).
+    pub flow_windows: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -683,6 +700,9 @@ pub fn build(rec: &Recording) -> Result<Summary> {
         rx_ring: iface.rx_ring,
         tx_ring: iface.tx_ring,
         irqs: iface.irqs.len(),
+        rx_counts: rec.meta.rx_counts,
+        tx_counts: rec.meta.tx_counts.clone(),
+        flow_windows: rec.meta.flow_windows,
         hooks: hooks.iter().filter(|h| !h["flavor"].is_null()).map(hook_name).collect(),
         hooks_missing: hooks
             .iter()

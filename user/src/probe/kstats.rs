@@ -1,8 +1,10 @@
-//! The kernel's own per-queue and page_pool statistics (the netdev generic-netlink family:
-//! `qstats-get` per queue, `page-pool-stats-get`), for drivers that keep them. Where a
-//! driver counts its queues, tier 0 takes packets and bytes from here, at no per-packet
-//! cost; page_pool recycling tells the model how buffers come back. Found by asking: a
-//! kernel or driver without them answers with nothing, and the BPF counters stand in.
+//! The kernel's own per-queue and page_pool statistics, for drivers that keep them: the netdev
+//! generic-netlink family (`qstats-get` per queue, `page-pool-stats-get`), else the driver's
+//! named statistics (`ethtool -S`: veth, mlx5, ice, i40e, ixgbe, virtio_net, ena name their
+//! queues' packets and bytes). Where a driver counts its queues, tier 0 takes packets and
+//! bytes from here, at no per-packet cost; page_pool recycling tells the model how buffers
+//! come back. Found by asking: a driver without them answers with nothing, and the BPF
+//! counters stand in.
 use std::path::Path;
 
 use anyhow::Result;
@@ -14,7 +16,12 @@ use crate::topology::netlink::{attr, attrs, uint, Netlink, NLM_F_DUMP};
 
 // The netdev family's commands and attributes (include/uapi/linux/netdev.h).
 const CMD_PAGE_POOL_STATS_GET: u8 = 9;
+const CMD_QUEUE_GET: u8 = 10;
 const CMD_QSTATS_GET: u8 = 12;
+const A_QUEUE_ID: u16 = 1;
+const A_QUEUE_IFINDEX: u16 = 2;
+const A_QUEUE_TYPE: u16 = 3;
+const A_QUEUE_NAPI_ID: u16 = 4;
 const A_QSTATS_IFINDEX: u16 = 1;
 const A_QSTATS_QUEUE_TYPE: u16 = 2;
 const A_QSTATS_QUEUE_ID: u16 = 3;
@@ -80,6 +87,20 @@ pub fn parse_qstats(msgs: &[Vec<u8>], ifindex: u32) -> Vec<QueueStat> {
     out
 }
 
+/// The answer to a queue dump: each RX queue of `ifindex` the driver tied to a NAPI instance,
+/// as (napi id, queue).
+pub fn parse_napi_queues(msgs: &[Vec<u8>], ifindex: u32) -> Vec<(u32, u32)> {
+    msgs.iter()
+        .filter_map(|m| {
+            let a = attrs(m.get(4..)?);
+            let get = |k: u16| a.iter().find(|(t, _)| *t == k).and_then(|(_, v)| uint(v));
+            (get(A_QUEUE_IFINDEX) == Some(u64::from(ifindex)) && get(A_QUEUE_TYPE) == Some(QUEUE_TYPE_RX))
+                .then(|| Some((get(A_QUEUE_NAPI_ID)? as u32, get(A_QUEUE_ID)? as u32)))
+                .flatten()
+        })
+        .collect()
+}
+
 /// The answer to a page_pool stats dump: the pools of `ifindex`.
 pub fn parse_page_pool_stats(msgs: &[Vec<u8>], ifindex: u32) -> Vec<PagePoolStat> {
     let mut out = Vec::new();
@@ -112,38 +133,162 @@ pub fn parse_page_pool_stats(msgs: &[Vec<u8>], ifindex: u32) -> Vec<PagePoolStat
     out
 }
 
-/// The netdev family, asked from inside the device's namespace.
+/// Which of the kernel's sources gave a queue's counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KernelSource {
+    /// The netdev family's `qstats-get`.
+    Qstats,
+    /// The driver's named statistics (`ethtool -S`).
+    Ethtool,
+}
+
+impl KernelSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KernelSource::Qstats => "qstats",
+            KernelSource::Ethtool => "ethtool",
+        }
+    }
+}
+
+/// The device's kernel statistics, asked from inside its namespace.
 pub struct KernelStats {
-    nl: Netlink,
-    family: u16,
+    netdev: Option<(Netlink, u16)>,
+    ethtool: Option<crate::topology::ethtool::DriverStats>,
     ifindex: u32,
+    /// The source the first answer came from: a driver keeps one set of counters for good.
+    source: Option<KernelSource>,
 }
 
 impl KernelStats {
-    /// None: this kernel has no netdev family (older than 6.5), so no such statistics.
-    pub fn open(netns: Option<&Path>, ifindex: u32) -> Result<Option<KernelStats>> {
-        let mut nl = Netlink::open(libc::NETLINK_GENERIC, netns)?;
-        Ok(nl.genl_family("netdev")?.map(|family| KernelStats { nl, family, ifindex }))
+    /// Both sources that exist here (None: neither: no netdev family, no driver statistics).
+    pub fn open(netns: Option<&Path>, ifindex: u32, name: &str) -> Result<Option<KernelStats>> {
+        let netdev = match Netlink::open(libc::NETLINK_GENERIC, netns) {
+            Ok(mut nl) => nl.genl_family("netdev").ok().flatten().map(|f| (nl, f)),
+            Err(_) => None,
+        };
+        let owned = name.to_string();
+        // The ioctl socket keeps the namespace it was made in.
+        let ethtool = crate::probe::qcount::in_netns(netns, move || Ok(crate::topology::ethtool::DriverStats::open(&owned)))?;
+        if netdev.is_none() && ethtool.is_none() {
+            return Ok(None);
+        }
+        let mut k = KernelStats { netdev, ethtool, ifindex, source: None };
+        let q = k.qstats();
+        k.source = if !q.is_empty() {
+            Some(KernelSource::Qstats)
+        } else if k.ethtool.as_mut().and_then(|e| e.read()).is_some_and(|v| !parse_ethtool_stats(&v).is_empty()) {
+            Some(KernelSource::Ethtool)
+        } else {
+            None
+        };
+        Ok(Some(k))
+    }
+
+    /// Where the queue counts come from (None: this driver keeps none).
+    pub fn source(&self) -> Option<KernelSource> {
+        self.source
     }
 
     fn dump(&mut self, cmd: u8, body_attrs: &[u8]) -> std::io::Result<Vec<Vec<u8>>> {
+        let Some((nl, family)) = self.netdev.as_mut() else { return Ok(Vec::new()) };
         let mut body = vec![cmd, 1, 0, 0];
         body.extend_from_slice(body_attrs);
-        self.nl.request(self.family, NLM_F_DUMP, &body)
+        nl.request(*family, NLM_F_DUMP, &body)
     }
 
-    /// The driver's per-queue counters (empty: the driver keeps none, or the kernel has no
-    /// qstats).
-    pub fn queues(&mut self) -> Vec<QueueStat> {
+    fn qstats(&mut self) -> Vec<QueueStat> {
         let mut a = attr(A_QSTATS_IFINDEX, &self.ifindex.to_ne_bytes());
         a.extend(attr(A_QSTATS_SCOPE, &QSTATS_SCOPE_QUEUE.to_ne_bytes()));
-        self.dump(CMD_QSTATS_GET, &a).map(|m| parse_qstats(&m, self.ifindex)).unwrap_or_default()
+        let ifindex = self.ifindex;
+        self.dump(CMD_QSTATS_GET, &a).map(|m| parse_qstats(&m, ifindex)).unwrap_or_default()
+    }
+
+    /// The driver's per-queue counters (empty: the driver keeps none, or could not be asked
+    /// this time).
+    pub fn queues(&mut self) -> Vec<QueueStat> {
+        match self.source {
+            Some(KernelSource::Qstats) => self.qstats(),
+            Some(KernelSource::Ethtool) => {
+                self.ethtool.as_mut().and_then(|e| e.read()).map(|v| parse_ethtool_stats(&v)).unwrap_or_default()
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// Which NAPI instance serves each RX queue, where the driver says (empty: it does not,
+    /// as veth does not, or the kernel has no queue table).
+    pub fn napi_queues(&mut self) -> Vec<(u32, u32)> {
+        let ifindex = self.ifindex;
+        let a = attr(A_QUEUE_IFINDEX, &ifindex.to_ne_bytes());
+        self.dump(CMD_QUEUE_GET, &a).map(|m| parse_napi_queues(&m, ifindex)).unwrap_or_default()
     }
 
     /// The device's page pools (empty: none, or no page_pool statistics in this kernel).
     pub fn page_pools(&mut self) -> Vec<PagePoolStat> {
-        self.dump(CMD_PAGE_POOL_STATS_GET, &[]).map(|m| parse_page_pool_stats(&m, self.ifindex)).unwrap_or_default()
+        let ifindex = self.ifindex;
+        self.dump(CMD_PAGE_POOL_STATS_GET, &[]).map(|m| parse_page_pool_stats(&m, ifindex)).unwrap_or_default()
     }
+}
+
+/// What a driver statistic's name says: a queue's packets or bytes, in one of the forms drivers
+/// use (veth counts its NAPI path as `xdp_packets`; elsewhere `xdp_*` is a subset, so a plain
+/// count wins where both exist).
+fn ethtool_queue_field(name: &str) -> Option<(Dir, u32, bool, bool)> {
+    let dir_of = |d: &str| match d {
+        "rx" => Some(Dir::Rx),
+        "tx" => Some(Dir::Tx),
+        _ => None,
+    };
+    let field = |f: &str| match f {
+        "packets" | "cnt" => Some((true, false)),
+        "bytes" => Some((false, false)),
+        "xdp_packets" => Some((true, true)),
+        "xdp_bytes" => Some((false, true)),
+        _ => None,
+    };
+    let num = |n: &str| (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())).then(|| n.parse::<u32>().ok()).flatten();
+    // ena: queue_N_rx_cnt, queue_N_rx_bytes
+    if let Some(rest) = name.strip_prefix("queue_") {
+        let (n, rest) = rest.split_once('_')?;
+        let (d, f) = rest.split_once('_')?;
+        let (packets, xdp) = field(f)?;
+        return Some((dir_of(d)?, num(n)?, packets, xdp));
+    }
+    let (d, rest) = (name.get(..2)?, name.get(2..)?);
+    let dir = dir_of(d)?;
+    // ixgbe, ice, igb, virtio_net, veth: rx_queue_N_packets; i40e: rx-N.packets; mlx5: rxN_packets
+    let (n, f) = if let Some(r) = rest.strip_prefix("_queue_") {
+        r.split_once('_')?
+    } else if let Some(r) = rest.strip_prefix('-') {
+        r.split_once('.')?
+    } else {
+        rest.split_once('_')?
+    };
+    let (packets, xdp) = field(f)?;
+    Some((dir, num(n)?, packets, xdp))
+}
+
+/// A driver's named statistics as per-queue counters: the queues whose packets and bytes it
+/// names, plain counts before veth's `xdp_` ones.
+pub fn parse_ethtool_stats(stats: &[(&str, u64)]) -> Vec<QueueStat> {
+    // (dir, queue) -> [plain packets, plain bytes, xdp packets, xdp bytes]
+    let mut by: std::collections::BTreeMap<(Dir, u32), [Option<u64>; 4]> = Default::default();
+    for (name, v) in stats {
+        let Some((dir, queue, packets, xdp)) = ethtool_queue_field(name) else { continue };
+        let slot = usize::from(!packets) + 2 * usize::from(xdp);
+        by.entry((dir, queue)).or_default()[slot] = Some(*v);
+    }
+    by.into_iter()
+        .filter_map(|((dir, queue), f)| {
+            let (packets, bytes) = match (f[0], f[1]) {
+                (Some(p), Some(b)) => (p, b),
+                _ => (f[2]?, f[3]?),
+            };
+            Some(QueueStat { dir, queue, packets: Some(packets), bytes: Some(bytes), hw_drops: None, alloc_fail: None })
+        })
+        .collect()
 }
 
 /// Whether the driver's counters cover a direction: every queue it listed has packets and
@@ -191,6 +336,54 @@ mod tests {
         // RX is covered (packets and bytes on every RX queue); TX lacks bytes.
         assert!(covers(&q, Dir::Rx) && !covers(&q, Dir::Tx));
         assert!(!covers(&[], Dir::Rx));
+    }
+
+    #[test]
+    fn queue_replies_tie_rx_queues_to_napi_instances() {
+        let q = |id: u32, kind: u32, napi: Option<u32>, ifindex: u32| {
+            let mut a = vec![(A_QUEUE_ID, id.to_ne_bytes().to_vec()), (A_QUEUE_TYPE, kind.to_ne_bytes().to_vec())];
+            a.push((A_QUEUE_IFINDEX, ifindex.to_ne_bytes().to_vec()));
+            if let Some(n) = napi {
+                a.push((A_QUEUE_NAPI_ID, n.to_ne_bytes().to_vec()));
+            }
+            let refs: Vec<(u16, &[u8])> = a.iter().map(|(k, v)| (*k, v.as_slice())).collect();
+            msg(&refs)
+        };
+        // RX queue 1 on NAPI 8194; a TX queue, a queue without NAPI (veth) and another device's are not.
+        let m = [q(1, 0, Some(8194), 3), q(1, 1, Some(8194), 3), q(2, 0, None, 3), q(0, 0, Some(9000), 4)];
+        assert_eq!(parse_napi_queues(&m, 3), vec![(8194, 1)]);
+    }
+
+    #[test]
+    fn driver_statistics_name_their_queues() {
+        // veth: NAPI-path counts per RX queue; TX names only XDP transmits, which are no count.
+        let veth = [
+            ("peer_ifindex", 2),
+            ("rx_queue_0_xdp_packets", 10),
+            ("rx_queue_0_xdp_bytes", 840),
+            ("rx_queue_0_drops", 1),
+            ("rx_queue_1_xdp_packets", 5),
+            ("rx_queue_1_xdp_bytes", 420),
+            ("tx_queue_0_xdp_xmit", 3),
+        ];
+        let q = parse_ethtool_stats(&veth);
+        assert_eq!(q.len(), 2);
+        assert_eq!((q[1].dir, q[1].queue, q[1].packets, q[1].bytes), (Dir::Rx, 1, Some(5), Some(420)));
+        assert!(covers(&q, Dir::Rx) && !covers(&q, Dir::Tx));
+        // mlx5, i40e, ena, and virtio_net (whose xdp_ counts are a subset: the plain ones win).
+        let mlx5 = [("rx_packets", 99), ("rx0_packets", 7), ("rx0_bytes", 700), ("tx3_packets", 2), ("tx3_bytes", 128), ("rx0_xdp_drop", 1)];
+        let q = parse_ethtool_stats(&mlx5);
+        assert_eq!(q.iter().map(|q| (q.dir, q.queue, q.packets)).collect::<Vec<_>>(), [(Dir::Rx, 0, Some(7)), (Dir::Tx, 3, Some(2))]);
+        let i40e = [("rx-2.packets", 4), ("rx-2.bytes", 400), ("tx-0.packets", 1)];
+        let q = parse_ethtool_stats(&i40e);
+        assert_eq!(q.len(), 1, "tx-0 has no bytes: not a count");
+        assert_eq!((q[0].queue, q[0].bytes), (2, Some(400)));
+        let ena = [("queue_1_rx_cnt", 8), ("queue_1_rx_bytes", 800), ("queue_1_tx_cnt", 3), ("queue_1_tx_bytes", 300)];
+        assert_eq!(parse_ethtool_stats(&ena).len(), 2);
+        let virtio = [("rx_queue_0_packets", 9), ("rx_queue_0_bytes", 900), ("rx_queue_0_xdp_packets", 1), ("rx_queue_0_xdp_bytes", 60)];
+        let q = parse_ethtool_stats(&virtio);
+        assert_eq!((q[0].packets, q[0].bytes), (Some(9), Some(900)));
+        assert!(parse_ethtool_stats(&[("rx_queue_x_packets", 1), ("rxq_bytes", 2), ("tx_", 3)]).is_empty());
     }
 
     #[test]

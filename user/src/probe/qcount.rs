@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::features::{Features, Flavor, HookChoice};
 use super::explain_bpf_error;
-use super::qcount_skel::types::{pl_flow_key, qc_counter, qc_flow_stats, qc_queue_stats};
+use super::qcount_skel::types::{pl_flow_key, qc_counter, qc_flow_stats, qc_napi_slot, qc_queue_stats};
 use super::qcount_skel::{QcountSkel, QcountSkelBuilder};
 use crate::snapshot::{Dir, FlowKey, QueueCounters, NAPI_BUCKETS};
 
@@ -20,6 +20,11 @@ use crate::snapshot::{Dir, FlowKey, QueueCounters, NAPI_BUCKETS};
 unsafe impl plain::Plain for qc_queue_stats {}
 unsafe impl plain::Plain for qc_flow_stats {}
 unsafe impl plain::Plain for pl_flow_key {}
+unsafe impl plain::Plain for qc_napi_slot {}
+
+/// Slots of the NAPI-to-queue table (a power of two; a NAPI id's slot is the id modulo it).
+const NAPI_SLOTS: u32 = super::qcount_skel::types::qc_napi_slots::QC_NAPI_SLOTS.0;
+const _: () = assert!(NAPI_SLOTS.is_power_of_two());
 
 /// Queues per direction the kernel tables hold (MAX_QUEUES in bpf/common.h).
 pub const MAX_QUEUES: u32 = super::qcount_skel::types::ddio_limits::DDIO_MAX_QUEUES.0;
@@ -44,6 +49,8 @@ pub enum RxSource {
     Handup,
     /// The driver's own per-queue counters (netdev qstats): no per-packet program.
     Qstats,
+    /// The driver's named per-queue statistics (`ethtool -S`): no per-packet program.
+    Ethtool,
 }
 
 impl RxSource {
@@ -52,6 +59,7 @@ impl RxSource {
             RxSource::Tcx => "tcx",
             RxSource::Handup => "handup",
             RxSource::Qstats => "qstats",
+            RxSource::Ethtool => "ethtool",
         }
     }
 }
@@ -75,13 +83,16 @@ pub struct QcountConfig {
     /// Link-layer header bytes per frame: 14 on Ethernet, 0 on L3 devices.
     pub link_hdr_len: u32,
     /// Flows sample an skb of d bytes with probability min(1, d / flow_bytes) (1: every skb,
-    /// exact; 0: no flows).
-    pub flow_bytes: u32,
+    /// exact; 0: no flows), [RX, TX].
+    pub flow_bytes: [u32; 2],
     pub rx: RxChoice,
     /// Count RX / TX with a program per packet (false: the driver's own counters cover that
     /// direction and no flow is sampled there, so no per-packet program is needed).
     pub count_rx: bool,
     pub count_tx: bool,
+    /// [RX, TX]: the direction's program runs only while `set_window_hooks(true)` holds (the
+    /// driver counts that direction; the program is there for flows, sampled in windows).
+    pub window_only: [bool; 2],
 }
 
 /// A tracepoint or tc hook of tier 0 and how it attached.
@@ -171,7 +182,8 @@ fn load(cfg: &QcountConfig, features: &Features, choice: HookChoice, with_tcx: b
     ro.filter_netns = cfg.netns_inode;
     ro.rx_queue_offset = cfg.rx_queue_offset;
     ro.link_hdr_len = cfg.link_hdr_len;
-    ro.flow_bytes = cfg.flow_bytes;
+    ro.flow_bytes = cfg.flow_bytes[0];
+    ro.flow_bytes_tx = cfg.flow_bytes[1];
     for mut prog in open.open_object_mut().progs_mut() {
         let section = prog.section().to_string_lossy().into_owned();
         let keep = match section.split_once('/') {
@@ -189,17 +201,39 @@ fn load(cfg: &QcountConfig, features: &Features, choice: HookChoice, with_tcx: b
     open.load().map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, "loading the qcount BPF programs")))
 }
 
+/// The direction a counting program's section counts (None: NAPI and drops, always on).
+fn counting_dir(section: &str) -> Option<Dir> {
+    let tp = section.split_once('/').map_or(section, |(_, t)| t);
+    if section == "tcx/ingress" || RX_HANDUP_TPS.contains(&tp) {
+        Some(Dir::Rx)
+    } else if tp == "net_dev_start_xmit" {
+        Some(Dir::Tx)
+    } else {
+        None
+    }
+}
+
 /// The tracepoints tier 0 hooks, by role.
 const RX_HANDUP_TPS: &[&str] =
     &["napi_gro_receive_entry", "napi_gro_frags_entry", "netif_receive_skb_entry", "netif_receive_skb_list_entry", "netif_rx_entry"];
 const ALWAYS_TPS: &[&str] = &["napi_poll", "kfree_skb"];
 
+/// A counting program that runs in windows only, and its link while it runs.
+struct WindowHook {
+    dir: Dir,
+    /// Its section ("tcx/ingress", "tp_btf/net_dev_start_xmit", ...).
+    section: String,
+    link: Option<Link>,
+}
+
 pub struct QcountProbe {
     skel: QcountSkel<'static>,
     links: Vec<Link>,
+    window_hooks: Vec<WindowHook>,
+    ifindex: u32,
+    netns_path: Option<std::path::PathBuf>,
     pub hooks: Vec<Tier0Hook>,
     pub rx_source: RxSource,
-    flow_bytes: u32,
     ncpus: usize,
 }
 
@@ -255,7 +289,7 @@ impl QcountProbe {
             };
             match attached {
                 Ok(link) => {
-                    links.push(link);
+                    links.push(("tcx/ingress".to_string(), link));
                     hooks.push(Tier0Hook { hook: "tcx/ingress".into(), attach: "tcx".into(), error: None });
                     rx_source = RxSource::Tcx;
                 }
@@ -274,7 +308,7 @@ impl QcountProbe {
             }
             match prog.attach() {
                 Ok(link) => {
-                    links.push(link);
+                    links.push((section.clone(), link));
                     hooks.push(Tier0Hook { hook: tp.to_string(), attach: prefix.to_string(), error: None });
                 }
                 Err(e) => {
@@ -286,6 +320,21 @@ impl QcountProbe {
                 }
             }
         }
+        // Which links are a window-only direction's: let go now, made again in each window.
+        let mut window_hooks = Vec::new();
+        if cfg.window_only.iter().any(|&w| w) {
+            let mut kept = Vec::new();
+            for (section, link) in links.drain(..) {
+                match counting_dir(&section) {
+                    Some(d) if cfg.window_only[usize::from(d == Dir::Tx)] => {
+                        window_hooks.push(WindowHook { dir: d, section, link: None })
+                    }
+                    _ => kept.push((section, link)),
+                }
+            }
+            links = kept;
+        }
+        let links = links.into_iter().map(|(_, l)| l).collect();
         let attached = |tp: &str| hooks.iter().any(|h| h.hook == tp && h.error.is_none());
         if cfg.count_tx && !attached("net_dev_start_xmit") {
             let why = hooks.iter().find(|h| h.hook == "net_dev_start_xmit").and_then(|h| h.error.clone()).unwrap_or_default();
@@ -296,12 +345,89 @@ impl QcountProbe {
         } else if rx_source == RxSource::Handup && !RX_HANDUP_TPS.iter().any(|tp| attached(tp)) {
             bail!("no RX counting hook attached (neither tcx nor a driver hand-up tracepoint)");
         }
-        Ok(QcountProbe { skel, links, hooks, rx_source, flow_bytes: cfg.flow_bytes, ncpus })
+        Ok(QcountProbe {
+            skel,
+            links,
+            window_hooks,
+            ifindex: cfg.ifindex,
+            netns_path: cfg.netns_path.clone(),
+            hooks,
+            rx_source,
+            ncpus,
+        })
     }
 
-    /// The flows' sampling threshold in bytes (1: exact; 0: none).
-    pub fn flow_bytes(&self) -> u32 {
-        self.flow_bytes
+    /// Whether a direction's program runs in windows only.
+    pub fn window_only(&self, dir: Dir) -> bool {
+        self.window_hooks.iter().any(|h| h.dir == dir)
+    }
+
+    /// Attach (`on`) or let go the window-only programs. A failure to attach is the caller's
+    /// to report: the window then has no flows from that direction.
+    pub fn set_window_hooks(&mut self, on: bool) -> Result<()> {
+        let mut err = None;
+        for i in 0..self.window_hooks.len() {
+            if !on {
+                self.window_hooks[i].link = None;
+            } else if self.window_hooks[i].link.is_none() {
+                match self.attach_section(&self.window_hooks[i].section.clone()) {
+                    Ok(l) => self.window_hooks[i].link = Some(l),
+                    Err(e) => err = Some(e),
+                }
+            }
+        }
+        err.map_or(Ok(()), Err)
+    }
+
+    /// A window-only direction's program from now on for good: the driver's counters turned
+    /// out not to count that direction.
+    pub fn count_always(&mut self, dir: Dir) -> Result<()> {
+        let mut keep = Vec::new();
+        for mut h in std::mem::take(&mut self.window_hooks) {
+            if h.dir != dir {
+                keep.push(h);
+                continue;
+            }
+            let link = match h.link.take() {
+                Some(l) => l,
+                None => self.attach_section(&h.section)?,
+            };
+            self.links.push(link);
+        }
+        self.window_hooks = keep;
+        Ok(())
+    }
+
+    fn attach_section(&self, section: &str) -> Result<Link> {
+        let prog = self
+            .skel
+            .object()
+            .progs_mut()
+            .find(|p| p.section().to_string_lossy() == section)
+            .ok_or_else(|| anyhow::anyhow!("the qcount object has no {section} program (build problem)"))?;
+        if section == "tcx/ingress" {
+            struct SendLink(Link);
+            // SAFETY: a bpf_link is an fd plus libbpf bookkeeping, not tied to a thread.
+            unsafe impl Send for SendLink {}
+            let ptr = ProgPtr(prog.as_libbpf_object().as_ptr());
+            let ifindex = self.ifindex;
+            in_netns(self.netns_path.as_deref(), move || attach_tcx(ptr, ifindex, true).map(SendLink)).map(|l| l.0)
+        } else {
+            prog.attach().map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, &format!("attaching {section}"))))
+        }
+    }
+
+    /// Tell the NAPI poll counter which RX queue each NAPI instance serves (from the kernel's
+    /// queue table), so polls are charged right even where no RX program runs to learn it.
+    pub fn map_napi(&self, napi_queue: &[(u32, u32)]) -> Result<()> {
+        for &(napi_id, queue) in napi_queue {
+            let slot = qc_napi_slot { napi_id, queue };
+            let key = (napi_id & (NAPI_SLOTS - 1)).to_ne_bytes();
+            // SAFETY: qc_napi_slot is two plain u32s (Plain above).
+            let value = unsafe { plain::as_bytes(&slot) };
+            self.skel.maps.qc_napi_queue.update(&key, value, MapFlags::ANY).context("writing qc_napi_queue")?;
+        }
+        Ok(())
     }
 
     /// Attached links (for tests and the bench's bookkeeping).

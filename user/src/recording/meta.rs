@@ -92,6 +92,10 @@ pub struct RecordingMeta {
     /// before sampled flows, exact).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub flow_sample_bytes: Option<u32>,
+    /// Flows of the driver-counted directions were sampled in this many detail windows and
+    /// scaled by the driver's per-queue counts (None: flows were sampled all the time).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flow_windows: Option<u64>,
     /// The detail windows (`--detail windows`; None: the detail hooks ran all the time).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window_cycle_ms: Option<f64>,

@@ -136,6 +136,7 @@ pub fn record(args: &RecordArgs) -> Result<RecordSummary> {
     let stopped_by_signal = stop.load(Ordering::Relaxed);
     let intervals = live.index();
     let live_gone = live.gone().map(str::to_string);
+    let flow_windows = live.flow_windows();
     // Detach before the final metadata write: nothing stays attached even if that write fails.
     drop(live);
     if let Some(e) = write_error {
@@ -152,6 +153,7 @@ pub fn record(args: &RecordArgs) -> Result<RecordSummary> {
             StoppedBy::Duration
         }),
         complete: Some(true),
+        flow_windows,
         ..Default::default()
     }
     .write(&writer)?;
@@ -194,8 +196,8 @@ fn session_meta(live: &Session) -> Result<RecordingMeta> {
         geometry: crate::model::geometry::LlcGeometry::detect(std::path::Path::new("/sys"), std::path::Path::new("/dev"), 0).ok(),
         hooks: Some(serde_json::to_value(hooks)?),
         detail: Some(live.detail_mode),
-        rx_counts: Some(if live.kernel_counts[0] { crate::probe::qcount::RxSource::Qstats } else { live.tier0.rx_source }),
-        tx_counts: Some(if live.kernel_counts[1] { "qstats" } else { "xmit" }.to_string()),
+        rx_counts: Some(live.count_sources().0),
+        tx_counts: Some(live.count_sources().1.to_string()),
         tier0_hooks: Some(live.tier0.hooks.clone()),
         flow_sample_bytes: Some(live.flow_sample),
         window_cycle_ms: cycle.map(|c| c.as_millis() as f64),
@@ -271,7 +273,14 @@ fn write_intervals(
         }
         if live.counter_notes.len() != notes_len {
             notes_len = live.counter_notes.len();
-            RecordingMeta { counters_notes: Some(live.counter_notes.clone()), ..Default::default() }.write(writer)?;
+            // A note may say the counts changed source: the meta says where they come from now.
+            RecordingMeta {
+                counters_notes: Some(live.counter_notes.clone()),
+                rx_counts: Some(live.count_sources().0),
+                tx_counts: Some(live.count_sources().1.to_string()),
+                ..Default::default()
+            }
+            .write(writer)?;
         }
         each(live, &snap, finishing);
         if finishing {

@@ -21,6 +21,7 @@ use crate::probe::qcount_skel::types::qc_counter;
 use crate::snapshot::{Dir, EventCounters, FlowCounters, QueueCounters, Snapshot};
 use crate::topology::{self, HostInfo, IfaceInfo};
 
+mod flowscale;
 pub mod windows;
 
 /// The flags `record`, `top` and `serve` share: which interface, where, and what else to open.
@@ -288,6 +289,13 @@ pub struct Session {
     /// come from them there.
     kstats: Option<crate::probe::kstats::KernelStats>,
     pub kernel_counts: [bool; 2],
+    /// Flows of the directions the driver counts, sampled in windows and scaled by its counts.
+    flow_windows: Option<flowscale::WindowFlows>,
+    /// Each queue's cumulative counts when the session started (the driver's where it counts).
+    start_q: Vec<QueueCounters>,
+    /// The interface's own packet totals [RX, TX] at the last interval, against which the
+    /// driver's per-queue counts are checked.
+    prev_link: Option<[u64; 2]>,
     /// Whether the interface is still there, asked every interval.
     watch: Option<topology::presence::DeviceWatch>,
     /// Why the session ended early: the interface or its namespace went away.
@@ -365,30 +373,73 @@ impl Session {
         let netns_path = opts.args.netns.as_deref().map(|n| std::path::Path::new(topology::NETNS_RUN_DIR).join(n));
         // The driver's own per-queue counters, where it keeps them: exact at no per-packet
         // cost. A direction they cover needs no counting program unless flows are sampled.
-        let mut kstats = crate::probe::kstats::KernelStats::open(netns_path.as_deref(), iface.ifindex).ok().flatten();
+        let mut kstats = crate::probe::kstats::KernelStats::open(netns_path.as_deref(), iface.ifindex, &iface.name).ok().flatten();
         let first = kstats.as_mut().map(|k| k.queues()).unwrap_or_default();
-        let kernel_counts = [
+        // Without a watch (no netlink socket could be made) a vanished device goes unnoticed:
+        // said once, the session goes on.
+        let mut watch = match topology::presence::DeviceWatch::open(&iface) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                eprintln!("ddioscope: cannot watch {} for removal ({e:#}); a removed device will not be noticed", iface.name);
+                None
+            }
+        };
+        let mut kernel_notes = Vec::new();
+        let mut kernel_counts = [
             crate::probe::kstats::covers(&first, Dir::Rx),
             crate::probe::kstats::covers(&first, Dir::Tx),
         ];
+        // Counters that exist need not count every path (veth counts its NAPI path only):
+        // what the device has carried so far must add up to the interface's own totals.
+        if let Some(link) = watch.as_mut().and_then(|w| w.link_packets()) {
+            let src = kstats.as_ref().and_then(|k| k.source()).map_or("kernel", |k| k.as_str());
+            for (d, dir) in [(0, Dir::Rx), (1, Dir::Tx)] {
+                let by_queues: u64 = first.iter().filter(|q| q.dir == dir).filter_map(|q| q.packets).sum();
+                if kernel_counts[d] && link[d] >= MIN_CHECKED_PACKETS && by_queues.abs_diff(link[d]) > link[d] / 20 {
+                    kernel_counts[d] = false;
+                    kernel_notes.push(format!(
+                        "the driver's per-queue {} counters ({src}) add up to {by_queues} packets where the interface counted {}: \
+                         they miss a path, so a program counts {} instead",
+                        dir.as_str().to_uppercase(),
+                        link[d],
+                        dir.as_str().to_uppercase()
+                    ));
+                }
+            }
+        }
         let flows = opts.detail.flow_sample() > 0;
-        let tier0 = QcountProbe::attach(
+        // Windows of duty 1 are the whole run: full detail.
+        let windowed = opts.detail.mode == DetailMode::Windows && opts.duty() > 1;
+        // Where the driver counts a direction, its program is only there for flows: in the
+        // default it runs inside the windows alone, and flows are scaled by the driver's counts.
+        let window_only = [0, 1].map(|d| kernel_counts[d] && flows && windowed);
+        let mut tier0 = QcountProbe::attach(
             &QcountConfig {
                 ifindex: iface.ifindex,
                 netns_inode: iface.netns_inode,
                 netns_path: netns_path.clone(),
                 rx_queue_offset: rx_queue_offset_for_driver(iface.driver.as_deref()),
                 link_hdr_len: iface.link_hdr_len(),
-                flow_bytes: opts.detail.flow_sample(),
+                // A window-only direction samples `duty` times as densely inside its windows, so
+                // it gets about as many samples as always on.
+                flow_bytes: window_only.map(|w| if w { (opts.detail.flow_sample() / opts.duty()).max(1) } else { opts.detail.flow_sample() }),
                 rx: opts.detail.rx_counts,
                 count_rx: !kernel_counts[0] || flows,
                 count_tx: !kernel_counts[1] || flows,
+                window_only,
             },
             &features,
             opts.hooks,
         )?;
-        // Windows of duty 1 are the whole run: full detail.
-        let windowed = opts.detail.mode == DetailMode::Windows && opts.duty() > 1;
+        // Which NAPI instance serves each RX queue, where the driver says; where it does not
+        // (veth) and no RX program runs outside windows, the first window begins at once and
+        // learns it from the frames, so no early poll goes uncharged.
+        let napi_known = kstats.as_mut().map(|k| k.napi_queues()).unwrap_or_default();
+        tier0.map_napi(&napi_known)?;
+        let learn_first = window_only[0] && napi_known.is_empty();
+        if learn_first {
+            tier0.set_window_hooks(true)?;
+        }
         let miss_period = windows::window_period(opts.miss.period(), if windowed { opts.duty() } else { 1 });
         let miss_attr = match opts.detail.mode {
             DetailMode::Counts => None,
@@ -445,8 +496,19 @@ impl Session {
                 ),
             },
         };
-        let windows = if windowed { WindowDriver::new(windows::cycle(Duration::from_millis(opts.interval_ms)), opts.duty()) } else { None };
-        let (sampler, counters_source, counter_notes) = counters::open(opts.args.counters)?;
+        let windows = if windowed {
+            WindowDriver::new(windows::cycle(Duration::from_millis(opts.interval_ms)), opts.duty()).map(|mut w| {
+                if learn_first {
+                    w.opened_at = Some(Duration::ZERO);
+                    w.learning = true;
+                }
+                w
+            })
+        } else {
+            None
+        };
+        let (sampler, counters_source, mut counter_notes) = counters::open(opts.args.counters)?;
+        counter_notes.extend(kernel_notes);
         if opts.args.verbose {
             for n in &counter_notes {
                 eprintln!("counters: {n}");
@@ -461,15 +523,6 @@ impl Session {
             // belong to no interval: read them away so interval 0 starts here.
             let _ = s.read();
         }
-        // Without a watch (no netlink socket could be made) a vanished device goes unnoticed:
-        // said once, the session goes on.
-        let watch = match topology::presence::DeviceWatch::open(&iface) {
-            Ok(w) => Some(w),
-            Err(e) => {
-                eprintln!("ddioscope: cannot watch {} for removal ({e:#}); a removed device will not be noticed", iface.name);
-                None
-            }
-        };
         let start_ns = monotonic_ns();
         let mut live = Session {
             host: topology::host_live(),
@@ -494,6 +547,9 @@ impl Session {
             windows,
             kstats,
             kernel_counts,
+            flow_windows: None,
+            start_q: Vec::new(),
+            prev_link: None,
             watch,
             gone: None,
             sampler,
@@ -510,6 +566,11 @@ impl Session {
         if let Some(k) = live.kstats.as_mut() {
             overlay_kernel_counts(&mut live.prev_q, &k.queues(), live.kernel_counts);
         }
+        live.start_q = live.prev_q.clone();
+        if window_only.iter().any(|&w| w) {
+            live.flow_windows = Some(flowscale::WindowFlows::new(window_only, &live.start_q));
+        }
+        live.prev_link = live.watch.as_mut().and_then(|w| w.link_packets());
         Ok(live)
     }
 
@@ -531,6 +592,90 @@ impl Session {
             ids.extend(l.prog_ids());
         }
         ids
+    }
+
+    /// Where the RX and TX packet counts come from now (in words the recording keeps).
+    pub fn count_sources(&self) -> (crate::probe::qcount::RxSource, &'static str) {
+        use crate::probe::kstats::KernelSource;
+        use crate::probe::qcount::RxSource;
+        let kernel = self.kstats.as_ref().and_then(|k| k.source());
+        let rx = match (self.kernel_counts[0], kernel) {
+            (true, Some(KernelSource::Ethtool)) => RxSource::Ethtool,
+            (true, _) => RxSource::Qstats,
+            (false, _) => self.tier0.rx_source,
+        };
+        let tx = match (self.kernel_counts[1], kernel) {
+            (true, Some(k)) => k.as_str(),
+            _ => "xmit",
+        };
+        (rx, tx)
+    }
+
+    /// The windows the flows of a driver-counted direction were sampled in so far (None: flows
+    /// are not time-sampled).
+    pub fn flow_windows(&self) -> Option<u64> {
+        self.flow_windows.as_ref().map(flowscale::WindowFlows::windows)
+    }
+
+    /// A window of the window-only flow programs ended: its flows and counts, with the
+    /// driver's counts of the stretch it stands for.
+    fn flow_window_ended(&mut self, (from, to): (Duration, Duration)) -> Result<()> {
+        let (Some(f), Some(k)) = (self.flow_windows.as_mut(), self.kstats.as_mut()) else { return Ok(()) };
+        let mut driver = Vec::new();
+        overlay_kernel_counts(&mut driver, &k.queues(), self.kernel_counts);
+        let now = Instant::now().saturating_duration_since(self.started).as_secs_f64();
+        f.window_ended(&self.tier0.read_flows()?, &self.tier0.read_queues()?, &driver, (from.as_secs_f64(), to.as_secs_f64()), now);
+        Ok(())
+    }
+
+    /// Check the driver's per-queue counts of this interval against the interface's own
+    /// totals: a driver whose queue counters miss a path (veth counts its NAPI path only) is
+    /// found by trying, and its direction is counted by the program from then on.
+    fn check_kernel_counts(&mut self, cur_q: &mut [QueueCounters], interval: &[QueueCounters]) -> Result<()> {
+        let Some(link) = self.watch.as_mut().and_then(|w| w.link_packets()) else { return Ok(()) };
+        let Some(prev) = self.prev_link.replace(link) else { return Ok(()) };
+        for (d, dir) in [(0, Dir::Rx), (1, Dir::Tx)] {
+            if !self.kernel_counts[d] {
+                continue;
+            }
+            let by_link = link[d].saturating_sub(prev[d]);
+            let by_queues: u64 = interval.iter().filter(|q| q.dir == dir).map(|q| q.packets).sum();
+            // Reads a moment apart differ by what arrived in between: judged on busy intervals
+            // with a margin, so only a path the counters miss shows.
+            if by_link < MIN_CHECKED_PACKETS || by_queues.abs_diff(by_link) <= by_link / 20 {
+                continue;
+            }
+            let src = self.kstats.as_ref().and_then(|k| k.source()).map_or("kernel", |k| k.as_str());
+            let what = dir.as_str().to_uppercase();
+            if !self.tier0.window_only(dir) {
+                self.counter_notes.push(format!(
+                    "interval {}: the driver's per-queue {what} counters ({src}) counted {by_queues} packets where the interface counted {by_link}; \
+                     its per-queue {what} counts are not exact (record with --flow-sample above 0 to let a program count them)",
+                    self.index
+                ));
+                continue;
+            }
+            self.tier0.count_always(dir)?;
+            self.kernel_counts[d] = false;
+            if let Some(f) = self.flow_windows.as_mut() {
+                f.stop_scaling(dir);
+            }
+            // From here the program's cumulative counts are the direction's: the next interval
+            // is their difference from now.
+            let program = self.tier0.read_queues()?;
+            for q in cur_q.iter_mut().filter(|q| q.dir == dir) {
+                let p = program.iter().find(|p| p.dir == dir && p.queue == q.queue);
+                q.packets = p.map_or(0, |p| p.packets);
+                q.bytes = p.map_or(0, |p| p.bytes);
+            }
+            self.counter_notes.push(format!(
+                "interval {}: the driver's per-queue {what} counters ({src}) counted {by_queues} packets where the interface counted {by_link}; \
+                 {what} is counted by the {} program from the next interval on, and its flows from then on are sampled all the time",
+                self.index,
+                if dir == Dir::Rx { self.tier0.rx_source.as_str() } else { "net_dev_start_xmit" },
+            ));
+        }
+        Ok(())
     }
 
     /// Why the session ended early, if the interface or its namespace went away.
@@ -556,9 +701,18 @@ impl Session {
             let mut wait = deadline.saturating_duration_since(now).min(Duration::from_millis(200));
             if let (Some(w), Some(d)) = (self.windows.as_mut(), self.detail.as_mut()) {
                 let at = now.saturating_duration_since(self.started);
-                w.drive(d, self.l3.as_mut(), at)?;
+                let closed = w.drive(d, self.l3.as_mut(), &mut self.tier0, self.flow_windows.is_some(), at)?;
                 if let Some(c) = w.next_change(at) {
                     wait = wait.min(c - at);
+                }
+                if let Some(span) = closed {
+                    self.flow_window_ended(span)?;
+                }
+                if let Some(why) = self.windows.as_mut().and_then(|w| w.flow_failure.take()) {
+                    self.counter_notes.push(format!(
+                        "interval {}: the flow sampler did not attach for a window ({why}); flows miss every such window",
+                        self.index
+                    ));
                 }
             }
             if now >= deadline {
@@ -585,6 +739,16 @@ impl Session {
         let mut cur_q = self.tier0.read_queues()?;
         if let Some(k) = self.kstats.as_mut() {
             overlay_kernel_counts(&mut cur_q, &k.queues(), self.kernel_counts);
+        }
+        // The window under way when the run ends is a window too.
+        if finishing {
+            let now = Instant::now().saturating_duration_since(self.started);
+            if let Some(from) = self.windows.as_ref().filter(|w| w.phase != windows::Phase::Off).and_then(|w| w.opened_at) {
+                self.flow_window_ended((from, now))?;
+            }
+        }
+        if let Some(f) = self.flow_windows.as_mut() {
+            f.driver_read(Instant::now().saturating_duration_since(self.started).as_secs_f64(), &cur_q);
         }
         let (cur_s, mut cur_e, samples) = match &self.detail {
             Some(d) => {
@@ -614,13 +778,17 @@ impl Session {
             detail_ns,
             ..Default::default()
         };
-        let cur_q = combine(cur_q, &cur_s);
+        let mut cur_q = combine(cur_q, &cur_s);
         snap.queues = interval_queues(&cur_q, &self.prev_q);
         let flow_turn = finishing || self.index % self.flow_every == self.flow_every - 1;
+        self.check_kernel_counts(&mut cur_q, &snap.queues)?;
         if flow_turn {
-            snap.flows = self
-                .tier0
-                .read_flows()?
+            let program = self.tier0.read_flows()?;
+            let flows = match self.flow_windows.as_mut() {
+                Some(f) => f.merge(program, &cur_q),
+                None => program,
+            };
+            snap.flows = flows
                 .into_iter()
                 .map(|f| FlowCounters {
                     key: f.key,
@@ -637,6 +805,8 @@ impl Session {
             snap.drop_reasons = self.tier0.read_drop_reasons()?;
             if let Some(k) = self.kstats.as_mut() {
                 snap.page_pools = k.page_pools();
+                // Queues get new NAPI instances when the device is reconfigured.
+                self.tier0.map_napi(&k.napi_queues())?;
             }
         }
         if let (Some(l3), Some(d)) = (self.l3.as_ref(), self.detail.as_ref()) {
@@ -673,6 +843,10 @@ impl Session {
         Ok((snap, finishing))
     }
 }
+
+/// Fewer packets than this on the interface say nothing about whether the driver's per-queue
+/// counters count them all (reads a moment apart already differ by a few).
+const MIN_CHECKED_PACKETS: u64 = 1000;
 
 /// The driver's packets and bytes in place of the programs' in the directions they cover
 /// (NAPI and drop counts stay the programs').
@@ -731,6 +905,14 @@ struct WindowDriver {
     sampling_since: Option<Duration>,
     detailed: Duration,
     detail_since: Option<Duration>,
+    /// Windows the flow sampler could not attach for, and why the first could not (said once
+    /// in the recording's notes; a device going away says so itself).
+    flow_failures: u64,
+    flow_failure: Option<String>,
+    /// When the hooks last came on from all-off.
+    opened_at: Option<Duration>,
+    /// The window-only flow programs run from the start until the first window ends.
+    learning: bool,
 }
 
 impl WindowDriver {
@@ -744,6 +926,10 @@ impl WindowDriver {
             sampling_since: None,
             detailed: Duration::ZERO,
             detail_since: None,
+            flow_failures: 0,
+            flow_failure: None,
+            opened_at: None,
+            learning: false,
         })
     }
 
@@ -784,11 +970,18 @@ impl WindowDriver {
     }
 
     /// Put the probes in the phase of `at` (time since the recording started).
-    fn drive(&mut self, detail: &mut PktlifeProbe, mut l3: Option<&mut L3missProbe>, at: Duration) -> Result<()> {
+    fn drive(
+        &mut self,
+        detail: &mut PktlifeProbe,
+        mut l3: Option<&mut L3missProbe>,
+        tier0: &mut QcountProbe,
+        flows: bool,
+        at: Duration,
+    ) -> Result<Option<(Duration, Duration)>> {
         use windows::Phase;
         let phase = self.schedule.phase_at(at);
         if phase == self.phase {
-            return Ok(());
+            return Ok(None);
         }
         let (was, is) = (self.phase, phase);
         // The sampler stops first and starts last: it never runs without the hooks.
@@ -798,7 +991,12 @@ impl WindowDriver {
             }
         }
         match is {
-            Phase::Off => detail.close_window(),
+            Phase::Off => {
+                detail.close_window();
+                if flows {
+                    tier0.set_window_hooks(false)?;
+                }
+            }
             Phase::Drain => detail.stop_starts(),
             Phase::Warmup | Phase::Window if matches!(was, Phase::Off | Phase::Drain) => {
                 // From all-off, a new generation: what the hooks left when they went away is
@@ -807,6 +1005,15 @@ impl WindowDriver {
                     self.generation = self.generation.wrapping_add(1);
                 }
                 detail.open_window(self.generation)?;
+                if flows && was == Phase::Off {
+                    // A window without flows (the program would not attach) still has its detail.
+                    if let Err(e) = tier0.set_window_hooks(true) {
+                        self.flow_failures += 1;
+                        if self.flow_failures == 1 {
+                            self.flow_failure = Some(format!("{e:#}"));
+                        }
+                    }
+                }
                 if let Some(l) = l3.as_deref_mut() {
                     l.set_window(monotonic_ns(), self.generation)?;
                 }
@@ -818,10 +1025,18 @@ impl WindowDriver {
                 l.set_sampling(true)?;
             }
         }
+        // The span the window-only flow programs ran, once it ends.
+        if was == Phase::Off && !self.learning {
+            self.opened_at = Some(at);
+        }
+        if is == Phase::Off {
+            self.learning = false;
+        }
+        let flow_span = self.opened_at.filter(|_| flows && is == Phase::Off).map(|from| (from, at));
         Self::track(&mut self.sampled, &mut self.sampling_since, was == Phase::Window, is == Phase::Window, at);
         Self::track(&mut self.detailed, &mut self.detail_since, was != Phase::Off, is != Phase::Off, at);
         self.phase = phase;
-        Ok(())
+        Ok(flow_span)
     }
 }
 #[cfg(test)]

@@ -128,3 +128,92 @@ pub fn query(name: &str) -> Result<IfaceInfo> {
     }
     Ok(info)
 }
+
+const ETHTOOL_GSTRINGS: u32 = 0x1b;
+const ETHTOOL_GSTATS: u32 = 0x1d;
+const ETHTOOL_GSSET_INFO: u32 = 0x37;
+const ETH_SS_STATS: u32 = 1;
+const ETH_GSTRING_LEN: usize = 32;
+/// More named statistics than any driver keeps (mlx5 has a few thousand at 64 channels).
+const MAX_STATS: u32 = 1 << 16;
+
+/// A socket for the driver's statistics (`ethtool -S`), made in the namespace the calling
+/// thread is in and keeping it: the device can be asked from any thread afterwards.
+pub struct DriverStats {
+    sock: Sock,
+    name: String,
+    /// The statistics' names, asked once: a driver's set changes only with its channel count,
+    /// and a changed count is noticed by the values' length.
+    names: Vec<String>,
+}
+
+impl DriverStats {
+    /// None: no socket could be made, or the driver names no statistics.
+    pub fn open(name: &str) -> Option<DriverStats> {
+        // SAFETY: plain socket creation.
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return None;
+        }
+        let mut s = DriverStats { sock: Sock(fd), name: name.to_string(), names: Vec::new() };
+        s.names = s.read_names()?;
+        (!s.names.is_empty()).then_some(s)
+    }
+
+    fn count(&self) -> Option<u32> {
+        // struct ethtool_sset_info: cmd, reserved, sset_mask (u64), then one u32 per set asked.
+        #[repr(C)]
+        struct SsetInfo {
+            cmd: u32,
+            reserved: u32,
+            mask: u64,
+            data: [u32; 1],
+        }
+        let mut info = SsetInfo { cmd: ETHTOOL_GSSET_INFO, reserved: 0, mask: 1 << ETH_SS_STATS, data: [0] };
+        (ioctl(&self.sock, &self.name, &mut info) && info.mask & (1 << ETH_SS_STATS) != 0)
+            .then_some(info.data[0])
+            .filter(|&n| n > 0 && n <= MAX_STATS)
+    }
+
+    fn read_names(&self) -> Option<Vec<String>> {
+        let n = self.count()? as usize;
+        // struct ethtool_gstrings: cmd, string_set, len, then len names of 32 bytes.
+        let mut buf = vec![0u8; 12 + n * ETH_GSTRING_LEN];
+        buf[0..4].copy_from_slice(&ETHTOOL_GSTRINGS.to_ne_bytes());
+        buf[4..8].copy_from_slice(&ETH_SS_STATS.to_ne_bytes());
+        buf[8..12].copy_from_slice(&(n as u32).to_ne_bytes());
+        if !ioctl_buf(&self.sock, &self.name, &mut buf) {
+            return None;
+        }
+        let got = (u32::from_ne_bytes(buf[8..12].try_into().ok()?) as usize).min(n);
+        Some(buf[12..12 + got * ETH_GSTRING_LEN].chunks(ETH_GSTRING_LEN).map(cstr).collect())
+    }
+
+    /// Every named statistic's value now; None: the device could not be asked.
+    pub fn read(&mut self) -> Option<Vec<(&str, u64)>> {
+        let n = self.names.len();
+        // struct ethtool_stats: cmd, n_stats, then n_stats u64 (8-byte aligned at offset 8).
+        let mut buf = vec![0u64; 1 + n];
+        let head = (u64::from(ETHTOOL_GSTATS)) | (u64::from(n as u32) << 32);
+        buf[0] = if cfg!(target_endian = "little") { head } else { head.rotate_left(32) };
+        // SAFETY: a u64 buffer seen as bytes, of its own length.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<u8>(), buf.len() * 8) };
+        if !ioctl_buf(&self.sock, &self.name, bytes) {
+            return None;
+        }
+        let got = u32::from_ne_bytes(bytes[4..8].try_into().ok()?) as usize;
+        if got != n {
+            // The driver's set changed (a new channel count): names again, values next time.
+            self.names = self.read_names().unwrap_or_default();
+            return None;
+        }
+        Some(self.names.iter().map(String::as_str).zip(buf[1..].iter().copied()).collect())
+    }
+}
+
+fn ioctl_buf(sock: &Sock, name: &str, buf: &mut [u8]) -> bool {
+    let mut req = IfReq { name: [0; libc::IFNAMSIZ], data: buf.as_mut_ptr().cast(), _pad: [0; 16] };
+    req.name[..name.len().min(libc::IFNAMSIZ - 1)].copy_from_slice(&name.as_bytes()[..name.len().min(libc::IFNAMSIZ - 1)]);
+    // SAFETY: req points at a live buffer laid out as the ethtool command in its first word.
+    unsafe { libc::ioctl(sock.0, SIOCETHTOOL as _, &mut req) == 0 }
+}

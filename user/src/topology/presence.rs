@@ -28,6 +28,7 @@ pub struct DeviceWatch {
 
 const RTM_GETLINK: u16 = 18;
 const IFLA_IFNAME: u16 = 3;
+const IFLA_STATS64: u16 = 23;
 const IFINFOMSG: usize = 16;
 
 /// The body of an RTM_GETLINK request for one ifindex (an ifinfomsg: family AF_UNSPEC, pad,
@@ -36,6 +37,14 @@ fn getlink_body(ifindex: u32) -> [u8; IFINFOMSG] {
     let mut m = [0u8; IFINFOMSG];
     m[4..8].copy_from_slice(&(ifindex as i32).to_ne_bytes());
     m
+}
+
+/// The link's packet totals [RX, TX] in an RTM_NEWLINK answer (struct rtnl_link_stats64 opens
+/// with rx_packets, tx_packets).
+fn link_packets(body: &[u8]) -> Option<[u64; 2]> {
+    let (_, v) = attrs(body.get(IFINFOMSG..)?).into_iter().find(|(k, _)| *k == IFLA_STATS64)?;
+    let word = |i: usize| v.get(i * 8..i * 8 + 8).and_then(|b| b.try_into().ok()).map(u64::from_ne_bytes);
+    Some([word(0)?, word(1)?])
 }
 
 /// The link's name in an RTM_NEWLINK answer (its body after the netlink header).
@@ -51,6 +60,12 @@ impl DeviceWatch {
         let netns = iface.netns.as_ref().map(|n| (n.clone(), std::path::Path::new(super::NETNS_RUN_DIR).join(n), iface.netns_inode));
         let nl = Netlink::open(libc::NETLINK_ROUTE, netns.as_ref().map(|(_, p, _)| p.as_path()))?;
         Ok(DeviceWatch { nl, name: iface.name.clone(), ifindex: iface.ifindex, netns })
+    }
+
+    /// The interface's own packet totals [RX, TX] now (None: it could not be asked).
+    pub fn link_packets(&mut self) -> Option<[u64; 2]> {
+        let msgs = self.nl.request(RTM_GETLINK, 0, &getlink_body(self.ifindex)).ok()?;
+        msgs.first().and_then(|m| link_packets(m))
     }
 
     /// Is the interface still there? An error only when the kernel could not be asked.
@@ -88,5 +103,11 @@ mod tests {
         body.extend(attr(IFLA_IFNAME, b"ddrcv\0"));
         assert_eq!(link_name(&body), Some("ddrcv".into()));
         assert_eq!(link_name(&body[..4]), None);
+        assert_eq!(link_packets(&body), None);
+        let mut stats = [0u8; 24 * 8];
+        stats[..8].copy_from_slice(&11u64.to_ne_bytes());
+        stats[8..16].copy_from_slice(&22u64.to_ne_bytes());
+        body.extend(attr(IFLA_STATS64, &stats));
+        assert_eq!(link_packets(&body), Some([11, 22]));
     }
 }
