@@ -5,7 +5,7 @@
 use std::io::{self, IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
@@ -194,9 +194,16 @@ fn run_tty(live: &mut Session, stop: &Arc<AtomicBool>) -> Result<()> {
     let keys = spawn_keys(Arc::clone(stop), Arc::clone(&done));
     let result = tty_loop(live, stop);
     done.store(true, Ordering::Relaxed);
-    // The key thread wakes within its poll timeout; join it so it no longer
-    // reads the terminal once it is restored.
-    let _ = keys.join();
+    // The key thread wakes within its poll timeout; join it so it no longer reads the
+    // terminal once it is restored. A terminal that hung up can hold it in a read that never
+    // returns: then it is left behind (the process is about to exit), not waited for.
+    let deadline = Instant::now() + Duration::from_millis(500);
+    while !keys.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if keys.is_finished() {
+        let _ = keys.join();
+    }
     drop(guard);
     result
 }
