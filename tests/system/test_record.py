@@ -35,9 +35,11 @@ def test_tcp_counts_queues_flows_and_stages(testbed, recorder, tmp_path):
     tx_pk = sum(q["packets"] for q in tx)
     assert within(tx_pk, k1["tx_packets"] - k0["tx_packets"], 0.01, slack=5)
 
-    # veth counts its queues (ethtool -S) on the NAPI path the testbed's GRO turns on: the
-    # counts come from there with no per-packet program, and flows from the windows.
-    assert r["meta"]["rx_counts"] == "ethtool" and r["meta"]["flow_windows"] > 0, r["meta"]
+    # veth counts its queues (ethtool -S) on the NAPI path the testbed's GRO turns on, and
+    # its TX queue N is its peer's RX queue N: the counts come from there with no per-packet
+    # program, and flows from the windows.
+    assert r["meta"]["rx_counts"] == "ethtool" and r["meta"]["tx_counts"] == "veth_peer", r["meta"]
+    assert r["meta"]["flow_windows"] > 0, r["meta"]
 
     # Per queue against the driver's own per-queue counters: every queue's
     # count and share, and the shares sum to the whole.

@@ -450,6 +450,7 @@ fn tiers(rec: &Recording, totals: &[QueueCounters], flows: &[crate::snapshot::Fl
                 match m.tx_counts.as_deref() {
                     Some("qstats") => "; TX from the driver's qstats",
                     Some("ethtool") => "; TX from the driver's ethtool -S counters",
+                    Some("veth_peer") => "; TX from the veth peer's per-queue RX counters (ethtool -S), which the kernel counts it by",
                     Some(_) => "; TX at net_dev_start_xmit",
                     None => "",
                 }
@@ -548,7 +549,7 @@ pub struct Meta {
     pub hooks: Vec<String>,
     pub hooks_missing: Vec<String>,
     /// Where the exact RX and TX counts came from: tcx, handup, qstats or ethtool (RX);
-    /// xmit, qstats or ethtool (TX); None in recordings from before tier 0.
+    /// xmit, qstats, ethtool or veth_peer (TX); None in recordings from before tier 0.
     pub rx_counts: Option<crate::probe::qcount::RxSource>,
     pub tx_counts: Option<String>,
     /// Flows of the driver-counted directions were sampled in this many detail windows and

@@ -156,14 +156,17 @@ impl KernelSource {
 pub struct KernelStats {
     netdev: Option<(Netlink, u16)>,
     ethtool: Option<crate::topology::ethtool::DriverStats>,
+    /// A veth's peer's statistics: its RX queue N is this device's TX queue N (the kernel
+    /// counts a veth's TX from them too).
+    peer: Option<crate::topology::ethtool::DriverStats>,
     ifindex: u32,
     /// The source the first answer came from: a driver keeps one set of counters for good.
     source: Option<KernelSource>,
 }
 
 impl KernelStats {
-    /// Both sources that exist here (None: neither: no netdev family, no driver statistics).
-    pub fn open(netns: Option<&Path>, ifindex: u32, name: &str) -> Result<Option<KernelStats>> {
+    /// The sources that exist here (None: none: no netdev family, no driver statistics).
+    pub fn open(netns: Option<&Path>, ifindex: u32, name: &str, driver: Option<&str>) -> Result<Option<KernelStats>> {
         let netdev = match Netlink::open(libc::NETLINK_GENERIC, netns) {
             Ok(mut nl) => nl.genl_family("netdev").ok().flatten().map(|f| (nl, f)),
             Err(_) => None,
@@ -174,7 +177,16 @@ impl KernelStats {
         if netdev.is_none() && ethtool.is_none() {
             return Ok(None);
         }
-        let mut k = KernelStats { netdev, ethtool, ifindex, source: None };
+        let peer = match driver {
+            Some("veth") => crate::topology::veth::peer(netns, ifindex).and_then(|p| {
+                let name = p.name.clone();
+                crate::probe::qcount::in_netns(p.netns.as_deref(), move || Ok(crate::topology::ethtool::DriverStats::open(&name)))
+                    .ok()
+                    .flatten()
+            }),
+            _ => None,
+        };
+        let mut k = KernelStats { netdev, ethtool, peer, ifindex, source: None };
         let q = k.qstats();
         k.source = if !q.is_empty() {
             Some(KernelSource::Qstats)
@@ -189,6 +201,14 @@ impl KernelStats {
     /// Where the queue counts come from (None: this driver keeps none).
     pub fn source(&self) -> Option<KernelSource> {
         self.source
+    }
+
+    /// Where the TX queue counts come from, in the recording's words.
+    pub fn tx_source(&self) -> Option<&'static str> {
+        match self.source? {
+            KernelSource::Ethtool if self.peer.is_some() => Some("veth_peer"),
+            s => Some(s.as_str()),
+        }
     }
 
     fn dump(&mut self, cmd: u8, body_attrs: &[u8]) -> std::io::Result<Vec<Vec<u8>>> {
@@ -211,7 +231,12 @@ impl KernelStats {
         match self.source {
             Some(KernelSource::Qstats) => self.qstats(),
             Some(KernelSource::Ethtool) => {
-                self.ethtool.as_mut().and_then(|e| e.read()).map(|v| parse_ethtool_stats(&v)).unwrap_or_default()
+                let mut q = self.ethtool.as_mut().and_then(|e| e.read()).map(|v| parse_ethtool_stats(&v)).unwrap_or_default();
+                if let Some(p) = self.peer.as_mut() {
+                    let rx = p.read().map(|v| parse_ethtool_stats(&v)).unwrap_or_default();
+                    q.extend(peer_rx_as_tx(&rx));
+                }
+                q
             }
             None => Vec::new(),
         }
@@ -268,6 +293,11 @@ fn ethtool_queue_field(name: &str) -> Option<(Dir, u32, bool, bool)> {
     };
     let (packets, xdp) = field(f)?;
     Some((dir, num(n)?, packets, xdp))
+}
+
+/// A veth peer's RX queues as this device's TX queues (queue N to queue N).
+fn peer_rx_as_tx(peer: &[QueueStat]) -> Vec<QueueStat> {
+    peer.iter().filter(|q| q.dir == Dir::Rx).map(|q| QueueStat { dir: Dir::Tx, ..*q }).collect()
 }
 
 /// A driver's named statistics as per-queue counters: the queues whose packets and bytes it

@@ -373,7 +373,7 @@ impl Session {
         let netns_path = opts.args.netns.as_deref().map(|n| std::path::Path::new(topology::NETNS_RUN_DIR).join(n));
         // The driver's own per-queue counters, where it keeps them: exact at no per-packet
         // cost. A direction they cover needs no counting program unless flows are sampled.
-        let mut kstats = crate::probe::kstats::KernelStats::open(netns_path.as_deref(), iface.ifindex, &iface.name).ok().flatten();
+        let mut kstats = crate::probe::kstats::KernelStats::open(netns_path.as_deref(), iface.ifindex, &iface.name, iface.driver.as_deref()).ok().flatten();
         let first = kstats.as_mut().map(|k| k.queues()).unwrap_or_default();
         // Without a watch (no netlink socket could be made) a vanished device goes unnoticed:
         // said once, the session goes on.
@@ -604,8 +604,8 @@ impl Session {
             (true, _) => RxSource::Qstats,
             (false, _) => self.tier0.rx_source,
         };
-        let tx = match (self.kernel_counts[1], kernel) {
-            (true, Some(k)) => k.as_str(),
+        let tx = match self.kstats.as_ref().and_then(|k| k.tx_source()) {
+            Some(k) if self.kernel_counts[1] => k,
             _ => "xmit",
         };
         (rx, tx)

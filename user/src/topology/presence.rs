@@ -48,7 +48,7 @@ fn link_packets(body: &[u8]) -> Option<[u64; 2]> {
 }
 
 /// The link's name in an RTM_NEWLINK answer (its body after the netlink header).
-fn link_name(body: &[u8]) -> Option<String> {
+pub(crate) fn link_name_of(body: &[u8]) -> Option<String> {
     let (_, v) = attrs(body.get(IFINFOMSG..)?).into_iter().find(|(k, _)| *k == IFLA_IFNAME)?;
     let v = v.split(|&b| b == 0).next().unwrap_or(v);
     Some(String::from_utf8_lossy(v).into_owned())
@@ -80,7 +80,7 @@ impl DeviceWatch {
         match self.nl.request(RTM_GETLINK, 0, &getlink_body(self.ifindex)) {
             Err(e) if e.raw_os_error() == Some(libc::ENODEV) => Ok(Presence::Gone(format!("interface {} was removed", self.name))),
             Err(e) => bail!("asking netlink for interface {}: {e}", self.name),
-            Ok(msgs) => Ok(match msgs.first().and_then(|m| link_name(m)) {
+            Ok(msgs) => Ok(match msgs.first().and_then(|m| link_name_of(m)) {
                 Some(n) if !n.is_empty() && n != self.name => {
                     Presence::Gone(format!("interface {} was removed (its index now names {n})", self.name))
                 }
@@ -101,8 +101,8 @@ mod tests {
         assert_eq!(i32::from_ne_bytes(b[4..8].try_into().unwrap()), 7);
         let mut body = vec![0u8; IFINFOMSG];
         body.extend(attr(IFLA_IFNAME, b"ddrcv\0"));
-        assert_eq!(link_name(&body), Some("ddrcv".into()));
-        assert_eq!(link_name(&body[..4]), None);
+        assert_eq!(link_name_of(&body), Some("ddrcv".into()));
+        assert_eq!(link_name_of(&body[..4]), None);
         assert_eq!(link_packets(&body), None);
         let mut stats = [0u8; 24 * 8];
         stats[..8].copy_from_slice(&11u64.to_ne_bytes());
