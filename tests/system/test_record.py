@@ -155,7 +155,8 @@ def test_driver_queue_counters_that_miss_a_path_are_not_trusted(testbed, recorde
     rc, _, err = rec.stop()
     assert rc == 0, err
     r = report_json(rec.out)
-    assert r["meta"]["rx_counts"] in ("tcx", "handup") and r["meta"]["flow_windows"] is None, r["meta"]
+    # RX by a program; TX still from the peer's counters (its GRO is on), its flows in windows.
+    assert r["meta"]["rx_counts"] in ("tcx", "handup") and r["meta"]["tx_counts"] == "veth_peer", r["meta"]
     rx_pk = sum(q["packets"] for q in r["queues"] if q["dir"] == "rx")
     truth = k1["rx_packets"] - k0["rx_packets"]
     assert rx_pk > 10000 and within(rx_pk, truth, 0.01), (rx_pk, truth)

@@ -83,13 +83,15 @@ pub struct DetailArgs {
     pub duty: u32,
     /// Flows are estimated from skbs sampled in proportion to their size: an skb of d bytes
     /// with probability min(1, d / BYTES), so bulk flows come out nearly exact and a flood of
-    /// small packets costs one sample per BYTES; each estimate carries its error bound.
-    /// 1: every skb (exact); 0: no flows (and, where the driver keeps per-queue counters,
-    /// no per-packet program at all). Default: 65536, or 1 with --detail full.
+    /// small packets costs one sample per BYTES; each estimate carries its error bound. Where
+    /// the driver counts the queues, flows are sampled inside the detail windows only (at
+    /// --duty times the rate) and scaled by its counts. 1: every skb (exact); 0: no flows.
+    /// Default: 65536, or 1 with --detail full.
     #[arg(long, value_name = "BYTES")]
     pub flow_sample: Option<u32>,
-    /// Where the exact RX counts come from: auto (a tcx program on the device, which sees
-    /// its frames only, after GRO; else the driver hand-up tracepoints), tcx, handup.
+    /// Where the exact RX counts come from: auto (the driver's own per-queue counters where
+    /// they count every packet; else a tcx program on the device, which sees its frames only,
+    /// after GRO; else the driver hand-up tracepoints), tcx, handup (a program, always).
     #[arg(long, value_enum, default_value = "auto")]
     pub rx_counts: RxChoice,
 }
@@ -386,7 +388,7 @@ impl Session {
         };
         let mut kernel_notes = Vec::new();
         let mut kernel_counts = [
-            crate::probe::kstats::covers(&first, Dir::Rx),
+            crate::probe::kstats::covers(&first, Dir::Rx) && opts.detail.rx_counts == RxChoice::Auto,
             crate::probe::kstats::covers(&first, Dir::Tx),
         ];
         // Counters that exist need not count every path (veth counts its NAPI path only):
