@@ -15,9 +15,11 @@ use sha2::{Digest, Sha256};
 /// examples/fragcheck.rs (never by ddioscope).
 const PROBES: &[(&str, &str)] = &[("qcount", "bpf"), ("pktlife", "bpf"), ("l3miss", "bpf"), ("features", "bpf"), ("floor", "bpf"), ("fragcheck", "tests/bpf")];
 
-/// The objects the ddioscope binary embeds (fragcheck is the example's alone):
-/// their bytes make the BPF build id.
-const EMBEDDED: &[&str] = &["pktlife", "features", "floor"];
+/// Whether the ddioscope binary embeds a probe (every one under bpf/; fragcheck, under
+/// tests/bpf, is the example's alone): their bytes make the BPF build id.
+fn embedded(dir: &str) -> bool {
+    dir == "bpf"
+}
 
 /// `git rev-parse HEAD` of the checkout being built, or DDIOSCOPE_GIT_COMMIT
 /// when building from a tree without git (a source package); "unknown" when
@@ -93,7 +95,7 @@ fn main() {
             ])
             .build_and_generate(out.join(format!("{name}.skel.rs")))
             .unwrap_or_else(|e| panic!("building BPF probe {name}: {e:#}"));
-        if EMBEDDED.contains(name) {
+        if embedded(dir) {
             // The skeleton embeds exactly this file's bytes.
             let bytes = fs::read(&obj).unwrap_or_else(|e| panic!("reading {}: {e}", obj.display()));
             bpf_hash.update(name.as_bytes());
