@@ -440,12 +440,17 @@ fn tiers(rec: &Recording, totals: &[QueueCounters], flows: &[crate::snapshot::Fl
         samples: None,
         text: match m.rx_counts {
             Some(src) => format!(
-                "exact: every packet, counted by tier 0; RX at {}{}",
+                "exact: every packet, counted by tier 0; RX at {}{}{}",
                 match src {
                     crate::probe::qcount::RxSource::Tcx => "tcx ingress, after GRO",
                     crate::probe::qcount::RxSource::Handup => "the driver hand-up tracepoints",
                     crate::probe::qcount::RxSource::Qstats => "the driver's own per-queue counters, netdev qstats",
                     crate::probe::qcount::RxSource::Ethtool => "the driver's own per-queue counters, ethtool -S",
+                },
+                if m.napi_counts.as_deref() == Some("windows") {
+                    "; NAPI polls estimated from the detail windows (polls per packet there times the exact packets)"
+                } else {
+                    ""
                 },
                 match m.tx_counts.as_deref() {
                     Some("qstats") => "; TX from the driver's qstats",
@@ -555,6 +560,9 @@ pub struct Meta {
     /// Flows of the driver-counted directions were sampled in this many detail windows and
     /// scaled by the driver's counts (None: sampled all the time).
     pub flow_windows: Option<u64>,
+    /// "windows": NAPI polls counted in the detail windows and estimated from them (polls per
+    /// packet there times the exact packets); "exact": every poll; None: older recordings.
+    pub napi_counts: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -704,6 +712,7 @@ pub fn build(rec: &Recording) -> Result<Summary> {
         rx_counts: rec.meta.rx_counts,
         tx_counts: rec.meta.tx_counts.clone(),
         flow_windows: rec.meta.flow_windows,
+        napi_counts: rec.meta.napi_counts.clone(),
         hooks: hooks.iter().filter(|h| !h["flavor"].is_null()).map(hook_name).collect(),
         hooks_missing: hooks
             .iter()

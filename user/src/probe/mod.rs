@@ -70,6 +70,52 @@ pub(crate) fn flow_key_of(
     })
 }
 
+/// Every entry of a per-CPU array, each as its CPUs' values, in one batch syscall where the
+/// kernel has them (an interval's read of a queue table is one syscall, not one per queue: on
+/// a host whose syscalls pay for mitigations, hundreds of them ten times a second cost the
+/// traffic throughput); entry by entry where it has not.
+pub(crate) fn percpu_array_all<M: libbpf_rs::MapCore>(map: &M, entries: u32, ncpus: usize) -> anyhow::Result<Vec<Vec<Vec<u8>>>> {
+    use std::os::fd::AsRawFd;
+    let vsz = (map.value_size() as usize + 7) & !7;
+    let mut keys = vec![0u32; entries as usize];
+    let mut vals = vec![0u8; entries as usize * ncpus * vsz];
+    let mut count = entries;
+    let mut out_batch = 0u32;
+    let opts = libbpf_rs::libbpf_sys::bpf_map_batch_opts {
+        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_batch_opts>() as _,
+        ..Default::default()
+    };
+    // SAFETY: keys and vals hold `entries` keys and `entries` per-CPU values of the map's
+    // sizes; count says so; out_batch is the u32 an array map's batch cursor is.
+    let ret = unsafe {
+        libbpf_rs::libbpf_sys::bpf_map_lookup_batch(
+            map.as_fd().as_raw_fd(),
+            std::ptr::null_mut(),
+            (&mut out_batch as *mut u32).cast(),
+            keys.as_mut_ptr().cast(),
+            vals.as_mut_ptr().cast(),
+            &mut count,
+            &opts,
+        )
+    };
+    let errno = std::io::Error::last_os_error().raw_os_error();
+    if ret == 0 || (errno == Some(libc::ENOENT) && count == entries) {
+        let mut out = vec![Vec::new(); entries as usize];
+        for (i, k) in keys.iter().take(count as usize).enumerate() {
+            let per_entry = &vals[i * ncpus * vsz..(i + 1) * ncpus * vsz];
+            if let Some(slot) = out.get_mut(*k as usize) {
+                *slot = per_entry.chunks(vsz).map(|c| c.to_vec()).collect();
+            }
+        }
+        return Ok(out);
+    }
+    (0..entries)
+        .map(|k| {
+            Ok(map.lookup_percpu(&k.to_ne_bytes(), libbpf_rs::MapFlags::ANY)?.unwrap_or_default())
+        })
+        .collect()
+}
+
 /// The kernel's id of a loaded program (None if it is not loaded).
 pub(crate) fn loaded_prog_id(p: &libbpf_rs::Program<'_>) -> Option<u32> {
     // SAFETY: bpf_program__fd only reads the program's fd (negative when not loaded).

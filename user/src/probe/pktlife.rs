@@ -318,13 +318,9 @@ impl PktlifeProbe {
     /// Cumulative per-queue detail (lives begun, copies, frees, stages), summed over CPUs; only
     /// queues with any. The counts tier 0 keeps stay zero.
     pub fn read_stages(&self) -> Result<Vec<QueueCounters>> {
-        let map = &self.skel.maps.queue_stats;
+        let all = super::percpu_array_all(&self.skel.maps.queue_stats, 2 * MAX_QUEUES, self.ncpus).context("reading queue_stats")?;
         let mut out = Vec::new();
-        for idx in 0..(2 * MAX_QUEUES) {
-            let per_cpu = map
-                .lookup_percpu(&idx.to_ne_bytes(), MapFlags::ANY)
-                .context("reading queue_stats")?
-                .unwrap_or_default();
+        for (idx, per_cpu) in (0..(2 * MAX_QUEUES)).zip(all) {
             let dir = if idx < MAX_QUEUES { Dir::Rx } else { Dir::Tx };
             let mut q = QueueCounters::new(dir, idx % MAX_QUEUES);
             for raw in per_cpu.iter().take(self.ncpus) {

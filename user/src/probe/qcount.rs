@@ -93,6 +93,9 @@ pub struct QcountConfig {
     /// [RX, TX]: the direction's program runs only while `set_window_hooks(true)` holds (the
     /// driver counts that direction; the program is there for flows, sampled in windows).
     pub window_only: [bool; 2],
+    /// The NAPI poll counter runs in windows only too (its polls are then estimated from
+    /// them: a program per poll is, on a host with retpolines, most of tier 0's cost).
+    pub napi_window_only: bool,
 }
 
 /// A tracepoint or tc hook of tier 0 and how it attached.
@@ -201,13 +204,22 @@ fn load(cfg: &QcountConfig, features: &Features, choice: HookChoice, with_tcx: b
     open.load().map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, "loading the qcount BPF programs")))
 }
 
-/// The direction a counting program's section counts (None: NAPI and drops, always on).
-fn counting_dir(section: &str) -> Option<Dir> {
+/// What a tier 0 program counts, for the ones that can run in windows only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Count(Dir),
+    Napi,
+}
+
+/// The role of a tier 0 program's section (None: drops, always on).
+fn role_of(section: &str) -> Option<Role> {
     let tp = section.split_once('/').map_or(section, |(_, t)| t);
     if section == "tcx/ingress" || RX_HANDUP_TPS.contains(&tp) {
-        Some(Dir::Rx)
+        Some(Role::Count(Dir::Rx))
     } else if tp == "net_dev_start_xmit" {
-        Some(Dir::Tx)
+        Some(Role::Count(Dir::Tx))
+    } else if tp == "napi_poll" {
+        Some(Role::Napi)
     } else {
         None
     }
@@ -220,7 +232,7 @@ const ALWAYS_TPS: &[&str] = &["napi_poll", "kfree_skb"];
 
 /// A counting program that runs in windows only, and its link while it runs.
 struct WindowHook {
-    dir: Dir,
+    role: Role,
     /// Its section ("tcx/ingress", "tp_btf/net_dev_start_xmit", ...).
     section: String,
     link: Option<Link>,
@@ -322,12 +334,15 @@ impl QcountProbe {
         }
         // Which links are a window-only direction's: let go now, made again in each window.
         let mut window_hooks = Vec::new();
-        if cfg.window_only.iter().any(|&w| w) {
+        if cfg.window_only.iter().any(|&w| w) || cfg.napi_window_only {
             let mut kept = Vec::new();
             for (section, link) in links.drain(..) {
-                match counting_dir(&section) {
-                    Some(d) if cfg.window_only[usize::from(d == Dir::Tx)] => {
-                        window_hooks.push(WindowHook { dir: d, section, link: None })
+                match role_of(&section) {
+                    Some(Role::Count(d)) if cfg.window_only[usize::from(d == Dir::Tx)] => {
+                        window_hooks.push(WindowHook { role: Role::Count(d), section, link: None })
+                    }
+                    Some(Role::Napi) if cfg.napi_window_only => {
+                        window_hooks.push(WindowHook { role: Role::Napi, section, link: None })
                     }
                     _ => kept.push((section, link)),
                 }
@@ -359,7 +374,12 @@ impl QcountProbe {
 
     /// Whether a direction's program runs in windows only.
     pub fn window_only(&self, dir: Dir) -> bool {
-        self.window_hooks.iter().any(|h| h.dir == dir)
+        self.window_hooks.iter().any(|h| h.role == Role::Count(dir))
+    }
+
+    /// Whether NAPI polls are counted in windows only.
+    pub fn napi_window_only(&self) -> bool {
+        self.window_hooks.iter().any(|h| h.role == Role::Napi)
     }
 
     /// Attach (`on`) or let go the window-only programs. A failure to attach is the caller's
@@ -384,7 +404,7 @@ impl QcountProbe {
     pub fn count_always(&mut self, dir: Dir) -> Result<()> {
         let mut keep = Vec::new();
         for mut h in std::mem::take(&mut self.window_hooks) {
-            if h.dir != dir {
+            if h.role != Role::Count(dir) {
                 keep.push(h);
                 continue;
             }
@@ -439,10 +459,9 @@ impl QcountProbe {
     /// Cumulative counts (packets, bytes, NAPI, drops) of every queue with any, summed over
     /// CPUs; the detail fields stay zero.
     pub fn read_queues(&self) -> Result<Vec<QueueCounters>> {
-        let map = &self.skel.maps.qc_queues;
+        let all = super::percpu_array_all(&self.skel.maps.qc_queues, 2 * MAX_QUEUES, self.ncpus).context("reading qc_queues")?;
         let mut out = Vec::new();
-        for idx in 0..(2 * MAX_QUEUES) {
-            let per_cpu = map.lookup_percpu(&idx.to_ne_bytes(), MapFlags::ANY).context("reading qc_queues")?.unwrap_or_default();
+        for (idx, per_cpu) in (0..(2 * MAX_QUEUES)).zip(all) {
             let dir = if idx < MAX_QUEUES { Dir::Rx } else { Dir::Tx };
             let mut q = QueueCounters::new(dir, idx % MAX_QUEUES);
             for raw in per_cpu.iter().take(self.ncpus) {
@@ -475,14 +494,16 @@ impl QcountProbe {
     }
 
     pub fn read_drop_reasons(&self) -> Result<Vec<(u32, u64)>> {
-        let mut out = Vec::new();
-        for r in 0..super::qcount_skel::types::ddio_limits::DDIO_MAX_DROP_REASONS.0 {
-            let c = Self::percpu_sum(&self.skel.maps.qc_drop_reasons, r)?;
-            if c > 0 {
-                out.push((r, c));
-            }
-        }
-        Ok(out)
+        let n = super::qcount_skel::types::ddio_limits::DDIO_MAX_DROP_REASONS.0;
+        let all = super::percpu_array_all(&self.skel.maps.qc_drop_reasons, n, self.ncpus).context("reading qc_drop_reasons")?;
+        Ok((0..n)
+            .zip(all)
+            .map(|(r, per_cpu)| {
+                let c = per_cpu.iter().filter_map(|v| v.get(..8).and_then(|b| b.try_into().ok())).map(u64::from_ne_bytes).sum();
+                (r, c)
+            })
+            .filter(|&(_, c)| c > 0)
+            .collect())
     }
 
     /// Every flow's sampled sums, over the per-CPU copies of its entry.

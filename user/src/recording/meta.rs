@@ -96,6 +96,10 @@ pub struct RecordingMeta {
     /// scaled by the driver's per-queue counts (None: flows were sampled all the time).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub flow_windows: Option<u64>,
+    /// "windows": NAPI polls were counted in the detail windows and estimated from them;
+    /// "exact" (or None, in older recordings): counted at every poll.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub napi_counts: Option<String>,
     /// The detail windows (`--detail windows`; None: the detail hooks ran all the time).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window_cycle_ms: Option<f64>,

@@ -22,6 +22,7 @@ use crate::snapshot::{Dir, EventCounters, FlowCounters, QueueCounters, Snapshot}
 use crate::topology::{self, HostInfo, IfaceInfo};
 
 mod flowscale;
+mod napiscale;
 pub mod windows;
 
 /// The flags `record`, `top` and `serve` share: which interface, where, and what else to open.
@@ -293,6 +294,8 @@ pub struct Session {
     pub kernel_counts: [bool; 2],
     /// Flows of the directions the driver counts, sampled in windows and scaled by its counts.
     flow_windows: Option<flowscale::WindowFlows>,
+    /// NAPI polls counted in windows only, estimated for every interval.
+    napi_windows: Option<napiscale::WindowNapi>,
     /// Each queue's cumulative counts when the session started (the driver's where it counts).
     start_q: Vec<QueueCounters>,
     /// The interface's own packet totals [RX, TX] at the last interval, against which the
@@ -429,6 +432,7 @@ impl Session {
                 count_rx: !kernel_counts[0] || flows,
                 count_tx: !kernel_counts[1] || flows,
                 window_only,
+                napi_window_only: window_only[0],
             },
             &features,
             opts.hooks,
@@ -550,6 +554,7 @@ impl Session {
             kstats,
             kernel_counts,
             flow_windows: None,
+            napi_windows: None,
             start_q: Vec::new(),
             prev_link: None,
             watch,
@@ -569,6 +574,9 @@ impl Session {
             overlay_kernel_counts(&mut live.prev_q, &k.queues(), live.kernel_counts);
         }
         live.start_q = live.prev_q.clone();
+        if live.tier0.napi_window_only() {
+            live.napi_windows = Some(napiscale::WindowNapi::default());
+        }
         if window_only.iter().any(|&w| w) {
             live.flow_windows = Some(flowscale::WindowFlows::new(window_only, &live.start_q));
         }
@@ -611,6 +619,11 @@ impl Session {
             _ => "xmit",
         };
         (rx, tx)
+    }
+
+    /// Whether NAPI polls are counted in the windows and estimated from them.
+    pub fn napi_windowed(&self) -> bool {
+        self.napi_windows.is_some()
     }
 
     /// The windows the flows of a driver-counted direction were sampled in so far (None: flows
@@ -782,6 +795,9 @@ impl Session {
         };
         let mut cur_q = combine(cur_q, &cur_s);
         snap.queues = interval_queues(&cur_q, &self.prev_q);
+        if let Some(n) = self.napi_windows.as_mut() {
+            n.estimate(&mut snap.queues);
+        }
         let flow_turn = finishing || self.index % self.flow_every == self.flow_every - 1;
         self.check_kernel_counts(&mut cur_q, &snap.queues)?;
         if flow_turn {
