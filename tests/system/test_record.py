@@ -36,10 +36,10 @@ def test_tcp_counts_queues_flows_and_stages(testbed, recorder, tmp_path):
     assert within(tx_pk, k1["tx_packets"] - k0["tx_packets"], 0.01, slack=5)
 
     # veth counts its queues (ethtool -S) on the NAPI path the testbed's GRO turns on, and
-    # its TX queue N is its peer's RX queue N: the counts come from there with no per-packet
-    # program, and flows from the windows.
+    # its TX queue N is its peer's RX queue N: the counts come from there with no counting
+    # program; NAPI polls are counted in the windows; flows are sampled all the time.
     assert r["meta"]["rx_counts"] == "ethtool" and r["meta"]["tx_counts"] == "veth_peer", r["meta"]
-    assert r["meta"]["flow_windows"] > 0, r["meta"]
+    assert r["meta"]["napi_counts"] == "windows" and r["meta"]["flow_windows"] is None, r["meta"]
 
     # Per queue against the driver's own per-queue counters: every queue's
     # count and share, and the shares sum to the whole.
@@ -104,8 +104,6 @@ def test_udp_small_packets_and_ipv6(testbed, recorder):
     tb = testbed
     tb.iperf3_server()
     rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--sample", "16")
-    # Six seconds: on veth the driver counts the queues, so flows are sampled in the detail
-    # windows (1/16 of each second) and a flow's start and end are known to about a second.
     udp = tb.iperf3("-u", "-l", "64", "-b", "40M", "-t", "6")
     v6 = tb.iperf3("-P", "2", "-t", "1", dst=tb.ip6_rcv)
     rc, _, err = rec.stop()
@@ -117,8 +115,7 @@ def test_udp_small_packets_and_ipv6(testbed, recorder):
     assert len(udp_flows) == 1, udp_flows
     f = udp_flows[0]
     assert (f["src"], f["dst"], f["dport"]) == (tb.ip_snd, tb.ip_rcv, 5201)
-    # Small packets are sampled in proportion to their size, and in windows of time: the
-    # estimate holds to its own 95 % bound, taken twice (4 standard deviations, so a
+    # Small packets are sampled in proportion to their size: the estimate holds to its own 95 % bound, taken twice (4 standard deviations, so a
     # correct estimator fails 1 run in 16,000), plus 1 % for packets in flight at the ends.
     # The bound must itself be tight enough to say something (within a quarter).
     assert f["samples"] > 100, f
@@ -134,6 +131,26 @@ def test_udp_small_packets_and_ipv6(testbed, recorder):
 
     samples_ok = r["events"]["sampled"]
     assert samples_ok > 0 and r["events"]["lost"] == 0
+
+
+def test_flows_sampled_in_windows_hold_to_their_bounds(testbed, recorder):
+    """--flow-windows: where the driver counts the queues, flows are sampled in the detail
+    windows alone and scaled by its counts, so no program runs per packet outside them. A
+    steady UDP flow of 64 B packets, six seconds long: its estimate holds to its own bound,
+    and that bound says something."""
+    tb = testbed
+    tb.iperf3_server()
+    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--flow-windows")
+    udp = tb.iperf3("-u", "-l", "64", "-b", "40M", "-t", "6")
+    rc, _, err = rec.stop()
+    assert rc == 0, err
+    r = report_json(rec.out)
+    assert r["meta"]["flow_windows"] >= 3, r["meta"]
+    sent = udp["end"]["sum"]
+    f = next(f for f in r["flows"] if f["proto"] == "udp" and f["dir"] == "rx")
+    rel = 2 * f["bytes_error"] / f["bytes"] + 0.01
+    assert rel < 0.5, f
+    assert within(f["packets"], sent["packets"], rel), (f, sent, rel)
 
 
 def test_driver_queue_counters_that_miss_a_path_are_not_trusted(testbed, recorder):

@@ -66,8 +66,7 @@ def test_top_in_tmux_shows_busy_queues_and_quits_on_q(testbed, tmux, tmp_path):
 
     load = traffic(tb, 8)
     try:
-        # RX flows show once the first detail window has ended (veth counts its queues, so
-        # flows there are sampled in the windows): within about a second.
+        # Flows show from the first flow reading on.
         rx_flow = re.compile(rf"rx\s+tcp\s+{re.escape(tb.ip_snd)}:\d+\s+{re.escape(tb.ip_rcv)}:5201")
         screen, busy = "", {}
         deadline = time.monotonic() + 20

@@ -377,6 +377,11 @@ impl QcountProbe {
         self.window_hooks.iter().any(|h| h.role == Role::Count(dir))
     }
 
+    /// Whether any program runs in windows only.
+    pub fn has_window_hooks(&self) -> bool {
+        !self.window_hooks.is_empty()
+    }
+
     /// Whether NAPI polls are counted in windows only.
     pub fn napi_window_only(&self) -> bool {
         self.window_hooks.iter().any(|h| h.role == Role::Napi)

@@ -38,6 +38,13 @@ struct FlowSums {
     var_time: f64,
     /// Its share of its queue in the last window: [packets, bytes, payload] per queue packet.
     share: [f64; 3],
+    /// The bytes share over the windows that saw its queue (count, mean, sum of squared
+    /// deviations), and the sum of its stretches' packets squared: how much the share moves
+    /// from window to window, applied to every stretch.
+    share_n: f64,
+    share_mean: f64,
+    share_m2: f64,
+    stretch_sq: f64,
     first_ns: u64,
     last_ns: u64,
 }
@@ -132,7 +139,6 @@ impl WindowFlows {
     pub fn stop_scaling(&mut self, dir: Dir) {
         self.dirs[usize::from(dir == Dir::Tx)] = false;
         self.flows.retain(|k, _| k.dir != dir);
-        self.given.retain(|k, _| k.dir != dir);
     }
 
     /// Windows that ended so far.
@@ -253,6 +259,13 @@ impl WindowFlows {
                 mismatch += (share[1] - before[1]).abs() * n * c.doubt;
             }
             s.var_time += mismatch * mismatch / 2.0;
+            if o > 0.0 {
+                s.share_n += 1.0;
+                let dev = share[1] - s.share_mean;
+                s.share_mean += dev / s.share_n;
+                s.share_m2 += dev * (share[1] - s.share_mean);
+            }
+            s.stretch_sq += d * d;
             s.share = share;
             s.samples += delta.samples;
             s.first_ns = s.first_ns.min(f.first_ns);
@@ -277,6 +290,10 @@ impl WindowFlows {
                 let now = driver.iter().find(|q| q.dir == key.dir && q.queue == s.queue).map_or(mark.driver, |q| q.packets);
                 let trailing = grown(now, mark.driver) as f64;
                 let est = [0, 1, 2].map(|i| s.est[i] + s.share[i] * trailing);
+                // A stretch takes one window's share for each half: a share that scatters by
+                // sd across windows is that far off on each, independently.
+                let spread = if s.share_n >= 2.0 { s.share_m2 / (s.share_n - 1.0) } else { 0.0 };
+                let var_spread = spread * (s.stretch_sq + trailing * trailing) / 2.0;
                 SampledFlow {
                     key: key.clone(),
                     queue: s.queue,
@@ -284,7 +301,7 @@ impl WindowFlows {
                     packets: est[0].round() as u64,
                     bytes: est[1].round() as u64,
                     payload_bytes: est[2].round() as u64,
-                    bytes_var: (s.var_size + s.var_time).min(u64::MAX as f64) as u64,
+                    bytes_var: (s.var_size + s.var_time.max(var_spread)).min(u64::MAX as f64) as u64,
                     first_ns: s.first_ns,
                     last_ns: s.last_ns,
                 }
@@ -297,6 +314,13 @@ impl WindowFlows {
     /// dipped would otherwise lower it), so counters made of them (`serve`) only grow.
     pub fn merge(&mut self, program: Vec<SampledFlow>, driver: &[QueueCounters]) -> Vec<SampledFlow> {
         let mut out: Vec<SampledFlow> = program.into_iter().filter(|f| !self.scaled(f.key.dir)).collect();
+        // A direction scaled until the program took over: its flows stay at least where they
+        // were.
+        for f in out.iter_mut() {
+            if let Some(g) = self.given.get(&f.key) {
+                [f.packets, f.bytes, f.payload_bytes] = [f.packets.max(g[0]), f.bytes.max(g[1]), f.payload_bytes.max(g[2])];
+            }
+        }
         for mut e in self.estimates(driver) {
             let g = self.given.entry(e.key.clone()).or_default();
             *g = [g[0].max(e.packets), g[1].max(e.bytes), g[2].max(e.payload_bytes)];

@@ -95,12 +95,25 @@ pub struct DetailArgs {
     /// after GRO; else the driver hand-up tracepoints), tcx, handup (a program, always).
     #[arg(long, value_enum, default_value = "auto")]
     pub rx_counts: RxChoice,
+    /// Where the driver counts the queues, sample flows inside the detail windows only (at
+    /// --duty times the rate) and scale them by its counts: no per-packet program outside the
+    /// windows at all, for a wider error bound (a flow's start, end and changes of pace are
+    /// known to about a window's spacing, and flows sharing a queue whose mix changes between
+    /// windows are estimated less well).
+    #[arg(long)]
+    pub flow_windows: bool,
 }
 
 impl DetailArgs {
     /// The surfaces' detail (top, serve): the default windows and flow sampling.
     pub fn surface() -> DetailArgs {
-        DetailArgs { mode: DetailMode::Windows, duty: windows::DEFAULT_DUTY, flow_sample: None, rx_counts: RxChoice::Auto }
+        DetailArgs {
+            mode: DetailMode::Windows,
+            duty: windows::DEFAULT_DUTY,
+            flow_sample: None,
+            rx_counts: RxChoice::Auto,
+            flow_windows: false,
+        }
     }
 
     /// The flows' sampling threshold in bytes.
@@ -301,6 +314,8 @@ pub struct Session {
     /// The interface's own packet totals [RX, TX] at the last interval, against which the
     /// driver's per-queue counts are checked.
     prev_link: Option<[u64; 2]>,
+    /// Busy intervals in a row whose driver counts missed the interface's [RX, TX].
+    kernel_misses: [u32; 2],
     /// Whether the interface is still there, asked every interval.
     watch: Option<topology::presence::DeviceWatch>,
     /// Why the session ended early: the interface or its namespace went away.
@@ -417,7 +432,13 @@ impl Session {
         let windowed = opts.detail.mode == DetailMode::Windows && opts.duty() > 1;
         // Where the driver counts a direction, its program is only there for flows: in the
         // default it runs inside the windows alone, and flows are scaled by the driver's counts.
-        let window_only = [0, 1].map(|d| kernel_counts[d] && flows && windowed);
+        let window_only = [0, 1].map(|d| kernel_counts[d] && flows && windowed && opts.detail.flow_windows);
+        // Which NAPI instance serves each RX queue, where the driver says.
+        let napi_known = kstats.as_mut().map(|k| k.napi_queues()).unwrap_or_default();
+        // Where the driver counts RX, polls are counted in the windows and estimated from them,
+        // when the queue each poll belongs to can be known: from the kernel's queue table, or
+        // from the frames of an RX program (always on for flows, or in windows with them).
+        let napi_window_only = windowed && kernel_counts[0] && (flows || !napi_known.is_empty());
         let mut tier0 = QcountProbe::attach(
             &QcountConfig {
                 ifindex: iface.ifindex,
@@ -432,15 +453,14 @@ impl Session {
                 count_rx: !kernel_counts[0] || flows,
                 count_tx: !kernel_counts[1] || flows,
                 window_only,
-                napi_window_only: window_only[0],
+                napi_window_only,
             },
             &features,
             opts.hooks,
         )?;
-        // Which NAPI instance serves each RX queue, where the driver says; where it does not
-        // (veth) and no RX program runs outside windows, the first window begins at once and
-        // learns it from the frames, so no early poll goes uncharged.
-        let napi_known = kstats.as_mut().map(|k| k.napi_queues()).unwrap_or_default();
+        // Where the driver does not publish the NAPI instances (veth) and no RX program runs
+        // outside windows, the first window begins at once and learns them from the frames,
+        // so no early poll goes uncharged.
         tier0.map_napi(&napi_known)?;
         let learn_first = window_only[0] && napi_known.is_empty();
         if learn_first {
@@ -557,6 +577,7 @@ impl Session {
             napi_windows: None,
             start_q: Vec::new(),
             prev_link: None,
+            kernel_misses: [0; 2],
             watch,
             gone: None,
             sampler,
@@ -646,8 +667,8 @@ impl Session {
     /// Check the driver's per-queue counts of this interval against the interface's own
     /// totals: a driver whose queue counters miss a path (veth counts its NAPI path only) is
     /// found by trying, and its direction is counted by the program from then on.
-    fn check_kernel_counts(&mut self, cur_q: &mut [QueueCounters], interval: &[QueueCounters]) -> Result<()> {
-        let Some(link) = self.watch.as_mut().and_then(|w| w.link_packets()) else { return Ok(()) };
+    fn check_kernel_counts(&mut self, link: Option<[u64; 2]>, cur_q: &mut [QueueCounters], interval: &[QueueCounters]) -> Result<()> {
+        let Some(link) = link else { return Ok(()) };
         let Some(prev) = self.prev_link.replace(link) else { return Ok(()) };
         for (d, dir) in [(0, Dir::Rx), (1, Dir::Tx)] {
             if !self.kernel_counts[d] {
@@ -655,9 +676,15 @@ impl Session {
             }
             let by_link = link[d].saturating_sub(prev[d]);
             let by_queues: u64 = interval.iter().filter(|q| q.dir == dir).map(|q| q.packets).sum();
-            // Reads a moment apart differ by what arrived in between: judged on busy intervals
-            // with a margin, so only a path the counters miss shows.
+            // The two are read back to back, yet still differ by what arrived in between:
+            // judged on busy intervals with a margin, and only a miss that lasts two intervals
+            // in a row counts, so only a path the counters miss shows.
             if by_link < MIN_CHECKED_PACKETS || by_queues.abs_diff(by_link) <= by_link / 20 {
+                self.kernel_misses[d] = 0;
+                continue;
+            }
+            self.kernel_misses[d] += 1;
+            if self.kernel_misses[d] < 2 {
                 continue;
             }
             let src = self.kstats.as_ref().and_then(|k| k.source()).map_or("kernel", |k| k.as_str());
@@ -716,7 +743,8 @@ impl Session {
             let mut wait = deadline.saturating_duration_since(now).min(Duration::from_millis(200));
             if let (Some(w), Some(d)) = (self.windows.as_mut(), self.detail.as_mut()) {
                 let at = now.saturating_duration_since(self.started);
-                let closed = w.drive(d, self.l3.as_mut(), &mut self.tier0, self.flow_windows.is_some(), at)?;
+                let tier0_windows = self.tier0.has_window_hooks();
+                let closed = w.drive(d, self.l3.as_mut(), &mut self.tier0, tier0_windows, at)?;
                 if let Some(c) = w.next_change(at) {
                     wait = wait.min(c - at);
                 }
@@ -725,7 +753,7 @@ impl Session {
                 }
                 if let Some(why) = self.windows.as_mut().and_then(|w| w.flow_failure.take()) {
                     self.counter_notes.push(format!(
-                        "interval {}: the flow sampler did not attach for a window ({why}); flows miss every such window",
+                        "interval {}: tier 0's window programs (flows, NAPI polls) did not attach for a window ({why}); such windows miss them",
                         self.index
                     ));
                 }
@@ -752,8 +780,13 @@ impl Session {
 
         let t_ns = monotonic_ns();
         let mut cur_q = self.tier0.read_queues()?;
+        let mut link = None;
         if let Some(k) = self.kstats.as_mut() {
             overlay_kernel_counts(&mut cur_q, &k.queues(), self.kernel_counts);
+            // The interface's totals right after, to check the driver's counts against.
+            if self.kernel_counts.iter().any(|&c| c) {
+                link = self.watch.as_mut().and_then(|w| w.link_packets());
+            }
         }
         // The window under way when the run ends is a window too.
         if finishing {
@@ -799,7 +832,7 @@ impl Session {
             n.estimate(&mut snap.queues);
         }
         let flow_turn = finishing || self.index % self.flow_every == self.flow_every - 1;
-        self.check_kernel_counts(&mut cur_q, &snap.queues)?;
+        self.check_kernel_counts(link, &mut cur_q, &snap.queues)?;
         if flow_turn {
             let program = self.tier0.read_flows()?;
             let flows = match self.flow_windows.as_mut() {
@@ -993,7 +1026,7 @@ impl WindowDriver {
         detail: &mut PktlifeProbe,
         mut l3: Option<&mut L3missProbe>,
         tier0: &mut QcountProbe,
-        flows: bool,
+        tier0_windows: bool,
         at: Duration,
     ) -> Result<Option<(Duration, Duration)>> {
         use windows::Phase;
@@ -1011,7 +1044,7 @@ impl WindowDriver {
         match is {
             Phase::Off => {
                 detail.close_window();
-                if flows {
+                if tier0_windows {
                     tier0.set_window_hooks(false)?;
                 }
             }
@@ -1023,8 +1056,8 @@ impl WindowDriver {
                     self.generation = self.generation.wrapping_add(1);
                 }
                 detail.open_window(self.generation)?;
-                if flows && was == Phase::Off {
-                    // A window without flows (the program would not attach) still has its detail.
+                if tier0_windows && was == Phase::Off {
+                    // A window without tier 0's programs (one would not attach) still has its detail.
                     if let Err(e) = tier0.set_window_hooks(true) {
                         self.flow_failures += 1;
                         if self.flow_failures == 1 {
@@ -1050,7 +1083,7 @@ impl WindowDriver {
         if is == Phase::Off {
             self.learning = false;
         }
-        let flow_span = self.opened_at.filter(|_| flows && is == Phase::Off).map(|from| (from, at));
+        let flow_span = self.opened_at.filter(|_| tier0_windows && is == Phase::Off).map(|from| (from, at));
         Self::track(&mut self.sampled, &mut self.sampling_since, was == Phase::Window, is == Phase::Window, at);
         Self::track(&mut self.detailed, &mut self.detail_since, was != Phase::Off, is != Phase::Off, at);
         self.phase = phase;
