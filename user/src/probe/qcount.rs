@@ -242,6 +242,8 @@ pub struct QcountProbe {
     skel: QcountSkel<'static>,
     links: Vec<Link>,
     window_hooks: Vec<WindowHook>,
+    /// [RX, TX]: a program counts the direction (always or in windows).
+    counting: [bool; 2],
     ifindex: u32,
     netns_path: Option<std::path::PathBuf>,
     pub hooks: Vec<Tier0Hook>,
@@ -364,6 +366,7 @@ impl QcountProbe {
             skel,
             links,
             window_hooks,
+            counting: [cfg.count_rx, cfg.count_tx],
             ifindex: cfg.ifindex,
             netns_path: cfg.netns_path.clone(),
             hooks,
@@ -404,8 +407,13 @@ impl QcountProbe {
         err.map_or(Ok(()), Err)
     }
 
-    /// A window-only direction's program from now on for good: the driver's counters turned
-    /// out not to count that direction.
+    /// Whether a program counts a direction, always or in windows.
+    pub fn counts(&self, dir: Dir) -> bool {
+        self.counting[usize::from(dir == Dir::Tx)]
+    }
+
+    /// A direction's program from now on for good (already so unless it ran in windows only):
+    /// the driver's counters turned out not to count that direction.
     pub fn count_always(&mut self, dir: Dir) -> Result<()> {
         let mut keep = Vec::new();
         for mut h in std::mem::take(&mut self.window_hooks) {

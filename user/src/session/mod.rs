@@ -84,10 +84,9 @@ pub struct DetailArgs {
     pub duty: u32,
     /// Flows are estimated from skbs sampled in proportion to their size: an skb of d bytes
     /// with probability min(1, d / BYTES), so bulk flows come out nearly exact and a flood of
-    /// small packets costs one sample per BYTES; each estimate carries its error bound. Where
-    /// the driver counts the queues, flows are sampled inside the detail windows only (at
-    /// --duty times the rate) and scaled by its counts. 1: every skb (exact); 0: no flows.
-    /// Default: 65536, or 1 with --detail full.
+    /// small packets costs one sample per BYTES; each estimate carries its error bound (see
+    /// also --flow-windows). 1: every skb (exact); 0: no flows. Default: 65536, or 1 with
+    /// --detail full.
     #[arg(long, value_name = "BYTES")]
     pub flow_sample: Option<u32>,
     /// Where the exact RX counts come from: auto (the driver's own per-queue counters where
@@ -309,8 +308,6 @@ pub struct Session {
     flow_windows: Option<flowscale::WindowFlows>,
     /// NAPI polls counted in windows only, estimated for every interval.
     napi_windows: Option<napiscale::WindowNapi>,
-    /// Each queue's cumulative counts when the session started (the driver's where it counts).
-    start_q: Vec<QueueCounters>,
     /// The interface's own packet totals [RX, TX] at the last interval, against which the
     /// driver's per-queue counts are checked.
     prev_link: Option<[u64; 2]>,
@@ -430,8 +427,9 @@ impl Session {
         let flows = opts.detail.flow_sample() > 0;
         // Windows of duty 1 are the whole run: full detail.
         let windowed = opts.detail.mode == DetailMode::Windows && opts.duty() > 1;
-        // Where the driver counts a direction, its program is only there for flows: in the
-        // default it runs inside the windows alone, and flows are scaled by the driver's counts.
+        // Where the driver counts a direction, its program is only there for flows: with
+        // --flow-windows it runs inside the windows alone, and flows are scaled by the driver's
+        // counts.
         let window_only = [0, 1].map(|d| kernel_counts[d] && flows && windowed && opts.detail.flow_windows);
         // Which NAPI instance serves each RX queue, where the driver says.
         let napi_known = kstats.as_mut().map(|k| k.napi_queues()).unwrap_or_default();
@@ -575,7 +573,6 @@ impl Session {
             kernel_counts,
             flow_windows: None,
             napi_windows: None,
-            start_q: Vec::new(),
             prev_link: None,
             kernel_misses: [0; 2],
             watch,
@@ -594,12 +591,11 @@ impl Session {
         if let Some(k) = live.kstats.as_mut() {
             overlay_kernel_counts(&mut live.prev_q, &k.queues(), live.kernel_counts);
         }
-        live.start_q = live.prev_q.clone();
         if live.tier0.napi_window_only() {
             live.napi_windows = Some(napiscale::WindowNapi::default());
         }
         if window_only.iter().any(|&w| w) {
-            live.flow_windows = Some(flowscale::WindowFlows::new(window_only, &live.start_q));
+            live.flow_windows = Some(flowscale::WindowFlows::new(window_only, &live.prev_q));
         }
         live.prev_link = live.watch.as_mut().and_then(|w| w.link_packets());
         Ok(live)
@@ -689,12 +685,14 @@ impl Session {
             }
             let src = self.kstats.as_ref().and_then(|k| k.source()).map_or("kernel", |k| k.as_str());
             let what = dir.as_str().to_uppercase();
-            if !self.tier0.window_only(dir) {
+            if !self.tier0.counts(dir) {
+                // No program for this direction (no flows asked for): nothing to switch to.
                 self.counter_notes.push(format!(
                     "interval {}: the driver's per-queue {what} counters ({src}) counted {by_queues} packets where the interface counted {by_link}; \
                      its per-queue {what} counts are not exact (record with --flow-sample above 0 to let a program count them)",
                     self.index
                 ));
+                self.kernel_counts[d] = false;
                 continue;
             }
             self.tier0.count_always(dir)?;
