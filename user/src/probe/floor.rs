@@ -92,15 +92,10 @@ pub fn run(opts: &FloorOptions) -> Result<()> {
         }
         if prog.section() == "tcx/ingress" {
             // After the recorder's tcx program (which attaches first in the chain).
-            let ptr = super::qcount::ProgPtr(libbpf_rs::AsRawLibbpf::as_libbpf_object(&prog).as_ptr());
             let ns = opts.netns.as_deref().map(|n| std::path::Path::new(crate::topology::NETNS_RUN_DIR).join(n));
-            struct SendLink(libbpf_rs::Link);
-            // SAFETY: a bpf_link is an fd plus libbpf bookkeeping, not tied to a thread.
-            unsafe impl Send for SendLink {}
-            let ifindex = iface.ifindex;
-            match super::qcount::in_netns(ns.as_deref(), move || super::qcount::attach_tcx(ptr, ifindex, false).map(SendLink)) {
+            match super::qcount::attach_tcx_in(&prog, iface.ifindex, ns.as_deref(), false) {
                 Ok(l) => {
-                    links.push(l.0);
+                    links.push(l);
                     progs.extend(AttachedProg::of(&prog));
                 }
                 Err(e) => skipped.push(format!("tcx ingress: {e:#}")),

@@ -122,14 +122,14 @@ pub struct SampledFlow {
 }
 
 /// A loaded program, by pointer, to attach from another thread (the object outlives it).
-pub(crate) struct ProgPtr(pub(crate) *const libbpf_rs::libbpf_sys::bpf_program);
+struct ProgPtr(*const libbpf_rs::libbpf_sys::bpf_program);
 // SAFETY: libbpf's attach reads the program's fd and type only; the object is alive and not
 // modified while the attaching thread runs (it is joined before anything else happens).
 unsafe impl Send for ProgPtr {}
 
 /// A tcx link made through libbpf directly (libbpf-rs has no tcx attach yet): at the head
 /// of the device's chain when `first`, else at its end.
-pub(crate) fn attach_tcx(prog: ProgPtr, ifindex: u32, first: bool) -> Result<Link> {
+fn attach_tcx(prog: ProgPtr, ifindex: u32, first: bool) -> Result<Link> {
     let opts = libbpf_rs::libbpf_sys::bpf_tcx_opts {
         sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_tcx_opts>() as _,
         flags: if first { libbpf_rs::libbpf_sys::BPF_F_BEFORE } else { 0 },
@@ -146,6 +146,17 @@ pub(crate) fn attach_tcx(prog: ProgPtr, ifindex: u32, first: bool) -> Result<Lin
             std::io::Error::last_os_error().to_string().split(" (os error").next().unwrap_or_default()
         )),
     }
+}
+
+/// A tcx link for `prog` on the device `ifindex` of the namespace `ns` (None: this process's),
+/// made on a thread inside it (see `attach_tcx` for `first`).
+pub(crate) fn attach_tcx_in(prog: &libbpf_rs::Program<'_>, ifindex: u32, ns: Option<&std::path::Path>, first: bool) -> Result<Link> {
+    // The link outlives the thread: it is a kernel object held by its fd.
+    struct SendLink(Link);
+    // SAFETY: a bpf_link is an fd plus libbpf bookkeeping, not tied to a thread.
+    unsafe impl Send for SendLink {}
+    let ptr = ProgPtr(prog.as_libbpf_object().as_ptr());
+    in_netns(ns, move || attach_tcx(ptr, ifindex, first).map(SendLink)).map(|l| l.0)
 }
 
 /// Run `f` on a thread inside the network namespace `ns` (this process's stays as it is): a
@@ -288,17 +299,9 @@ impl QcountProbe {
         if tcx_loaded {
             let prog = skel.object().progs_mut().find(|p| p.section() == "tcx/ingress");
             let attached = match prog {
-                Some(p) => {
-                    let ifindex = cfg.ifindex;
-                    // The link outlives the thread: it is a kernel object held by its fd.
-                    struct SendLink(Link);
-                    // SAFETY: a bpf_link is an fd plus libbpf bookkeeping, not tied to a thread.
-                    unsafe impl Send for SendLink {}
-                    let ptr = ProgPtr(p.as_libbpf_object().as_ptr());
-                    // First in the device's chain: it sees every frame the stack takes, whatever
-                    // programs attached before it decide, and it only ever continues the chain.
-                    in_netns(cfg.netns_path.as_deref(), move || attach_tcx(ptr, ifindex, true).map(SendLink)).map(|l| l.0)
-                }
+                // First in the device's chain: it sees every frame the stack takes, whatever
+                // programs attached before it decide, and it only ever continues the chain.
+                Some(p) => attach_tcx_in(&p, cfg.ifindex, cfg.netns_path.as_deref(), true),
                 None => Err(anyhow::anyhow!("the qcount object has no tcx program (build problem)")),
             };
             match attached {
@@ -439,12 +442,7 @@ impl QcountProbe {
             .find(|p| p.section().to_string_lossy() == section)
             .ok_or_else(|| anyhow::anyhow!("the qcount object has no {section} program (build problem)"))?;
         if section == "tcx/ingress" {
-            struct SendLink(Link);
-            // SAFETY: a bpf_link is an fd plus libbpf bookkeeping, not tied to a thread.
-            unsafe impl Send for SendLink {}
-            let ptr = ProgPtr(prog.as_libbpf_object().as_ptr());
-            let ifindex = self.ifindex;
-            in_netns(self.netns_path.as_deref(), move || attach_tcx(ptr, ifindex, true).map(SendLink)).map(|l| l.0)
+            attach_tcx_in(&prog, self.ifindex, self.netns_path.as_deref(), true)
         } else {
             prog.attach().map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, &format!("attaching {section}"))))
         }
