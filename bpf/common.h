@@ -27,7 +27,8 @@ struct pl_flow_key {
 	__u8 family;   /* 4 or 6 */
 	__u8 proto;    /* IPPROTO_TCP / IPPROTO_UDP */
 	__u8 dir;      /* enum pl_dir */
-	__u8 pad;
+	__u8 qslot;    /* tier 0's flows: the queue (255 for 255 and up), so a flow that
+			* moves between queues is sampled per queue; 0 elsewhere */
 	__u16 sport;   /* host byte order */
 	__u16 dport;
 	__u8 saddr[16];

@@ -141,6 +141,7 @@ static __always_inline void flow_add(struct pl_flow_key *k, __u32 queue, __u32 d
 		var = bytes * bytes - bytes * wire;
 	}
 	qc_count(QC_FLOW_SAMPLES);
+	k->qslot = queue < 255 ? queue : 255;
 	struct qc_flow_stats *f = bpf_map_lookup_elem(&qc_flows, k);
 	if (f) {
 		/* This CPU's own copy of the entry: plain adds suffice. */

@@ -19,7 +19,7 @@
 
 A benchmark prints; it asserts nothing about time. Raw results go to out/bench.json.
 Knobs (environment): BIN, OUT_JSON, BENCH_ROUNDS (3), BENCH_RUN_SECS (5),
-BENCH_CONFIGS (comma-separated subset of none,bpftrace,record-counts,record,record-flow-windows,
+BENCH_CONFIGS (comma-separated subset of none,bpftrace,record-counts,record,record-flows-always,
 record-full,serve),
 BENCH_SKIP (comma-separated sections to skip: throughput,cost,hooks,long,sim). Needs root; traffic only
 flows between the testbed's namespaces.
@@ -43,7 +43,7 @@ BIN = Path(os.environ.get("BIN", ROOT / "user/target/release/ddioscope"))
 OUT_JSON = Path(os.environ.get("OUT_JSON", ROOT / "out/bench.json"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 T_RUN = int(os.environ.get("BENCH_RUN_SECS", "5"))
-CONFIGS = os.environ.get("BENCH_CONFIGS", "none,bpftrace,record-counts,record,record-flow-windows,record-full,serve").split(",")
+CONFIGS = os.environ.get("BENCH_CONFIGS", "none,bpftrace,record-counts,record,record-flows-always,record-full,serve").split(",")
 SKIP = set(filter(None, os.environ.get("BENCH_SKIP", "").split(",")))
 PORT = 5201
 SERVE_PORT = 19436
@@ -148,7 +148,7 @@ class Attached:
                 time.sleep(0.1)
         elif config.startswith("record"):
             extra = {"record-full": ["--detail", "full"], "record-counts": ["--detail", "counts"],
-                     "record-flow-windows": ["--flow-windows"]}.get(config, [])
+                     "record-flows-always": ["--flows", "always"]}.get(config, [])
             self.proc = subprocess.Popen(
                 [str(BIN), "record", "-i", tb.if_rcv, "--netns", tb.ns_rcv, "-d", "600", "-o", str(tmp / f"{config}.ddio"),
                  "--force", "--json-progress", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

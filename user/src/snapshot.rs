@@ -211,6 +211,10 @@ pub struct FlowCounters {
     /// The estimated variance of `bytes` (see `bytes_error`); 0 when every skb was sampled.
     #[serde(default)]
     pub bytes_var: Option<u64>,
+    /// Where exact counts came from other than the probes: "socket" (the local TCP socket's
+    /// own counters). None: the probes (sampled, or counted where `samples` is None).
+    #[serde(default)]
+    pub source: Option<String>,
 }
 
 impl FlowCounters {

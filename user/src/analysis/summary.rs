@@ -465,6 +465,11 @@ fn tiers(rec: &Recording, totals: &[QueueCounters], flows: &[crate::snapshot::Fl
     };
     let threshold = m.flow_sample_bytes.unwrap_or(1);
     let skbs: u64 = flows.iter().filter_map(|f| f.samples).sum();
+    let from_sockets = flows.iter().filter(|f| f.source.as_deref() == Some("socket")).count();
+    let sockets_note = match from_sockets {
+        0 => String::new(),
+        n => format!("; {n} TCP flow{} ending in a local socket counted exactly by the socket's own counters", if n == 1 { "" } else { "s" }),
+    };
     let flows = match threshold {
         0 => Provenance { kind: "absent", every: None, samples: None, text: "not recorded: --flow-sample 0".into() },
         1 => Provenance { kind: "exact", every: None, samples: None, text: "exact: every skb counted".into() },
@@ -476,11 +481,11 @@ fn tiers(rec: &Recording, totals: &[QueueCounters], flows: &[crate::snapshot::Fl
                 Some(w) => format!(
                     "estimated from skbs sampled in {w} detail windows, one of d bytes with probability d/{} up to 1, \
                      scaled by each queue's exact packet count: {skbs} sampled; each flow gives its 95% error bound \
-                     (size sampling and the spread between windows; a flow shorter than a cycle can be missed)",
+                     (size sampling and the spread between windows; a flow shorter than a cycle can be missed){sockets_note}",
                     (n / m.window_duty.unwrap_or(1).max(1)).max(1)
                 ),
                 None => format!(
-                    "estimated from sampled skbs, one of d bytes with probability d/{n} up to 1: {skbs} sampled; each flow gives its 95% error bound"
+                    "estimated from sampled skbs, one of d bytes with probability d/{n} up to 1: {skbs} sampled; each flow gives its 95% error bound{sockets_note}"
                 ),
             },
         },
@@ -624,6 +629,9 @@ pub struct FlowReport {
     pub samples: Option<u64>,
     /// The 95 % error bound of `bytes`, in bytes (0: every skb sampled; None: counted exactly).
     pub bytes_error: Option<u64>,
+    /// Counted exactly elsewhere than by the probes: "socket" (the local TCP socket's own
+    /// counters). None: by the probes.
+    pub source: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -773,6 +781,7 @@ pub fn build(rec: &Recording) -> Result<Summary> {
             payload_bytes: f.payload_bytes,
             samples: f.samples,
             bytes_error: f.bytes_var.map(|_| f.bytes_error().round() as u64),
+            source: f.source.clone(),
         })
         .collect();
     flows.sort_by_key(|f| std::cmp::Reverse(f.bytes));

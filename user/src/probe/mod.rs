@@ -6,6 +6,7 @@ pub mod l3miss;
 pub mod memlayout;
 pub mod pktlife;
 pub mod qcount;
+pub mod sockets;
 pub mod throttle;
 
 use libbpf_rs::AsRawLibbpf;

@@ -517,7 +517,8 @@ impl QcountProbe {
             .collect())
     }
 
-    /// Every flow's sampled sums, over the per-CPU copies of its entry.
+    /// Every flow's sampled sums on each queue it was sampled on (one entry per flow and
+    /// queue), over the per-CPU copies of its entry.
     pub fn read_flows(&self) -> Result<Vec<SampledFlow>> {
         let map = &self.skel.maps.qc_flows;
         let mut out = Vec::new();

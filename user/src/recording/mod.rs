@@ -47,7 +47,7 @@ CREATE TABLE flows (
     dst TEXT NOT NULL, dport INTEGER NOT NULL, queue INTEGER NOT NULL,
     packets INTEGER NOT NULL, bytes INTEGER NOT NULL, payload_bytes INTEGER NOT NULL,
     first_ns INTEGER NOT NULL, last_ns INTEGER NOT NULL,
-    samples INTEGER, bytes_var INTEGER,
+    samples INTEGER, bytes_var INTEGER, source TEXT,
     PRIMARY KEY (dir, proto, src, sport, dst, dport));
 CREATE TABLE samples (
     interval INTEGER NOT NULL, dir TEXT NOT NULL, queue INTEGER NOT NULL, cpu INTEGER NOT NULL,

@@ -56,6 +56,7 @@ struct Columns {
     detail_ns: &'static str,
     handups: &'static str,
     flow_samples: &'static str,
+    flow_source: &'static str,
     miss: bool,
     /// Recordings from before page sampling have no out_of_subset column: nothing was out.
     out_of_subset: &'static str,
@@ -117,6 +118,7 @@ impl Columns {
                 (true, false) => "samples,NULL",
                 _ => "NULL,NULL",
             },
+            flow_source: pick("flows", "source", "NULL"),
             miss: table("miss_intervals"),
             out_of_subset: pick("miss_intervals", "out_of_subset", "0"),
             no_flow: pick("miss_intervals", "no_flow", "NULL"),
@@ -634,8 +636,8 @@ impl Recording {
         let mut st = self
             .conn
             .prepare(&format!(
-                "SELECT dir,proto,src,sport,dst,dport,queue,packets,bytes,payload_bytes,first_ns,last_ns,{} FROM flows",
-                self.cols.flow_samples
+                "SELECT dir,proto,src,sport,dst,dport,queue,packets,bytes,payload_bytes,first_ns,last_ns,{},{} FROM flows",
+                self.cols.flow_samples, self.cols.flow_source
             ))
             .map_err(e)?;
         let mut rows = st.query([]).map_err(e)?;
@@ -659,6 +661,7 @@ impl Recording {
                 last_ns: g(11)?,
                 samples: opt_count(r, 12).map_err(e)?,
                 bytes_var: opt_count(r, 13).map_err(e)?,
+                source: r.get(14).map_err(e)?,
             };
             let w = &self.window;
             // A flow first seen before the window ends and last seen after it starts (a zero

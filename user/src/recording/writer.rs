@@ -365,7 +365,7 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
     }
     let mut f_st = tx.prepare_cached(
         "INSERT OR REPLACE INTO flows(dir,proto,src,sport,dst,dport,queue,packets,bytes,payload_bytes,first_ns,last_ns,
-         samples,bytes_var) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14)",
+         samples,bytes_var,source) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)",
     )?;
     for f in &s.flows {
         let k = &f.key;
@@ -384,7 +384,8 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
             f.last_ns as i64,
             f.samples.map(|v| v as i64),
             // SQLite integers are signed 64-bit: a variance past that is capped.
-            f.bytes_var.map(|v| v.min(i64::MAX as u64) as i64)
+            f.bytes_var.map(|v| v.min(i64::MAX as u64) as i64),
+            f.source
         ])?;
     }
     if let Some(m) = &s.misses {

@@ -826,7 +826,11 @@ fn flows_section(o: &mut String, r: &Summary) {
             fmt_count(f.packets as f64),
             fmt_bytes(f.bytes as f64),
             fmt_bytes(f.payload_bytes as f64),
-            f.bytes_error.map_or_else(|| "exact".into(), |e| format!("±{:.1}%", 100.0 * e as f64 / f.bytes.max(1) as f64)),
+            match (&f.source, f.bytes_error) {
+                (Some(src), _) => format!("exact ({src})"),
+                (None, None) => "exact".into(),
+                (None, Some(e)) => format!("±{:.1}%", 100.0 * e as f64 / f.bytes.max(1) as f64),
+            },
             f.samples.map_or_else(|| "-".into(), |n| n.to_string())
         );
     }

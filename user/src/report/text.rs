@@ -435,7 +435,11 @@ pub fn render_evidence(o: &mut String, r: &Summary, opt: &TextOptions) {
                     fmt_bytes(f.bytes as f64),
                 ];
                 if estimated {
-                    row.push(f.bytes_error.map_or_else(|| "-".into(), |e| format!("±{:.1}%", 100.0 * e as f64 / f.bytes.max(1) as f64)));
+                    row.push(match (&f.source, f.bytes_error) {
+                        (Some(src), _) => src.clone(),
+                        (None, None) => "-".into(),
+                        (None, Some(e)) => format!("±{:.1}%", 100.0 * e as f64 / f.bytes.max(1) as f64),
+                    });
                     row.push(f.samples.map_or_else(|| "-".into(), |s| s.to_string()));
                 }
                 row

@@ -81,18 +81,52 @@ struct Choice {
 pub struct WindowFlows {
     dirs: [bool; 2],
     windows: u64,
-    flows: HashMap<FlowKey, FlowSums>,
+    flows: HashMap<FlowId, FlowSums>,
     queues: HashMap<(Dir, u32), QueueMark>,
     /// The program's cumulative flows when the last window ended.
-    prev_flows: HashMap<FlowKey, SampledFlow>,
+    prev_flows: HashMap<FlowId, SampledFlow>,
     /// Each flow's last estimate given out [packets, bytes, payload].
-    given: HashMap<FlowKey, [u64; 3]>,
+    given: HashMap<FlowId, [u64; 3]>,
     /// The driver's pieces since the last window's end, the last read's cumulative counts and
     /// time, and the last window's middle.
     pieces: Vec<Piece>,
     last_read: HashMap<(Dir, u32), u64>,
     last_read_at: f64,
     last_window_at: Option<f64>,
+}
+
+/// A flow on one queue: the program samples a flow that moves between queues (veth's RX
+/// queue follows the sending CPU) on each apart, and each part takes its own queue's share.
+type FlowId = (FlowKey, u32);
+
+/// One flow's parts on several queues as one: their sums (independent estimates: the
+/// variances add), on the queue that carried most of its packets.
+pub fn by_flow(parts: Vec<SampledFlow>) -> Vec<SampledFlow> {
+    let mut out: Vec<SampledFlow> = Vec::new();
+    let mut at: HashMap<FlowKey, (usize, u64)> = HashMap::new();
+    for p in parts {
+        match at.get_mut(&p.key) {
+            Some((i, most)) => {
+                let f = &mut out[*i];
+                if p.packets > *most {
+                    *most = p.packets;
+                    f.queue = p.queue;
+                }
+                f.samples += p.samples;
+                f.packets += p.packets;
+                f.bytes += p.bytes;
+                f.payload_bytes += p.payload_bytes;
+                f.bytes_var = f.bytes_var.saturating_add(p.bytes_var);
+                f.first_ns = f.first_ns.min(p.first_ns);
+                f.last_ns = f.last_ns.max(p.last_ns);
+            }
+            None => {
+                at.insert(p.key.clone(), (out.len(), p.packets));
+                out.push(p);
+            }
+        }
+    }
+    out
 }
 
 /// How far (either way) a queue's rate in a piece may be from a window's before that window
@@ -138,7 +172,7 @@ impl WindowFlows {
     /// Stop scaling a direction: its program counts all the time from now on.
     pub fn stop_scaling(&mut self, dir: Dir) {
         self.dirs[usize::from(dir == Dir::Tx)] = false;
-        self.flows.retain(|k, _| k.dir != dir);
+        self.flows.retain(|(k, _), _| k.dir != dir);
     }
 
     /// Windows that ended so far.
@@ -216,8 +250,9 @@ impl WindowFlows {
         let first_window = self.windows == 1;
         let mut seen = std::collections::HashSet::new();
         for f in flows.iter().filter(|f| scaled(f.key.dir)) {
-            seen.insert(f.key.clone());
-            let delta = match self.prev_flows.get(&f.key) {
+            let id = (f.key.clone(), f.queue);
+            seen.insert(id.clone());
+            let delta = match self.prev_flows.get(&id) {
                 Some(p) if f.samples >= p.samples => SampledFlow {
                     samples: f.samples - p.samples,
                     packets: f.packets.saturating_sub(p.packets),
@@ -228,10 +263,8 @@ impl WindowFlows {
                 },
                 _ => f.clone(),
             };
-            let s = self.flows.entry(f.key.clone()).or_insert_with(|| FlowSums { first_ns: f.first_ns, ..Default::default() });
-            if delta.samples > 0 {
-                s.queue = f.queue;
-            }
+            let s = self.flows.entry(id).or_insert_with(|| FlowSums { first_ns: f.first_ns, ..Default::default() });
+            s.queue = f.queue;
             let (o, _) = stretch.get(&(f.key.dir, s.queue)).copied().unwrap_or((0, 0));
             let o = o as f64;
             let d: f64 = pieces.iter().map(|p| p.packets.get(&(f.key.dir, s.queue)).copied().unwrap_or(0) as f64).sum();
@@ -275,7 +308,7 @@ impl WindowFlows {
         // recording): the state kept is bounded by that table, not by the run's length.
         self.flows.retain(|k, _| seen.contains(k));
         self.given.retain(|k, _| seen.contains(k));
-        self.prev_flows = flows.iter().filter(|f| scaled(f.key.dir)).map(|f| (f.key.clone(), f.clone())).collect();
+        self.prev_flows = flows.iter().filter(|f| scaled(f.key.dir)).map(|f| ((f.key.clone(), f.queue), f.clone())).collect();
     }
 
     /// Every flow of the scaled directions, estimated for the run so far: `driver` holds each
@@ -285,7 +318,7 @@ impl WindowFlows {
         self.flows
             .iter()
             .filter(|(_, s)| s.samples > 0)
-            .map(|(key, s)| {
+            .map(|((key, _), s)| {
                 let mark = self.queues.get(&(key.dir, s.queue)).copied().unwrap_or_default();
                 let now = driver.iter().find(|q| q.dir == key.dir && q.queue == s.queue).map_or(mark.driver, |q| q.packets);
                 let trailing = grown(now, mark.driver) as f64;
@@ -317,12 +350,12 @@ impl WindowFlows {
         // A direction scaled until the program took over: its flows stay at least where they
         // were.
         for f in out.iter_mut() {
-            if let Some(g) = self.given.get(&f.key) {
+            if let Some(g) = self.given.get(&(f.key.clone(), f.queue)) {
                 [f.packets, f.bytes, f.payload_bytes] = [f.packets.max(g[0]), f.bytes.max(g[1]), f.payload_bytes.max(g[2])];
             }
         }
         for mut e in self.estimates(driver) {
-            let g = self.given.entry(e.key.clone()).or_default();
+            let g = self.given.entry((e.key.clone(), e.queue)).or_default();
             *g = [g[0].max(e.packets), g[1].max(e.bytes), g[2].max(e.payload_bytes)];
             [e.packets, e.bytes, e.payload_bytes] = *g;
             out.push(e);
@@ -355,6 +388,27 @@ mod tests {
 
     fn queue(q: u32, packets: u64) -> QueueCounters {
         QueueCounters { packets, ..QueueCounters::new(Dir::Rx, q) }
+    }
+
+    /// A flow that moved from queue 0 to queue 1 (veth's RX queue follows the sending CPU)
+    /// is estimated on each queue by that queue's own share, and reported once: the whole,
+    /// on the queue that carried most of it. Only queue 0 has a second flow.
+    #[test]
+    fn a_flow_that_moves_between_queues_takes_each_queues_share() {
+        let mut wf = WindowFlows::new([true, false], &[queue(0, 0), queue(1, 0)]);
+        // Window 1: flow 1 alone on queue 0 with flow 2 (half each). Then it moves to queue 1.
+        wf.window_ended(&[flow(1, 0, 50), flow(2, 0, 50)], &[queue(0, 100)], &[queue(0, 1000), queue(1, 0)], (0.45, 0.55), 1.0);
+        // Window 2: flow 1 alone on queue 1, flow 2 alone on queue 0.
+        wf.window_ended(&[flow(1, 0, 50), flow(2, 0, 100), flow(1, 1, 80)], &[queue(0, 150), queue(1, 80)], &[queue(0, 1500), queue(1, 800)], (1.45, 1.55), 2.0);
+        let est = by_flow(wf.merge(vec![], &[queue(0, 1500), queue(1, 800)]));
+        assert_eq!(est.iter().filter(|f| f.key.sport == 1).count(), 1);
+        let f1 = est.iter().find(|f| f.key.sport == 1).unwrap();
+        let f2 = est.iter().find(|f| f.key.sport == 2).unwrap();
+        // Queue 1's 800 packets are all flow 1's; queue 0's are split by each window's shares.
+        assert_eq!(f1.packets + f2.packets, 2300);
+        assert!(f1.packets >= 800 && f1.packets <= 800 + 500, "{f1:?}");
+        assert_eq!(f1.queue, 1);
+        assert!(f1.samples == 130 && f2.samples == 100, "{f1:?} {f2:?}");
     }
 
     /// A run of `seconds`, 10 slices of 100 ms each (an interval: the driver is read at its

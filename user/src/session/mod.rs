@@ -85,7 +85,7 @@ pub struct DetailArgs {
     /// Flows are estimated from skbs sampled in proportion to their size: an skb of d bytes
     /// with probability min(1, d / BYTES), so bulk flows come out nearly exact and a flood of
     /// small packets costs one sample per BYTES; each estimate carries its error bound (see
-    /// also --flow-windows). 1: every skb (exact); 0: no flows. Default: 65536, or 1 with
+    /// also --flows). 1: every skb (exact); 0: no flows. Default: 65536, or 1 with
     /// --detail full.
     #[arg(long, value_name = "BYTES")]
     pub flow_sample: Option<u32>,
@@ -94,13 +94,25 @@ pub struct DetailArgs {
     /// after GRO; else the driver hand-up tracepoints), tcx, handup (a program, always).
     #[arg(long, value_enum, default_value = "auto")]
     pub rx_counts: RxChoice,
-    /// Where the driver counts the queues, sample flows inside the detail windows only (at
-    /// --duty times the rate) and scale them by its counts: no per-packet program outside the
-    /// windows at all, for a wider error bound (a flow's start, end and changes of pace are
-    /// known to about a window's spacing, and flows sharing a queue whose mix changes between
-    /// windows are estimated less well).
-    #[arg(long)]
+    /// When flows are sampled where the driver counts a direction's queues: windows (inside
+    /// the detail windows only, at --duty times the rate, scaled by the driver's counts: no
+    /// program per packet outside the windows, for a wider error bound), or always (a program
+    /// samples every skb all the time). Either way a TCP flow that ends in a local socket takes
+    /// the socket's own exact counts. Directions the driver does not count are always sampled.
+    #[arg(long, value_enum, default_value = "windows")]
+    pub flows: FlowTiming,
+    /// Former spelling of --flows windows.
+    #[arg(long, hide = true)]
     pub flow_windows: bool,
+}
+
+/// When a flow program samples skbs (see --flows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FlowTiming {
+    /// In the detail windows only, where the driver counts the direction.
+    Windows,
+    /// All the time.
+    Always,
 }
 
 impl DetailArgs {
@@ -111,8 +123,14 @@ impl DetailArgs {
             duty: windows::DEFAULT_DUTY,
             flow_sample: None,
             rx_counts: RxChoice::Auto,
+            flows: FlowTiming::Windows,
             flow_windows: false,
         }
+    }
+
+    /// Whether flows are sampled in the windows only, where the driver counts.
+    pub fn flows_in_windows(&self) -> bool {
+        self.flows == FlowTiming::Windows || self.flow_windows
     }
 
     /// The flows' sampling threshold in bytes.
@@ -308,6 +326,11 @@ pub struct Session {
     flow_windows: Option<flowscale::WindowFlows>,
     /// NAPI polls counted in windows only, estimated for every interval.
     napi_windows: Option<napiscale::WindowNapi>,
+    /// The namespace's TCP sockets, whose own counters stand in for the estimates of the
+    /// flows that end in them (None: flows are counted exactly, or sock_diag is not there).
+    sockets: Option<crate::probe::sockets::SocketFlows>,
+    /// Reads of the sockets' close notifications that found them overflowed, so far.
+    socket_overflows: u64,
     /// The interface's own packet totals [RX, TX] at the last interval, against which the
     /// driver's per-queue counts are checked.
     prev_link: Option<[u64; 2]>,
@@ -430,7 +453,7 @@ impl Session {
         // Where the driver counts a direction, its program is only there for flows: with
         // --flow-windows it runs inside the windows alone, and flows are scaled by the driver's
         // counts.
-        let window_only = [0, 1].map(|d| kernel_counts[d] && flows && windowed && opts.detail.flow_windows);
+        let window_only = [0, 1].map(|d| kernel_counts[d] && flows && windowed && opts.detail.flows_in_windows());
         // Which NAPI instance serves each RX queue, where the driver says.
         let napi_known = kstats.as_mut().map(|k| k.napi_queues()).unwrap_or_default();
         // Where the driver counts RX, polls are counted in the windows and estimated from them,
@@ -573,6 +596,8 @@ impl Session {
             kernel_counts,
             flow_windows: None,
             napi_windows: None,
+            sockets: None,
+            socket_overflows: 0,
             prev_link: None,
             kernel_misses: [0; 2],
             watch,
@@ -586,6 +611,17 @@ impl Session {
             prev_t: start_ns,
             prev_m: Default::default(),
         };
+        // Sampled flows that end in a local TCP socket take its exact counts, from here on.
+        // Where sock_diag is missing or refused, they stay estimates, quietly.
+        if opts.detail.flow_sample() > 1 {
+            live.sockets = crate::probe::sockets::SocketFlows::open(netns_path.as_deref())
+                .map_err(|e| {
+                    if opts.args.verbose {
+                        eprintln!("ddioscope: TCP flows stay estimates: {e:#}");
+                    }
+                })
+                .ok();
+        }
         // Counts already made (between attach and now) belong to no interval either.
         live.prev_q = live.tier0.read_queues()?;
         if let Some(k) = live.kstats.as_mut() {
@@ -647,6 +683,32 @@ impl Session {
     /// are not time-sampled).
     pub fn flow_windows(&self) -> Option<u64> {
         self.flow_windows.as_ref().map(flowscale::WindowFlows::windows)
+    }
+
+    /// Put the local TCP sockets' own counts in place of the estimates of the flows that end
+    /// in them; returns those flows. A read that fails (the namespace went away) ends them,
+    /// said once in the notes.
+    fn socket_counts(&mut self, flows: &mut [crate::probe::qcount::SampledFlow]) -> std::collections::HashSet<crate::snapshot::FlowKey> {
+        let Some(s) = self.sockets.as_mut() else { return Default::default() };
+        if let Err(e) = s.read() {
+            self.counter_notes.push(format!(
+                "interval {}: TCP sockets could not be read any more ({e:#}); their flows are estimates from here on",
+                self.index
+            ));
+            self.sockets = None;
+            return Default::default();
+        }
+        if s.overflows > self.socket_overflows {
+            if self.socket_overflows == 0 {
+                self.counter_notes.push(format!(
+                    "interval {}: more TCP connections closed between two reads than their notifications had room for; \
+                     those connections' last second is missing from their flows",
+                    self.index
+                ));
+            }
+            self.socket_overflows = s.overflows;
+        }
+        s.table().apply(flows)
     }
 
     /// A window of the window-only flow programs ended: its flows and counts, with the
@@ -833,22 +895,27 @@ impl Session {
         self.check_kernel_counts(link, &mut cur_q, &snap.queues)?;
         if flow_turn {
             let program = self.tier0.read_flows()?;
-            let flows = match self.flow_windows.as_mut() {
+            let mut flows = flowscale::by_flow(match self.flow_windows.as_mut() {
                 Some(f) => f.merge(program, &cur_q),
                 None => program,
-            };
+            });
+            let from_sockets = self.socket_counts(&mut flows);
             snap.flows = flows
                 .into_iter()
-                .map(|f| FlowCounters {
-                    key: f.key,
-                    queue: f.queue,
-                    packets: f.packets,
-                    bytes: f.bytes,
-                    payload_bytes: f.payload_bytes,
-                    first_ns: f.first_ns,
-                    last_ns: f.last_ns,
-                    samples: Some(f.samples),
-                    bytes_var: Some(f.bytes_var),
+                .map(|f| {
+                    let socket = from_sockets.contains(&f.key);
+                    FlowCounters {
+                        queue: f.queue,
+                        packets: f.packets,
+                        bytes: f.bytes,
+                        payload_bytes: f.payload_bytes,
+                        first_ns: f.first_ns,
+                        last_ns: f.last_ns,
+                        samples: (!socket).then_some(f.samples),
+                        bytes_var: (!socket).then_some(f.bytes_var),
+                        source: socket.then(|| "socket".to_string()),
+                        key: f.key,
+                    }
                 })
                 .collect();
             snap.drop_reasons = self.tier0.read_drop_reasons()?;

@@ -747,6 +747,7 @@ mod tests {
             last_ns: 0,
             samples: None,
             bytes_var: None,
+            source: None,
         };
         let snap = Snapshot { dur_ns: 1_000_000_000, queues: vec![q.clone()], flows: vec![flow(1, 50), flow(2, 70)], ..Default::default() };
         acc.add(&snap);

@@ -144,7 +144,7 @@ mod tests {
     #[test]
     fn flow_rates_are_deltas_busiest_first() {
         let key = |sport| FlowKey { dir: Dir::Rx, proto: "tcp".into(), src: "a".into(), sport, dst: "b".into(), dport: 1 };
-        let f = |sport, bytes| FlowCounters { key: key(sport), queue: 0, packets: bytes / 100, bytes, payload_bytes: 0, first_ns: 0, last_ns: 0, samples: None, bytes_var: None };
+        let f = |sport, bytes| FlowCounters { key: key(sport), queue: 0, packets: bytes / 100, bytes, payload_bytes: 0, first_ns: 0, last_ns: 0, samples: None, bytes_var: None, source: None };
         let mut r = FlowRates::default();
         let first = r.update(&[f(1, 1000), f(2, 5000)], 1_000_000_000);
         assert_eq!(first.iter().map(|x| x.flow.key.sport).collect::<Vec<_>>(), vec![2, 1]);

@@ -103,6 +103,69 @@ impl Netlink {
         Ok(Netlink { sock, seq: 0 })
     }
 
+    /// A socket like `open`'s that also listens to the multicast `groups` (a bitmask, group n
+    /// at bit n - 1), with a receive buffer of at least `rcvbuf` bytes where the kernel allows.
+    pub fn subscribe(protocol: i32, netns: Option<&Path>, groups: u32, rcvbuf: usize) -> Result<Netlink> {
+        let nl = Netlink::open(protocol, netns)?;
+        // SAFETY: sockaddr_nl is plain data; zero is a valid value for every field.
+        let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+        addr.nl_family = libc::AF_NETLINK as u16;
+        addr.nl_groups = groups;
+        // SAFETY: a valid socket and an address of the size given.
+        let bound = unsafe {
+            libc::bind(
+                nl.sock.as_raw_fd(),
+                (&addr as *const libc::sockaddr_nl).cast(),
+                std::mem::size_of::<libc::sockaddr_nl>() as u32,
+            )
+        };
+        if bound != 0 {
+            bail!("listening to netlink groups {groups:#x}: {}", std::io::Error::last_os_error());
+        }
+        let size = rcvbuf as libc::c_int;
+        for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
+            // SAFETY: a valid socket and an int option of the size given.
+            let set = unsafe {
+                libc::setsockopt(nl.sock.as_raw_fd(), libc::SOL_SOCKET, opt, (&size as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as u32)
+            };
+            if set == 0 {
+                break;
+            }
+        }
+        Ok(nl)
+    }
+
+    /// The messages already queued on a subscribed socket (bodies after the header), without
+    /// waiting, and whether the kernel dropped some because the queue was full.
+    pub fn drain(&mut self) -> (Vec<Vec<u8>>, bool) {
+        let mut out = Vec::new();
+        let mut overflowed = false;
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            // SAFETY: a valid socket and a buffer of the length given.
+            let n = unsafe { libc::recv(self.sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+            if n < 0 {
+                match std::io::Error::last_os_error().raw_os_error() {
+                    Some(libc::ENOBUFS) => {
+                        overflowed = true;
+                        continue;
+                    }
+                    Some(libc::EINTR) => continue,
+                    _ => return (out, overflowed),
+                }
+            }
+            let mut b = &buf[..n as usize];
+            while b.len() >= NLMSG_HDR {
+                let len = (u32::from_ne_bytes([b[0], b[1], b[2], b[3]]) as usize).clamp(NLMSG_HDR, b.len());
+                let t = u16::from_ne_bytes([b[4], b[5]]);
+                if t != NLMSG_DONE && t != NLMSG_ERROR {
+                    out.push(b[NLMSG_HDR..len].to_vec());
+                }
+                b = &b[((len + 3) & !3).min(b.len())..];
+            }
+        }
+    }
+
     /// Send one message (`kind`, `flags`, body after the header) and collect the replies to
     /// it: every message of a dump up to its DONE, or the single answer. An error reply
     /// becomes an io::Error with its errno.

@@ -87,6 +87,7 @@ fn synthetic_file(llc: bool, counters: bool, rx: bool) -> (tempfile::TempDir, Pa
         last_ns: START_NS + 5 * IV_NS,
         samples: None,
         bytes_var: None,
+        source: None,
     };
     let snapshots: Vec<Snapshot> = (0..5u64)
         .map(|i| {
