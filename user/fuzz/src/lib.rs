@@ -284,6 +284,7 @@ fn serve_router(ready: bool) -> axum::Router {
             last_ns: 2,
             samples: Some(3),
             bytes_var: Some(1 << 20),
+            source: None,
         };
         let snap = Snapshot { dur_ns: 1_000_000_000, queues, flows: (1..6).map(flow).collect(), counters, ..Default::default() };
         acc.add(&snap);
