@@ -69,11 +69,6 @@ def test_tcp_counts_queues_flows_and_stages(testbed, recorder, tmp_path):
         assert flow["source"] == "socket" and flow["bytes_error"] is None, flow
         assert 0 <= flow["payload_bytes"] - nbytes <= 100, (flow, nbytes)
         assert flow["rx_queue"] in per_q
-    # The flows of a queue add up to no more than it carried (ACKs and the control
-    # connection are the rest).
-    for i, n in per_q.items():
-        on_q = sum(f["packets"] for f in r["flows"] if f["dir"] == "rx" and f["rx_queue"] == i)
-        assert on_q <= n * 1.01 + 10, (i, on_q, n)
 
     # Stage histograms: present on every queue the driver says carried traffic (at least
     # 1000 packets: four streams over four queues leave at least one such queue), and ordered.

@@ -479,10 +479,9 @@ fn tiers(rec: &Recording, totals: &[QueueCounters], flows: &[crate::snapshot::Fl
             samples: Some(skbs),
             text: match m.flow_windows {
                 Some(w) => format!(
-                    "estimated from skbs sampled in {w} detail windows, one of d bytes with probability d/{} up to 1, \
-                     scaled by each queue's exact packet count: {skbs} sampled; each flow gives its 95% error bound \
-                     (size sampling and the spread between windows; a flow shorter than a cycle can be missed){sockets_note}",
-                    (n / m.window_duty.unwrap_or(1).max(1)).max(1)
+                    "estimated from every skb of {w} detail windows, scaled by each queue's exact packet count: \
+                     {skbs} counted; each flow gives its 95% error bound (the spread between windows; a flow \
+                     shorter than a cycle can be missed){sockets_note}"
                 ),
                 None => format!(
                     "estimated from sampled skbs, one of d bytes with probability d/{n} up to 1: {skbs} sampled; each flow gives its 95% error bound{sockets_note}"

@@ -95,8 +95,8 @@ pub struct DetailArgs {
     #[arg(long, value_enum, default_value = "auto")]
     pub rx_counts: RxChoice,
     /// When flows are sampled where the driver counts a direction's queues: windows (inside
-    /// the detail windows only, at --duty times the rate, scaled by the driver's counts: no
-    /// program per packet outside the windows, for a wider error bound), or always (a program
+    /// the detail windows only, every skb there, scaled by the driver's counts: no program per
+    /// packet outside the windows, for a wider error bound), or always (a program
     /// samples every skb all the time). Either way a TCP flow that ends in a local socket takes
     /// the socket's own exact counts. Directions the driver does not count are always sampled.
     #[arg(long, value_enum, default_value = "windows")]
@@ -467,9 +467,10 @@ impl Session {
                 netns_path: netns_path.clone(),
                 rx_queue_offset: rx_queue_offset_for_driver(iface.driver.as_deref()),
                 link_hdr_len: iface.link_hdr_len(),
-                // A window-only direction samples `duty` times as densely inside its windows, so
-                // it gets about as many samples as always on.
-                flow_bytes: window_only.map(|w| if w { (opts.detail.flow_sample() / opts.duty()).max(1) } else { opts.detail.flow_sample() }),
+                // A window-only direction counts every skb inside its windows: a window's
+                // shares then carry no size-sampling noise (at 1/duty of the time, a flood of
+                // small packets would leave few samples), and the bound is the time sampling's.
+                flow_bytes: window_only.map(|w| if w { 1 } else { opts.detail.flow_sample() }),
                 rx: opts.detail.rx_counts,
                 count_rx: !kernel_counts[0] || flows,
                 count_tx: !kernel_counts[1] || flows,
