@@ -165,16 +165,7 @@ impl SocketTable {
     pub fn update(&mut self, listed: &[SocketStat], destroyed: &[SocketStat], now: Instant) {
         let first = !self.started;
         self.started = true;
-        for d in destroyed {
-            let base = match self.open.remove(&d.cookie) {
-                Some(o) => o.base,
-                // Opened and closed between two reads: whole; or opened before the first read
-                // and closed before it listed it: its counts before the start are unknown and
-                // count as the run's.
-                None => Counts::default(),
-            };
-            self.close(d.conn, d.counts.since(base), now);
-        }
+        self.ended(destroyed, now);
         for s in listed {
             let base = if first { s.counts } else { Counts::default() };
             let o = self.open.entry(s.cookie).or_insert(Open { conn: s.conn, base, now: s.counts, missed: 0 });
@@ -201,6 +192,25 @@ impl SocketTable {
             }
         }
         self.prune(now);
+    }
+
+    /// Close notifications alone (between dumps).
+    pub fn ended(&mut self, destroyed: &[SocketStat], now: Instant) {
+        for d in destroyed {
+            let base = match self.open.remove(&d.cookie) {
+                Some(o) => o.base,
+                // Opened and closed between two reads: whole; or opened before the first read
+                // and closed before it listed it: its counts before the start are unknown and
+                // count as the run's.
+                None => Counts::default(),
+            };
+            self.close(d.conn, d.counts.since(base), now);
+        }
+    }
+
+    /// Whether a connection the last dump no longer listed still waits for its notification.
+    pub fn awaiting(&self) -> bool {
+        self.open.values().any(|o| o.missed > 0)
     }
 
     fn close(&mut self, conn: Conn, counts: Counts, now: Instant) {
@@ -339,6 +349,24 @@ impl SocketFlows {
         Ok(())
     }
 
+    /// The last read of a run: a connection that closed just before it is no longer listed,
+    /// and its notification follows once the kernel frees it (a work queue, after its last
+    /// packets); wait up to `patience` for those, so its last counts are not an older dump's.
+    pub fn read_last(&mut self, patience: Duration) -> Result<()> {
+        self.read()?;
+        let deadline = Instant::now() + patience;
+        while self.table.awaiting() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+            let (msgs, overflowed) = self.destroys.drain();
+            if overflowed {
+                self.overflows += 1;
+            }
+            let destroyed: Vec<SocketStat> = msgs.iter().filter_map(|m| parse_diag(m)).collect();
+            self.table.ended(&destroyed, Instant::now());
+        }
+        Ok(())
+    }
+
     pub fn table(&mut self) -> &mut SocketTable {
         &mut self.table
     }
@@ -407,10 +435,12 @@ mod tests {
         let mut t = SocketTable::default();
         t.update(&[], &[], t0);
         t.update(&[stat(5, 40005, 10, 10_000)], &[], t0);
-        // Gone from the dump, its notification not read yet: still open.
+        // Gone from the dump, its notification not read yet: still open, and waited for.
         t.update(&[], &[], t0);
         assert_eq!(t.unseen_ends, 0);
-        t.update(&[], &[stat(5, 40005, 12, 12_000)], t0);
+        assert!(t.awaiting());
+        t.ended(&[stat(5, 40005, 12, 12_000)], t0);
+        assert!(!t.awaiting());
         assert_eq!(t.counts(&conn(40005)).map(|c| c.bytes_in), Some(12_000));
         // Another that never sends one: closed at what the last read saw, and said so.
         t.update(&[stat(6, 40006, 3, 3_000)], &[], t0);

@@ -134,6 +134,12 @@ pub fn by_flow(parts: Vec<SampledFlow>) -> Vec<SampledFlow> {
 /// does, by tens of percent within a second).
 const RATE_SLACK: f64 = 2.0;
 
+/// Whether a piece's rate is one a window's rate `r` could have seen (None: the window saw no
+/// traffic on the queue, so none fits).
+fn fits(r: Option<f64>, piece: f64) -> bool {
+    r.is_some_and(|r| piece <= RATE_SLACK * r && r <= RATE_SLACK * piece)
+}
+
 /// A cumulative count's increase (a count below the last one is a map made anew: all of it).
 fn grown(now: u64, before: u64) -> u64 {
     if now >= before {
@@ -208,6 +214,8 @@ impl WindowFlows {
             .map(|q| (q.dir, q.queue))
             .collect();
         let mut choices: HashMap<(Dir, u32), Vec<Choice>> = HashMap::new();
+        // Each queue's packet rate in this window and in the one before.
+        let mut rates: HashMap<(Dir, u32), (Option<f64>, Option<f64>)> = HashMap::new();
         for k in keys {
             if stretch.contains_key(&k) {
                 continue;
@@ -218,8 +226,8 @@ impl WindowFlows {
             let seen = grown(p, mark.program);
             stretch.insert(k, (seen, grown(d, mark.driver)));
             let rate = (seen > 0).then(|| seen as f64 / window_s);
-            let fits = |r: Option<f64>, piece: f64| r.is_some_and(|r| piece <= RATE_SLACK * r && r <= RATE_SLACK * piece);
             let before_rate = if prev_at.is_some() { mark.rate } else { rate };
+            rates.insert(k, (rate, before_rate));
             choices.insert(
                 k,
                 pieces
@@ -283,22 +291,33 @@ impl WindowFlows {
             let none = Vec::new();
             let queue_choices = choices.get(&(f.key.dir, s.queue)).unwrap_or(&none);
             let mut mismatch = 0.0;
+            // The queue's pace in the windows the flow ran in: a piece can have charged it
+            // wrongly (or missed it) for no more of the queue's packets than RATE_SLACK times
+            // that pace allows, however busy others kept the queue when it was gone.
+            let (r_now, r_before) = rates.get(&(f.key.dir, s.queue)).copied().unwrap_or((None, None));
+            let on = |share: f64, r: Option<f64>| if share > 0.0 { r.unwrap_or(0.0) } else { 0.0 };
+            let flow_rate = on(share[0], r_now).max(on(before[0], r_before));
             for (p, c) in pieces.iter().zip(queue_choices) {
                 let n = p.packets.get(&(f.key.dir, s.queue)).copied().unwrap_or(0) as f64;
                 let x = if c.this_window { share } else { before };
                 for (e, x) in s.est.iter_mut().zip(x) {
                     *e += x * n;
                 }
-                mismatch += (share[1] - before[1]).abs() * n * c.doubt;
+                let exposed = if flow_rate > 0.0 && p.seconds > 0.0 { n.min(RATE_SLACK * flow_rate * p.seconds) } else { n };
+                mismatch += (share[1] - before[1]).abs() * exposed * c.doubt;
             }
             s.var_time += mismatch * mismatch / 2.0;
-            if o > 0.0 {
+            // The scatter of its share while it runs: windows after it ended (share 0 on a
+            // queue others keep busy) and the stretches between them are not its own.
+            if o > 0.0 && share[1] > 0.0 {
                 s.share_n += 1.0;
                 let dev = share[1] - s.share_mean;
                 s.share_mean += dev / s.share_n;
                 s.share_m2 += dev * (share[1] - s.share_mean);
             }
-            s.stretch_sq += d * d;
+            if share[1] > 0.0 || before[1] > 0.0 {
+                s.stretch_sq += d * d;
+            }
             s.share = share;
             s.samples += delta.samples;
             s.first_ns = s.first_ns.min(f.first_ns);
@@ -321,7 +340,20 @@ impl WindowFlows {
             .map(|((key, _), s)| {
                 let mark = self.queues.get(&(key.dir, s.queue)).copied().unwrap_or_default();
                 let now = driver.iter().find(|q| q.dir == key.dir && q.queue == s.queue).map_or(mark.driver, |q| q.packets);
-                let trailing = grown(now, mark.driver) as f64;
+                // Since the last window, only the pieces whose rate fits the one it saw take its
+                // share: traffic of another pace (a flow that came after it) waits for the next
+                // window to say whose it is, rather than be charged to the last one's flows
+                // (which `merge` could then never take back).
+                let pieced: u64 = self.pieces.iter().map(|p| p.packets.get(&(key.dir, s.queue)).copied().unwrap_or(0)).sum();
+                let unpieced = grown(now, mark.driver).saturating_sub(pieced) as f64;
+                let trailing = unpieced
+                    + self
+                        .pieces
+                        .iter()
+                        .map(|p| (p.packets.get(&(key.dir, s.queue)).copied().unwrap_or(0) as f64, p.seconds))
+                        .filter(|&(n, secs)| n == 0.0 || secs <= 0.0 || fits(mark.rate, n / secs))
+                        .map(|(n, _)| n)
+                        .sum::<f64>();
                 let est = [0, 1, 2].map(|i| s.est[i] + s.share[i] * trailing);
                 // A stretch takes one window's share for each half: a share that scatters by
                 // sd across windows is that far off on each, independently.

@@ -43,6 +43,10 @@ pub struct SessionArgs {
     pub verbose: bool,
 }
 
+/// How long the last read of a run waits for the close notifications of connections that
+/// closed just before it (the kernel sends them once the socket is freed, within milliseconds).
+const SOCKET_PATIENCE: Duration = Duration::from_millis(300);
+
 /// How much per-packet detail a live session takes, beyond tier 0's exact counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -689,9 +693,10 @@ impl Session {
     /// Put the local TCP sockets' own counts in place of the estimates of the flows that end
     /// in them; returns those flows. A read that fails (the namespace went away) ends them,
     /// said once in the notes.
-    fn socket_counts(&mut self, flows: &mut [crate::probe::qcount::SampledFlow]) -> std::collections::HashSet<crate::snapshot::FlowKey> {
+    fn socket_counts(&mut self, flows: &mut [crate::probe::qcount::SampledFlow], last: bool) -> std::collections::HashSet<crate::snapshot::FlowKey> {
         let Some(s) = self.sockets.as_mut() else { return Default::default() };
-        if let Err(e) = s.read() {
+        let read = if last { s.read_last(SOCKET_PATIENCE) } else { s.read() };
+        if let Err(e) = read {
             self.counter_notes.push(format!(
                 "interval {}: TCP sockets could not be read any more ({e:#}); their flows are estimates from here on",
                 self.index
@@ -900,7 +905,7 @@ impl Session {
                 Some(f) => f.merge(program, &cur_q),
                 None => program,
             });
-            let from_sockets = self.socket_counts(&mut flows);
+            let from_sockets = self.socket_counts(&mut flows, finishing);
             snap.flows = flows
                 .into_iter()
                 .map(|f| {
