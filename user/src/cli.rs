@@ -30,7 +30,7 @@ pub struct Cli {
 pub enum Cmd {
     /// Attach to an interface and write a recording (needs root).
     Record(RecordArgs),
-    /// Live per-queue view in the terminal (plain lines when stdout is not a terminal); q or Ctrl-C quits.
+    /// Live per-queue view in the terminal (plain lines when stdout is not a terminal); q, Esc or Ctrl-C quits.
     Top(TopArgs),
     /// Serve OpenMetrics/Prometheus metrics (/metrics, /healthz) from a live session.
     Serve(ServeArgs),

@@ -523,7 +523,7 @@ impl Collector for SnapshotCollector {
             "1 while the observed interface exists, 0 while it (or its namespace) is gone; the counters keep their totals.",
             &[(vec![dev()], if p.device_up { 1.0 } else { 0.0 })])?;
         counter(&mut enc, "ddioscope_state_evictions",
-            "In-flight packet states the kernel's LRU evicted (their stages go uncounted).",
+            "In-flight packet states overwritten in the kernel's direct-mapped table by a newer packet's (their stages go uncounted).",
             &[(vec![dev()], p.events.state_evicted)])?;
 
         counter(&mut enc, "ddioscope_counter_events",
