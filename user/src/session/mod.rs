@@ -120,14 +120,17 @@ pub enum FlowTiming {
 }
 
 impl DetailArgs {
-    /// The surfaces' detail (top, serve): the default windows and flow sampling.
+    /// The surfaces' detail (top, serve): the default windows and flow sampling, with flows
+    /// sampled all the time: their per-flow series must only grow and move between the named
+    /// flows and "other" whole, which window-scaled estimates (revised as windows come) do
+    /// not yet guarantee.
     pub fn surface() -> DetailArgs {
         DetailArgs {
             mode: DetailMode::Windows,
             duty: windows::DEFAULT_DUTY,
             flow_sample: None,
             rx_counts: RxChoice::Auto,
-            flows: FlowTiming::Windows,
+            flows: FlowTiming::Always,
             flow_windows: false,
         }
     }
