@@ -850,13 +850,13 @@ fn page_sampling(sc: &Scenario, seed: u64) {
     }
 }
 
-/// `--miss-duty`: the sampler in one window of 1/4 and 1/16 of each interval at 4 and 16
+/// `--miss-duty`: the sampler in one window of 1/4, 1/16 and 1/32 (the default) of each interval at 4, 16 and 32
 /// times the rate, the map kept in the windows and their warm-ups only. The shares are held
 /// to the same bar as always on; the estimate lands on the load misses the windows held,
 /// scaled by the duty. How far that is from the recording's total depends on how the load
 /// varies in time (here each interval's rates differ, ±50 %): printed, bounded loosely.
 fn time_windows(sc: &Scenario, seed: u64) {
-    for duty in [4u32, 16] {
+    for duty in [4u32, 16, 32] {
         let run = sampled_pages(sc, &mut Rng(seed ^ 0x7d17), 1, duty);
         let a = address_join(&run.counts);
         let label = format!("join, windows 1/{duty}");
