@@ -850,7 +850,7 @@ fn page_sampling(sc: &Scenario, seed: u64) {
     }
 }
 
-/// `--miss-duty`: the sampler in one window of 1/4, 1/16 and 1/32 (the default) of each interval at 4, 16 and 32
+/// `--miss-duty`: the sampler in one window of 1/4, 1/16 (the default) and 1/32 of each interval at 4, 16 and 32
 /// times the rate, the map kept in the windows and their warm-ups only. The shares are held
 /// to the same bar as always on; the estimate lands on the load misses the windows held,
 /// scaled by the duty. How far that is from the recording's total depends on how the load
