@@ -458,8 +458,8 @@ impl Session {
         // Windows of duty 1 are the whole run: full detail.
         let windowed = opts.detail.mode == DetailMode::Windows && opts.duty() > 1;
         // Where the driver counts a direction, its program is only there for flows: with
-        // --flow-windows it runs inside the windows alone, and flows are scaled by the driver's
-        // counts.
+        // --flows windows (the default) it runs inside the windows alone, and flows are scaled
+        // by the driver's counts.
         let window_only = [0, 1].map(|d| kernel_counts[d] && flows && windowed && opts.detail.flows_in_windows());
         // Which NAPI instance serves each RX queue, where the driver says.
         let napi_known = kstats.as_mut().map(|k| k.napi_queues()).unwrap_or_default();
