@@ -422,6 +422,27 @@ mod tests {
         QueueCounters { packets, ..QueueCounters::new(Dir::Rx, q) }
     }
 
+    /// A light flow's last window, then a flow ten times as heavy on its queue before the next
+    /// window: the estimate read in between does not charge the heavy traffic to the light
+    /// flow (the monotone clamp would keep it for good), and its bound stays its own size.
+    #[test]
+    fn traffic_of_another_pace_after_the_last_window_waits_for_the_next() {
+        let mut wf = WindowFlows::new([true, false], &[queue(0, 0)]);
+        // 1000 packets a second, all flow 1's; its window at 0.45-0.55 s saw 100.
+        for t in 1..=5 {
+            wf.driver_read(t as f64 * 0.1, &[queue(0, 100 * t)]);
+        }
+        wf.window_ended(&[flow(1, 0, 100)], &[queue(0, 100)], &[queue(0, 600)], (0.45, 0.55), 0.6);
+        // Then 10,000 a second of a flow no window has seen yet, for 0.4 s.
+        for t in 1..=4 {
+            wf.driver_read(0.6 + t as f64 * 0.1, &[queue(0, 600 + 1000 * t)]);
+        }
+        let est = wf.merge(vec![], &[queue(0, 4600)]);
+        let f1 = est.iter().find(|f| f.key.sport == 1).unwrap();
+        assert!(f1.packets <= 700, "{f1:?}");
+        assert!(1.96 * (f1.bytes_var as f64).sqrt() < 0.5 * f1.bytes as f64, "{f1:?}");
+    }
+
     /// A flow that moved from queue 0 to queue 1 (veth's RX queue follows the sending CPU)
     /// is estimated on each queue by that queue's own share, and reported once: the whole,
     /// on the queue that carried most of it. Only queue 0 has a second flow.
