@@ -564,6 +564,9 @@ pub struct Meta {
     /// Flows of the driver-counted directions were sampled in this many detail windows and
     /// scaled by the driver's counts (None: sampled all the time).
     pub flow_windows: Option<u64>,
+    /// Detail windows opened between the drawn ones for queues with traffic and no stage timed
+    /// yet (None: no windows, or an older recording).
+    pub windows_opened: Option<u64>,
     /// "windows": NAPI polls counted in the detail windows and estimated from them (polls per
     /// packet there times the exact packets); "exact": every poll; None: older recordings.
     pub napi_counts: Option<String>,
@@ -719,6 +722,7 @@ pub fn build(rec: &Recording) -> Result<Summary> {
         rx_counts: rec.meta.rx_counts,
         tx_counts: rec.meta.tx_counts.clone(),
         flow_windows: rec.meta.flow_windows,
+        windows_opened: rec.meta.windows_opened,
         napi_counts: rec.meta.napi_counts.clone(),
         hooks: hooks.iter().filter(|h| !h["flavor"].is_null()).map(hook_name).collect(),
         hooks_missing: hooks

@@ -137,6 +137,7 @@ pub fn record(args: &RecordArgs) -> Result<RecordSummary> {
     let intervals = live.index();
     let live_gone = live.gone().map(str::to_string);
     let flow_windows = live.flow_windows();
+    let windows_opened = live.windows_opened();
     // Detach before the final metadata write: nothing stays attached even if that write fails.
     drop(live);
     if let Some(e) = write_error {
@@ -154,6 +155,7 @@ pub fn record(args: &RecordArgs) -> Result<RecordSummary> {
         }),
         complete: Some(true),
         flow_windows,
+        windows_opened,
         ..Default::default()
     }
     .write(&writer)?;

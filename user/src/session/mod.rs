@@ -82,7 +82,8 @@ pub struct DetailArgs {
     /// With --detail windows: the detail hooks and the L3-miss sampler run 1/N of each
     /// second (one window at a random place, after a warm-up and before a drain of up to
     /// 10 ms each), the sampler at N times its rate inside, so the sample count stays about
-    /// the same. 1: always on.
+    /// the same. A queue that carries traffic before any of its stages is timed gets a window
+    /// opened for it at once. 1: always on.
     #[arg(long, value_name = "N", default_value_t = windows::DEFAULT_DUTY,
           value_parser = clap::value_parser!(u32).range(1..=windows::MAX_DUTY as i64))]
     pub duty: u32,
@@ -689,6 +690,11 @@ impl Session {
 
     /// The windows the flows of a driver-counted direction were sampled in so far (None: flows
     /// are not time-sampled).
+    /// Windows opened between the drawn ones for queues with no stage timed (None: no windows).
+    pub fn windows_opened(&self) -> Option<u64> {
+        self.windows.as_ref().map(|w| w.opened)
+    }
+
     pub fn flow_windows(&self) -> Option<u64> {
         self.flow_windows.as_ref().map(flowscale::WindowFlows::windows)
     }
@@ -897,6 +903,9 @@ impl Session {
         };
         let mut cur_q = combine(cur_q, &cur_s);
         snap.queues = interval_queues(&cur_q, &self.prev_q);
+        if let Some(w) = self.windows.as_mut() {
+            w.time_untimed_queues(&snap.queues, &cur_q, Instant::now().saturating_duration_since(self.started));
+        }
         if let Some(n) = self.napi_windows.as_mut() {
             n.estimate(&mut snap.queues);
         }
@@ -1038,7 +1047,21 @@ struct WindowDriver {
     opened_at: Option<Duration>,
     /// The window-only flow programs run from the start until the first window ends.
     learning: bool,
+    /// Windows opened for each queue (direction, queue) that carried traffic with no stage
+    /// timed yet; at most `OPENED_PER_QUEUE` each.
+    opened_for: std::collections::HashMap<(Dir, u32), u32>,
+    /// Windows opened between the drawn ones so far.
+    pub opened: u64,
 }
+
+/// Windows a queue may have opened for it while it has no stage timed: the cost of windows
+/// stays near 1/duty whatever a queue does (one whose stages never get timed, such as a TX
+/// queue of a driver without completion events, asks twice and stops).
+const OPENED_PER_QUEUE: u32 = 2;
+
+/// Packets a queue carries in an interval before a window is opened for it: a few packets of
+/// a control connection are not traffic worth timing.
+const OPEN_FOR_PACKETS: u64 = 100;
 
 impl WindowDriver {
     fn new(cycle: Duration, duty: u32) -> Option<WindowDriver> {
@@ -1055,7 +1078,35 @@ impl WindowDriver {
             flow_failure: None,
             opened_at: None,
             learning: false,
+            opened_for: std::collections::HashMap::new(),
+            opened: 0,
         })
+    }
+
+    /// Open a window now if a queue carried traffic this interval (`OPEN_FOR_PACKETS`) and none of its stages is
+    /// timed yet (`cumulative`: every queue's counters since the start): at 1/duty a queue
+    /// busy for a few hundred milliseconds between two drawn windows would otherwise go
+    /// without stage histograms.
+    fn time_untimed_queues(&mut self, interval: &[QueueCounters], cumulative: &[QueueCounters], at: Duration) {
+        let untimed: Vec<(Dir, u32)> = interval
+            .iter()
+            .filter(|q| q.packets >= OPEN_FOR_PACKETS)
+            .filter(|q| {
+                cumulative
+                    .iter()
+                    .find(|c| c.dir == q.dir && c.queue == q.queue)
+                    .is_none_or(|c| c.stage_count.iter().all(|&n| n == 0))
+            })
+            .map(|q| (q.dir, q.queue))
+            .filter(|k| self.opened_for.get(k).copied().unwrap_or(0) < OPENED_PER_QUEUE)
+            .collect();
+        if untimed.is_empty() || !self.schedule.open_at(at) {
+            return;
+        }
+        self.opened += 1;
+        for k in untimed {
+            *self.opened_for.entry(k).or_insert(0) += 1;
+        }
     }
 
     fn next_change(&mut self, at: Duration) -> Option<Duration> {
