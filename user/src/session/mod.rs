@@ -121,17 +121,16 @@ pub enum FlowTiming {
 }
 
 impl DetailArgs {
-    /// The surfaces' detail (top, serve): the default windows and flow sampling, with flows
-    /// sampled all the time: their per-flow series must only grow and move between the named
-    /// flows and "other" whole, which window-scaled estimates (revised as windows come) do
-    /// not yet guarantee.
+    /// The surfaces' detail (top, serve): the recorder's defaults. Their flow series take the
+    /// totals as estimates (left out of a reading, revised down, replaced by a socket's own
+    /// counts) and count only what passes the highest total seen.
     pub fn surface() -> DetailArgs {
         DetailArgs {
             mode: DetailMode::Windows,
             duty: windows::DEFAULT_DUTY,
             flow_sample: None,
             rx_counts: RxChoice::Auto,
-            flows: FlowTiming::Always,
+            flows: FlowTiming::Windows,
             flow_windows: false,
         }
     }

@@ -231,12 +231,18 @@ impl Accumulator {
         p.events.received += e.received;
         p.events.state_evicted += e.state_evicted;
         p.events.queue_clamped += e.queue_clamped;
-        // The flow table is read only on some intervals.
+        // The flow table is read only on some intervals. Its totals are estimates (sampled in
+        // windows, revised as the driver's counts come in, or a socket's own counts): the
+        // series take them as such, with each flow's first sighting as its incarnation.
         if !snap.flows.is_empty() {
             for (i, dir) in [Dir::Rx, Dir::Tx].into_iter().enumerate() {
-                let reading: Vec<(FlowKey, [u64; 2])> =
-                    snap.flows.iter().filter(|f| f.key.dir == dir).map(|f| (f.key.clone(), [f.bytes, f.packets])).collect();
-                self.flows[i].update(&reading);
+                let reading: Vec<(FlowKey, u64, [u64; 2])> = snap
+                    .flows
+                    .iter()
+                    .filter(|f| f.key.dir == dir)
+                    .map(|f| (f.key.clone(), f.first_ns, [f.bytes, f.packets]))
+                    .collect();
+                self.flows[i].update_estimates(&reading);
             }
             (p.flows, p.flows_other) = exported(&self.flows);
         }

@@ -82,29 +82,50 @@ pub struct FlowRate {
     pub packets_per_s: f64,
 }
 
-/// Turns the kernel's cumulative flow table into per-interval rates.
+/// Turns the cumulative flow totals into per-interval rates.
 #[derive(Debug, Default)]
 pub struct FlowRates {
-    prev: HashMap<FlowKey, (u64, u64)>,
+    prev: HashMap<FlowKey, SeenFlow>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct SeenFlow {
+    /// The highest totals read.
+    bytes: u64,
+    packets: u64,
+    first_ns: u64,
+    /// Readings in a row the flow was left out of.
+    absent: u32,
 }
 
 impl FlowRates {
-    /// Rates since the previous call, busiest first. A flow seen for the first
-    /// time counts from zero; one whose counters went backwards (the kernel's LRU
-    /// evicted and re-created it) counts from its new value.
+    /// Rates since the previous call, busiest first. Totals are estimates where flows are
+    /// sampled in windows: a flow may be left out of a reading and come back with its total
+    /// carried on, or be revised down; only the part above the highest total seen is new. A
+    /// later first sighting is a new entry (the kernel's LRU let it go and it came back): it
+    /// counts from zero.
     pub fn update(&mut self, flows: &[FlowCounters], dur_ns: u64) -> Vec<FlowRate> {
         let dur_s = dur_ns as f64 / 1e9;
         let mut out = Vec::new();
-        let mut next = HashMap::with_capacity(flows.len());
+        let mut read = std::collections::HashSet::with_capacity(flows.len());
         for f in flows {
-            let (pb, pp) = self.prev.get(&f.key).copied().unwrap_or((0, 0));
-            let (db, dp) = if f.bytes >= pb { (f.bytes - pb, f.packets.saturating_sub(pp)) } else { (f.bytes, f.packets) };
-            next.insert(f.key.clone(), (f.bytes, f.packets));
+            read.insert(&f.key);
+            let s = self.prev.entry(f.key.clone()).or_insert(SeenFlow { bytes: 0, packets: 0, first_ns: f.first_ns, absent: 0 });
+            if f.first_ns > s.first_ns {
+                *s = SeenFlow { bytes: 0, packets: 0, first_ns: f.first_ns, absent: 0 };
+            }
+            let (db, dp) = (f.bytes.saturating_sub(s.bytes), f.packets.saturating_sub(s.packets));
+            (s.bytes, s.packets, s.absent) = (s.bytes.max(f.bytes), s.packets.max(f.packets), 0);
             if db > 0 && dur_s > 0.0 {
                 out.push(FlowRate { flow: f.clone(), bytes_per_s: db as f64 / dur_s, packets_per_s: dp as f64 / dur_s });
             }
         }
-        self.prev = next;
+        self.prev.retain(|k, s| {
+            if !read.contains(k) {
+                s.absent += 1;
+            }
+            s.absent <= super::capped::FORGET_READINGS
+        });
         out.sort_by(|a, b| b.bytes_per_s.total_cmp(&a.bytes_per_s));
         out
     }
@@ -151,5 +172,12 @@ mod tests {
         let second = r.update(&[f(1, 9000), f(2, 5000)], 1_000_000_000);
         assert_eq!(second.len(), 1);
         assert_eq!(second[0].bytes_per_s, 8000.0);
+        // Left out, then back with its total carried on; revised down: nothing new twice.
+        assert!(r.update(&[f(2, 5000)], 1_000_000_000).is_empty());
+        let back = r.update(&[f(1, 9500), f(2, 4000)], 1_000_000_000);
+        assert_eq!(back.iter().map(|x| (x.flow.key.sport, x.bytes_per_s)).collect::<Vec<_>>(), vec![(1, 500.0)]);
+        // A later first sighting is a new entry.
+        let again = r.update(&[FlowCounters { first_ns: 7, ..f(1, 300) }], 1_000_000_000);
+        assert_eq!(again[0].bytes_per_s, 300.0);
     }
 }
