@@ -18,7 +18,7 @@ FRAGCHECK := user/target/release/examples/fragcheck
 # Each command the build or tests run, and the package that provides it.
 NEEDED := clang:clang llvm-strip:llvm pkg-config:pkg-config bpftool:bpftool \
 	iperf3:iperf3 ethtool:ethtool ip:iproute2 ping:iputils-ping sqlite3:sqlite3 \
-	python3:python3 setpriv:util-linux chromium:chromium \
+	python3:python3 setpriv:util-linux taskset:util-linux chromium:chromium \
 	prometheus:prometheus promtool:prometheus tmux:tmux \
 	zsh:zsh fish:fish nroff:groff-base man:man-db systemd-analyze:systemd bpftrace:bpftrace
 

@@ -7,6 +7,10 @@
    default, `record --detail full`, and `ddioscope serve`. Rounds interleave the configurations (each round reverses the
    previous one's order: ABBA), so drift in the machine falls on all of them alike.
    bpf_stats is off, as in production. Mean ± stdev and the cost against nothing attached.
+   The load starts BENCH_SETTLE_SECS (2) after the tracer is ready (after nothing, for the
+   bare runs): the steady state a long-running tracer costs, not its start-up. iperf3's client
+   runs on the first CPU and its server on the last (taskset): left to the scheduler, where the
+   two land moves 64 B UDP by about ±4 % from run to run, more than the costs measured.
 2. BPF CPU time: the same loads once more per configuration with kernel.bpf_stats on; every
    program the configuration loaded is summed (run_time_ns) and set against the packets the
    receiver's interface counted: BPF CPU time per million packets.
@@ -18,7 +22,7 @@
 5. The simulator's throughput (`simulate --bench`).
 
 A benchmark prints; it asserts nothing about time. Raw results go to out/bench.json.
-Knobs (environment): BIN, OUT_JSON, BENCH_ROUNDS (3), BENCH_RUN_SECS (5),
+Knobs (environment): BIN, OUT_JSON, BENCH_ROUNDS (3), BENCH_RUN_SECS (5), BENCH_SETTLE_SECS (2),
 BENCH_CONFIGS (comma-separated subset of none,bpftrace,record-counts,record,record-flows-always,
 record-full,serve),
 BENCH_SKIP (comma-separated sections to skip: throughput,cost,hooks,long,sim). Needs root; traffic only
@@ -43,6 +47,9 @@ BIN = Path(os.environ.get("BIN", ROOT / "user/target/release/ddioscope"))
 OUT_JSON = Path(os.environ.get("OUT_JSON", ROOT / "out/bench.json"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 T_RUN = int(os.environ.get("BENCH_RUN_SECS", "5"))
+SETTLE = float(os.environ.get("BENCH_SETTLE_SECS", "2"))
+# iperf3's client on the first CPU, its server on the last (one CPU: both on it).
+CLIENT_CPU, SERVER_CPU = "0", str(max((os.cpu_count() or 1) - 1, 0))
 CONFIGS = os.environ.get("BENCH_CONFIGS", "none,bpftrace,record-counts,record,record-flows-always,record-full,serve").split(",")
 SKIP = set(filter(None, os.environ.get("BENCH_SKIP", "").split(",")))
 PORT = 5201
@@ -82,7 +89,8 @@ class Testbed:
         sh(ROOT / "scripts/testbed.sh", "up", name)
         env = dict(l.split("=", 1) for l in sh(ROOT / "scripts/testbed.sh", "env", name).stdout.split())
         self.ns_snd, self.ns_rcv, self.if_rcv, self.ip_rcv = env["NS_SND"], env["NS_RCV"], env["IF_RCV"], env["IP_RCV"]
-        self.server = subprocess.Popen(["ip", "netns", "exec", self.ns_rcv, "iperf3", "-s", "-p", str(PORT)],
+        self.server = subprocess.Popen(["ip", "netns", "exec", self.ns_rcv, "taskset", "-c", SERVER_CPU,
+                                        "iperf3", "-s", "-p", str(PORT)],
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         sh(ROOT / "scripts/wait-port.sh", self.ns_rcv, PORT, 20)
 
@@ -93,7 +101,8 @@ class Testbed:
     def iperf(self, load):
         _, args = LOADS[load]
         for attempt in range(3):
-            p = sh("ip", "netns", "exec", self.ns_snd, "iperf3", "-c", self.ip_rcv, "-p", PORT, "-t", T_RUN,
+            p = sh("ip", "netns", "exec", self.ns_snd, "taskset", "-c", CLIENT_CPU, "iperf3", "-c", self.ip_rcv,
+                   "-p", PORT, "-t", T_RUN,
                    "--connect-timeout", "3000", "-J", *args, check=False, timeout=T_RUN + 30)
             try:
                 j = json.loads(p.stdout)
@@ -211,6 +220,7 @@ def throughput(tb, tmp):
             for c in order:
                 a = Attached(c, tb, tmp)
                 try:
+                    time.sleep(SETTLE)
                     v, _ = tb.iperf(load)
                 finally:
                     a.stop()
@@ -335,7 +345,7 @@ def main():
         die("needs root (BPF, network namespaces)")
     if not BIN.exists():
         die(f"{BIN} not built (make build)")
-    for c in ("ip", "iperf3", "bpftool", "sysctl", "/usr/bin/time"):
+    for c in ("ip", "iperf3", "bpftool", "sysctl", "/usr/bin/time", "taskset"):
         if not shutil.which(c):
             die(f"missing command: {c} (make deps)")
     if "bpftrace" in CONFIGS and not shutil.which("bpftrace"):
@@ -372,8 +382,9 @@ def main():
 
         # ---- the table
         if runs:
-            print(f"1. Throughput and BPF CPU time ({ROUNDS} rounds, interleaved ABBA, {T_RUN} s each; "
-                  f"cost vs nothing attached; BPF ms per million packets received, bpf_stats on)\n")
+            print(f"1. Throughput and BPF CPU time ({ROUNDS} rounds, interleaved ABBA, {T_RUN} s each, {SETTLE:g} s after "
+                  f"the tracer is ready; iperf3 client on CPU {CLIENT_CPU}, server on CPU {SERVER_CPU}; cost vs nothing "
+                  f"attached; BPF ms per million packets received, bpf_stats on)\n")
             head = f"  {'configuration':<22}"
             for load, (title, _) in LOADS.items():
                 head += f" {title:>24} {'cost':>13} {'BPF ms/Mpkt':>11}"
