@@ -22,7 +22,7 @@
 5. The simulator's throughput (`simulate --bench`).
 
 A benchmark prints; it asserts nothing about time. Raw results go to out/bench.json.
-Knobs (environment): BIN, OUT_JSON, BENCH_ROUNDS (3), BENCH_RUN_SECS (5), BENCH_SETTLE_SECS (2),
+Knobs (environment): BIN, OUT_JSON, BENCH_ROUNDS (5), BENCH_RUN_SECS (5), BENCH_SETTLE_SECS (2),
 BENCH_CONFIGS (comma-separated subset of none,bpftrace,record-counts,record,record-flows-always,
 record-full,serve),
 BENCH_SKIP (comma-separated sections to skip: throughput,cost,hooks,long,sim). Needs root; traffic only
@@ -45,7 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(os.environ.get("BIN", ROOT / "user/target/release/ddioscope"))
 OUT_JSON = Path(os.environ.get("OUT_JSON", ROOT / "out/bench.json"))
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
 T_RUN = int(os.environ.get("BENCH_RUN_SECS", "5"))
 SETTLE = float(os.environ.get("BENCH_SETTLE_SECS", "2"))
 # iperf3's client on the first CPU, its server on the last (one CPU: both on it).
