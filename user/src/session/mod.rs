@@ -1239,6 +1239,39 @@ mod tests {
         assert!(interval_queues(&b, &b).is_empty());
     }
 
+    /// A queue with traffic and no stage timed gets a window at once, at most
+    /// OPENED_PER_QUEUE times; a few packets, or a queue already timed, get none.
+    #[test]
+    fn a_busy_queue_without_stages_gets_a_window_opened_at_most_twice() {
+        use super::{windows::Phase, WindowDriver, OPENED_PER_QUEUE, OPEN_FOR_PACKETS};
+        use std::time::Duration;
+        let ms = Duration::from_millis;
+        let busy = |q: u32, n: u64| QueueCounters { packets: n, ..QueueCounters::new(Dir::Rx, q) };
+        let mut timed = busy(1, 5000);
+        timed.stage_count[0] = 7;
+        let mut w = WindowDriver::new(Duration::from_secs(1), 32).expect("duty 32 has windows");
+        // Drawn windows never start before a cycle's own draw; find an instant with none on.
+        let mut t = ms(0);
+        while w.schedule.phase_at(t) != Phase::Off {
+            t += ms(1);
+        }
+        w.time_untimed_queues(&[busy(0, OPEN_FOR_PACKETS - 1), timed.clone()], &[timed.clone()], t);
+        assert_eq!(w.opened, 0);
+        w.time_untimed_queues(&[busy(0, 500)], &[busy(0, 500)], t);
+        assert_eq!(w.opened, 1);
+        assert_eq!(w.schedule.phase_at(t), Phase::Warmup);
+        // Still untimed after its windows: it stops asking.
+        let mut at = t;
+        for _ in 0..10 {
+            at += Duration::from_secs(3);
+            while w.schedule.phase_at(at) != Phase::Off {
+                at += ms(1);
+            }
+            w.time_untimed_queues(&[busy(0, 500)], &[busy(0, 500)], at);
+        }
+        assert_eq!(w.opened, u64::from(OPENED_PER_QUEUE));
+    }
+
     #[test]
     fn join_sample_is_a_power_of_two_up_to_the_cap() {
         for ok in ["1", "2", "4", "16"] {
