@@ -11,13 +11,12 @@
 //! only when its increase is more than `DISPLACE_FACTOR` times as large, so
 //! the exported set does not flap between keys of similar size.
 //!
-//! Readings of estimates (flows sampled in windows and scaled) differ from a kernel
-//! table's in two ways, and [`CappedSeries::update_estimates`] takes them as such: a key
-//! may be left out of a reading and come back with its total carried on, and a total may be
-//! revised down. Each key then carries an incarnation (when its entry was created): a later
-//! one starts the key over; otherwise only the part above the highest total seen is new.
+//! Readings of estimates take their increases from [`super::estimates::Increases`]
+//! ([`CappedSeries::update_estimates`]).
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
+
+use super::estimates::Increases;
 
 /// Readings without an increase after which an exported key gives up its place.
 pub const IDLE_READINGS: u32 = 10;
@@ -27,19 +26,6 @@ pub const DISPLACE_FACTOR: u64 = 2;
 /// N counters per key; the first ranks keys (bytes for flows).
 pub type Values<const N: usize> = [u64; N];
 
-/// Readings a key of an estimate reading may be left out of and still carry its total on
-/// (a flow not seen by the windows for about a minute at one reading a second). Bounds what
-/// is remembered to the keys of that span.
-pub const FORGET_READINGS: u32 = 60;
-
-#[derive(Debug, Clone, Copy)]
-struct Seen<const N: usize> {
-    /// The highest total read (the last one, for kernel readings).
-    values: Values<N>,
-    incarnation: u64,
-    /// Readings in a row the key was left out of.
-    absent: u32,
-}
 
 #[derive(Debug, Clone)]
 struct Exported<const N: usize> {
@@ -50,9 +36,10 @@ struct Exported<const N: usize> {
 #[derive(Debug, Clone)]
 pub struct CappedSeries<K, const N: usize> {
     cap: usize,
-    /// The last cumulative reading per key: bounded by the kernel table's size (and, for
-    /// estimates, the keys of the last `FORGET_READINGS` readings).
-    prev: HashMap<K, Seen<N>>,
+    /// The kernel's last cumulative reading per key: bounded by the kernel table's size.
+    prev: HashMap<K, Values<N>>,
+    /// The same for readings of estimates.
+    estimates: Increases<K, N>,
     exported: BTreeMap<K, Exported<N>>,
     other: Values<N>,
     /// Whether any key ever went to `other` (the series appears from then on).
@@ -61,7 +48,7 @@ pub struct CappedSeries<K, const N: usize> {
 
 impl<K: Clone + Ord + Hash, const N: usize> CappedSeries<K, N> {
     pub fn new(cap: usize) -> Self {
-        CappedSeries { cap, prev: HashMap::new(), exported: BTreeMap::new(), other: [0; N], other_used: false }
+        CappedSeries { cap, prev: HashMap::new(), estimates: Increases::default(), exported: BTreeMap::new(), other: [0; N], other_used: false }
     }
 
     /// One reading of the kernel's table: every key present with its cumulative counts. A
@@ -70,46 +57,24 @@ impl<K: Clone + Ord + Hash, const N: usize> CappedSeries<K, N> {
         let mut deltas: Vec<(K, Values<N>)> = Vec::with_capacity(reading.len());
         let mut next = HashMap::with_capacity(reading.len());
         for (k, v) in reading {
-            let p = self.prev.get(k).map_or([0; N], |s| s.values);
+            let p = self.prev.get(k).copied().unwrap_or([0; N]);
             let reset = v.iter().zip(&p).any(|(v, p)| v < p);
             let mut d = [0; N];
             for i in 0..N {
                 d[i] = if reset { v[i] } else { v[i] - p[i] };
             }
-            next.insert(k.clone(), Seen { values: *v, incarnation: 0, absent: 0 });
+            next.insert(k.clone(), *v);
             deltas.push((k.clone(), d));
         }
         self.prev = next;
         self.apply(deltas);
     }
 
-    /// One reading of estimates: keys with the incarnation of their entry (its creation time)
-    /// and cumulative totals that may be revised down or left out for a while. A later
-    /// incarnation starts the key over; otherwise the part of a total above the highest seen
-    /// is new, and a revision down counts nothing until the total passes it again.
+    /// One reading of estimates: keys with the incarnation of their entry (when it was first
+    /// seen) and cumulative totals that may be revised down or left out for a while
+    /// ([`Increases`]).
     pub fn update_estimates(&mut self, reading: &[(K, u64, Values<N>)]) {
-        let mut deltas: Vec<(K, Values<N>)> = Vec::with_capacity(reading.len());
-        let mut read: std::collections::HashSet<&K> = std::collections::HashSet::with_capacity(reading.len());
-        for (k, inc, v) in reading {
-            read.insert(k);
-            let s = self.prev.entry(k.clone()).or_insert(Seen { values: [0; N], incarnation: *inc, absent: 0 });
-            if *inc > s.incarnation {
-                *s = Seen { values: [0; N], incarnation: *inc, absent: 0 };
-            }
-            let mut d = [0; N];
-            for i in 0..N {
-                d[i] = v[i].saturating_sub(s.values[i]);
-                s.values[i] = s.values[i].max(v[i]);
-            }
-            s.absent = 0;
-            deltas.push((k.clone(), d));
-        }
-        self.prev.retain(|k, s| {
-            if !read.contains(k) {
-                s.absent += 1;
-            }
-            s.absent <= FORGET_READINGS
-        });
+        let deltas = self.estimates.read(reading.iter().cloned());
         self.apply(deltas);
     }
 
@@ -293,10 +258,5 @@ mod tests {
         assert_eq!(s.read(&[("a", 1, [160]), ("b", 1, [30])]), 190);
         // A later incarnation is a new entry: it counts from zero.
         assert_eq!(s.read(&[("a", 2, [5]), ("b", 1, [30])]), 195);
-        // Keys left out for longer than FORGET_READINGS are forgotten (memory stays bounded).
-        for _ in 0..=FORGET_READINGS {
-            s.read(&[("b", 1, [30])]);
-        }
-        assert!(!s.c.prev.contains_key("a"));
     }
 }

@@ -4,6 +4,7 @@
 //! host check (`doctor`).
 pub mod capped;
 pub mod doctor;
+pub mod estimates;
 pub mod live_model;
 pub mod serve;
 pub mod top;

@@ -1,7 +1,6 @@
 //! Per-interval numbers derived from a Snapshot for the live surfaces (`top`,
 //! `serve`): rates, NAPI batch, stage p99s, Little's-law in-flight bytes and the
 //! assumed DDIO capacity. One place, so the terminal and the metrics agree.
-use std::collections::HashMap;
 
 use crate::snapshot::{hist_percentile, Dir, FlowCounters, FlowKey, QueueCounters, NSTAGES, RX_DRIVER_TO_FREE};
 use crate::topology::HostInfo;
@@ -85,47 +84,22 @@ pub struct FlowRate {
 /// Turns the cumulative flow totals into per-interval rates.
 #[derive(Debug, Default)]
 pub struct FlowRates {
-    prev: HashMap<FlowKey, SeenFlow>,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct SeenFlow {
-    /// The highest totals read.
-    bytes: u64,
-    packets: u64,
-    first_ns: u64,
-    /// Readings in a row the flow was left out of.
-    absent: u32,
+    prev: super::estimates::Increases<FlowKey, 2>,
 }
 
 impl FlowRates {
-    /// Rates since the previous call, busiest first. Totals are estimates where flows are
-    /// sampled in windows: a flow may be left out of a reading and come back with its total
-    /// carried on, or be revised down; only the part above the highest total seen is new. A
-    /// later first sighting is a new entry (the kernel's LRU let it go and it came back): it
-    /// counts from zero.
+    /// Rates since the previous call, busiest first. The totals are estimates: only what
+    /// passes a flow's highest total counts, and a later first sighting (the kernel's table
+    /// let the flow go and it came back) counts from zero ([`super::estimates`]).
     pub fn update(&mut self, flows: &[FlowCounters], dur_ns: u64) -> Vec<FlowRate> {
         let dur_s = dur_ns as f64 / 1e9;
-        let mut out = Vec::new();
-        let mut read = std::collections::HashSet::with_capacity(flows.len());
-        for f in flows {
-            read.insert(&f.key);
-            let s = self.prev.entry(f.key.clone()).or_insert(SeenFlow { bytes: 0, packets: 0, first_ns: f.first_ns, absent: 0 });
-            if f.first_ns > s.first_ns {
-                *s = SeenFlow { bytes: 0, packets: 0, first_ns: f.first_ns, absent: 0 };
-            }
-            let (db, dp) = (f.bytes.saturating_sub(s.bytes), f.packets.saturating_sub(s.packets));
-            (s.bytes, s.packets, s.absent) = (s.bytes.max(f.bytes), s.packets.max(f.packets), 0);
-            if db > 0 && dur_s > 0.0 {
-                out.push(FlowRate { flow: f.clone(), bytes_per_s: db as f64 / dur_s, packets_per_s: dp as f64 / dur_s });
-            }
-        }
-        self.prev.retain(|k, s| {
-            if !read.contains(k) {
-                s.absent += 1;
-            }
-            s.absent <= super::capped::FORGET_READINGS
-        });
+        let deltas = self.prev.read(flows.iter().map(|f| (f.key.clone(), f.first_ns, [f.bytes, f.packets])));
+        let mut out: Vec<FlowRate> = flows
+            .iter()
+            .zip(deltas)
+            .filter(|(_, (_, d))| d[0] > 0 && dur_s > 0.0)
+            .map(|(f, (_, d))| FlowRate { flow: f.clone(), bytes_per_s: d[0] as f64 / dur_s, packets_per_s: d[1] as f64 / dur_s })
+            .collect();
         out.sort_by(|a, b| b.bytes_per_s.total_cmp(&a.bytes_per_s));
         out
     }
