@@ -550,7 +550,11 @@ impl QcountProbe {
                 f.bytes += v.bytes;
                 f.payload_bytes += v.payload_x256;
                 f.bytes_var = f.bytes_var.saturating_add(v.bytes_var);
-                f.first_ns = f.first_ns.min(v.first_ns);
+                // Only the copy of the CPU that created the entry has first_ns: the update
+                // zeroes the other CPUs' copies, and their hits add to them without setting it.
+                if v.first_ns != 0 {
+                    f.first_ns = f.first_ns.min(v.first_ns);
+                }
                 if v.last_ns >= f.last_ns {
                     f.last_ns = v.last_ns;
                     f.queue = v.queue;
