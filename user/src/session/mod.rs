@@ -902,7 +902,8 @@ impl Session {
         };
         let mut cur_q = combine(cur_q, &cur_s);
         snap.queues = interval_queues(&cur_q, &self.prev_q);
-        if let Some(w) = self.windows.as_mut() {
+        // Not on the last snapshot: a window opened then would never run.
+        if let Some(w) = self.windows.as_mut().filter(|_| !finishing) {
             w.time_untimed_queues(&snap.queues, &cur_q, Instant::now().saturating_duration_since(self.started));
         }
         if let Some(n) = self.napi_windows.as_mut() {
