@@ -48,8 +48,10 @@ OUT_JSON = Path(os.environ.get("OUT_JSON", ROOT / "out/bench.json"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
 T_RUN = int(os.environ.get("BENCH_RUN_SECS", "5"))
 SETTLE = float(os.environ.get("BENCH_SETTLE_SECS", "2"))
-# iperf3's client on the first CPU, its server on the last (one CPU: both on it).
-CLIENT_CPU, SERVER_CPU = "0", str(max((os.cpu_count() or 1) - 1, 0))
+# iperf3's client on the first CPU this process may use, its server on the last (one CPU:
+# both on it).
+_CPUS = sorted(os.sched_getaffinity(0))
+CLIENT_CPU, SERVER_CPU = str(_CPUS[0]), str(_CPUS[-1])
 CONFIGS = os.environ.get("BENCH_CONFIGS", "none,bpftrace,record-counts,record,record-flows-always,record-full,serve").split(",")
 SKIP = set(filter(None, os.environ.get("BENCH_SKIP", "").split(",")))
 PORT = 5201
@@ -237,6 +239,7 @@ def bpf_cost(tb, tmp):
             continue
         a = Attached(c, tb, tmp)
         try:
+            time.sleep(SETTLE)
             for load in LOADS:
                 s0, p0 = stats_of(a.prog_ids), tb.rx_packets()
                 tb.iperf(load)
