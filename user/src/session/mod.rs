@@ -687,13 +687,13 @@ impl Session {
         self.napi_windows.is_some()
     }
 
-    /// The windows the flows of a driver-counted direction were sampled in so far (None: flows
-    /// are not time-sampled).
     /// Windows opened between the drawn ones for queues with no stage timed (None: no windows).
     pub fn windows_opened(&self) -> Option<u64> {
         self.windows.as_ref().map(|w| w.opened)
     }
 
+    /// The windows the flows of a driver-counted direction were sampled in so far (None: flows
+    /// are not time-sampled).
     pub fn flow_windows(&self) -> Option<u64> {
         self.flow_windows.as_ref().map(flowscale::WindowFlows::windows)
     }
@@ -1052,6 +1052,8 @@ struct WindowDriver {
     opened_for: std::collections::HashMap<(Dir, u32), u32>,
     /// Windows opened between the drawn ones so far.
     pub opened: u64,
+    /// Queues whose stages have been timed: never asked about again.
+    timed: std::collections::HashSet<(Dir, u32)>,
 }
 
 /// Windows a queue may have opened for it while it has no stage timed: the cost of windows
@@ -1080,26 +1082,28 @@ impl WindowDriver {
             learning: false,
             opened_for: std::collections::HashMap::new(),
             opened: 0,
+            timed: std::collections::HashSet::new(),
         })
     }
 
-    /// Open a window now if a queue carried traffic this interval (`OPEN_FOR_PACKETS`) and none of its stages is
-    /// timed yet (`cumulative`: every queue's counters since the start): at 1/duty a queue
-    /// busy for a few hundred milliseconds between two drawn windows would otherwise go
-    /// without stage histograms.
+    /// Open a window now if a queue carried traffic this interval (`OPEN_FOR_PACKETS`) and
+    /// none of its stages is timed yet (`cumulative`: every queue's counters since the start):
+    /// at 1/duty a queue busy for a few hundred milliseconds between two drawn windows would
+    /// otherwise go without stage histograms. Linear in the queues: this runs every interval.
     fn time_untimed_queues(&mut self, interval: &[QueueCounters], cumulative: &[QueueCounters], at: Duration) {
-        let untimed: Vec<(Dir, u32)> = interval
+        let asking: Vec<(Dir, u32)> = interval
             .iter()
             .filter(|q| q.packets >= OPEN_FOR_PACKETS)
-            .filter(|q| {
-                cumulative
-                    .iter()
-                    .find(|c| c.dir == q.dir && c.queue == q.queue)
-                    .is_none_or(|c| c.stage_count.iter().all(|&n| n == 0))
-            })
             .map(|q| (q.dir, q.queue))
-            .filter(|k| self.opened_for.get(k).copied().unwrap_or(0) < OPENED_PER_QUEUE)
+            .filter(|k| !self.timed.contains(k) && self.opened_for.get(k).copied().unwrap_or(0) < OPENED_PER_QUEUE)
             .collect();
+        if asking.is_empty() {
+            return;
+        }
+        let has_stages: std::collections::HashMap<(Dir, u32), bool> =
+            cumulative.iter().map(|c| ((c.dir, c.queue), c.stage_count.iter().any(|&n| n > 0))).collect();
+        let (timed, untimed): (Vec<_>, Vec<_>) = asking.into_iter().partition(|k| has_stages.get(k).copied().unwrap_or(false));
+        self.timed.extend(timed);
         if untimed.is_empty() || !self.schedule.open_at(at) {
             return;
         }

@@ -26,7 +26,6 @@ pub const DISPLACE_FACTOR: u64 = 2;
 /// N counters per key; the first ranks keys (bytes for flows).
 pub type Values<const N: usize> = [u64; N];
 
-
 #[derive(Debug, Clone)]
 struct Exported<const N: usize> {
     total: Values<N>,
