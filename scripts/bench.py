@@ -13,7 +13,9 @@
    The load starts BENCH_SETTLE_SECS (2) after the tracer is ready (after nothing, for the
    bare runs): the steady state a long-running tracer costs, not its start-up. iperf3's client
    runs on the first CPU and its server on the last (taskset): left to the scheduler, where the
-   two land moves 64 B UDP by about ±4 % from run to run, more than the costs measured.
+   two land moves 64 B UDP by about ±4 % from run to run, more than the costs measured. The
+   TCP receiver has a fixed 32 MiB socket buffer (its namespace's tcp_rmem, autotuning off):
+   autotuning locked about one run in four into a small buffer near 10 Gbit/s.
 2. BPF CPU time: the same loads once more per configuration with kernel.bpf_stats on; every
    program the configuration loaded is summed (run_time_ns) and set against the packets the
    receiver's interface counted: BPF CPU time per million packets.
@@ -51,6 +53,7 @@ BIN = Path(os.environ.get("BIN", ROOT / "user/target/release/ddioscope"))
 OUT_JSON = Path(os.environ.get("OUT_JSON", ROOT / "out/bench.json"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
 PAIR_ROUNDS = int(os.environ.get("BENCH_PAIR_ROUNDS", "5"))
+TCP_RCVBUF = 32 << 20
 T_RUN = int(os.environ.get("BENCH_RUN_SECS", "5"))
 SETTLE = float(os.environ.get("BENCH_SETTLE_SECS", "2"))
 # iperf3's client on the first CPU this process may use, its server on the last (one CPU:
@@ -102,6 +105,12 @@ class Testbed:
         sh(ROOT / "scripts/testbed.sh", "up", name)
         env = dict(l.split("=", 1) for l in sh(ROOT / "scripts/testbed.sh", "env", name).stdout.split())
         self.ns_snd, self.ns_rcv, self.if_rcv, self.ip_rcv = env["NS_SND"], env["NS_RCV"], env["IF_RCV"], env["IP_RCV"]
+        # TCP's receive-buffer autotuning locks some connections through this veth into a
+        # small buffer for their whole life: with nothing attached, about one 5 s run in four
+        # stays near 10 Gbit/s instead of 13-15, which is noise larger than any cost measured.
+        # The bench's receiver gets a fixed buffer instead (sysctls of its own namespace).
+        sh("ip", "netns", "exec", self.ns_rcv, "sysctl", "-qw", "net.ipv4.tcp_moderate_rcvbuf=0",
+           f"net.ipv4.tcp_rmem=4096 {TCP_RCVBUF} {TCP_RCVBUF}")
         self.server = subprocess.Popen(["ip", "netns", "exec", self.ns_rcv, "taskset", "-c", SERVER_CPU,
                                         "iperf3", "-s", "-p", str(PORT)],
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
