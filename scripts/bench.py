@@ -235,9 +235,8 @@ def ms(xs):
 def throughput(tb, tmp):
     log(f"throughput: {ROUNDS} rounds x {len(CONFIGS)} configurations x 2 loads, {T_RUN} s each (bpf_stats off)")
     runs = {(c, l): [] for c in CONFIGS for l in LOADS}
-    tb.iperf("tcp")  # warm-up, not counted
-    for r in range(ROUNDS):
-        order = RUN_ORDER if r % 2 == 0 else RUN_ORDER[::-1]
+
+    def round_of(order):
         for load in LOADS:
             for c in order:
                 a = Attached(c, tb, tmp)
@@ -247,20 +246,16 @@ def throughput(tb, tmp):
                 finally:
                     a.stop()
                 runs[(c, load)].append(v)
+
+    tb.iperf("tcp")  # warm-up, not counted
+    for r in range(ROUNDS):
+        round_of(RUN_ORDER if r % 2 == 0 else RUN_ORDER[::-1])
         log(f"  round {r + 1}/{ROUNDS} done")
     # The target is judged on the default recorder against nothing attached; its spread on
     # TCP through veth is several times the target, so these two get more rounds of their own.
     pair = [c for c in ("none", "record") if c in CONFIGS]
     for r in range(PAIR_ROUNDS if len(pair) == 2 else 0):
-        for load in LOADS:
-            for c in (pair if (ROUNDS + r) % 2 == 0 else pair[::-1]):
-                a = Attached(c, tb, tmp)
-                try:
-                    time.sleep(SETTLE)
-                    v, _ = tb.iperf(load)
-                finally:
-                    a.stop()
-                runs[(c, load)].append(v)
+        round_of(pair if (ROUNDS + r) % 2 == 0 else pair[::-1])
         log(f"  none/record round {r + 1}/{PAIR_ROUNDS} done")
     return runs
 
