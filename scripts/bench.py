@@ -15,7 +15,7 @@
    runs on the first CPU and its server on the last (taskset): left to the scheduler, where the
    two land moves 64 B UDP by about ±4 % from run to run, more than the costs measured. The
    TCP receiver has a fixed 32 MiB socket buffer (its namespace's tcp_rmem, autotuning off):
-   autotuning locked about one run in four into a small buffer near 10 Gbit/s.
+   autotuning locked about one run in eight into a small buffer near 10 Gbit/s.
 2. BPF CPU time: the same loads once more per configuration with kernel.bpf_stats on; every
    program the configuration loaded is summed (run_time_ns) and set against the packets the
    receiver's interface counted: BPF CPU time per million packets.
@@ -106,7 +106,7 @@ class Testbed:
         env = dict(l.split("=", 1) for l in sh(ROOT / "scripts/testbed.sh", "env", name).stdout.split())
         self.ns_snd, self.ns_rcv, self.if_rcv, self.ip_rcv = env["NS_SND"], env["NS_RCV"], env["IF_RCV"], env["IP_RCV"]
         # TCP's receive-buffer autotuning locks some connections through this veth into a
-        # small buffer for their whole life: with nothing attached, about one 5 s run in four
+        # small buffer for their whole life: with nothing attached, about one 5 s run in eight
         # stays near 10 Gbit/s instead of 13-15, which is noise larger than any cost measured.
         # The bench's receiver gets a fixed buffer instead (sysctls of its own namespace).
         sh("ip", "netns", "exec", self.ns_rcv, "sysctl", "-qw", "net.ipv4.tcp_moderate_rcvbuf=0",
