@@ -482,7 +482,7 @@ fn sampled_pages(sc: &Scenario, rng: &mut Rng, join_sample: u32, duty: u32) -> J
     // The time the sampler ran, as the recorder measures it: the duty the estimates scale by.
     let measured_duty = {
         let mut d = draws.clone().into_iter();
-        match Schedule::new(cycle, duty, || d.next().unwrap_or(0.5)) {
+        match Schedule::new(cycle, duty, true, || d.next().unwrap_or(0.5)) {
             None => 1.0,
             Some(mut s) => {
                 let (end, mut t, mut on) = (std::time::Duration::from_nanos(t1 - t0), std::time::Duration::ZERO, std::time::Duration::ZERO);
@@ -498,7 +498,7 @@ fn sampled_pages(sc: &Scenario, rng: &mut Rng, join_sample: u32, duty: u32) -> J
         }
     };
     let mut next_draw = draws.into_iter();
-    let mut schedule = Schedule::new(cycle, duty, || next_draw.next().unwrap_or(0.5));
+    let mut schedule = Schedule::new(cycle, duty, true, || next_draw.next().unwrap_or(0.5));
     // Phase at t: always on without a schedule.
     let mut phase_at = |t: u64| schedule.as_mut().map_or(windows::Phase::Window, |s| s.phase_at(std::time::Duration::from_nanos(t - t0)));
     let mut phase = windows::Phase::Off;

@@ -239,10 +239,16 @@ impl PktlifeProbe {
             .progs()
             .map(|p| (p.name().to_string_lossy().into_owned(), p.section().to_string_lossy().into_owned()))
             .collect();
-        self.links.retain(|(name, _)| {
-            let tp = sections.get(name).and_then(|s| s.split_once('/')).map_or("", |(_, tp)| tp);
-            !which(tp)
+        let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.links).into_iter().partition(|(name, _)| {
+            which(sections.get(name).and_then(|s| s.split_once('/')).map_or("", |(_, tp)| tp))
         });
+        self.links = kept;
+        // Last attached, first detached: a tracepoint that loses its first program while
+        // others stay on it waits out an RCU grace period (tens of ms) before the call
+        // returns, and every hook not yet detached keeps running meanwhile.
+        for link in gone.into_iter().rev() {
+            drop(link);
+        }
     }
 
     /// A window begins: its number retires every state and CPU context of earlier windows;

@@ -353,6 +353,9 @@ impl QcountProbe {
                 }
             }
             links = kept;
+            // The tcx link first: its attach and detach each wait out an RCU grace period
+            // (tens of ms), so it comes on before the others and goes after them.
+            window_hooks.sort_by_key(|h| h.section != "tcx/ingress");
         }
         let links = links.into_iter().map(|(_, l)| l).collect();
         let attached = |tp: &str| hooks.iter().any(|h| h.hook == tp && h.error.is_none());
@@ -397,10 +400,15 @@ impl QcountProbe {
     /// to report: the window then has no flows from that direction.
     pub fn set_window_hooks(&mut self, on: bool) -> Result<()> {
         let mut err = None;
+        if !on {
+            // Last attached, first detached (see PktlifeProbe::detach).
+            for h in self.window_hooks.iter_mut().rev() {
+                h.link = None;
+            }
+            return Ok(());
+        }
         for i in 0..self.window_hooks.len() {
-            if !on {
-                self.window_hooks[i].link = None;
-            } else if self.window_hooks[i].link.is_none() {
+            if self.window_hooks[i].link.is_none() {
                 match self.attach_section(&self.window_hooks[i].section.clone()) {
                     Ok(l) => self.window_hooks[i].link = Some(l),
                     Err(e) => err = Some(e),

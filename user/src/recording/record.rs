@@ -183,7 +183,7 @@ fn session_meta(live: &Session) -> Result<RecordingMeta> {
     let windowed = live.detail_mode == DetailMode::Windows;
     let (cycle, spans) = if windowed {
         let cycle = windows::cycle(Duration::from_millis(live.interval_ms()));
-        (Some(cycle), Some(windows::spans(cycle, live.duty)))
+        (Some(cycle), Some(windows::spans(cycle, live.duty, live.has_miss_sampler())))
     } else {
         (None, None)
     };

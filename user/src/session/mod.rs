@@ -552,7 +552,7 @@ impl Session {
             },
         };
         let windows = if windowed {
-            WindowDriver::new(windows::cycle(Duration::from_millis(opts.interval_ms)), opts.duty()).map(|mut w| {
+            WindowDriver::new(windows::cycle(Duration::from_millis(opts.interval_ms)), opts.duty(), l3.as_ref().is_some_and(L3missProbe::has_sampler)).map(|mut w| {
                 if learn_first {
                     w.opened_at = Some(Duration::ZERO);
                     w.learning = true;
@@ -1066,8 +1066,8 @@ const OPENED_PER_QUEUE: u32 = 2;
 const OPEN_FOR_PACKETS: u64 = 100;
 
 impl WindowDriver {
-    fn new(cycle: Duration, duty: u32) -> Option<WindowDriver> {
-        let schedule = windows::Schedule::new(cycle, duty, fastrand::f64 as fn() -> f64)?;
+    fn new(cycle: Duration, duty: u32, sampled: bool) -> Option<WindowDriver> {
+        let schedule = windows::Schedule::new(cycle, duty, sampled, fastrand::f64 as fn() -> f64)?;
         Some(WindowDriver {
             schedule,
             phase: windows::Phase::Off,
@@ -1156,7 +1156,7 @@ impl WindowDriver {
         mut l3: Option<&mut L3missProbe>,
         tier0: &mut QcountProbe,
         tier0_windows: bool,
-        at: Duration,
+        mut at: Duration,
     ) -> Result<Option<(Duration, Duration)>> {
         use windows::Phase;
         let phase = self.schedule.phase_at(at);
@@ -1184,8 +1184,13 @@ impl WindowDriver {
                 if was == Phase::Off {
                     self.generation = self.generation.wrapping_add(1);
                 }
-                detail.open_window(self.generation)?;
+                // Tier 0's window programs first and the detail hooks after them (they leave
+                // in the opposite order): the detail hooks, the costly ones per packet, are
+                // not held on while tier 0's tcx link waits for its grace period, and
+                // detaching them never takes a tracepoint's first program from under
+                // another's (which waits for one too).
                 if tier0_windows && was == Phase::Off {
+                    let attaching = Instant::now();
                     // A window without tier 0's programs (one would not attach) still has its detail.
                     if let Err(e) = tier0.set_window_hooks(true) {
                         self.flow_failures += 1;
@@ -1193,7 +1198,12 @@ impl WindowDriver {
                             self.flow_failure = Some(format!("{e:#}"));
                         }
                     }
+                    // The window's time starts when the detail hooks come on.
+                    let took = attaching.elapsed();
+                    self.schedule.postpone(at, took);
+                    at += took;
                 }
+                detail.open_window(self.generation)?;
                 if let Some(l) = l3.as_deref_mut() {
                     l.set_window(monotonic_ns(), self.generation)?;
                 }
@@ -1254,7 +1264,7 @@ mod tests {
         let busy = |q: u32, n: u64| QueueCounters { packets: n, ..QueueCounters::new(Dir::Rx, q) };
         let mut timed = busy(1, 5000);
         timed.stage_count[0] = 7;
-        let mut w = WindowDriver::new(Duration::from_secs(1), 32).expect("duty 32 has windows");
+        let mut w = WindowDriver::new(Duration::from_secs(1), 32, false).expect("duty 32 has windows");
         // Drawn windows never start before a cycle's own draw; find an instant with none on.
         let mut t = ms(0);
         while w.schedule.phase_at(t) != Phase::Off {
@@ -1264,7 +1274,8 @@ mod tests {
         assert_eq!(w.opened, 0);
         w.time_untimed_queues(&[busy(0, 500)], &[busy(0, 500)], t);
         assert_eq!(w.opened, 1);
-        assert_eq!(w.schedule.phase_at(t), Phase::Warmup);
+        // No sampler, no warm-up: the window proper opens at once.
+        assert_eq!(w.schedule.phase_at(t), Phase::Window);
         // Still untimed after its windows: it stops asking.
         let mut at = t;
         for _ in 0..10 {

@@ -6,9 +6,9 @@
 //! draws one window of 1/N of its length, starting anywhere in it (a fixed place would alias
 //! with any periodic load) and free to run on into the next cycle, so no cycle boundary is
 //! special (where two windows overlap, their union runs once: the recorder measures the time
-//! the hooks and the sampler ran rather than assume 1/N). Before each window the hooks come on
-//! for a warm-up with the sampler still off: the buffer pages in use are handed up again and
-//! so are current in the map when the first sample arrives. After it, a drain: no new packet
+//! the hooks and the sampler ran rather than assume 1/N). Where a sampler runs, the hooks come on
+//! before each window for a warm-up with the sampler still off: the buffer pages in use are
+//! handed up again and so are current in the map when the first sample arrives. After it, a drain: no new packet
 //! starts a life, and the lives begun in the window can still end. The sampler runs at N
 //! times its rate inside, so a recording gets about as many samples as always on.
 use std::collections::VecDeque;
@@ -53,10 +53,12 @@ pub struct Spans {
     pub drain: Duration,
 }
 
-/// A window's spans for a cycle and duty: warm-up and drain take what the cycle leaves.
-pub fn spans(cycle: Duration, duty: u32) -> Spans {
+/// A window's spans for a cycle and duty: warm-up and drain take what the cycle leaves. The
+/// warm-up is there for the sampler (`sampled`): without one it would only lengthen the
+/// window beyond 1/duty.
+pub fn spans(cycle: Duration, duty: u32, sampled: bool) -> Spans {
     let window = cycle / duty.max(1);
-    let warmup = MAX_WARMUP.min(cycle - window);
+    let warmup = if sampled { MAX_WARMUP.min(cycle - window) } else { Duration::ZERO };
     let drain = MAX_DRAIN.min(cycle - window - warmup);
     Spans { window, warmup, drain }
 }
@@ -115,11 +117,11 @@ pub struct Schedule<F: FnMut() -> f64> {
 
 impl<F: FnMut() -> f64> Schedule<F> {
     /// None for duty 1: always on.
-    pub fn new(cycle: Duration, duty: u32, draw: F) -> Option<Schedule<F>> {
+    pub fn new(cycle: Duration, duty: u32, sampled: bool, draw: F) -> Option<Schedule<F>> {
         if duty <= 1 || cycle.is_zero() {
             return None;
         }
-        Some(Schedule { cycle, spans: spans(cycle, duty), draw, planned: 0, windows: VecDeque::new() })
+        Some(Schedule { cycle, spans: spans(cycle, duty, sampled), draw, planned: 0, windows: VecDeque::new() })
     }
 
     /// Draw windows up to the cycle after the one holding `t` (its warm-up may begin in this
@@ -160,6 +162,18 @@ impl<F: FnMut() -> f64> Schedule<F> {
         true
     }
 
+    /// Push the rest of the windows on at `t` later by `by`: what opens them took that long
+    /// before the detail hooks came on, and each still runs its full span.
+    pub fn postpone(&mut self, t: Duration, by: Duration) {
+        for w in self.windows.iter_mut().filter(|w| w.phase_at(t) != Phase::Off) {
+            if w.window_on > t {
+                w.window_on += by;
+            }
+            w.off += by;
+            w.drained += by;
+        }
+    }
+
     /// The phase at `t` (time since the start; call with non-decreasing `t`): the most
     /// active phase of any window there (overlapping windows run as one).
     pub fn phase_at(&mut self, t: Duration) -> Phase {
@@ -186,7 +200,7 @@ mod tests {
     /// A schedule whose draws come from a list, in turn.
     fn fixed(draws: Vec<f64>, duty: u32) -> Schedule<impl FnMut() -> f64> {
         let mut i = 0;
-        Schedule::new(SEC, duty, move || {
+        Schedule::new(SEC, duty, true, move || {
             let d = draws[i % draws.len()];
             i += 1;
             d
@@ -196,7 +210,7 @@ mod tests {
 
     #[test]
     fn duty_one_is_always_on() {
-        assert!(Schedule::new(SEC, 1, || 0.5).is_none());
+        assert!(Schedule::new(SEC, 1, true, || 0.5).is_none());
         assert_eq!(window_period(2000, 1), 2000);
     }
 
@@ -237,7 +251,7 @@ mod tests {
     fn every_instant_is_sampled_about_one_nth_of_the_time() {
         let mut x = 0x9E37_79B9_7F4A_7C15u64;
         let duty = 4;
-        let mut s = Schedule::new(SEC, duty, move || {
+        let mut s = Schedule::new(SEC, duty, true, move || {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
@@ -285,6 +299,19 @@ mod tests {
     }
 
     #[test]
+    fn a_postponed_window_keeps_its_spans() {
+        // Cycle 0's window: warm-up from 490 ms, window 500-750 ms, drain to 760 ms.
+        let mut s = fixed(vec![0.5], 4);
+        assert_eq!(s.phase_at(ms(490)), Phase::Warmup);
+        s.postpone(ms(490), ms(15));
+        assert_eq!(s.phase_at(ms(510)), Phase::Warmup);
+        assert_eq!(s.phase_at(ms(515)), Phase::Window);
+        assert_eq!(s.phase_at(ms(764)), Phase::Window);
+        assert_eq!(s.phase_at(ms(765)), Phase::Drain);
+        assert_eq!(s.phase_at(ms(775)), Phase::Off);
+    }
+
+    #[test]
     fn the_window_period_keeps_the_sample_count() {
         assert_eq!(window_period(2000, 16), 125);
         assert_eq!(window_period(1_000_000, 8), 125_000);
@@ -293,8 +320,10 @@ mod tests {
 
     #[test]
     fn spans_cap_the_warmup_by_what_the_interval_leaves() {
-        assert_eq!(spans(SEC, 16), Spans { window: ms(62) + Duration::from_micros(500), warmup: MAX_WARMUP, drain: MAX_DRAIN });
-        assert_eq!(spans(ms(10), 2), Spans { window: ms(5), warmup: ms(5), drain: ms(0) });
-        assert_eq!(spans(ms(30), 2), Spans { window: ms(15), warmup: ms(10), drain: ms(5) });
+        assert_eq!(spans(SEC, 16, true), Spans { window: ms(62) + Duration::from_micros(500), warmup: MAX_WARMUP, drain: MAX_DRAIN });
+        assert_eq!(spans(ms(10), 2, true), Spans { window: ms(5), warmup: ms(5), drain: ms(0) });
+        assert_eq!(spans(ms(30), 2, true), Spans { window: ms(15), warmup: ms(10), drain: ms(5) });
+        // No sampler, no warm-up: the drain takes its full span.
+        assert_eq!(spans(ms(30), 2, false), Spans { window: ms(15), warmup: ms(0), drain: ms(10) });
     }
 }
