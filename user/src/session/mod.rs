@@ -819,6 +819,11 @@ impl Session {
                 let at = now.saturating_duration_since(self.started);
                 let tier0_windows = self.tier0.has_window_hooks();
                 let closed = w.drive(d, self.l3.as_mut(), &mut self.tier0, tier0_windows, at)?;
+                // Attaching and detaching take time (a tcx link waits for an RCU grace period),
+                // and the schedule may have moved by it: the next change is reckoned from now.
+                let now = Instant::now();
+                wait = deadline.saturating_duration_since(now).min(Duration::from_millis(200));
+                let at = now.saturating_duration_since(self.started);
                 if let Some(c) = w.next_change(at) {
                     wait = wait.min(c - at);
                 }
@@ -1172,7 +1177,11 @@ impl WindowDriver {
         }
         match is {
             Phase::Off => {
+                // The detail hooks and tier 0's programs ran until they are detached: the
+                // window's time and the flow programs' span end then.
+                let closing = Instant::now();
                 detail.close_window();
+                at += closing.elapsed();
                 if tier0_windows {
                     tier0.set_window_hooks(false)?;
                 }
