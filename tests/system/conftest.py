@@ -58,9 +58,11 @@ class Testbed:
         out = self.ns(self.ns_rcv, "ethtool", "-S", self.if_rcv).stdout
         return {int(m.group(1)): int(m.group(2)) for m in re.finditer(r"rx_queue_(\d+)_xdp_packets: (\d+)", out)}
 
-    def iperf3_server(self, port=5201):
+    def iperf3_server(self, port=5201, cpu=None):
+        """iperf3 -s in the receiver's namespace, on `cpu` when given."""
+        pin = ["taskset", "-c", str(cpu)] if cpu is not None else []
         p = subprocess.Popen(
-            ["ip", "netns", "exec", self.ns_rcv, "iperf3", "-s", "-p", str(port)],
+            ["ip", "netns", "exec", self.ns_rcv, *pin, "iperf3", "-s", "-p", str(port)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.servers.append(p)
         run(WAIT_PORT, self.ns_rcv, port, 20)

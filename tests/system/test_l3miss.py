@@ -22,6 +22,15 @@ import pytest
 from conftest import BIN, live_prog_ids, report_json, run, wait_until
 
 
+def flow_servers(tb):
+    """The two flows' iperf3 servers, each on its sender's CPU. A TCP sender also transmits
+    from the softirq that takes in its ACKs, on the CPU the receiver sent them from: a
+    server left to roam moved part of the heavy flow onto tx-1 (a fifth of its packets on
+    queue 1 in one run)."""
+    tb.iperf3_server(5201, cpu=0)
+    tb.iperf3_server(5202, cpu=1)
+
+
 def pin_tx_queues(tb):
     """XPS on our own sender veth: CPU0 sends on tx-0, CPU1 on tx-1."""
     for q, mask in ((0, "1"), (1, "2"), (2, "0"), (3, "0")):
@@ -42,8 +51,7 @@ def two_flows(tb, secs=3):
 def record_two_flows(tb, recorder, *args, secs=3):
     """Both iperf3 servers, XPS pinned, a recorder on the receiver with `args`, the two flows.
     Returns (recording, heavy, light, packets veth received per RX queue during it, prog ids)."""
-    tb.iperf3_server(5201)
-    tb.iperf3_server(5202)
+    flow_servers(tb)
     pin_tx_queues(tb)
     before = tb.rx_queue_packets()
     rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, *args)
@@ -224,8 +232,7 @@ def test_flow_map_evictions_are_counted(testbed, recorder):
     """With the flow map shrunk to one flow, the second flow's charges evict the first's:
     the report counts the charges lost to the flow view, and says so in the attribution."""
     tb = testbed
-    tb.iperf3_server(5201)
-    tb.iperf3_server(5202)
+    flow_servers(tb)
     pin_tx_queues(tb)
     rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--duty", "1", "--miss-sampling", "software-clock", "--miss-period", "50000",
                    "--miss-flow-slots", "1")
