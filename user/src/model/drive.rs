@@ -287,6 +287,15 @@ fn drive(spec: &SimSpec, warm_ns: u64, phases: &[Phase]) -> Vec<SimResult> {
 
     // Initial state: every descriptor posted with the queue's first `ring` buffers (a
     // driver fills its ring from the pool at start-up); the rest wait in the pool.
+    // All queues draw from one pool, as a DPDK mempool (one per socket, per-lcore caches
+    // on top) or the pages a kernel's page pools take from one allocator: the rings take
+    // the pool's first `queues x ring` buffers queue after queue as each is set up, each
+    // queue's spares follow as one chunk. So the buffers in circulation are one
+    // contiguous stretch whatever the queue count, not one stretch per queue a pool apart.
+    let spare = pool - ring;
+    let buf_id = |q: usize, i: usize| -> u32 {
+        if i < ring { (q * ring + i) as u32 } else { (nq * ring + q * spare + (i - ring)) as u32 }
+    };
     let mut slots: Vec<u32> = Vec::with_capacity(nq * ring);
     let mut rc = Recycler {
         mode: match (pp, spec.reuse) {
@@ -309,11 +318,11 @@ fn drive(spec: &SimSpec, warm_ns: u64, phases: &[Phase]) -> Vec<SimResult> {
     };
     for q in 0..nq {
         for i in 0..ring {
-            slots.push((q * pool + i) as u32);
+            slots.push(buf_id(q, i));
         }
         // Stacks pop from the end: push so that the lowest spare buffer is used first.
         for i in (ring..pool).rev() {
-            let b = (q * pool + i) as u32;
+            let b = buf_id(q, i);
             match rc.mode {
                 Mode::Recycle => rc.cache[q].push(b),
                 Mode::Lifo => rc.shared_stack.push(b),
@@ -326,7 +335,7 @@ fn drive(spec: &SimSpec, warm_ns: u64, phases: &[Phase]) -> Vec<SimResult> {
         // Interleave queues so a shared FIFO pool hands out buffers oldest-first.
         for i in ring..pool {
             for q in 0..nq {
-                rc.shared_fifo.push_back((q * pool + i) as u32);
+                rc.shared_fifo.push_back(buf_id(q, i));
             }
         }
     }
@@ -338,25 +347,38 @@ fn drive(spec: &SimSpec, warm_ns: u64, phases: &[Phase]) -> Vec<SimResult> {
     let tx_batch = spec.tx_free_batch.max(1) as usize;
     let mut heap: BinaryHeap<Item> = BinaryHeap::with_capacity(nq * 64);
     let mut seq = 0u64;
-    let mut pkt_no = vec![0u64; nq];
     // Smooth weighted round-robin state per queue, deterministic flow interleaving.
     let mut wrr: Vec<Vec<f64>> = flows.iter().map(|v| vec![0.0; v.len()]).collect();
     let mut user_off = vec![0u64; nf];
-    let gap_ns = |k: usize| -> Vec<f64> { rates_of(k).iter().map(|p| if *p > 0.0 { 1e9 / p } else { f64::INFINITY }).collect() };
-    let mut interval = gap_ns(0);
-    // Arrivals of queue q: anchor[q] + n × interval[q]; re-anchored when its phase changes
-    // (computing from an anchor, not by summing gaps, keeps the times free of drift).
-    let mut anchor: Vec<f64> = interval.iter().enumerate().map(|(q, iv)| iv * (q as f64 + 0.5) / nq as f64).collect();
-    // Arrival events carry their queue's schedule generation (in the buffer field, unused
-    // by arrivals); a boundary starts a new one, so arrivals at the old rate are dropped.
-    let mut generation = vec![0u32; nq];
+    // The wire: one packet every 1 / (total rate), each sent to a queue drawn at random by
+    // its share. RSS hashes many flows over the queues, so a queue's arrivals are the wire's
+    // thinned at random, not a clock of its own: queues drift apart in their rings as on a
+    // host. (Per-queue clocks at equal rates keep every ring in lockstep, writing the same
+    // slot of each ring at once, and their buffers' sets collide forever.)
+    let wire_of = |k: usize| -> (f64, Vec<f64>) {
+        let r = rates_of(k);
+        let tot: f64 = r.iter().sum();
+        let mut acc = 0.0;
+        let cum = r.iter().map(|p| {
+            acc += if tot > 0.0 { p / tot } else { 0.0 };
+            acc
+        });
+        (if tot > 0.0 { 1e9 / tot } else { f64::INFINITY }, cum.collect())
+    };
+    let (mut gap, mut share_cum) = wire_of(0);
+    // Arrival n of the wire: anchor + n x gap; re-anchored when the phase changes (computing
+    // from an anchor, not by summing gaps, keeps the times free of drift).
+    let mut anchor = gap * 0.5;
+    let mut pkt_no = 0u64;
+    let mut drawn = 0u64;
+    // Arrival events carry the wire's schedule generation (in the buffer field, unused by
+    // arrivals); a boundary starts a new one, so arrivals at the old rate are dropped.
+    let mut generation = 0u32;
     let mut phase = 0usize;
     let mut out: Vec<SimResult> = Vec::with_capacity(phases.len());
-    for q in 0..nq {
-        if interval[q].is_finite() {
-            heap.push(Reverse((anchor[q] as u64, seq, Ev::Arrive, q as u32, 0, 0, 0)));
-            seq += 1;
-        }
+    if gap.is_finite() {
+        heap.push(Reverse((anchor as u64, seq, Ev::Arrive, 0, 0, 0, 0)));
+        seq += 1;
     }
     for &e in phase_end.iter().take(phases.len().saturating_sub(1)) {
         heap.push(Reverse((e, seq, Ev::Boundary, 0, 0, 0, 0)));
@@ -382,31 +404,36 @@ fn drive(spec: &SimSpec, warm_ns: u64, phases: &[Phase]) -> Vec<SimResult> {
         if t > end_ns {
             break;
         }
-        let qi = q as usize;
-        if ev == Ev::Arrive && b != generation[qi] {
+        if ev == Ev::Arrive && b != generation {
             continue;
         }
+        let (q, qi) = if ev == Ev::Arrive {
+            drawn += 1;
+            let u = (mix64(spec.seed ^ drawn.wrapping_mul(0x9e37_79b9_7f4a_7c15)) >> 11) as f64 / (1u64 << 53) as f64;
+            let i = share_cum.partition_point(|c| *c <= u).min(nq - 1);
+            (i as u32, i)
+        } else {
+            (q, q as usize)
+        };
         bg.advance(&mut llc, &mut rec.res, t);
         let measuring = t >= warm_ns;
         match ev {
             Ev::Boundary => {
                 out.push(rec.cut());
                 phase += 1;
-                interval = gap_ns(phase);
-                for q in 0..nq {
-                    generation[q] = generation[q].wrapping_add(1);
-                    anchor[q] = t as f64;
-                    pkt_no[q] = 0;
-                    if interval[q].is_finite() {
-                        heap.push(Reverse((t, seq, Ev::Arrive, q as u32, 0, generation[q], 0)));
-                        seq += 1;
-                    }
+                (gap, share_cum) = wire_of(phase);
+                generation = generation.wrapping_add(1);
+                anchor = t as f64;
+                pkt_no = 0;
+                if gap.is_finite() {
+                    heap.push(Reverse((t, seq, Ev::Arrive, 0, 0, generation, 0)));
+                    seq += 1;
                 }
             }
             Ev::Arrive => {
-                pkt_no[qi] += 1;
-                let next_t = (anchor[qi] + pkt_no[qi] as f64 * interval[qi]) as u64;
-                heap.push(Reverse((next_t, seq, Ev::Arrive, q, 0, generation[qi], 0)));
+                pkt_no += 1;
+                let next_t = (anchor + pkt_no as f64 * gap) as u64;
+                heap.push(Reverse((next_t, seq, Ev::Arrive, 0, 0, generation, 0)));
                 seq += 1;
                 // Pick the flow: smooth WRR over flow weights.
                 let fv = &flows[qi];

@@ -11,7 +11,7 @@ pub use super::grid::{try_what_if, what_if, what_if_with_progress, Axes, GridPoi
 
 /// Bumped whenever the model's mechanics change the numbers a spec produces; part of the
 /// cache key, so a cached result is never reused across model versions.
-pub const MODEL_VERSION: u32 = 3;
+pub const MODEL_VERSION: u32 = 4;
 
 /// What the core does with a received packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
