@@ -24,13 +24,13 @@ def with_rings(path, entries):
 
 
 def test_recommendations_are_stable_across_runs(testbed, recorder):
-    # The same load twice: two streams pinned (XPS + CPU affinity) to queues 0
-    # and 1, so hashing cannot put them on different queues from run to run.
+    # The same load twice: two streams pinned (XPS + CPU affinity, each server on its
+    # sender's CPU) to queues 0 and 1, so neither hashing nor where the ACKs are taken in
+    # can put them on different queues from run to run.
     import subprocess
-    from test_l3miss import pin_tx_queues
+    from test_l3miss import flow_servers, pin_tx_queues
     tb = testbed
-    tb.iperf3_server(5201)
-    tb.iperf3_server(5202)
+    flow_servers(tb)
     pin_tx_queues(tb)
     keys, models, ring_keys = [], [], []
     for _ in range(2):
