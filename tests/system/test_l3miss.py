@@ -68,7 +68,10 @@ def check_pinned(truth, h_bytes, l_bytes):
     driver's per-queue packet split follows iperf3's byte split (whatever rates the flows got
     on a loaded host; the shares below are held to the split achieved, not to a nominal one)."""
     assert truth.get(0, 0) > 0 and truth.get(1, 0) > 0, truth
-    assert abs(share(truth[0], truth[1]) - share(h_bytes, l_bytes)) < 5, ("setup: the flows left their pinned queues", truth, h_bytes, l_bytes)
+    # 10 points: even with each server on its sender's CPU, TCP also transmits from timers
+    # and softirqs on the other CPU, which moved up to 6 % of the heavy flow's packets to
+    # queue 1 in some runs; a flow hashed off its queue moves half or all of them.
+    assert abs(share(truth[0], truth[1]) - share(h_bytes, l_bytes)) < 10, ("setup: the flows left their pinned queues", truth, h_bytes, l_bytes)
 
 
 def joins_by_port(m):
@@ -503,6 +506,10 @@ def test_copy_standin_address_join_follows_rates(testbed, recorder, join_sample)
     check_pinned(truth, h_bytes, l_bytes)
     assert abs(rx.get(0, 0) - truth[0]) <= 0.01 * truth[0], (rx, truth)
     n_joined = joined.get(0, 0) + joined.get(1, 0)
+    # Under a page subset the joins are drawn by page, as above: as independent draws they
+    # count as the pages seen drawn, not the samples those pages carry.
+    if join_sample > 1:
+        n_joined = min(n_joined, b["entries_max"])
     assert_shares([joined.get(0, 0), joined.get(1, 0)], [truth[0], truth[1]], n_joined, "queue shares of the joins", COPY_OVERWEIGHT)
     assert sum(q["addr_join"] for q in m["queues"] if q["dir"] == "tx") <= 0.01 * m["on_packet_buffers"], m["queues"]
 
