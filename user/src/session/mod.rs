@@ -858,6 +858,20 @@ impl Session {
         }
 
         let t_ns = monotonic_ns();
+        // The counters are read at the interval's end as stamped, before the rest of the
+        // snapshot is taken (reading the probes, closing a window can take tens of ms): read
+        // after them, a reading spanned another length than the interval it was filed under.
+        let mut counters = Vec::new();
+        if let Some(s) = self.sampler.as_mut() {
+            match s.read() {
+                Ok(r) => counters = r,
+                Err(e) => {
+                    // Keep the software view going; say why counters stopped.
+                    self.counter_notes.push(format!("counter reads stopped at interval {}: {e:#}", self.index));
+                    self.sampler = None;
+                }
+            }
+        }
         let mut cur_q = self.tier0.read_queues()?;
         let mut link = None;
         if let Some(k) = self.kstats.as_mut() {
@@ -965,16 +979,7 @@ impl Session {
             self.prev_m = cur;
             snap.misses = Some(m);
         }
-        if let Some(s) = self.sampler.as_mut() {
-            match s.read() {
-                Ok(r) => snap.counters = r,
-                Err(e) => {
-                    // Keep the software view going; say why counters stopped.
-                    self.counter_notes.push(format!("counter reads stopped at interval {}: {e:#}", self.index));
-                    self.sampler = None;
-                }
-            }
-        }
+        snap.counters = counters;
         self.prev_q = cur_q;
         self.prev_e = cur_e;
         self.prev_t = t_ns;
