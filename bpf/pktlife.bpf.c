@@ -128,14 +128,6 @@ static __always_inline void count_n(__u32 idx, __u32 n)
 		*c += n;
 }
 
-/* The random value of a packet's sampling decisions; none needed when neither
- * setting samples (const volatile: the verifier prunes the call). One draw
- * shared by the decisions on a packet, so a recorded packet is also timed. */
-static __always_inline __u32 sampling_draw(void)
-{
-	return sample_every > 1 || stage_every > 1 ? bpf_get_prandom_u32() : 0;
-}
-
 static __always_inline struct pl_queue_stats *qstats(__u8 dir, __u32 queue)
 {
 	if (queue >= MAX_QUEUES) {
@@ -180,6 +172,30 @@ static __always_inline __u32 state_slot(__u64 head)
 	return (__u32)(((head >> 6) * 0x9E3779B97F4A7C15ULL) >> 40) & (STATE_SLOTS - 1);
 }
 
+/* The value of a packet's sampling decisions (timed 1 in stage_every,
+ * recorded 1 in sample_every, from one value so a recorded packet is also
+ * timed): a hash of the skb and head buffer addresses it starts its life at,
+ * not a random draw. A state is only ever stored for an (skb, head) pair that
+ * hashes to "timed", so a packet that does not cannot find a leftover state
+ * of its own pair (one whose free went unseen) and need not look for one:
+ * the untimed packets, most of them, never touch the state table. The pairs
+ * a queue cycles through are many (the slab's skbs times the ring's
+ * buffers), so every queue still gets its share. None needed when neither
+ * setting samples (const volatile: the verifier prunes the work). */
+static __always_inline __u32 life_draw(__u64 skb, __u64 head)
+{
+	if (!(sample_every > 1 || stage_every > 1))
+		return 0;
+	__u64 h = (as_number(skb) ^ (as_number(head) * 0x9E3779B97F4A7C15ULL)) * 0xBF58476D1CE4E5B9ULL;
+	return (__u32)(h >> 32);
+}
+
+/* Whether a life of this draw is timed: recorded ones are timed too. */
+static __always_inline bool life_timed(__u32 draw)
+{
+	return one_in(draw, sample_every) || one_in(draw, stage_every);
+}
+
 /* The state of this packet (skb and head buffer), or NULL if not tracked. */
 static __always_inline struct pl_skb_state *state_of(__u64 skb, __u64 head)
 {
@@ -198,9 +214,14 @@ static __always_inline void store_state(__u64 key, struct pl_skb_state *st)
 	struct pl_skb_state *cur = bpf_map_lookup_elem(&skb_states, &slot);
 	if (!cur)
 		return;
-	/* A state of an earlier window is a leftover, not a live packet pushed out. */
-	if (cur->skb && cur->gen == join_generation && !(cur->skb == key && cur->head == st->head))
-		count(PLC_STATE_EVICT);
+	/* A state of an earlier window is a leftover, not a live packet pushed out;
+	 * one of this very pair is an earlier life of it whose free went unseen. */
+	if (cur->skb && cur->gen == join_generation) {
+		if (cur->skb == key && cur->head == st->head)
+			count(PLC_STATE_STALE);
+		else
+			count(PLC_STATE_EVICT);
+	}
 	st->skb = key;
 	st->gen = join_generation;
 	*cur = *st;

@@ -37,18 +37,12 @@ static __always_inline bool H(socket_is_ours)(const struct sk_buff *skb)
  * them apart (states are keyed by both). */
 static __always_inline struct pl_skb_state *H(tracked)(const struct sk_buff *skb)
 {
-	return state_of((__u64)skb, (__u64)RD(skb, head));
-}
-
-/* A new packet starts at this address: any state still here is a leftover of
- * an earlier packet whose free went unseen. */
-static __always_inline void H(forget_leftover)(const struct sk_buff *skb)
-{
-	struct pl_skb_state *old = H(tracked)(skb);
-	if (old) {
-		drop_state(old);
-		count(PLC_STATE_STALE);
-	}
+	__u64 head = (__u64)RD(skb, head);
+	/* The pairs that were never timed (life_draw) need no table lookup: most
+	 * packets leave here on arithmetic, before touching a random slot. */
+	if (!life_timed(life_draw((__u64)skb, head)))
+		return NULL;
+	return state_of((__u64)skb, head);
 }
 
 /* The skb's shared info (at head + end, end being an offset on 64-bit): the
@@ -114,18 +108,19 @@ static __always_inline int H(on_rx_handup)(const struct sk_buff *skb, bool in_na
 		l2_len = 0;
 	__u32 len = l3_len + l2_len;
 
-	struct pl_cpu_ctx *c = cpu_ctx_get();
-	if (c) {
-		c->last_rx_skb = (__u64)skb;
-		c->last_rx_head = (__u64)head;
-	}
 	struct pl_queue_stats *qs = qstats(PL_RX, queue);
 	if (qs)
 		qs->handups += 1;
 
-	__u32 draw = sampling_draw();
+	__u32 draw = life_draw((__u64)skb, (__u64)head);
 	bool sampled = one_in(draw, sample_every);
-	bool track = sampled || one_in(draw, stage_every);
+	bool track = life_timed(draw);
+	/* For the GRO exit: only a timed frame has a state to end if merged. */
+	struct pl_cpu_ctx *c = cpu_ctx_get();
+	if (c) {
+		c->last_rx_skb = track ? (__u64)skb : 0;
+		c->last_rx_head = (__u64)head;
+	}
 
 	struct pl_flow_key k = {};
 	__u32 hdr_len = 0;
@@ -147,10 +142,8 @@ static __always_inline int H(on_rx_handup)(const struct sk_buff *skb, bool in_na
 				      have_flow ? &k : NULL, now);
 		set_ctx(PL_CTX_RX_NAPI, PL_RX, queue, have_flow ? &k : NULL, in_napi ? 0 : now);
 	}
-	if (!track) {
-		H(forget_leftover)(skb);
+	if (!track)
 		return 0;
-	}
 	struct pl_skb_state st = {};
 	st.ts[0] = now;
 	st.head = (__u64)head;
@@ -287,16 +280,15 @@ static __always_inline int H(on_tx_queue)(const struct sk_buff *skb)
 	struct pl_queue_stats *qs = qstats(PL_TX, RD(skb, queue_mapping));
 	if (qs)
 		qs->handups += 1;
-	__u32 draw = sampling_draw();
+	unsigned char *head = RD(skb, head);
+	__u32 draw = life_draw((__u64)skb, (__u64)head);
 	bool sampled = one_in(draw, sample_every);
-	bool track = sampled || one_in(draw, stage_every);
-	if (!track) {
-		H(forget_leftover)(skb);
+	bool track = life_timed(draw);
+	if (!track)
 		return 0;
-	}
 	struct pl_skb_state st = {};
 	st.ts[0] = bpf_ktime_get_ns();
-	st.head = (__u64)RD(skb, head);
+	st.head = (__u64)head;
 	st.dir = PL_TX;
 	/* The TX queue is picked before net_dev_queue fires. */
 	st.queue = RD(skb, queue_mapping);
