@@ -479,9 +479,13 @@ fn tiers(rec: &Recording, totals: &[QueueCounters], flows: &[crate::snapshot::Fl
             samples: Some(skbs),
             text: match m.flow_windows {
                 Some(w) => format!(
-                    "estimated from every skb of {w} detail windows, scaled by each queue's exact packet count: \
-                     {skbs} counted; each flow gives its 95% error bound (the spread between windows; a flow \
-                     shorter than a cycle can be missed){sockets_note}"
+                    "estimated from {}, scaled by each queue's exact packet count: {skbs} sampled; each flow \
+                     gives its 95% error bound (size sampling and the spread between windows; a flow shorter \
+                     than a cycle can be missed){sockets_note}",
+                    match m.flow_window_sample_bytes {
+                        Some(1) | None => format!("every skb of {w} detail windows"),
+                        Some(b) => format!("the skbs of {w} detail windows, one of d bytes with probability d/{b} up to 1"),
+                    }
                 ),
                 None => format!(
                     "estimated from sampled skbs, one of d bytes with probability d/{n} up to 1: {skbs} sampled; each flow gives its 95% error bound{sockets_note}"

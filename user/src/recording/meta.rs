@@ -92,6 +92,10 @@ pub struct RecordingMeta {
     /// before sampled flows, exact).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub flow_sample_bytes: Option<u32>,
+    /// Inside the detail windows, the flows of a direction sampled there alone take an skb of d
+    /// bytes with probability min(1, d / this) (None: before this was recorded, every skb).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flow_window_sample_bytes: Option<u32>,
     /// Flows of the driver-counted directions were sampled in this many detail windows and
     /// scaled by the driver's per-queue counts (None: flows were sampled all the time).
     #[serde(skip_serializing_if = "Option::is_none")]

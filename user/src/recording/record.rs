@@ -202,6 +202,7 @@ fn session_meta(live: &Session) -> Result<RecordingMeta> {
         tx_counts: Some(live.count_sources().1.to_string()),
         tier0_hooks: Some(live.tier0.hooks.clone()),
         flow_sample_bytes: Some(live.flow_sample),
+        flow_window_sample_bytes: live.flow_windows().map(|_| live.window_flow_sample),
         napi_counts: Some(if live.napi_windowed() { "windows" } else { "exact" }.to_string()),
         window_cycle_ms: cycle.map(|c| c.as_millis() as f64),
         window_duty: windowed.then_some(live.duty),
