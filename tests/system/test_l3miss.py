@@ -463,8 +463,13 @@ def test_copy_standin_address_join_follows_rates(testbed, recorder, join_sample)
     with_addr = in_subset + m["out_of_subset"]
     assert m["on_packet_buffers"] > 1000 // join_sample, m
     # The claim: at most 1 of 5000-9900 copy samples not found; as a rate of 1 in 5000, the
-    # count for the samples at hand stays within its Poisson bound.
-    allowed = poisson_upper(in_subset / 5000)
+    # count for the samples at hand stays within its Poisson bound. That is the keys' claim;
+    # the map's capacity is another matter: a page whose way a newer page took (counted as
+    # pushed out) is legitimately not found when copied. Taken as that share of the pages
+    # written (an upper rate: most ways pushed out held pages long freed), it adds its own
+    # expected count (a full run's slow reader once pushed out 519 and left 9 not found).
+    pushed = b["slots_replaced"] / max(b["linear_pages"] + b["frag_pages"], 1)
+    allowed = poisson_upper(in_subset / 5000 + in_subset * pushed)
     assert m["other_addr"] <= allowed, (m["other_addr"], in_subset, allowed)
     assert b["copy_linear_joined"] + b["copy_frag_joined"] == m["on_packet_buffers"], b
     # The subset is 1 page in join_sample by address hash: the copied pages outside it are the
