@@ -174,20 +174,24 @@ static __always_inline __u32 state_slot(__u64 head)
 
 /* The value of a packet's sampling decisions (timed 1 in stage_every,
  * recorded 1 in sample_every, from one value so a recorded packet is also
- * timed): a hash of the skb and head buffer addresses it starts its life at,
- * not a random draw. A state is only ever stored for an (skb, head) pair that
- * hashes to "timed", so a packet that does not cannot find a leftover state
- * of its own pair (one whose free went unseen) and need not look for one:
- * the untimed packets, most of them, never touch the state table. The pairs
- * a queue cycles through are many (the slab's skbs times the ring's
- * buffers), so every queue still gets its share. None needed when neither
- * setting samples (const volatile: the verifier prunes the work). */
-static __always_inline __u32 life_draw(__u64 skb, __u64 head)
+ * timed): a hash of the head buffer's address it starts its life at, not a
+ * random draw. A state is only ever stored for a head that hashes to
+ * "timed", so a packet whose head does not cannot find a leftover state of
+ * its own (one whose free went unseen) and need not look for one: the
+ * untimed packets, most of them, never touch the state table, and the hooks
+ * after the hand-up let them go on this arithmetic alone. The head is a
+ * plain number to the verifier (a pointer to bytes, where the skb pointer
+ * would need a trip through map memory first: as_number). A queue cycles
+ * through as many heads as its ring holds buffers (more where the slab
+ * hands them out), so every busy queue gets its share. None needed when
+ * neither setting samples (const volatile: the verifier prunes the work). */
+static __always_inline __u32 life_draw(__u64 head)
 {
 	if (!(sample_every > 1 || stage_every > 1))
 		return 0;
-	__u64 h = (as_number(skb) ^ (as_number(head) * 0x9E3779B97F4A7C15ULL)) * 0xBF58476D1CE4E5B9ULL;
-	return (__u32)(h >> 32);
+	/* Another multiplier than state_slot's, so timed heads do not crowd
+	 * some slots. */
+	return (__u32)((head * 0xBF58476D1CE4E5B9ULL) >> 32);
 }
 
 /* Whether a life of this draw is timed: recorded ones are timed too. */
@@ -329,14 +333,16 @@ static __always_inline int tx_done_stage(struct pl_skb_state *st)
  * into another skb and the frame itself freed with no free tracepoint. */
 static __always_inline int on_gro_exit(int ret)
 {
-	if (ret != GRO_MERGED_FREE)
-		return 0;
 	struct pl_cpu_ctx *c = cpu_ctx_get();
 	if (!c || !c->last_rx_skb)
 		return 0;
-	struct pl_skb_state *st = state_of(c->last_rx_skb, c->last_rx_head);
-	if (st)
-		drop_state(st);
+	/* Set by a timed frame's hand-up alone, so cleared here whatever GRO
+	 * did: an untimed frame after it must not find it. */
+	if (ret == GRO_MERGED_FREE) {
+		struct pl_skb_state *st = state_of(c->last_rx_skb, c->last_rx_head);
+		if (st)
+			drop_state(st);
+	}
 	c->last_rx_skb = 0;
 	return 0;
 }

@@ -38,9 +38,9 @@ static __always_inline bool H(socket_is_ours)(const struct sk_buff *skb)
 static __always_inline struct pl_skb_state *H(tracked)(const struct sk_buff *skb)
 {
 	__u64 head = (__u64)RD(skb, head);
-	/* The pairs that were never timed (life_draw) need no table lookup: most
+	/* The heads that were never timed (life_draw) need no table lookup: most
 	 * packets leave here on arithmetic, before touching a random slot. */
-	if (!life_timed(life_draw((__u64)skb, head)))
+	if (!life_timed(life_draw(head)))
 		return NULL;
 	return state_of((__u64)skb, head);
 }
@@ -96,9 +96,20 @@ static __always_inline int H(on_rx_handup)(const struct sk_buff *skb, bool in_na
 
 	__u16 qm = RD(skb, queue_mapping);
 	__u32 queue = qm >= rx_queue_offset ? qm - rx_queue_offset : 0;
+	unsigned char *head = RD(skb, head);
+	struct pl_queue_stats *qs = qstats(PL_RX, queue);
+	if (qs)
+		qs->handups += 1;
+
+	__u32 draw = life_draw((__u64)head);
+	bool sampled = one_in(draw, sample_every);
+	bool track = life_timed(draw);
+	/* An untimed frame is done, unless the buffer join keeps its pages. */
+	if (!track && !join_buffers)
+		return 0;
+
 	__u32 l3_len = RD(skb, len);
 	__u32 linear = l3_len - RD(skb, data_len);
-	unsigned char *head = RD(skb, head);
 	unsigned char *data = RD(skb, data);
 	__u16 mac = RD(skb, mac_header);
 	/* eth_type_trans already pulled L2 (except on the frags path, where the
@@ -107,20 +118,6 @@ static __always_inline int H(on_rx_handup)(const struct sk_buff *skb, bool in_na
 	if (l2_len > 64)
 		l2_len = 0;
 	__u32 len = l3_len + l2_len;
-
-	struct pl_queue_stats *qs = qstats(PL_RX, queue);
-	if (qs)
-		qs->handups += 1;
-
-	__u32 draw = life_draw((__u64)skb, (__u64)head);
-	bool sampled = one_in(draw, sample_every);
-	bool track = life_timed(draw);
-	/* For the GRO exit: only a timed frame has a state to end if merged. */
-	struct pl_cpu_ctx *c = cpu_ctx_get();
-	if (c) {
-		c->last_rx_skb = track ? (__u64)skb : 0;
-		c->last_rx_head = (__u64)head;
-	}
 
 	struct pl_flow_key k = {};
 	__u32 hdr_len = 0;
@@ -144,6 +141,12 @@ static __always_inline int H(on_rx_handup)(const struct sk_buff *skb, bool in_na
 	}
 	if (!track)
 		return 0;
+	/* For the GRO exit: only a timed frame has a state to end if merged. */
+	struct pl_cpu_ctx *c = cpu_ctx_get();
+	if (c) {
+		c->last_rx_skb = (__u64)skb;
+		c->last_rx_head = (__u64)head;
+	}
 	struct pl_skb_state st = {};
 	st.ts[0] = now;
 	st.head = (__u64)head;
@@ -281,7 +284,7 @@ static __always_inline int H(on_tx_queue)(const struct sk_buff *skb)
 	if (qs)
 		qs->handups += 1;
 	unsigned char *head = RD(skb, head);
-	__u32 draw = life_draw((__u64)skb, (__u64)head);
+	__u32 draw = life_draw((__u64)head);
 	bool sampled = one_in(draw, sample_every);
 	bool track = life_timed(draw);
 	if (!track)
