@@ -23,12 +23,14 @@ struct {
 	__type(value, struct pl_cpu_ctx);
 } cpu_ctx SEC(".maps");
 
-/* Live packet-buffer pages for the address join: a 2-way set-associative
- * table indexed by a hash of the page address, the way with the older hand-up
- * giving room (bounded; LRU within each set). An array element is an inlined
- * load, where an LRU hash update takes a lock and a free-list node on every
- * hand-up. Two ways, because with one a page still waiting for its copy was
- * often pushed out by an unrelated page hashed to its slot. */
+/* Live packet-buffer pages for the address join: a 4-way set-associative
+ * table indexed by a hash of the page address, the way with the oldest
+ * hand-up giving room (bounded; LRU within each set). An array element is an
+ * inlined load, where an LRU hash update takes a lock and a free-list node on
+ * every hand-up. Four ways, because pages recycle: a host's few thousand
+ * buffer pages come back again and again, so a set that three of them share
+ * thrashes for the whole run in a 2-way table, and the page waiting for a
+ * slow reader (the oldest hand-up) is the one pushed out each time. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, BUF_SETS);
@@ -86,7 +88,11 @@ static __always_inline enum pl_lookup lookup_page(__u64 addr, struct pl_buf_info
 	struct pl_buf_bucket *bk = bpf_map_lookup_elem(&buf_pages, &set);
 	if (!bk)
 		return PL_NOT_FOUND;
-	return read_way(&bk->way[0], page, out) || read_way(&bk->way[1], page, out) ? PL_FOUND : PL_NOT_FOUND;
+#pragma unroll
+	for (int i = 0; i < PL_BUF_WAYS; i++)
+		if (read_way(&bk->way[i], page, out))
+			return PL_FOUND;
+	return PL_NOT_FOUND;
 }
 
 static __always_inline void set_ctx(__u8 kind, __u8 dir, __u32 queue, const struct pl_flow_key *k, __u64 now)

@@ -57,13 +57,13 @@ struct pl_buf_slot {
 	struct pl_buf_info info;
 };
 
-#define PL_BUF_WAYS 2
+#define PL_BUF_WAYS 4
 /* One set of the buffer-page table. */
 struct pl_buf_bucket {
 	struct pl_buf_slot way[PL_BUF_WAYS];
 };
 
 /* Sets of the buffer-page table. */
-#define BUF_SETS 32768
+#define BUF_SETS 16384
 
 #endif /* __ATTRIB_H */

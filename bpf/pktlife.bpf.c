@@ -361,15 +361,21 @@ static __always_inline void remember_page(__u64 page, __u32 set, const struct pl
 	struct pl_buf_bucket *bk = bpf_map_lookup_elem(&buf_pages, &set);
 	if (!bk)
 		return;
-	struct pl_buf_slot *e;
-	if ((bk->way[0].page & ~BUF_GEN_MASK) == page) {
-		e = &bk->way[0];
-	} else if ((bk->way[1].page & ~BUF_GEN_MASK) == page) {
-		e = &bk->way[1];
-	} else {
-		/* An empty way has hand-up time 0: it is always the older one. Ways
-		 * are never emptied, so fills of empty ways count the ways in use. */
-		e = bk->way[0].info.handup_ns <= bk->way[1].info.handup_ns ? &bk->way[0] : &bk->way[1];
+	struct pl_buf_slot *e = NULL, *oldest = &bk->way[0];
+#pragma unroll
+	for (int i = 0; i < PL_BUF_WAYS; i++) {
+		if ((bk->way[i].page & ~BUF_GEN_MASK) == page) {
+			e = &bk->way[i];
+			break;
+		}
+		if (bk->way[i].info.handup_ns < oldest->info.handup_ns)
+			oldest = &bk->way[i];
+	}
+	if (!e) {
+		/* An empty way has hand-up time 0: it is always the oldest (the
+		 * first such). Ways are never emptied, so fills of empty ways count
+		 * the ways in use. */
+		e = oldest;
 		count(e->page ? PLC_BUF_REPLACED : PLC_BUF_FILLED);
 	}
 	__u64 tag = e->page;
