@@ -134,15 +134,25 @@ def report_json(path):
     return json.loads(run(BIN, "report", path, "--json").stdout)
 
 
+def bpftool_list(kind):
+    """bpftool's JSON listing of every `kind` ("prog", "link") on the host. A listing stops
+    with an error when an object it reached goes away before it was read (a link whose
+    program is being freed): that is a race with some other process's exit, so the listing
+    is taken again; one that keeps failing is reported with bpftool's own words."""
+    for _ in range(5):
+        r = run("bpftool", kind, "show", "--json", check=False)
+        if r.returncode == 0:
+            return json.loads(r.stdout or "[]")
+    raise AssertionError(f"bpftool {kind} show failed 5 times: {r.stderr.strip() or r.stdout.strip()}")
+
+
 def live_prog_ids():
     """Ids of every BPF program loaded on the host now."""
-    out = run("bpftool", "prog", "show", "--json").stdout
-    return {p["id"] for p in json.loads(out or "[]")}
+    return {p["id"] for p in bpftool_list("prog")}
 
 
 def live_link_prog_ids():
-    out = run("bpftool", "link", "show", "--json").stdout
-    return {l.get("prog_id") for l in json.loads(out or "[]")}
+    return {l.get("prog_id") for l in bpftool_list("link")}
 
 
 def kernel_loads(section, tmp_dir):
