@@ -64,6 +64,7 @@ struct qc_cpu {
 	__u32 seen;             /* frames counted since this CPU's last poll ended */
 	__u32 pad;
 	__u64 scratch;          /* see as_number() */
+	__u64 draw;             /* the flow sampler's generator state (flow_sampled) */
 };
 
 /* How the RX frames are counted (userspace picks the cheapest that attaches). */

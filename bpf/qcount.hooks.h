@@ -74,7 +74,7 @@ static __always_inline int H(qc_rx_handup)(const struct sk_buff *skb)
 		c->queue = queue;
 		c->seen = 1;
 	}
-	bool sample = flow_sampled(l3_len + l2, flow_bytes);
+	bool sample = flow_sampled(c, l3_len + l2, flow_bytes);
 	__u64 wire = l3_len + l2;
 	struct pl_flow_key k = {};
 	__u32 hdr = 0;
@@ -101,7 +101,7 @@ static __always_inline int H(qc_tx_xmit)(const struct sk_buff *skb, const struct
 	__u32 queue = RD(skb, queue_mapping);
 	__u32 len = RD(skb, len);
 	__u32 segs = H(qc_segs)(skb);
-	bool sample = flow_sampled(len, flow_bytes_tx);
+	bool sample = flow_sampled(qc_cpu_get(), len, flow_bytes_tx);
 	__u64 wire = len;
 	struct pl_flow_key k = {};
 	__u32 hdr = 0;
