@@ -968,6 +968,12 @@ impl Session {
             }
         }
         if let (Some(l3), Some(d)) = (self.l3.as_ref(), self.detail.as_ref()) {
+            // A sample bumps the totals, then its queue's and flow's counts: one still being
+            // taken while the maps are read lands in one and not the other. The last reading
+            // is the recording's account, so the sampler stops before it.
+            if finishing {
+                l3.set_sampling(false)?;
+            }
             let mut cur = l3.read_misses(flow_turn)?;
             let buf = d.read_buf_map()?;
             cur.buf = crate::snapshot::BufMapCounters {
