@@ -21,7 +21,8 @@
    receiver's interface counted: BPF CPU time per million packets.
 3. The recorder's hot hooks per event: bpf_stats per program of a default recording, next
    to `ddioscope bench-floor`'s empty programs on the same hooks (what bpf_stats charges any
-   program): raw, floor and net ns per event, event-weighted, against the target.
+   program): raw, floor and net ns per event over BENCH_ROUNDS passes, and the passes'
+   event-weighted net, mean ± stdev, against the target.
 4. Long recordings: `report`, `report --json` and `report --html` of a one-hour recording the
    bench builds (a short testbed recording's intervals repeated), with time and peak RSS.
 5. The simulator's throughput (`simulate --bench`).
@@ -295,20 +296,40 @@ def hot_hooks(tb, tmp):
         fl = json.loads(read_line(floor, 60, "bench-floor"))
         empty = {p["tracepoint"]: p["id"] for p in fl.get("progs", []) if p["name"].startswith("e_")}
         ids = list(set(rec.prog_ids) | set(empty.values()))
+        # Several passes, the loads' order alternating: one pass swings with what the host
+        # is doing (a 10 s pass on this VM has read 26 and 52 ns/event minutes apart), so
+        # the verdict rests on the passes' mean and spread, the table on their sums.
+        sums, passes = {}, []
+        for r in range(ROUNDS):
+            per_pass = {}
+            for load in (list(LOADS) if r % 2 == 0 else list(LOADS)[::-1]):
+                s0 = stats_of(ids)
+                tb.iperf(load)
+                s1 = stats_of(ids)
+                d = {i: (s1[i][0] - s0.get(i, (0, 0))[0], s1[i][1] - s0.get(i, (0, 0))[1], s1[i][2]) for i in s1}
+                for pid, p in progs.items():
+                    cnt, ns, name = d.get(pid, (0, 0, p["name"]))
+                    f = d.get(empty.get(p["tracepoint"], -1))
+                    if not cnt:
+                        continue
+                    acc = sums.setdefault((load, pid), {"name": name, "hook": p["tracepoint"], "events": 0, "ns": 0,
+                                                       "floor_events": 0, "floor_ns": 0})
+                    acc["events"] += cnt
+                    acc["ns"] += ns
+                    if f and f[0]:
+                        acc["floor_events"] += f[0]
+                        acc["floor_ns"] += f[1]
+                        per_pass[(load, pid)] = (cnt, ns / cnt - f[1] / f[0])
+            ev = sum(c for c, _ in per_pass.values())
+            if ev:
+                passes.append(sum(c * n for c, n in per_pass.values()) / ev)
         rows = []
-        for load in LOADS:
-            s0 = stats_of(ids)
-            tb.iperf(load)
-            s1 = stats_of(ids)
-            d = {i: (s1[i][0] - s0.get(i, (0, 0))[0], s1[i][1] - s0.get(i, (0, 0))[1], s1[i][2]) for i in s1}
-            for pid, p in progs.items():
-                cnt, ns, name = d.get(pid, (0, 0, p["name"]))
-                if not cnt:
-                    continue
-                f = d.get(empty.get(p["tracepoint"], -1))
-                floor_ns = f[1] / f[0] if f and f[0] else None
-                rows.append({"load": load, "name": name, "hook": p["tracepoint"], "events": cnt, "raw_ns": ns / cnt,
-                             "floor_ns": floor_ns, "net_ns": None if floor_ns is None else ns / cnt - floor_ns})
+        for (load, _), a in sums.items():
+            floor_ns = a["floor_ns"] / a["floor_events"] if a["floor_events"] else None
+            raw = a["ns"] / a["events"]
+            rows.append({"load": load, "name": a["name"], "hook": a["hook"], "events": a["events"], "raw_ns": raw,
+                         "floor_ns": floor_ns, "net_ns": None if floor_ns is None else raw - floor_ns})
+        return rows, passes
         return rows
     finally:
         if floor and floor.poll() is None:
@@ -402,13 +423,13 @@ def main():
 
         runs = throughput(tb, tmp) if "throughput" not in SKIP else {}
         cost = {}
-        hooks = []
+        hooks, hook_passes = [], []
         if "cost" not in SKIP or "hooks" not in SKIP:
             sh("sysctl", "-qw", "kernel.bpf_stats_enabled=1")
             if "cost" not in SKIP:
                 cost = bpf_cost(tb, tmp)
             if "hooks" not in SKIP:
-                hooks = hot_hooks(tb, tmp)
+                hooks, hook_passes = hot_hooks(tb, tmp)
             sh("sysctl", "-qw", "kernel.bpf_stats_enabled=0")
         longrec = long_recording(tb, tmp) if "long" not in SKIP else None
 
@@ -460,13 +481,12 @@ def main():
                 f = lambda v: "n/a" if v is None else f"{v:.1f}"
                 print(f"  {h['load']:<5} {h['name']:<16} {h['hook']:<24} {h['events']:>10} {f(h['raw_ns']):>8} "
                       f"{f(h['floor_ns']):>9} {f(h['net_ns']):>8}")
-            w = [h for h in hooks if h["net_ns"] is not None]
-            if w:
-                ev = sum(h["events"] for h in w)
-                net = sum(h["net_ns"] * h["events"] for h in w) / ev
-                print(f"  event-weighted net over hooks with a floor: {net:.1f} ns/event vs target <= "
-                      f"{TARGET_HOT_NS:.0f}: {'PASS' if net <= TARGET_HOT_NS else 'ABOVE target'}")
-                result["hot_net_ns"] = net
+            if hook_passes:
+                m, sd = ms(hook_passes)
+                print(f"  event-weighted net over hooks with a floor, per pass: {m:.1f} ± {sd:.1f} ns/event "
+                      f"(median {statistics.median(hook_passes):.1f}; passes {', '.join(f'{x:.1f}' for x in hook_passes)}) "
+                      f"vs target <= {TARGET_HOT_NS:.0f}: {'PASS' if m <= TARGET_HOT_NS else 'ABOVE target'}")
+                result["hot_net_ns"], result["hot_net_ns_sd"], result["hot_net_ns_passes"] = m, sd, hook_passes
             result["hooks"] = hooks
 
         if longrec:
