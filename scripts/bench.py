@@ -508,7 +508,7 @@ def main():
 
         if "sim" not in SKIP:
             sim = sh(BIN, "simulate", "--bench", check=False, timeout=120)
-            print(f"\n4. simulator: {sim.stdout.strip() or sim.stderr.strip()}")
+            print(f"\n4. {sim.stdout.strip() or sim.stderr.strip()}")
             result["simulator"] = sim.stdout.strip()
         print(f"\n  1-min load average at end: {open('/proc/loadavg').read().split()[0]}")
     finally:
