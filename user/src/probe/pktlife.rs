@@ -32,12 +32,10 @@ const _: () = assert!(
 /// Ways per set of the buffer-page map (PL_BUF_WAYS in attrib.h).
 const BUF_WAYS: u32 = (std::mem::size_of::<pl_buf_bucket>() / std::mem::size_of::<pl_buf_slot>()) as u32;
 
-/// Stage latencies on 1 in this many packets by default: a timed packet pays for its state
-/// and a clock read in every hook it passes, most of what the detail hooks cost per packet
-/// (1 in 16 instead of 1 in 4 took 4-7 ns off the hot hooks' event-weighted cost on the
-/// testbed); a busy queue still times thousands of packets a second, plenty for latency
-/// histograms and mean residence, and `--stage-sample 1` times every packet.
-pub const DEFAULT_STAGE_EVERY: u32 = 16;
+/// Stage latencies on 1 in this many packets by default: the per-packet state and the clock
+/// read are most of a hand-up's cost, and a quarter of the packets of any busy queue is
+/// plenty for latency histograms and mean residence.
+pub const DEFAULT_STAGE_EVERY: u32 = 4;
 
 /// Largest `--join-sample`. A queue whose buffers are a fixed set of recurring pages (a
 /// page_pool of P pages) is seen through a fixed draw of about P/N of them, an error more
