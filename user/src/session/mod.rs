@@ -342,7 +342,9 @@ pub struct Session {
     socket_overflows: u64,
     /// The interface's own packet totals [RX, TX] at the last interval, against which the
     /// driver's per-queue counts are checked.
-    prev_link: Option<[u64; 2]>,
+    /// The interface's totals read just before and just after the driver's counters, at the
+    /// last interval's end.
+    prev_link: Option<([u64; 2], [u64; 2])>,
     /// Busy intervals in a row whose driver counts missed the interface's [RX, TX].
     kernel_misses: [u32; 2],
     /// Whether the interface is still there, asked every interval.
@@ -638,7 +640,10 @@ impl Session {
         // Counts already made (between attach and now) belong to no interval either.
         live.prev_q = live.tier0.read_queues()?;
         if let Some(k) = live.kstats.as_mut() {
+            let before = live.watch.as_mut().and_then(|w| w.link_packets());
             overlay_kernel_counts(&mut live.prev_q, &k.queues(), live.kernel_counts);
+            let after = live.watch.as_mut().and_then(|w| w.link_packets());
+            live.prev_link = before.zip(after);
         }
         if live.tier0.napi_window_only() {
             live.napi_windows = Some(napiscale::WindowNapi::default());
@@ -646,7 +651,6 @@ impl Session {
         if window_only.iter().any(|&w| w) {
             live.flow_windows = Some(flowscale::WindowFlows::new(window_only, &live.prev_q));
         }
-        live.prev_link = live.watch.as_mut().and_then(|w| w.link_packets());
         Ok(live)
     }
 
@@ -744,19 +748,27 @@ impl Session {
     /// Check the driver's per-queue counts of this interval against the interface's own
     /// totals: a driver whose queue counters miss a path (veth counts its NAPI path only) is
     /// found by trying, and its direction is counted by the program from then on.
-    fn check_kernel_counts(&mut self, link: Option<[u64; 2]>, cur_q: &mut [QueueCounters], interval: &[QueueCounters]) -> Result<()> {
+    fn check_kernel_counts(&mut self, link: Option<([u64; 2], [u64; 2])>, cur_q: &mut [QueueCounters], interval: &[QueueCounters]) -> Result<()> {
         let Some(link) = link else { return Ok(()) };
         let Some(prev) = self.prev_link.replace(link) else { return Ok(()) };
+        let ((before, after), (prev_before, prev_after)) = (link, prev);
         for (d, dir) in [(0, Dir::Rx), (1, Dir::Tx)] {
             if !self.kernel_counts[d] {
                 continue;
             }
-            let by_link = link[d].saturating_sub(prev[d]);
+            let by_link = after[d].saturating_sub(prev_after[d]);
             let by_queues: u64 = interval.iter().filter(|q| q.dir == dir).map(|q| q.packets).sum();
-            // The two are read back to back, yet still differ by what arrived in between:
-            // judged on busy intervals with a margin, and only a miss that lasts two intervals
-            // in a row counts, so only a path the counters miss shows.
-            if by_link < MIN_CHECKED_PACKETS || by_queues.abs_diff(by_link) <= by_link / 20 {
+            // The driver's counts were read between the interface's totals `before` and
+            // `after` (the last interval's between `prev_before` and `prev_after`), so what
+            // they counted in the interval lies between the fewest and the most packets the
+            // interface can have carried meanwhile, however far apart the reads were (a
+            // recorder descheduled between them on a busy host). Judged on busy intervals
+            // with a margin, and only a miss that lasts two intervals in a row counts, so only
+            // a path the counters miss shows.
+            let least = before[d].saturating_sub(prev_after[d]);
+            let most = after[d].saturating_sub(prev_before[d]);
+            let margin = least / 20;
+            if least < MIN_CHECKED_PACKETS || (by_queues + margin >= least && by_queues <= most + margin) {
                 self.kernel_misses[d] = 0;
                 continue;
             }
@@ -880,11 +892,13 @@ impl Session {
         let mut cur_q = self.tier0.read_queues()?;
         let mut link = None;
         if let Some(k) = self.kstats.as_mut() {
+            // The interface's totals just before and just after, to check the driver's counts
+            // against: the counts were taken somewhere between the two.
+            let check = self.kernel_counts.iter().any(|&c| c);
+            let before = if check { self.watch.as_mut().and_then(|w| w.link_packets()) } else { None };
             overlay_kernel_counts(&mut cur_q, &k.queues(), self.kernel_counts);
-            // The interface's totals right after, to check the driver's counts against.
-            if self.kernel_counts.iter().any(|&c| c) {
-                link = self.watch.as_mut().and_then(|w| w.link_packets());
-            }
+            let after = if check { self.watch.as_mut().and_then(|w| w.link_packets()) } else { None };
+            link = before.zip(after);
         }
         // The window under way when the run ends is a window too.
         if finishing {
