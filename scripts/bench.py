@@ -330,7 +330,6 @@ def hot_hooks(tb, tmp):
             rows.append({"load": load, "name": a["name"], "hook": a["hook"], "events": a["events"], "raw_ns": raw,
                          "floor_ns": floor_ns, "net_ns": None if floor_ns is None else raw - floor_ns})
         return rows, passes
-        return rows
     finally:
         if floor and floor.poll() is None:
             floor.send_signal(signal.SIGINT)

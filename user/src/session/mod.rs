@@ -340,10 +340,8 @@ pub struct Session {
     sockets: Option<crate::probe::sockets::SocketFlows>,
     /// Reads of the sockets' close notifications that found them overflowed, so far.
     socket_overflows: u64,
-    /// The interface's own packet totals [RX, TX] at the last interval, against which the
-    /// driver's per-queue counts are checked.
-    /// The interface's totals read just before and just after the driver's counters, at the
-    /// last interval's end.
+    /// The interface's own packet totals [RX, TX], read just before and just after the
+    /// driver's per-queue counters at the last interval's end, against which those are checked.
     prev_link: Option<([u64; 2], [u64; 2])>,
     /// Busy intervals in a row whose driver counts missed the interface's [RX, TX].
     kernel_misses: [u32; 2],
