@@ -39,9 +39,17 @@ const volatile __u32 link_hdr_len = 14;
 const volatile __u32 flow_bytes = 65536;
 const volatile __u32 flow_bytes_tx = 65536;
 
+/* The recorded namespace's struct net, once seen (netns.hooks.h). */
+__u64 net_seen = 0;
+
+/* Per CPU, then per direction and queue: entry cpu * 2 * MAX_QUEUES + dir *
+ * MAX_QUEUES + queue. An array by CPU number rather than a per-CPU array, for
+ * the same reason as qc_cpu; sized to the possible CPUs by userspace. */
+_Static_assert(sizeof(struct qc_queue_stats) % 64 == 0, "a queue's counts are whole cache lines");
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 2 * MAX_QUEUES);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__type(key, __u32);
 	__type(value, struct qc_queue_stats);
 } qc_queues SEC(".maps");
@@ -67,9 +75,16 @@ struct {
 	__type(value, __u64);
 } qc_drop_reasons SEC(".maps");
 
+/* Each CPU's scratch, by CPU number: an array rather than a per-CPU one, so
+ * finding it takes no load of the map's per-CPU pointer (a line that, like
+ * every line the programs touch, is out of the cache under load). Mmapable
+ * arrays start their values on a page, so each CPU's 64 bytes are a line of
+ * its own. Sized to the possible CPUs by userspace before load. */
+_Static_assert(sizeof(struct qc_cpu) == 64, "a CPU's scratch is one cache line");
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__type(key, __u32);
 	__type(value, struct qc_cpu);
 } qc_cpu SEC(".maps");
@@ -101,8 +116,8 @@ static __always_inline void qc_count(__u32 idx)
 
 static __always_inline struct qc_cpu *qc_cpu_get(void)
 {
-	__u32 zero = 0;
-	return bpf_map_lookup_elem(&qc_cpu, &zero);
+	__u32 cpu = bpf_get_smp_processor_id();
+	return bpf_map_lookup_elem(&qc_cpu, &cpu);
 }
 
 static __always_inline struct qc_queue_stats *qc_queue(__u8 dir, __u32 queue)
@@ -111,7 +126,7 @@ static __always_inline struct qc_queue_stats *qc_queue(__u8 dir, __u32 queue)
 		qc_count(QC_QUEUE_CLAMPED);
 		queue = MAX_QUEUES - 1;
 	}
-	__u32 idx = (__u32)dir * MAX_QUEUES + queue;
+	__u32 idx = bpf_get_smp_processor_id() * (2 * MAX_QUEUES) + (__u32)dir * MAX_QUEUES + queue;
 	return bpf_map_lookup_elem(&qc_queues, &idx);
 }
 
@@ -152,7 +167,6 @@ static __always_inline void flow_add(struct pl_flow_key *k, __u32 queue, __u32 d
 		/* wire^2 (1 - p) / p^2 with p = d / fb */
 		var = bytes * bytes - bytes * wire;
 	}
-	qc_count(QC_FLOW_SAMPLES);
 	k->qslot = queue < 255 ? queue : 255;
 	struct qc_flow_stats *f = bpf_map_lookup_elem(&qc_flows, k);
 	if (f) {
@@ -179,12 +193,19 @@ static __always_inline void learn_napi(struct qc_cpu *c, __u32 napi_id, __u32 qu
 	if (!c)
 		return;
 	/* One CPU can alternate between queues packet by packet: the slot is
-	 * written only when it names another instance or queue. */
+	 * looked at only for an instance this CPU has not written lately (the
+	 * slot is shared by every CPU, and under load a read of it misses the
+	 * cache), and written only when it names another instance or queue. */
 	if (napi_id && (c->napi_id != napi_id || c->queue != queue)) {
-		struct qc_napi_slot *s = napi_slot(napi_id);
-		if (s && (s->napi_id != napi_id || s->queue != queue)) {
-			s->napi_id = napi_id;
-			s->queue = queue;
+		__u32 i = napi_id & (QC_NAPI_KNOWN - 1);
+		if (c->known[i].napi_id != napi_id || c->known[i].queue != queue) {
+			struct qc_napi_slot *s = napi_slot(napi_id);
+			if (s && (s->napi_id != napi_id || s->queue != queue)) {
+				s->napi_id = napi_id;
+				s->queue = queue;
+			}
+			c->known[i].napi_id = napi_id;
+			c->known[i].queue = queue;
 		}
 	}
 	c->napi_id = napi_id;
@@ -224,12 +245,24 @@ int qc_rx_tc(struct __sk_buff *skb)
 	if ((segs > 1 || sample) && len > link_hdr_len) {
 		/* Constant sizes for the verifier: all of FLOW_HDR_BYTES, or the 40
 		 * bytes that hold an option-less IPv4 header and its ports and TCP
-		 * data offset (a bare ACK is 40 to 52 bytes of L3). */
+		 * data offset (a bare ACK is 40 to 52 bytes of L3). Read straight
+		 * from the linear data where they lie in it: a GRO skb's linear part
+		 * is often its headers alone (66 bytes for TCP with timestamps), and
+		 * the helper's read past it walks into the first frag's page, which
+		 * costs a TCP GRO skb hundreds of ns. */
 		__u8 b[FLOW_HDR_BYTES] = {};
+		const __u8 *pkt = (const __u8 *)(long)skb->data;
+		const __u8 *end = (const __u8 *)(long)skb->data_end;
 		__u32 n = len - link_hdr_len;
-		int err = n >= FLOW_HDR_BYTES ? bpf_skb_load_bytes(skb, link_hdr_len, b, FLOW_HDR_BYTES)
-			  : n >= 40	       ? bpf_skb_load_bytes(skb, link_hdr_len, b, 40)
-					       : -1;
+		int err = 0;
+		if (pkt + link_hdr_len + FLOW_HDR_BYTES <= end)
+			__builtin_memcpy(b, pkt + link_hdr_len, FLOW_HDR_BYTES);
+		else if (pkt + link_hdr_len + 40 <= end)
+			__builtin_memcpy(b, pkt + link_hdr_len, 40);
+		else
+			err = n >= FLOW_HDR_BYTES ? bpf_skb_load_bytes(skb, link_hdr_len, b, FLOW_HDR_BYTES)
+			      : n >= 40		 ? bpf_skb_load_bytes(skb, link_hdr_len, b, 40)
+						 : -1;
 		if (!err)
 			have_flow = parse_flow(b, bpf_ntohs(skb->protocol), &k, &hdr);
 	}

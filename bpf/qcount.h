@@ -7,7 +7,9 @@
 
 #include "common.h"
 
-/* Per queue and direction, summed over CPUs by userspace. */
+/* Per CPU, direction and queue (qc_queues), summed over CPUs by userspace.
+ * Three cache lines, so that a queue's counts never share a line with another
+ * queue's or CPU's. */
 struct qc_queue_stats {
 	__u64 packets;          /* wire frames: a GSO/GRO skb counts its segments */
 	__u64 bytes;            /* frame bytes, L2 header included, per segment */
@@ -17,6 +19,7 @@ struct qc_queue_stats {
 	__u64 napi_budget_exhausted;
 	__u64 drops;
 	__u64 napi_work_hist[NAPI_BUCKETS];
+	__u64 pad[5];
 };
 
 /* One flow, estimated from the skbs sampled for it: an skb of d bytes is
@@ -40,7 +43,6 @@ struct qc_flow_stats {
 
 enum qc_counter {
 	QC_QUEUE_CLAMPED = 0,   /* packets on queues >= MAX_QUEUES, counted on the last */
-	QC_FLOW_SAMPLES = 1,    /* skbs sampled for the flow view */
 	QC_FLOW_UNPARSED = 2,   /* sampled skbs that were not TCP/UDP (no flow) */
 	QC_NAPI_UNMAPPED = 3,   /* polls of our device before any frame named its queue */
 	QC_NR = 8,
@@ -57,6 +59,9 @@ enum qc_napi_slots {
 	QC_NAPI_SLOTS = 4096,   /* a power of two */
 };
 
+/* NAPI instances a CPU remembers writing to qc_napi_queue (by napi_id). */
+#define QC_NAPI_KNOWN 4
+
 /* Per-CPU scratch of the counting programs. */
 struct qc_cpu {
 	__u32 napi_id;          /* the NAPI instance and queue of the last frame */
@@ -65,6 +70,7 @@ struct qc_cpu {
 	__u32 pad;
 	__u64 scratch;          /* see as_number() */
 	__u64 draw;             /* the flow sampler's generator state (flow_sampled) */
+	struct qc_napi_slot known[QC_NAPI_KNOWN]; /* slots this CPU wrote or found right */
 };
 
 /* How the RX frames are counted (userspace picks the cheapest that attaches). */

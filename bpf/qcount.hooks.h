@@ -3,17 +3,13 @@
  * with RD() a typed BTF load (tp_btf) and a probe read (raw_tp); H(name)
  * appends the flavour suffix. Not a standalone header. */
 
-/* The recorded namespace (any, without a netns filter). */
-static __always_inline bool H(qc_net_is_ours)(const struct net *net)
-{
-	return !filter_netns || (net && RD(net, ns.inum) == filter_netns);
-}
+#include "netns.hooks.h"
 
 static __always_inline bool H(qc_dev_matches)(const struct net_device *dev)
 {
 	if (!dev || RD(dev, ifindex) != filter_ifindex)
 		return false;
-	return H(qc_net_is_ours)(RD(dev, nd_net.net));
+	return H(net_is_ours)(RD(dev, nd_net.net));
 }
 
 /* A kernel address as a plain number: the verifier keeps typing a pointer
@@ -177,7 +173,7 @@ static __always_inline bool H(qc_socket_is_ours)(const struct sk_buff *skb)
 	if (!filter_netns)
 		return true;
 	const struct sock *sk = RD(skb, sk);
-	return sk && H(qc_net_is_ours)(RD(sk, __sk_common.skc_net.net));
+	return sk && H(net_is_ours)(RD(sk, __sk_common.skc_net.net));
 }
 
 /* Whether a dropped skb came in on, or goes out of, our device: skb_iif is
@@ -194,7 +190,7 @@ static __always_inline bool H(qc_dropped_here)(const struct sk_buff *skb)
 	if (!filter_netns)
 		return true;
 	if (dev_usable && RD(dev, ifindex) == iif)
-		return H(qc_net_is_ours)(RD(dev, nd_net.net));
+		return H(net_is_ours)(RD(dev, nd_net.net));
 	return H(qc_socket_is_ours)(skb);
 }
 

@@ -76,18 +76,43 @@ pub(crate) fn flow_key_of(
 /// a host whose syscalls pay for mitigations, hundreds of them ten times a second cost the
 /// traffic throughput); entry by entry where it has not.
 pub(crate) fn percpu_array_all<M: libbpf_rs::MapCore>(map: &M, entries: u32, ncpus: usize) -> anyhow::Result<Vec<Vec<Vec<u8>>>> {
+    if let Some(all) = array_batch(map, entries, ncpus) {
+        return Ok(all);
+    }
+    (0..entries)
+        .map(|k| {
+            Ok(map.lookup_percpu(&k.to_ne_bytes(), libbpf_rs::MapFlags::ANY)?.unwrap_or_default())
+        })
+        .collect()
+}
+
+/// Every entry of a plain array, as `percpu_array_all` reads a per-CPU one.
+pub(crate) fn array_all<M: libbpf_rs::MapCore>(map: &M) -> anyhow::Result<Vec<Vec<u8>>> {
+    let entries = map.max_entries();
+    if let Some(all) = array_batch(map, entries, 1) {
+        return Ok(all.into_iter().map(|mut v| v.pop().unwrap_or_default()).collect());
+    }
+    (0..entries)
+        .map(|k| Ok(map.lookup(&k.to_ne_bytes(), libbpf_rs::MapFlags::ANY)?.unwrap_or_default()))
+        .collect()
+}
+
+/// The first `entries` entries of an array map in one batch syscall, each as its `copies`
+/// values (its CPUs' for a per-CPU array, one for a plain one); None where the kernel has no
+/// batch lookup.
+fn array_batch<M: libbpf_rs::MapCore>(map: &M, entries: u32, copies: usize) -> Option<Vec<Vec<Vec<u8>>>> {
     use std::os::fd::AsRawFd;
     let vsz = (map.value_size() as usize + 7) & !7;
     let mut keys = vec![0u32; entries as usize];
-    let mut vals = vec![0u8; entries as usize * ncpus * vsz];
+    let mut vals = vec![0u8; entries as usize * copies * vsz];
     let mut count = entries;
     let mut out_batch = 0u32;
     let opts = libbpf_rs::libbpf_sys::bpf_map_batch_opts {
         sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_batch_opts>() as _,
         ..Default::default()
     };
-    // SAFETY: keys and vals hold `entries` keys and `entries` per-CPU values of the map's
-    // sizes; count says so; out_batch is the u32 an array map's batch cursor is.
+    // SAFETY: keys and vals hold `entries` keys and `entries` values of `copies` copies of the
+    // map's sizes; count says so; out_batch is the u32 an array map's batch cursor is.
     let ret = unsafe {
         libbpf_rs::libbpf_sys::bpf_map_lookup_batch(
             map.as_fd().as_raw_fd(),
@@ -100,21 +125,17 @@ pub(crate) fn percpu_array_all<M: libbpf_rs::MapCore>(map: &M, entries: u32, ncp
         )
     };
     let errno = std::io::Error::last_os_error().raw_os_error();
-    if ret == 0 || (errno == Some(libc::ENOENT) && count == entries) {
-        let mut out = vec![Vec::new(); entries as usize];
-        for (i, k) in keys.iter().take(count as usize).enumerate() {
-            let per_entry = &vals[i * ncpus * vsz..(i + 1) * ncpus * vsz];
-            if let Some(slot) = out.get_mut(*k as usize) {
-                *slot = per_entry.chunks(vsz).map(|c| c.to_vec()).collect();
-            }
-        }
-        return Ok(out);
+    if !(ret == 0 || (errno == Some(libc::ENOENT) && count == entries)) {
+        return None;
     }
-    (0..entries)
-        .map(|k| {
-            Ok(map.lookup_percpu(&k.to_ne_bytes(), libbpf_rs::MapFlags::ANY)?.unwrap_or_default())
-        })
-        .collect()
+    let mut out = vec![Vec::new(); entries as usize];
+    for (i, k) in keys.iter().take(count as usize).enumerate() {
+        let per_entry = &vals[i * copies * vsz..(i + 1) * copies * vsz];
+        if let Some(slot) = out.get_mut(*k as usize) {
+            *slot = per_entry.chunks(vsz).map(|c| c.to_vec()).collect();
+        }
+    }
+    Some(out)
 }
 
 /// The kernel's id of a loaded program (None if it is not loaded).

@@ -30,7 +30,7 @@ const _: () = assert!(NAPI_SLOTS.is_power_of_two());
 pub const MAX_QUEUES: u32 = super::qcount_skel::types::ddio_limits::DDIO_MAX_QUEUES.0;
 const _: () = assert!(super::qcount_skel::types::ddio_limits::DDIO_NAPI_BUCKETS.0 as usize == NAPI_BUCKETS);
 const _: () = assert!(
-    std::mem::size_of::<qc_queue_stats>() == (7 + NAPI_BUCKETS) * 8,
+    std::mem::size_of::<qc_queue_stats>() == (7 + NAPI_BUCKETS + 5) * 8,
     "qc_queue_stats and QueueCounters disagree"
 );
 
@@ -198,6 +198,16 @@ fn load(cfg: &QcountConfig, features: &Features, choice: HookChoice, with_tcx: b
     ro.link_hdr_len = cfg.link_hdr_len;
     ro.flow_bytes = cfg.flow_bytes[0];
     ro.flow_bytes_tx = cfg.flow_bytes[1];
+    let cpus = libbpf_rs::num_possible_cpus().context("counting possible CPUs")?;
+    let cpus = u32::try_from(cpus).unwrap_or(u32::MAX);
+    open.maps
+        .qc_cpu
+        .set_max_entries(cpus)
+        .map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, "sizing the qcount per-CPU scratch")))?;
+    open.maps
+        .qc_queues
+        .set_max_entries(cpus.saturating_mul(2 * MAX_QUEUES))
+        .map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, "sizing the qcount queue table")))?;
     for mut prog in open.open_object_mut().progs_mut() {
         let section = prog.section().to_string_lossy().into_owned();
         let keep = match section.split_once('/') {
@@ -478,12 +488,14 @@ impl QcountProbe {
     /// Cumulative counts (packets, bytes, NAPI, drops) of every queue with any, summed over
     /// CPUs; the detail fields stay zero.
     pub fn read_queues(&self) -> Result<Vec<QueueCounters>> {
-        let all = super::percpu_array_all(&self.skel.maps.qc_queues, 2 * MAX_QUEUES, self.ncpus).context("reading qc_queues")?;
+        // One entry per CPU, direction and queue (the CPU's block first), read in one batch.
+        let per_cpu_block = 2 * MAX_QUEUES as usize;
+        let all = super::array_all(&self.skel.maps.qc_queues).context("reading qc_queues")?;
         let mut out = Vec::new();
-        for (idx, per_cpu) in (0..(2 * MAX_QUEUES)).zip(all) {
-            let dir = if idx < MAX_QUEUES { Dir::Rx } else { Dir::Tx };
-            let mut q = QueueCounters::new(dir, idx % MAX_QUEUES);
-            for raw in per_cpu.iter().take(self.ncpus) {
+        for idx in 0..per_cpu_block {
+            let dir = if idx < MAX_QUEUES as usize { Dir::Rx } else { Dir::Tx };
+            let mut q = QueueCounters::new(dir, idx as u32 % MAX_QUEUES);
+            for raw in all.iter().skip(idx).step_by(per_cpu_block).take(self.ncpus) {
                 let mut s = qc_queue_stats::default();
                 plain::copy_from_bytes(&mut s, raw).map_err(|_| anyhow::anyhow!("qc_queues value too short"))?;
                 q.packets += s.packets;

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 use serde::{Deserialize, Serialize};
 
@@ -347,6 +347,9 @@ pub struct Session {
     kernel_misses: [u32; 2],
     /// Whether the interface is still there, asked every interval.
     watch: Option<topology::presence::DeviceWatch>,
+    /// The recorded namespace, held open while the programs run: they know it by the address
+    /// of its struct net once seen, which no other namespace can take while this one is held.
+    _netns_held: Option<std::fs::File>,
     /// Why the session ended early: the interface or its namespace went away.
     gone: Option<String>,
     sampler: Option<counters::Sampler>,
@@ -420,6 +423,10 @@ impl Session {
         let detection = counters::platform::detect_host();
         let platform = detection.platform();
         let netns_path = opts.args.netns.as_deref().map(|n| std::path::Path::new(topology::NETNS_RUN_DIR).join(n));
+        let netns_held = match &netns_path {
+            Some(p) => Some(std::fs::File::open(p).with_context(|| format!("opening network namespace {}", p.display()))?),
+            None => None,
+        };
         // The driver's own per-queue counters, where it keeps them: exact at no per-packet
         // cost. A direction they cover needs no counting program unless flows are sampled.
         let mut kstats = crate::probe::kstats::KernelStats::open(netns_path.as_deref(), iface.ifindex, &iface.name, iface.driver.as_deref()).ok().flatten();
@@ -614,6 +621,7 @@ impl Session {
             prev_link: None,
             kernel_misses: [0; 2],
             watch,
+            _netns_held: netns_held,
             gone: None,
             sampler,
             interval: Duration::from_millis(opts.interval_ms),

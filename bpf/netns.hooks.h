@@ -1,0 +1,25 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* Whether a struct net is the recorded namespace: a template the hook
+ * templates include, with RD() and H() as theirs. Needs filter_netns (const
+ * volatile, 0: any namespace) and a global __u64 net_seen in the object.
+ *
+ * The namespace's inode is a load from its struct net on every event, and
+ * under load that struct is out of the cache. So the address of the struct
+ * net that matched is kept and compared first: a struct net is never freed
+ * while its namespace is held, and the recorder holds the recorded one open
+ * for as long as its programs run, so no other namespace can take its
+ * address. Not a standalone header. */
+
+static __always_inline bool H(net_is_ours)(const struct net *net)
+{
+	if (!filter_netns)
+		return true;
+	if (!net)
+		return false;
+	if ((__u64)net == net_seen)
+		return true;
+	if (RD(net, ns.inum) != filter_netns)
+		return false;
+	net_seen = (__u64)net;
+	return true;
+}
