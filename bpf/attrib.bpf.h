@@ -16,9 +16,16 @@
 #define barrier() asm volatile("" ::: "memory")
 #endif
 
+/* Each CPU's context, by CPU number: an array rather than a per-CPU one, so
+ * finding it takes no load of the map's per-CPU pointer (a line that, like
+ * every line the hooks touch, is out of the cache under load). Mmapable
+ * arrays start their values on a page, so a CPU's context starts a line.
+ * Sized to the possible CPUs by userspace before load. */
+_Static_assert(sizeof(struct pl_cpu_ctx) % 64 == 0, "a CPU's context is whole cache lines");
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__type(key, __u32);
 	__type(value, struct pl_cpu_ctx);
 } cpu_ctx SEC(".maps");
@@ -40,8 +47,8 @@ struct {
 
 static __always_inline struct pl_cpu_ctx *cpu_ctx_get(void)
 {
-	__u32 zero = 0;
-	return bpf_map_lookup_elem(&cpu_ctx, &zero);
+	__u32 cpu = bpf_get_smp_processor_id();
+	return bpf_map_lookup_elem(&cpu_ctx, &cpu);
 }
 
 static __always_inline __u32 buf_set_of(__u64 page)

@@ -38,6 +38,7 @@ struct pl_cpu_ctx {
 	__u32 copy_nlinear;  /* 1: copy_addr[0] is the linear data */
 	__u32 copy_pad;
 	__u64 copy_until;    /* the copy is taken to last until then (copy_window) */
+	__u64 pad[5];        /* to whole cache lines: no CPU shares a line with another */
 };
 
 /* A live packet buffer page: who owns it, since when (address join). */

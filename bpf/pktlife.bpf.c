@@ -71,6 +71,9 @@ const volatile __u8 copy_standin = 0;
 #define COPY_BASE_NS 1000ULL
 #define COPY_NS_PER_BYTE 1ULL
 
+/* The recorded namespace's struct net, once seen (netns.hooks.h). */
+__u64 net_seen = 0;
+
 /* The bases read from kernel variables, once (pl_base). */
 __u64 mem_page_offset_cache = 0;
 __u64 mem_vmemmap_cache = 0;
@@ -89,14 +92,28 @@ struct {
  * while the hooks run, so the check must be cheap: array lookups are inlined
  * by the verifier (no helper call, no lock), where a hash map costs a call and
  * a bucket walk. A packet whose slot is taken over before it is freed loses
- * its remaining stages, and that is counted (PLC_STATE_EVICT). */
+ * its remaining stages, and that is counted (PLC_STATE_EVICT). The slots are
+ * random accesses, most of them cache misses under load: an mmapable array
+ * starts its values on a page, so each 64-byte state is exactly one line. */
 #define STATE_SLOTS 16384
+_Static_assert(sizeof(struct pl_skb_state) == 64, "a packet's state is one cache line");
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, STATE_SLOTS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct pl_skb_state);
+} skb_states SEC(".maps");
+
+/* The flow of a sampled packet (has_flow), by its state's slot: only the 1 in
+ * sample_every packets that leave a record need it, so it stays out of the
+ * state's line. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, STATE_SLOTS);
 	__type(key, __u32);
-	__type(value, struct pl_skb_state);
-} skb_states SEC(".maps");
+	__type(value, struct pl_flow_key);
+} skb_flows SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -210,14 +227,15 @@ static __always_inline struct pl_skb_state *state_of(__u64 skb, __u64 head)
 	return (st && st->skb == skb && st->head == head && st->gen == join_generation) ? st : NULL;
 }
 
-static __always_inline void store_state(__u64 key, struct pl_skb_state *st)
+/* Returns the state as stored, or NULL. */
+static __always_inline struct pl_skb_state *store_state(__u64 key, struct pl_skb_state *st)
 {
 	key = as_number(key);
 	st->head = as_number(st->head);
 	__u32 slot = state_slot(st->head);
 	struct pl_skb_state *cur = bpf_map_lookup_elem(&skb_states, &slot);
 	if (!cur)
-		return;
+		return NULL;
 	/* A state of an earlier window is a leftover, not a live packet pushed out;
 	 * one of this very pair is an earlier life of it whose free went unseen. */
 	if (cur->skb && cur->gen == join_generation) {
@@ -229,6 +247,19 @@ static __always_inline void store_state(__u64 key, struct pl_skb_state *st)
 	st->skb = key;
 	st->gen = join_generation;
 	*cur = *st;
+	return cur;
+}
+
+/* A sampled packet's flow, beside its state (which must be stored already:
+ * the slot follows its head). */
+static __always_inline void store_flow(struct pl_skb_state *st, const struct pl_flow_key *k)
+{
+	__u32 slot = state_slot(st->head);
+	struct pl_flow_key *f = bpf_map_lookup_elem(&skb_flows, &slot);
+	if (!f)
+		return;
+	*f = *k;
+	st->has_flow = 1;
 }
 
 static __always_inline void drop_state(struct pl_skb_state *st)
@@ -269,7 +300,8 @@ static __always_inline void emit_sample(const struct pl_skb_state *st, __u64 skb
 		count(PLC_LOST);
 		return;
 	}
-	__builtin_memcpy(e->ts, st->ts, sizeof(e->ts));
+	__builtin_memcpy(e->ts, st->ts, sizeof(st->ts));
+	e->ts[NSTAGES - 1] = 0;
 	e->free_ns = now;
 	e->skb_addr = skb;
 	e->data_addr = st->data_addr;
@@ -279,7 +311,13 @@ static __always_inline void emit_sample(const struct pl_skb_state *st, __u64 skb
 	e->dir = st->dir;
 	e->dropped = dropped;
 	e->drop_reason = reason;
-	e->flow = st->flow;
+	__builtin_memset(&e->flow, 0, sizeof(e->flow));
+	if (st->has_flow) {
+		__u32 slot = state_slot(st->head);
+		struct pl_flow_key *k = bpf_map_lookup_elem(&skb_flows, &slot);
+		if (k)
+			e->flow = *k;
+	}
 	/* Wake the reader only once a good part of the ring waits. A wakeup is
 	 * an irq_work (a self-IPI; under virtualisation usually a VM exit)
 	 * charged to this free, once per record while the reader keeps up; the

@@ -64,7 +64,7 @@ enum pl_limits {
 /* Per queue and direction: what the packets timed inside the detail windows
  * went through. Packet, byte, NAPI and drop counts are tier 0's (qcount.h). */
 struct pl_queue_stats {
-	__u64 handups;          /* packets that started a life while the hooks ran */
+	__u64 handups;          /* timed packets that started a life while the hooks ran */
 	__u64 copies;
 	__u64 frees;
 	__u64 stage_count[NSTAGES];
@@ -73,19 +73,26 @@ struct pl_queue_stats {
 	__u64 stage_hist[NSTAGES][NBUCKETS];
 };
 
-/* What the probes remember about a packet between stages. */
+/* Stage-entry times a packet carries between hooks: three per life (RX hand-up,
+ * stack entry, copy; TX enqueue, xmit, xmit done); the stages ending at its
+ * free are timed from them. */
+#define PL_STATE_TS 3
+
+/* What the probes remember about a packet between stages: one cache line (the
+ * table is page-aligned), so the hooks that look a packet up touch one line. A
+ * sampled packet's flow sits in a table beside it (skb_flows). */
 struct pl_skb_state {
 	__u64 skb;             /* owner of the slot (struct sk_buff *); 0: free */
 	__u64 head;            /* skb->head at the start: tells a reused skb address apart */
-	__u64 ts[NSTAGES];     /* stage-entry times, bpf_ktime_get_ns */
+	__u64 ts[PL_STATE_TS]; /* stage-entry times, bpf_ktime_get_ns */
 	__u64 data_addr;       /* skb->data at hand-up: the buffer the NIC DMA'd into */
 	__u32 len;
 	__u16 queue;
 	__u8 dir;
-	__u8 sampled;
+	__u8 sampled;          /* a record leaves at free */
 	__u32 gen;             /* the window it started in: a leftover of another is stale */
-	__u32 pad;
-	struct pl_flow_key flow;  /* filled only for sampled packets */
+	__u8 has_flow;         /* skb_flows holds this packet's flow (sampled ones only) */
+	__u8 pad[3];
 };
 
 /* One sampled packet's life, sent through the ring buffer at free time. */

@@ -4,11 +4,7 @@
  * helper call per field) and once with RD() as a probe read (raw_tp fallback).
  * H(name) appends the flavour suffix. Not a standalone header. */
 
-/* The recorded namespace (any, without a netns filter). */
-static __always_inline bool H(net_is_ours)(const struct net *net)
-{
-	return !filter_netns || (net && RD(net, ns.inum) == filter_netns);
-}
+#include "netns.hooks.h"
 
 static __always_inline bool H(dev_matches)(const struct net_device *dev)
 {
@@ -97,14 +93,11 @@ static __always_inline int H(on_rx_handup)(const struct sk_buff *skb, bool in_na
 	__u16 qm = RD(skb, queue_mapping);
 	__u32 queue = qm >= rx_queue_offset ? qm - rx_queue_offset : 0;
 	unsigned char *head = RD(skb, head);
-	struct pl_queue_stats *qs = qstats(PL_RX, queue);
-	if (qs)
-		qs->handups += 1;
-
 	__u32 draw = life_draw((__u64)head);
 	bool sampled = one_in(draw, sample_every);
 	bool track = life_timed(draw);
-	/* An untimed frame is done, unless the buffer join keeps its pages. */
+	/* An untimed frame is done, unless the buffer join keeps its pages: it
+	 * touches no map (under load each is a cache miss). */
 	if (!track && !join_buffers)
 		return 0;
 
@@ -141,6 +134,9 @@ static __always_inline int H(on_rx_handup)(const struct sk_buff *skb, bool in_na
 	}
 	if (!track)
 		return 0;
+	struct pl_queue_stats *qs = qstats(PL_RX, queue);
+	if (qs)
+		qs->handups += 1;
 	/* For the GRO exit: only a timed frame has a state to end if merged. */
 	struct pl_cpu_ctx *c = cpu_ctx_get();
 	if (c) {
@@ -154,11 +150,10 @@ static __always_inline int H(on_rx_handup)(const struct sk_buff *skb, bool in_na
 	st.queue = queue;
 	st.len = len;
 	st.data_addr = (__u64)data;
-	if (sampled && have_flow) {
-		st.sampled = 1;
-		st.flow = k;
-	}
-	store_state((__u64)skb, &st);
+	st.sampled = sampled && have_flow;
+	struct pl_skb_state *stored = store_state((__u64)skb, &st);
+	if (stored && st.sampled)
+		store_flow(stored, &k);
 	return 0;
 }
 
@@ -280,15 +275,15 @@ static __always_inline int H(on_tx_queue)(const struct sk_buff *skb)
 	if (!H(dev_matches)(RD(skb, dev)))
 		return 0;
 	/* Sampling decisions are taken here, at the start of a TX life. */
-	struct pl_queue_stats *qs = qstats(PL_TX, RD(skb, queue_mapping));
-	if (qs)
-		qs->handups += 1;
 	unsigned char *head = RD(skb, head);
 	__u32 draw = life_draw((__u64)head);
 	bool sampled = one_in(draw, sample_every);
 	bool track = life_timed(draw);
 	if (!track)
 		return 0;
+	struct pl_queue_stats *qs = qstats(PL_TX, RD(skb, queue_mapping));
+	if (qs)
+		qs->handups += 1;
 	struct pl_skb_state st = {};
 	st.ts[0] = bpf_ktime_get_ns();
 	st.head = (__u64)head;
@@ -330,7 +325,7 @@ static __always_inline int H(on_tx_xmit)(const struct sk_buff *skb, const struct
 		return 0;
 	k.dir = PL_TX;
 	if (st && st->sampled)
-		st->flow = k;
+		store_flow(st, &k);
 	if (join_buffers) {
 		struct pl_shinfo sh;
 		H(shinfo)(skb, &sh);

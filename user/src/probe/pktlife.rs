@@ -128,6 +128,12 @@ fn open_and_load(cfg: &ProbeConfig, flavors: &[Flavor]) -> Result<PktlifeSkel<'s
     } else {
         bail!("pktlife BPF object has no read-only config section (build problem)");
     }
+    // One CPU context per possible CPU, by CPU number (attrib.bpf.h).
+    let cpus = libbpf_rs::num_possible_cpus().context("counting possible CPUs")?;
+    open.maps
+        .cpu_ctx
+        .set_max_entries(u32::try_from(cpus).unwrap_or(u32::MAX))
+        .map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, "sizing the pktlife CPU contexts")))?;
     for mut prog in open.open_object_mut().progs_mut() {
         let section = prog.section().to_string_lossy().into_owned();
         // The NAPI hook only ends the CPU context of the join.
