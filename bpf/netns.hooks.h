@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /* Whether a struct net is the recorded namespace: a template the hook
  * templates include, with RD() and H() as theirs. Needs filter_netns (const
- * volatile, 0: any namespace) and a global __u64 net_seen in the object.
+ * volatile, 0: any namespace) and net_seen_at(), the object's place for the
+ * address below (a line its hooks touch anyway, if it has one).
  *
  * The namespace's inode is a load from its struct net on every event, and
  * under load that struct is out of the cache. So the address of the struct
@@ -16,10 +17,12 @@ static __always_inline bool H(net_is_ours)(const struct net *net)
 		return true;
 	if (!net)
 		return false;
-	if ((__u64)net == net_seen)
+	__u64 *seen = net_seen_at();
+	if (seen && (__u64)net == *seen)
 		return true;
 	if (RD(net, ns.inum) != filter_netns)
 		return false;
-	net_seen = (__u64)net;
+	if (seen)
+		*seen = (__u64)net;
 	return true;
 }

@@ -71,8 +71,14 @@ const volatile __u8 copy_standin = 0;
 #define COPY_BASE_NS 1000ULL
 #define COPY_NS_PER_BYTE 1ULL
 
-/* The recorded namespace's struct net, once seen (netns.hooks.h). */
+/* The recorded namespace's struct net, once seen (netns.hooks.h): beside
+ * join_generation, which every timed packet's hooks read. */
 __u64 net_seen = 0;
+
+static __always_inline __u64 *net_seen_at(void)
+{
+	return &net_seen;
+}
 
 /* The bases read from kernel variables, once (pl_base). */
 __u64 mem_page_offset_cache = 0;
@@ -80,9 +86,15 @@ __u64 mem_vmemmap_cache = 0;
 
 #include "attrib.bpf.h"
 
+/* Per CPU, then per direction and queue: entry cpu * 2 * MAX_QUEUES + dir *
+ * MAX_QUEUES + queue, by CPU number rather than a per-CPU array (as the CPU
+ * contexts, attrib.bpf.h); sized to the possible CPUs by userspace. */
+_Static_assert(sizeof(struct pl_stage_stats) % 64 == 0, "a stage's counts are whole cache lines");
+_Static_assert(sizeof(struct pl_queue_stats) % 64 == 0, "a queue's counts are whole cache lines");
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 2 * MAX_QUEUES);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__type(key, __u32);
 	__type(value, struct pl_queue_stats);
 } queue_stats SEC(".maps");
@@ -151,7 +163,7 @@ static __always_inline struct pl_queue_stats *qstats(__u8 dir, __u32 queue)
 		count(PLC_QUEUE_CLAMPED);
 		queue = MAX_QUEUES - 1;
 	}
-	__u32 idx = (__u32)dir * MAX_QUEUES + queue;
+	__u32 idx = bpf_get_smp_processor_id() * (2 * MAX_QUEUES) + (__u32)dir * MAX_QUEUES + queue;
 	return bpf_map_lookup_elem(&queue_stats, &idx);
 }
 
@@ -163,11 +175,12 @@ static __always_inline void record_stage(struct pl_queue_stats *qs, __u32 stage,
 	__u32 b = log2_u64(d);
 	if (b >= NBUCKETS)
 		b = NBUCKETS - 1;
-	qs->stage_count[stage] += 1;
-	qs->stage_sum_ns[stage] += d;
-	if (d > qs->stage_max_ns[stage])
-		qs->stage_max_ns[stage] = d;
-	qs->stage_hist[stage][b] += 1;
+	struct pl_stage_stats *s = &qs->stage[stage];
+	s->count += 1;
+	s->sum_ns += d;
+	if (d > s->max_ns)
+		s->max_ns = d;
+	s->hist[b] += 1;
 }
 
 /* A kernel address as a plain number. The verifier keeps typing a pointer

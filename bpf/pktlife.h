@@ -61,16 +61,25 @@ enum pl_limits {
 	PL_MAX_JOIN_FRAGS_ = PL_MAX_JOIN_FRAGS,
 };
 
-/* Per queue and direction: what the packets timed inside the detail windows
- * went through. Packet, byte, NAPI and drop counts are tier 0's (qcount.h). */
+/* One stage of one queue on one CPU: a timed stage updates its count, sum and
+ * maximum (one line) and one bucket. Whole cache lines. */
+struct pl_stage_stats {
+	__u64 count;
+	__u64 sum_ns;
+	__u64 max_ns;
+	__u64 hist[NBUCKETS];
+	__u64 pad[5];
+};
+
+/* Per CPU, queue and direction: what the packets timed inside the detail
+ * windows went through. Packet, byte, NAPI and drop counts are tier 0's
+ * (qcount.h). Whole cache lines, none shared with another CPU's or queue's. */
 struct pl_queue_stats {
 	__u64 handups;          /* timed packets that started a life while the hooks ran */
 	__u64 copies;
 	__u64 frees;
-	__u64 stage_count[NSTAGES];
-	__u64 stage_sum_ns[NSTAGES];
-	__u64 stage_max_ns[NSTAGES];
-	__u64 stage_hist[NSTAGES][NBUCKETS];
+	__u64 pad[5];
+	struct pl_stage_stats stage[NSTAGES];
 };
 
 /* Stage-entry times a packet carries between hooks: three per life (RX hand-up,

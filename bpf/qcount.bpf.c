@@ -39,8 +39,6 @@ const volatile __u32 link_hdr_len = 14;
 const volatile __u32 flow_bytes = 65536;
 const volatile __u32 flow_bytes_tx = 65536;
 
-/* The recorded namespace's struct net, once seen (netns.hooks.h). */
-__u64 net_seen = 0;
 
 /* Per CPU, then per direction and queue: entry cpu * 2 * MAX_QUEUES + dir *
  * MAX_QUEUES + queue. An array by CPU number rather than a per-CPU array, for
@@ -78,9 +76,8 @@ struct {
 /* Each CPU's scratch, by CPU number: an array rather than a per-CPU one, so
  * finding it takes no load of the map's per-CPU pointer (a line that, like
  * every line the programs touch, is out of the cache under load). Mmapable
- * arrays start their values on a page, so each CPU's 64 bytes are a line of
- * its own. Sized to the possible CPUs by userspace before load. */
-_Static_assert(sizeof(struct qc_cpu) == 64, "a CPU's scratch is one cache line");
+ * arrays start their values on a page, so each CPU's lines are its own. Sized to the possible CPUs by userspace before load. */
+_Static_assert(sizeof(struct qc_cpu) % 64 == 0, "a CPU's scratch is whole cache lines");
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -118,6 +115,14 @@ static __always_inline struct qc_cpu *qc_cpu_get(void)
 {
 	__u32 cpu = bpf_get_smp_processor_id();
 	return bpf_map_lookup_elem(&qc_cpu, &cpu);
+}
+
+/* The recorded namespace's struct net, once seen (netns.hooks.h): in the
+ * CPU's scratch line, which the hooks touch anyway. */
+static __always_inline __u64 *net_seen_at(void)
+{
+	struct qc_cpu *c = qc_cpu_get();
+	return c ? &c->net_seen : NULL;
 }
 
 static __always_inline struct qc_queue_stats *qc_queue(__u8 dir, __u32 queue)

@@ -9,17 +9,19 @@
 
 /* Per CPU, direction and queue (qc_queues), summed over CPUs by userspace.
  * Three cache lines, so that a queue's counts never share a line with another
- * queue's or CPU's. */
+ * queue's or CPU's: the first for the packet counter, the second for a poll
+ * of up to 15 frames (the third holds the larger batches' buckets). */
 struct qc_queue_stats {
 	__u64 packets;          /* wire frames: a GSO/GRO skb counts its segments */
 	__u64 bytes;            /* frame bytes, L2 header included, per segment */
 	__u64 skbs;             /* skbs the counting program ran for */
+	__u64 drops;
+	__u64 pad0[4];
 	__u64 napi_polls;
 	__u64 napi_work;
 	__u64 napi_budget_exhausted;
-	__u64 drops;
 	__u64 napi_work_hist[NAPI_BUCKETS];
-	__u64 pad[5];
+	__u64 pad1[1];
 };
 
 /* One flow, estimated from the skbs sampled for it: an skb of d bytes is
@@ -62,15 +64,18 @@ enum qc_napi_slots {
 /* NAPI instances a CPU remembers writing to qc_napi_queue (by napi_id). */
 #define QC_NAPI_KNOWN 4
 
-/* Per-CPU scratch of the counting programs. */
+/* Per-CPU scratch of the counting programs: the first line is what the
+ * hooks touch per event. */
 struct qc_cpu {
 	__u32 napi_id;          /* the NAPI instance and queue of the last frame */
 	__u32 queue;            /*   counted on this CPU (napi_queue written on change) */
 	__u32 seen;             /* frames counted since this CPU's last poll ended */
 	__u32 pad;
-	__u64 scratch;          /* see as_number() */
 	__u64 draw;             /* the flow sampler's generator state (flow_sampled) */
+	__u64 net_seen;         /* the recorded namespace's struct net (netns.hooks.h) */
 	struct qc_napi_slot known[QC_NAPI_KNOWN]; /* slots this CPU wrote or found right */
+	__u64 scratch;          /* see as_number() */
+	__u64 pad1[7];
 };
 
 /* How the RX frames are counted (userspace picks the cheapest that attaches). */

@@ -131,17 +131,28 @@ static __always_inline int H(qc_napi_poll)(const struct napi_struct *napi, int w
 		return 0;
 	__u32 id = RD(napi, napi_id);
 	struct qc_cpu *c = qc_cpu_get();
-	/* The NAPI instance this CPU last saw: its queue without a map lookup for the common
-	 * case of one queue per CPU (the map's slot for the rest). */
-	struct qc_napi_slot *s = id && !(c && c->napi_id == id) ? napi_slot(id) : NULL;
+	/* The NAPI instance this CPU last saw, or one it wrote to the map lately:
+	 * its queue without a look at the map's shared slot (the map's slot for
+	 * the rest). */
+	struct qc_napi_slot *known = c && id ? &c->known[id & (QC_NAPI_KNOWN - 1)] : NULL;
+	bool have = known && known->napi_id == id;
+	struct qc_napi_slot *s = id && !(c && c->napi_id == id) && !have ? napi_slot(id) : NULL;
 	__u32 queue = 0;
 	if (c && id && c->napi_id == id) {
 		queue = c->queue;
+	} else if (have) {
+		queue = known->queue;
+		c->napi_id = id;
+		c->queue = queue;
 	} else if (s && s->napi_id == id) {
 		queue = s->queue;
 		if (c) {
 			c->napi_id = id;
 			c->queue = queue;
+		}
+		if (known) {
+			known->napi_id = id;
+			known->queue = queue;
 		}
 	} else if (c && c->seen) {
 		queue = c->queue;

@@ -26,7 +26,7 @@ unsafe impl plain::Plain for pl_pkt_event {}
 pub const MAX_QUEUES: u32 = super::qcount::MAX_QUEUES;
 const _: () = assert!(pl_limits::PL_NSTAGES.0 as usize == NSTAGES, "bpf/pktlife.h and snapshot disagree on stages");
 const _: () = assert!(
-    std::mem::size_of::<pl_queue_stats>() == (3 + NSTAGES * (3 + NBUCKETS)) * 8,
+    std::mem::size_of::<pl_queue_stats>() == (8 + NSTAGES * (8 + NBUCKETS)) * 8 && NBUCKETS == 32,
     "pl_queue_stats has fields userspace does not read"
 );
 /// Ways per set of the buffer-page map (PL_BUF_WAYS in attrib.h).
@@ -128,12 +128,17 @@ fn open_and_load(cfg: &ProbeConfig, flavors: &[Flavor]) -> Result<PktlifeSkel<'s
     } else {
         bail!("pktlife BPF object has no read-only config section (build problem)");
     }
-    // One CPU context per possible CPU, by CPU number (attrib.bpf.h).
+    // One CPU context, and one block of queue stats, per possible CPU, by CPU number.
     let cpus = libbpf_rs::num_possible_cpus().context("counting possible CPUs")?;
+    let cpus = u32::try_from(cpus).unwrap_or(u32::MAX);
     open.maps
         .cpu_ctx
-        .set_max_entries(u32::try_from(cpus).unwrap_or(u32::MAX))
+        .set_max_entries(cpus)
         .map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, "sizing the pktlife CPU contexts")))?;
+    open.maps
+        .queue_stats
+        .set_max_entries(cpus.saturating_mul(2 * MAX_QUEUES))
+        .map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, "sizing the pktlife queue table")))?;
     for mut prog in open.open_object_mut().progs_mut() {
         let section = prog.section().to_string_lossy().into_owned();
         // The NAPI hook only ends the CPU context of the join.
@@ -333,23 +338,25 @@ impl PktlifeProbe {
     /// Cumulative per-queue detail (lives begun, copies, frees, stages), summed over CPUs; only
     /// queues with any. The counts tier 0 keeps stay zero.
     pub fn read_stages(&self) -> Result<Vec<QueueCounters>> {
-        let all = super::percpu_array_all(&self.skel.maps.queue_stats, 2 * MAX_QUEUES, self.ncpus).context("reading queue_stats")?;
+        // One entry per CPU, direction and queue (the CPU's block first), read in one batch.
+        let per_cpu_block = 2 * MAX_QUEUES as usize;
+        let all = super::array_all(&self.skel.maps.queue_stats).context("reading queue_stats")?;
         let mut out = Vec::new();
-        for (idx, per_cpu) in (0..(2 * MAX_QUEUES)).zip(all) {
-            let dir = if idx < MAX_QUEUES { Dir::Rx } else { Dir::Tx };
-            let mut q = QueueCounters::new(dir, idx % MAX_QUEUES);
-            for raw in per_cpu.iter().take(self.ncpus) {
+        for idx in 0..per_cpu_block {
+            let dir = if idx < MAX_QUEUES as usize { Dir::Rx } else { Dir::Tx };
+            let mut q = QueueCounters::new(dir, idx as u32 % MAX_QUEUES);
+            for raw in all.iter().skip(idx).step_by(per_cpu_block).take(self.ncpus) {
                 let mut s = pl_queue_stats::default();
                 plain::copy_from_bytes(&mut s, raw).map_err(|_| anyhow::anyhow!("queue_stats value too short"))?;
                 q.handups += s.handups;
                 q.copies += s.copies;
                 q.frees += s.frees;
-                for st in 0..NSTAGES {
-                    q.stage_count[st] += s.stage_count[st];
-                    q.stage_sum_ns[st] += s.stage_sum_ns[st];
-                    q.stage_max_ns[st] = q.stage_max_ns[st].max(s.stage_max_ns[st]);
-                    for b in 0..NBUCKETS {
-                        q.stage_hist[st][b] += s.stage_hist[st][b];
+                for (st, c) in s.stage.iter().enumerate() {
+                    q.stage_count[st] += c.count;
+                    q.stage_sum_ns[st] += c.sum_ns;
+                    q.stage_max_ns[st] = q.stage_max_ns[st].max(c.max_ns);
+                    for (h, v) in q.stage_hist[st].iter_mut().zip(c.hist.iter()) {
+                        *h += v;
                     }
                 }
             }

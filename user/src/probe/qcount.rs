@@ -30,7 +30,7 @@ const _: () = assert!(NAPI_SLOTS.is_power_of_two());
 pub const MAX_QUEUES: u32 = super::qcount_skel::types::ddio_limits::DDIO_MAX_QUEUES.0;
 const _: () = assert!(super::qcount_skel::types::ddio_limits::DDIO_NAPI_BUCKETS.0 as usize == NAPI_BUCKETS);
 const _: () = assert!(
-    std::mem::size_of::<qc_queue_stats>() == (7 + NAPI_BUCKETS + 5) * 8,
+    std::mem::size_of::<qc_queue_stats>() == 24 * 8 && NAPI_BUCKETS == 12,
     "qc_queue_stats and QueueCounters disagree"
 );
 
