@@ -86,6 +86,15 @@ pub(crate) fn percpu_array_all<M: libbpf_rs::MapCore>(map: &M, entries: u32, ncp
         .collect()
 }
 
+/// Sizes, before load, an array the programs index by CPU number: `per_cpu` entries for each
+/// possible CPU (bpf_get_smp_processor_id() numbers the possible ones).
+pub(crate) fn size_by_cpu(map: &mut libbpf_rs::OpenMapMut<'_>, per_cpu: u32, what: &str) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let cpus = libbpf_rs::num_possible_cpus().context("counting possible CPUs")?;
+    let entries = u32::try_from(cpus).unwrap_or(u32::MAX).saturating_mul(per_cpu);
+    map.set_max_entries(entries).map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, &format!("sizing {what}"))))
+}
+
 /// Every entry of a plain array, as `percpu_array_all` reads a per-CPU one.
 pub(crate) fn array_all<M: libbpf_rs::MapCore>(map: &M) -> anyhow::Result<Vec<Vec<u8>>> {
     let entries = map.max_entries();

@@ -129,16 +129,8 @@ fn open_and_load(cfg: &ProbeConfig, flavors: &[Flavor]) -> Result<PktlifeSkel<'s
         bail!("pktlife BPF object has no read-only config section (build problem)");
     }
     // One CPU context, and one block of queue stats, per possible CPU, by CPU number.
-    let cpus = libbpf_rs::num_possible_cpus().context("counting possible CPUs")?;
-    let cpus = u32::try_from(cpus).unwrap_or(u32::MAX);
-    open.maps
-        .cpu_ctx
-        .set_max_entries(cpus)
-        .map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, "sizing the pktlife CPU contexts")))?;
-    open.maps
-        .queue_stats
-        .set_max_entries(cpus.saturating_mul(2 * MAX_QUEUES))
-        .map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, "sizing the pktlife queue table")))?;
+    super::size_by_cpu(&mut open.maps.cpu_ctx, 1, "the pktlife CPU contexts")?;
+    super::size_by_cpu(&mut open.maps.queue_stats, 2 * MAX_QUEUES, "the pktlife queue table")?;
     for mut prog in open.open_object_mut().progs_mut() {
         let section = prog.section().to_string_lossy().into_owned();
         // The NAPI hook only ends the CPU context of the join.

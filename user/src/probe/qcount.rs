@@ -198,16 +198,8 @@ fn load(cfg: &QcountConfig, features: &Features, choice: HookChoice, with_tcx: b
     ro.link_hdr_len = cfg.link_hdr_len;
     ro.flow_bytes = cfg.flow_bytes[0];
     ro.flow_bytes_tx = cfg.flow_bytes[1];
-    let cpus = libbpf_rs::num_possible_cpus().context("counting possible CPUs")?;
-    let cpus = u32::try_from(cpus).unwrap_or(u32::MAX);
-    open.maps
-        .qc_cpu
-        .set_max_entries(cpus)
-        .map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, "sizing the qcount per-CPU scratch")))?;
-    open.maps
-        .qc_queues
-        .set_max_entries(cpus.saturating_mul(2 * MAX_QUEUES))
-        .map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, "sizing the qcount queue table")))?;
+    super::size_by_cpu(&mut open.maps.qc_cpu, 1, "the qcount per-CPU scratch")?;
+    super::size_by_cpu(&mut open.maps.qc_queues, 2 * MAX_QUEUES, "the qcount queue table")?;
     for mut prog in open.open_object_mut().progs_mut() {
         let section = prog.section().to_string_lossy().into_owned();
         let keep = match section.split_once('/') {
