@@ -39,7 +39,6 @@ const volatile __u32 link_hdr_len = 14;
 const volatile __u32 flow_bytes = 65536;
 const volatile __u32 flow_bytes_tx = 65536;
 
-
 /* Per CPU, then per direction and queue: entry cpu * 2 * MAX_QUEUES + dir *
  * MAX_QUEUES + queue. An array by CPU number rather than a per-CPU array, for
  * the same reason as qc_cpu; sized to the possible CPUs by userspace. */
@@ -76,7 +75,8 @@ struct {
 /* Each CPU's scratch, by CPU number: an array rather than a per-CPU one, so
  * finding it takes no load of the map's per-CPU pointer (a line that, like
  * every line the programs touch, is out of the cache under load). Mmapable
- * arrays start their values on a page, so each CPU's lines are its own. Sized to the possible CPUs by userspace before load. */
+ * arrays start their values on a page, so each CPU's lines are its own.
+ * Sized to the possible CPUs by userspace before load. */
 _Static_assert(sizeof(struct qc_cpu) % 64 == 0, "a CPU's scratch is whole cache lines");
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
