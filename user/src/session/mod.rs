@@ -764,17 +764,9 @@ impl Session {
             }
             let by_link = after[d].saturating_sub(prev_after[d]);
             let by_queues: u64 = interval.iter().filter(|q| q.dir == dir).map(|q| q.packets).sum();
-            // The driver's counts were read between the interface's totals `before` and
-            // `after` (the last interval's between `prev_before` and `prev_after`), so what
-            // they counted in the interval lies between the fewest and the most packets the
-            // interface can have carried meanwhile, however far apart the reads were (a
-            // recorder descheduled between them on a busy host). Judged on busy intervals
-            // with a margin, and only a miss that lasts two intervals in a row counts, so only
-            // a path the counters miss shows.
-            let least = before[d].saturating_sub(prev_after[d]);
-            let most = after[d].saturating_sub(prev_before[d]);
-            let margin = least / 20;
-            if least < MIN_CHECKED_PACKETS || (by_queues + margin >= least && by_queues <= most + margin) {
+            // Only a miss that lasts two intervals in a row counts, so only a path the
+            // counters miss shows.
+            if driver_counts_fit(by_queues, (before[d], after[d]), (prev_before[d], prev_after[d])) {
                 self.kernel_misses[d] = 0;
                 continue;
             }
@@ -1065,6 +1057,19 @@ fn interval_queues(cur: &[QueueCounters], prev: &[QueueCounters]) -> Vec<QueueCo
     out
 }
 
+/// Whether the driver's per-queue counts of one direction over an interval, `by_queues`, fit
+/// the interface's own totals. The driver's counters were read between the interface's totals
+/// `now` = (before, after), and the last interval's between `prev` = (before, after), so what
+/// they counted lies between the fewest and the most packets the interface can have carried
+/// meanwhile, however far apart the reads were (a recorder descheduled between them on a busy
+/// host). Judged on busy intervals only, with a margin of a twentieth.
+fn driver_counts_fit(by_queues: u64, now: (u64, u64), prev: (u64, u64)) -> bool {
+    let least = now.0.saturating_sub(prev.1);
+    let most = now.1.saturating_sub(prev.0);
+    let margin = least / 20;
+    least < MIN_CHECKED_PACKETS || (by_queues + margin >= least && by_queues <= most + margin)
+}
+
 /// Drives the detail windows (crate::windows): attaches and detaches the detail hooks and
 /// starts and stops the sampler as the recording passes through them, and measures how long
 /// each ran.
@@ -1276,8 +1281,30 @@ impl WindowDriver {
 }
 #[cfg(test)]
 mod tests {
-    use super::{combine, interval_queues};
+    use super::{combine, driver_counts_fit, interval_queues};
     use crate::snapshot::{Dir, QueueCounters};
+
+    /// The driver's counts are judged against the range the interface's totals around both
+    /// reads allow: a recorder descheduled between its reads is no miss, a path the counters
+    /// miss (or counts twice) still is, and a quiet interval is not judged.
+    #[test]
+    fn driver_counts_are_judged_against_the_interfaces_range() {
+        // Read back to back: the counts match the interface's.
+        assert!(driver_counts_fit(10_000, (11_000, 11_000), (1_000, 1_000)));
+        // 50 000 packets arrived while the recorder was off the CPU between its two reads of
+        // the interface's totals; the driver's counters, read in between, saw 40 000 of the
+        // interval's. Judged against the totals after alone, that was a third short.
+        assert!(driver_counts_fit(40_000, (10_000, 60_000), (0, 0)));
+        // Half the packets on a path the counters miss, however close the reads.
+        assert!(!driver_counts_fit(10_000, (20_000, 20_100), (0, 0)));
+        // More than the interface can have carried.
+        assert!(!driver_counts_fit(30_000, (20_000, 20_100), (0, 0)));
+        // Within the margin of a twentieth either side.
+        assert!(driver_counts_fit(19_100, (20_000, 20_000), (0, 0)));
+        assert!(driver_counts_fit(20_900, (20_000, 20_000), (0, 0)));
+        // Too few packets to judge.
+        assert!(driver_counts_fit(0, (900, 900), (0, 0)));
+    }
 
     /// Tier 0's counts and the detail's stages make one queue; an interval is the difference
     /// of two such reads, and a queue with nothing new is left out.
