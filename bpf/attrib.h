@@ -13,9 +13,28 @@
 
 enum pl_ctx_kind { PL_CTX_NONE = 0, PL_CTX_RX_NAPI = 1, PL_CTX_RX_COPY = 2, PL_CTX_TX = 3 };
 
+/* A timed frame handed to GRO on this CPU, its state held back until GRO
+ * says whether the frame lives on as an skb: most frames of a TCP stream are
+ * merged into another skb and freed there, and a state stored for one of them
+ * would be a write to a random line of the state table (a cache miss under
+ * load) for a life that ends at once. skb 0: none. */
+struct pl_rx_pending {
+	__u64 skb;
+	__u64 head;
+	__u64 ts;
+	__u64 data_addr;
+	__u32 len;
+	__u16 queue;
+	__u8 sampled;  /* pending_flow is its flow */
+	__u8 pad;
+};
+
 /* Per-CPU state of the packet probes. A NAPI poll runs on one CPU without
  * preemption, so per-CPU scratch is consistent within a poll. */
 struct pl_cpu_ctx {
+	struct pl_rx_pending pending;
+	__u64 scratch;      /* see as_number() */
+	struct pl_flow_key pending_flow;
 	/* The network work this CPU is doing now (enum pl_ctx_kind), for charging
 	 * L3-miss samples that carry no packet-buffer address; cur_since 0: a
 	 * GRO hand-up's, current until its poll ends (ctx_current). */
@@ -26,9 +45,6 @@ struct pl_cpu_ctx {
 	__u8 cur_has_flow;
 	__u8 cur_gen;  /* window it was set in (join_generation, low bits) */
 	struct pl_flow_key cur_flow;
-	__u64 last_rx_skb;  /* the skb just handed to GRO on this CPU */
-	__u64 last_rx_head; /* and its head buffer */
-	__u64 scratch;      /* see as_number() */
 	/* --miss-sampling software-copy: the buffers of the skb being copied to
 	 * a socket reader on this CPU (kernel virtual addresses and lengths). */
 	__u64 copy_addr[PL_COPY_SEGS];

@@ -275,6 +275,18 @@ static __always_inline void store_flow(struct pl_skb_state *st, const struct pl_
 	st->has_flow = 1;
 }
 
+/* An RX life begins: its state (and a sampled packet's flow) stored, counted
+ * as a timed hand-up of its queue. */
+static __always_inline void store_rx_life(__u64 skb, struct pl_skb_state *st, const struct pl_flow_key *k)
+{
+	struct pl_queue_stats *qs = qstats(PL_RX, st->queue);
+	if (qs)
+		qs->handups += 1;
+	struct pl_skb_state *stored = store_state(skb, st);
+	if (stored && st->sampled)
+		store_flow(stored, k);
+}
+
 static __always_inline void drop_state(struct pl_skb_state *st)
 {
 	st->skb = 0;
@@ -380,21 +392,29 @@ static __always_inline int tx_done_stage(struct pl_skb_state *st)
 	return 0;
 }
 
-/* napi_gro_receive returned: GRO_MERGED_FREE means the frame's data was merged
- * into another skb and the frame itself freed with no free tracepoint. */
+/* napi_gro_receive returned. A timed frame's state was held back for this
+ * (pl_rx_pending): GRO_MERGED_FREE means its data was merged into another skb
+ * and the frame itself freed with no free tracepoint, so it has no life of its
+ * own to time; any other result leaves an skb whose life goes on (GRO_MERGED
+ * keeps the frame on the other skb's list, freed with it). */
 static __always_inline int on_gro_exit(int ret)
 {
 	struct pl_cpu_ctx *c = cpu_ctx_get();
-	if (!c || !c->last_rx_skb)
+	if (!c || !c->pending.skb)
 		return 0;
-	/* Set by a timed frame's hand-up alone, so cleared here whatever GRO
-	 * did: an untimed frame after it must not find it. */
-	if (ret == GRO_MERGED_FREE) {
-		struct pl_skb_state *st = state_of(c->last_rx_skb, c->last_rx_head);
-		if (st)
-			drop_state(st);
+	if (ret != GRO_MERGED_FREE) {
+		struct pl_skb_state st = {};
+		st.ts[0] = c->pending.ts;
+		st.head = c->pending.head;
+		st.data_addr = c->pending.data_addr;
+		st.len = c->pending.len;
+		st.queue = c->pending.queue;
+		st.dir = PL_RX;
+		st.sampled = c->pending.sampled;
+		store_rx_life(c->pending.skb, &st, &c->pending_flow);
 	}
-	c->last_rx_skb = 0;
+	/* Cleared whatever GRO did: an untimed frame after it must not find it. */
+	c->pending.skb = 0;
 	return 0;
 }
 
@@ -592,17 +612,17 @@ struct pl_shinfo {
 
 #define PKTLIFE_HOOKS(FL, PFX)                                                                        \
 	SEC(PFX "napi_gro_receive_entry")                                                             \
-	int BPF_PROG(rx_gro##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb, true); }   \
+	int BPF_PROG(rx_gro##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb, true, true); } \
 	SEC(PFX "napi_gro_frags_entry")                                                               \
-	int BPF_PROG(rx_frags##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb, true); } \
+	int BPF_PROG(rx_frags##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb, true, false); } \
 	SEC(PFX "napi_gro_receive_exit")                                                              \
 	int BPF_PROG(rx_gro_exit##FL, int ret) { return on_gro_exit(ret); }                           \
 	SEC(PFX "netif_receive_skb_entry")                                                            \
-	int BPF_PROG(rx_nrs##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb, false); }  \
+	int BPF_PROG(rx_nrs##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb, false, false); }  \
 	SEC(PFX "netif_receive_skb_list_entry")                                                       \
-	int BPF_PROG(rx_list##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb, false); } \
+	int BPF_PROG(rx_list##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb, false, false); } \
 	SEC(PFX "netif_rx_entry")                                                                     \
-	int BPF_PROG(rx_netif_rx##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb, false); } \
+	int BPF_PROG(rx_netif_rx##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb, false, false); } \
 	SEC(PFX "netif_receive_skb")                                                                  \
 	int BPF_PROG(rx_stack##FL, struct sk_buff *skb) { return on_rx_stack##FL(skb); }              \
 	SEC(PFX "napi_poll")                                                                          \

@@ -82,10 +82,12 @@ static __always_inline bool H(flow_of)(const unsigned char *l3, __u16 proto_be, 
 	return parse_flow_at(l3, proto_be, k, hdr_len);
 }
 
-/* in_napi: the hook runs inside a NAPI poll (the GRO entry points). A packet
- * starts its life here: timed 1 in stage_every, recorded 1 in sample_every,
- * its buffer pages kept for the join while a miss sampler runs. */
-static __always_inline int H(on_rx_handup)(const struct sk_buff *skb, bool in_napi)
+/* in_napi: the hook runs inside a NAPI poll (the GRO entry points); defer: a
+ * timed frame's state waits for napi_gro_receive's exit (on_gro_exit), which
+ * knows whether GRO merged it away. A packet starts its life here: timed 1 in
+ * stage_every, recorded 1 in sample_every, its buffer pages kept for the join
+ * while a miss sampler runs. */
+static __always_inline int H(on_rx_handup)(const struct sk_buff *skb, bool in_napi, bool defer)
 {
 	if (!H(dev_matches)(RD(skb, dev)))
 		return 0;
@@ -134,14 +136,21 @@ static __always_inline int H(on_rx_handup)(const struct sk_buff *skb, bool in_na
 	}
 	if (!track)
 		return 0;
-	struct pl_queue_stats *qs = qstats(PL_RX, queue);
-	if (qs)
-		qs->handups += 1;
-	/* For the GRO exit: only a timed frame has a state to end if merged. */
-	struct pl_cpu_ctx *c = cpu_ctx_get();
-	if (c) {
-		c->last_rx_skb = (__u64)skb;
-		c->last_rx_head = (__u64)head;
+	if (defer) {
+		/* GRO decides whether this frame lives on (on_gro_exit). */
+		struct pl_cpu_ctx *c = cpu_ctx_get();
+		if (!c)
+			return 0;
+		c->pending.skb = (__u64)skb;
+		c->pending.head = (__u64)head;
+		c->pending.ts = now;
+		c->pending.data_addr = (__u64)data;
+		c->pending.len = len;
+		c->pending.queue = queue;
+		c->pending.sampled = sampled && have_flow;
+		if (c->pending.sampled)
+			c->pending_flow = k;
+		return 0;
 	}
 	struct pl_skb_state st = {};
 	st.ts[0] = now;
@@ -151,9 +160,7 @@ static __always_inline int H(on_rx_handup)(const struct sk_buff *skb, bool in_na
 	st.len = len;
 	st.data_addr = (__u64)data;
 	st.sampled = sampled && have_flow;
-	struct pl_skb_state *stored = store_state((__u64)skb, &st);
-	if (stored && st.sampled)
-		store_flow(stored, &k);
+	store_rx_life((__u64)skb, &st, &k);
 	return 0;
 }
 
