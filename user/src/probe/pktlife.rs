@@ -96,6 +96,8 @@ pub struct PktlifeProbe {
     pending: Rc<RefCell<Vec<PacketSample>>>,
     received: Rc<RefCell<u64>>,
     ncpus: usize,
+    /// The stage table, mapped (read every interval).
+    queue_stats: super::MappedArray,
 }
 
 fn open_and_load(cfg: &ProbeConfig, flavors: &[Flavor]) -> Result<PktlifeSkel<'static>> {
@@ -186,7 +188,9 @@ impl PktlifeProbe {
             },
         };
         let ncpus = libbpf_rs::num_possible_cpus().context("counting possible CPUs")?;
+        let queue_stats = super::MappedArray::new(&skel.maps.queue_stats, "the pktlife stage table")?;
         let mut probe = PktlifeProbe {
+            queue_stats,
             skel,
             links: Vec::new(),
             hooks: Vec::new(),
@@ -332,14 +336,13 @@ impl PktlifeProbe {
     pub fn read_stages(&self) -> Result<Vec<QueueCounters>> {
         // One entry per CPU, direction and queue (the CPU's block first), read in one batch.
         let per_cpu_block = 2 * MAX_QUEUES as usize;
-        let all = super::array_all(&self.skel.maps.queue_stats).context("reading queue_stats")?;
+        let table = &self.queue_stats;
         let mut out = Vec::new();
         for idx in 0..per_cpu_block {
             let dir = if idx < MAX_QUEUES as usize { Dir::Rx } else { Dir::Tx };
             let mut q = QueueCounters::new(dir, idx as u32 % MAX_QUEUES);
-            for raw in all.iter().skip(idx).step_by(per_cpu_block).take(self.ncpus) {
-                let mut s = pl_queue_stats::default();
-                plain::copy_from_bytes(&mut s, raw).map_err(|_| anyhow::anyhow!("queue_stats value too short"))?;
+            for entry in (idx..table.len()).step_by(per_cpu_block).take(self.ncpus) {
+                let s: pl_queue_stats = table.get(entry).context("queue_stats entries are smaller than their type")?;
                 q.handups += s.handups;
                 q.copies += s.copies;
                 q.frees += s.frees;

@@ -262,6 +262,8 @@ pub struct QcountProbe {
     pub hooks: Vec<Tier0Hook>,
     pub rx_source: RxSource,
     ncpus: usize,
+    /// The queue table, mapped (read every interval).
+    queues: super::MappedArray,
 }
 
 fn flavor_of(features: &Features, choice: HookChoice, tp: &str) -> Flavor {
@@ -370,7 +372,9 @@ impl QcountProbe {
         } else if rx_source == RxSource::Handup && !RX_HANDUP_TPS.iter().any(|tp| attached(tp)) {
             bail!("no RX counting hook attached (neither tcx nor a driver hand-up tracepoint)");
         }
+        let queues = super::MappedArray::new(&skel.maps.qc_queues, "the queue table")?;
         Ok(QcountProbe {
+            queues,
             skel,
             links,
             window_hooks,
@@ -482,14 +486,13 @@ impl QcountProbe {
     pub fn read_queues(&self) -> Result<Vec<QueueCounters>> {
         // One entry per CPU, direction and queue (the CPU's block first), read in one batch.
         let per_cpu_block = 2 * MAX_QUEUES as usize;
-        let all = super::array_all(&self.skel.maps.qc_queues).context("reading qc_queues")?;
+        let table = &self.queues;
         let mut out = Vec::new();
         for idx in 0..per_cpu_block {
             let dir = if idx < MAX_QUEUES as usize { Dir::Rx } else { Dir::Tx };
             let mut q = QueueCounters::new(dir, idx as u32 % MAX_QUEUES);
-            for raw in all.iter().skip(idx).step_by(per_cpu_block).take(self.ncpus) {
-                let mut s = qc_queue_stats::default();
-                plain::copy_from_bytes(&mut s, raw).map_err(|_| anyhow::anyhow!("qc_queues value too short"))?;
+            for entry in (idx..table.len()).step_by(per_cpu_block).take(self.ncpus) {
+                let s: qc_queue_stats = table.get(entry).context("qc_queues entries are smaller than their type")?;
                 q.packets += s.packets;
                 q.bytes += s.bytes;
                 q.napi_polls += s.napi_polls;
