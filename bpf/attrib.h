@@ -24,9 +24,13 @@ struct pl_rx_pending {
 	__u64 ts;
 	__u64 data_addr;
 	__u32 len;
+	/* The window it was handed up in: the hooks may go away between a frame's
+	 * hand-up and GRO's exit, and a frame left over from an earlier window
+	 * starts no life. */
+	__u32 gen;
 	__u16 queue;
 	__u8 sampled;  /* pending_flow is its flow */
-	__u8 pad;
+	__u8 pad[5];
 };
 
 /* Per-CPU state of the packet probes. A NAPI poll runs on one CPU without
@@ -54,7 +58,7 @@ struct pl_cpu_ctx {
 	__u32 copy_nlinear;  /* 1: copy_addr[0] is the linear data */
 	__u32 copy_pad;
 	__u64 copy_until;    /* the copy is taken to last until then (copy_window) */
-	__u64 pad[5];        /* to whole cache lines: no CPU shares a line with another */
+	__u64 pad[4];        /* to whole cache lines: no CPU shares a line with another */
 };
 
 /* A live packet buffer page: who owns it, since when (address join). */

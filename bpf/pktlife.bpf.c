@@ -402,7 +402,7 @@ static __always_inline int on_gro_exit(int ret)
 	struct pl_cpu_ctx *c = cpu_ctx_get();
 	if (!c || !c->pending.skb)
 		return 0;
-	if (ret != GRO_MERGED_FREE) {
+	if (ret != GRO_MERGED_FREE && c->pending.gen == join_generation) {
 		struct pl_skb_state st = {};
 		st.ts[0] = c->pending.ts;
 		st.head = c->pending.head;

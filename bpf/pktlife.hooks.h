@@ -147,6 +147,7 @@ static __always_inline int H(on_rx_handup)(const struct sk_buff *skb, bool in_na
 		c->pending.data_addr = (__u64)data;
 		c->pending.len = len;
 		c->pending.queue = queue;
+		c->pending.gen = join_generation;
 		c->pending.sampled = sampled && have_flow;
 		if (c->pending.sampled)
 			c->pending_flow = k;
