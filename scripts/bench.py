@@ -251,6 +251,14 @@ def steal_share(before, after):
     return d[7] / total if total > 0 and len(d) > 7 else 0.0
 
 
+def round_costs(runs, config, load):
+    """Each round's cost of `config` against the same round's bare run, in per cent ([] for
+    the bare run itself, or with none measured)."""
+    if config == "none" or ("none", load) not in runs:
+        return []
+    return [100 * (b - x) / b for x, b in zip(runs[(config, load)], runs[("none", load)]) if b]
+
+
 def throughput(tb, tmp):
     log(f"throughput: {ROUNDS} rounds x {len(CONFIGS)} configurations x 2 loads, {T_RUN} s each (bpf_stats off)")
     runs = {(c, l): [] for c in CONFIGS for l in LOADS}
@@ -465,14 +473,14 @@ def main():
                 head += f" {title:>24} {'cost':>13} {'BPF ms/Mpkt':>11}"
             print(head)
             table = {}
+            over_guest_share = {k: [x / (1 - st) for x, st in zip(v, steal[k])] for k, v in runs.items()}
             for c in CONFIGS:
                 line = f"  {c:<22}"
                 for load in LOADS:
                     m, s = ms(runs[(c, load)])
                     # The cost of each round against the same round's bare run, then mean ± stdev
                     # over rounds: drift slower than a round falls out of the difference.
-                    paired = [100 * (b - x) / b for x, b in zip(runs[(c, load)], runs[("none", load)]) if b] \
-                        if "none" in CONFIGS and c != "none" else []
+                    paired = round_costs(runs, c, load)
                     pct, err = ms(paired) if paired else (None, None)
                     bpf = cost.get((c, load), {}).get("ms_per_mpkt")
                     line += f" {m:>14.2f} ± {s:>7.2f}"
@@ -481,9 +489,7 @@ def main():
                     # The same, each run's throughput over the share of CPU time the guest had
                     # (1 - steal): a round in which the hypervisor ran other guests for a tenth of
                     # the time moves the raw cost by as much as the target.
-                    adj = lambda cfg: [x / (1 - st) for x, st in zip(runs[(cfg, load)], steal[(cfg, load)])]
-                    paired_adj = [100 * (b - x) / b for x, b in zip(adj(c), adj("none")) if b] \
-                        if "none" in CONFIGS and c != "none" else []
+                    paired_adj = round_costs(over_guest_share, c, load)
                     table.setdefault(c, {})[load] = {"runs": runs[(c, load)], "mean": m, "stdev": s,
                                                      "cost_pct_by_round": paired, "cost_pct": pct,
                                                      "cost_pct_sd": err, "bpf": cost.get((c, load)),

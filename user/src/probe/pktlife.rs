@@ -334,7 +334,7 @@ impl PktlifeProbe {
     /// Cumulative per-queue detail (lives begun, copies, frees, stages), summed over CPUs; only
     /// queues with any. The counts tier 0 keeps stay zero.
     pub fn read_stages(&self) -> Result<Vec<QueueCounters>> {
-        // One entry per CPU, direction and queue (the CPU's block first), read in one batch.
+        // One entry per CPU, direction and queue (the CPU's block first), read in place.
         let per_cpu_block = 2 * MAX_QUEUES as usize;
         let table = &self.queue_stats;
         let mut out = Vec::new();

@@ -484,7 +484,7 @@ impl QcountProbe {
     /// Cumulative counts (packets, bytes, NAPI, drops) of every queue with any, summed over
     /// CPUs; the detail fields stay zero.
     pub fn read_queues(&self) -> Result<Vec<QueueCounters>> {
-        // One entry per CPU, direction and queue (the CPU's block first), read in one batch.
+        // One entry per CPU, direction and queue (the CPU's block first), read in place.
         let per_cpu_block = 2 * MAX_QUEUES as usize;
         let table = &self.queues;
         let mut out = Vec::new();
