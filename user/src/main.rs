@@ -97,15 +97,16 @@ fn simulate(args: SimulateArgs) -> Result<()> {
     if args.bench {
         // Other work on the host only ever slows a pass, so the best pass is the simulator's
         // speed and the median shows how busy the host was.
-        let mut lps = ddioscope::model::sim::bench_lines_per_sec(7);
-        lps.sort_by(f64::total_cmp);
-        let (best, median) = (lps[lps.len() - 1], lps[lps.len() / 2]);
+        let spread = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            (v.len(), v[v.len() - 1] / 1e6, v[v.len() / 2] / 1e6, v[0] / 1e6)
+        };
+        let (n, best, median, slowest) = spread(ddioscope::model::sim::bench_lines_per_sec(7));
+        let (runs, run_best, run_median, run_slowest) = spread(ddioscope::model::drive::bench_run_lines_per_sec(7));
         return print(&format!(
-            "simulator: {:.1} M cache-line accesses/s on one core, the best of {} passes of 20 M (median {:.1}, slowest {:.1}; target >= 100 M/s)\n",
-            best / 1e6,
-            lps.len(),
-            median / 1e6,
-            lps[0] / 1e6
+            "simulator: {best:.1} M cache-line accesses/s on one core, the best of {n} passes of 20 M (median {median:.1}, slowest {slowest:.1}; target >= 100 M/s)\n\
+             whole synthetic runs: {run_best:.1} M/s, the best of {runs} (median {run_median:.1}, slowest {run_slowest:.1}): {}\n",
+            ddioscope::model::drive::BENCH_RUN_SPEC
         ));
     }
     let mut head = String::new();
