@@ -24,8 +24,15 @@ const STEPS: u32 = 7;
 const MAX_BG_LINES_PER_SEC: f64 = 5e9;
 /// Upper end of the TX delay search.
 const MAX_TX_DELAY_US: f64 = 2000.0;
-/// Placements searched, the spec's default first.
+/// Placements searched, nearest the spec's own first.
 const EVENNESS: [f64; 5] = [1.0, 0.75, 0.5, 0.25, 0.0];
+/// Predicted and measured hit rates this close agree, and a parameter moves only as far as it
+/// must to get there. Neither a counter interval on a host nor repeated runs of one
+/// configuration are more precise (ddio-bench's ten runs of a configuration spread by 0.1-2
+/// points, outside its bimodal ones). One configuration cannot tell the free parameters apart:
+/// a fit that chases a smaller difference swaps the spec's placement or adds a background
+/// load the host may not have, and every other prediction moves with it.
+const AGREE_PP: f64 = 2.0;
 
 /// Counters measured on the host for the configuration the spec describes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -114,7 +121,7 @@ pub fn calibrate(spec: &SimSpec, measured: &Measured) -> Calibration {
         p.apply(&mut s);
         s
     };
-    if let Some(target) = measured.io_write_hit_pct {
+    if let Some(target) = measured.io_write_hit_pct.filter(|t| uncal.io_write_hit_pct.is_none_or(|u| (u - t).abs() > AGREE_PP)) {
         let w = |p: &CalibrationParams, sims: &mut u32| {
             *sims += 1;
             predict(&with(p)).io_write_hit_pct.unwrap_or(0.0)
@@ -123,7 +130,9 @@ pub fn calibrate(spec: &SimSpec, measured: &Measured) -> Calibration {
         base.bg_lines_per_sec = 0.0;
         let mut best: Option<(f64, CalibrationParams)> = None;
         let mut lowest = f64::INFINITY;
-        for &e in &EVENNESS {
+        let mut placements = EVENNESS;
+        placements.sort_by(|a, b| (a - spec.hash_evenness).abs().total_cmp(&(b - spec.hash_evenness).abs()));
+        for e in placements {
             let mut q = base;
             q.hash_evenness = e;
             let h = w(&q, &mut sims);
@@ -131,10 +140,13 @@ pub fn calibrate(spec: &SimSpec, measured: &Measured) -> Calibration {
             if best.is_none_or(|(b, _)| (h - target).abs() < (b - target).abs()) {
                 best = Some((h, q));
             }
+            if (h - target).abs() <= AGREE_PP {
+                break;
+            }
         }
         if let Some((h, q)) = best {
             p = q;
-            if lowest > target && h > target {
+            if lowest > target + AGREE_PP && h > target + AGREE_PP {
                 // Every placement hits more than measured: something else on the socket takes
                 // the capacity. Fit its fill rate on a log scale, placement kept.
                 let mut q = q;
@@ -148,7 +160,8 @@ pub fn calibrate(spec: &SimSpec, measured: &Measured) -> Calibration {
             }
         }
     }
-    if let (Some(target), Consumer::Forward) = (measured.io_read_hit_pct, spec.consumer) {
+    let read_differs = |t: &f64| uncal.io_read_hit_pct.is_none_or(|u| (u - t).abs() > AGREE_PP);
+    if let (Some(target), Consumer::Forward) = (measured.io_read_hit_pct.filter(read_differs), spec.consumer) {
         let mut q = p;
         q.tx_delay_us = bisect(0.0, MAX_TX_DELAY_US.ln_1p(), false, target, &mut |x| {
             q.tx_delay_us = x.exp_m1();
@@ -175,6 +188,18 @@ pub fn calibrate(spec: &SimSpec, measured: &Measured) -> Calibration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_host_the_model_already_agrees_with_moves_no_parameter() {
+        let spec = SimSpec::parse("queues=2,ring=1024,pkt_bytes=1500,rate_gbps=60,max_packets=200000").unwrap();
+        let r = simulate(&spec);
+        let (w, rd) = (r.total.io_write_hit_pct().unwrap(), r.total.io_read_hit_pct().unwrap());
+        // Within the counters' precision of the prediction: nothing to explain.
+        let c = calibrate(&spec, &Measured { io_write_hit_pct: Some(w - 0.8 * AGREE_PP), io_read_hit_pct: Some(rd + 0.8 * AGREE_PP) });
+        assert_eq!(c.params, CalibrationParams::of(&spec));
+        assert_eq!(c.simulations, 2);
+        assert!((c.residual_write_pct.unwrap() - 0.8 * AGREE_PP).abs() < 1e-9);
+    }
 
     #[test]
     fn calibration_recovers_a_host_with_other_load_and_reports_the_residual() {
