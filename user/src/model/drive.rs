@@ -384,6 +384,7 @@ fn drive(spec: &SimSpec, warm_ns: u64, phases: &[Phase]) -> Vec<SimResult> {
         (if tot > 0.0 { 1e9 / tot } else { f64::INFINITY }, cum.collect())
     };
     let (mut gap, mut share_cum) = wire_of(0);
+    let mut queue_rates = rates_of(0);
     // Arrival n of the wire: anchor + n x gap; re-anchored when the phase changes (computing
     // from an anchor, not by summing gaps, keeps the times free of drift).
     let mut anchor = gap * 0.5;
@@ -449,6 +450,7 @@ fn drive(spec: &SimSpec, warm_ns: u64, phases: &[Phase]) -> Vec<SimResult> {
                 out.push(rec.cut());
                 phase += 1;
                 (gap, share_cum) = wire_of(phase);
+                queue_rates = rates_of(phase);
                 anchor = t as f64;
                 pkt_no = 0;
                 // Arrivals at the old rate are dropped: the next one is at the new rate.
@@ -525,6 +527,13 @@ fn drive(spec: &SimSpec, warm_ns: u64, phases: &[Phase]) -> Vec<SimResult> {
                     let data = buf_addr(b) + spec.data_offset as u64;
                     rec.touch(&mut llc, t, qi, f as usize, data, spec.touch_bytes.min(bytes), AccessKind::CpuRead);
                     rec.touch(&mut llc, t, qi, f as usize, data, hdr.min(bytes), AccessKind::CpuWrite);
+                    // The lines its prefetchers pulled along make the same round trip through
+                    // its L2 as the written header, as far as the core's idle share lets them.
+                    let idle = 1.0 - (queue_rates[qi] * spec.service_ns(bytes) / 1e9).clamp(0.0, 1.0);
+                    let pulled = ((spec.prefetch_bytes as f64 * idle) as u32).min(bytes.saturating_sub(hdr));
+                    if pulled > 0 {
+                        rec.touch(&mut llc, t, qi, f as usize, data + hdr as u64, pulled, AccessKind::CpuWrite);
+                    }
                     heap.push(Reverse((t + tx_ns, seq, Ev::TxRead, q, f, b, bytes)));
                     seq += 1;
                 }

@@ -11,7 +11,7 @@ pub use super::grid::{try_what_if, what_if, what_if_with_progress, Axes, GridPoi
 
 /// Bumped whenever the model's mechanics change the numbers a spec produces; part of the
 /// cache key, so a cached result is never reused across model versions.
-pub const MODEL_VERSION: u32 = 4;
+pub const MODEL_VERSION: u32 = 5;
 
 /// What the core does with a received packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -185,6 +185,13 @@ pub struct SimSpec {
     /// Forward: bytes of each packet the core reads, from its start (the header line it
     /// parses, plus whatever its hardware prefetchers pull along).
     pub touch_bytes: u32,
+    /// Forward: bytes after the header line that the core's hardware prefetchers pull into
+    /// its L2 with the header, on an idle core; scaled by the core's idle share, as the
+    /// prefetchers back off while its requests queue up. A line a core takes into its L2
+    /// leaves the DDIO ways (non-inclusive LLC): back in the LLC it sits in the inclusive
+    /// ways, where the next DMA write updates it in place.
+    #[serde(default = "default_prefetch_bytes")]
+    pub prefetch_bytes: u32,
     /// Buffer pool placement; None = by consumer (forward: a contiguous DPDK mempool;
     /// copy: kernel pages, scattered).
     #[serde(default)]
@@ -218,6 +225,16 @@ pub struct SimSpec {
 /// 1024 B, 15.9 Mpps at 512 B against ~99.4 Gb/s offered).
 pub const FORWARD_NS_PER_PKT: f64 = 27.0;
 pub const FORWARD_NS_PER_BYTE: f64 = 0.0698;
+/// Bytes after the header line a forwarding core's prefetchers pull along when the core is
+/// idle: four lines in all with the header (its 128-byte pair and the next pair), the
+/// adjacent-line and streamer prefetchers' first step. Not fitted per case; docs/model.md
+/// gives the validation with other values.
+pub const PREFETCH_BYTES: u32 = 192;
+
+fn default_prefetch_bytes() -> u32 {
+    PREFETCH_BYTES
+}
+
 /// mlx5's vectorised receive re-posts descriptors in batches of min(64, ring / 4)
 /// (MLX5_VPMD_RX_MAX_BURST, MLX5_VPMD_RXQ_RPLNSH_THRESH).
 pub const RX_REFILL_BATCH: u32 = 64;
@@ -244,7 +261,7 @@ const KEYS: &[&str] = &[
     "bg_lines_per_sec", "bg_working_set_mib", "queue_weights", "flows", "slice_sample", "replacement",
     "measure_cycles", "warmup_cycles", "max_packets", "seed", "user_buf_bytes", "queue_residence_us",
     "miss_log_cap", "core_ns_per_pkt", "core_ns_per_byte", "rx_refill_batch", "tx_free_batch", "hash_evenness",
-    "inclusive_ways", "touch_bytes", "pool_layout", "stack", "pp_cache_share", "pp_ring_share", "pp_fresh_share", "pp_cache_size",
+    "inclusive_ways", "touch_bytes", "prefetch_bytes", "pool_layout", "stack", "pp_cache_share", "pp_ring_share", "pp_fresh_share", "pp_cache_size",
     "pp_ring_size", "reused_bufs_per_queue", "measured",
 ];
 
@@ -274,6 +291,7 @@ impl SimSpec {
             hash_evenness: HASH_EVENNESS,
             inclusive_ways: INCLUSIVE_WAYS,
             touch_bytes: 64,
+            prefetch_bytes: PREFETCH_BYTES,
             pool_layout: None,
             queue_weights: Vec::new(),
             flows: Vec::new(),
@@ -307,7 +325,8 @@ impl SimSpec {
     /// Parse `{...}` JSON or `key=value,key=value`; the result is validated. Keys: preset
     /// (skx6140|bdw2695v4|emr8592), llc_mib, ways, ddio_ways, slices, queues, ring,
     /// pkt_bytes, rate_gbps, pps, consumer (forward|copy), residence_us, tx_delay_us, reuse
-    /// (fifo|recycle|lifo), pool_layout (contiguous|scattered), touch_bytes, core_ns_per_pkt, core_ns_per_byte, rx_refill_batch,
+    /// (fifo|recycle|lifo), pool_layout (contiguous|scattered), touch_bytes, prefetch_bytes,
+    /// core_ns_per_pkt, core_ns_per_byte, rx_refill_batch,
     /// tx_free_batch, buf_stride, data_offset, pool_extra, cqe_bytes, hash_evenness,
     /// inclusive_ways, bg_lines_per_sec, bg_working_set_mib, queue_weights (JSON array or
     /// `a/b/c`), queue_residence_us (same), flows (JSON only), stack (JSON object, see
@@ -469,6 +488,7 @@ impl SimSpec {
         set_int!("tx_free_batch", s.tx_free_batch, u32);
         set_int!("inclusive_ways", s.inclusive_ways, u32);
         set_int!("touch_bytes", s.touch_bytes, u32);
+        set_int!("prefetch_bytes", s.prefetch_bytes, u32);
         set_int!("buf_stride", s.buf_stride, u32);
         set_int!("data_offset", s.data_offset, u32);
         set_int!("pool_extra", s.pool_extra, u32);
@@ -547,6 +567,7 @@ impl SimSpec {
         chk_int("cqe_bytes", self.cqe_bytes as u64)?;
         chk_real("hash_evenness", self.hash_evenness)?;
         chk_int("touch_bytes", self.touch_bytes as u64)?;
+        chk_int("prefetch_bytes", self.prefetch_bytes as u64)?;
         if self.inclusive_ways > g.ways {
             return Err(SpecError::range("inclusive_ways", &self.inclusive_ways.to_string(), 0.0, g.ways as f64));
         }
@@ -818,6 +839,7 @@ fn range_of(k: &str) -> (f64, f64) {
         "hash_evenness" => (0.0, 1.0),
         "inclusive_ways" => (0.0, 32.0),
         "touch_bytes" => (1.0, 65_535.0),
+        "prefetch_bytes" => (0.0, 65_535.0),
         "bg_lines_per_sec" => (0.0, 1e11),
         "bg_working_set_mib" => (0.0, 1_048_576.0),
         "slice_sample" => (1.0, 1024.0),
