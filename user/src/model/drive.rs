@@ -601,6 +601,19 @@ mod tests {
     }
 
     #[test]
+    fn an_idle_cores_prefetched_lines_leave_the_ddio_ways_and_a_saturated_cores_do_not() {
+        let hit = |spec: &str| run(spec).total.io_write_hit_pct().unwrap();
+        // Sixteen cores at half a million packets each: mostly idle, so the lines their
+        // prefetchers pulled along sit outside the DDIO ways and hit on the next write.
+        let idle = "queues=16,ring=256,pkt_bytes=1500,rate_gbps=99.4,max_packets=1500000";
+        let (with, without) = (hit(idle), hit(&format!("{idle},prefetch_bytes=0")));
+        assert!(with > without + 5.0, "idle cores: {with} with prefetch, {without} without");
+        // One core offered more than it forwards: no idle share, no prefetch.
+        let busy = "queues=1,ring=4096,pkt_bytes=1500,rate_gbps=99.4,max_packets=1500000";
+        assert_eq!(hit(busy), hit(&format!("{busy},prefetch_bytes=0")));
+    }
+
+    #[test]
     fn buffers_in_circulation_are_the_ring_and_what_is_out() {
         // A slow copy consumer (2 ms of residence) needs that many packets' worth of spares;
         // with too few the ring runs dry and the NIC drops, as a real driver does.
