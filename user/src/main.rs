@@ -2,7 +2,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, Context, Result};
 use clap::{CommandFactory, Parser};
 
 use ddioscope::analysis::{self, Summary};
@@ -97,12 +97,15 @@ fn simulate(args: SimulateArgs) -> Result<()> {
     if args.bench {
         // Other work on the host only ever slows a pass, so the best pass is the simulator's
         // speed and the median shows how busy the host was.
+        // Both benches return at least one pass.
         let spread = |mut v: Vec<f64>| {
             v.sort_by(f64::total_cmp);
-            (v.len(), v[v.len() - 1] / 1e6, v[v.len() / 2] / 1e6, v[0] / 1e6)
+            let at = |i: usize| v.get(i).copied().unwrap_or(0.0) / 1e6;
+            (v.len(), at(v.len().saturating_sub(1)), at(v.len() / 2), at(0))
         };
         let (n, best, median, slowest) = spread(ddioscope::model::sim::bench_lines_per_sec(7));
-        let (runs, run_best, run_median, run_slowest) = spread(ddioscope::model::drive::bench_run_lines_per_sec(7));
+        let run_passes = ddioscope::model::drive::bench_run_lines_per_sec(7).context("the whole-run benchmark's spec")?;
+        let (runs, run_best, run_median, run_slowest) = spread(run_passes);
         return print(&format!(
             "simulator: {best:.1} M cache-line accesses/s on one core, the best of {n} passes of 20 M (median {median:.1}, slowest {slowest:.1}; target >= 100 M/s)\n\
              whole synthetic runs: {run_best:.1} M/s, the best of {runs} (median {run_median:.1}, slowest {run_slowest:.1}): {}\n",

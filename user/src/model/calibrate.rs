@@ -110,17 +110,42 @@ fn bisect(mut lo: f64, mut hi: f64, rising: bool, target: f64, f: &mut dyn FnMut
     0.5 * (lo + hi)
 }
 
+/// `spec` with the parameters `p`.
+fn with_params(spec: &SimSpec, p: &CalibrationParams) -> SimSpec {
+    let mut s = spec.clone();
+    p.apply(&mut s);
+    s
+}
+
+/// `p` with the background fill rate at which the write hit rate is `target`, on a log scale.
+fn fit_background(spec: &SimSpec, mut p: CalibrationParams, target: f64, sims: &mut u32) -> CalibrationParams {
+    let x = bisect(0.0, (MAX_BG_LINES_PER_SEC / 1e6).ln(), false, target, &mut |x| {
+        p.bg_lines_per_sec = 1e6 * x.exp();
+        *sims += 1;
+        predict(&with_params(spec, &p)).io_write_hit_pct.unwrap_or(0.0)
+    });
+    p.bg_lines_per_sec = 1e6 * x.exp();
+    p
+}
+
+/// `p` with the TX delay at which the NIC's read hit rate is `target`.
+fn fit_tx_delay(spec: &SimSpec, mut p: CalibrationParams, target: f64, sims: &mut u32) -> CalibrationParams {
+    p.tx_delay_us = bisect(0.0, MAX_TX_DELAY_US.ln_1p(), false, target, &mut |x| {
+        p.tx_delay_us = x.exp_m1();
+        *sims += 1;
+        predict(&with_params(spec, &p)).io_read_hit_pct.unwrap_or(0.0)
+    })
+    .exp_m1();
+    p
+}
+
 /// Fit the free parameters of `spec` to `measured`; see the module documentation.
 pub fn calibrate(spec: &SimSpec, measured: &Measured) -> Calibration {
     let mut sims = 0u32;
     let uncal = predict(spec);
     sims += 1;
     let mut p = CalibrationParams::of(spec);
-    let with = |p: &CalibrationParams| {
-        let mut s = spec.clone();
-        p.apply(&mut s);
-        s
-    };
+    let with = |p: &CalibrationParams| with_params(spec, p);
     if let Some(target) = measured.io_write_hit_pct.filter(|t| uncal.io_write_hit_pct.is_none_or(|u| (u - t).abs() > AGREE_PP)) {
         let w = |p: &CalibrationParams, sims: &mut u32| {
             *sims += 1;
@@ -148,46 +173,23 @@ pub fn calibrate(spec: &SimSpec, measured: &Measured) -> Calibration {
             p = q;
             if lowest > target + AGREE_PP && h > target + AGREE_PP {
                 // Every placement hits more than measured: something else on the socket takes
-                // the capacity. Fit its fill rate on a log scale, placement kept.
+                // the capacity. Fit its fill rate, placement kept.
                 let mut q = q;
                 q.bg_working_set_bytes = spec.geometry.size_bytes.saturating_mul(4);
-                let x = bisect(0.0, (MAX_BG_LINES_PER_SEC / 1e6).ln(), false, target, &mut |x| {
-                    q.bg_lines_per_sec = 1e6 * x.exp();
-                    w(&q, &mut sims)
-                });
-                q.bg_lines_per_sec = 1e6 * x.exp();
-                p = q;
+                p = fit_background(spec, q, target, &mut sims);
             }
         }
     }
-    // The TX delay is fitted to the read hit rate; where a background load was fitted too,
+    // The TX delay is fitted to the read hit rate. Where a background load was fitted too,
     // the two move each other's rate (buffers the TX path holds longer take cache, and the
     // background evicts lines before the NIC reads them), so each is fitted once more with
     // the other's value.
     let read_differs = |t: &f64| uncal.io_read_hit_pct.is_none_or(|u| (u - t).abs() > AGREE_PP);
-    let read_target = measured.io_read_hit_pct.filter(read_differs).filter(|_| spec.consumer == Consumer::Forward);
-    let write_target = measured.io_write_hit_pct.filter(|_| p.bg_lines_per_sec > 0.0);
-    let rounds = if write_target.is_some() { 2 } else { 1 };
-    for round in 0..rounds {
-        if let Some(target) = read_target {
-            let mut q = p;
-            q.tx_delay_us = bisect(0.0, MAX_TX_DELAY_US.ln_1p(), false, target, &mut |x| {
-                q.tx_delay_us = x.exp_m1();
-                sims += 1;
-                predict(&with(&q)).io_read_hit_pct.unwrap_or(0.0)
-            })
-            .exp_m1();
-            p = q;
-        }
-        if let (Some(target), true) = (write_target, round + 1 < rounds && read_target.is_some()) {
-            let mut q = p;
-            let x = bisect(0.0, (MAX_BG_LINES_PER_SEC / 1e6).ln(), false, target, &mut |x| {
-                q.bg_lines_per_sec = 1e6 * x.exp();
-                sims += 1;
-                predict(&with(&q)).io_write_hit_pct.unwrap_or(0.0)
-            });
-            q.bg_lines_per_sec = 1e6 * x.exp();
-            p = q;
+    if let (Some(read), Consumer::Forward) = (measured.io_read_hit_pct.filter(read_differs), spec.consumer) {
+        p = fit_tx_delay(spec, p, read, &mut sims);
+        if let Some(write) = measured.io_write_hit_pct.filter(|_| p.bg_lines_per_sec > 0.0) {
+            p = fit_background(spec, p, write, &mut sims);
+            p = fit_tx_delay(spec, p, read, &mut sims);
         }
     }
     let cal = predict(&with(&p));

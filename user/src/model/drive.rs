@@ -12,7 +12,7 @@ use std::collections::{BinaryHeap, VecDeque};
 
 use super::sim::{AccessKind, BackgroundGen, Llc, Recorder, SimOptions, SimResult};
 use super::sim::mix64;
-use super::spec::{Consumer, PoolLayout, Reuse, SimSpec};
+use super::spec::{Consumer, PoolLayout, Reuse, SimSpec, SpecError};
 
 /// Address-space layout of the synthetic run. The buffer pool is one contiguous region
 /// (a DPDK mempool in hugepages, or the pages a page_pool keeps cycling), completion rings
@@ -81,15 +81,15 @@ pub const BENCH_RUN_SPEC: &str = "preset=skx6140,queues=2,ring=4096,pkt_bytes=15
 /// Cache-line accesses per second of whole synthetic runs on this core: the LLC with
 /// everything around it (arrivals, the event queue, rings, recycling). One figure per run of
 /// [`BENCH_RUN_SPEC`] (about 6 M accesses).
-pub fn bench_run_lines_per_sec(passes: usize) -> Vec<f64> {
-    let Ok(spec) = SimSpec::parse(BENCH_RUN_SPEC) else { return Vec::new() };
-    (0..passes.max(1))
+pub fn bench_run_lines_per_sec(passes: usize) -> Result<Vec<f64>, SpecError> {
+    let spec = SimSpec::parse(BENCH_RUN_SPEC)?;
+    Ok((0..passes.max(1))
         .map(|_| {
             let start = std::time::Instant::now();
             let r = simulate(&spec);
             r.lines_simulated as f64 / start.elapsed().as_secs_f64().max(1e-9)
         })
-        .collect()
+        .collect())
 }
 
 /// Buffers a queue keeps in circulation beyond its ring: the refill batch not yet re-posted,

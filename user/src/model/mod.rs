@@ -16,8 +16,9 @@
 //!   FIFO, or page_pool shares measured by a recording. One 64 B completion line per packet.
 //! * Consumers: forward reads and rewrites the header line, its prefetchers pull the next
 //!   `prefetch_bytes` (192) through its L2 in proportion to its idle share (both leave the
-//!   DDIO ways for the inclusive ways), NIC TX reads the packet 2 µs later; copy reads the whole packet after the (measured) residence and writes it to a
-//!   256 KiB per-flow socket buffer.
+//!   DDIO ways for the inclusive ways), NIC TX reads the packet 2 µs later; copy reads the
+//!   whole packet after the (measured) residence and writes it to a 256 KiB per-flow socket
+//!   buffer.
 //! * Verdicts use nominal capacity and the expected conflict-miss fraction
 //!   (`analytic::expected_conflict_miss_fraction`); recommended rings target 0.45 × nominal
 //!   (`analytic::USABLE_DDIO_FRACTION`).

@@ -245,6 +245,18 @@ fn fold_tag(hi: u64) -> u32 {
     ((hi ^ (hi >> 31)) as u32) << 1 | 1
 }
 
+/// A way drawn at random among `lo..lo + n`: one xorshift64* step of `state`, cheap and
+/// deterministic for a given seed.
+#[inline(always)]
+fn random_way(state: &mut u64, lo: usize, n: usize) -> usize {
+    let mut x = *state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *state = x;
+    lo + ((x.wrapping_mul(0x2545_f491_4f6c_dd1d) as u128 * n as u128) >> 64) as usize
+}
+
 /// Entries of a 16-entry block equal to `value`, as a bit mask.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
@@ -427,17 +439,6 @@ impl Llc {
         Some((slice * self.sets_per_slice + set_in_slice) as usize)
     }
 
-    #[inline(always)]
-    fn next_rand(&mut self) -> u64 {
-        // xorshift64*: cheap and deterministic for a given seed.
-        let mut x = self.rng;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.rng = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
     /// Access one line; returns Some(hit) or None when the line's slice is not simulated.
     #[inline(always)]
     pub fn access(&mut self, line: u64, kind: AccessKind) -> Option<bool> {
@@ -508,14 +509,7 @@ impl Llc {
             }
             if kind != AccessKind::IoRead {
                 let free = !*valid & cand;
-                let v = if free != 0 {
-                    free.trailing_zeros() as usize
-                } else {
-                    rng ^= rng >> 12;
-                    rng ^= rng << 25;
-                    rng ^= rng >> 27;
-                    lo + ((rng.wrapping_mul(0x2545_f491_4f6c_dd1d) as u128 * ways as u128) >> 64) as usize
-                };
+                let v = if free != 0 { free.trailing_zeros() as usize } else { random_way(&mut rng, lo, ways) };
                 block[v] = tag;
                 *valid |= 1u32 << v;
             }
@@ -588,7 +582,7 @@ impl Llc {
                 }
                 best
             }
-            Replacement::Random => lo + ((self.next_rand() as u128 * n as u128) >> 64) as usize,
+            Replacement::Random => random_way(&mut self.rng, lo, n),
         }
     }
 }
