@@ -256,6 +256,9 @@ static __always_inline struct pl_skb_state *store_state(__u64 key, struct pl_skb
 			count(PLC_STATE_STALE);
 		else
 			count(PLC_STATE_EVICT);
+		struct pl_queue_stats *qs = qstats(cur->dir, cur->queue);
+		if (qs)
+			qs->unended += 1;
 	}
 	st->skb = key;
 	st->gen = join_generation;

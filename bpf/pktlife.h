@@ -78,7 +78,9 @@ struct pl_queue_stats {
 	__u64 handups;          /* timed packets that started a life while the hooks ran */
 	__u64 copies;
 	__u64 frees;
-	__u64 pad[5];
+	__u64 unended;          /* lives of this queue whose state a later packet took before
+				 * their free was seen (the rest are counted at the window's end) */
+	__u64 pad[4];
 	struct pl_stage_stats stage[NSTAGES];
 };
 

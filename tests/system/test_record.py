@@ -103,12 +103,19 @@ def test_tcp_counts_queues_flows_and_stages(testbed, recorder, tmp_path):
         for stage in ("driver_to_stack", "stack_to_copy", "driver_to_free"):
             assert q["stages"][stage]["count"] > 0, (q["queue"], stage)
         assert q["napi"]["polls"] > 0
-    # A timed frame that GRO merges into another skb and frees begins no life of its own, so
-    # the RX lives begun are about the lives that end (a TCP GRO skb here carries tens of
-    # frames: counted per frame, the lives begun were thirteen times those that ended).
+    # Every RX life begun is accounted for: its free seen, or its end unseen (its state taken
+    # by a later packet first, or still held when its window's hooks went off; the sweep at a
+    # window's end races only with programs still finishing). A timed frame that GRO merges
+    # into another skb and frees begins no life of its own, so most lives end seen (a TCP GRO
+    # skb here carries tens of frames: counted per frame, the lives begun were thirteen times
+    # those that ended, twelve in thirteen unseen). How many end unseen depends on the
+    # reader's lag (while it lags, TCP coalesces a segment into the one before it in the
+    # socket's queue and frees it where no tracepoint sees): up to a third on a busy machine.
     with sqlite3.connect(rec.out) as c:
-        begun, ended = c.execute("SELECT SUM(handups), SUM(frees) FROM queue_intervals WHERE dir = 'rx'").fetchone()
-    assert ended and ended <= begun <= 1.2 * ended + 50, (begun, ended)
+        begun, ended, unended = c.execute(
+            "SELECT SUM(handups), SUM(frees), SUM(unended) FROM queue_intervals WHERE dir = 'rx'").fetchone()
+    assert within(ended + unended, begun, 0.01, slack=5), (begun, ended, unended)
+    assert ended >= begun / 3, (begun, ended, unended)
     duration_ns = r["meta"]["duration_s"] * 1e9
     for q in r["queues"]:
         for name, s in q["stages"].items():

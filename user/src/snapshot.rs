@@ -94,6 +94,10 @@ pub struct QueueCounters {
     /// Packets whose life the detail hooks saw begin (the population the stages time).
     #[serde(default)]
     pub handups: u64,
+    /// Of those, lives whose end the hooks did not see: a later packet took the state's slot
+    /// first (the free unseen: coalesced or merged away), or the window ended first.
+    #[serde(default)]
+    pub unended: u64,
     pub stage_count: [u64; NSTAGES],
     pub stage_sum_ns: [u64; NSTAGES],
     /// Largest value seen so far (not a delta: a max cannot be differenced).
@@ -116,6 +120,7 @@ impl QueueCounters {
             frees: 0,
             drops: 0,
             handups: 0,
+            unended: 0,
             stage_count: [0; NSTAGES],
             stage_sum_ns: [0; NSTAGES],
             stage_max_ns: [0; NSTAGES],
@@ -130,6 +135,7 @@ impl QueueCounters {
             && self.frees == 0
             && self.drops == 0
             && self.handups == 0
+            && self.unended == 0
             && self.stage_count.iter().all(|&c| c == 0)
     }
 
@@ -145,6 +151,7 @@ impl QueueCounters {
         d.frees = self.frees.saturating_sub(earlier.frees);
         d.drops = self.drops.saturating_sub(earlier.drops);
         d.handups = self.handups.saturating_sub(earlier.handups);
+        d.unended = self.unended.saturating_sub(earlier.unended);
         for s in 0..NSTAGES {
             d.stage_count[s] = self.stage_count[s].saturating_sub(earlier.stage_count[s]);
             d.stage_sum_ns[s] = self.stage_sum_ns[s].saturating_sub(earlier.stage_sum_ns[s]);
@@ -170,6 +177,7 @@ impl QueueCounters {
         self.frees = self.frees.saturating_add(d.frees);
         self.drops = self.drops.saturating_add(d.drops);
         self.handups = self.handups.saturating_add(d.handups);
+        self.unended = self.unended.saturating_add(d.unended);
         for s in 0..NSTAGES {
             self.stage_count[s] = self.stage_count[s].saturating_add(d.stage_count[s]);
             self.stage_sum_ns[s] = self.stage_sum_ns[s].saturating_add(d.stage_sum_ns[s]);

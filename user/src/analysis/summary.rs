@@ -649,14 +649,17 @@ pub struct Events {
     pub queue_clamped: u64,
     /// States discarded because their packet's free went unseen (GRO merge, coalescing).
     pub state_stale: u64,
-    /// Tracked packets whose free was seen, % of those whose life ended (seen, evicted or
-    /// stale); None when no tracked packet ended.
+    /// Tracked lives whose end went unseen: evicted, stale, or still in flight when their
+    /// window's hooks went off (recordings from before the last were counted: evicted + stale).
+    pub lives_unended: u64,
+    /// Tracked packets whose free was seen, % of the lives that ended seen or unseen; None
+    /// when no tracked packet ended.
     pub frees_seen_pct: Option<f64>,
 }
 
 impl Events {
-    fn frees_seen_pct(freed: u64, evicted: u64, stale: u64) -> Option<f64> {
-        let ended = freed.saturating_add(evicted).saturating_add(stale);
+    fn frees_seen_pct(freed: u64, unended: u64) -> Option<f64> {
+        let ended = freed.saturating_add(unended);
         (ended > 0).then(|| 100.0 * freed as f64 / ended as f64)
     }
 }
@@ -795,6 +798,7 @@ pub fn build(rec: &Recording) -> Result<Summary> {
     let e = rec.event_totals()?;
     // Every tracked packet whose free was seen completed its whole-life stage.
     let freed: u64 = totals.iter().map(|q| q.stage_count[NSTAGES - 1]).sum();
+    let unended = totals.iter().map(|q| q.unended).sum::<u64>().max(e.state_evicted.saturating_add(e.state_stale));
     let drop_reasons = rec.drop_reasons()?;
     let drops = Drops {
         total: drop_reasons.iter().map(|(_, c)| c).sum(),
@@ -819,7 +823,8 @@ pub fn build(rec: &Recording) -> Result<Summary> {
             state_evicted: e.state_evicted,
             queue_clamped: e.queue_clamped,
             state_stale: e.state_stale,
-            frees_seen_pct: Events::frees_seen_pct(freed, e.state_evicted, e.state_stale),
+            lives_unended: unended,
+            frees_seen_pct: Events::frees_seen_pct(freed, unended),
         },
         drops,
         counters,

@@ -14,13 +14,16 @@ use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuild
 use serde::Serialize;
 
 use super::features::{Features, Flavor, HookChoice, PKTLIFE_HOOKS};
-use super::skel::types::{pl_buf_bucket, pl_buf_slot, pl_counter, pl_flow_key, pl_limits, pl_pkt_event, pl_queue_stats};
+use super::skel::types::{
+    pl_buf_bucket, pl_buf_slot, pl_counter, pl_flow_key, pl_limits, pl_pkt_event, pl_queue_stats, pl_skb_state,
+};
 use super::skel::{PktlifeSkel, PktlifeSkelBuilder};
 use crate::snapshot::{BufMapCounters, Dir, EventCounters, FlowKey, PacketSample, QueueCounters, NBUCKETS, NSTAGES};
 
 // SAFETY: generated from pktlife.h: plain integer structs without padding invariants.
 unsafe impl plain::Plain for pl_queue_stats {}
 unsafe impl plain::Plain for pl_pkt_event {}
+unsafe impl plain::Plain for pl_skb_state {}
 
 /// Queues per direction the kernel tables hold (MAX_QUEUES in bpf/common.h).
 pub const MAX_QUEUES: u32 = super::qcount::MAX_QUEUES;
@@ -98,6 +101,13 @@ pub struct PktlifeProbe {
     ncpus: usize,
     /// The stage table, mapped (read every interval).
     queue_stats: super::MappedArray,
+    /// The in-flight packet states, mapped (swept when a window ends).
+    states: super::MappedArray,
+    /// The generation of the window under way (or the last one).
+    generation: u32,
+    /// Per direction and queue (as the stage table): lives still in the state table when their
+    /// window's hooks went off, so their end was never seen.
+    cut: Vec<u64>,
 }
 
 fn open_and_load(cfg: &ProbeConfig, flavors: &[Flavor]) -> Result<PktlifeSkel<'static>> {
@@ -189,8 +199,12 @@ impl PktlifeProbe {
         };
         let ncpus = libbpf_rs::num_possible_cpus().context("counting possible CPUs")?;
         let queue_stats = super::MappedArray::new(&skel.maps.queue_stats, "the pktlife stage table")?;
+        let states = super::MappedArray::new(&skel.maps.skb_states, "the pktlife packet states")?;
         let mut probe = PktlifeProbe {
             queue_stats,
+            states,
+            generation: 0,
+            cut: vec![0; 2 * MAX_QUEUES as usize],
             skel,
             links: Vec::new(),
             hooks: Vec::new(),
@@ -271,6 +285,7 @@ impl PktlifeProbe {
         // volatile; no program runs that reads it while the hooks are detached.
         unsafe { std::ptr::addr_of_mut!(bss.join_generation).write_volatile(generation) };
         std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+        self.generation = generation;
         self.attach_hooks(|_| true);
         Ok(())
     }
@@ -280,9 +295,27 @@ impl PktlifeProbe {
         self.detach(|tp| START_HOOKS.contains(&tp));
     }
 
-    /// Every hook off.
+    /// Every hook off; the lives of the window still in flight are counted as cut.
     pub fn close_window(&mut self) {
         self.detach(|_| true);
+        let in_flight = self.in_flight();
+        for (c, n) in self.cut.iter_mut().zip(in_flight) {
+            *c += n;
+        }
+    }
+
+    /// Lives of the current generation in the state table, per direction and queue: begun and
+    /// neither freed nor taken over yet. A sweep of the mapped table (1 MiB), once a window.
+    fn in_flight(&self) -> Vec<u64> {
+        let mut n = vec![0; 2 * MAX_QUEUES as usize];
+        for i in 0..self.states.len() {
+            let Some(st) = self.states.get::<pl_skb_state>(i) else { break };
+            if st.skb != 0 && st.r#gen == self.generation {
+                let queue = u32::from(st.queue).min(MAX_QUEUES - 1) as usize;
+                n[usize::from(Dir::from_u8(st.dir) == Dir::Tx) * MAX_QUEUES as usize + queue] += 1;
+            }
+        }
+        n
     }
 
     /// Links attached now (0 between windows).
@@ -331,21 +364,25 @@ impl PktlifeProbe {
         std::mem::take(&mut *self.pending.borrow_mut())
     }
 
-    /// Cumulative per-queue detail (lives begun, copies, frees, stages), summed over CPUs; only
-    /// queues with any. The counts tier 0 keeps stay zero.
-    pub fn read_stages(&self) -> Result<Vec<QueueCounters>> {
+    /// Cumulative per-queue detail (lives begun, copies, frees, lives whose end went unseen,
+    /// stages), summed over CPUs; only queues with any. The counts tier 0 keeps stay zero.
+    /// `last`: the run ends, and the lives still in flight (if the hooks are on) end unseen.
+    pub fn read_stages(&self, last: bool) -> Result<Vec<QueueCounters>> {
         // One entry per CPU, direction and queue (the CPU's block first), read in place.
         let per_cpu_block = 2 * MAX_QUEUES as usize;
         let table = &self.queue_stats;
+        let in_flight = if last && !self.links.is_empty() { self.in_flight() } else { vec![0; per_cpu_block] };
         let mut out = Vec::new();
-        for idx in 0..per_cpu_block {
+        for (idx, (cut, flying)) in self.cut.iter().zip(in_flight).enumerate() {
             let dir = if idx < MAX_QUEUES as usize { Dir::Rx } else { Dir::Tx };
             let mut q = QueueCounters::new(dir, idx as u32 % MAX_QUEUES);
+            q.unended = cut + flying;
             for entry in (idx..table.len()).step_by(per_cpu_block).take(self.ncpus) {
                 let s: pl_queue_stats = table.get(entry).context("queue_stats entries are smaller than their type")?;
                 q.handups += s.handups;
                 q.copies += s.copies;
                 q.frees += s.frees;
+                q.unended += s.unended;
                 for (st, c) in s.stage.iter().enumerate() {
                     q.stage_count[st] += c.count;
                     q.stage_sum_ns[st] += c.sum_ns;

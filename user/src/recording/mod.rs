@@ -29,7 +29,7 @@ CREATE TABLE queue_intervals (
     packets INTEGER NOT NULL, bytes INTEGER NOT NULL,
     napi_polls INTEGER NOT NULL, napi_work INTEGER NOT NULL, napi_budget_exhausted INTEGER NOT NULL,
     copies INTEGER NOT NULL, frees INTEGER NOT NULL, drops INTEGER NOT NULL,
-    handups INTEGER NOT NULL DEFAULT 0,
+    handups INTEGER NOT NULL DEFAULT 0, unended INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (interval, dir, queue));
 CREATE TABLE stage_stats (
     interval INTEGER NOT NULL, dir TEXT NOT NULL, queue INTEGER NOT NULL, stage TEXT NOT NULL,

@@ -55,6 +55,8 @@ struct Columns {
     /// Nor detail_ns, from before detail windows: the hooks ran all the time (NULL).
     detail_ns: &'static str,
     handups: &'static str,
+    /// Lives whose end went unseen, from before they were counted: none known (0).
+    unended: &'static str,
     flow_samples: &'static str,
     flow_source: &'static str,
     miss: bool,
@@ -111,6 +113,7 @@ impl Columns {
             stale: pick("intervals", "state_stale", "0"),
             detail_ns: pick("intervals", "detail_ns", "NULL"),
             handups: pick("queue_intervals", "handups", "0"),
+            unended: pick("queue_intervals", "unended", "0"),
             // Sampled flows came with `samples`; their variance first as a sum of squares
             // (`bytes_sq`, not read: a different estimator), then as `bytes_var`.
             flow_samples: match (col("flows", "samples"), col("flows", "bytes_var")) {
@@ -442,9 +445,9 @@ impl Recording {
         let mut qst = self
             .conn
             .prepare(&format!(
-                "SELECT interval,dir,queue,packets,bytes,napi_polls,napi_work,napi_budget_exhausted,copies,frees,drops,{}
+                "SELECT interval,dir,queue,packets,bytes,napi_polls,napi_work,napi_budget_exhausted,copies,frees,drops,{},{}
                  FROM queue_intervals {hint} {qw} {order}",
-                self.cols.handups
+                self.cols.handups, self.cols.unended
             ))
             .map_err(e)?;
         let mut sst = self.conn.prepare(&format!("SELECT interval,dir,queue,stage,count,sum_ns,max_ns FROM stage_stats {hint} {qw} {order}")).map_err(e)?;
@@ -455,12 +458,12 @@ impl Recording {
         let mut scan = Scan::default();
         let mut group_sums: BTreeMap<(Dir, u32), GroupQueue> = BTreeMap::new();
         // The next row of each table, read ahead: (interval, row values).
-        type QRow = (i64, Dir, u32, [u64; 9]);
+        type QRow = (i64, Dir, u32, [u64; 10]);
         type SRow = (i64, Dir, u32, Option<usize>, [u64; 3]);
         let next_q = |rows: &mut rusqlite::Rows<'_>| -> Result<Option<QRow>> {
             let Some(r) = rows.next().map_err(e)? else { return Ok(None) };
             let g = |i: usize| -> Result<u64> { sum(r, i).map_err(|x| self.corrupt(x)) };
-            let mut v = [0u64; 9];
+            let mut v = [0u64; 10];
             for (i, slot) in v.iter_mut().enumerate() {
                 *slot = g(i + 3)?;
             }
@@ -513,6 +516,7 @@ impl Recording {
                         (&mut t.frees, v[6]),
                         (&mut t.drops, v[7]),
                         (&mut t.handups, v[8]),
+                        (&mut t.unended, v[9]),
                     ] {
                         *f = f.saturating_add(x);
                     }

@@ -285,7 +285,7 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
     )?;
     let mut q_st = tx.prepare_cached(
         "INSERT INTO queue_intervals(interval,dir,queue,packets,bytes,napi_polls,napi_work,
-         napi_budget_exhausted,copies,frees,drops,handups) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)",
+         napi_budget_exhausted,copies,frees,drops,handups,unended) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)",
     )?;
     let mut ss_st = tx.prepare_cached(
         "INSERT INTO stage_stats(interval,dir,queue,stage,count,sum_ns,max_ns) VALUES (?1,?2,?3,?4,?5,?6,?7)",
@@ -308,7 +308,8 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
             q.copies as i64,
             q.frees as i64,
             q.drops as i64,
-            q.handups as i64
+            q.handups as i64,
+            q.unended as i64
         ])?;
         for (st, name) in q.dir.stage_names().into_iter().enumerate() {
             if q.stage_count[st] == 0 {

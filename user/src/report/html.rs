@@ -851,10 +851,13 @@ fn events_section(o: &mut String, r: &Summary) {
          <tr><th>lost in the ring buffer</th><td{}>{}</td></tr>\
          <tr><th>in-flight states evicted</th><td>{}</td></tr>\
          <tr><th>in-flight states found stale</th><td>{}</td></tr>\
+         <tr><th>lives in flight when their window ended</th><td>{}</td></tr>\
          <tr><th>packets on queues past 63, counted on queue 63</th><td>{}</td></tr>\
          <tr><th>drops, kfree_skb</th><td>{}</td></tr></tbody></table>\n\
          <p class=\"note\">In-flight states are packets timed to a point and then lost: evicted when a newer packet took the \
-         state's slot before the free, stale when the free went unseen because GRO merged or coalesced the skb.</p>",
+         state's slot before the free, stale when the free went unseen because GRO merged or coalesced the skb, in flight \
+         when the hooks went off before the free (a stage longer than a window's drain is timed only in lives that began early \
+         in the window).</p>",
         r.meta.sample_every.map(|v| v.to_string()).unwrap_or_else(|| "?".into()),
         e.sampled,
         e.received,
@@ -862,6 +865,7 @@ fn events_section(o: &mut String, r: &Summary) {
         e.lost,
         e.state_evicted,
         e.state_stale,
+        e.lives_unended.saturating_sub(e.state_evicted + e.state_stale),
         e.queue_clamped,
         r.drops.total
     );

@@ -469,9 +469,13 @@ pub fn render_evidence(o: &mut String, r: &Summary, opt: &TextOptions) {
         o,
         "  ",
         &format!(
-            "{} in-flight states evicted, {} found stale: packets timed to a point and then lost; evicted when a newer packet took \
-             the state's slot before the free, stale when the free went unseen because GRO merged or coalesced the skb",
-            e.state_evicted, e.state_stale
+            "{} in-flight states evicted, {} found stale, {} still in flight when their window ended: packets timed to a point \
+             and then lost; evicted when a newer packet took the state's slot before the free, stale when the free went unseen \
+             because GRO merged or coalesced the skb, in flight when the hooks went off before the free (a stage longer than a \
+             window's drain is timed only in lives that began early in the window)",
+            e.state_evicted,
+            e.state_stale,
+            e.lives_unended.saturating_sub(e.state_evicted + e.state_stale)
         ),
     );
     if let Some(p) = e.frees_seen_pct.filter(|p| *p < FREES_SEEN_NOTE_PCT) {

@@ -910,7 +910,7 @@ impl Session {
         }
         let (cur_s, mut cur_e, samples) = match &self.detail {
             Some(d) => {
-                let st = d.read_stages()?;
+                let st = d.read_stages(finishing)?;
                 let mut e = d.read_events()?;
                 // The kernel wakes the ring's reader only once a quarter of it is full, so
                 // most of an interval's records are still in it here: count them as received
