@@ -1337,11 +1337,16 @@ mod tests {
         let mut timed = busy(1, 5000);
         timed.stage_count[0] = 7;
         let mut w = WindowDriver::new(Duration::from_secs(1), 32, false).expect("duty 32 has windows");
-        // Drawn windows never start before a cycle's own draw; find an instant with none on.
-        let mut t = ms(0);
-        while w.schedule.phase_at(t) != Phase::Off {
-            t += ms(1);
-        }
+        // An instant with no drawn window on, nor one beginning within a window's length
+        // (a window opened for a queue would then wait for that one).
+        let window = Duration::from_secs(1) / 32;
+        let quiet = |w: &mut WindowDriver, mut t: Duration| {
+            while w.schedule.phase_at(t) != Phase::Off || w.schedule.next_change(t).is_some_and(|c| c <= t + window) {
+                t += ms(1);
+            }
+            t
+        };
+        let t = quiet(&mut w, ms(0));
         w.time_untimed_queues(&[busy(0, OPEN_FOR_PACKETS - 1), timed.clone()], &[timed.clone()], t);
         assert_eq!(w.opened, 0);
         w.time_untimed_queues(&[busy(0, 500)], &[busy(0, 500)], t);
@@ -1351,10 +1356,7 @@ mod tests {
         // Still untimed after its windows: it stops asking.
         let mut at = t;
         for _ in 0..10 {
-            at += Duration::from_secs(3);
-            while w.schedule.phase_at(at) != Phase::Off {
-                at += ms(1);
-            }
+            at = quiet(&mut w, at + Duration::from_secs(3));
             w.time_untimed_queues(&[busy(0, 500)], &[busy(0, 500)], at);
         }
         assert_eq!(w.opened, u64::from(OPENED_PER_QUEUE));
