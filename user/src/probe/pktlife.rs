@@ -108,6 +108,9 @@ pub struct PktlifeProbe {
     /// Per direction and queue (as the stage table): lives still in the state table when their
     /// window's hooks went off, so their end was never seen.
     cut: Vec<u64>,
+    /// The stage table's sums as last read, while they still hold: no hook has run since (most
+    /// intervals fall between windows, and the table is hundreds of KiB).
+    stages: Option<Vec<QueueCounters>>,
 }
 
 fn open_and_load(cfg: &ProbeConfig, flavors: &[Flavor]) -> Result<PktlifeSkel<'static>> {
@@ -205,6 +208,7 @@ impl PktlifeProbe {
             states,
             generation: 0,
             cut: vec![0; 2 * MAX_QUEUES as usize],
+            stages: None,
             skel,
             links: Vec::new(),
             hooks: Vec::new(),
@@ -286,6 +290,7 @@ impl PktlifeProbe {
         unsafe { std::ptr::addr_of_mut!(bss.join_generation).write_volatile(generation) };
         std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
         self.generation = generation;
+        self.stages = None;
         self.attach_hooks(|_| true);
         Ok(())
     }
@@ -367,16 +372,38 @@ impl PktlifeProbe {
     /// Cumulative per-queue detail (lives begun, copies, frees, lives whose end went unseen,
     /// stages), summed over CPUs; only queues with any. The counts tier 0 keeps stay zero.
     /// `last`: the run ends, and the lives still in flight (if the hooks are on) end unseen.
-    pub fn read_stages(&self, last: bool) -> Result<Vec<QueueCounters>> {
+    pub fn read_stages(&mut self, last: bool) -> Result<Vec<QueueCounters>> {
+        let mut out = match self.stages.take() {
+            Some(kept) => kept,
+            None => self.sum_stages()?,
+        };
+        // With every hook off, the sums hold until the next window.
+        if self.links.is_empty() {
+            self.stages = Some(out.clone());
+        }
+        let in_flight = if last && !self.links.is_empty() { self.in_flight() } else { vec![0; 2 * MAX_QUEUES as usize] };
+        for (idx, (cut, flying)) in self.cut.iter().zip(in_flight).enumerate() {
+            if cut + flying == 0 {
+                continue;
+            }
+            let (dir, queue) = (if idx < MAX_QUEUES as usize { Dir::Rx } else { Dir::Tx }, idx as u32 % MAX_QUEUES);
+            match out.iter_mut().find(|q| q.dir == dir && q.queue == queue) {
+                Some(q) => q.unended += cut + flying,
+                None => out.push(QueueCounters { unended: cut + flying, ..QueueCounters::new(dir, queue) }),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The stage table summed over CPUs, per direction and queue; only queues with any.
+    fn sum_stages(&self) -> Result<Vec<QueueCounters>> {
         // One entry per CPU, direction and queue (the CPU's block first), read in place.
         let per_cpu_block = 2 * MAX_QUEUES as usize;
         let table = &self.queue_stats;
-        let in_flight = if last && !self.links.is_empty() { self.in_flight() } else { vec![0; per_cpu_block] };
         let mut out = Vec::new();
-        for (idx, (cut, flying)) in self.cut.iter().zip(in_flight).enumerate() {
+        for idx in 0..per_cpu_block {
             let dir = if idx < MAX_QUEUES as usize { Dir::Rx } else { Dir::Tx };
             let mut q = QueueCounters::new(dir, idx as u32 % MAX_QUEUES);
-            q.unended = cut + flying;
             for entry in (idx..table.len()).step_by(per_cpu_block).take(self.ncpus) {
                 let s: pl_queue_stats = table.get(entry).context("queue_stats entries are smaller than their type")?;
                 q.handups += s.handups;

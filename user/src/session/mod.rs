@@ -908,7 +908,7 @@ impl Session {
         if let Some(f) = self.flow_windows.as_mut() {
             f.driver_read(Instant::now().saturating_duration_since(self.started).as_secs_f64(), &cur_q);
         }
-        let (cur_s, mut cur_e, samples) = match &self.detail {
+        let (cur_s, mut cur_e, samples) = match self.detail.as_mut() {
             Some(d) => {
                 let st = d.read_stages(finishing)?;
                 let mut e = d.read_events()?;
