@@ -18,7 +18,7 @@ use crate::probe::l3miss::L3missProbe;
 use crate::probe::pktlife::{rx_queue_offset_for_driver, PktlifeProbe, ProbeConfig};
 use crate::probe::qcount::{QcountConfig, QcountProbe, RxChoice};
 use crate::probe::qcount_skel::types::qc_counter;
-use crate::snapshot::{Dir, EventCounters, FlowCounters, QueueCounters, Snapshot};
+use crate::snapshot::{Dir, EventCounters, FlowCounters, QueueCounters, Snapshot, NSTAGES};
 use crate::topology::{self, HostInfo, IfaceInfo};
 
 mod flowscale;
@@ -1093,16 +1093,14 @@ struct WindowDriver {
     opened_at: Option<Duration>,
     /// The window-only flow programs run from the start until the first window ends.
     learning: bool,
-    /// Windows opened for each queue (direction, queue) that carried traffic with no stage
-    /// timed yet; at most `OPENED_PER_QUEUE` each.
+    /// Windows opened for each queue (direction, queue) that carried traffic with a stage
+    /// untimed; at most `OPENED_PER_QUEUE` each.
     opened_for: std::collections::HashMap<(Dir, u32), u32>,
     /// Windows opened between the drawn ones so far.
     pub opened: u64,
-    /// Queues whose stages have been timed: never asked about again.
-    timed: std::collections::HashSet<(Dir, u32)>,
 }
 
-/// Windows a queue may have opened for it while it has no stage timed: the cost of windows
+/// Windows a queue may have opened for it while a stage of it is untimed: the cost of windows
 /// stays near 1/duty whatever a queue does (one whose stages never get timed, such as a TX
 /// queue of a driver without completion events, asks twice and stops).
 const OPENED_PER_QUEUE: u32 = 2;
@@ -1128,28 +1126,30 @@ impl WindowDriver {
             learning: false,
             opened_for: std::collections::HashMap::new(),
             opened: 0,
-            timed: std::collections::HashSet::new(),
         })
     }
 
-    /// Open a window now if a queue carried traffic this interval (`OPEN_FOR_PACKETS`) and
-    /// none of its stages is timed yet (`cumulative`: every queue's counters since the start):
-    /// at 1/duty a queue busy for a few hundred milliseconds between two drawn windows would
-    /// otherwise go without stage histograms. Linear in the queues: this runs every interval.
+    /// Open a window now if a queue carried traffic this interval (`OPEN_FOR_PACKETS`) and a
+    /// stage of it is untimed yet (`cumulative`: every queue's counters since the start): at
+    /// 1/duty a queue busy for a few hundred milliseconds between two drawn windows would
+    /// otherwise go without stage histograms. A stage no queue of its direction has timed is
+    /// not asked for (a forwarding host copies nothing to sockets); one that others have is (a
+    /// queue whose few timed packets were all coalesced away before their copy). Linear in
+    /// the queues: this runs every interval.
     fn time_untimed_queues(&mut self, interval: &[QueueCounters], cumulative: &[QueueCounters], at: Duration) {
-        let asking: Vec<(Dir, u32)> = interval
+        let untimed: Vec<(Dir, u32)> = interval
             .iter()
             .filter(|q| q.packets >= OPEN_FOR_PACKETS)
             .map(|q| (q.dir, q.queue))
-            .filter(|k| !self.timed.contains(k) && self.opened_for.get(k).copied().unwrap_or(0) < OPENED_PER_QUEUE)
+            .filter(|k| self.opened_for.get(k).copied().unwrap_or(0) < OPENED_PER_QUEUE)
+            .filter(|&(dir, queue)| {
+                let of_dir = || cumulative.iter().filter(move |c| c.dir == dir);
+                let own = of_dir().find(|c| c.queue == queue);
+                let timed = |s: usize| own.is_some_and(|c| c.stage_count[s] > 0);
+                own.is_none_or(|c| c.stage_count.iter().all(|&n| n == 0))
+                    || (0..NSTAGES).any(|s| !timed(s) && of_dir().any(|c| c.stage_count[s] > 0))
+            })
             .collect();
-        if asking.is_empty() {
-            return;
-        }
-        let has_stages: std::collections::HashMap<(Dir, u32), bool> =
-            cumulative.iter().map(|c| ((c.dir, c.queue), c.stage_count.iter().any(|&n| n > 0))).collect();
-        let (timed, untimed): (Vec<_>, Vec<_>) = asking.into_iter().partition(|k| has_stages.get(k).copied().unwrap_or(false));
-        self.timed.extend(timed);
         if untimed.is_empty() || !self.schedule.open_at(at) {
             return;
         }
@@ -1360,6 +1360,37 @@ mod tests {
             w.time_untimed_queues(&[busy(0, 500)], &[busy(0, 500)], at);
         }
         assert_eq!(w.opened, u64::from(OPENED_PER_QUEUE));
+    }
+
+    /// A busy queue is timed once it has every stage some queue of its direction has: one
+    /// whose few timed packets never reached a copy that others reached gets a window, and a
+    /// stage no queue has (nothing copied to sockets when forwarding) is not asked for.
+    #[test]
+    fn a_busy_queue_missing_a_stage_others_have_gets_a_window() {
+        use super::{windows::Phase, WindowDriver};
+        use std::time::Duration;
+        let ms = Duration::from_millis;
+        let queue = |q: u32, stages: &[usize]| {
+            let mut c = QueueCounters { packets: 5000, ..QueueCounters::new(Dir::Rx, q) };
+            for &s in stages {
+                c.stage_count[s] = 3;
+            }
+            c
+        };
+        let window = Duration::from_secs(1) / 32;
+        let mut w = WindowDriver::new(Duration::from_secs(1), 32, false).expect("duty 32 has windows");
+        let mut t = ms(0);
+        while w.schedule.phase_at(t) != Phase::Off || w.schedule.next_change(t).is_some_and(|c| c <= t + window) {
+            t += ms(1);
+        }
+        // Forwarding: no queue has a copy stage, so stages 0 and 3 are all there is.
+        let forwarded = [queue(0, &[0, 3]), queue(1, &[0, 3])];
+        w.time_untimed_queues(&forwarded, &forwarded, t);
+        assert_eq!(w.opened, 0);
+        // Queue 1 lacks the copy stage that queue 0 has: it asks.
+        let delivered = [queue(0, &[0, 1, 2, 3]), queue(1, &[0, 3])];
+        w.time_untimed_queues(&delivered[1..], &delivered, t);
+        assert_eq!(w.opened, 1);
     }
 
     #[test]
