@@ -568,8 +568,8 @@ pub struct Meta {
     /// Flows of the driver-counted directions were sampled in this many detail windows and
     /// scaled by the driver's counts (None: sampled all the time).
     pub flow_windows: Option<u64>,
-    /// Detail windows opened between the drawn ones for queues with traffic and no stage timed
-    /// yet (None: no windows, or an older recording).
+    /// Detail windows opened between the drawn ones for queues with traffic and a stage
+    /// untimed yet (None: no windows, or an older recording).
     pub windows_opened: Option<u64>,
     /// "windows": NAPI polls counted in the detail windows and estimated from them (polls per
     /// packet there times the exact packets); "exact": every poll; None: older recordings.

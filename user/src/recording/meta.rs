@@ -101,7 +101,7 @@ pub struct RecordingMeta {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub flow_windows: Option<u64>,
     /// Detail windows opened between the drawn ones, each for a queue that carried traffic
-    /// with no stage timed yet (None: before such windows, or no windows).
+    /// with a stage untimed yet (None: before such windows, or no windows).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub windows_opened: Option<u64>,
     /// "windows": NAPI polls were counted in the detail windows and estimated from them;

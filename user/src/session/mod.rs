@@ -702,7 +702,7 @@ impl Session {
         self.napi_windows.is_some()
     }
 
-    /// Windows opened between the drawn ones for queues with no stage timed (None: no windows).
+    /// Windows opened between the drawn ones for queues with a stage untimed (None: no windows).
     pub fn windows_opened(&self) -> Option<u64> {
         self.windows.as_ref().map(|w| w.opened)
     }
