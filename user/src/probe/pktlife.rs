@@ -99,7 +99,7 @@ pub struct PktlifeProbe {
     pending: Rc<RefCell<Vec<PacketSample>>>,
     received: Rc<RefCell<u64>>,
     ncpus: usize,
-    /// The stage table, mapped (read every interval).
+    /// The stage table, mapped (read at intervals while hooks ran since the last read).
     queue_stats: super::MappedArray,
     /// The in-flight packet states, mapped (swept when a window ends).
     states: super::MappedArray,
