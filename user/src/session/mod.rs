@@ -1137,17 +1137,24 @@ impl WindowDriver {
     /// queue whose few timed packets were all coalesced away before their copy). Linear in
     /// the queues: this runs every interval.
     fn time_untimed_queues(&mut self, interval: &[QueueCounters], cumulative: &[QueueCounters], at: Duration) {
+        let stages_of = |c: &QueueCounters| c.stage_count.map(|n| n > 0);
+        // Per direction, the stages some queue has timed.
+        let mut seen = [[false; NSTAGES]; 2];
+        for c in cumulative {
+            for (s, t) in seen[usize::from(c.dir == Dir::Tx)].iter_mut().zip(stages_of(c)) {
+                *s |= t;
+            }
+        }
+        let own: std::collections::HashMap<(Dir, u32), [bool; NSTAGES]> =
+            cumulative.iter().map(|c| ((c.dir, c.queue), stages_of(c))).collect();
         let untimed: Vec<(Dir, u32)> = interval
             .iter()
             .filter(|q| q.packets >= OPEN_FOR_PACKETS)
             .map(|q| (q.dir, q.queue))
             .filter(|k| self.opened_for.get(k).copied().unwrap_or(0) < OPENED_PER_QUEUE)
-            .filter(|&(dir, queue)| {
-                let of_dir = || cumulative.iter().filter(move |c| c.dir == dir);
-                let own = of_dir().find(|c| c.queue == queue);
-                let timed = |s: usize| own.is_some_and(|c| c.stage_count[s] > 0);
-                own.is_none_or(|c| c.stage_count.iter().all(|&n| n == 0))
-                    || (0..NSTAGES).any(|s| !timed(s) && of_dir().any(|c| c.stage_count[s] > 0))
+            .filter(|k| {
+                let own = own.get(k).copied().unwrap_or_default();
+                !own.contains(&true) || seen[usize::from(k.0 == Dir::Tx)].iter().zip(own).any(|(&s, o)| s && !o)
             })
             .collect();
         if untimed.is_empty() || !self.schedule.open_at(at) {
@@ -1326,6 +1333,17 @@ mod tests {
         assert!(interval_queues(&b, &b).is_empty());
     }
 
+    /// The first instant from `t` with no drawn window on, nor one beginning within a window's
+    /// length (a window opened for a queue would then wait for that one); `w` draws windows of
+    /// 1/32 of a second.
+    fn quiet(w: &mut super::WindowDriver, mut t: std::time::Duration) -> std::time::Duration {
+        let window = std::time::Duration::from_secs(1) / 32;
+        while w.schedule.phase_at(t) != super::windows::Phase::Off || w.schedule.next_change(t).is_some_and(|c| c <= t + window) {
+            t += std::time::Duration::from_millis(1);
+        }
+        t
+    }
+
     /// A queue with traffic and no stage timed gets a window at once, at most
     /// OPENED_PER_QUEUE times; a few packets, or a queue already timed, get none.
     #[test]
@@ -1337,15 +1355,6 @@ mod tests {
         let mut timed = busy(1, 5000);
         timed.stage_count[0] = 7;
         let mut w = WindowDriver::new(Duration::from_secs(1), 32, false).expect("duty 32 has windows");
-        // An instant with no drawn window on, nor one beginning within a window's length
-        // (a window opened for a queue would then wait for that one).
-        let window = Duration::from_secs(1) / 32;
-        let quiet = |w: &mut WindowDriver, mut t: Duration| {
-            while w.schedule.phase_at(t) != Phase::Off || w.schedule.next_change(t).is_some_and(|c| c <= t + window) {
-                t += ms(1);
-            }
-            t
-        };
         let t = quiet(&mut w, ms(0));
         w.time_untimed_queues(&[busy(0, OPEN_FOR_PACKETS - 1), timed.clone()], &[timed.clone()], t);
         assert_eq!(w.opened, 0);
@@ -1367,7 +1376,7 @@ mod tests {
     /// stage no queue has (nothing copied to sockets when forwarding) is not asked for.
     #[test]
     fn a_busy_queue_missing_a_stage_others_have_gets_a_window() {
-        use super::{windows::Phase, WindowDriver};
+        use super::WindowDriver;
         use std::time::Duration;
         let ms = Duration::from_millis;
         let queue = |q: u32, stages: &[usize]| {
@@ -1377,12 +1386,8 @@ mod tests {
             }
             c
         };
-        let window = Duration::from_secs(1) / 32;
         let mut w = WindowDriver::new(Duration::from_secs(1), 32, false).expect("duty 32 has windows");
-        let mut t = ms(0);
-        while w.schedule.phase_at(t) != Phase::Off || w.schedule.next_change(t).is_some_and(|c| c <= t + window) {
-            t += ms(1);
-        }
+        let t = quiet(&mut w, ms(0));
         // Forwarding: no queue has a copy stage, so stages 0 and 3 are all there is.
         let forwarded = [queue(0, &[0, 3]), queue(1, &[0, 3])];
         w.time_untimed_queues(&forwarded, &forwarded, t);
