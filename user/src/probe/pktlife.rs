@@ -90,6 +90,10 @@ pub struct AttachedHook {
 const START_HOOKS: &[&str] =
     &["napi_gro_receive_entry", "napi_gro_frags_entry", "netif_receive_skb_entry", "netif_receive_skb_list_entry", "netif_rx_entry", "net_dev_queue"];
 
+/// Hooks that end a life that has reached its socket: all a drain held on needs (a reader
+/// copying the window's packets late), where the others pass every packet for nothing.
+const END_HOOKS: &[&str] = &["skb_copy_datagram_iovec", "consume_skb", "kfree_skb"];
+
 pub struct PktlifeProbe {
     skel: PktlifeSkel<'static>,
     /// Attached links by program name; empty between windows.
@@ -300,6 +304,11 @@ impl PktlifeProbe {
         self.detach(|tp| START_HOOKS.contains(&tp));
     }
 
+    /// Only the hooks that end a life stay (a drain held on for a reader that lags).
+    pub fn keep_ends(&mut self) {
+        self.detach(|tp| !END_HOOKS.contains(&tp));
+    }
+
     /// Every hook off; the lives of the window still in flight are counted as cut.
     pub fn close_window(&mut self) {
         self.detach(|_| true);
@@ -309,8 +318,15 @@ impl PktlifeProbe {
         }
     }
 
+    /// Lives of the window under way (or the last) still in flight, all queues together: while
+    /// this falls in a drain, lives are still ending. A sweep of the table, as `in_flight`.
+    pub fn lives_in_flight(&self) -> u64 {
+        self.in_flight().iter().sum()
+    }
+
     /// Lives of the current generation in the state table, per direction and queue: begun and
-    /// neither freed nor taken over yet. A sweep of the mapped table (1 MiB), once a window.
+    /// neither freed nor taken over yet. A sweep of the mapped table (1 MiB), once a window and
+    /// every step of its drain held on.
     fn in_flight(&self) -> Vec<u64> {
         let mut n = vec![0; 2 * MAX_QUEUES as usize];
         for i in 0..self.states.len() {

@@ -1098,6 +1098,34 @@ struct WindowDriver {
     opened_for: std::collections::HashMap<(Dir, u32), u32>,
     /// Windows opened between the drawn ones so far.
     pub opened: u64,
+    /// The drain under way.
+    drain: Option<Drain>,
+}
+
+/// A drain under way, as last looked at.
+struct Drain {
+    began: Duration,
+    /// The window's lives in flight.
+    left: u64,
+    /// Looks in a row at which no life had ended since the one before.
+    idle: u32,
+    /// Held on past the window's drain, with only the hooks that end a life.
+    held: bool,
+}
+
+impl Drain {
+    fn new(began: Duration, left: u64) -> Drain {
+        Drain { began, left, idle: 0, held: false }
+    }
+
+    /// A look at `at` found `left` of the window's lives in flight: until when the drain goes
+    /// on, or None for it to end now.
+    fn look(&mut self, left: u64, at: Duration) -> Option<Duration> {
+        self.idle = if left < self.left { 0 } else { self.idle + 1 };
+        self.left = left;
+        let until = at + windows::DRAIN_STEP;
+        (left > 0 && self.idle < windows::DRAIN_PATIENCE && until <= self.began + windows::LONGEST_DRAIN).then_some(until)
+    }
 }
 
 /// Windows a queue may have opened for it while a stage of it is untimed: the cost of windows
@@ -1126,6 +1154,7 @@ impl WindowDriver {
             learning: false,
             opened_for: std::collections::HashMap::new(),
             opened: 0,
+            drain: None,
         })
     }
 
@@ -1202,6 +1231,21 @@ impl WindowDriver {
         }
     }
 
+    /// Whether a drain due to end at `at` is held on for another step: lives of the window
+    /// ended within the last `DRAIN_PATIENCE` steps (a reader still copying them) and the drain
+    /// is not at its longest. Those left when it stops are either waiting on a reader that has
+    /// stalled or were freed where no hook sees, and are counted as cut.
+    fn drain_goes_on(&mut self, detail: &mut PktlifeProbe, at: Duration) -> bool {
+        let Some(drain) = self.drain.as_mut() else { return false };
+        let Some(until) = drain.look(detail.lives_in_flight(), at) else { return false };
+        if !drain.held {
+            detail.keep_ends();
+            drain.held = true;
+        }
+        self.schedule.hold_drain(until);
+        true
+    }
+
     /// Put the probes in the phase of `at` (time since the recording started).
     fn drive(
         &mut self,
@@ -1212,7 +1256,10 @@ impl WindowDriver {
         mut at: Duration,
     ) -> Result<Option<(Duration, Duration)>> {
         use windows::Phase;
-        let phase = self.schedule.phase_at(at);
+        let mut phase = self.schedule.phase_at(at);
+        if phase == Phase::Off && self.phase == Phase::Drain && self.drain_goes_on(detail, at) {
+            phase = Phase::Drain;
+        }
         if phase == self.phase {
             return Ok(None);
         }
@@ -1234,7 +1281,10 @@ impl WindowDriver {
                     tier0.set_window_hooks(false)?;
                 }
             }
-            Phase::Drain => detail.stop_starts(),
+            Phase::Drain => {
+                detail.stop_starts();
+                self.drain = Some(Drain::new(at, detail.lives_in_flight()));
+            }
             Phase::Warmup | Phase::Window if matches!(was, Phase::Off | Phase::Drain) => {
                 // From all-off, a new generation: what the hooks left when they went away is
                 // stale. From a drain the hooks never left, and the lives in it go on.
@@ -1267,6 +1317,9 @@ impl WindowDriver {
             }
             _ => {}
         }
+        if is != Phase::Drain {
+            self.drain = None;
+        }
         if is == Phase::Window {
             if let Some(l) = l3.as_deref() {
                 l.set_sampling(true)?;
@@ -1288,7 +1341,43 @@ impl WindowDriver {
 }
 #[cfg(test)]
 mod tests {
-    use super::{combine, driver_counts_fit, interval_queues};
+    use super::{combine, driver_counts_fit, interval_queues, windows, Drain};
+    use std::time::Duration;
+
+    /// A drain goes on while lives end, through a reader's pause shorter than its patience,
+    /// and ends once none has ended for that long, none is left, or at its longest.
+    #[test]
+    fn a_drain_goes_on_while_lives_end_and_not_past_its_patience_or_length() {
+        let ms = Duration::from_millis;
+        let step = windows::DRAIN_STEP;
+        // Lives still ending at the window's drain: held a step at a time; a pause of fewer
+        // than DRAIN_PATIENCE looks is waited out; then as many looks without an end stop it.
+        let mut d = Drain::new(ms(0), 100);
+        let mut at = windows::MAX_DRAIN;
+        assert_eq!(d.look(60, at), Some(at + step));
+        for _ in 1..windows::DRAIN_PATIENCE {
+            at += step;
+            assert_eq!(d.look(60, at), Some(at + step), "a pause shorter than the patience");
+        }
+        at += step;
+        assert_eq!(d.look(40, at), Some(at + step), "lives end again");
+        for _ in 1..windows::DRAIN_PATIENCE {
+            at += step;
+            assert!(d.look(40, at).is_some());
+        }
+        at += step;
+        assert_eq!(d.look(40, at), None, "no life ended for the patience: the rest are cut");
+        // None left: over at once.
+        assert_eq!(Drain::new(ms(0), 100).look(0, windows::MAX_DRAIN), None);
+        // Lives ending steadily: held until the longest drain, not past it.
+        let mut d = Drain::new(ms(0), 10_000);
+        let (mut at, mut left) = (windows::MAX_DRAIN, 10_000);
+        while let Some(until) = d.look(left, at) {
+            assert!(until <= windows::LONGEST_DRAIN);
+            (at, left) = (until, left - 1);
+        }
+        assert!(at + step > windows::LONGEST_DRAIN, "ended early at {at:?}");
+    }
     use crate::snapshot::{Dir, QueueCounters};
 
     /// The driver's counts are judged against the range the interface's totals around both

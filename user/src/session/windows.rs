@@ -9,7 +9,8 @@
 //! the hooks and the sampler ran rather than assume 1/N). Where a sampler runs, the hooks come on
 //! before each window for a warm-up with the sampler still off: the buffer pages in use are
 //! handed up again and so are current in the map when the first sample arrives. After it, a drain: no new packet
-//! starts a life, and the lives begun in the window can still end. The sampler runs at N
+//! starts a life, and the lives begun in the window can still end; it is held on while they
+//! still do, up to a bound. The sampler runs at N
 //! times its rate inside, so a recording gets about as many samples as always on.
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -18,10 +19,22 @@ use std::time::Duration;
 /// at 1 Mpkt/s turns over in 4 ms).
 pub const MAX_WARMUP: Duration = Duration::from_millis(10);
 
-/// Longest drain: a packet handed up at the window's end and read within this is timed whole
-/// (a stage that takes longer, such as a socket whose reader lags, is seen only in lives that
-/// began earlier in the window).
+/// A window's drain: most lives begun in a window end within it.
 pub const MAX_DRAIN: Duration = Duration::from_millis(10);
+
+/// The drain is held on by this step at a time while the window's lives still end: a socket
+/// whose reader lags copies a window's packets well after it (on a 2-CPU host with two CPU
+/// hogs, a window's TCP lives were still ending 45 ms after it).
+pub const DRAIN_STEP: Duration = Duration::from_millis(5);
+
+/// Steps in a row in which no life ends before a drain stops: a reader descheduled for a step
+/// on a loaded host has not stopped reading, and the lives left after them most likely ended
+/// where no hook sees (a segment TCP coalesced into the one before it).
+pub const DRAIN_PATIENCE: u32 = 4;
+
+/// Longest a drain is held on: a life longer than this after its window's end is counted as
+/// cut rather than timed, and the hooks' time on stays bounded whatever a reader does.
+pub const LONGEST_DRAIN: Duration = Duration::from_millis(100);
 
 /// The shortest cycle: long enough that warm-up and drain are a small part of a window at
 /// any duty (at 16, a 62.5 ms window between 10 ms of each).
@@ -113,6 +126,8 @@ pub struct Schedule<F: FnMut() -> f64> {
     /// Cycles whose window is drawn.
     planned: u64,
     windows: VecDeque<Window>,
+    /// A drain held on past its window's span until then (`hold_drain`).
+    held_until: Option<Duration>,
 }
 
 impl<F: FnMut() -> f64> Schedule<F> {
@@ -121,7 +136,7 @@ impl<F: FnMut() -> f64> Schedule<F> {
         if duty <= 1 || cycle.is_zero() {
             return None;
         }
-        Some(Schedule { cycle, spans: spans(cycle, duty, sampled), draw, planned: 0, windows: VecDeque::new() })
+        Some(Schedule { cycle, spans: spans(cycle, duty, sampled), draw, planned: 0, windows: VecDeque::new(), held_until: None })
     }
 
     /// Draw windows up to the cycle after the one holding `t` (its warm-up may begin in this
@@ -174,17 +189,29 @@ impl<F: FnMut() -> f64> Schedule<F> {
         }
     }
 
+    /// Keep the drain on until `until`: the lives of the window that just ended are still
+    /// ending. A window due in the meantime comes on as it would have.
+    pub fn hold_drain(&mut self, until: Duration) {
+        self.held_until = Some(until);
+    }
+
     /// The phase at `t` (time since the start; call with non-decreasing `t`): the most
-    /// active phase of any window there (overlapping windows run as one).
+    /// active phase of any window there (overlapping windows run as one), or a held drain.
     pub fn phase_at(&mut self, t: Duration) -> Phase {
         self.plan_through(t);
-        self.windows.iter().map(|w| w.phase_at(t)).max().unwrap_or(Phase::Off)
+        let held = if self.held_until.is_some_and(|h| h > t) { Phase::Drain } else { Phase::Off };
+        self.windows.iter().map(|w| w.phase_at(t)).max().unwrap_or(Phase::Off).max(held)
     }
 
     /// The next instant after `t` at which the phase may change.
     pub fn next_change(&mut self, t: Duration) -> Option<Duration> {
         self.plan_through(t);
-        self.windows.iter().flat_map(|w| [w.warm_on, w.window_on, w.off, w.drained]).filter(|&c| c > t).min()
+        self.windows
+            .iter()
+            .flat_map(|w| [w.warm_on, w.window_on, w.off, w.drained])
+            .chain(self.held_until)
+            .filter(|&c| c > t)
+            .min()
     }
 }
 
@@ -228,6 +255,24 @@ mod tests {
         assert_eq!(s.phase_at(ms(759)), Phase::Drain);
         assert_eq!(s.phase_at(ms(760)), Phase::Off);
         assert_eq!(s.next_change(ms(760)), Some(ms(1490)));
+    }
+
+    #[test]
+    fn a_held_drain_stays_on_until_its_hold_and_gives_way_to_a_window_due_in_it() {
+        // Cycle 0's window drains 750-760 ms; held to 770 ms, then to 790 ms.
+        let mut s = fixed(vec![0.5, 0.0], 4);
+        assert_eq!(s.phase_at(ms(759)), Phase::Drain);
+        s.hold_drain(ms(770));
+        assert_eq!(s.next_change(ms(760)), Some(ms(770)));
+        assert_eq!(s.phase_at(ms(760)), Phase::Drain);
+        s.hold_drain(ms(790));
+        assert_eq!(s.phase_at(ms(789)), Phase::Drain);
+        assert_eq!(s.phase_at(ms(790)), Phase::Off);
+        // Cycle 1's window warms up from 990 ms: held into it, the drain gives way to it.
+        s.hold_drain(ms(1005));
+        assert_eq!(s.phase_at(ms(989)), Phase::Drain);
+        assert_eq!(s.phase_at(ms(990)), Phase::Warmup);
+        assert_eq!(s.phase_at(ms(1000)), Phase::Window);
     }
 
     #[test]
