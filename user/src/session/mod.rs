@@ -1342,6 +1342,7 @@ impl WindowDriver {
 #[cfg(test)]
 mod tests {
     use super::{combine, driver_counts_fit, interval_queues, windows, Drain};
+    use crate::snapshot::{Dir, QueueCounters};
     use std::time::Duration;
 
     /// A drain goes on while lives end, through a reader's pause shorter than its patience,
@@ -1378,7 +1379,6 @@ mod tests {
         }
         assert!(at + step > windows::LONGEST_DRAIN, "ended early at {at:?}");
     }
-    use crate::snapshot::{Dir, QueueCounters};
 
     /// The driver's counts are judged against the range the interface's totals around both
     /// reads allow: a recorder descheduled between its reads is no miss, a path the counters
