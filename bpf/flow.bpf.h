@@ -16,11 +16,17 @@
  * bytes of options, plus the L4 ports and the TCP data offset. */
 #define FLOW_HDR_BYTES 56
 
+/* The fewest L3 bytes a flow can be parsed from: an option-less IPv4 header
+ * and a UDP header (a datagram of a few bytes, such as a keepalive, is no
+ * longer than that and its payload). */
+#define FLOW_MIN_BYTES 28
+
 /* proto: the L3 protocol (host order, ETH_P_*); b: FLOW_HDR_BYTES from the L3
- * header on. Fills k (not its dir) and the L3+L4 header length; false for
- * anything but the first fragment of TCP/UDP over IPv4/IPv6 (IPv6 extension
- * headers are not walked). */
-static __always_inline bool parse_flow(const __u8 *b, __u16 proto, struct pl_flow_key *k, __u32 *hdr_len)
+ * header on, of which the first got hold the packet. Fills k (not its dir)
+ * and the L3+L4 header length; false for anything but the first fragment of
+ * TCP/UDP over IPv4/IPv6 (IPv6 extension headers are not walked), or when the
+ * ports (and TCP's data offset) lie past got. */
+static __always_inline bool parse_flow(const __u8 *b, __u32 got, __u16 proto, struct pl_flow_key *k, __u32 *hdr_len)
 {
 	__u32 l4_off;
 	__u8 l4proto;
@@ -52,6 +58,8 @@ static __always_inline bool parse_flow(const __u8 *b, __u16 proto, struct pl_flo
 	l4_off &= 63;
 	if (l4_off > 40)
 		return false;
+	if (l4_off + (l4proto == IPPROTO_TCP_ ? 13 : 4) > got)
+		return false;
 	k->proto = l4proto;
 	k->sport = ((__u16)b[l4_off] << 8) | b[l4_off + 1];
 	k->dport = ((__u16)b[l4_off + 2] << 8) | b[l4_off + 3];
@@ -68,7 +76,7 @@ static __always_inline bool parse_flow_at(const void *l3, __u16 proto_be, struct
 		return false;
 	if (bpf_probe_read_kernel(b, sizeof(b), l3))
 		return false;
-	return parse_flow(b, proto, k, hdr_len);
+	return parse_flow(b, sizeof(b), proto, k, hdr_len);
 }
 
 static __always_inline bool flow_key_eq(const struct pl_flow_key *a, const struct pl_flow_key *b)

@@ -250,26 +250,35 @@ int qc_rx_tc(struct __sk_buff *skb)
 	if ((segs > 1 || sample) && len > link_hdr_len) {
 		/* Constant sizes for the verifier: all of FLOW_HDR_BYTES, or the 40
 		 * bytes that hold an option-less IPv4 header and its ports and TCP
-		 * data offset (a bare ACK is 40 to 52 bytes of L3). Read straight
-		 * from the linear data where they lie in it: a GRO skb's linear part
-		 * is often its headers alone (66 bytes for TCP with timestamps), and
-		 * the helper's read past it walks into the first frag's page, which
-		 * costs a TCP GRO skb hundreds of ns. */
+		 * data offset (a bare ACK is 40 to 52 bytes of L3), or for a datagram
+		 * shorter than that, FLOW_MIN_BYTES. Read straight from the linear
+		 * data where they lie in it: a GRO skb's linear part is often its
+		 * headers alone (66 bytes for TCP with timestamps), and the helper's
+		 * read past it walks into the first frag's page, which costs a TCP
+		 * GRO skb hundreds of ns. */
 		__u8 b[FLOW_HDR_BYTES] = {};
 		const __u8 *pkt = (const __u8 *)(long)skb->data;
 		const __u8 *end = (const __u8 *)(long)skb->data_end;
 		__u32 n = len - link_hdr_len;
-		int err = 0;
-		if (pkt + link_hdr_len + FLOW_HDR_BYTES <= end)
+		__u32 got = 0;
+		if (pkt + link_hdr_len + FLOW_HDR_BYTES <= end) {
 			__builtin_memcpy(b, pkt + link_hdr_len, FLOW_HDR_BYTES);
-		else if (pkt + link_hdr_len + 40 <= end)
+			got = FLOW_HDR_BYTES;
+		} else if (pkt + link_hdr_len + 40 <= end) {
 			__builtin_memcpy(b, pkt + link_hdr_len, 40);
-		else
-			err = n >= FLOW_HDR_BYTES ? bpf_skb_load_bytes(skb, link_hdr_len, b, FLOW_HDR_BYTES)
-			      : n >= 40		 ? bpf_skb_load_bytes(skb, link_hdr_len, b, 40)
-						 : -1;
-		if (!err)
-			have_flow = parse_flow(b, bpf_ntohs(skb->protocol), &k, &hdr);
+			got = 40;
+		}
+		/* Past the linear data only when the headers need more than it
+		 * gave: 40 bytes hold what an option-less IPv4 header (0x45) is
+		 * parsed from, not an IPv6 header's ports or IPv4 options. */
+		if (got < FLOW_HDR_BYTES && !(got == 40 && b[0] == 0x45)) {
+			int err = n >= FLOW_HDR_BYTES ? bpf_skb_load_bytes(skb, link_hdr_len, b, FLOW_HDR_BYTES)
+				  : n >= 40	       ? bpf_skb_load_bytes(skb, link_hdr_len, b, 40)
+				  : n >= FLOW_MIN_BYTES ? bpf_skb_load_bytes(skb, link_hdr_len, b, FLOW_MIN_BYTES)
+							: -1;
+			got = err ? 0 : n >= FLOW_HDR_BYTES ? FLOW_HDR_BYTES : n >= 40 ? 40 : FLOW_MIN_BYTES;
+		}
+		have_flow = parse_flow(b, got, bpf_ntohs(skb->protocol), &k, &hdr);
 	}
 	if (segs > 1 && have_flow)
 		wire += (__u64)(segs - 1) * (link_hdr_len + hdr);
