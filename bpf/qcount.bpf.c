@@ -58,6 +58,21 @@ struct {
 	__type(value, struct qc_flow_stats);
 } qc_flows SEC(".maps");
 
+/* Each CPU's recent flows, per direction: entry (cpu * 2 + dir) * QC_FLOW_SLOTS
+ * + the flow's hash. An array, whose lookup the verifier inlines, by CPU
+ * number as qc_cpu is, and mmapable so userspace reads the slots in place;
+ * sized to the possible CPUs by userspace. A direction's programs never
+ * interrupt one another on a CPU (TX runs with softirqs off, RX in them), so
+ * a slot has one writer at a time. */
+_Static_assert(sizeof(struct qc_flow_slot) % 64 == 0, "a flow slot is whole cache lines");
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * QC_FLOW_SLOTS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct qc_flow_slot);
+} qc_flow_cache SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, QC_NR);
@@ -157,6 +172,37 @@ static __always_inline bool flow_sampled(struct qc_cpu *c, __u32 d, __u32 fb)
 	return (x >> 32) * fb < ((__u64)d << 32);
 }
 
+/* Adds a flow's sums to its entry in the flow table (this CPU's copy). */
+static __always_inline void flow_table_add(const struct pl_flow_key *k, const struct qc_flow_stats *d)
+{
+	struct qc_flow_stats *f = bpf_map_lookup_elem(&qc_flows, k);
+	if (!f) {
+		bpf_map_update_elem(&qc_flows, k, d, BPF_NOEXIST);
+		return;
+	}
+	/* This CPU's own copy of the entry: plain adds suffice. Another CPU's
+	 * update created it and zeroed this copy, so its first is ours to set. */
+	f->samples += d->samples;
+	f->packets_x256 += d->packets_x256;
+	f->bytes += d->bytes;
+	f->payload_x256 += d->payload_x256;
+	f->bytes_var += d->bytes_var;
+	if (!f->first_ns)
+		f->first_ns = d->first_ns;
+	if (d->last_ns >= f->last_ns) {
+		f->last_ns = d->last_ns;
+		f->queue = d->queue;
+	}
+}
+
+/* Which of a CPU's slots a flow takes: a multiplicative hash of its key. */
+static __always_inline __u32 flow_slot_of(const struct pl_flow_key *k)
+{
+	const __u64 *x = (const __u64 *)k;
+	__u64 h = (x[0] ^ (x[1] * 31) ^ x[2] ^ (x[3] * 31) ^ x[4]) * 0x9E3779B97F4A7C15ULL;
+	return (__u32)(h >> 32) & (QC_FLOW_SLOTS - 1);
+}
+
 /* A sampled skb of d bytes (as the sampling decision saw it): segs wire
  * frames, wire frame bytes, payload L4 bytes, each divided by the skb's
  * sampling probability. */
@@ -173,23 +219,35 @@ static __always_inline void flow_add(struct pl_flow_key *k, __u32 queue, __u32 d
 		var = bytes * bytes - bytes * wire;
 	}
 	k->qslot = queue < 255 ? queue : 255;
-	struct qc_flow_stats *f = bpf_map_lookup_elem(&qc_flows, k);
-	if (f) {
-		/* This CPU's own copy of the entry: plain adds suffice. */
-		f->samples += 1;
-		f->packets_x256 += pkts;
-		f->bytes += bytes;
-		f->payload_x256 += pay;
-		f->bytes_var += var;
-		f->last_ns = now;
-		f->queue = queue;
+	__u32 idx = (bpf_get_smp_processor_id() * 2 + (k->dir & 1)) * QC_FLOW_SLOTS + flow_slot_of(k);
+	struct qc_flow_slot *s = bpf_map_lookup_elem(&qc_flow_cache, &idx);
+	if (s && s->stats.samples && flow_key_eq(&s->key, k)) {
+		s->stats.samples += 1;
+		s->stats.packets_x256 += pkts;
+		s->stats.bytes += bytes;
+		s->stats.payload_x256 += pay;
+		s->stats.bytes_var += var;
+		s->stats.last_ns = now;
+		s->stats.queue = queue;
 		return;
 	}
 	struct qc_flow_stats init = {
 		.samples = 1, .packets_x256 = pkts, .bytes = bytes, .payload_x256 = pay,
 		.bytes_var = var, .first_ns = now, .last_ns = now, .queue = queue,
 	};
-	bpf_map_update_elem(&qc_flows, k, &init, BPF_NOEXIST);
+	if (!s) {
+		flow_table_add(k, &init);
+		return;
+	}
+	/* The slot changes flows: seq odd around it, so a reader that saw the
+	 * slot (or the table) mid-change reads again. A locked add on x86 is
+	 * also a full barrier, which orders the stores between the two. */
+	__sync_fetch_and_add(&s->seq, 1);
+	if (s->stats.samples)
+		flow_table_add(&s->key, &s->stats);
+	s->key = *k;
+	s->stats = init;
+	__sync_fetch_and_add(&s->seq, 1);
 }
 
 /* Which RX queue a NAPI instance serves: written when a frame names a new one. */
@@ -341,3 +399,4 @@ enum qc_counter qc_counter_anchor = QC_QUEUE_CLAMPED;
 enum ddio_limits ddio_limits_anchor = DDIO_MAX_QUEUES;
 enum qc_rx_source qc_rx_source_anchor = QC_RX_TCX;
 enum qc_napi_slots qc_napi_slots_anchor = QC_NAPI_SLOTS;
+enum qc_flow_cache_slots qc_flow_cache_slots_anchor = QC_FLOW_SLOTS;

@@ -43,6 +43,23 @@ struct qc_flow_stats {
 	__u32 pad;
 };
 
+/* A flow's sums in the cache of the CPU and direction that sampled it
+ * (qc_flow_cache): a sample of a flow the slot holds adds to the slot, a line
+ * the CPU keeps warm, instead of walking the flow table, whose bucket, entry
+ * and per-CPU copy are three lines out of the cache under load. A flow that
+ * takes the slot moves the one before it into qc_flows; userspace adds the
+ * slots to the table. seq is odd while the slot changes flows. */
+struct qc_flow_slot {
+	__u64 seq;
+	struct pl_flow_key key;
+	struct qc_flow_stats stats;
+	__u64 pad[2];
+};
+
+enum qc_flow_cache_slots {
+	QC_FLOW_SLOTS = 32,     /* per CPU and direction; a power of two */
+};
+
 enum qc_counter {
 	QC_QUEUE_CLAMPED = 0,   /* packets on queues >= MAX_QUEUES, counted on the last */
 	QC_FLOW_UNPARSED = 2,   /* sampled skbs that were not TCP/UDP (no flow) */

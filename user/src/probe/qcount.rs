@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::features::{Features, Flavor, HookChoice};
 use super::explain_bpf_error;
-use super::qcount_skel::types::{pl_flow_key, qc_counter, qc_flow_stats, qc_napi_slot, qc_queue_stats};
+use super::qcount_skel::types::{pl_flow_key, qc_counter, qc_flow_slot, qc_flow_stats, qc_napi_slot, qc_queue_stats};
 use super::qcount_skel::{QcountSkel, QcountSkelBuilder};
 use crate::snapshot::{Dir, FlowKey, QueueCounters, NAPI_BUCKETS};
 
@@ -21,10 +21,19 @@ unsafe impl plain::Plain for qc_queue_stats {}
 unsafe impl plain::Plain for qc_flow_stats {}
 unsafe impl plain::Plain for pl_flow_key {}
 unsafe impl plain::Plain for qc_napi_slot {}
+unsafe impl plain::Plain for qc_flow_slot {}
 
 /// Slots of the NAPI-to-queue table (a power of two; a NAPI id's slot is the id modulo it).
 const NAPI_SLOTS: u32 = super::qcount_skel::types::qc_napi_slots::QC_NAPI_SLOTS.0;
 const _: () = assert!(NAPI_SLOTS.is_power_of_two());
+
+/// Flow cache slots per CPU and direction (see struct qc_flow_slot).
+const FLOW_SLOTS: u32 = super::qcount_skel::types::qc_flow_cache_slots::QC_FLOW_SLOTS.0;
+const _: () = assert!(FLOW_SLOTS.is_power_of_two());
+
+/// Times a flow read starts over when a slot changed flows while it read (then it takes what
+/// it read: at worst one sample's flow counted twice or not yet, until the next read).
+const FLOW_READ_TRIES: usize = 4;
 
 /// Queues per direction the kernel tables hold (MAX_QUEUES in bpf/common.h).
 pub const MAX_QUEUES: u32 = super::qcount_skel::types::ddio_limits::DDIO_MAX_QUEUES.0;
@@ -200,6 +209,7 @@ fn load(cfg: &QcountConfig, features: &Features, choice: HookChoice, with_tcx: b
     ro.flow_bytes_tx = cfg.flow_bytes[1];
     super::size_by_cpu(&mut open.maps.qc_cpu, 1, "the qcount per-CPU scratch")?;
     super::size_by_cpu(&mut open.maps.qc_queues, 2 * MAX_QUEUES, "the qcount queue table")?;
+    super::size_by_cpu(&mut open.maps.qc_flow_cache, 2 * FLOW_SLOTS, "the qcount flow cache")?;
     for mut prog in open.open_object_mut().progs_mut() {
         let section = prog.section().to_string_lossy().into_owned();
         let keep = match section.split_once('/') {
@@ -264,6 +274,8 @@ pub struct QcountProbe {
     ncpus: usize,
     /// The queue table, mapped (read every interval).
     queues: super::MappedArray,
+    /// The CPUs' flow caches, mapped (read with the flow table).
+    flow_cache: super::MappedArray,
 }
 
 fn flavor_of(features: &Features, choice: HookChoice, tp: &str) -> Flavor {
@@ -373,8 +385,10 @@ impl QcountProbe {
             bail!("no RX counting hook attached (neither tcx nor a driver hand-up tracepoint)");
         }
         let queues = super::MappedArray::new(&skel.maps.qc_queues, "the queue table")?;
+        let flow_cache = super::MappedArray::new(&skel.maps.qc_flow_cache, "the flow cache")?;
         Ok(QcountProbe {
             queues,
+            flow_cache,
             skel,
             links,
             window_hooks,
@@ -533,8 +547,35 @@ impl QcountProbe {
     }
 
     /// Every flow's sampled sums on each queue it was sampled on (one entry per flow and
-    /// queue), over the per-CPU copies of its entry.
+    /// queue), over the per-CPU copies of its table entry and the CPUs' cache slots that hold
+    /// it. A slot that changes flows moves its sums into the table, so the slots' change
+    /// counts are taken before the table is read and again after the slots are: a read that
+    /// saw a move (the sums in both places, or in neither) starts over.
     pub fn read_flows(&self) -> Result<Vec<SampledFlow>> {
+        let seqs = || -> Vec<u64> {
+            (0..self.flow_cache.len()).map(|i| self.flow_cache.get::<qc_flow_slot>(i).map_or(0, |s| s.seq)).collect()
+        };
+        let mut copies = Vec::new();
+        for _ in 0..FLOW_READ_TRIES {
+            let before = seqs();
+            copies = self.flow_table_copies()?;
+            let mut moved = before.iter().any(|s| s % 2 == 1);
+            for (i, &seq) in before.iter().enumerate() {
+                let Some(slot) = self.flow_cache.get::<qc_flow_slot>(i) else { continue };
+                moved |= slot.seq != seq;
+                if slot.stats.samples > 0 {
+                    copies.push((slot.key, slot.stats));
+                }
+            }
+            if !moved && seqs() == before {
+                break;
+            }
+        }
+        Ok(merge_flow_copies(copies))
+    }
+
+    /// Each flow table entry's per-CPU copies that hold samples.
+    fn flow_table_copies(&self) -> Result<Vec<(pl_flow_key, qc_flow_stats)>> {
         let map = &self.skel.maps.qc_flows;
         let mut out = Vec::new();
         for key in map.keys() {
@@ -543,43 +584,11 @@ impl QcountProbe {
             if plain::copy_from_bytes(&mut k, &key).is_err() {
                 continue;
             }
-            let Some(fk) = super::flow_key_of(k.family, k.proto, k.dir, &k.saddr, k.sport, &k.daddr, k.dport) else { continue };
-            let mut f = SampledFlow {
-                key: fk,
-                queue: 0,
-                samples: 0,
-                packets: 0,
-                bytes: 0,
-                payload_bytes: 0,
-                bytes_var: 0,
-                first_ns: u64::MAX,
-                last_ns: 0,
-            };
             for raw in vals.iter().take(self.ncpus) {
                 let mut v = qc_flow_stats::default();
-                if plain::copy_from_bytes(&mut v, raw).is_err() || v.samples == 0 {
-                    continue;
+                if plain::copy_from_bytes(&mut v, raw).is_ok() && v.samples > 0 {
+                    out.push((k, v));
                 }
-                f.samples += v.samples;
-                f.packets += v.packets_x256;
-                f.bytes += v.bytes;
-                f.payload_bytes += v.payload_x256;
-                f.bytes_var = f.bytes_var.saturating_add(v.bytes_var);
-                // Only the copy of the CPU that created the entry has first_ns: the update
-                // zeroes the other CPUs' copies, and their hits add to them without setting it.
-                if v.first_ns != 0 {
-                    f.first_ns = f.first_ns.min(v.first_ns);
-                }
-                if v.last_ns >= f.last_ns {
-                    f.last_ns = v.last_ns;
-                    f.queue = v.queue;
-                }
-            }
-            if f.samples > 0 {
-                // The kernel keeps 1/256ths: rounded to whole packets and bytes here.
-                f.packets = (f.packets + 128) >> 8;
-                f.payload_bytes = (f.payload_bytes + 128) >> 8;
-                out.push(f);
             }
         }
         Ok(out)
@@ -600,5 +609,94 @@ impl QcountProbe {
     /// BPF program ids of this probe (for leak checks and bpf_stats).
     pub fn prog_ids(&self) -> Vec<u32> {
         self.skel.object().progs().filter(|p| p.autoload()).filter_map(|p| super::loaded_prog_id(&p)).collect()
+    }
+}
+
+/// A pl_flow_key's fields, queue slot included, as a hashable value.
+type KeyFields = (u8, u8, u8, u8, u16, u16, [u8; 16], [u8; 16]);
+
+/// Flows from the copies of their sums (table entries' per-CPU copies and cache slots), one
+/// per flow and queue: counts add up; `first_ns` is the earliest a copy has (a table copy
+/// that another CPU's update created has none), the queue that of the latest sample.
+fn merge_flow_copies(copies: Vec<(pl_flow_key, qc_flow_stats)>) -> Vec<SampledFlow> {
+    let mut flows: Vec<SampledFlow> = Vec::new();
+    let mut index: std::collections::HashMap<KeyFields, usize> = std::collections::HashMap::new();
+    for (k, v) in copies {
+        let Some(fk) = super::flow_key_of(k.family, k.proto, k.dir, &k.saddr, k.sport, &k.daddr, k.dport) else { continue };
+        let at = *index.entry((k.family, k.proto, k.dir, k.qslot, k.sport, k.dport, k.saddr, k.daddr)).or_insert_with(|| {
+            flows.push(SampledFlow {
+                key: fk,
+                queue: 0,
+                samples: 0,
+                packets: 0,
+                bytes: 0,
+                payload_bytes: 0,
+                bytes_var: 0,
+                first_ns: u64::MAX,
+                last_ns: 0,
+            });
+            flows.len() - 1
+        });
+        let f = &mut flows[at];
+        f.samples += v.samples;
+        f.packets += v.packets_x256;
+        f.bytes += v.bytes;
+        f.payload_bytes += v.payload_x256;
+        f.bytes_var = f.bytes_var.saturating_add(v.bytes_var);
+        if v.first_ns != 0 {
+            f.first_ns = f.first_ns.min(v.first_ns);
+        }
+        if v.last_ns >= f.last_ns {
+            f.last_ns = v.last_ns;
+            f.queue = v.queue;
+        }
+    }
+    flows
+        .into_iter()
+        .map(|mut f| {
+            // The kernel keeps 1/256ths: rounded to whole packets and bytes here.
+            f.packets = (f.packets + 128) >> 8;
+            f.payload_bytes = (f.payload_bytes + 128) >> 8;
+            f
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(sport: u16, qslot: u8) -> pl_flow_key {
+        let mut k = pl_flow_key { family: 4, proto: 6, dir: 0, qslot, sport, dport: 5201, ..Default::default() };
+        k.saddr[..4].copy_from_slice(&[10, 0, 0, 1]);
+        k.daddr[..4].copy_from_slice(&[10, 0, 0, 2]);
+        k
+    }
+
+    fn sums(samples: u64, bytes: u64, first_ns: u64, last_ns: u64, queue: u32) -> qc_flow_stats {
+        qc_flow_stats { samples, packets_x256: samples * 256, bytes, payload_x256: bytes * 200, bytes_var: 7, first_ns, last_ns, queue, pad: 0 }
+    }
+
+    #[test]
+    fn a_flows_table_copies_and_cache_slots_add_up_to_one_flow_per_queue() {
+        let copies = vec![
+            // Table: the creating CPU's copy, and another CPU's without a first.
+            (key(4000, 0), sums(2, 3000, 100, 200, 0)),
+            (key(4000, 0), sums(1, 1500, 0, 250, 0)),
+            // A cache slot of the same flow and queue, sampled last.
+            (key(4000, 0), sums(3, 4500, 150, 300, 0)),
+            // The same flow on another queue stays apart, as another flow does.
+            (key(4000, 1), sums(1, 1000, 400, 400, 1)),
+            (key(4001, 0), sums(5, 50, 10, 20, 0)),
+        ];
+        let mut flows = merge_flow_copies(copies);
+        flows.sort_by_key(|f| (f.key.sport, f.queue));
+        assert_eq!(flows.len(), 3);
+        let f = &flows[0];
+        assert_eq!((f.samples, f.packets, f.bytes, f.bytes_var), (6, 6, 9000, 21));
+        assert_eq!(f.payload_bytes, (9000 * 200 + 128) >> 8);
+        assert_eq!((f.first_ns, f.last_ns, f.queue), (100, 300, 0));
+        assert_eq!((flows[1].queue, flows[1].bytes, flows[1].first_ns), (1, 1000, 400));
+        assert_eq!((flows[2].key.sport, flows[2].samples), (4001, 5));
     }
 }
