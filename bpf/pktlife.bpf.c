@@ -71,13 +71,19 @@ const volatile __u8 copy_standin = 0;
 #define COPY_BASE_NS 1000ULL
 #define COPY_NS_PER_BYTE 1ULL
 
-/* The recorded namespace's struct net, once seen (netns.hooks.h): beside
- * join_generation, which every timed packet's hooks read. */
+/* The recorded namespace's struct net once seen (netns.hooks.h): beside
+ * join_generation, which every timed packet's hooks read. Not the other
+ * namespaces': a line every CPU reads is not one to write as they change. */
 __u64 net_seen = 0;
 
 static __always_inline __u64 *net_seen_at(void)
 {
 	return &net_seen;
+}
+
+static __always_inline __u64 *net_other_at(void)
+{
+	return NULL;
 }
 
 /* The bases read from kernel variables, once (pl_base). */

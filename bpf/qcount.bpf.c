@@ -132,12 +132,27 @@ static __always_inline struct qc_cpu *qc_cpu_get(void)
 	return bpf_map_lookup_elem(&qc_cpu, &cpu);
 }
 
-/* The recorded namespace's struct net, once seen (netns.hooks.h): in the
- * CPU's scratch line, which the hooks touch anyway. */
+/* The recorded namespace's struct net once seen (netns.hooks.h): in the CPU's
+ * scratch line, which the hooks touch anyway; the last other one in its
+ * second line, which only another namespace's events read. */
 static __always_inline __u64 *net_seen_at(void)
 {
 	struct qc_cpu *c = qc_cpu_get();
-	return c ? &c->net_seen : NULL;
+	if (!c)
+		return NULL;
+	/* Keeps the offset after the test (the verifier refuses arithmetic
+	 * on a pointer that may be NULL). */
+	barrier_var(c);
+	return &c->net_seen;
+}
+
+static __always_inline __u64 *net_other_at(void)
+{
+	struct qc_cpu *c = qc_cpu_get();
+	if (!c)
+		return NULL;
+	barrier_var(c);
+	return &c->net_other;
 }
 
 static __always_inline struct qc_queue_stats *qc_queue(__u8 dir, __u32 queue)

@@ -91,8 +91,9 @@ struct qc_cpu {
 	__u64 draw;             /* the flow sampler's generator state (flow_sampled) */
 	__u64 net_seen;         /* the recorded namespace's struct net (netns.hooks.h) */
 	struct qc_napi_slot known[QC_NAPI_KNOWN]; /* slots this CPU wrote or found right */
+	__u64 net_other;        /* the last other namespace's (netns.hooks.h) */
 	__u64 scratch;          /* see as_number() */
-	__u64 pad1[7];
+	__u64 pad1[6];
 };
 
 /* How the RX frames are counted (userspace picks the cheapest that attaches). */
