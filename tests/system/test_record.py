@@ -1,6 +1,7 @@
 """ddioscope record/report on a live testbed, checked against independent truth:
 the kernel's interface statistics, veth's own per-queue driver counters, and
 iperf3's report."""
+import json
 import os
 import signal
 import sqlite3
@@ -380,33 +381,77 @@ def test_tp_btf_request_is_honoured_or_fails_in_one_line(testbed, tmp_path):
         assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1 and "tp-btf" in p.stderr, p.stderr
 
 
+class KernelEventCount:
+    """The kernel's own count of a tracepoint's events on one CPU while the block runs, by
+    bpftrace (tracefs mounted for it, and unmounted after, where it was not mounted)."""
+
+    TRACEFS = "/sys/kernel/tracing"
+
+    def __init__(self, tracepoint, cpu):
+        self.probe = f"tracepoint:{tracepoint} /cpu == {cpu}/ {{ @n = count(); }}"
+        self.count = None
+
+    def __enter__(self):
+        self.mounted = not os.path.exists(f"{self.TRACEFS}/events")
+        if self.mounted:
+            run("mount", "-t", "tracefs", "nodev", self.TRACEFS)
+        self.proc = subprocess.Popen(["bpftrace", "-e", self.probe], stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True)
+        # Attached once it says so (it prints nothing else before the end).
+        line = self.proc.stdout.readline()
+        assert line.startswith("Attaching"), line
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            self.proc.send_signal(signal.SIGINT)
+            out, _ = self.proc.communicate(timeout=30)
+            self.count = next((int(l.split(":")[1]) for l in out.splitlines() if l.startswith("@n:")), 0)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            if self.mounted:
+                run("umount", self.TRACEFS, check=False)
+
+
 def _pinned_udp_run(tb, recorder, client_cpu, server_cpu, port):
+    """Returns the recording's event counters and report text, the datagrams sent, and the
+    skbs the kernel freed on the client's CPU (where veth's softirq runs) meanwhile."""
     server = subprocess.Popen(["ip", "netns", "exec", tb.ns_rcv, "taskset", "-c", str(server_cpu),
                                "iperf3", "-s", "-1", "-p", str(port)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     tb.servers.append(server)
     run(WAIT_PORT, tb.ns_rcv, port, 20)
     rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--detail", "full")
-    tb.ns(tb.ns_snd, "taskset", "-c", str(client_cpu), "iperf3", "-c", tb.ip_rcv, "-p", str(port),
-          "-u", "-l", "64", "-b", "20M", "-t", "1", timeout=60)
+    with KernelEventCount("skb:consume_skb", client_cpu) as freed_there:
+        out = tb.ns(tb.ns_snd, "taskset", "-c", str(client_cpu), "iperf3", "-c", tb.ip_rcv, "-p", str(port),
+                    "-u", "-l", "64", "-b", "20M", "-t", "1", "-J", timeout=60).stdout
     rc, _, err = rec.stop()
     assert rc == 0, err
-    return report_json(rec.out)["events"], run(BIN, "report", rec.out).stdout
+    sent = json.loads(out)["end"]["sum"]["packets"]
+    return report_json(rec.out)["events"], run(BIN, "report", rec.out).stdout, sent, freed_there.count
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs a reader on another CPU than the softirq")
 def test_untraced_frees_are_measured_and_explained(testbed, recorder):
-    # The reader on another CPU than veth's softirq: the kernel defers the free to the
-    # allocating CPU, through a path the free tracepoints see. The lives whose end goes unseen
-    # are those still queued when the recording stops and those whose state a later packet
-    # took: a tenth of them with two CPU hogs beside the test, where the reader lags.
-    remote, remote_text = _pinned_udp_run(testbed, recorder, 0, 1, 5211)
-    assert remote["frees_seen_pct"] > 75, remote
-    assert "no tracepoint reports" not in " ".join(remote_text.split()), remote_text
     # On the same CPU (the test's own pinning) the kernel recycles the skb through the per-CPU
     # NAPI cache without a tracepoint (the README: 2 % seen): a low share, reported and explained.
-    local, text = _pinned_udp_run(testbed, recorder, 0, 0, 5212)
+    local, text, _, _ = _pinned_udp_run(testbed, recorder, 0, 0, 5212)
     assert local["frees_seen_pct"] is not None and local["frees_seen_pct"] < 50, local
     # The report wraps its notes at 120 columns: read the words, not the line breaks.
     words = " ".join(text.split())
     assert "were seen freed" in words and "no tracepoint reports" in words, text
+    # The reader on another CPU than veth's softirq: the kernel defers the free to the
+    # allocating CPU, through a path the free tracepoints see. The lives whose end goes unseen
+    # are those still queued when the recording stops and those whose state a later packet
+    # took: a tenth of them with two CPU hogs beside the test, where the reader lags.
+    remote, remote_text, sent, freed_there = _pinned_udp_run(testbed, recorder, 0, 1, 5211)
+    if freed_there < sent / 2:
+        # Deferring stops while the softirq CPU's count of deferred skbs stands at
+        # net.core.skb_defer_max (a count this kernel has been seen to leave there for good):
+        # then the reader frees them itself, as in the run above, and nothing here tells
+        # the recorder's matching apart from the kernel's choice.
+        pytest.skip(f"the kernel did not defer the reader's frees to the softirq's CPU "
+                    f"({freed_there} skbs freed there for {sent} datagrams)")
+    assert remote["frees_seen_pct"] > 75, (remote, sent, freed_there)
+    assert "no tracepoint reports" not in " ".join(remote_text.split()), remote_text
