@@ -621,17 +621,17 @@ struct pl_shinfo {
 
 #define PKTLIFE_HOOKS(FL, PFX)                                                                        \
 	SEC(PFX "napi_gro_receive_entry")                                                             \
-	int BPF_PROG(rx_gro##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb, true, true); } \
+	int BPF_PROG(rx_gro##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb, true, true, PLC_HANDUP_GRO); } \
 	SEC(PFX "napi_gro_frags_entry")                                                               \
-	int BPF_PROG(rx_frags##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb, true, false); } \
+	int BPF_PROG(rx_frags##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb, true, false, PLC_HANDUP_FRAGS); } \
 	SEC(PFX "napi_gro_receive_exit")                                                              \
 	int BPF_PROG(rx_gro_exit##FL, int ret) { return on_gro_exit(ret); }                           \
 	SEC(PFX "netif_receive_skb_entry")                                                            \
-	int BPF_PROG(rx_nrs##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb, false, false); }  \
+	int BPF_PROG(rx_nrs##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb, false, false, PLC_HANDUP_NRS); }  \
 	SEC(PFX "netif_receive_skb_list_entry")                                                       \
-	int BPF_PROG(rx_list##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb, false, false); } \
+	int BPF_PROG(rx_list##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb, false, false, PLC_HANDUP_LIST); } \
 	SEC(PFX "netif_rx_entry")                                                                     \
-	int BPF_PROG(rx_netif_rx##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb, false, false); } \
+	int BPF_PROG(rx_netif_rx##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb, false, false, PLC_HANDUP_NETIF_RX); } \
 	SEC(PFX "netif_receive_skb")                                                                  \
 	int BPF_PROG(rx_stack##FL, struct sk_buff *skb) { return on_rx_stack##FL(skb); }              \
 	SEC(PFX "napi_poll")                                                                          \

@@ -39,7 +39,14 @@ enum pl_counter {
 	PLC_BUF_REPLACED = 10, /* buffer-page ways taken over by a newer page (the older one live or long freed) */
 	PLC_PAGES_OVER_CAP = 11, /* buffer pages past PL_MAX_JOIN_PAGES of one skb: not mapped */
 	PLC_BUF_FILLED = 12,   /* buffer-page ways filled for the first time: the ways in use */
-	PLC_NR = 16,
+	/* Timed frames of our device each hand-up tracepoint began (which of
+	 * them the driver uses, so windows attach those alone). */
+	PLC_HANDUP_GRO = 13,   /* napi_gro_receive_entry */
+	PLC_HANDUP_FRAGS = 14, /* napi_gro_frags_entry */
+	PLC_HANDUP_NRS = 15,   /* netif_receive_skb_entry */
+	PLC_HANDUP_LIST = 16,  /* netif_receive_skb_list_entry */
+	PLC_HANDUP_NETIF_RX = 17, /* netif_rx_entry */
+	PLC_NR = 24,
 };
 
 /* Frags mapped per skb at hand-up / xmit. A frame before GRO has one frag per

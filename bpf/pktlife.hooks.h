@@ -84,10 +84,11 @@ static __always_inline bool H(flow_of)(const unsigned char *l3, __u16 proto_be, 
 
 /* in_napi: the hook runs inside a NAPI poll (the GRO entry points); defer: a
  * timed frame's state waits for napi_gro_receive's exit (on_gro_exit), which
- * knows whether GRO merged it away. A packet starts its life here: timed 1 in
+ * knows whether GRO merged it away; hook_counter: the hook's count of timed
+ * frames. A packet starts its life here: timed 1 in
  * stage_every, recorded 1 in sample_every, its buffer pages kept for the join
  * while a miss sampler runs. */
-static __always_inline int H(on_rx_handup)(const struct sk_buff *skb, bool in_napi, bool defer)
+static __always_inline int H(on_rx_handup)(const struct sk_buff *skb, bool in_napi, bool defer, __u32 hook_counter)
 {
 	if (!H(dev_matches)(RD(skb, dev)))
 		return 0;
@@ -136,6 +137,7 @@ static __always_inline int H(on_rx_handup)(const struct sk_buff *skb, bool in_na
 	}
 	if (!track)
 		return 0;
+	count(hook_counter);
 	if (defer) {
 		/* GRO decides whether this frame lives on (on_gro_exit). */
 		struct pl_cpu_ctx *c = cpu_ctx_get();

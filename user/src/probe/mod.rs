@@ -1,5 +1,6 @@
 //! Loads and attaches the BPF probe families, and reads what they aggregate.
 pub mod features;
+pub mod handups;
 pub mod kstats;
 pub mod floor;
 pub mod l3miss;

@@ -115,6 +115,8 @@ pub struct PktlifeProbe {
     /// The stage table's sums as last read, while they still hold: no hook has run since (most
     /// intervals fall between windows, and the table is hundreds of KiB).
     stages: Option<Vec<QueueCounters>>,
+    /// Which hand-up hooks the windows attach.
+    handups: super::handups::HandupChoice,
 }
 
 fn open_and_load(cfg: &ProbeConfig, flavors: &[Flavor]) -> Result<PktlifeSkel<'static>> {
@@ -213,6 +215,7 @@ impl PktlifeProbe {
             generation: 0,
             cut: vec![0; 2 * MAX_QUEUES as usize],
             stages: None,
+            handups: Default::default(),
             skel,
             links: Vec::new(),
             hooks: Vec::new(),
@@ -284,7 +287,8 @@ impl PktlifeProbe {
     }
 
     /// A window begins: its number retires every state and CPU context of earlier windows;
-    /// then every hook attaches. Hooks that fail now were found at load; they are skipped.
+    /// then every hook attaches, of the driver hand-up hooks those it uses (see
+    /// [`super::handups`]). Hooks that fail now were found at load; they are skipped.
     pub fn open_window(&mut self, generation: u32) -> Result<()> {
         let Some(bss) = self.skel.maps.bss_data.as_deref_mut() else {
             bail!("pktlife BPF object has no writable data section (build problem)");
@@ -295,7 +299,10 @@ impl PktlifeProbe {
         std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
         self.generation = generation;
         self.stages = None;
-        self.attach_hooks(|_| true);
+        self.handups.open_window();
+        let choice = &self.handups;
+        let which: Vec<String> = PKTLIFE_HOOKS.iter().map(|h| h.tracepoint.to_string()).filter(|tp| choice.attaches(tp)).collect();
+        self.attach_hooks(|tp| which.iter().any(|w| w == tp));
         Ok(())
     }
 
@@ -312,6 +319,11 @@ impl PktlifeProbe {
     /// Every hook off; the lives of the window still in flight are counted as cut.
     pub fn close_window(&mut self) {
         self.detach(|_| true);
+        match self.handup_counts() {
+            Ok(timed) => self.handups.close_window(timed),
+            // Unread, the next window attaches every hand-up hook: nothing is missed.
+            Err(_) => self.handups = Default::default(),
+        }
         let in_flight = self.in_flight();
         for (c, n) in self.cut.iter_mut().zip(in_flight) {
             *c += n;
@@ -445,6 +457,22 @@ impl PktlifeProbe {
     fn percpu_sum(map: &libbpf_rs::MapMut<'_>, key: pl_counter) -> Result<u64> {
         let vals = map.lookup_percpu(&key.0.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
         Ok(vals.iter().filter_map(|v| v.get(..8).and_then(|b| b.try_into().ok())).map(u64::from_ne_bytes).sum())
+    }
+
+    /// Each hand-up hook's timed frames of the device so far (by handups::HANDUP_TPS).
+    fn handup_counts(&self) -> Result<[u64; 5]> {
+        let m = &self.skel.maps.counters;
+        let mut out = [0; 5];
+        for (o, c) in out.iter_mut().zip([
+            pl_counter::PLC_HANDUP_GRO,
+            pl_counter::PLC_HANDUP_FRAGS,
+            pl_counter::PLC_HANDUP_NRS,
+            pl_counter::PLC_HANDUP_LIST,
+            pl_counter::PLC_HANDUP_NETIF_RX,
+        ]) {
+            *o = Self::percpu_sum(m, c)?;
+        }
+        Ok(out)
     }
 
     /// Records taken from the ring buffer so far.
