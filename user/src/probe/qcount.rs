@@ -249,8 +249,7 @@ fn role_of(section: &str) -> Option<Role> {
 }
 
 /// The tracepoints tier 0 hooks, by role.
-const RX_HANDUP_TPS: &[&str] =
-    &["napi_gro_receive_entry", "napi_gro_frags_entry", "netif_receive_skb_entry", "netif_receive_skb_list_entry", "netif_rx_entry"];
+const RX_HANDUP_TPS: &[&str] = &super::handups::HANDUP_TPS;
 const ALWAYS_TPS: &[&str] = &["napi_poll", "kfree_skb"];
 
 /// A counting program that runs in windows only, and its link while it runs.
