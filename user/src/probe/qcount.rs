@@ -30,6 +30,7 @@ const _: () = assert!(NAPI_SLOTS.is_power_of_two());
 /// Flow cache slots per CPU and direction (see struct qc_flow_slot).
 const FLOW_SLOTS: u32 = super::qcount_skel::types::qc_flow_cache_slots::QC_FLOW_SLOTS.0;
 const _: () = assert!(FLOW_SLOTS.is_power_of_two());
+const _: () = assert!(std::mem::offset_of!(qc_flow_slot, seq) == 0, "read_flows reads a slot's seq as its first 8 bytes");
 
 /// Times a flow read starts over when a slot changed flows while it read (then it takes what
 /// it read: at worst one sample's flow counted twice or not yet, until the next read).
@@ -551,22 +552,20 @@ impl QcountProbe {
     /// counts are taken before the table is read and again after the slots are: a read that
     /// saw a move (the sums in both places, or in neither) starts over.
     pub fn read_flows(&self) -> Result<Vec<SampledFlow>> {
-        let seqs = || -> Vec<u64> {
-            (0..self.flow_cache.len()).map(|i| self.flow_cache.get::<qc_flow_slot>(i).map_or(0, |s| s.seq)).collect()
-        };
+        // A slot's seq is its first field, and only ever grows: any change between the two
+        // snapshots shows as a difference, an odd one as a change under way.
+        let seqs = || -> Vec<u64> { (0..self.flow_cache.len()).map(|i| self.flow_cache.get::<u64>(i).unwrap_or(0)).collect() };
         let mut copies = Vec::new();
         for _ in 0..FLOW_READ_TRIES {
             let before = seqs();
             copies = self.flow_table_copies()?;
-            let mut moved = before.iter().any(|s| s % 2 == 1);
-            for (i, &seq) in before.iter().enumerate() {
-                let Some(slot) = self.flow_cache.get::<qc_flow_slot>(i) else { continue };
-                moved |= slot.seq != seq;
-                if slot.stats.samples > 0 {
-                    copies.push((slot.key, slot.stats));
-                }
-            }
-            if !moved && seqs() == before {
+            copies.extend(
+                (0..self.flow_cache.len())
+                    .filter_map(|i| self.flow_cache.get::<qc_flow_slot>(i))
+                    .filter(|slot| slot.stats.samples > 0)
+                    .map(|slot| (slot.key, slot.stats)),
+            );
+            if before.iter().all(|s| s % 2 == 0) && seqs() == before {
                 break;
             }
         }
