@@ -19,10 +19,12 @@ use crate::probe::pktlife::{rx_queue_offset_for_driver, PktlifeProbe, ProbeConfi
 use crate::probe::qcount::{QcountConfig, QcountProbe, RxChoice};
 use crate::probe::qcount_skel::types::qc_counter;
 use crate::snapshot::{Dir, EventCounters, FlowCounters, QueueCounters, Snapshot, NSTAGES};
+use crate::topology::presence::LinkTotals;
 use crate::topology::{self, HostInfo, IfaceInfo};
 
 mod flowscale;
 mod napiscale;
+mod txsplit;
 pub mod windows;
 
 /// The flags `record`, `top` and `serve` share: which interface, where, and what else to open.
@@ -340,9 +342,12 @@ pub struct Session {
     sockets: Option<crate::probe::sockets::SocketFlows>,
     /// Reads of the sockets' close notifications that found them overflowed, so far.
     socket_overflows: u64,
-    /// The interface's own packet totals [RX, TX], read just before and just after the
-    /// driver's per-queue counters at the last interval's end, against which those are checked.
-    prev_link: Option<([u64; 2], [u64; 2])>,
+    /// The interface's own totals, read just before and just after the driver's per-queue
+    /// counters at the last interval's end, against which those are checked.
+    prev_link: Option<(LinkTotals, LinkTotals)>,
+    /// TX from the interface's totals, split across queues by the windows' TX program (the
+    /// driver's counters do not count every TX path, and detail runs in windows).
+    tx_split: Option<txsplit::TxSplit>,
     /// Busy intervals in a row whose driver counts missed the interface's [RX, TX].
     kernel_misses: [u32; 2],
     /// Whether the interface is still there, asked every interval.
@@ -445,6 +450,8 @@ impl Session {
             crate::probe::kstats::covers(&first, Dir::Rx) && opts.detail.rx_counts == RxChoice::Auto,
             crate::probe::kstats::covers(&first, Dir::Tx),
         ];
+        // Windows of duty 1 are the whole run: full detail.
+        let windowed = opts.detail.mode == DetailMode::Windows && opts.duty() > 1;
         // Counters that exist need not count every path (veth counts its NAPI path only):
         // what the device has carried so far must add up to the interface's own totals.
         if let Some(link) = watch.as_mut().and_then(|w| w.link_packets()) {
@@ -453,34 +460,42 @@ impl Session {
                 let by_queues: u64 = first.iter().filter(|q| q.dir == dir).filter_map(|q| q.packets).sum();
                 if kernel_counts[d] && link[d] >= MIN_CHECKED_PACKETS && by_queues.abs_diff(link[d]) > link[d] / 20 {
                     kernel_counts[d] = false;
+                    let what = dir.as_str().to_uppercase();
+                    let instead = if dir == Dir::Tx && windowed {
+                        TX_SPLIT_WORDS.to_string()
+                    } else {
+                        format!("a program counts {what} instead")
+                    };
                     kernel_notes.push(format!(
-                        "the driver's per-queue {} counters ({src}) add up to {by_queues} packets where the interface counted {}: \
-                         they miss a path, so a program counts {} instead",
-                        dir.as_str().to_uppercase(),
+                        "the driver's per-queue {what} counters ({src}) add up to {by_queues} packets where the interface counted {}: \
+                         they miss a path, so {instead}",
                         link[d],
-                        dir.as_str().to_uppercase()
                     ));
                 }
             }
         }
         let flows = opts.detail.flow_sample() > 0;
-        // Windows of duty 1 are the whole run: full detail.
-        let windowed = opts.detail.mode == DetailMode::Windows && opts.duty() > 1;
-        // Where the driver counts a direction, its program is only there for flows: with
+        // TX that the driver does not count on every path: the one hook that knows a packet's
+        // TX queue fires for every device on the host, so with windows it runs in them alone
+        // and the interface's own totals are split by what it counted there.
+        let split_tx = windowed && !kernel_counts[1];
+        let covered = [kernel_counts[0], kernel_counts[1] || split_tx];
+        // Where a direction is counted without a program, its program is there for flows (and
+        // the TX split, and learning which queue a NAPI instance serves): with windows and
         // --flows windows (the default) it runs inside the windows alone, and flows are scaled
-        // by the driver's counts.
-        let window_only = [0, 1].map(|d| kernel_counts[d] && flows && windowed && opts.detail.flows_in_windows());
-        // Which NAPI instance serves each RX queue, where the driver says.
+        // by the counts.
+        let window_only = [0, 1].map(|d| covered[d] && windowed && (!flows || opts.detail.flows_in_windows()));
         // A window-only direction samples 1/duty of the time, so it samples by size duty times
         // as densely inside its windows: as many samples per second as a program running all
         // the time would take. Every skb there would cost a header parse and a flow update per
         // 64 B frame (about 300 ns on a 2-vCPU VM); a bulk flow's GRO skbs are sampled either way.
         let window_flow_bytes = (opts.detail.flow_sample() / opts.duty().max(1)).max(1);
+        // Which NAPI instance serves each RX queue, where the driver says.
         let napi_known = kstats.as_mut().map(|k| k.napi_queues()).unwrap_or_default();
-        // Where the driver counts RX, polls are counted in the windows and estimated from them,
-        // when the queue each poll belongs to can be known: from the kernel's queue table, or
-        // from the frames of an RX program (always on for flows, or in windows with them).
-        let napi_window_only = windowed && kernel_counts[0] && (flows || !napi_known.is_empty());
+        // napi_poll fires for every device's polls: with windows it counts in them alone, and
+        // polls are estimated from them, charged to queues by the kernel's queue table or the
+        // frames an RX program saw (in the windows, where nothing else needs one).
+        let napi_window_only = windowed;
         let mut tier0 = QcountProbe::attach(
             &QcountConfig {
                 ifindex: iface.ifindex,
@@ -490,8 +505,10 @@ impl Session {
                 link_hdr_len: iface.link_hdr_len(),
                 flow_bytes: window_only.map(|w| if w { window_flow_bytes } else { opts.detail.flow_sample() }),
                 rx: opts.detail.rx_counts,
-                count_rx: !kernel_counts[0] || flows,
-                count_tx: !kernel_counts[1] || flows,
+                count_rx: !covered[0] || flows || (napi_window_only && napi_known.is_empty()),
+                // With windows the TX program is there in them even without flows: a driver's
+                // TX counters found to miss a path later are split by it.
+                count_tx: !covered[1] || flows || windowed,
                 window_only,
                 napi_window_only,
             },
@@ -619,6 +636,7 @@ impl Session {
             sockets: None,
             socket_overflows: 0,
             prev_link: None,
+            tx_split: None,
             kernel_misses: [0; 2],
             watch,
             _netns_held: netns_held,
@@ -645,11 +663,15 @@ impl Session {
         }
         // Counts already made (between attach and now) belong to no interval either.
         live.prev_q = live.tier0.read_queues()?;
+        let before = live.watch.as_mut().and_then(|w| w.link_totals());
         if let Some(k) = live.kstats.as_mut() {
-            let before = live.watch.as_mut().and_then(|w| w.link_packets());
             overlay_kernel_counts(&mut live.prev_q, &k.queues(), live.kernel_counts);
-            let after = live.watch.as_mut().and_then(|w| w.link_packets());
-            live.prev_link = before.zip(after);
+        }
+        let after = live.watch.as_mut().and_then(|w| w.link_totals());
+        live.prev_link = before.zip(after);
+        if split_tx {
+            let link = after.unwrap_or_default();
+            live.tx_split = Some(txsplit::TxSplit::new(&live.prev_q, &live.prev_q, (link.packets[1], link.bytes[1]), live.iface.tx_queues));
         }
         if live.tier0.napi_window_only() {
             live.napi_windows = Some(napiscale::WindowNapi::default());
@@ -690,8 +712,10 @@ impl Session {
             (true, _) => RxSource::Qstats,
             (false, _) => self.tier0.rx_source,
         };
-        let tx = match self.kstats.as_ref().and_then(|k| k.tx_source()) {
-            Some(k) if self.kernel_counts[1] => k,
+        let tx = match (&self.tx_split, self.kstats.as_ref().and_then(|k| k.tx_source())) {
+            (Some(s), _) if s.exact() => "link",
+            (Some(_), _) => "link_split",
+            (None, Some(k)) if self.kernel_counts[1] => k,
             _ => "xmit",
         };
         (rx, tx)
@@ -743,21 +767,27 @@ impl Session {
     /// A window of the window-only flow programs ended: its flows and counts, with the
     /// driver's counts of the stretch it stands for.
     fn flow_window_ended(&mut self, (from, to): (Duration, Duration)) -> Result<()> {
-        let (Some(f), Some(k)) = (self.flow_windows.as_mut(), self.kstats.as_mut()) else { return Ok(()) };
+        let Some(f) = self.flow_windows.as_mut() else { return Ok(()) };
+        let program = self.tier0.read_queues()?;
         let mut driver = Vec::new();
-        overlay_kernel_counts(&mut driver, &k.queues(), self.kernel_counts);
+        if let Some(k) = self.kstats.as_mut() {
+            overlay_kernel_counts(&mut driver, &k.queues(), self.kernel_counts);
+        }
+        if let (Some(s), Some(link)) = (self.tx_split.as_mut(), self.watch.as_mut().and_then(|w| w.link_totals())) {
+            overlay_kernel_counts(&mut driver, &s.interval(&program, (link.packets[1], link.bytes[1])), [false, true]);
+        }
         let now = Instant::now().saturating_duration_since(self.started).as_secs_f64();
-        f.window_ended(&self.tier0.read_flows()?, &self.tier0.read_queues()?, &driver, (from.as_secs_f64(), to.as_secs_f64()), now);
+        f.window_ended(&self.tier0.read_flows()?, &program, &driver, (from.as_secs_f64(), to.as_secs_f64()), now);
         Ok(())
     }
 
     /// Check the driver's per-queue counts of this interval against the interface's own
     /// totals: a driver whose queue counters miss a path (veth counts its NAPI path only) is
     /// found by trying, and its direction is counted by the program from then on.
-    fn check_kernel_counts(&mut self, link: Option<([u64; 2], [u64; 2])>, cur_q: &mut [QueueCounters], interval: &[QueueCounters]) -> Result<()> {
+    fn check_kernel_counts(&mut self, link: Option<(LinkTotals, LinkTotals)>, cur_q: &mut [QueueCounters], interval: &[QueueCounters]) -> Result<()> {
         let Some(link) = link else { return Ok(()) };
         let Some(prev) = self.prev_link.replace(link) else { return Ok(()) };
-        let ((before, after), (prev_before, prev_after)) = (link, prev);
+        let (before, after, prev_before, prev_after) = (link.0.packets, link.1.packets, prev.0.packets, prev.1.packets);
         for (d, dir) in [(0, Dir::Rx), (1, Dir::Tx)] {
             if !self.kernel_counts[d] {
                 continue;
@@ -776,6 +806,19 @@ impl Session {
             }
             let src = self.kstats.as_ref().and_then(|k| k.source()).map_or("kernel", |k| k.as_str());
             let what = dir.as_str().to_uppercase();
+            if dir == Dir::Tx && self.windows.is_some() && self.tier0.window_only(Dir::Tx) {
+                // The interface's totals from here, split by the TX program the windows run
+                // anyway; its flows stay window-sampled, scaled by the split.
+                let program = self.tier0.read_queues()?;
+                self.tx_split = Some(txsplit::TxSplit::new(cur_q, &program, (link.1.packets[1], link.1.bytes[1]), self.iface.tx_queues));
+                self.kernel_counts[d] = false;
+                self.counter_notes.push(format!(
+                    "interval {}: the driver's per-queue TX counters ({src}) counted {by_queues} packets where the interface counted {by_link}; \
+                     from the next interval on, {TX_SPLIT_WORDS}",
+                    self.index
+                ));
+                continue;
+            }
             if !self.tier0.counts(dir) {
                 // No program for this direction (no flows asked for): nothing to switch to.
                 self.counter_notes.push(format!(
@@ -807,6 +850,38 @@ impl Session {
             ));
         }
         Ok(())
+    }
+
+    /// After an interval (`interval`; `cumulative`, every queue since the start): whether the
+    /// device is idle, windows opened at once for what needs timing or splitting, and the
+    /// first window's learning ended early on an idle device.
+    fn plan_windows(&mut self, interval: &[QueueCounters], cumulative: &[QueueCounters]) -> Result<()> {
+        let Some(w) = self.windows.as_mut() else { return Ok(()) };
+        let at = Instant::now().saturating_duration_since(self.started);
+        let unsplit = self.tx_split.as_ref().map_or(0, txsplit::TxSplit::unsplit);
+        w.device_idle = interval.iter().map(|q| q.packets).sum::<u64>() + unsplit < IDLE_BELOW_PACKETS;
+        w.time_untimed_queues(interval, cumulative, at);
+        if self.tx_split.is_some() {
+            if unsplit < OPEN_FOR_PACKETS {
+                w.opened_for_split = 0;
+            } else if w.opened_for_split < OPENED_FOR_SPLIT && w.schedule.open_at(at) {
+                w.opened_for_split += 1;
+                w.opened += 1;
+            }
+        }
+        // The programs that learn which queue a NAPI instance serves have nothing to learn from
+        // an idle device, and would bill the host's other devices until the first window
+        // ends: they wait for the device to carry traffic.
+        if !(w.learning && w.device_idle && w.phase == windows::Phase::Off) {
+            return Ok(());
+        }
+        w.learning = false;
+        let learned = w.opened_at.take();
+        self.tier0.set_window_hooks(false)?;
+        match learned {
+            Some(from) => self.flow_window_ended((from, at)),
+            None => Ok(()),
+        }
     }
 
     /// Why the session ended early, if the interface or its namespace went away.
@@ -888,16 +963,19 @@ impl Session {
             }
         }
         let mut cur_q = self.tier0.read_queues()?;
-        let mut link = None;
+        // The interface's totals just before and just after, to check the driver's counts
+        // against (the counts were taken somewhere between the two) and to split TX by.
+        let check = self.kstats.is_some() && self.kernel_counts.iter().any(|&c| c);
+        let before = if check { self.watch.as_mut().and_then(|w| w.link_totals()) } else { None };
         if let Some(k) = self.kstats.as_mut() {
-            // The interface's totals just before and just after, to check the driver's counts
-            // against: the counts were taken somewhere between the two.
-            let check = self.kernel_counts.iter().any(|&c| c);
-            let before = if check { self.watch.as_mut().and_then(|w| w.link_packets()) } else { None };
             overlay_kernel_counts(&mut cur_q, &k.queues(), self.kernel_counts);
-            let after = if check { self.watch.as_mut().and_then(|w| w.link_packets()) } else { None };
-            link = before.zip(after);
         }
+        let after = if check || self.tx_split.is_some() { self.watch.as_mut().and_then(|w| w.link_totals()) } else { None };
+        if let (Some(s), Some(a)) = (self.tx_split.as_mut(), after) {
+            let split = s.interval(&cur_q, (a.packets[1], a.bytes[1]));
+            overlay_kernel_counts(&mut cur_q, &split, [false, true]);
+        }
+        let link = before.zip(after);
         // The window under way when the run ends is a window too.
         if finishing {
             let now = Instant::now().saturating_duration_since(self.started);
@@ -939,8 +1017,16 @@ impl Session {
         let mut cur_q = combine(cur_q, &cur_s);
         snap.queues = interval_queues(&cur_q, &self.prev_q);
         // Not on the last snapshot: a window opened then would never run.
-        if let Some(w) = self.windows.as_mut().filter(|_| !finishing) {
-            w.time_untimed_queues(&snap.queues, &cur_q, Instant::now().saturating_duration_since(self.started));
+        if !finishing {
+            self.plan_windows(&snap.queues, &cur_q)?;
+        }
+        if finishing {
+            if let Some(n) = self.tx_split.as_ref().map(txsplit::TxSplit::unsplit).filter(|&n| n > 0) {
+                self.counter_notes.push(format!(
+                    "interval {}: {n} TX packets the interface counted at the end were in no window's split: they are in no TX queue",
+                    self.index
+                ));
+            }
         }
         if let Some(n) = self.napi_windows.as_mut() {
             n.estimate(&mut snap.queues);
@@ -1010,6 +1096,11 @@ impl Session {
         Ok((snap, finishing))
     }
 }
+
+/// How the recording's notes say TX is counted once the interface's totals are split.
+const TX_SPLIT_WORDS: &str = "TX totals come from the interface's own counters (exact), split across its queues by what the \
+     net_dev_start_xmit program counted in the detail windows (estimated): that hook fires for every device on the host, \
+     so it runs in the windows alone";
 
 /// Fewer packets than this on the interface say nothing about whether the driver's per-queue
 /// counters count them all (reads a moment apart already differ by a few).
@@ -1100,6 +1191,10 @@ struct WindowDriver {
     pub opened: u64,
     /// The drain under way.
     drain: Option<Drain>,
+    /// The device carried fewer than `IDLE_BELOW_PACKETS` in the last interval.
+    device_idle: bool,
+    /// Windows opened at once for TX the interface counted that no window has split yet.
+    opened_for_split: u32,
 }
 
 /// A drain under way, as last looked at.
@@ -1137,6 +1232,14 @@ const OPENED_PER_QUEUE: u32 = 2;
 /// a control connection are not traffic worth timing.
 const OPEN_FOR_PACKETS: u64 = 100;
 
+/// Below this many packets in an interval (both directions) the device is idle, and the
+/// drawn windows are let pass (a busy neighbour would pay for them alone).
+const IDLE_BELOW_PACKETS: u64 = 10;
+
+/// Windows opened at once for TX that no window split yet, until one did: a path the TX
+/// program cannot see asks this often and stops.
+const OPENED_FOR_SPLIT: u32 = 2;
+
 impl WindowDriver {
     fn new(cycle: Duration, duty: u32, sampled: bool) -> Option<WindowDriver> {
         let schedule = windows::Schedule::new(cycle, duty, sampled, fastrand::f64 as fn() -> f64)?;
@@ -1155,6 +1258,8 @@ impl WindowDriver {
             opened_for: std::collections::HashMap::new(),
             opened: 0,
             drain: None,
+            device_idle: false,
+            opened_for_split: 0,
         })
     }
 
@@ -1259,6 +1364,11 @@ impl WindowDriver {
         let mut phase = self.schedule.phase_at(at);
         if phase == Phase::Off && self.phase == Phase::Drain && self.drain_goes_on(detail, at) {
             phase = Phase::Drain;
+        }
+        // A device that carried next to nothing has nothing to time, and the detail hooks
+        // would bill only the host's other devices: its drawn windows are let pass.
+        if self.phase == Phase::Off && phase != Phase::Off && self.device_idle && !self.learning {
+            phase = Phase::Off;
         }
         if phase == self.phase {
             return Ok(None);

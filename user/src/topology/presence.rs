@@ -39,12 +39,19 @@ fn getlink_body(ifindex: u32) -> [u8; IFINFOMSG] {
     m
 }
 
-/// The link's packet totals [RX, TX] in an RTM_NEWLINK answer (struct rtnl_link_stats64 opens
-/// with rx_packets, tx_packets).
-fn link_packets(body: &[u8]) -> Option<[u64; 2]> {
+/// An interface's own cumulative totals, [RX, TX] each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LinkTotals {
+    pub packets: [u64; 2],
+    pub bytes: [u64; 2],
+}
+
+/// The link's totals in an RTM_NEWLINK answer (struct rtnl_link_stats64 opens with
+/// rx_packets, tx_packets, rx_bytes, tx_bytes).
+fn link_totals(body: &[u8]) -> Option<LinkTotals> {
     let (_, v) = attrs(body.get(IFINFOMSG..)?).into_iter().find(|(k, _)| *k == IFLA_STATS64)?;
     let word = |i: usize| v.get(i * 8..i * 8 + 8).and_then(|b| b.try_into().ok()).map(u64::from_ne_bytes);
-    Some([word(0)?, word(1)?])
+    Some(LinkTotals { packets: [word(0)?, word(1)?], bytes: [word(2)?, word(3)?] })
 }
 
 /// The link's name in an RTM_NEWLINK answer (its body after the netlink header).
@@ -64,8 +71,13 @@ impl DeviceWatch {
 
     /// The interface's own packet totals [RX, TX] now (None: it could not be asked).
     pub fn link_packets(&mut self) -> Option<[u64; 2]> {
+        self.link_totals().map(|t| t.packets)
+    }
+
+    /// The interface's own packet and byte totals now (None: it could not be asked).
+    pub fn link_totals(&mut self) -> Option<LinkTotals> {
         let msgs = self.nl.request(RTM_GETLINK, 0, &getlink_body(self.ifindex)).ok()?;
-        msgs.first().and_then(|m| link_packets(m))
+        msgs.first().and_then(|m| link_totals(m))
     }
 
     /// Is the interface still there? An error only when the kernel could not be asked.
@@ -103,11 +115,12 @@ mod tests {
         body.extend(attr(IFLA_IFNAME, b"ddrcv\0"));
         assert_eq!(link_name_of(&body), Some("ddrcv".into()));
         assert_eq!(link_name_of(&body[..4]), None);
-        assert_eq!(link_packets(&body), None);
+        assert_eq!(link_totals(&body), None);
         let mut stats = [0u8; 24 * 8];
-        stats[..8].copy_from_slice(&11u64.to_ne_bytes());
-        stats[8..16].copy_from_slice(&22u64.to_ne_bytes());
+        for (i, v) in [11u64, 22, 1100, 2200].into_iter().enumerate() {
+            stats[i * 8..i * 8 + 8].copy_from_slice(&v.to_ne_bytes());
+        }
         body.extend(attr(IFLA_STATS64, &stats));
-        assert_eq!(link_packets(&body), Some([11, 22]));
+        assert_eq!(link_totals(&body), Some(LinkTotals { packets: [11, 22], bytes: [1100, 2200] }));
     }
 }

@@ -1,0 +1,179 @@
+//! TX counts of a device whose driver keeps no per-queue TX counters that see every path
+//! (tun, a veth whose frames skip its peer's NAPI, many virtual and some NIC drivers): the
+//! interface's own TX totals, exact, split across its queues by the shares a TX program
+//! counted in the detail windows, estimated.
+//!
+//! The queue a packet leaves by is chosen only just before the driver's xmit, and the one
+//! hook that sees it there (`net_dev_start_xmit`) fires for every device on the host: run all
+//! the time it bills every neighbour's packets (a container node's pods). In the windows alone
+//! it costs them 1/duty of that, and the interface's counters, read once an interval, keep the
+//! totals exact. Each interval's totals are split by the latest window that saw TX, by the
+//! largest remainder, so the queues add up to the interface's totals at every interval.
+use std::collections::BTreeMap;
+
+use crate::probe::kstats::QueueStat;
+use crate::snapshot::{Dir, QueueCounters};
+
+/// The split so far: what the TX program counted per queue, what the interface counted, and
+/// what each queue was given.
+#[derive(Debug, Clone)]
+pub struct TxSplit {
+    /// The program's cumulative (packets, bytes) per queue at the last interval.
+    program: BTreeMap<u32, (u64, u64)>,
+    /// The latest window's packets and bytes per queue: the shares the next totals go by.
+    shares: BTreeMap<u32, (u64, u64)>,
+    /// The interface's cumulative TX (packets, bytes) at the last interval.
+    link: (u64, u64),
+    /// The interface's TX since the last split that no window has shares for yet.
+    pending: (u64, u64),
+    /// Each queue's cumulative (packets, bytes) as given out.
+    given: BTreeMap<u32, (u64, u64)>,
+    /// Only one TX queue: the totals are its own, exactly.
+    single: bool,
+}
+
+impl TxSplit {
+    /// From now on: the queues' counts so far (`so_far`, cumulative, as the recording has them),
+    /// the program's and the interface's cumulative counts now.
+    pub fn new(so_far: &[QueueCounters], program: &[QueueCounters], link: (u64, u64), tx_queues: u32) -> TxSplit {
+        let tx = |q: &[QueueCounters]| -> BTreeMap<u32, (u64, u64)> {
+            q.iter().filter(|c| c.dir == Dir::Tx).map(|c| (c.queue, (c.packets, c.bytes))).collect()
+        };
+        TxSplit {
+            program: tx(program),
+            shares: BTreeMap::new(),
+            link,
+            pending: (0, 0),
+            given: tx(so_far),
+            single: tx_queues <= 1,
+        }
+    }
+
+    /// Whether the split is exact (one TX queue) rather than estimated.
+    pub fn exact(&self) -> bool {
+        self.single
+    }
+
+    /// TX the interface counted that no window has split yet (packets).
+    pub fn unsplit(&self) -> u64 {
+        self.pending.0
+    }
+
+    /// One interval: the program's cumulative TX counts (they move only in windows) and the
+    /// interface's cumulative TX totals; out, every queue's cumulative TX counts.
+    pub fn interval(&mut self, program: &[QueueCounters], link: (u64, u64)) -> Vec<QueueStat> {
+        let mut window = BTreeMap::new();
+        for c in program.iter().filter(|c| c.dir == Dir::Tx) {
+            let (p0, b0) = self.program.get(&c.queue).copied().unwrap_or((0, 0));
+            let d = (c.packets.saturating_sub(p0), c.bytes.saturating_sub(b0));
+            if d.0 > 0 {
+                window.insert(c.queue, d);
+            }
+            self.program.insert(c.queue, (c.packets, c.bytes));
+        }
+        if !window.is_empty() {
+            self.shares = window;
+        }
+        self.pending.0 += link.0.saturating_sub(self.link.0);
+        self.pending.1 += link.1.saturating_sub(self.link.1);
+        self.link = (self.link.0.max(link.0), self.link.1.max(link.1));
+        if self.single {
+            self.shares = BTreeMap::from([(0, (1, 1))]);
+        }
+        if !self.shares.is_empty() && self.pending != (0, 0) {
+            let weights: Vec<(u32, (u64, u64))> = self.shares.iter().map(|(&q, &w)| (q, w)).collect();
+            let packets = largest_remainder(self.pending.0, &weights.iter().map(|(_, w)| w.0).collect::<Vec<_>>());
+            // A queue's bytes go by its bytes in the window (packet sizes differ by queue).
+            let bytes = largest_remainder(self.pending.1, &weights.iter().map(|(_, w)| w.1).collect::<Vec<_>>());
+            for (((q, _), p), b) in weights.iter().zip(packets).zip(bytes) {
+                let g = self.given.entry(*q).or_insert((0, 0));
+                g.0 += p;
+                g.1 += b;
+            }
+            self.pending = (0, 0);
+        }
+        self.given
+            .iter()
+            .map(|(&queue, &(p, b))| QueueStat { dir: Dir::Tx, queue, packets: Some(p), bytes: Some(b), hw_drops: None, alloc_fail: None })
+            .collect()
+    }
+}
+
+/// `total` split in proportion to `weights`, whole numbers that add up to it exactly (the
+/// largest remainders round up; ties to the lower index).
+fn largest_remainder(total: u64, weights: &[u64]) -> Vec<u64> {
+    let sum: u128 = weights.iter().map(|&w| u128::from(w)).sum();
+    if sum == 0 {
+        return vec![0; weights.len()];
+    }
+    let exact: Vec<(u64, u128)> = weights
+        .iter()
+        .map(|&w| {
+            let x = u128::from(total) * u128::from(w);
+            ((x / sum) as u64, x % sum)
+        })
+        .collect();
+    let mut out: Vec<u64> = exact.iter().map(|e| e.0).collect();
+    let short = total - out.iter().sum::<u64>();
+    let mut order: Vec<usize> = (0..weights.len()).collect();
+    order.sort_by(|&a, &b| exact[b].1.cmp(&exact[a].1).then(a.cmp(&b)));
+    for &i in order.iter().take(short as usize) {
+        out[i] += 1;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tx(q: u32, packets: u64, bytes: u64) -> QueueCounters {
+        QueueCounters { packets, bytes, ..QueueCounters::new(Dir::Tx, q) }
+    }
+
+    fn counts(v: &[QueueStat]) -> Vec<(u32, u64, u64)> {
+        v.iter().map(|q| (q.queue, q.packets.unwrap_or(0), q.bytes.unwrap_or(0))).collect()
+    }
+
+    #[test]
+    fn largest_remainders_add_up_to_the_total() {
+        assert_eq!(largest_remainder(10, &[1, 1, 1]), vec![4, 3, 3]);
+        assert_eq!(largest_remainder(7, &[0, 5, 0]), vec![0, 7, 0]);
+        assert_eq!(largest_remainder(5, &[0, 0]), vec![0, 0]);
+        assert_eq!(largest_remainder(u64::MAX, &[u64::MAX, u64::MAX]).iter().map(|&x| u128::from(x)).sum::<u128>(), u128::from(u64::MAX));
+    }
+
+    /// Totals are the interface's at every interval; the split follows the latest window, and
+    /// what came before any window waits for one rather than going to a queue by guess.
+    #[test]
+    fn totals_stay_the_interfaces_and_the_split_follows_the_latest_window() {
+        let mut s = TxSplit::new(&[], &[], (1000, 100_000), 4);
+        // No window yet: nothing split, nothing lost.
+        assert!(s.interval(&[], (1400, 140_000)).is_empty());
+        assert_eq!(s.unsplit(), 400);
+        // A window saw queues 1 and 3 at 1:3 in packets, 1:1 in bytes.
+        let v = s.interval(&[tx(1, 10, 5000), tx(3, 30, 5000)], (1800, 180_000));
+        assert_eq!(counts(&v), vec![(1, 200, 40_000), (3, 600, 40_000)]);
+        assert_eq!(s.unsplit(), 0);
+        // Between windows the program stands still: the last shares hold.
+        let v = s.interval(&[tx(1, 10, 5000), tx(3, 30, 5000)], (2200, 220_000));
+        assert_eq!(counts(&v), vec![(1, 300, 60_000), (3, 900, 60_000)]);
+        // The next window moved everything to queue 0.
+        let v = s.interval(&[tx(0, 50, 6000), tx(1, 10, 5000), tx(3, 30, 5000)], (2300, 230_000));
+        assert_eq!(counts(&v), vec![(0, 100, 10_000), (1, 300, 60_000), (3, 900, 60_000)]);
+        let total: u64 = v.iter().map(|q| q.packets.unwrap_or(0)).sum();
+        assert_eq!(total, 2300 - 1000);
+    }
+
+    /// Taken over mid-run, the split goes on from the counts the recording already has; one
+    /// TX queue is exact without a window.
+    #[test]
+    fn a_split_continues_the_counts_so_far_and_one_queue_is_exact() {
+        let mut s = TxSplit::new(&[tx(0, 70, 7000), tx(1, 30, 3000)], &[tx(0, 5, 500)], (100, 10_000), 2);
+        let v = s.interval(&[tx(0, 5, 500), tx(1, 5, 500)], (200, 20_000));
+        assert_eq!(counts(&v), vec![(0, 70, 7000), (1, 130, 13_000)]);
+        let mut one = TxSplit::new(&[], &[], (0, 0), 1);
+        assert!(one.exact());
+        assert_eq!(counts(&one.interval(&[], (9, 900))), vec![(0, 9, 900)]);
+    }
+}
