@@ -440,7 +440,7 @@ fn tiers(rec: &Recording, totals: &[QueueCounters], flows: &[crate::snapshot::Fl
         samples: None,
         text: match m.rx_counts {
             Some(src) => format!(
-                "exact: every packet, counted by tier 0; RX at {}{}{}",
+                "exact: every packet, counted by tier 0; RX at {}{}{}{}",
                 match src {
                     crate::probe::qcount::RxSource::Tcx => "tcx ingress, after GRO",
                     crate::probe::qcount::RxSource::Handup => "the driver hand-up tracepoints",
@@ -456,9 +456,13 @@ fn tiers(rec: &Recording, totals: &[QueueCounters], flows: &[crate::snapshot::Fl
                     Some("qstats") => "; TX from the driver's qstats",
                     Some("ethtool") => "; TX from the driver's ethtool -S counters",
                     Some("veth_peer") => "; TX from the veth peer's per-queue RX counters (ethtool -S), which the kernel counts it by",
+                    Some("qdisc") => "; TX from the qdisc of each TX queue (under the device's mq root)",
+                    Some("link") => "; TX from the interface's own counters (one TX queue)",
+                    Some("link_split") => "; TX totals from the interface's own counters, split across queues by the detail windows (per-queue TX estimated)",
                     Some(_) => "; TX at net_dev_start_xmit",
                     None => "",
-                }
+                },
+                host_wide_words(m.hook_plan.as_deref()),
             ),
             None => "exact: every packet, counted by the detail hooks, always on".into(),
         },
@@ -831,6 +835,28 @@ pub fn build(rec: &Recording) -> Result<Summary> {
         l3miss,
         totals,
     })
+}
+
+/// Which hooks saw every device's packets on the host, and when: what the recording cost the
+/// host's other devices ("" for recordings from before the plan was kept).
+fn host_wide_words(plan: Option<&[crate::probe::HookPlan]>) -> String {
+    use crate::probe::{Scope, When};
+    let Some(plan) = plan else { return String::new() };
+    let named = |when: When| {
+        let mut v: Vec<&str> = plan.iter().filter(|h| h.scope == Scope::Host && h.when == when).map(|h| h.hook.as_str()).collect();
+        v.sort_unstable();
+        v.dedup();
+        v.join(", ")
+    };
+    let (always, windows) = (named(When::Always), named(When::Windows));
+    let mut out = String::new();
+    if !always.is_empty() {
+        out += &format!("; host-wide hooks all the time: {always}");
+    }
+    if !windows.is_empty() {
+        out += &format!("; host-wide hooks in the detail windows only: {windows}");
+    }
+    out
 }
 
 #[cfg(test)]

@@ -162,6 +162,10 @@ pub struct KernelStats {
     ifindex: u32,
     /// The source the first answer came from: a driver keeps one set of counters for good.
     source: Option<KernelSource>,
+    /// A route socket in the device's namespace, for its qdiscs.
+    route: Option<Netlink>,
+    /// TX per queue from the qdiscs under an mq root, where the source above has no TX.
+    qdisc_tx: bool,
 }
 
 impl KernelStats {
@@ -174,7 +178,8 @@ impl KernelStats {
         let owned = name.to_string();
         // The ioctl socket keeps the namespace it was made in.
         let ethtool = crate::probe::qcount::in_netns(netns, move || Ok(crate::topology::ethtool::DriverStats::open(&owned)))?;
-        if netdev.is_none() && ethtool.is_none() {
+        let route = Netlink::open(libc::NETLINK_ROUTE, netns).ok();
+        if netdev.is_none() && ethtool.is_none() && route.is_none() {
             return Ok(None);
         }
         let peer = match driver {
@@ -186,7 +191,7 @@ impl KernelStats {
             }),
             _ => None,
         };
-        let mut k = KernelStats { netdev, ethtool, peer, ifindex, source: None };
+        let mut k = KernelStats { netdev, ethtool, peer, ifindex, source: None, route, qdisc_tx: false };
         let q = k.qstats();
         k.source = if !q.is_empty() {
             Some(KernelSource::Qstats)
@@ -195,6 +200,10 @@ impl KernelStats {
         } else {
             None
         };
+        // A device whose driver names no TX queue counts may still have a qdisc per TX queue.
+        if !covers(&k.queues(), Dir::Tx) {
+            k.qdisc_tx = !k.qdisc_queues().is_empty();
+        }
         Ok(Some(k))
     }
 
@@ -205,6 +214,9 @@ impl KernelStats {
 
     /// Where the TX queue counts come from, in the recording's words.
     pub fn tx_source(&self) -> Option<&'static str> {
+        if self.qdisc_tx {
+            return Some("qdisc");
+        }
         match self.source? {
             KernelSource::Ethtool if self.peer.is_some() => Some("veth_peer"),
             s => Some(s.as_str()),
@@ -225,9 +237,27 @@ impl KernelStats {
         self.dump(CMD_QSTATS_GET, &a).map(|m| parse_qstats(&m, ifindex)).unwrap_or_default()
     }
 
-    /// The driver's per-queue counters (empty: the driver keeps none, or could not be asked
-    /// this time).
+    /// The TX queues' qdisc counts (empty: no mq root, or the kernel could not be asked).
+    fn qdisc_queues(&mut self) -> Vec<QueueStat> {
+        let ifindex = self.ifindex;
+        let Some(nl) = self.route.as_mut() else { return Vec::new() };
+        nl.request(crate::topology::qdisc::RTM_GETQDISC, NLM_F_DUMP, &crate::topology::qdisc::dump_body(ifindex))
+            .map(|m| crate::topology::qdisc::tx_queues(&m, ifindex))
+            .unwrap_or_default()
+    }
+
+    /// The driver's per-queue counters, and the TX qdiscs' where they stand in for the
+    /// driver's (empty: none, or they could not be asked this time).
     pub fn queues(&mut self) -> Vec<QueueStat> {
+        let mut q = self.driver_queues();
+        if self.qdisc_tx {
+            q.retain(|q| q.dir != Dir::Tx);
+            q.extend(self.qdisc_queues());
+        }
+        q
+    }
+
+    fn driver_queues(&mut self) -> Vec<QueueStat> {
         match self.source {
             Some(KernelSource::Qstats) => self.qstats(),
             Some(KernelSource::Ethtool) => {

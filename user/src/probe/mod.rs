@@ -198,6 +198,48 @@ pub(crate) fn loaded_prog_id(p: &libbpf_rs::Program<'_>) -> Option<u32> {
     (r == 0).then_some(info.id)
 }
 
+/// Whether a hook sees one device's packets or every device's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    /// Attached to the device (tcx): runs for its packets alone.
+    Device,
+    /// A tracepoint: runs for every device's packets on the host, and returns early for
+    /// the others'.
+    Host,
+}
+
+/// When an attached program runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum When {
+    /// For the whole recording.
+    Always,
+    /// Inside the detail windows only (1/duty of the time, and only while the device carries
+    /// traffic).
+    Windows,
+}
+
+/// One attached hook: what it is, whose packets it sees and when it runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct HookPlan {
+    /// The tracepoint, or `tcx_ingress`.
+    pub hook: String,
+    pub scope: Scope,
+    pub when: When,
+}
+
+impl HookPlan {
+    /// From a program's section (`tp_btf/<tp>`, `raw_tp/<tp>`, `tcx/ingress`).
+    pub fn of_section(section: &str, when: When) -> HookPlan {
+        match section.split_once('/') {
+            Some(("tcx", dir)) => HookPlan { hook: format!("tcx_{dir}"), scope: Scope::Device, when },
+            Some((_, tp)) => HookPlan { hook: tp.to_string(), scope: Scope::Host, when },
+            None => HookPlan { hook: section.to_string(), scope: Scope::Host, when },
+        }
+    }
+}
+
 /// One loaded tracepoint program, as `record --json-progress` and
 /// `bench-floor` report it.
 #[derive(Debug, Clone, Serialize)]

@@ -264,6 +264,8 @@ struct WindowHook {
 pub struct QcountProbe {
     skel: QcountSkel<'static>,
     links: Vec<Link>,
+    /// The sections of `links`, in order: the programs that run all the time.
+    always: Vec<String>,
     window_hooks: Vec<WindowHook>,
     /// [RX, TX]: a program counts the direction (always or in windows).
     counting: [bool; 2],
@@ -373,6 +375,7 @@ impl QcountProbe {
             // (tens of ms), so it comes on before the others and goes after them.
             window_hooks.sort_by_key(|h| h.section != "tcx/ingress");
         }
+        let always = links.iter().map(|(s, _)| s.clone()).collect();
         let links = links.into_iter().map(|(_, l)| l).collect();
         let attached = |tp: &str| hooks.iter().any(|h| h.hook == tp && h.error.is_none());
         if cfg.count_tx && !attached("net_dev_start_xmit") {
@@ -391,6 +394,7 @@ impl QcountProbe {
             flow_cache,
             skel,
             links,
+            always,
             window_hooks,
             counting: [cfg.count_rx, cfg.count_tx],
             ifindex: cfg.ifindex,
@@ -457,6 +461,7 @@ impl QcountProbe {
                 None => self.attach_section(&h.section)?,
             };
             self.links.push(link);
+            self.always.push(h.section.clone());
         }
         self.window_hooks = keep;
         Ok(())
@@ -601,6 +606,16 @@ impl QcountProbe {
             .filter(|p| p.autoload())
             .filter_map(|p| super::AttachedProg::of(&p))
             .filter(|a| attached(&a.tracepoint))
+            .collect()
+    }
+
+    /// Each attached program's hook and when it runs.
+    pub fn plan(&self) -> Vec<super::HookPlan> {
+        let of = |section: &str, when| super::HookPlan::of_section(section, when);
+        self.always
+            .iter()
+            .map(|s| of(s, super::When::Always))
+            .chain(self.window_hooks.iter().map(|h| of(&h.section, super::When::Windows)))
             .collect()
     }
 

@@ -88,6 +88,10 @@ pub struct RecordingMeta {
     /// Tier 0's hooks and how each attached.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tier0_hooks: Option<Vec<crate::probe::qcount::Tier0Hook>>,
+    /// Every packet hook at the end of the recording: whose packets it sees (the device's, or
+    /// every device's on the host) and when it ran (None: recordings from before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook_plan: Option<Vec<crate::probe::HookPlan>>,
     /// Flows sample an skb of d bytes with probability min(1, d / this) (1: exact; None:
     /// before sampled flows, exact).
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -201,6 +201,7 @@ fn session_meta(live: &Session) -> Result<RecordingMeta> {
         rx_counts: Some(live.count_sources().0),
         tx_counts: Some(live.count_sources().1.to_string()),
         tier0_hooks: Some(live.tier0.hooks.clone()),
+        hook_plan: Some(live.hook_plan()),
         flow_sample_bytes: Some(live.flow_sample),
         flow_window_sample_bytes: live.flow_windows().map(|_| live.window_flow_sample),
         napi_counts: Some(if live.napi_windowed() { "windows" } else { "exact" }.to_string()),
@@ -340,9 +341,20 @@ impl Progress {
         let attached = detail_hooks + live.tier0.hooks.iter().filter(|h| h.error.is_none()).count();
         let iface = &live.iface;
         if self.json {
-            let mut progs = live.tier0.attached_progs();
+            // Each program with whose packets it sees and when it runs.
+            let label = |p: &crate::probe::AttachedProg, plan: &[crate::probe::HookPlan]| {
+                let mut v = serde_json::to_value(p).unwrap_or_default();
+                if let Some(h) = plan.iter().find(|h| h.hook == p.tracepoint) {
+                    v["scope"] = serde_json::to_value(h.scope).unwrap_or_default();
+                    v["when"] = serde_json::to_value(h.when).unwrap_or_default();
+                }
+                v
+            };
+            let tier0 = live.tier0.plan();
+            let detail = live.detail_plan();
+            let mut progs: Vec<serde_json::Value> = live.tier0.attached_progs().iter().map(|p| label(p, &tier0)).collect();
             if let Some(d) = &live.detail {
-                progs.extend(d.hook_progs());
+                progs.extend(d.hook_progs().iter().map(|p| label(p, &detail)));
             }
             progress_line(serde_json::json!({"event": "attached", "iface": iface.name, "ifindex": iface.ifindex,
                 "hooks": attached, "output": args.output.display().to_string(), "prog_ids": live.prog_ids(),

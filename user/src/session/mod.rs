@@ -348,8 +348,16 @@ pub struct Session {
     /// TX from the interface's totals, split across queues by the windows' TX program (the
     /// driver's counters do not count every TX path, and detail runs in windows).
     tx_split: Option<txsplit::TxSplit>,
-    /// Busy intervals in a row whose driver counts missed the interface's [RX, TX].
+    /// Spans in a row whose driver counts missed the interface's [RX, TX].
     kernel_misses: [u32; 2],
+    /// [RX, TX]: the span being checked: the interface's totals (before, after) at its start,
+    /// and what the driver's counters counted in it so far.
+    check_spans: [Option<(u64, u64, u64)>; 2],
+    /// The interface's totals when the recording began (after the baseline read).
+    start_link: Option<LinkTotals>,
+    /// [RX, TX]: packets and bytes the driver's counters missed before a program took over
+    /// counting, for the next interval's queues.
+    missed: [Option<(u64, u64)>; 2],
     /// Whether the interface is still there, asked every interval.
     watch: Option<topology::presence::DeviceWatch>,
     /// The recorded namespace, held open while the programs run: they know it by the address
@@ -638,6 +646,9 @@ impl Session {
             prev_link: None,
             tx_split: None,
             kernel_misses: [0; 2],
+            check_spans: [None; 2],
+            start_link: None,
+            missed: [None; 2],
             watch,
             _netns_held: netns_held,
             gone: None,
@@ -669,6 +680,7 @@ impl Session {
         }
         let after = live.watch.as_mut().and_then(|w| w.link_totals());
         live.prev_link = before.zip(after);
+        live.start_link = after;
         if split_tx {
             let link = after.unwrap_or_default();
             live.tx_split = Some(txsplit::TxSplit::new(&live.prev_q, &live.prev_q, (link.packets[1], link.bytes[1]), live.iface.tx_queues));
@@ -688,6 +700,26 @@ impl Session {
 
     pub fn interval_ms(&self) -> u64 {
         self.interval.as_millis() as u64
+    }
+
+    /// Every hook this session attached (the packet hooks: the L3-miss sampler's program runs
+    /// per sample), whose packets it sees and when it runs.
+    pub fn hook_plan(&self) -> Vec<crate::probe::HookPlan> {
+        let mut plan = self.tier0.plan();
+        plan.extend(self.detail_plan());
+        plan
+    }
+
+    /// The detail hooks attached, and when they run.
+    pub fn detail_plan(&self) -> Vec<crate::probe::HookPlan> {
+        use crate::probe::{HookPlan, When};
+        let when = if self.windows.is_some() { When::Windows } else { When::Always };
+        let hooks = self.detail.as_ref().map(|d| d.hooks.as_slice()).unwrap_or_default();
+        hooks
+            .iter()
+            .filter(|h| h.error.is_none() && h.flavor.is_some())
+            .map(|h| HookPlan::of_section(&format!("tp/{}", h.tracepoint), when))
+            .collect()
     }
 
     /// Every BPF program this session loaded (for leak checks and bpf_stats).
@@ -787,20 +819,32 @@ impl Session {
     fn check_kernel_counts(&mut self, link: Option<(LinkTotals, LinkTotals)>, cur_q: &mut [QueueCounters], interval: &[QueueCounters]) -> Result<()> {
         let Some(link) = link else { return Ok(()) };
         let Some(prev) = self.prev_link.replace(link) else { return Ok(()) };
-        let (before, after, prev_before, prev_after) = (link.0.packets, link.1.packets, prev.0.packets, prev.1.packets);
+        let (before, after) = (link.0.packets, link.1.packets);
         for (d, dir) in [(0, Dir::Rx), (1, Dir::Tx)] {
             if !self.kernel_counts[d] {
                 continue;
             }
-            let by_link = after[d].saturating_sub(prev_after[d]);
-            let by_queues: u64 = interval.iter().filter(|q| q.dir == dir).map(|q| q.packets).sum();
-            // Only a miss that lasts two intervals in a row counts, so only a path the
-            // counters miss shows.
-            if driver_counts_fit(by_queues, (before[d], after[d]), (prev_before[d], prev_after[d])) {
+            // A span is judged once the interface carried enough to judge by, however many
+            // intervals that takes: a direction that carries a few hundred packets an interval
+            // (a receiver's ACKs) is judged too.
+            let (span_before, span_after, counted) =
+                self.check_spans[d].unwrap_or((prev.0.packets[d], prev.1.packets[d], 0));
+            let by_queues = counted + interval.iter().filter(|q| q.dir == dir).map(|q| q.packets).sum::<u64>();
+            if before[d].saturating_sub(span_after) < MIN_CHECKED_PACKETS {
+                self.check_spans[d] = Some((span_before, span_after, by_queues));
+                continue;
+            }
+            self.check_spans[d] = Some((before[d], after[d], 0));
+            let by_link = after[d].saturating_sub(span_after);
+            // Only a miss that lasts two spans in a row counts, so only a path the counters
+            // miss shows.
+            if driver_counts_fit(by_queues, (before[d], after[d]), (span_before, span_after)) {
                 self.kernel_misses[d] = 0;
                 continue;
             }
-            self.kernel_misses[d] += 1;
+            // Counters that stood still while the interface carried a span's packets are no
+            // timing artefact: one such span is enough.
+            self.kernel_misses[d] += if by_queues == 0 { 2 } else { 1 };
             if self.kernel_misses[d] < 2 {
                 continue;
             }
@@ -810,12 +854,22 @@ impl Session {
                 // The interface's totals from here, split by the TX program the windows run
                 // anyway; its flows stay window-sampled, scaled by the split.
                 let program = self.tier0.read_queues()?;
-                self.tx_split = Some(txsplit::TxSplit::new(cur_q, &program, (link.1.packets[1], link.1.bytes[1]), self.iface.tx_queues));
+                // What the counters missed since the recording began goes to the queues with
+                // the first split, so the recording's TX adds up to the interface's.
+                let so_far = cur_q.iter().filter(|q| q.dir == Dir::Tx).fold((0, 0), |a, q| (a.0 + q.packets, a.1 + q.bytes));
+                let start = self.start_link.unwrap_or_default();
+                let missed = (
+                    link.1.packets[1].saturating_sub(start.packets[1]).saturating_sub(so_far.0),
+                    link.1.bytes[1].saturating_sub(start.bytes[1]).saturating_sub(so_far.1),
+                );
+                let mut split = txsplit::TxSplit::new(cur_q, &program, (link.1.packets[1], link.1.bytes[1]), self.iface.tx_queues);
+                split.add_unsplit(missed);
+                self.tx_split = Some(split);
                 self.kernel_counts[d] = false;
                 self.counter_notes.push(format!(
                     "interval {}: the driver's per-queue TX counters ({src}) counted {by_queues} packets where the interface counted {by_link}; \
-                     from the next interval on, {TX_SPLIT_WORDS}",
-                    self.index
+                     from the next interval on, {TX_SPLIT_WORDS}; the {} packets they missed before are in the first interval split",
+                    self.index, missed.0
                 ));
                 continue;
             }
@@ -834,6 +888,14 @@ impl Session {
             if let Some(f) = self.flow_windows.as_mut() {
                 f.stop_scaling(dir);
             }
+            // What the counters missed since the recording began goes to the queues of the
+            // next interval, so the recording's totals add up to the interface's.
+            let so_far = cur_q.iter().filter(|q| q.dir == dir).fold((0, 0), |a, q| (a.0 + q.packets, a.1 + q.bytes));
+            let start = self.start_link.unwrap_or_default();
+            self.missed[d] = Some((
+                link.1.packets[d].saturating_sub(start.packets[d]).saturating_sub(so_far.0),
+                link.1.bytes[d].saturating_sub(start.bytes[d]).saturating_sub(so_far.1),
+            ));
             // From here the program's cumulative counts are the direction's: the next interval
             // is their difference from now.
             let program = self.tier0.read_queues()?;
@@ -1016,6 +1078,11 @@ impl Session {
         };
         let mut cur_q = combine(cur_q, &cur_s);
         snap.queues = interval_queues(&cur_q, &self.prev_q);
+        for (d, dir) in [(0, Dir::Rx), (1, Dir::Tx)] {
+            if let Some(m) = self.missed[d].take() {
+                self.missed[d] = add_missed(&mut snap.queues, &mut cur_q, dir, m);
+            }
+        }
         // Not on the last snapshot: a window opened then would never run.
         if !finishing {
             self.plan_windows(&snap.queues, &cur_q)?;
@@ -1119,6 +1186,27 @@ fn overlay_kernel_counts(q: &mut Vec<QueueCounters>, kernel: &[crate::probe::kst
             None => q.push(QueueCounters { packets, bytes, ..QueueCounters::new(k.dir, k.queue) }),
         }
     }
+}
+
+/// Packets and bytes counters missed, `missed`, given to the queues of `dir` that carried
+/// traffic this interval (`interval`) in proportion to it, and to their cumulative counts
+/// alike; None once given, else what is left for the next interval (none carried any).
+fn add_missed(interval: &mut [QueueCounters], cumulative: &mut [QueueCounters], dir: Dir, missed: (u64, u64)) -> Option<(u64, u64)> {
+    let busy: Vec<usize> = (0..interval.len()).filter(|&i| interval[i].dir == dir && interval[i].packets > 0).collect();
+    if busy.is_empty() {
+        return Some(missed);
+    }
+    let packets = txsplit::largest_remainder(missed.0, &busy.iter().map(|&i| interval[i].packets).collect::<Vec<_>>());
+    let bytes = txsplit::largest_remainder(missed.1, &busy.iter().map(|&i| interval[i].bytes).collect::<Vec<_>>());
+    for ((&i, p), b) in busy.iter().zip(packets).zip(bytes) {
+        interval[i].packets += p;
+        interval[i].bytes += b;
+        if let Some(c) = cumulative.iter_mut().find(|c| c.dir == dir && c.queue == interval[i].queue) {
+            c.packets += p;
+            c.bytes += b;
+        }
+    }
+    None
 }
 
 /// Each queue's cumulative counters: tier 0's counts and the detail hooks' (disjoint fields).

@@ -49,6 +49,13 @@ impl TxSplit {
         }
     }
 
+    /// TX the interface counted that no queue was given yet (packets and bytes the driver's
+    /// counters missed before the split took over): it goes with the next split.
+    pub fn add_unsplit(&mut self, (packets, bytes): (u64, u64)) {
+        self.pending.0 += packets;
+        self.pending.1 += bytes;
+    }
+
     /// Whether the split is exact (one TX queue) rather than estimated.
     pub fn exact(&self) -> bool {
         self.single
@@ -101,7 +108,7 @@ impl TxSplit {
 
 /// `total` split in proportion to `weights`, whole numbers that add up to it exactly (the
 /// largest remainders round up; ties to the lower index).
-fn largest_remainder(total: u64, weights: &[u64]) -> Vec<u64> {
+pub(crate) fn largest_remainder(total: u64, weights: &[u64]) -> Vec<u64> {
     let sum: u128 = weights.iter().map(|&w| u128::from(w)).sum();
     if sum == 0 {
         return vec![0; weights.len()];

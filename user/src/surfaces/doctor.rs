@@ -110,6 +110,16 @@ pub fn run() -> Doctor {
             h.without,
         ));
     }
+    // What a recording costs the host's other devices: the hooks that see their packets too.
+    checks.push(check(
+        "hook scope",
+        true,
+        "device-scoped, all the time: tcx ingress (RX counts and flows where the driver counts no RX queue); \
+         host-wide, all the time: kfree_skb (per drop, not per packet); host-wide, in the detail windows only \
+         (1/32 of the time by default, and only while the recorded device carries traffic): net_dev_start_xmit \
+         (TX split and flows), napi_poll, and the detail hooks above",
+        "",
+    ));
     checks.push(frag_layout_check(&crate::probe::memlayout::resolve_live()));
     let core = pmus.iter().any(|p| p == "cpu" || p == "cpu_core");
     checks.push(check(

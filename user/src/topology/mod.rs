@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 pub mod ethtool;
 pub mod netlink;
 pub mod presence;
+pub mod qdisc;
 pub mod veth;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
