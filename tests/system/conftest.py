@@ -29,21 +29,30 @@ def run(*args, check=True, **kw):
 class Testbed:
     __test__ = False  # a fixture helper, not a test class, when a test module imports it
 
-    def __init__(self, name):
+    def __init__(self, name, shape="tuned"):
+        """`shape`: how the pair is made (scripts/testbed.sh): tuned, default (veth's own
+        offloads, the pair moved into namespaces the CNI way) or rootpeer (the sender's end in
+        the root namespace)."""
         self.name = name
-        run(TESTBED, "up", name)
-        env = dict(l.split("=", 1) for l in run(TESTBED, "env", name).stdout.split())
+        self.env = {**os.environ, "DDIO_TESTBED_SHAPE": shape}
+        run(TESTBED, "up", name, env=self.env)
+        env = dict(l.split("=", 1) for l in run(TESTBED, "env", name, env=self.env).stdout.split())
         self.ns_snd, self.ns_rcv = env["NS_SND"], env["NS_RCV"]
         self.if_snd, self.if_rcv = env["IF_SND"], env["IF_RCV"]
         self.ip_snd, self.ip_rcv = env["IP_SND"], env["IP_RCV"]
         self.ip6_rcv = env["IP6_RCV"]
+        self.shape = shape
+        # Where the sender's commands run: its namespace, or the root one (rootpeer).
+        self.snd = [] if shape == "rootpeer" else ["ip", "netns", "exec", self.ns_snd]
+        if shape == "rootpeer":
+            self.if_snd = env["ROOT_IF"]
         self.servers = []
 
     def down(self):
         for p in self.servers:
             p.kill()
             p.wait()
-        run(TESTBED, "down", self.name, check=False)
+        run(TESTBED, "down", self.name, check=False, env=self.env)
 
     def ns(self, ns, *cmd, **kw):
         return run("ip", "netns", "exec", ns, *cmd, **kw)
@@ -69,7 +78,7 @@ class Testbed:
         return p
 
     def iperf3(self, *args, port=5201, dst=None):
-        out = self.ns(self.ns_snd, "iperf3", "-c", dst or self.ip_rcv, "-p", str(port), "-J", *args, timeout=120).stdout
+        out = run(*self.snd, "iperf3", "-c", dst or self.ip_rcv, "-p", str(port), "-J", *args, timeout=120).stdout
         return json.loads(out)
 
 
@@ -178,3 +187,52 @@ def wait_until(pred, timeout=10.0, what="condition"):
             return
         time.sleep(0.02)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+class Bpftrace:
+    """The kernel's own count of events while the block runs, by a bpftrace program of the
+    test's own (tracefs mounted for it, and unmounted after, where it was not mounted). `maps`
+    holds each map's values after: {"@q": {"0": 12, ...}, "@n": {"": 5}}."""
+
+    TRACEFS = "/sys/kernel/tracing"
+
+    def __init__(self, program):
+        self.program = program
+        self.maps = {}
+
+    def __enter__(self):
+        self.mounted = not os.path.exists(f"{self.TRACEFS}/events")
+        if self.mounted:
+            run("mount", "-t", "tracefs", "nodev", self.TRACEFS)
+        self.proc = subprocess.Popen(["bpftrace", "-e", self.program], stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True)
+        # Attached once it says so (it prints nothing else before the end).
+        line = self.proc.stdout.readline()
+        assert line.startswith("Attaching"), line
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            self.proc.send_signal(signal.SIGINT)
+            out, _ = self.proc.communicate(timeout=60)
+            for m in re.finditer(r"^(@\w+)(?:\[(.*?)\])?: (\d+)$", out, re.M):
+                self.maps.setdefault(m.group(1), {})[m.group(2) or ""] = int(m.group(3))
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            if self.mounted:
+                run("umount", self.TRACEFS, check=False)
+
+
+def queue_totals(path):
+    """The recording's packets and bytes per (dir, queue), summed over its intervals."""
+    import sqlite3
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        rows = db.execute("select dir, queue, sum(packets), sum(bytes) from queue_intervals group by dir, queue").fetchall()
+    return {(d, q): (p, b) for d, q, p, b in rows}
+
+
+def recording_meta(path):
+    import sqlite3
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        return {k: v for k, v in db.execute("select key, value from meta")}

@@ -227,15 +227,18 @@ pub struct HookPlan {
     pub hook: String,
     pub scope: Scope,
     pub when: When,
+    /// The program's id while it is loaded (for bpf_stats readers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prog_id: Option<u32>,
 }
 
 impl HookPlan {
     /// From a program's section (`tp_btf/<tp>`, `raw_tp/<tp>`, `tcx/ingress`).
     pub fn of_section(section: &str, when: When) -> HookPlan {
         match section.split_once('/') {
-            Some(("tcx", dir)) => HookPlan { hook: format!("tcx_{dir}"), scope: Scope::Device, when },
-            Some((_, tp)) => HookPlan { hook: tp.to_string(), scope: Scope::Host, when },
-            None => HookPlan { hook: section.to_string(), scope: Scope::Host, when },
+            Some(("tcx", dir)) => HookPlan { hook: format!("tcx_{dir}"), scope: Scope::Device, when, prog_id: None },
+            Some((_, tp)) => HookPlan { hook: tp.to_string(), scope: Scope::Host, when, prog_id: None },
+            None => HookPlan { hook: section.to_string(), scope: Scope::Host, when, prog_id: None },
         }
     }
 }

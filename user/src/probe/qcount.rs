@@ -611,7 +611,10 @@ impl QcountProbe {
 
     /// Each attached program's hook and when it runs.
     pub fn plan(&self) -> Vec<super::HookPlan> {
-        let of = |section: &str, when| super::HookPlan::of_section(section, when);
+        let of = |section: &str, when| super::HookPlan {
+            prog_id: self.skel.object().progs().find(|p| p.section().to_string_lossy() == section).and_then(|p| super::loaded_prog_id(&p)),
+            ..super::HookPlan::of_section(section, when)
+        };
         self.always
             .iter()
             .map(|s| of(s, super::When::Always))

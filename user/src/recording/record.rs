@@ -283,6 +283,7 @@ fn write_intervals(
                 counters_notes: Some(live.counter_notes.clone()),
                 rx_counts: Some(live.count_sources().0),
                 tx_counts: Some(live.count_sources().1.to_string()),
+                hook_plan: Some(live.hook_plan()),
                 ..Default::default()
             }
             .write(writer)?;

@@ -714,11 +714,15 @@ impl Session {
     pub fn detail_plan(&self) -> Vec<crate::probe::HookPlan> {
         use crate::probe::{HookPlan, When};
         let when = if self.windows.is_some() { When::Windows } else { When::Always };
-        let hooks = self.detail.as_ref().map(|d| d.hooks.as_slice()).unwrap_or_default();
-        hooks
+        let Some(d) = self.detail.as_ref() else { return Vec::new() };
+        let progs = d.hook_progs();
+        d.hooks
             .iter()
             .filter(|h| h.error.is_none() && h.flavor.is_some())
-            .map(|h| HookPlan::of_section(&format!("tp/{}", h.tracepoint), when))
+            .map(|h| HookPlan {
+                prog_id: progs.iter().find(|p| p.tracepoint == h.tracepoint).map(|p| p.id),
+                ..HookPlan::of_section(&format!("tp/{}", h.tracepoint), when)
+            })
             .collect()
     }
 
