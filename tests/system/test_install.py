@@ -69,6 +69,16 @@ def test_man_pages_render_and_cover_every_command_and_flag(installed):
     top = (man1 / "ddioscope.1").read_text()
     listed = lambda c: "ddioscope\\-" + c.replace("-", "\\-") + "(1)" in top  # roff escapes hyphens
     assert all(listed(c) for c in SUBCOMMANDS) and not any(listed(c) for c in HIDDEN), top
+    # Beyond what clap describes: every page has examples, exit status and see also, as rendered.
+    for page in pages:
+        text = re.sub(r".\x08", "", subprocess.run(["man", "-l", "-Tutf8", str(man1 / page)], capture_output=True, text=True,
+                                                  env={**os.environ, "MANWIDTH": "100"}).stdout)
+        for section in ["EXAMPLES", "EXIT STATUS", "SEE ALSO"]:
+            assert re.search(rf"^{section}$", text, re.M), (page, section)
+        see_also = text.split("SEE ALSO", 1)[1]
+        assert "ddioscope" in see_also.replace("\u2010", "-"), (page, see_also)
+    for page in ["ddioscope.1", "ddioscope-record.1", "ddioscope-report.1", "ddioscope-serve.1", "ddioscope-doctor.1"]:
+        assert ".SH FILES" in (man1 / page).read_text(), page
 
 
 def bash_complete(script, words):

@@ -93,4 +93,4 @@ def test_from_to_selects_a_window():
     p = run(BIN, "report", FIXTURE, "--from", "60", check=False)
     assert p.returncode == 1 and "no interval" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
     p = run(BIN, "report", FIXTURE, "--from", "soon", check=False)
-    assert p.returncode == 2 and "not a time" in p.stderr, p.stderr
+    assert p.returncode == 1 and "not a time" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr

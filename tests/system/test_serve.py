@@ -290,3 +290,20 @@ def test_serve_survives_bad_requests_and_stays_on_loopback(testbed, serve):
         port = s.getsockname()[1]
         r = run(BIN, "serve", "-i", tb.if_rcv, "--netns", tb.ns_rcv, "--listen", f"127.0.0.1:{port}", check=False)
     assert r.returncode == 1 and "in use" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_serve_duration_stops_serving_and_detaches(testbed):
+    """`serve --duration`: it had none. Once the time is up it stops serving and detaches
+    everything, exit 0."""
+    before = live_prog_ids()
+    s = Serve(testbed, "--duration", "3s")
+    try:
+        status, _, body = http_get(s.url + "/metrics")
+        assert status == 200 and "ddioscope_" in body
+        _, err = s.proc.communicate(timeout=60)
+    finally:
+        s.kill()
+    assert s.proc.returncode == 0, err
+    with pytest.raises((urllib.error.URLError, ConnectionError)):
+        http_get(s.url + "/metrics", timeout=1)
+    wait_until(lambda: live_prog_ids() <= before, 10, "serve's programs detached")

@@ -149,3 +149,20 @@ def test_top_stops_cleanly_when_its_reader_goes_away(testbed):
         load.wait()
     assert r.returncode == 0, r.stderr
     assert len(r.stdout.splitlines()) == 2
+
+
+def test_top_duration_quits_by_itself_and_detaches(testbed):
+    """`top --duration`: it had none. It quits by itself, exit 0, with nothing left attached."""
+    tb = testbed
+    before = live_prog_ids()
+    tb.iperf3_server()
+    load = traffic(tb, 5)
+    try:
+        p = subprocess.run([str(BIN), "top", "-i", tb.if_rcv, "--netns", tb.ns_rcv, "--interval", "200", "--duration", "2s"],
+                           capture_output=True, timeout=60)
+    finally:
+        load.kill()
+        load.wait()
+    assert p.returncode == 0, p.stderr
+    assert re.search(rb"^t=[\d.]+s rx q\d+ pkts/s=", p.stdout, re.M), p.stdout[-1000:]
+    wait_until(lambda: live_prog_ids() <= before, 10, "top's programs detached")

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 use crate::analysis::GeometryOverrides;
+use crate::model::spec;
 use crate::recording::record::RecordArgs;
 use crate::recording::window::TimeSpec;
 use crate::surfaces::serve::ServeArgs;
@@ -77,8 +78,8 @@ pub enum Cmd {
         /// Named network namespace (from `ip netns list`) the interface lives in.
         #[arg(long)]
         netns: Option<String>,
-        /// Detach after this many seconds (default: at Ctrl-C).
-        #[arg(short, long, value_name = "SECS")]
+        /// Detach after this long: seconds, or with units (10s, 5m). Default: at Ctrl-C.
+        #[arg(short, long, value_name = "DURATION", value_parser = crate::units::duration_flag)]
         duration: Option<f64>,
         /// Hook flavour, as for `record`: use the recorder's.
         #[arg(long, value_enum, default_value = "auto")]
@@ -130,7 +131,8 @@ pub struct ReportArgs {
     pub wide: bool,
     #[command(flatten)]
     pub window: WindowArgs,
-    /// Write a self-contained HTML report (inline SVG charts, no network) to this file.
+    /// Write a self-contained HTML report (inline SVG charts, no network) to this file, or
+    /// to stdout for `-`.
     #[arg(long, value_name = "OUT", conflicts_with = "json")]
     pub html: Option<PathBuf>,
     /// Replace the --html file if it exists (a regular file only: never a device, FIFO,
@@ -166,16 +168,16 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "SPEC", required_unless_present_any = ["bench", "recording"])]
     pub synthetic: Option<String>,
     /// Ring sizes to try (comma-separated).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = spec::flag::ring)]
     pub ring: Vec<u32>,
     /// DDIO (IIO LLC) way counts to try.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = spec::flag::ddio_ways)]
     pub ways: Vec<u32>,
     /// Queue counts to try.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = spec::flag::queues)]
     pub queues: Vec<u32>,
     /// Packet sizes to try.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = spec::flag::pkt_bytes)]
     pub pkt_bytes: Vec<u32>,
     /// The grid as a JSON array instead of a table.
     #[arg(long)]
@@ -202,6 +204,19 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
 }
 
+/// A command-line error (an unknown flag, a value out of range) as one line, as every other
+/// error is: clap's message and tip, without its usage block.
+pub fn usage_error_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let kept: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .collect();
+    let line = kept.join(" ").replace(" tip: ", "; tip: ").split_whitespace().collect::<Vec<_>>().join(" ");
+    line.strip_prefix("error: ").unwrap_or(&line).to_string()
+}
+
 /// An error as one line: the outermost context first, causes after it, and every run of
 /// whitespace (a cause quoting SQL across lines, say) as one space.
 pub fn error_line(e: &anyhow::Error) -> String {
@@ -225,6 +240,26 @@ mod tests {
              CREATE TABLE queue_intervals ( interval INTEGER NOT NULL, dir TEXT)"
         );
         assert_eq!(error_line(&anyhow::anyhow!("one line")), "one line");
+    }
+
+    #[test]
+    fn command_line_errors_are_one_line() {
+        let cases: [&[&str]; 4] = [
+            &["ddioscope", "simulate", "--synthetic", "queues=1", "--ring", "0"],
+            &["ddioscope", "report", "--llc-mib", "NaN"],
+            &["ddioscope", "top"],
+            &["ddioscope", "report", "--bogus"],
+        ];
+        for args in cases {
+            let e = Cli::try_parse_from(args).err().unwrap_or_else(|| panic!("{args:?} parsed"));
+            let line = usage_error_line(&e);
+            assert!(!line.contains('\n') && !line.starts_with("error") && !line.contains("Usage"), "{line}");
+            println!("{args:?}: {line}");
+        }
+        let e = Cli::try_parse_from(["ddioscope", "simulate", "--synthetic", "queues=1", "--ring", "512,0"]).err().map(|e| usage_error_line(&e));
+        assert_eq!(e.as_deref(), Some("invalid value '0' for '--ring <RING>': `ring` = 0 is out of range (1..=65536)"));
+        let e = Cli::try_parse_from(["ddioscope", "top"]).err().map(|e| usage_error_line(&e)).unwrap_or_default();
+        assert!(e.contains("required") && e.contains("--iface"), "{e}");
     }
 
     #[test]

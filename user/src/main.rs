@@ -3,16 +3,25 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{anyhow, Context, Result};
+use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
 
 use ddioscope::analysis::{self, Summary};
-use ddioscope::cli::{error_line, is_broken_pipe, print, Cli, Cmd, RecommendArgs, ReportArgs, SimulateArgs, WindowArgs};
+use ddioscope::cli::{error_line, is_broken_pipe, usage_error_line, print, Cli, Cmd, RecommendArgs, ReportArgs, SimulateArgs, WindowArgs};
 use ddioscope::recording::{self, record, Recording};
 use ddioscope::report::{self, json::FullReport};
+use ddioscope::model::spec::{self, Axes};
 use ddioscope::surfaces::{doctor, serve, top};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) => e.exit(),
+        Err(e) => {
+            eprintln!("ddioscope: error: {}", usage_error_line(&e));
+            return ExitCode::from(1);
+        }
+    };
     // libbpf's own messages (load failures while probing features) are noise
     // unless asked for; our errors explain themselves.
     if !cli.cmd.verbose() {
@@ -66,8 +75,9 @@ fn open(file: &Path, w: WindowArgs) -> Result<Recording> {
 }
 
 fn report_cmd(args: ReportArgs) -> Result<()> {
+    let to_stdout = args.html.as_deref().is_some_and(ddioscope::outfile::is_stdout);
     // Refuse before the (slower) model runs: the answer does not depend on it.
-    if let Some(out) = &args.html {
+    if let Some(out) = args.html.as_deref().filter(|_| !to_stdout) {
         ddioscope::outfile::check(out, args.force)?;
     }
     let rec = open(&args.file, args.window)?;
@@ -76,8 +86,12 @@ fn report_cmd(args: ReportArgs) -> Result<()> {
     let outcome = analysis::advise_or_explain(&rec, &summary, args.geometry)?;
     if let Some(out) = args.html {
         let page = report::html::render_html(&rec, &summary, &outcome)?;
-        ddioscope::outfile::write_whole(&out, args.force, page.as_bytes())?;
-        eprintln!("wrote {}", out.display());
+        if to_stdout {
+            print(&page)?;
+        } else {
+            ddioscope::outfile::write_whole(&out, args.force, page.as_bytes())?;
+            eprintln!("wrote {}", out.display());
+        }
     } else if args.json {
         print(&(FullReport::new(&summary, &outcome).to_json()? + "\n"))?;
     } else {
@@ -91,6 +105,25 @@ fn recommend(args: RecommendArgs) -> Result<()> {
     let summary = analysis::summary::build(&rec)?;
     let a = analysis::advise(&rec, &summary, args.geometry)?;
     print(&if args.json { report::json::advice_json(&summary, &a)? + "\n" } else { report::text::render_advice(&summary, &a) })
+}
+
+/// The recorded run's (ring, ways) points, each in range and all within the command's cost
+/// bound, before any is simulated.
+fn check_recorded_grid(run: &ddioscope::advise::ModelRun, rings: &[u32], ways: &[u32]) -> Result<(), spec::SpecError> {
+    let opt = |v: &[u32]| if v.is_empty() { vec![None] } else { v.iter().map(|x| Some(*x)).collect() };
+    let mut specs = Vec::new();
+    for r in opt(rings) {
+        for w in opt(ways) {
+            let llc_ways = run.spec().map_or(0, |s| s.geometry.ways);
+            if let Some(w) = w.filter(|w| *w > llc_ways) {
+                return Err(spec::SpecError::Value("ddio_ways".into(), format!("{w} (at most the LLC's {llc_ways} ways)")));
+            }
+            let s = run.point_spec(r, w).ok_or_else(|| spec::SpecError::Value("ring".into(), format!("{} (no spec at this point)", r.unwrap_or(0))))?;
+            s.validate()?;
+            specs.push(s);
+        }
+    }
+    spec::check_cost(&specs)
 }
 
 fn simulate(args: SimulateArgs) -> Result<()> {
@@ -113,6 +146,7 @@ fn simulate(args: SimulateArgs) -> Result<()> {
         ));
     }
     let mut head = String::new();
+    let axes = Axes { rings: &args.ring, ways: &args.ways, queues: &args.queues, pkt_bytes: &args.pkt_bytes };
     let grid = match &args.recording {
         Some(path) => {
             let rec = Recording::open(path)?;
@@ -120,17 +154,24 @@ fn simulate(args: SimulateArgs) -> Result<()> {
             let run = ddioscope::advise::ModelRun::new(&obs);
             let spec = run.spec().ok_or_else(|| anyhow!("{} has no RX traffic to simulate", path.display()))?;
             if args.queues.is_empty() && args.pkt_bytes.is_empty() {
+                check_recorded_grid(&run, &args.ring, &args.ways).map_err(|e| anyhow!("{e}"))?;
                 // The recording's own computation: its points are the report's and recommend's.
                 head = report::text::render_model_inputs(&run.inputs(), run.calibration.as_ref());
                 run.grid(&args.ring, &args.ways)
             } else {
-                ddioscope::model::spec::what_if(spec, &args.ring, &args.ways, &args.queues, &args.pkt_bytes)
+                spec::try_what_if(spec, &axes, &mut |_, _| {}).map_err(|e| anyhow!("{e}"))?
             }
         }
         None => {
             let text = args.synthetic.as_deref().unwrap_or_default();
-            let spec = ddioscope::model::spec::SimSpec::parse(text).map_err(|e| anyhow!("--synthetic: {e}"))?;
-            ddioscope::model::spec::what_if(&spec, &args.ring, &args.ways, &args.queues, &args.pkt_bytes)
+            // The geometry flags are spec keys given apart: the spec's own checks cover them.
+            let g = args.geometry;
+            let flags: Vec<(&str, f64)> = [("llc_mib", g.llc_mib), ("ways", g.llc_ways.map(f64::from)), ("ddio_ways", g.ddio_ways.map(f64::from))]
+                .into_iter()
+                .filter_map(|(k, v)| Some((k, v?)))
+                .collect();
+            let spec = spec::SimSpec::parse_with(text, &flags).map_err(|e| anyhow!("--synthetic: {e}"))?;
+            spec::try_what_if(&spec, &axes, &mut |_, _| {}).map_err(|e| anyhow!("{e}"))?
         }
     };
     print(&if args.json { serde_json::to_string_pretty(&grid)? + "\n" } else { head + &report::text::render_what_if(&grid) })

@@ -23,6 +23,10 @@ pub enum Target {
 /// over it would delete the node (or the link) and leave a regular file in its place.
 pub fn check(path: &Path, force: bool) -> Result<Target> {
     let p = path.display();
+    if is_stdout(path) {
+        // Only whole-text outputs (`report --html -`) stream; their callers ask first.
+        bail!("-: this output is a database file written in place, not a stream; give a file name");
+    }
     let meta = match std::fs::symlink_metadata(path) {
         Ok(m) => m,
         Err(e) if e.kind() == ErrorKind::NotFound => {
@@ -61,6 +65,12 @@ pub fn check(path: &Path, force: bool) -> Result<Target> {
 }
 
 /// The directory an output lands in ("." for a bare file name).
+/// `-`, which names stdout for the outputs that can stream (`report --html -`), as for most
+/// Unix tools.
+pub fn is_stdout(path: &Path) -> bool {
+    path.as_os_str() == "-"
+}
+
 pub fn parent_dir(path: &Path) -> &Path {
     path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."))
 }

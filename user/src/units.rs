@@ -1,5 +1,33 @@
 //! How every surface writes a number with a unit: durations, sizes and counts, one formatter
-//! each, so the text report, the HTML page and `top` print the same value the same way.
+//! each, so the text report, the HTML page and `top` print the same value the same way; and
+//! the one syntax every flag reads a duration in.
+
+/// A duration as every flag and `--from`/`--to` read it, in seconds: plain seconds (`90`,
+/// `1.5`) or with units (`10s`, `250ms`, `5m`, `1h`, `1h30m`, as humantime reads them).
+pub fn parse_duration_s(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let secs = match t.parse::<f64>() {
+        Ok(v) => v,
+        Err(_) => humantime::parse_duration(t)
+            .map_err(|_| format!("{s}: not a duration; give seconds (90) or a number with units (10s, 250ms, 5m, 1h30m)"))?
+            .as_secs_f64(),
+    };
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(format!("{s}: a duration must be a number of seconds >= 0"));
+    }
+    Ok(secs)
+}
+
+/// A `--duration` flag (`record -d`, `top`, `serve`): a duration as [`parse_duration_s`]
+/// reads it, more than zero.
+pub fn duration_flag(s: &str) -> Result<f64, String> {
+    let v = parse_duration_s(s)?;
+    if v > 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("{s}: a duration must be more than 0"))
+    }
+}
 
 /// A duration to three significant digits in ns, µs, ms or s: "402 ns", "14.5 µs", "3.09 ms".
 pub fn fmt_duration(ns: f64) -> String {
@@ -55,6 +83,18 @@ pub fn fmt_pct(v: Option<f64>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_duration_syntax() {
+        for (text, secs) in [("10", 10.0), ("1.5", 1.5), ("10s", 10.0), ("250ms", 0.25), ("5m", 300.0), ("1h", 3600.0), ("1h30m", 5400.0), ("1h 30m", 5400.0), ("0", 0.0)] {
+            assert_eq!(parse_duration_s(text), Ok(secs), "{text}");
+        }
+        for bad in ["-3", "soon", "10 parsecs", "NaN", "inf", ""] {
+            assert!(parse_duration_s(bad).is_err(), "{bad}");
+        }
+        assert_eq!(duration_flag("10s"), Ok(10.0));
+        assert!(duration_flag("0").is_err() && duration_flag("0s").is_err());
+    }
 
     #[test]
     fn durations_have_three_significant_digits() {

@@ -138,6 +138,7 @@ pub enum Outcome {
 pub fn advise_or_explain(rec: &Recording, summary: &Summary, o: GeometryOverrides) -> Result<Outcome> {
     match super::geometry::geometry(rec, o) {
         Ok(_) => Ok(Outcome::Advised(Box::new(advise(rec, summary, o)?))),
+        Err(e) if o.any() => Err(e),
         Err(e) => {
             let why = format!("{e:#}");
             let mut attribution = attribution(rec, summary, None)?;

@@ -10,14 +10,22 @@ use crate::recording::Recording;
 #[derive(Debug, Clone, Copy, Default, clap::Args)]
 pub struct GeometryOverrides {
     /// LLC size in MiB (default: the recording host's).
-    #[arg(long, value_name = "MIB")]
+    #[arg(long, value_name = "MIB", value_parser = crate::model::spec::flag::llc_mib)]
     pub llc_mib: Option<f64>,
     /// LLC associativity (default: the recording host's).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = crate::model::spec::flag::llc_ways)]
     pub llc_ways: Option<u32>,
     /// DDIO (IIO LLC WAYS) ways (default: read from MSR 0xC8B at record time, else 2).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = crate::model::spec::flag::ddio_ways)]
     pub ddio_ways: Option<u32>,
+}
+
+impl GeometryOverrides {
+    /// Any of the flags given: a geometry that fails is then the user's to fix, not a
+    /// property of the recording to report around.
+    pub fn any(&self) -> bool {
+        self.llc_mib.is_some() || self.llc_ways.is_some() || self.ddio_ways.is_some()
+    }
 }
 
 /// The geometry recorded with the run (sysfs + MSR 0xC8B at record time),

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::analytic::{self, Verdict};
-use super::drive::simulate;
+use super::drive::{estimated_accesses, simulate};
 use super::geometry::WaysSource;
 use super::spec::{bounds, SimSpec, SpecError};
 
@@ -78,17 +78,53 @@ fn point_specs(base: &SimSpec, ax: &Axes) -> Vec<SimSpec> {
     out
 }
 
-/// Validate the whole grid before simulating any of it: the first out-of-range point (or a
-/// grid beyond [`bounds::MAX_GRID_POINTS`]) is one error line. For the CLI.
+/// Validate the whole grid before simulating any of it: the first out-of-range point, a
+/// grid beyond [`bounds::MAX_GRID_POINTS`] or one that would cost more than
+/// [`check_cost`] allows is one error line. For the CLI.
 pub fn try_what_if(base: &SimSpec, axes: &Axes, progress: &mut dyn FnMut(usize, usize)) -> Result<Vec<GridPoint>, SpecError> {
     let n = axes.points();
     if n > bounds::MAX_GRID_POINTS {
         return Err(SpecError::Value("grid".into(), format!("{n} points (at most {})", bounds::MAX_GRID_POINTS)));
     }
-    for s in point_specs(base, axes) {
+    let specs = point_specs(base, axes);
+    for s in &specs {
         s.validate()?;
     }
+    check_cost(&specs)?;
     Ok(what_if_with_progress(base, axes, progress))
+}
+
+/// Refuse, before running any of them, runs whose estimated cache-line accesses
+/// ([`estimated_accesses`]) pass a bound: one run's [`bounds::MAX_LINE_ACCESSES`] (which only
+/// the other cores' background can pass: the packets are cut to fit) or all of them together
+/// [`bounds::MAX_COMMAND_ACCESSES`]. The error says what to shrink.
+pub fn check_cost(specs: &[SimSpec]) -> Result<(), SpecError> {
+    let m = |x: f64| format!("{:.0} M", x / 1e6);
+    let mut total = 0.0;
+    for s in specs {
+        let est = estimated_accesses(s);
+        if est > bounds::MAX_LINE_ACCESSES as f64 {
+            let bg = s.background.lines_per_sec;
+            let shrink = if bg > s.pps * super::drive::lines_per_packet(s) { "lower bg_lines_per_sec" } else { "lower max_packets or measure_cycles" };
+            return Err(SpecError::Value(
+                "cost".into(),
+                format!("one run would simulate about {} cache-line accesses (at most {}): {shrink}", m(est), m(bounds::MAX_LINE_ACCESSES as f64)),
+            ));
+        }
+        total += est;
+    }
+    if total > bounds::MAX_COMMAND_ACCESSES as f64 {
+        return Err(SpecError::Value(
+            "cost".into(),
+            format!(
+                "{} runs would simulate about {} cache-line accesses (at most {}): give fewer --ring, --ways, --queues or --pkt-bytes values",
+                specs.len(),
+                m(total),
+                m(bounds::MAX_COMMAND_ACCESSES as f64)
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Simulate every combination; see [`what_if_with_progress`].
@@ -107,7 +143,7 @@ pub fn what_if_with_progress(base: &SimSpec, axes: &Axes, progress: &mut dyn FnM
     progress(0, total);
     let mut out = Vec::with_capacity(total);
     for (i, s) in specs.into_iter().enumerate() {
-        let footprint: u64 = (0..s.queues.min(4096) as usize).map(|q| s.ring_footprint_bytes(q)).sum();
+        let footprint = s.total_ring_footprint_bytes();
         let cap = s.geometry.ddio_capacity_bytes();
         let mut p = GridPoint {
             ring: s.ring,
@@ -143,6 +179,47 @@ pub fn what_if_with_progress(base: &SimSpec, axes: &Axes, progress: &mut dyn FnM
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The estimate a cost bound rests on, against the simulator's own count of what it did.
+    #[test]
+    fn estimated_accesses_match_the_runs() {
+        let specs = [
+            "queues=1,ring=1024,pkt_bytes=1500",
+            "queues=4,ring=512,pkt_bytes=64,rate_gbps=10",
+            "queues=2,ring=256,pkt_bytes=1024,consumer=copy,residence_us=20,rate_gbps=20",
+            "queues=8,ring=2048,pkt_bytes=512,rate_gbps=40,queue_weights=4/1/1/1/1/1/1/1",
+            "queues=1,ring=64,pkt_bytes=1500,rate_gbps=20,bg_lines_per_sec=2e8,bg_working_set_mib=64",
+            "queues=1,ring=1024,pkt_bytes=9000,buf_stride=9600,data_offset=256,rate_gbps=50,consumer=copy",
+        ];
+        for text in specs {
+            let s = SimSpec::parse(text).unwrap();
+            let r = simulate(&s);
+            let (est, got) = (estimated_accesses(&s), r.lines_simulated as f64);
+            println!("{text}: estimated {est:.0}, simulated {got:.0} ({:+.1} %), {} drops", 100.0 * (est / got - 1.0), r.drops);
+            // Drops only make the estimate high (a dropped packet touches nothing).
+            assert!(est >= 0.98 * got && (est <= 1.02 * got || r.drops > 0), "{text}: estimated {est}, simulated {got}");
+        }
+    }
+
+    /// What the slow cases now get: one line, before any simulation.
+    #[test]
+    fn grids_and_runs_beyond_the_cost_bound_are_refused_up_front() {
+        let base = SimSpec::parse("ring=1024").unwrap();
+        let rings: Vec<u32> = (1..=1024).collect();
+        let mut n = 0;
+        let e = try_what_if(&base, &Axes { rings: &rings, ..Axes::default() }, &mut |_, _| n += 1).unwrap_err().to_string();
+        assert!(e.contains("1024 runs") && e.contains("at most 1000 M") && e.contains("fewer --ring"), "{e}");
+        assert_eq!(n, 0);
+        let bg = SimSpec::parse("bg_lines_per_sec=1e11,bg_working_set_mib=1048576").unwrap();
+        let e = try_what_if(&bg, &Axes::default(), &mut |_, _| n += 1).unwrap_err().to_string();
+        assert!(e.contains("one run") && e.contains("at most 400 M") && e.contains("bg_lines_per_sec"), "{e}");
+        assert_eq!(n, 0);
+        // The README's grid stays well inside.
+        let readme = SimSpec::parse("preset=skx6140,queues=4,ring=1024,pkt_bytes=1500").unwrap();
+        let pts = point_specs(&readme, &Axes { rings: &[256, 512, 1024, 2048], ways: &[2, 4], ..Axes::default() });
+        let total: f64 = pts.iter().map(estimated_accesses).sum();
+        assert!(check_cost(&pts).is_ok() && total < 0.2 * bounds::MAX_COMMAND_ACCESSES as f64, "{total}");
+    }
 
     #[test]
     fn progress_counts_every_point_and_bad_points_say_why() {

@@ -6,8 +6,8 @@ use super::analytic;
 use super::geometry::{LlcGeometry, WaysSource};
 use super::sim::{Background, Llc, Replacement, SimOptions, HASH_EVENNESS, INCLUSIVE_WAYS};
 
-pub use super::drive::{simulate, simulate_phases, Phase};
-pub use super::grid::{try_what_if, what_if, what_if_with_progress, Axes, GridPoint};
+pub use super::drive::{estimated_accesses, simulate, simulate_phases, Phase};
+pub use super::grid::{check_cost, try_what_if, what_if, what_if_with_progress, Axes, GridPoint};
 
 /// Bumped whenever the model's mechanics change the numbers a spec produces; part of the
 /// cache key, so a cached result is never reused across model versions.
@@ -252,6 +252,10 @@ pub mod bounds {
     pub const MAX_LINE_ACCESSES: u64 = 400_000_000;
     /// Points of one what-if grid.
     pub const MAX_GRID_POINTS: usize = 4096;
+    /// Cache-line accesses of everything one `simulate` command runs (every grid point,
+    /// warm-ups and other cores' background included): about 10 s at the simulator's
+    /// 100 M/s, refused beyond.
+    pub const MAX_COMMAND_ACCESSES: u64 = 1_000_000_000;
 }
 
 /// Every key `SimSpec::parse` accepts.
@@ -335,6 +339,21 @@ impl SimSpec {
     /// slice_sample, replacement (lru|random), measure_cycles, warmup_cycles, max_packets,
     /// user_buf_bytes, miss_log_cap, seed.
     pub fn parse(s: &str) -> Result<Self, SpecError> {
+        Self::from_pairs(&Self::pairs(s)?)
+    }
+
+    /// Parse as [`SimSpec::parse`], with `flags` (spec keys given on the command line, such as
+    /// `simulate --llc-mib`) replacing the text's values of the same keys before validation.
+    pub fn parse_with(s: &str, flags: &[(&str, f64)]) -> Result<Self, SpecError> {
+        let mut kv = Self::pairs(s)?;
+        for (k, v) in flags {
+            kv.retain(|(n, _)| n != k);
+            kv.push((k.to_string(), serde_json::json!(v)));
+        }
+        Self::from_pairs(&kv)
+    }
+
+    fn pairs(s: &str) -> Result<Vec<(String, serde_json::Value)>, SpecError> {
         let t = s.trim();
         let kv: Vec<(String, serde_json::Value)> = if t.starts_with('{') {
             let v: serde_json::Value = serde_json::from_str(t).map_err(|e| SpecError::Syntax(one_line(&e.to_string())))?;
@@ -365,7 +384,7 @@ impl SimSpec {
             }
             out
         };
-        Self::from_pairs(&kv)
+        Ok(kv)
     }
 
     fn from_pairs(kv: &[(String, serde_json::Value)]) -> Result<Self, SpecError> {
@@ -379,23 +398,8 @@ impl SimSpec {
                 Some(v) => v.as_f64().map(Some).ok_or_else(|| SpecError::Value(k.into(), v.to_string())),
             }
         };
-        // Integers: finite, whole and inside the field's range, checked before any cast.
-        let int = |k: &str| -> Result<Option<u64>, SpecError> {
-            let Some(x) = num(k)? else { return Ok(None) };
-            let (lo, hi) = range_of(k);
-            if !x.is_finite() || x.fract() != 0.0 || x < lo || x > hi {
-                return Err(SpecError::range(k, &fmt_num(x), lo, hi));
-            }
-            Ok(Some(x as u64))
-        };
-        let real = |k: &str| -> Result<Option<f64>, SpecError> {
-            let Some(x) = num(k)? else { return Ok(None) };
-            let (lo, hi) = range_of(k);
-            if !(x.is_finite() && x >= lo && x <= hi) || (lo_open(k) && x <= lo) {
-                return Err(SpecError::range(k, &fmt_num(x), lo, hi));
-            }
-            Ok(Some(x))
-        };
+        let int = |k: &str| -> Result<Option<u64>, SpecError> { num(k)?.map(|x| whole_in_range(k, x)).transpose() };
+        let real = |k: &str| -> Result<Option<f64>, SpecError> { num(k)?.map(|x| real_in_range(k, x)).transpose() };
         let string = |k: &str| -> Option<String> { get(k).and_then(|v| v.as_str().map(str::to_lowercase)) };
 
         let mut geom = match string("preset").as_deref() {
@@ -650,9 +654,8 @@ impl SimSpec {
         while s.slice_sample < slices && Llc::state_bytes(&s.geometry, &s.sim_options(0)) > bounds::MAX_LLC_STATE_BYTES {
             s.slice_sample += 1;
         }
-        // Lines per packet: data + completion + the consumer's touches and TX read.
-        let lines = (s.max_pkt_bytes() as u64).div_ceil(64) * 2 + 4;
-        s.max_packets = s.max_packets.min((bounds::MAX_LINE_ACCESSES / lines).max(1));
+        let lines = super::drive::lines_per_packet(&s).max(1.0);
+        s.max_packets = s.max_packets.min(((bounds::MAX_LINE_ACCESSES as f64 / lines) as u64).max(1));
         s
     }
 
@@ -723,15 +726,30 @@ impl SimSpec {
 
     /// Mean packet bytes on queue `q` (weighted by flow packet share).
     pub fn mean_pkt_bytes(&self, q: usize) -> f64 {
-        let t = self.flow_table();
-        let fl = &t[q.min(t.len().saturating_sub(1))];
-        let w: f64 = fl.iter().map(|f| f.1).sum();
-        fl.iter().map(|f| f.1 * f.2 as f64).sum::<f64>() / w.max(f64::MIN_POSITIVE)
+        let m = self.mean_pkt_bytes_per_queue();
+        m[q.min(m.len().saturating_sub(1))]
+    }
+
+    /// Mean packet bytes of every queue, from one flow table (building it per queue costs
+    /// queues² on a 4096-queue spec).
+    pub fn mean_pkt_bytes_per_queue(&self) -> Vec<f64> {
+        self.flow_table()
+            .iter()
+            .map(|fl| {
+                let w: f64 = fl.iter().map(|f| f.1).sum();
+                fl.iter().map(|f| f.1 * f.2 as f64).sum::<f64>() / w.max(f64::MIN_POSITIVE)
+            })
+            .collect()
     }
 
     /// Analytic RX ring footprint per queue: ring × line-rounded packet + completion lines.
     pub fn ring_footprint_bytes(&self, q: usize) -> u64 {
         analytic::ring_footprint_bytes(self.ring, self.mean_pkt_bytes(q).ceil() as u32, self.cqe_bytes)
+    }
+
+    /// The analytic RX ring footprints of all queues together.
+    pub fn total_ring_footprint_bytes(&self) -> u64 {
+        self.mean_pkt_bytes_per_queue().iter().map(|b| analytic::ring_footprint_bytes(self.ring, b.ceil() as u32, self.cqe_bytes)).sum()
     }
 
     /// The workload inputs with their values and whether each was measured, for output
@@ -853,6 +871,64 @@ fn range_of(k: &str) -> (f64, f64) {
         "pp_cache_size" | "pp_ring_size" => (0.0, 1_048_576.0),
         "reused_bufs_per_queue" => (1.0, 1_048_576.0),
         _ => (f64::MIN, f64::MAX),
+    }
+}
+
+/// An integer key's value: finite, whole and inside the key's range, checked before any cast.
+fn whole_in_range(k: &str, x: f64) -> Result<u64, SpecError> {
+    let (lo, hi) = range_of(k);
+    if !x.is_finite() || x.fract() != 0.0 || x < lo || x > hi {
+        return Err(SpecError::range(k, &fmt_num(x), lo, hi));
+    }
+    Ok(x as u64)
+}
+
+/// A real key's value: finite and inside the key's range.
+fn real_in_range(k: &str, x: f64) -> Result<f64, SpecError> {
+    let (lo, hi) = range_of(k);
+    if !(x.is_finite() && x >= lo && x <= hi) || (lo_open(k) && x <= lo) {
+        return Err(SpecError::range(k, &fmt_num(x), lo, hi));
+    }
+    Ok(x)
+}
+
+/// Command-line values of spec keys (`simulate --ring 512`, `report --llc-mib 30`), as clap
+/// value parsers: each checked against the key's one range, as a spec text's value is.
+pub mod flag {
+    use super::{real_in_range, whole_in_range, SpecError};
+
+    fn number(k: &str, s: &str) -> Result<f64, SpecError> {
+        s.trim().parse::<f64>().map_err(|_| SpecError::Value(k.into(), format!("{s} (not a number)")))
+    }
+
+    fn whole(k: &str, s: &str) -> Result<u32, SpecError> {
+        // Every integer key a flag sets has a range inside u32.
+        whole_in_range(k, number(k, s)?).map(|v| v as u32)
+    }
+
+    /// `--ring`: RX descriptors per queue.
+    pub fn ring(s: &str) -> Result<u32, SpecError> {
+        whole("ring", s)
+    }
+    /// `--queues`.
+    pub fn queues(s: &str) -> Result<u32, SpecError> {
+        whole("queues", s)
+    }
+    /// `--pkt-bytes`.
+    pub fn pkt_bytes(s: &str) -> Result<u32, SpecError> {
+        whole("pkt_bytes", s)
+    }
+    /// `--ways` and `--ddio-ways`: DDIO ways (at most the LLC's ways, checked with the geometry).
+    pub fn ddio_ways(s: &str) -> Result<u32, SpecError> {
+        whole("ddio_ways", s)
+    }
+    /// `--llc-ways`: the LLC's associativity.
+    pub fn llc_ways(s: &str) -> Result<u32, SpecError> {
+        whole("ways", s)
+    }
+    /// `--llc-mib`.
+    pub fn llc_mib(s: &str) -> Result<f64, SpecError> {
+        real_in_range("llc_mib", number("llc_mib", s)?)
     }
 }
 

@@ -10,7 +10,7 @@ use anyhow::{bail, Result};
 use rusqlite::{params, Connection, OpenFlags};
 
 use super::meta::RecordingMeta;
-use super::window::{bounds, TimeSpec, Window};
+use super::window::{bounds, clock_at, TimeSpec, Window};
 use super::writer::explain_sqlite;
 use super::{APPLICATION_ID, SCHEMA_VERSION};
 use crate::counters::CounterReading;
@@ -373,10 +373,22 @@ impl Recording {
         let (from_s, to_s) = bounds(from, to, self.meta.start_unix_ms, length)?;
         let w = self.select(from_s, to_s)?;
         if w.intervals == 0 {
+            // Said back in the user's terms: a wall-clock time given stays a wall-clock time.
+            let start = self.meta.start_unix_ms;
+            let said = |t: Option<TimeSpec>, v: f64, none: &str| {
+                // The time as given, not as clamped to the recording.
+                t.map_or_else(|| none.to_string(), |t| t.describe(t.offset_s(start, length).unwrap_or(v), start))
+            };
+            let wall = from.or(to).is_some_and(|t| t.is_wall_clock());
+            let covers = match start.filter(|_| wall).and_then(|s| Some((clock_at(0.0, s)?, clock_at(length, s)?))) {
+                Some((a, b)) => format!("it ran from {a} to {b}"),
+                None => format!("it covers 0 to {length:.1} s"),
+            };
             bail!(
-                "no interval of {} lies between {from_s:.1} s and {} from its start (it covers 0 to {length:.1} s)",
+                "no interval of {} lies between {} and {} ({covers})",
                 self.path.display(),
-                if to_s.is_finite() { format!("{to_s:.1} s") } else { "its end".into() }
+                said(from, from_s, "its start"),
+                said(to, to_s, "its end")
             );
         }
         self.window = Window { whole: w.first == self.all.first && w.last == self.all.last, ..w };

@@ -20,8 +20,8 @@ use crate::sys::{monotonic_ns, progress_line, stop_flag};
 pub struct RecordArgs {
     #[command(flatten)]
     pub session: SessionArgs,
-    /// Stop after this many seconds (default: run until Ctrl-C).
-    #[arg(short, long, value_name = "SECS")]
+    /// Stop after this long: seconds, or with units (10s, 5m, 1h30m). Default: run until Ctrl-C.
+    #[arg(short, long, value_name = "DURATION", value_parser = crate::units::duration_flag)]
     pub duration: Option<f64>,
     /// Recording file to create.
     #[arg(short, long, default_value = "ddioscope.ddio")]

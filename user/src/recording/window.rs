@@ -18,19 +18,17 @@ pub enum TimeSpec {
 impl std::str::FromStr for TimeSpec {
     type Err = String;
 
-    /// `90`, `90.5`, `90s`, `1500ms`, `5m`, `1h` (from the start); `14:05`, `14:05:30` (local
+    /// A duration from the start, in the one syntax of every duration flag (`90`, `90.5`,
+    /// `90s`, `1500ms`, `5m`, `1h30m`: `units::parse_duration_s`); `14:05`, `14:05:30` (local
     /// time on the recording's day); `2026-11-24 14:05:30` or `2026-11-24T14:05:30` (local),
     /// with `Z` or `+01:00` (that zone).
     fn from_str(s: &str) -> Result<TimeSpec, String> {
         let t = s.trim();
-        let unit = [("ms", 1e-3), ("s", 1.0), ("m", 60.0), ("h", 3600.0)]
-            .iter()
-            .find_map(|(u, k)| t.strip_suffix(u).and_then(|n| n.parse::<f64>().ok()).map(|v| v * k));
-        if let Some(v) = t.parse::<f64>().ok().or(unit) {
-            if !v.is_finite() || v < 0.0 {
-                return Err(format!("{s}: a time from the start must be a number of seconds >= 0"));
-            }
+        if let Ok(v) = crate::units::parse_duration_s(t) {
             return Ok(TimeSpec::Offset(v));
+        }
+        if t.starts_with('-') || t.parse::<f64>().is_ok() {
+            return Err(format!("{s}: a time from the start must be a number of seconds >= 0"));
         }
         for f in ["%H:%M:%S%.f", "%H:%M"] {
             if let Ok(tod) = NaiveTime::parse_from_str(t, f) {
@@ -79,6 +77,31 @@ impl TimeSpec {
     }
 }
 
+/// The local wall-clock time `secs` after a start at `start_unix_ms`, to the second (to the
+/// millisecond when it has a fraction), dated when it is not on the start's day.
+pub fn clock_at(secs: f64, start_unix_ms: u64) -> Option<String> {
+    let start = Local.timestamp_millis_opt(start_unix_ms as i64).single()?;
+    let at = Local.timestamp_millis_opt(start_unix_ms as i64 + (secs * 1e3).round() as i64).single()?;
+    let time = if at.timestamp_subsec_millis() == 0 { "%H:%M:%S" } else { "%H:%M:%S%.3f" };
+    Some(if at.date_naive() == start.date_naive() { at.format(time).to_string() } else { at.format(&format!("%Y-%m-%d {time}")).to_string() })
+}
+
+impl TimeSpec {
+    /// Whether the user gave a wall-clock time (not seconds from the start).
+    pub fn is_wall_clock(&self) -> bool {
+        !matches!(self, TimeSpec::Offset(_))
+    }
+
+    /// The point read back in the terms it was given, at `secs` from the start: seconds from
+    /// the start, or a wall-clock time (dated when not on the recording's first day).
+    pub fn describe(&self, secs: f64, start_unix_ms: Option<u64>) -> String {
+        match (self, start_unix_ms) {
+            (TimeSpec::Offset(_), _) | (_, None) => format!("{secs:.1} s from its start"),
+            (_, Some(start)) => clock_at(secs, start).unwrap_or_else(|| format!("{secs:.1} s from its start")),
+        }
+    }
+}
+
 /// The intervals a report covers.
 #[derive(Debug, Clone, Serialize)]
 pub struct Window {
@@ -112,7 +135,8 @@ pub fn bounds(from: Option<TimeSpec>, to: Option<TimeSpec>, start_unix_ms: Optio
     let from_s = from.map(|t| t.offset_s(start_unix_ms, length_s)).transpose()?.unwrap_or(0.0).max(0.0);
     let to_s = to.map(|t| t.offset_s(start_unix_ms, length_s)).transpose()?.unwrap_or(f64::INFINITY);
     if to_s <= from_s {
-        bail!("--to ({to_s:.1} s from the start) is not after --from ({from_s:.1} s)");
+        let say = |t: Option<TimeSpec>, v: f64| t.map_or_else(|| format!("{v:.1} s from its start"), |t| t.describe(v, start_unix_ms));
+        bail!("--to ({}) is not after --from ({})", say(to, to_s), say(from, from_s));
     }
     Ok((from_s, to_s))
 }
@@ -125,7 +149,7 @@ mod tests {
     fn times_from_the_start_and_wall_clock() {
         let p = |s: &str| s.parse::<TimeSpec>();
         assert_eq!(p("90"), Ok(TimeSpec::Offset(90.0)));
-        assert_eq!(p("1.5m"), Ok(TimeSpec::Offset(90.0)));
+        assert_eq!(p("1m30s"), Ok(TimeSpec::Offset(90.0)));
         assert_eq!(p("250ms"), Ok(TimeSpec::Offset(0.25)));
         assert_eq!(p("1h"), Ok(TimeSpec::Offset(3600.0)));
         assert!(p("-3").is_err() && p("soon").is_err());
@@ -145,6 +169,13 @@ mod tests {
         let s = before_midnight.timestamp_millis() as u64;
         assert!((t.offset_s(Some(s), 600.0).unwrap() - 120.0).abs() < 1e-6);
         assert!(bounds(Some(TimeSpec::Offset(5.0)), Some(TimeSpec::Offset(5.0)), None, 10.0).is_err());
+        // Read back as given: a time of day stays one, dated off the recording's first day.
+        let tod = TimeSpec::TimeOfDay(NaiveTime::from_hms_opt(0, 1, 0).unwrap());
+        assert_eq!(tod.describe(120.0, Some(s)), "2026-01-03 00:01:00");
+        assert_eq!(tod.describe(-30.0, Some(s)), "23:58:30");
+        assert_eq!(TimeSpec::Offset(90.0).describe(90.0, Some(s)), "90.0 s from its start");
+        let e = bounds(Some(tod), Some(TimeSpec::Offset(60.0)), Some(s), 600.0).unwrap_err().to_string();
+        assert_eq!(e, "--to (60.0 s from its start) is not after --from (2026-01-03 00:01:00)");
         assert_eq!(bounds(None, None, None, 10.0).unwrap(), (0.0, f64::INFINITY));
     }
 }

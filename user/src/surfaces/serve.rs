@@ -8,6 +8,7 @@ use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use axum::extract::State;
@@ -77,6 +78,10 @@ pub struct ServeArgs {
     /// Sampling interval in milliseconds (metrics are cumulative since start).
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     pub interval: u64,
+    /// Stop after this long (seconds, or with units: 30s, 5m, 1h30m): stop serving, detach
+    /// everything, exit status 0. Default: run until Ctrl-C or SIGTERM.
+    #[arg(long, value_name = "DURATION", value_parser = crate::units::duration_flag)]
+    pub duration: Option<f64>,
 }
 
 /// The session serve runs: a live surface's, plus the L3-miss sampler when asked for
@@ -645,6 +650,7 @@ fn sample_loop(
 ) -> Result<()> {
     let addr = listen_addr(&opts.listen, opts.allow_remote)?;
     let mut live = Session::start(live_opts, features, iface)?;
+    let end = opts.duration.map(|d| Instant::now() + Duration::from_secs_f64(d));
     if opts.session.verbose {
         let ids: Vec<String> = live.prog_ids().iter().map(|i| i.to_string()).collect();
         eprintln!("attached: prog ids {}", ids.join(","));
@@ -674,7 +680,7 @@ fn sample_loop(
         live.counters_source
     );
     loop {
-        let (snap, finishing) = live.next(stop, None)?;
+        let (snap, finishing) = live.next(stop, end)?;
         acc.add(&snap);
         if let Some(why) = live.gone().map(str::to_string) {
             // Keep serving what was counted, say the device is down, and take it up again
@@ -683,7 +689,7 @@ fn sample_loop(
             acc.set_device_up(false);
             shared.set(acc.publish());
             eprintln!("ddioscope serve: {why}; serving the totals so far, waiting for it to return");
-            let Some((features, back)) = Session::await_return(live_opts, stop, || http.is_finished())? else {
+            let Some((features, back)) = Session::await_return(live_opts, stop, || http.is_finished() || end.is_some_and(|e| Instant::now() >= e))? else {
                 return Ok(());
             };
             live = Session::start(live_opts, features, back)?;

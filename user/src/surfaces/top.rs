@@ -24,6 +24,10 @@ pub struct TopArgs {
     /// Refresh interval in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     pub interval: u64,
+    /// Quit after this long (seconds, or with units: 30s, 5m, 1h30m), detaching everything,
+    /// with exit status 0. Default: run until q, Esc or Ctrl-C.
+    #[arg(long, value_name = "DURATION", value_parser = crate::units::duration_flag)]
+    pub duration: Option<f64>,
 }
 
 /// Flows listed on screen at most (fewer when the terminal is short).
@@ -37,12 +41,14 @@ pub fn run(args: &TopArgs) -> Result<()> {
     // (an SSH session going away) stops too.
     let stop = crate::sys::stop_flag()?;
     let mut live = Session::start(&opts, features, iface)?;
+    let end = args.duration.map(|d| Instant::now() + Duration::from_secs_f64(d));
+    let over = || end.is_some_and(|e| Instant::now() >= e);
     loop {
         if args.session.verbose {
             let ids: Vec<String> = live.prog_ids().iter().map(|i| i.to_string()).collect();
             eprintln!("attached: prog ids {}", ids.join(","));
         }
-        let result = if io::stdout().is_terminal() { run_tty(&mut live, &stop) } else { run_plain(&mut live, &stop) };
+        let result = if io::stdout().is_terminal() { run_tty(&mut live, &stop, end) } else { run_plain(&mut live, &stop, end) };
         let gone = live.gone().map(str::to_string);
         // Detach (drop the links) before the caller prints anything.
         drop(live);
@@ -50,7 +56,7 @@ pub fn run(args: &TopArgs) -> Result<()> {
         result?;
         // The view goes on once an interface of that name is back.
         eprintln!("ddioscope top: {why}; waiting for it to return (Ctrl-C quits)");
-        let Some((features, back)) = Session::await_return(&opts, &stop, || false)? else { return Ok(()) };
+        let Some((features, back)) = Session::await_return(&opts, &stop, over)? else { return Ok(()) };
         eprintln!("ddioscope top: {} is back", back.name);
         live = Session::start(&opts, features, back)?;
     }
@@ -84,11 +90,11 @@ fn frame(live: &Session, snap: &Snapshot, flows: &mut FlowRates) -> Frame {
 
 // ---------------------------------------------------------------- plain lines
 
-fn run_plain(live: &mut Session, stop: &AtomicBool) -> Result<()> {
+fn run_plain(live: &mut Session, stop: &AtomicBool, end: Option<Instant>) -> Result<()> {
     let mut flows = FlowRates::default();
     let mut out = io::stdout().lock();
     loop {
-        let (snap, finishing) = live.next(stop, None)?;
+        let (snap, finishing) = live.next(stop, end)?;
         let f = frame(live, &snap, &mut flows);
         let mut text = String::new();
         for q in &f.queues {
@@ -182,7 +188,7 @@ fn spawn_keys(stop: Arc<AtomicBool>, done: Arc<AtomicBool>) -> std::thread::Join
     })
 }
 
-fn run_tty(live: &mut Session, stop: &Arc<AtomicBool>) -> Result<()> {
+fn run_tty(live: &mut Session, stop: &Arc<AtomicBool>, end: Option<Instant>) -> Result<()> {
     // A panic prints its message after the terminal is back to normal.
     let prev_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -192,7 +198,7 @@ fn run_tty(live: &mut Session, stop: &Arc<AtomicBool>) -> Result<()> {
     let guard = TerminalGuard::enter()?;
     let done = Arc::new(AtomicBool::new(false));
     let keys = spawn_keys(Arc::clone(stop), Arc::clone(&done));
-    let result = tty_loop(live, stop);
+    let result = tty_loop(live, stop, end);
     done.store(true, Ordering::Relaxed);
     // The key thread wakes within its poll timeout; join it so it no longer reads the
     // terminal once it is restored. A terminal that hung up can hold it in a read that never
@@ -208,11 +214,11 @@ fn run_tty(live: &mut Session, stop: &Arc<AtomicBool>) -> Result<()> {
     result
 }
 
-fn tty_loop(live: &mut Session, stop: &AtomicBool) -> Result<()> {
+fn tty_loop(live: &mut Session, stop: &AtomicBool, end: Option<Instant>) -> Result<()> {
     let mut flows = FlowRates::default();
     draw(&header_lines(live, None), &[])?;
     loop {
-        let (snap, finishing) = live.next(stop, None)?;
+        let (snap, finishing) = live.next(stop, end)?;
         if finishing {
             return Ok(());
         }

@@ -61,6 +61,39 @@ struct IfReq {
     _pad: [u8; 16],
 }
 
+/// Why an interface name was not found: where it was looked for and what is there.
+fn not_found(name: &str, netns: Option<&str>, present: &[String]) -> String {
+    const SHOWN: usize = 8;
+    let mut there = present.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", ");
+    if present.len() > SHOWN {
+        there += &format!(" and {} more", present.len() - SHOWN);
+    }
+    let there = if present.is_empty() { "no interfaces".to_string() } else { there };
+    match netns {
+        Some(ns) => format!("interface '{name}' not found in network namespace '{ns}', which has {there}; check the name, or the namespace"),
+        None => format!("interface '{name}' not found in this network namespace, which has {there}; check the name, or pass --netns NS for one in another namespace"),
+    }
+}
+
+/// The interfaces of the current thread's network namespace, in index order.
+fn names() -> Vec<String> {
+    // SAFETY: if_nameindex returns an array ended by a zero entry, or null; freed below.
+    unsafe {
+        let list = libc::if_nameindex();
+        if list.is_null() {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        let mut p = list;
+        while (*p).if_index != 0 && !(*p).if_name.is_null() {
+            out.push(std::ffi::CStr::from_ptr((*p).if_name).to_string_lossy().into_owned());
+            p = p.add(1);
+        }
+        libc::if_freenameindex(list);
+        out
+    }
+}
+
 struct Sock(libc::c_int);
 impl Drop for Sock {
     fn drop(&mut self) {
@@ -81,13 +114,14 @@ fn cstr(b: &[u8]) -> String {
     String::from_utf8_lossy(&b[..end]).into_owned()
 }
 
-/// Look the interface up in the current thread's namespace.
-pub fn query(name: &str) -> Result<IfaceInfo> {
+/// Look the interface up in the current thread's namespace, which is `netns` (None: the
+/// host's): a name not there is refused naming where it was looked for and what is there.
+pub fn query(name: &str, netns: Option<&str>) -> Result<IfaceInfo> {
     let cname = std::ffi::CString::new(name)?;
     // SAFETY: cname is NUL-terminated.
     let ifindex = unsafe { libc::if_nametoindex(cname.as_ptr()) };
     if ifindex == 0 {
-        bail!("interface '{name}' not found in this network namespace (check the name, or pass --netns)");
+        bail!(not_found(name, netns, &names()));
     }
     // SAFETY: plain socket creation.
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
@@ -216,4 +250,23 @@ fn ioctl_buf(sock: &Sock, name: &str, buf: &mut [u8]) -> bool {
     req.name[..name.len().min(libc::IFNAMSIZ - 1)].copy_from_slice(&name.as_bytes()[..name.len().min(libc::IFNAMSIZ - 1)]);
     // SAFETY: req points at a live buffer laid out as the ethtool command in its first word.
     unsafe { libc::ioctl(sock.0, SIOCETHTOOL as _, &mut req) == 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_interface_says_where_it_was_looked_for() {
+        let present = vec!["lo".to_string(), "ddrcv".to_string()];
+        let e = not_found("ddsnd", Some("ddio-ux-rcv"), &present);
+        assert_eq!(e, "interface 'ddsnd' not found in network namespace 'ddio-ux-rcv', which has lo, ddrcv; check the name, or the namespace");
+        assert!(!e.contains("pass --netns"));
+        let e = not_found("ddrcv", None, &["lo".to_string(), "eth0".to_string()]);
+        assert!(e.contains("this network namespace, which has lo, eth0") && e.contains("pass --netns"), "{e}");
+        let many: Vec<String> = (0..10).map(|i| format!("v{i}")).collect();
+        assert!(not_found("x", None, &many).contains("v7 and 2 more"));
+        // This host's own namespace has at least loopback.
+        assert!(names().iter().any(|n| n == "lo"));
+    }
 }

@@ -321,7 +321,7 @@ pub fn resolve_iface_live(iface: &str, netns: Option<&str>) -> Result<IfaceInfo>
                     bail!("entering the network namespace: {} (need root / CAP_SYS_ADMIN)", e);
                 }
             }
-            ethtool::query(&name)
+            ethtool::query(&name, netns)
         })
         .join()
         .map_err(|_| anyhow!("interface lookup thread panicked"))?
