@@ -35,19 +35,22 @@ def test_record_stops_when_the_device_goes(testbed, recorder, what):
     rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "-d", "30")
     # Readiness: a few intervals written before the device goes.
     wait_until(lambda: intervals(rec.out) >= 5, timeout=20, what="intervals in the recording")
-    gone_at = time.monotonic()
     if what == "interface":
         run("ip", "-n", tb.ns_rcv, "link", "del", tb.if_rcv)
     else:
         run("ip", "netns", "delete", tb.ns_rcv)
+    # The recorder stamps its intervals on CLOCK_MONOTONIC, as time.monotonic_ns() reads it.
+    gone_ns = time.monotonic_ns()
     out, err = rec.proc.communicate(timeout=20)
-    took = time.monotonic() - gone_at
     assert rec.proc.returncode == 1, (rec.proc.returncode, err)
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "recording stopped" in lines[0], err
     assert ("was removed" if what == "interface" else "was deleted") in lines[0], err
-    # Noticed in the interval it happened in, not at the end of -d 30.
-    assert took < 10, took
+    # Noticed within an interval or two: the interval under way when the device went (its
+    # check may have come just before), then the one that notices and ends the recording.
+    # Counted on the recording's own stamps, not timed: a slow host writes fewer intervals.
+    after = connect(rec.out).execute("SELECT COUNT(*) FROM intervals WHERE t_ns > ?", (gone_ns,)).fetchone()[0]
+    assert after <= 2, after
     assert meta(rec.out, "stopped_by") == '"device_removed"' or meta(rec.out, "stopped_by") == "device_removed"
     assert meta(rec.out, "complete") == "true"
     r = report_json(rec.out)
