@@ -29,14 +29,22 @@
 4. Long recordings: `report`, `report --json` and `report --html` of a one-hour recording the
    bench builds (a short testbed recording's intervals repeated), with time and peak RSS.
 5. The simulator's throughput (`simulate --bench`).
+6. Host shapes (BENCH_SHAPES): the default recorder and the bpftrace peer against nothing
+   attached, interleaved ABBA, BENCH_SHAPE_ROUNDS rounds of each load, on: `tuned` (the testbed
+   above), `default` (veth's own offloads, the pair moved into namespaces the CNI way) and
+   `neighbour` (a recorded default-shape pair carrying nothing, beside a busy tuned pair: the
+   cost to another device's traffic). Throughput of the loaded pair, cost vs the same round's
+   bare run, and from one more run per configuration with bpf_stats on, BPF ns and program
+   runs per packet of the loaded pair (the interface's own RX count).
 
 A benchmark prints; it asserts nothing about time. Raw results go to out/bench.json.
 Knobs (environment): BIN, OUT_JSON, BENCH_ROUNDS (5), BENCH_PAIR_ROUNDS (5: more rounds of nothing
 attached and the default recorder alone, for the target), BENCH_RUN_SECS (5), BENCH_SETTLE_SECS (2),
 BENCH_CONFIGS (comma-separated subset of none,bpftrace,record-counts,record,record-flows-always,
 record-full,serve),
-BENCH_SKIP (comma-separated sections to skip: throughput,cost,hooks,long,sim). Needs root; traffic only
-flows between the testbed's namespaces.
+BENCH_SKIP (comma-separated sections to skip: throughput,cost,hooks,long,sim,shapes), BENCH_SHAPES
+(tuned,default,neighbour), BENCH_SHAPE_ROUNDS (10). Needs root; traffic only flows between the
+testbed's namespaces.
 """
 import json
 import os
@@ -88,6 +96,16 @@ BPFTRACE_PEER = (
     "@tx_bytes[args->queue_mapping] = sum(args->len); }"
 )
 TRACEFS = Path("/sys/kernel/tracing")
+SHAPES = [s for s in os.environ.get("BENCH_SHAPES", "tuned,default,neighbour").split(",") if s]
+SHAPE_ROUNDS = int(os.environ.get("BENCH_SHAPE_ROUNDS", "10"))
+# The peer on every RX path a veth or NIC takes (NAPI's GRO, netif_rx, netif_receive_skb).
+BPFTRACE_PEER_ALL = (
+    "tracepoint:net:napi_gro_receive_entry, tracepoint:net:netif_rx_entry, "
+    "tracepoint:net:netif_receive_skb_entry { @rx_pkts[args->queue_mapping] = count(); "
+    "@rx_bytes[args->queue_mapping] = sum(args->len); } "
+    "tracepoint:net:net_dev_start_xmit { @tx_pkts[args->queue_mapping] = count(); "
+    "@tx_bytes[args->queue_mapping] = sum(args->len); }"
+)
 
 
 def log(msg):
@@ -104,10 +122,11 @@ def sh(*cmd, check=True, **kw):
 
 
 class Testbed:
-    def __init__(self, name):
+    def __init__(self, name, shape="tuned"):
         self.name = name
-        sh(ROOT / "scripts/testbed.sh", "up", name)
-        env = dict(l.split("=", 1) for l in sh(ROOT / "scripts/testbed.sh", "env", name).stdout.split())
+        self.env = {**os.environ, "DDIO_TESTBED_SHAPE": shape}
+        sh(ROOT / "scripts/testbed.sh", "up", name, env=self.env)
+        env = dict(l.split("=", 1) for l in sh(ROOT / "scripts/testbed.sh", "env", name, env=self.env).stdout.split())
         self.ns_snd, self.ns_rcv, self.if_rcv, self.ip_rcv = env["NS_SND"], env["NS_RCV"], env["IF_RCV"], env["IP_RCV"]
         # TCP's receive-buffer autotuning locks some connections through this veth into a
         # small buffer for their whole life: with nothing attached, about one 5 s run in eight
@@ -146,7 +165,7 @@ class Testbed:
     def down(self):
         self.server.kill()
         self.server.wait()
-        sh(ROOT / "scripts/testbed.sh", "down", self.name, check=False)
+        sh(ROOT / "scripts/testbed.sh", "down", self.name, check=False, env=self.env)
 
 
 def read_line(proc, timeout, what):
@@ -168,8 +187,9 @@ class Attached:
         before = {p["id"] for p in bpf_progs()}
         if config == "none":
             return
-        if config == "bpftrace":
-            self.proc = subprocess.Popen(["bpftrace", "-e", BPFTRACE_PEER], stdout=subprocess.PIPE,
+        if config in ("bpftrace", "bpftrace-all"):
+            peer = BPFTRACE_PEER if config == "bpftrace" else BPFTRACE_PEER_ALL
+            self.proc = subprocess.Popen(["bpftrace", "-e", peer], stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, text=True)
             line = read_line(self.proc, 60, "bpftrace")
             if "Attaching" not in line:
@@ -418,6 +438,87 @@ def long_recording(tb, tmp):
     return out
 
 
+def shapes(tmp):
+    """Section 6: the default recorder and the peer on each host shape."""
+    out = {}
+    configs = ["none", "bpftrace-all", "record"]
+    for shape in SHAPES:
+        log(f"shape {shape}: {SHAPE_ROUNDS} rounds x {len(configs)} configurations x 2 loads, {T_RUN} s each")
+        made = []
+        try:
+            if shape == "neighbour":
+                recorded = Testbed(f"bq{os.getpid()}", "default")
+                made.append(recorded)
+                loaded = Testbed(f"bn{os.getpid()}")
+                made.append(loaded)
+            else:
+                recorded = loaded = Testbed(f"bs{os.getpid()}", shape)
+                made.append(recorded)
+            runs = {(c, l): [] for c in configs for l in LOADS}
+            loaded.iperf("tcp")  # warm-up, not counted
+            for r in range(SHAPE_ROUNDS):
+                order = configs if r % 2 == 0 else configs[::-1]
+                for load in LOADS:
+                    for c in order:
+                        a = Attached(c, recorded, tmp)
+                        try:
+                            time.sleep(SETTLE)
+                            runs[(c, load)].append(loaded.iperf(load)[0])
+                        finally:
+                            a.stop()
+            bpf = {}
+            sh("sysctl", "-qw", "kernel.bpf_stats_enabled=1")
+            try:
+                for c in configs[1:]:
+                    a = Attached(c, recorded, tmp)
+                    try:
+                        time.sleep(SETTLE)
+                        for load in LOADS:
+                            s0, p0 = stats_of(a.prog_ids), loaded.rx_packets()
+                            loaded.iperf(load)
+                            s1, p1 = stats_of(a.prog_ids), loaded.rx_packets()
+                            pk = max(p1 - p0, 1)
+                            bpf[(c, load)] = {
+                                "ns_per_pkt": sum(s1[i][1] - s0.get(i, (0, 0, ""))[1] for i in s1) / pk,
+                                "runs_per_pkt": sum(s1[i][0] - s0.get(i, (0, 0, ""))[0] for i in s1) / pk,
+                                "packets": pk,
+                            }
+                    finally:
+                        a.stop()
+            finally:
+                sh("sysctl", "-qw", "kernel.bpf_stats_enabled=0")
+            out[shape] = {"runs": {f"{c}/{l}": v for (c, l), v in runs.items()},
+                          "cost_pct": {f"{c}/{l}": round_costs(runs, c, l) for c in configs for l in LOADS},
+                          "bpf": {f"{c}/{l}": v for (c, l), v in bpf.items()}}
+        finally:
+            for tb in made:
+                tb.down()
+    return out
+
+
+def print_shapes(res):
+    print(f"\n6. Host shapes ({SHAPE_ROUNDS} rounds, interleaved ABBA, {T_RUN} s each; cost vs nothing attached, mean ± "
+          f"standard error of the rounds; BPF ns and program runs per packet the loaded pair received, bpf_stats on)\n")
+    print(f"  {'shape':<10} {'load':<5} {'nothing attached':>20} {'peer cost':>15} {'record cost':>15} "
+          f"{'peer ns/pkt':>12} {'record ns/pkt':>14} {'record runs/pkt':>16}")
+    for shape, r in res.items():
+        for load in LOADS:
+            m, sd = ms(r["runs"][f"none/{load}"])
+
+            def cost(c):
+                xs = r["cost_pct"][f"{c}/{load}"]
+                if not xs:
+                    return "—"
+                cm, csd = ms(xs)
+                return f"{cm:+.1f}% ± {csd / len(xs) ** 0.5:.1f}"
+
+            b = lambda c, k: r["bpf"].get(f"{c}/{load}", {}).get(k)
+            f = lambda v, d=1: "—" if v is None else f"{v:.{d}f}"
+            print(f"  {shape:<10} {load:<5} {m:>11.2f} ± {sd:<6.2f} {cost('bpftrace-all'):>15} {cost('record'):>15} "
+                  f"{f(b('bpftrace-all', 'ns_per_pkt')):>12} {f(b('record', 'ns_per_pkt')):>14} "
+                  f"{f(b('record', 'runs_per_pkt'), 3):>16}")
+
+
 def main():
     # A bench stopped by SIGTERM (or a closed terminal) still removes its testbed, its
     # recorders and tracefs: the handler turns the signal into an exception `finally` sees.
@@ -430,7 +531,7 @@ def main():
     for c in ("ip", "iperf3", "bpftool", "sysctl", "/usr/bin/time", "taskset"):
         if not shutil.which(c):
             die(f"missing command: {c} (make deps)")
-    if "bpftrace" in CONFIGS and not shutil.which("bpftrace"):
+    if ("bpftrace" in CONFIGS or "shapes" not in SKIP) and not shutil.which("bpftrace"):
         die("missing command: bpftrace (make deps)")
     mounted_tracefs = False
     stats_prev = sh("sysctl", "-n", "kernel.bpf_stats_enabled").stdout.strip()
@@ -444,7 +545,7 @@ def main():
         print(f"machine: {os.cpu_count()} CPUs, {cpu}, kernel {os.uname().release}; 1-min load {load0} at start")
         print(f"binary:  {BIN} ({sh(BIN, '--version', check=False).stdout.strip()})\n")
         # bpftrace reads tracepoint formats from tracefs; mounted for the peer, unmounted after.
-        if "bpftrace" in CONFIGS and not (TRACEFS / "events").exists():
+        if ("bpftrace" in CONFIGS or "shapes" not in SKIP) and not (TRACEFS / "events").exists():
             sh("mount", "-t", "tracefs", "nodev", TRACEFS)
             mounted_tracefs = True
         sh("sysctl", "-qw", "kernel.bpf_stats_enabled=0")
@@ -461,6 +562,9 @@ def main():
                 hooks, hook_passes = hot_hooks(tb, tmp)
             sh("sysctl", "-qw", "kernel.bpf_stats_enabled=0")
         longrec = long_recording(tb, tmp) if "long" not in SKIP else None
+        tb.down()
+        tb = None
+        shape_results = shapes(tmp) if "shapes" not in SKIP else {}
 
         # ---- the table
         if runs:
@@ -554,6 +658,9 @@ def main():
             sim = sh(BIN, "simulate", "--bench", check=False, timeout=120)
             print(f"\n4. {sim.stdout.strip() or sim.stderr.strip()}")
             result["simulator"] = sim.stdout.strip()
+        if shape_results:
+            print_shapes(shape_results)
+            result["shapes"] = shape_results
         print(f"\n  1-min load average at end: {open('/proc/loadavg').read().split()[0]}")
     finally:
         if tb:
