@@ -76,7 +76,7 @@ def test_no_program_runs_all_the_time_for_another_devices_packets(recorder, bpf_
     assert sum(n for _, n in windowed) <= packets * len(windowed) / DUTY, (windowed, packets)
 
 
-@pytest.mark.parametrize("shape", ["tuned", "default"])
+@pytest.mark.parametrize("shape", ["tuned", "default", "rootpeer"])
 def test_the_defaults_invocations_per_recorded_packet(recorder, bpf_stats, shape):
     """The recorded device busy (iperf3 TCP -P 4): all the time, at most one run per received
     skb (tcx, device-scoped) and the drop counter's per drop; in the windows, at most each
