@@ -97,10 +97,10 @@ def test_flows_beyond_the_flow_table_are_counted_whole(testbed, recorder):
     assert '"flow_overflow"' in report
     rc, kib = peak_rss_kib(BIN, "report", rec.out, "--json")
     assert rc == 0
-    # 25,000 flows: the report keeps its top flows and per-queue sums, not every flow's
-    # structures; the bound is what it took when measured (see docs/testing.md) plus a margin.
+    # 25,000 flows (and as many attribution shares) are written element by element, not
+    # held as a JSON tree: 99 MB measured (163 MB before), bound with a margin of a tenth.
     assert kib < RSS_BOUND_KIB, kib
 
 
-RSS_BOUND_KIB = 64 * 1024
+RSS_BOUND_KIB = 110 * 1024
 STRAY = 5

@@ -18,7 +18,12 @@ pub struct Summary {
     /// Which tier of the recorder each kind of number comes from.
     pub tiers: Tiers,
     pub queues: Vec<QueueReport>,
+    /// Every flow, the largest first (serialized element by element: see report::json).
+    #[serde(serialize_with = "crate::report::json::deferred_field")]
     pub flows: Vec<FlowReport>,
+    /// Each queue's flow overflow bucket over the whole run: what no BPF flow table entry
+    /// could take (in no flow above), and sampled skbs that were no TCP/UDP flow.
+    pub flow_overflow: Vec<crate::probe::qcount::FlowOverflow>,
     pub events: Events,
     pub drops: Drops,
     pub counters: CountersReport,
@@ -795,6 +800,7 @@ pub fn build(rec: &Recording) -> Result<Summary> {
         })
         .collect();
     flows.sort_by_key(|f| std::cmp::Reverse(f.bytes));
+    let flow_overflow = crate::recording::reader::flow_overflow(&rec.path)?;
     let e = rec.event_totals()?;
     // Every tracked packet whose free was seen completed its whole-life stage.
     let freed: u64 = totals.iter().map(|q| q.stage_count[NSTAGES - 1]).sum();
@@ -816,6 +822,7 @@ pub fn build(rec: &Recording) -> Result<Summary> {
         tiers,
         queues,
         flows,
+        flow_overflow,
         events: Events {
             sampled: e.sampled,
             lost: e.lost,

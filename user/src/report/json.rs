@@ -131,10 +131,81 @@ fn round_floats(v: &mut serde_json::Value) {
     }
 }
 
-fn to_json<T: Serialize>(v: &T) -> serde_json::Result<String> {
+thread_local! {
+    /// The long arrays of the report being written (each element as pretty JSON), while
+    /// `to_json` builds its tree without them.
+    static DEFERRED: std::cell::RefCell<Option<Vec<Vec<String>>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Where deferred array n goes in the tree: a string no serialized value holds (a NUL).
+fn mark(n: usize) -> String {
+    format!("\u{0}deferred {n}")
+}
+
+/// A long array field (a recording's flows: 25,000 of them took over 100 MB as tree nodes).
+/// Inside `to_json` each element is written out at once and the tree holds a mark in the
+/// array's place; elsewhere it serializes as it is.
+pub fn deferred_field<T: Serialize, S: serde::Serializer>(items: &[T], s: S) -> Result<S::Ok, S::Error> {
+    let deferred = DEFERRED.with(|d| {
+        let mut d = d.borrow_mut();
+        let out = d.as_mut()?;
+        Some(items.iter().map(pretty).collect::<serde_json::Result<Vec<String>>>().map(|v| {
+            out.push(v);
+            out.len() - 1
+        }))
+    });
+    match deferred {
+        None => items.serialize(s),
+        Some(Ok(n)) => s.serialize_str(&mark(n)),
+        Some(Err(e)) => Err(serde::ser::Error::custom(e)),
+    }
+}
+
+/// One value as pretty JSON, floats rounded.
+fn pretty<T: Serialize>(v: &T) -> serde_json::Result<String> {
     let mut value = serde_json::to_value(v)?;
     round_floats(&mut value);
     serde_json::to_string_pretty(&value)
+}
+
+fn to_json<T: Serialize>(v: &T) -> serde_json::Result<String> {
+    DEFERRED.with(|d| *d.borrow_mut() = Some(Vec::new()));
+    let tree = pretty(v);
+    let arrays = DEFERRED.with(|d| d.borrow_mut().take()).unwrap_or_default();
+    let mut out = tree?;
+    for (n, items) in arrays.iter().enumerate() {
+        out = splice(&out, &serde_json::to_string(&mark(n))?, items);
+    }
+    Ok(out)
+}
+
+/// `tree` with the mark replaced by the array of `items`, indented as the tree's pretty
+/// printer would have put it.
+fn splice(tree: &str, mark: &str, items: &[String]) -> String {
+    let Some(at) = tree.find(mark) else { return tree.to_string() };
+    let indent = tree[..at].rsplit('\n').next().map_or(0, |l| l.len() - l.trim_start().len());
+    let pad = " ".repeat(indent + 2);
+    let mut out = String::with_capacity(tree.len() + items.iter().map(|f| f.len() + 8 * pad.len()).sum::<usize>());
+    out.push_str(&tree[..at]);
+    if items.is_empty() {
+        out.push_str("[]");
+    } else {
+        out.push_str("[\n");
+        for (i, f) in items.iter().enumerate() {
+            for (j, line) in f.lines().enumerate() {
+                if j > 0 {
+                    out.push('\n');
+                }
+                out.push_str(&pad);
+                out.push_str(line);
+            }
+            out.push_str(if i + 1 < items.len() { ",\n" } else { "\n" });
+        }
+        out.push_str(&pad[2..]);
+        out.push(']');
+    }
+    out.push_str(&tree[at + mark.len()..]);
+    out
 }
 
 #[cfg(test)]
