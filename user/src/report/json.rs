@@ -210,7 +210,60 @@ fn splice(tree: &str, mark: &str, items: &[String]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::round_meaningful;
+    use super::{deferred_field, pretty, round_meaningful, to_json};
+    use serde::Serialize;
+
+    #[derive(Serialize, Clone)]
+    struct Item {
+        name: String,
+        share_pct: f64,
+        inner: Vec<u32>,
+    }
+
+    #[derive(Serialize)]
+    struct Doc {
+        zeta: u32,
+        #[serde(serialize_with = "deferred_field")]
+        items: Vec<Item>,
+        nested: Nested,
+        #[serde(serialize_with = "deferred_field")]
+        none: Vec<Item>,
+    }
+
+    #[derive(Serialize)]
+    struct Nested {
+        #[serde(serialize_with = "deferred_field")]
+        deep: Vec<Item>,
+        alpha: f64,
+    }
+
+    /// The same document with plain arrays: what one JSON tree printed.
+    #[derive(Serialize)]
+    struct Plain {
+        zeta: u32,
+        items: Vec<Item>,
+        nested: PlainNested,
+        none: Vec<Item>,
+    }
+
+    #[derive(Serialize)]
+    struct PlainNested {
+        deep: Vec<Item>,
+        alpha: f64,
+    }
+
+    #[test]
+    fn long_arrays_written_element_by_element_print_as_one_tree_would() {
+        let items: Vec<Item> = (0..3).map(|i| Item { name: format!("f{i}"), share_pct: 12.345_678 * i as f64, inner: vec![i, 7] }).collect();
+        let deep = vec![Item { name: "d".into(), share_pct: 0.000_123_456, inner: vec![] }];
+        let doc = Doc { zeta: 1, items: items.clone(), nested: Nested { deep: deep.clone(), alpha: 3.14159 }, none: vec![] };
+        let plain = Plain { zeta: 1, items, nested: PlainNested { deep, alpha: 3.14159 }, none: vec![] };
+        let out = to_json(&doc).expect("serializes");
+        assert_eq!(out, pretty(&plain).expect("serializes"));
+        assert!(out.contains("\"share_pct\": 12.35") && !out.contains("deferred"), "{out}");
+        // Outside to_json the arrays serialize as they are.
+        assert_eq!(serde_json::to_value(&doc).expect("serializes")["items"][1]["name"], "f1");
+    }
 
     #[test]
     fn floats_keep_four_significant_digits() {
