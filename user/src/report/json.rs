@@ -256,8 +256,8 @@ mod tests {
     fn long_arrays_written_element_by_element_print_as_one_tree_would() {
         let items: Vec<Item> = (0..3).map(|i| Item { name: format!("f{i}"), share_pct: 12.345_678 * i as f64, inner: vec![i, 7] }).collect();
         let deep = vec![Item { name: "d".into(), share_pct: 0.000_123_456, inner: vec![] }];
-        let doc = Doc { zeta: 1, items: items.clone(), nested: Nested { deep: deep.clone(), alpha: 3.14159 }, none: vec![] };
-        let plain = Plain { zeta: 1, items, nested: PlainNested { deep, alpha: 3.14159 }, none: vec![] };
+        let doc = Doc { zeta: 1, items: items.clone(), nested: Nested { deep: deep.clone(), alpha: 2.718_281_9_f64.sqrt() }, none: vec![] };
+        let plain = Plain { zeta: 1, items, nested: PlainNested { deep, alpha: 2.718_281_9_f64.sqrt() }, none: vec![] };
         let out = to_json(&doc).expect("serializes");
         assert_eq!(out, pretty(&plain).expect("serializes"));
         assert!(out.contains("\"share_pct\": 12.35") && !out.contains("deferred"), "{out}");
