@@ -51,12 +51,24 @@ struct {
 	__type(value, struct qc_queue_stats);
 } qc_queues SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
-	__uint(max_entries, 16384);
+/* The flow tables: two plain hashes, not LRU (an LRU table lets a flow go
+ * silently, and the flow comes back at its new count alone). Programs add to
+ * the one flow_gen names; userspace flips flow_gen, waits until no program can
+ * still be in the other, drains it (every entry read, then deleted) and adds
+ * it to its own sums (user/src/probe/flowdrain.rs). So a table holds only the
+ * flows active since its last drain, and a sum that finds it full goes to its
+ * queue's overflow bucket, counted, not lost. */
+struct qc_flow_table {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, QC_FLOW_ENTRIES);
 	__type(key, struct pl_flow_key);
 	__type(value, struct qc_flow_stats);
-} qc_flows SEC(".maps");
+};
+struct qc_flow_table qc_flows0 SEC(".maps");
+struct qc_flow_table qc_flows1 SEC(".maps");
+
+/* Which flow table the programs add to (its low bit); written by userspace. */
+volatile __u32 flow_gen = 0;
 
 /* Each CPU's recent flows, per direction: entry (cpu * 2 + dir) * QC_FLOW_SLOTS
  * + the flow's hash. An array, whose lookup the verifier inlines, by CPU
@@ -187,13 +199,37 @@ static __always_inline bool flow_sampled(struct qc_cpu *c, __u32 d, __u32 fb)
 	return (x >> 32) * fb < ((__u64)d << 32);
 }
 
-/* Adds a flow's sums to its entry in the flow table (this CPU's copy). */
-static __always_inline void flow_table_add(const struct pl_flow_key *k, const struct qc_flow_stats *d)
+/* Sums no flow entry could take: into the queue's overflow bucket (no
+ * QC_QUEUE_CLAMPED count: the skbs were counted when they came). */
+static __always_inline void flow_overflow(__u8 dir, const struct qc_flow_stats *d)
 {
-	struct qc_flow_stats *f = bpf_map_lookup_elem(&qc_flows, k);
-	if (!f) {
-		bpf_map_update_elem(&qc_flows, k, d, BPF_NOEXIST);
+	__u32 queue = d->queue < MAX_QUEUES ? d->queue : MAX_QUEUES - 1;
+	__u32 idx = bpf_get_smp_processor_id() * (2 * MAX_QUEUES) + (__u32)(dir & 1) * MAX_QUEUES + queue;
+	struct qc_queue_stats *qs = bpf_map_lookup_elem(&qc_queues, &idx);
+	if (!qs)
 		return;
+	qs->flow_overflow_x256 += d->packets_x256;
+	qs->flow_overflow_bytes += d->bytes;
+}
+
+/* Adds a flow's sums to its entry in one flow table (this CPU's copy); false
+ * when the table has no room for a new entry. */
+static __always_inline bool flow_table_add_in(void *table, const struct pl_flow_key *k, const struct qc_flow_stats *d)
+{
+	struct qc_flow_stats *f = bpf_map_lookup_elem(table, k);
+	if (!f) {
+		long err = bpf_map_update_elem(table, k, d, BPF_NOEXIST);
+		if (!err) {
+			qc_count(QC_FLOW_INSERTS);
+			return true;
+		}
+		/* -EEXIST: another CPU entered the flow since the lookup; its
+		 * entry takes this CPU's sums too. Anything else: no room. */
+		if (err != -17)
+			return false;
+		f = bpf_map_lookup_elem(table, k);
+		if (!f)
+			return false;
 	}
 	/* This CPU's own copy of the entry: plain adds suffice. Another CPU's
 	 * update created it and zeroed this copy, so its first is ours to set. */
@@ -208,6 +244,18 @@ static __always_inline void flow_table_add(const struct pl_flow_key *k, const st
 		f->last_ns = d->last_ns;
 		f->queue = d->queue;
 	}
+	return true;
+}
+
+/* Adds a flow's sums to the current flow table, else to the overflow bucket.
+ * Called only while the slot being emptied has an odd seq: userspace, after
+ * flipping flow_gen, waits for every slot odd then to move on before it
+ * drains the table flow_gen named before (see read_flows). */
+static __always_inline void flow_table_add(const struct pl_flow_key *k, const struct qc_flow_stats *d)
+{
+	bool ok = (flow_gen & 1) ? flow_table_add_in(&qc_flows1, k, d) : flow_table_add_in(&qc_flows0, k, d);
+	if (!ok)
+		flow_overflow(k->dir, d);
 }
 
 /* Which of a CPU's slots a flow takes: a multiplicative hash of its key. */
@@ -251,12 +299,15 @@ static __always_inline void flow_add(struct pl_flow_key *k, __u32 queue, __u32 d
 		.bytes_var = var, .first_ns = now, .last_ns = now, .queue = queue,
 	};
 	if (!s) {
-		flow_table_add(k, &init);
+		/* Not for a CPU the cache is sized to: counted, never in a table
+		 * (a table is only written inside a slot's odd seq). */
+		flow_overflow(k->dir, &init);
 		return;
 	}
 	/* The slot changes flows: seq odd around it, so a reader that saw the
-	 * slot (or the table) mid-change reads again. A locked add on x86 is
-	 * also a full barrier, which orders the stores between the two. */
+	 * slot (or the table) mid-change reads again, and a drain waits for it.
+	 * A locked add on x86 is also a full barrier, which orders the stores
+	 * between the two, and the seq's store before the flow_gen load. */
 	__sync_fetch_and_add(&s->seq, 1);
 	if (s->stats.samples)
 		flow_table_add(&s->key, &s->stats);
@@ -355,14 +406,15 @@ int qc_rx_tc(struct __sk_buff *skb)
 	}
 	if (segs > 1 && have_flow)
 		wire += (__u64)(segs - 1) * (link_hdr_len + hdr);
-	add_queue(qc_queue(PL_RX, queue), segs, wire);
+	struct qc_queue_stats *qs = qc_queue(PL_RX, queue);
+	add_queue(qs, segs, wire);
 	if (sample) {
 		if (have_flow) {
 			k.dir = PL_RX;
 			__u32 l3 = len - link_hdr_len;
 			flow_add(&k, queue, len, flow_bytes, segs, wire, l3 > hdr ? l3 - hdr : 0);
-		} else {
-			qc_count(QC_FLOW_UNPARSED);
+		} else if (qs) {
+			qs->flow_unparsed += segs;
 		}
 	}
 	return TCX_NEXT;
@@ -415,3 +467,4 @@ enum ddio_limits ddio_limits_anchor = DDIO_MAX_QUEUES;
 enum qc_rx_source qc_rx_source_anchor = QC_RX_TCX;
 enum qc_napi_slots qc_napi_slots_anchor = QC_NAPI_SLOTS;
 enum qc_flow_cache_slots qc_flow_cache_slots_anchor = QC_FLOW_SLOTS;
+enum qc_flow_table_entries qc_flow_table_entries_anchor = QC_FLOW_ENTRIES;

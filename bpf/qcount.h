@@ -16,7 +16,12 @@ struct qc_queue_stats {
 	__u64 bytes;            /* frame bytes, L2 header included, per segment */
 	__u64 skbs;             /* skbs the counting program ran for */
 	__u64 drops;
-	__u64 pad0[4];
+	/* Sampled sums no flow entry could take (the flow table was full),
+	 * estimated as a flow's are: the queue's overflow bucket. */
+	__u64 flow_overflow_x256;    /* wire frames, in 1/256 */
+	__u64 flow_overflow_bytes;   /* frame bytes */
+	__u64 flow_unparsed;         /* wire frames of sampled skbs that were no TCP/UDP flow */
+	__u64 pad0[1];
 	__u64 napi_polls;
 	__u64 napi_work;
 	__u64 napi_budget_exhausted;
@@ -47,8 +52,9 @@ struct qc_flow_stats {
  * (qc_flow_cache): a sample of a flow the slot holds adds to the slot, a line
  * the CPU keeps warm, instead of walking the flow table, whose bucket, entry
  * and per-CPU copy are three lines out of the cache under load. A flow that
- * takes the slot moves the one before it into qc_flows; userspace adds the
- * slots to the table. seq is odd while the slot changes flows. */
+ * takes the slot moves the one before it into the current flow table;
+ * userspace adds the slots to the tables. seq is odd while the slot changes
+ * flows. */
 struct qc_flow_slot {
 	__u64 seq;
 	struct pl_flow_key key;
@@ -60,9 +66,13 @@ enum qc_flow_cache_slots {
 	QC_FLOW_SLOTS = 32,     /* per CPU and direction; a power of two */
 };
 
+enum qc_flow_table_entries {
+	QC_FLOW_ENTRIES = 16384, /* per flow table (there are two, see flow_gen) */
+};
+
 enum qc_counter {
 	QC_QUEUE_CLAMPED = 0,   /* packets on queues >= MAX_QUEUES, counted on the last */
-	QC_FLOW_UNPARSED = 2,   /* sampled skbs that were not TCP/UDP (no flow) */
+	QC_FLOW_INSERTS = 2,    /* flows entered into a flow table (userspace drains it early when full) */
 	QC_NAPI_UNMAPPED = 3,   /* polls of our device before any frame named its queue */
 	QC_NR = 8,
 };

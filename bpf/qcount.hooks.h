@@ -78,13 +78,14 @@ static __always_inline int H(qc_rx_handup)(const struct sk_buff *skb)
 			 parse_flow_at(data, RD(skb, protocol), &k, &hdr);
 	if (segs > 1 && have_flow)
 		wire += (__u64)(segs - 1) * (l2 + hdr);
-	add_queue(qc_queue(PL_RX, queue), segs, wire);
+	struct qc_queue_stats *qs = qc_queue(PL_RX, queue);
+	add_queue(qs, segs, wire);
 	if (sample) {
 		if (have_flow) {
 			k.dir = PL_RX;
 			flow_add(&k, queue, l3_len + l2, flow_bytes, segs, wire, l3_len > hdr ? l3_len - hdr : 0);
-		} else {
-			qc_count(QC_FLOW_UNPARSED);
+		} else if (qs) {
+			qs->flow_unparsed += segs;
 		}
 	}
 	return 0;
@@ -109,14 +110,15 @@ static __always_inline int H(qc_tx_xmit)(const struct sk_buff *skb, const struct
 	/* Each extra segment of a GSO packet repeats the headers on the wire. */
 	if (segs > 1 && have_flow && l2 <= 64)
 		wire += (__u64)(segs - 1) * (l2 + hdr);
-	add_queue(qc_queue(PL_TX, queue), segs, wire);
+	struct qc_queue_stats *qs = qc_queue(PL_TX, queue);
+	add_queue(qs, segs, wire);
 	if (sample) {
 		if (have_flow) {
 			k.dir = PL_TX;
 			__u32 l3 = len > l2 ? len - l2 : len;
 			flow_add(&k, queue, len, flow_bytes_tx, segs, wire, l3 > hdr ? l3 - hdr : 0);
-		} else {
-			qc_count(QC_FLOW_UNPARSED);
+		} else if (qs) {
+			qs->flow_unparsed += segs;
 		}
 	}
 	return 0;

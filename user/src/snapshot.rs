@@ -289,6 +289,10 @@ pub struct Snapshot {
     pub events: EventCounters,
     /// Flows, cumulative since the start (present on the intervals where they were read).
     pub flows: Vec<FlowCounters>,
+    /// Each queue's flow overflow bucket, cumulative (present with the flows): what no flow
+    /// table entry could take, and the sampled skbs that were no TCP/UDP flow.
+    #[serde(default)]
+    pub flow_overflow: Vec<crate::probe::qcount::FlowOverflow>,
     /// Drop reasons, cumulative: (reason id, count).
     pub drop_reasons: Vec<(u32, u64)>,
     /// The device's page pools as the kernel counts them, cumulative (present on the

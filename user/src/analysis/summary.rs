@@ -18,7 +18,12 @@ pub struct Summary {
     /// Which tier of the recorder each kind of number comes from.
     pub tiers: Tiers,
     pub queues: Vec<QueueReport>,
+    /// Every flow, the largest first (serialized element by element: see report::json).
+    #[serde(serialize_with = "crate::report::json::deferred_field")]
     pub flows: Vec<FlowReport>,
+    /// Each queue's flow overflow bucket over the whole run: what no BPF flow table entry
+    /// could take (in no flow above), and sampled skbs that were no TCP/UDP flow.
+    pub flow_overflow: Vec<crate::probe::qcount::FlowOverflow>,
     pub events: Events,
     pub drops: Drops,
     pub counters: CountersReport,
@@ -431,7 +436,13 @@ pub struct Provenance {
     pub text: String,
 }
 
-fn tiers(rec: &Recording, totals: &[QueueCounters], flows: &[crate::snapshot::FlowCounters], records: u64) -> Result<Tiers> {
+fn tiers(
+    rec: &Recording,
+    totals: &[QueueCounters],
+    flows: &[crate::snapshot::FlowCounters],
+    overflow: &[crate::probe::qcount::FlowOverflow],
+    records: u64,
+) -> Result<Tiers> {
     use crate::session::DetailMode;
     let m = &rec.meta;
     let counts = Provenance {
@@ -474,9 +485,15 @@ fn tiers(rec: &Recording, totals: &[QueueCounters], flows: &[crate::snapshot::Fl
         0 => String::new(),
         n => format!("; {n} TCP flow{} ending in a local socket counted exactly by the socket's own counters", if n == 1 { "" } else { "s" }),
     };
+    // What the flow table could not take is said, never left out quietly.
+    let overflowed: u64 = overflow.iter().map(|b| b.packets).sum();
+    let overflow_note = match overflowed {
+        0 => String::new(),
+        n => format!("; {n} packets in the queues' overflow buckets, in no flow: the BPF flow table was full when they came"),
+    };
     let flows = match threshold {
         0 => Provenance { kind: "absent", every: None, samples: None, text: "not recorded: --flow-sample 0".into() },
-        1 => Provenance { kind: "exact", every: None, samples: None, text: "exact: every skb counted".into() },
+        1 => Provenance { kind: "exact", every: None, samples: None, text: format!("exact: every skb counted{overflow_note}") },
         n => Provenance {
             kind: "estimated",
             every: Some(n),
@@ -485,14 +502,14 @@ fn tiers(rec: &Recording, totals: &[QueueCounters], flows: &[crate::snapshot::Fl
                 Some(w) => format!(
                     "estimated from {}, scaled by each queue's exact packet count: {skbs} sampled; each flow \
                      gives its 95% error bound (size sampling and the spread between windows; a flow shorter \
-                     than a cycle can be missed){sockets_note}",
+                     than a cycle can be missed){sockets_note}{overflow_note}",
                     match m.flow_window_sample_bytes {
                         Some(1) | None => format!("every skb of {w} detail windows"),
                         Some(b) => format!("the skbs of {w} detail windows, one of d bytes with probability d/{b} up to 1"),
                     }
                 ),
                 None => format!(
-                    "estimated from sampled skbs, one of d bytes with probability d/{n} up to 1: {skbs} sampled; each flow gives its 95% error bound{sockets_note}"
+                    "estimated from sampled skbs, one of d bytes with probability d/{n} up to 1: {skbs} sampled; each flow gives its 95% error bound{sockets_note}{overflow_note}"
                 ),
             },
         },
@@ -799,6 +816,7 @@ pub fn build(rec: &Recording) -> Result<Summary> {
         })
         .collect();
     flows.sort_by_key(|f| std::cmp::Reverse(f.bytes));
+    let flow_overflow = crate::recording::reader::flow_overflow(&rec.path)?;
     let e = rec.event_totals()?;
     // Every tracked packet whose free was seen completed its whole-life stage.
     let freed: u64 = totals.iter().map(|q| q.stage_count[NSTAGES - 1]).sum();
@@ -813,13 +831,14 @@ pub fn build(rec: &Recording) -> Result<Summary> {
     };
     let counters = counters_report(rec)?;
     let l3miss = miss_report(rec, &totals)?;
-    let tiers = tiers(rec, &totals, &recorded_flows, e.sampled)?;
+    let tiers = tiers(rec, &totals, &recorded_flows, &flow_overflow, e.sampled)?;
     Ok(Summary {
         meta,
         window: rec.window.clone(),
         tiers,
         queues,
         flows,
+        flow_overflow,
         events: Events {
             sampled: e.sampled,
             lost: e.lost,

@@ -114,6 +114,7 @@ pub struct Attribution {
     pub method: Method,
     pub confidence: Confidence,
     pub queues: Vec<QueueShare>,
+    #[serde(serialize_with = "crate::report::json::deferred_field")]
     pub flows: Vec<FlowShare>,
     pub notes: Vec<String>,
     /// The `misses` numbers are sample counts of a software stand-in, not misses.

@@ -3,6 +3,7 @@ pub mod features;
 pub mod handups;
 pub mod kstats;
 pub mod floor;
+pub mod flowdrain;
 pub mod l3miss;
 pub mod memlayout;
 pub mod pktlife;

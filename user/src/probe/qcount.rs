@@ -14,6 +14,7 @@ use super::features::{Features, Flavor, HookChoice};
 use super::explain_bpf_error;
 use super::qcount_skel::types::{pl_flow_key, qc_counter, qc_flow_slot, qc_flow_stats, qc_napi_slot, qc_queue_stats};
 use super::qcount_skel::{QcountSkel, QcountSkelBuilder};
+use super::flowdrain::{quiescent, FlowTotals};
 use crate::snapshot::{Dir, FlowKey, QueueCounters, NAPI_BUCKETS};
 
 // SAFETY: generated from qcount.h: plain integer structs without padding invariants.
@@ -35,6 +36,14 @@ const _: () = assert!(std::mem::offset_of!(qc_flow_slot, seq) == 0, "read_flows 
 /// Times a flow read starts over when a slot changed flows while it read (then it takes what
 /// it read: at worst one sample's flow counted twice or not yet, until the next read).
 const FLOW_READ_TRIES: usize = 4;
+
+/// Entries of each flow table; a table is drained early once half of them may be taken.
+pub const FLOW_TABLE_ENTRIES: u32 = super::qcount_skel::types::qc_flow_table_entries::QC_FLOW_ENTRIES.0;
+
+/// How long a drain waits for the programs to leave the table flipped away from (a program
+/// is in it for a hash update, well under a microsecond; one preempted there is waited for at
+/// the next read instead).
+const DRAIN_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Queues per direction the kernel tables hold (MAX_QUEUES in bpf/common.h).
 pub const MAX_QUEUES: u32 = super::qcount_skel::types::ddio_limits::DDIO_MAX_QUEUES.0;
@@ -278,6 +287,32 @@ pub struct QcountProbe {
     queues: super::MappedArray,
     /// The CPUs' flow caches, mapped (read with the flow table).
     flow_cache: super::MappedArray,
+    /// The flows drained from the flow tables, and the drain under way.
+    flows: FlowDrain,
+}
+
+/// Userspace's side of the two flow tables (see probe::flowdrain).
+#[derive(Default)]
+struct FlowDrain {
+    totals: FlowTotals,
+    /// The table flipped away from and not drained yet, and the slots' seqs just after the
+    /// flip (a drain waits for the odd ones to move on).
+    pending: Option<(usize, Vec<u64>)>,
+    /// QC_FLOW_INSERTS at the last flip.
+    inserts_at_flip: u64,
+    /// The queues' overflow buckets as of the last flow read.
+    overflow: Vec<FlowOverflow>,
+}
+
+/// A queue's flow overflow bucket, cumulative: sampled sums no flow table entry could take
+/// (estimated as a flow's are), and the sampled skbs that were no TCP/UDP flow.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlowOverflow {
+    pub dir: Dir,
+    pub queue: u32,
+    pub packets: u64,
+    pub bytes: u64,
+    pub unparsed: u64,
 }
 
 fn flavor_of(features: &Features, choice: HookChoice, tp: &str) -> Flavor {
@@ -402,6 +437,7 @@ impl QcountProbe {
             hooks,
             rx_source,
             ncpus,
+            flows: FlowDrain::default(),
         })
     }
 
@@ -551,38 +587,132 @@ impl QcountProbe {
             .collect())
     }
 
-    /// Every flow's sampled sums on each queue it was sampled on (one entry per flow and
-    /// queue), over the per-CPU copies of its table entry and the CPUs' cache slots that hold
-    /// it. A slot that changes flows moves its sums into the table, so the slots' change
-    /// counts are taken before the table is read and again after the slots are: a read that
-    /// saw a move (the sums in both places, or in neither) starts over.
-    pub fn read_flows(&self) -> Result<Vec<SampledFlow>> {
-        // A slot's seq is its first field, and only ever grows: any change between the two
-        // snapshots shows as a difference, an odd one as a change under way.
-        let seqs = || -> Vec<u64> { (0..self.flow_cache.len()).map(|i| self.flow_cache.get::<u64>(i).unwrap_or(0)).collect() };
-        let mut copies = Vec::new();
+    /// Every flow's sampled sums over the run on each queue it was sampled on (one entry per
+    /// flow and queue): the drained tables' totals, and the current table and the CPUs' cache
+    /// slots as they stand. Drains the table the programs added to since the last read first
+    /// (see probe::flowdrain). A slot that changes flows moves its sums into a table, so the
+    /// slots' change counts are taken before the tables are read and again after the slots
+    /// are: a read that saw a move (the sums in both places, or in neither) starts over. The
+    /// queues' overflow buckets are read with them (`flow_overflow`).
+    pub fn read_flows(&mut self) -> Result<Vec<SampledFlow>> {
+        self.drain_flows()?;
+        let mut live = Vec::new();
         for _ in 0..FLOW_READ_TRIES {
-            let before = seqs();
-            copies = self.flow_table_copies()?;
-            copies.extend(
+            let before = self.slot_seqs();
+            live.clear();
+            for t in 0..2 {
+                if t == self.flow_gen() & 1 || self.flows.pending.as_ref().is_some_and(|p| p.0 == t) {
+                    live.extend(self.flow_table_copies(t, false)?);
+                }
+            }
+            live.extend(
                 (0..self.flow_cache.len())
                     .filter_map(|i| self.flow_cache.get::<qc_flow_slot>(i))
                     .filter(|slot| slot.stats.samples > 0)
                     .map(|slot| (slot.key, slot.stats)),
             );
-            if before.iter().all(|s| s % 2 == 0) && seqs() == before {
+            self.flows.overflow = self.read_overflow()?;
+            if before.iter().all(|s| s % 2 == 0) && self.slot_seqs() == before {
                 break;
             }
         }
-        Ok(merge_flow_copies(copies))
+        Ok(self.flows.totals.view(live))
     }
 
-    /// Each flow table entry's per-CPU copies that hold samples.
-    fn flow_table_copies(&self) -> Result<Vec<(pl_flow_key, qc_flow_stats)>> {
-        let map = &self.skel.maps.qc_flows;
+    /// The queues' flow overflow buckets as of the last `read_flows`.
+    pub fn flow_overflow(&self) -> &[FlowOverflow] {
+        &self.flows.overflow
+    }
+
+    /// Drain the current flow table now if it may be half full (between flow reads, when
+    /// flows come faster than a read a second can take them): its flows go into the totals
+    /// instead of the overflow bucket.
+    pub fn drain_flows_if_filling(&mut self) -> Result<()> {
+        let inserts = self.counter(qc_counter::QC_FLOW_INSERTS)?;
+        if self.flows.pending.is_some() || inserts.saturating_sub(self.flows.inserts_at_flip) >= u64::from(FLOW_TABLE_ENTRIES / 2) {
+            self.drain_flows()?;
+        }
+        Ok(())
+    }
+
+    /// Flip the programs to the other flow table (unless a flipped one still waits), wait for
+    /// them to leave the one flipped away from, and move its entries into the totals. A table
+    /// whose programs do not leave within DRAIN_WAIT waits for the next read, read as it
+    /// stands meanwhile.
+    fn drain_flows(&mut self) -> Result<()> {
+        if self.flows.pending.is_none() {
+            let gen = self.flow_gen();
+            self.flows.inserts_at_flip = self.counter(qc_counter::QC_FLOW_INSERTS)?;
+            self.set_flow_gen(gen + 1)?;
+            self.flows.pending = Some((gen & 1, self.slot_seqs()));
+        }
+        let Some((table, at_flip)) = self.flows.pending.as_ref() else { return Ok(()) };
+        let (table, deadline) = (*table, std::time::Instant::now() + DRAIN_WAIT);
+        while !quiescent(at_flip, &self.slot_seqs()) {
+            if std::time::Instant::now() >= deadline {
+                return Ok(());
+            }
+            std::thread::yield_now();
+        }
+        let copies = self.flow_table_copies(table, true)?;
+        self.flows.totals.drain(copies);
+        self.flows.pending = None;
+        Ok(())
+    }
+
+    /// Which flow table the programs add to (its low bit).
+    fn flow_gen(&self) -> usize {
+        // SAFETY: flow_gen is a u32 in the mapped .bss, written by this process alone.
+        self.skel.maps.bss_data.as_deref().map_or(0, |b| unsafe { std::ptr::read_volatile(&b.flow_gen) } as usize)
+    }
+
+    fn set_flow_gen(&mut self, gen: usize) -> Result<()> {
+        let b = self.skel.maps.bss_data.as_deref_mut().context("the qcount object has no mapped .bss (build problem)")?;
+        // SAFETY: a u32 in the mapped .bss; the programs only read it.
+        unsafe { std::ptr::write_volatile(&mut b.flow_gen, gen as u32) };
+        // The store before the seqs' loads: with the programs' locked seq add before their
+        // flow_gen load, one side sees the other (probe::flowdrain).
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Each cache slot's seq, its first field, which only ever grows.
+    fn slot_seqs(&self) -> Vec<u64> {
+        (0..self.flow_cache.len()).map(|i| self.flow_cache.get::<u64>(i).unwrap_or(0)).collect()
+    }
+
+    /// Each queue's overflow bucket, summed over CPUs (queues with none left out).
+    fn read_overflow(&self) -> Result<Vec<FlowOverflow>> {
+        let per_cpu_block = 2 * MAX_QUEUES as usize;
         let mut out = Vec::new();
-        for key in map.keys() {
-            let Some(vals) = map.lookup_percpu(&key, MapFlags::ANY).context("reading qc_flows")? else { continue };
+        for idx in 0..per_cpu_block {
+            let dir = if idx < MAX_QUEUES as usize { Dir::Rx } else { Dir::Tx };
+            let (mut x256, mut bytes, mut unparsed) = (0u64, 0u64, 0u64);
+            for entry in (idx..self.queues.len()).step_by(per_cpu_block).take(self.ncpus) {
+                let s: qc_queue_stats = self.queues.get(entry).context("qc_queues entries are smaller than their type")?;
+                x256 += s.flow_overflow_x256;
+                bytes += s.flow_overflow_bytes;
+                unparsed += s.flow_unparsed;
+            }
+            if x256 > 0 || unparsed > 0 {
+                out.push(FlowOverflow { dir, queue: idx as u32 % MAX_QUEUES, packets: (x256 + 128) >> 8, bytes, unparsed });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Each entry's per-CPU copies that hold samples, of flow table `t`; deleted as read when
+    /// `take` (only for a table no program adds to any more).
+    fn flow_table_copies(&self, t: usize, take: bool) -> Result<Vec<(pl_flow_key, qc_flow_stats)>> {
+        let map = if t == 0 { &self.skel.maps.qc_flows0 } else { &self.skel.maps.qc_flows1 };
+        let mut out = Vec::new();
+        let keys: Vec<Vec<u8>> = map.keys().collect();
+        for key in keys {
+            let vals = map.lookup_percpu(&key, MapFlags::ANY).context("reading the flow table")?;
+            if take {
+                map.delete(&key).context("draining the flow table")?;
+            }
+            let Some(vals) = vals else { continue };
             let mut k = pl_flow_key::default();
             if plain::copy_from_bytes(&mut k, &key).is_err() {
                 continue;
@@ -628,56 +758,6 @@ impl QcountProbe {
     }
 }
 
-/// A pl_flow_key's fields, queue slot included, as a hashable value.
-type KeyFields = (u8, u8, u8, u8, u16, u16, [u8; 16], [u8; 16]);
-
-/// Flows from the copies of their sums (table entries' per-CPU copies and cache slots), one
-/// per flow and queue: counts add up; `first_ns` is the earliest a copy has (a table copy
-/// that another CPU's update created has none), the queue that of the latest sample.
-fn merge_flow_copies(copies: Vec<(pl_flow_key, qc_flow_stats)>) -> Vec<SampledFlow> {
-    let mut flows: Vec<SampledFlow> = Vec::new();
-    let mut index: std::collections::HashMap<KeyFields, usize> = std::collections::HashMap::new();
-    for (k, v) in copies {
-        let Some(fk) = super::flow_key_of(k.family, k.proto, k.dir, &k.saddr, k.sport, &k.daddr, k.dport) else { continue };
-        let at = *index.entry((k.family, k.proto, k.dir, k.qslot, k.sport, k.dport, k.saddr, k.daddr)).or_insert_with(|| {
-            flows.push(SampledFlow {
-                key: fk,
-                queue: 0,
-                samples: 0,
-                packets: 0,
-                bytes: 0,
-                payload_bytes: 0,
-                bytes_var: 0,
-                first_ns: u64::MAX,
-                last_ns: 0,
-            });
-            flows.len() - 1
-        });
-        let f = &mut flows[at];
-        f.samples += v.samples;
-        f.packets += v.packets_x256;
-        f.bytes += v.bytes;
-        f.payload_bytes += v.payload_x256;
-        f.bytes_var = f.bytes_var.saturating_add(v.bytes_var);
-        if v.first_ns != 0 {
-            f.first_ns = f.first_ns.min(v.first_ns);
-        }
-        if v.last_ns >= f.last_ns {
-            f.last_ns = v.last_ns;
-            f.queue = v.queue;
-        }
-    }
-    flows
-        .into_iter()
-        .map(|mut f| {
-            // The kernel keeps 1/256ths: rounded to whole packets and bytes here.
-            f.packets = (f.packets + 128) >> 8;
-            f.payload_bytes = (f.payload_bytes + 128) >> 8;
-            f
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -705,7 +785,7 @@ mod tests {
             (key(4000, 1), sums(1, 1000, 400, 400, 1)),
             (key(4001, 0), sums(5, 50, 10, 20, 0)),
         ];
-        let mut flows = merge_flow_copies(copies);
+        let mut flows = FlowTotals::default().view(copies);
         flows.sort_by_key(|f| (f.key.sport, f.queue));
         assert_eq!(flows.len(), 3);
         let f = &flows[0];

@@ -55,6 +55,9 @@ CREATE TABLE samples (
     ts0 INTEGER NOT NULL, ts1 INTEGER NOT NULL, ts2 INTEGER NOT NULL, ts3 INTEGER NOT NULL,
     free_ns INTEGER NOT NULL, dropped INTEGER NOT NULL, drop_reason INTEGER NOT NULL,
     proto TEXT, src TEXT, sport INTEGER, dst TEXT, dport INTEGER);
+CREATE TABLE flow_overflow (
+    dir TEXT NOT NULL, queue INTEGER NOT NULL, packets INTEGER NOT NULL, bytes INTEGER NOT NULL,
+    unparsed INTEGER NOT NULL, PRIMARY KEY (dir, queue));
 CREATE TABLE drop_reasons (reason INTEGER PRIMARY KEY, count INTEGER NOT NULL);
 CREATE TABLE page_pools (
     pool INTEGER PRIMARY KEY, napi_id INTEGER, alloc_fast INTEGER NOT NULL, alloc_slow INTEGER NOT NULL,

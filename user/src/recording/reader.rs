@@ -1062,6 +1062,29 @@ fn reading_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<CounterReadi
 
 const _: () = assert!(NSTAGES == 4);
 
+/// Each queue's flow overflow bucket as the recording last saw it (cumulative; empty: none
+/// overflowed, or a recording from before the bucket, whose flow table let flows go unsaid).
+pub fn flow_overflow(path: &Path) -> Result<Vec<crate::probe::qcount::FlowOverflow>> {
+    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(|e| anyhow::anyhow!(explain_sqlite(&e, path)))?;
+    let Ok(mut st) = conn.prepare("SELECT dir,queue,packets,bytes,unparsed FROM flow_overflow ORDER BY dir,queue") else {
+        return Ok(Vec::new());
+    };
+    let damaged = |e: rusqlite::Error| anyhow::anyhow!("{}: damaged flow_overflow table: {e}", path.display());
+    let rows = st
+        .query_map([], |r| {
+            let g = |i: usize| -> rusqlite::Result<u64> { Ok(r.get::<_, i64>(i)?.max(0) as u64) };
+            Ok(crate::probe::qcount::FlowOverflow {
+                dir: dir_of(&r.get::<_, String>(0)?),
+                queue: r.get(1)?,
+                packets: g(2)?,
+                bytes: g(3)?,
+                unparsed: g(4)?,
+            })
+        })
+        .map_err(damaged)?;
+    rows.collect::<rusqlite::Result<Vec<_>>>().map_err(damaged)
+}
+
 /// The device's page pools as the recording last saw them (cumulative since each pool was
 /// made; empty: the kernel kept no page_pool statistics, or a recording from before them).
 pub fn page_pools(path: &Path) -> Result<Vec<crate::snapshot::PagePoolStat>> {

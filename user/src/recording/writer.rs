@@ -451,6 +451,13 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
             r.execute(params![*region as i64, *n as i64])?;
         }
     }
+    if !s.flow_overflow.is_empty() {
+        let mut o_st = tx.prepare_cached("INSERT OR REPLACE INTO flow_overflow(dir,queue,packets,bytes,unparsed) VALUES (?1,?2,?3,?4,?5)")?;
+        let n = |v: u64| v.min(i64::MAX as u64) as i64;
+        for o in &s.flow_overflow {
+            o_st.execute(params![o.dir.as_str(), o.queue, n(o.packets), n(o.bytes), n(o.unparsed)])?;
+        }
+    }
     if !s.page_pools.is_empty() {
         let mut p_st = tx.prepare_cached(
             "INSERT OR REPLACE INTO page_pools(pool,napi_id,alloc_fast,alloc_slow,alloc_slow_high_order,alloc_empty,alloc_refill,

@@ -131,15 +131,139 @@ fn round_floats(v: &mut serde_json::Value) {
     }
 }
 
-fn to_json<T: Serialize>(v: &T) -> serde_json::Result<String> {
+thread_local! {
+    /// The long arrays of the report being written (each element as pretty JSON), while
+    /// `to_json` builds its tree without them.
+    static DEFERRED: std::cell::RefCell<Option<Vec<Vec<String>>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Where deferred array n goes in the tree: a string no serialized value holds (a NUL).
+fn mark(n: usize) -> String {
+    format!("\u{0}deferred {n}")
+}
+
+/// A long array field (a recording's flows: 25,000 of them took over 100 MB as tree nodes).
+/// Inside `to_json` each element is written out at once and the tree holds a mark in the
+/// array's place; elsewhere it serializes as it is.
+pub fn deferred_field<T: Serialize, S: serde::Serializer>(items: &[T], s: S) -> Result<S::Ok, S::Error> {
+    let deferred = DEFERRED.with(|d| {
+        let mut d = d.borrow_mut();
+        let out = d.as_mut()?;
+        Some(items.iter().map(pretty).collect::<serde_json::Result<Vec<String>>>().map(|v| {
+            out.push(v);
+            out.len() - 1
+        }))
+    });
+    match deferred {
+        None => items.serialize(s),
+        Some(Ok(n)) => s.serialize_str(&mark(n)),
+        Some(Err(e)) => Err(serde::ser::Error::custom(e)),
+    }
+}
+
+/// One value as pretty JSON, floats rounded.
+fn pretty<T: Serialize>(v: &T) -> serde_json::Result<String> {
     let mut value = serde_json::to_value(v)?;
     round_floats(&mut value);
     serde_json::to_string_pretty(&value)
 }
 
+fn to_json<T: Serialize>(v: &T) -> serde_json::Result<String> {
+    DEFERRED.with(|d| *d.borrow_mut() = Some(Vec::new()));
+    let tree = pretty(v);
+    let arrays = DEFERRED.with(|d| d.borrow_mut().take()).unwrap_or_default();
+    let mut out = tree?;
+    for (n, items) in arrays.iter().enumerate() {
+        out = splice(&out, &serde_json::to_string(&mark(n))?, items);
+    }
+    Ok(out)
+}
+
+/// `tree` with the mark replaced by the array of `items`, indented as the tree's pretty
+/// printer would have put it.
+fn splice(tree: &str, mark: &str, items: &[String]) -> String {
+    let Some(at) = tree.find(mark) else { return tree.to_string() };
+    let indent = tree[..at].rsplit('\n').next().map_or(0, |l| l.len() - l.trim_start().len());
+    let pad = " ".repeat(indent + 2);
+    let mut out = String::with_capacity(tree.len() + items.iter().map(|f| f.len() + 8 * pad.len()).sum::<usize>());
+    out.push_str(&tree[..at]);
+    if items.is_empty() {
+        out.push_str("[]");
+    } else {
+        out.push_str("[\n");
+        for (i, f) in items.iter().enumerate() {
+            for (j, line) in f.lines().enumerate() {
+                if j > 0 {
+                    out.push('\n');
+                }
+                out.push_str(&pad);
+                out.push_str(line);
+            }
+            out.push_str(if i + 1 < items.len() { ",\n" } else { "\n" });
+        }
+        out.push_str(&pad[2..]);
+        out.push(']');
+    }
+    out.push_str(&tree[at + mark.len()..]);
+    out
+}
+
 #[cfg(test)]
 mod tests {
-    use super::round_meaningful;
+    use super::{deferred_field, pretty, round_meaningful, to_json};
+    use serde::Serialize;
+
+    #[derive(Serialize, Clone)]
+    struct Item {
+        name: String,
+        share_pct: f64,
+        inner: Vec<u32>,
+    }
+
+    #[derive(Serialize)]
+    struct Doc {
+        zeta: u32,
+        #[serde(serialize_with = "deferred_field")]
+        items: Vec<Item>,
+        nested: Nested,
+        #[serde(serialize_with = "deferred_field")]
+        none: Vec<Item>,
+    }
+
+    #[derive(Serialize)]
+    struct Nested {
+        #[serde(serialize_with = "deferred_field")]
+        deep: Vec<Item>,
+        alpha: f64,
+    }
+
+    /// The same document with plain arrays: what one JSON tree printed.
+    #[derive(Serialize)]
+    struct Plain {
+        zeta: u32,
+        items: Vec<Item>,
+        nested: PlainNested,
+        none: Vec<Item>,
+    }
+
+    #[derive(Serialize)]
+    struct PlainNested {
+        deep: Vec<Item>,
+        alpha: f64,
+    }
+
+    #[test]
+    fn long_arrays_written_element_by_element_print_as_one_tree_would() {
+        let items: Vec<Item> = (0..3).map(|i| Item { name: format!("f{i}"), share_pct: 12.345_678 * i as f64, inner: vec![i, 7] }).collect();
+        let deep = vec![Item { name: "d".into(), share_pct: 0.000_123_456, inner: vec![] }];
+        let doc = Doc { zeta: 1, items: items.clone(), nested: Nested { deep: deep.clone(), alpha: 2.718_281_9_f64.sqrt() }, none: vec![] };
+        let plain = Plain { zeta: 1, items, nested: PlainNested { deep, alpha: 2.718_281_9_f64.sqrt() }, none: vec![] };
+        let out = to_json(&doc).expect("serializes");
+        assert_eq!(out, pretty(&plain).expect("serializes"));
+        assert!(out.contains("\"share_pct\": 12.35") && !out.contains("deferred"), "{out}");
+        // Outside to_json the arrays serialize as they are.
+        assert_eq!(serde_json::to_value(&doc).expect("serializes")["items"][1]["name"], "f1");
+    }
 
     #[test]
     fn floats_keep_four_significant_digits() {

@@ -158,6 +158,23 @@ fn wrapped(o: &mut String, head: &str, text: &str) {
 }
 
 /// "rx 3", as the JSON spells a queue.
+/// Each queue's flow overflow bucket, where one holds anything: what the flows above miss.
+fn overflow_lines(o: &mut String, buckets: &[crate::probe::qcount::FlowOverflow]) {
+    for b in buckets.iter().filter(|b| b.packets > 0) {
+        let _ = writeln!(
+            o,
+            "  overflow {}: {} packets, {} in no flow above: the BPF flow table was full when they came",
+            qname(b.dir.as_str(), b.queue),
+            fmt_count(b.packets as f64),
+            fmt_bytes(b.bytes as f64)
+        );
+    }
+    let unparsed: u64 = buckets.iter().map(|b| b.unparsed).sum();
+    if unparsed > 0 {
+        let _ = writeln!(o, "  and {} sampled packets of no TCP/UDP flow", fmt_count(unparsed as f64));
+    }
+}
+
 fn qname(dir: impl std::fmt::Display, queue: u32) -> String {
     format!("{dir} {queue}")
 }
@@ -454,6 +471,7 @@ pub fn render_evidence(o: &mut String, r: &Summary, opt: &TextOptions) {
             let _ = writeln!(o, "  and {} more: see --json", r.flows.len() - opt.top_flows);
         }
     }
+    overflow_lines(o, &r.flow_overflow);
 
     let e = &r.events;
     let _ = writeln!(o, "\nPacket records and in-flight states · {}", r.tiers.records.kind);

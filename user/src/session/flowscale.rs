@@ -328,8 +328,9 @@ impl WindowFlows {
             s.first_ns = s.first_ns.min(f.first_ns);
             s.last_ns = s.last_ns.max(f.last_ns);
         }
-        // A flow the program's table let go ends here (its last estimate stays in the
-        // recording): the state kept is bounded by that table, not by the run's length.
+        // A flow the program's flows no longer hold ends here (its last estimate stays in
+        // the recording). The program's flows are drained into totals that keep every flow
+        // of the run (probe::flowdrain), so this state grows with the run's distinct flows.
         self.flows.retain(|k, _| seen.contains(k));
         self.given.retain(|k, _| seen.contains(k));
         self.prev_flows = flows.iter().filter(|f| scaled(f.key.dir)).map(|f| ((f.key.clone(), f.queue), f.clone())).collect();

@@ -1103,9 +1103,14 @@ impl Session {
             n.estimate(&mut snap.queues);
         }
         let flow_turn = finishing || self.index % self.flow_every == self.flow_every - 1;
+        if !flow_turn {
+            // Flows coming faster than a read per flow turn can take them: drained now.
+            self.tier0.drain_flows_if_filling()?;
+        }
         self.check_kernel_counts(link, &mut cur_q, &snap.queues)?;
         if flow_turn {
             let program = self.tier0.read_flows()?;
+            snap.flow_overflow = self.tier0.flow_overflow().to_vec();
             let mut flows = flowscale::by_flow(match self.flow_windows.as_mut() {
                 Some(f) => f.merge(program, &cur_q),
                 None => program,
