@@ -341,7 +341,17 @@ fn counters_report(rec: &Recording) -> Result<CountersReport> {
     let totals = rec.counter_totals(&source)?;
     let (readings, dur) = (totals.readings, totals.duration_s);
     let sockets = if readings.is_empty() || dur <= 0.0 { Vec::new() } else { crate::counters::socket_metrics(&readings, dur) };
-    let warnings = sockets.iter().flat_map(|s| s.warnings.iter().map(move |w| format!("socket {}: {w}", s.socket))).collect();
+    let mut warnings: Vec<String> =
+        sockets.iter().flat_map(|s| s.warnings.iter().map(move |w| format!("socket {}: {w}", s.socket))).collect();
+    let (skipped, named) = rec.unreadable_counter_rows(&source)?;
+    if skipped > 0 {
+        warnings.push(format!(
+            "skipped {skipped} stored counter row{} with a count out of range or a value that is not a number ({}{}): the file was damaged",
+            if skipped == 1 { "" } else { "s" },
+            named.join("; "),
+            if skipped > named.len() as u64 { "; …" } else { "" }
+        ));
+    }
     let iface = rec.iface();
     let nic_port = iface.pci_root.as_ref().map(|root| {
         let boxed = iface.iio_box.clone();

@@ -101,12 +101,45 @@ impl Writer {
     pub fn open_existing(path: &Path) -> Result<Writer> {
         let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE)
             .map_err(|e| anyhow::anyhow!(explain_sqlite(&e, path)))?;
-        Ok(Writer { conn, path: path.to_path_buf(), force: false, intervals: 0, temp: Temp(None) })
+        let w = Writer { conn, path: path.to_path_buf(), force: false, intervals: 0, temp: Temp(None) };
+        // As the recorder's: a rollback journal (a SIGKILL leaves it hot, and the next
+        // reader rolls the cut transaction back) and no fsync of our own.
+        w.conn.execute_batch(PRAGMAS).map_err(|e| w.err(e))?;
+        Ok(w)
     }
 
-    pub fn delete_counters(&self, source: &str) -> Result<()> {
-        self.conn.execute("DELETE FROM counters WHERE source = ?1", params![source]).map_err(|e| self.err(e))?;
-        Ok(())
+    /// Replaces a source's counter rows with `rows` (interval, row) and runs `then` (the
+    /// meta keys that say so), all in one transaction: on any error, or a SIGKILL part way,
+    /// the recording keeps its earlier rows and meta. Returns the rows written.
+    pub fn replace_counters(
+        &mut self,
+        source: &str,
+        rows: impl Iterator<Item = (u64, CounterRow)>,
+        then: impl FnOnce(&Writer) -> Result<()>,
+    ) -> Result<usize> {
+        let path = self.path.clone();
+        let sql = |e: rusqlite::Error| anyhow::anyhow!(explain_sqlite(&e, &path));
+        // IMMEDIATE: take the write lock now, so a recorder still writing the file makes
+        // this fail at once rather than after the rows are staged.
+        self.conn.execute_batch("BEGIN IMMEDIATE").map_err(sql)?;
+        let staged = (|| -> Result<usize> {
+            self.conn.execute("DELETE FROM counters WHERE source = ?1", params![source]).map_err(sql)?;
+            let mut st = self.conn.prepare_cached(INSERT_COUNTER).map_err(sql)?;
+            let mut n = 0;
+            for (interval, r) in rows {
+                insert_counter(&mut st, interval, &r).map_err(sql)?;
+                n += 1;
+            }
+            drop(st);
+            then(self)?;
+            self.conn.execute_batch("COMMIT").map_err(sql)?;
+            Ok(n)
+        })();
+        if staged.is_err() {
+            // Nothing of the import stays; a failed rollback leaves the journal for the next reader.
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+        staged
     }
 
     fn err(&self, e: rusqlite::Error) -> anyhow::Error {
@@ -150,26 +183,9 @@ impl Writer {
         let path = self.path.clone();
         let tx = self.conn.transaction().map_err(|e| anyhow::anyhow!(explain_sqlite(&e, &path)))?;
         {
-            let mut st = tx
-                .prepare_cached(
-                    "INSERT INTO counters(interval,t_ns,socket,pmu,event,value,raw,enabled_ns,running_ns,source)
-                     VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)",
-                )
-                .map_err(|e| anyhow::anyhow!(explain_sqlite(&e, &path)))?;
+            let mut st = tx.prepare_cached(INSERT_COUNTER).map_err(|e| anyhow::anyhow!(explain_sqlite(&e, &path)))?;
             for r in rows {
-                st.execute(params![
-                    interval as i64,
-                    r.t_ns as i64,
-                    r.socket,
-                    r.pmu,
-                    r.event,
-                    r.value,
-                    r.raw as i64,
-                    r.enabled_ns as i64,
-                    r.running_ns as i64,
-                    r.source
-                ])
-                .map_err(|e| anyhow::anyhow!(explain_sqlite(&e, &path)))?;
+                insert_counter(&mut st, interval, r).map_err(|e| anyhow::anyhow!(explain_sqlite(&e, &path)))?;
             }
         }
         tx.commit().map_err(|e| anyhow::anyhow!(explain_sqlite(&e, &path)))?;
@@ -179,6 +195,29 @@ impl Writer {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+const INSERT_COUNTER: &str = "INSERT INTO counters(interval,t_ns,socket,pmu,event,value,raw,enabled_ns,running_ns,source)
+     VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)";
+
+/// One counter row. Its counts are stored as SQLite's signed integers: one past 2^63 - 1
+/// (which the importer refuses and live readings cannot reach) is capped rather than
+/// stored as a negative that no reader takes.
+fn insert_counter(st: &mut rusqlite::CachedStatement<'_>, interval: u64, r: &CounterRow) -> rusqlite::Result<()> {
+    let n = |v: u64| v.min(i64::MAX as u64) as i64;
+    st.execute(params![
+        n(interval),
+        n(r.t_ns),
+        r.socket,
+        r.pmu,
+        r.event,
+        r.value,
+        n(r.raw),
+        n(r.enabled_ns),
+        n(r.running_ns),
+        r.source
+    ])?;
+    Ok(())
 }
 
 /// A rollback journal or write-ahead log named after `path` from before this run (a killed
