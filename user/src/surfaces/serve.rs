@@ -4,7 +4,6 @@
 //! one-thread tokio runtime of their own) only take a pointer to the latest
 //! value, so neither side blocks the other for longer than an Arc clone.
 use std::collections::BTreeMap;
-use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
@@ -600,7 +599,7 @@ fn http_thread(
     let result = rt.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(listener).context("registering the listener")?;
         tokio::select! {
-            r = axum::serve(listener, app).into_future() => r.context("HTTP server"),
+            r = super::conns::accept_loop(listener, app, super::conns::connection_cap()) => r.context("HTTP server"),
             _ = shutdown => Ok(()),
         }
     });
