@@ -548,6 +548,8 @@ fn tiers(rec: &Recording, totals: &[QueueCounters], flows: &[crate::snapshot::Fl
 pub struct Meta {
     pub file: String,
     pub complete: bool,
+    /// Why the recording ended (None: cut off, or written before it was stored).
+    pub stopped_by: Option<crate::recording::meta::StoppedBy>,
     pub iface: String,
     pub netns: Option<String>,
     pub ifindex: u32,
@@ -716,6 +718,7 @@ pub fn build(rec: &Recording) -> Result<Summary> {
     let meta = Meta {
         file: rec.path.display().to_string(),
         complete: rec.complete(),
+        stopped_by: rec.meta.stopped_by,
         iface: iface.name.clone(),
         netns: iface.netns.clone(),
         ifindex: iface.ifindex,

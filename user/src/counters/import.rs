@@ -32,7 +32,7 @@ fn parse_num(s: &str) -> Option<u64> {
 fn stored_count(v: f64) -> Option<u64> {
     // 2^63 is exact in f64; anything that rounds to it or past does not fit.
     let v = v.round();
-    (v.is_finite() && v >= 0.0 && v < 9_223_372_036_854_775_808.0).then_some(v as u64)
+    (0.0..9_223_372_036_854_775_808.0).contains(&v).then_some(v as u64)
 }
 
 fn unit_of_pmu(pmu: &str) -> Option<Unit> {

@@ -16,6 +16,25 @@ pub struct Writer {
     intervals: u64,
     /// Declared after `conn`, so the connection is closed before its file is removed.
     temp: Temp,
+    /// The recording's size at the last `check_room`, and the most one interval added.
+    used_before: Option<u64>,
+    largest_interval: u64,
+}
+
+/// Room kept beyond two intervals: the end-of-recording meta and the log's index pages.
+const ROOM_MARGIN: u64 = 64 * 1024;
+
+/// Bytes an unprivileged writer may still use on the file system holding `path`.
+fn free_bytes(path: &Path) -> Option<u64> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).ok()?;
+    // SAFETY: statvfs is plain data, zero a valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a statvfs to fill.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
 }
 
 /// The temporary file a new recording is written to until its first interval is
@@ -47,6 +66,29 @@ const PRAGMAS: &str = "PRAGMA journal_mode = DELETE; PRAGMA synchronous = OFF;";
 /// applies it; a normal end folds it back into the one file (`Drop`).
 const LIVE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA synchronous = OFF;";
 
+/// A write that failed because the file system is full: the recorder tells it from other
+/// failures (it can still say why the recording ended).
+#[derive(Debug)]
+pub struct DiskFull(String);
+
+impl std::fmt::Display for DiskFull {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for DiskFull {}
+
+/// An SQLite failure as an error with its one-line reason, a `DiskFull` when it is one.
+pub fn sqlite_error(e: &rusqlite::Error, path: &Path) -> anyhow::Error {
+    let line = explain_sqlite(e, path);
+    if e.sqlite_error_code() == Some(ErrorCode::DiskFull) {
+        anyhow::Error::new(DiskFull(line))
+    } else {
+        anyhow::anyhow!(line)
+    }
+}
+
 /// A one-line reason for an SQLite write failure, naming the file.
 pub fn explain_sqlite(e: &rusqlite::Error, path: &Path) -> String {
     let p = path.display();
@@ -70,8 +112,8 @@ impl Writer {
         outfile::check(path, force)?;
         let (tmp, lock) = outfile::create_temp(path)?;
         let temp = Temp(Some((tmp.clone(), lock)));
-        let conn = Connection::open(&tmp).map_err(|e| anyhow::anyhow!(explain_sqlite(&e, path)))?;
-        let w = Writer { conn, path: path.to_path_buf(), force, intervals: 0, temp };
+        let conn = Connection::open(&tmp).map_err(|e| sqlite_error(&e, path))?;
+        let w = Writer { conn, path: path.to_path_buf(), force, intervals: 0, temp, used_before: None, largest_interval: 0 };
         w.conn
             .execute_batch(&format!(
                 "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};
@@ -92,7 +134,7 @@ impl Writer {
         self.temp.0 = None;
         remove_stale_companions(&self.path);
         self.conn = Connection::open_with_flags(&self.path, rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE)
-            .map_err(|e| anyhow::anyhow!(explain_sqlite(&e, &self.path)))?;
+            .map_err(|e| sqlite_error(&e, &self.path))?;
         self.conn.execute_batch(LIVE_PRAGMAS).map_err(|e| self.err(e))?;
         Ok(())
     }
@@ -100,12 +142,25 @@ impl Writer {
     /// Append to a finished recording (counter import).
     pub fn open_existing(path: &Path) -> Result<Writer> {
         let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE)
-            .map_err(|e| anyhow::anyhow!(explain_sqlite(&e, path)))?;
-        let w = Writer { conn, path: path.to_path_buf(), force: false, intervals: 0, temp: Temp(None) };
+            .map_err(|e| sqlite_error(&e, path))?;
+        let w = Writer { conn, path: path.to_path_buf(), force: false, intervals: 0, temp: Temp(None), used_before: None, largest_interval: 0 };
         // As the recorder's: a rollback journal (a SIGKILL leaves it hot, and the next
         // reader rolls the cut transaction back) and no fsync of our own.
         w.conn.execute_batch(PRAGMAS).map_err(|e| w.err(e))?;
         Ok(w)
+    }
+
+    /// Runs `f` as one transaction: all of its writes or, on any error, none. IMMEDIATE
+    /// takes the write lock at once, so a recorder still writing the file makes this fail
+    /// before anything is staged.
+    pub fn in_transaction<T>(&self, f: impl FnOnce(&Writer) -> Result<T>) -> Result<T> {
+        self.conn.execute_batch("BEGIN IMMEDIATE").map_err(|e| self.err(e))?;
+        let done = f(self).and_then(|v| self.conn.execute_batch("COMMIT").map(|()| v).map_err(|e| self.err(e)));
+        if done.is_err() {
+            // A failed rollback leaves the journal for the next reader, which rolls it back.
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+        done
     }
 
     /// Replaces a source's counter rows with `rows` (interval, row) and runs `then` (the
@@ -117,33 +172,22 @@ impl Writer {
         rows: impl Iterator<Item = (u64, CounterRow)>,
         then: impl FnOnce(&Writer) -> Result<()>,
     ) -> Result<usize> {
-        let path = self.path.clone();
-        let sql = |e: rusqlite::Error| anyhow::anyhow!(explain_sqlite(&e, &path));
-        // IMMEDIATE: take the write lock now, so a recorder still writing the file makes
-        // this fail at once rather than after the rows are staged.
-        self.conn.execute_batch("BEGIN IMMEDIATE").map_err(sql)?;
-        let staged = (|| -> Result<usize> {
-            self.conn.execute("DELETE FROM counters WHERE source = ?1", params![source]).map_err(sql)?;
-            let mut st = self.conn.prepare_cached(INSERT_COUNTER).map_err(sql)?;
+        self.in_transaction(|w| {
+            w.conn.execute("DELETE FROM counters WHERE source = ?1", params![source]).map_err(|e| w.err(e))?;
+            let mut st = w.conn.prepare_cached(INSERT_COUNTER).map_err(|e| w.err(e))?;
             let mut n = 0;
             for (interval, r) in rows {
-                insert_counter(&mut st, interval, &r).map_err(sql)?;
+                insert_counter(&mut st, interval, &r).map_err(|e| w.err(e))?;
                 n += 1;
             }
             drop(st);
-            then(self)?;
-            self.conn.execute_batch("COMMIT").map_err(sql)?;
+            then(w)?;
             Ok(n)
-        })();
-        if staged.is_err() {
-            // Nothing of the import stays; a failed rollback leaves the journal for the next reader.
-            let _ = self.conn.execute_batch("ROLLBACK");
-        }
-        staged
+        })
     }
 
     fn err(&self, e: rusqlite::Error) -> anyhow::Error {
-        anyhow::anyhow!(explain_sqlite(&e, &self.path))
+        sqlite_error(&e, &self.path)
     }
 
     pub fn set_meta(&self, key: &str, value: &str) -> Result<()> {
@@ -160,11 +204,39 @@ impl Writer {
     /// One interval, all or nothing.
     pub fn write_snapshot(&mut self, s: &Snapshot) -> Result<()> {
         let path = self.path.clone();
-        let tx = self.conn.transaction().map_err(|e| anyhow::anyhow!(explain_sqlite(&e, &path)))?;
-        write_snapshot_tx(&tx, s).map_err(|e| anyhow::anyhow!(explain_sqlite(&e, &path)))?;
-        tx.commit().map_err(|e| anyhow::anyhow!(explain_sqlite(&e, &path)))?;
+        let tx = self.conn.transaction().map_err(|e| sqlite_error(&e, &path))?;
+        write_snapshot_tx(&tx, s).map_err(|e| sqlite_error(&e, &path))?;
+        tx.commit().map_err(|e| sqlite_error(&e, &path))?;
         self.intervals += 1;
         self.publish()
+    }
+
+    /// Fails with `DiskFull` when the file system has less room than two of the largest
+    /// intervals so far need, plus a margin: the recorder then stops while the few pages
+    /// that say why still fit. An interval that fills it anyway fails as a write.
+    pub fn check_room(&mut self) -> Result<()> {
+        let used = self.bytes_used();
+        if let Some(before) = self.used_before.replace(used) {
+            self.largest_interval = self.largest_interval.max(used.saturating_sub(before));
+        }
+        let Some(free) = free_bytes(&self.path) else { return Ok(()) };
+        let need = 2 * self.largest_interval + ROOM_MARGIN;
+        if free < need {
+            return Err(anyhow::Error::new(DiskFull(format!(
+                "writing recording {}: the disk is full ({free} bytes left, the next interval may need {need})",
+                self.path.display()
+            ))));
+        }
+        Ok(())
+    }
+
+    /// The recording's bytes on disk with its log (or its temporary file's, before it is
+    /// published).
+    fn bytes_used(&self) -> u64 {
+        let file = self.temp.0.as_ref().map_or(self.path.as_path(), |(t, _)| t.as_path());
+        let mut wal = file.as_os_str().to_owned();
+        wal.push("-wal");
+        [file.as_os_str().to_owned(), wal].iter().filter_map(|p| std::fs::metadata(p).ok()).map(|m| m.len()).sum()
     }
 
     /// Whether the recording is at its path: false until the first interval is committed
@@ -181,14 +253,14 @@ impl Writer {
     /// Counter readings of one interval (any source).
     pub fn write_counters(&mut self, interval: u64, rows: &[CounterRow]) -> Result<()> {
         let path = self.path.clone();
-        let tx = self.conn.transaction().map_err(|e| anyhow::anyhow!(explain_sqlite(&e, &path)))?;
+        let tx = self.conn.transaction().map_err(|e| sqlite_error(&e, &path))?;
         {
-            let mut st = tx.prepare_cached(INSERT_COUNTER).map_err(|e| anyhow::anyhow!(explain_sqlite(&e, &path)))?;
+            let mut st = tx.prepare_cached(INSERT_COUNTER).map_err(|e| sqlite_error(&e, &path))?;
             for r in rows {
-                insert_counter(&mut st, interval, r).map_err(|e| anyhow::anyhow!(explain_sqlite(&e, &path)))?;
+                insert_counter(&mut st, interval, r).map_err(|e| sqlite_error(&e, &path))?;
             }
         }
-        tx.commit().map_err(|e| anyhow::anyhow!(explain_sqlite(&e, &path)))?;
+        tx.commit().map_err(|e| sqlite_error(&e, &path))?;
         Ok(())
     }
 

@@ -564,11 +564,14 @@ async fn metrics(State(s): State<AppState>, headers: axum::http::HeaderMap) -> R
     }
 }
 
+/// 200 while the probes count the device; 503 with the reason while starting, and while
+/// the device is gone (the totals so far are still served, but nothing new is counted).
 async fn healthz(State(s): State<AppState>) -> Response {
-    if s.shared.get().is_some() {
-        (StatusCode::OK, "ok\n").into_response()
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "starting\n").into_response()
+    match s.shared.get() {
+        Some(p) if p.device_up => (StatusCode::OK, "ok\n").into_response(),
+        Some(p) => (StatusCode::SERVICE_UNAVAILABLE, format!("device {} is gone: waiting for it to return\n", p.device))
+            .into_response(),
+        None => (StatusCode::SERVICE_UNAVAILABLE, "starting\n").into_response(),
     }
 }
 
