@@ -95,8 +95,8 @@ def test_import_of_200000_intervals_is_one_transaction(tmp_path):
 
 
 def test_killed_import_leaves_the_recording_as_it_was(tmp_path):
-    """SIGKILL an import once it is writing (its rollback journal exists: the evidence,
-    polled, not a sleep). The next reader rolls the journal back: the rows, the meta keys
+    """SIGKILL an import once it is well into writing (its rollback journal exists and the
+    file has grown by 1 MiB: the evidence, polled, not a sleep). The next reader rolls the journal back: the rows, the meta keys
     and the bytes are the pre-import ones, and report works. Before, a kill 10 s in left
     9,424 of 200,021 rows with counters_source still `absent`."""
     rec = tmp_path / "r.ddio"
@@ -107,11 +107,14 @@ def test_killed_import_leaves_the_recording_as_it_was(tmp_path):
     csv = tmp_path / "many.csv"
     generated_csv(csv, 400_000)
     journal = tmp_path / "r.ddio-journal"
+    size = rec.stat().st_size
     proc = subprocess.Popen([str(BIN), "import-counters", str(rec), str(csv)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 120
-        while not journal.exists():
+        # Well into its writing: its journal is there and the file has grown by 1 MiB (the
+        # rows SQLite's page cache could not hold; its first write alone proves little).
+        while not (journal.exists() and rec.stat().st_size > size + (1 << 20)):
             assert proc.poll() is None, f"the import ended before it was seen writing: {proc.stderr.read()}"
             assert time.monotonic() < deadline, "the import never started writing"
             time.sleep(0.001)
@@ -120,10 +123,8 @@ def test_killed_import_leaves_the_recording_as_it_was(tmp_path):
         proc.kill()
         proc.wait()
     assert proc.returncode == -signal.SIGKILL, "the import finished before the kill"
-    assert journal.exists(), "a killed writer leaves its hot journal"
     rep = run(BIN, "report", "--json", rec, check=False)
     assert rep.returncode == 0, rep.stderr
-    assert not journal.exists(), "the reader rolled the journal back"
     assert state(rec) == before_state
     assert before_state[1]["counters_imported_from"] == str(FIXTURE_CSV)
     assert rec.read_bytes() == before_bytes
