@@ -3,6 +3,7 @@ the kernel's interface statistics, veth's own per-queue driver counters, and
 iperf3's report."""
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -455,3 +456,45 @@ def test_untraced_frees_are_measured_and_explained(testbed, recorder):
                     f"({freed_there} skbs freed there for {sent} datagrams)")
     assert remote["frees_seen_pct"] > 75, (remote, sent, freed_there)
     assert "no tracepoint reports" not in " ".join(remote_text.split()), remote_text
+
+
+def test_a_disk_that_fills_stops_the_recording_and_says_so(testbed, recorder, tmp_path):
+    """A file system that fills mid-recording stops it in one line, exit 1, and the file
+    says why: stopped_by=disk_full, complete, every interval before readable, and the report
+    says the disk filled (it said only complete=false, as after a SIGKILL). Truth: a 1 MiB
+    tmpfs the test mounts, filled by the recording itself under traffic with every packet
+    recorded."""
+    tb = testbed
+    small = tmp_path / "small"
+    small.mkdir()
+    run("mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "ddioscope-test", small)
+    try:
+        tb.iperf3_server()
+        traffic = subprocess.Popen(["ip", "netns", "exec", tb.ns_snd, "iperf3", "-c", tb.ip_rcv, "-t", "60"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "-d", "60", "--detail", "full", out=small / "r.ddio")
+            _, err = rec.proc.communicate(timeout=90)
+        finally:
+            traffic.kill()
+            traffic.wait()
+        assert rec.proc.returncode == 1, err
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and "the disk is full" in lines[0], err
+        # Read a copy: reading in place needs room for SQLite's index of the log.
+        kept = tmp_path / "kept"
+        kept.mkdir()
+        for f in small.iterdir():
+            shutil.copy(f, kept / f.name)
+    finally:
+        run("umount", small)
+    out = kept / "r.ddio"
+    with sqlite3.connect(out) as c:
+        meta = dict(c.execute("SELECT key, value FROM meta WHERE key IN ('stopped_by', 'complete')"))
+        intervals = c.execute("SELECT COUNT(*) FROM intervals").fetchone()[0]
+    assert meta == {"stopped_by": "disk_full", "complete": "true"}, meta
+    assert intervals >= 1
+    r = report_json(out)
+    assert r["meta"]["stopped_by"] == "disk_full" and r["meta"]["complete"] and r["meta"]["intervals"] == intervals
+    text = run(BIN, "report", out).stdout
+    assert "stopped: the disk filled" in text.splitlines()[0], text.splitlines()[0]

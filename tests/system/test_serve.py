@@ -52,11 +52,11 @@ def wait_http_ok(url, proc, timeout, what):
 
 
 class Serve:
-    def __init__(self, tb, *extra):
+    def __init__(self, tb, *extra, prefix=()):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
-            [str(BIN), "serve", "-i", tb.if_rcv, "--netns", tb.ns_rcv, "--listen", f"127.0.0.1:{self.port}",
+            [*prefix, str(BIN), "serve", "-i", tb.if_rcv, "--netns", tb.ns_rcv, "--listen", f"127.0.0.1:{self.port}",
              "--interval", str(int(SERVE_INTERVAL_S * 1000)), "-v", *extra],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         # /healthz answers 200 only once the probes are attached.
@@ -133,8 +133,8 @@ class Prometheus:
 def serve():
     started = []
 
-    def start(tb, *extra):
-        s = Serve(tb, *extra)
+    def start(tb, *extra, prefix=()):
+        s = Serve(tb, *extra, prefix=prefix)
         started.append(s)
         return s
 
@@ -308,3 +308,46 @@ def test_serve_duration_stops_serving_and_detaches(testbed):
     with pytest.raises((urllib.error.URLError, ConnectionError)):
         http_get(s.url + "/metrics", timeout=1)
     wait_until(lambda: live_prog_ids() <= before, 10, "serve's programs detached")
+
+
+IDLE_CONNECTIONS = 5000
+
+
+def test_serve_answers_scrapes_past_5000_idle_connections(testbed, serve):
+    """Under systemd's default 1,024-descriptor limit, about 1,090 idle connections (from
+    any local user) made every scrape time out: serve took connections until it ran out of
+    descriptors. Now it caps them at a quarter of its limit and closes the oldest idle one
+    to make room, so with 5,000 idle connections held open a scrape is still answered,
+    within a 30 s deadline (each try 5 s), and serve is still running."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = IDLE_CONNECTIONS + 256
+    if hard != resource.RLIM_INFINITY and hard < need:
+        pytest.skip(f"the test itself needs {need} descriptors; its hard limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (need if soft == resource.RLIM_INFINITY else max(soft, need), hard))
+    socks = []
+    try:
+        srv = serve(testbed, prefix=("prlimit", "--nofile=1024:1024", "--"))
+        for _ in range(IDLE_CONNECTIONS):
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", srv.port))
+            socks.append(s)
+        deadline = time.monotonic() + 30
+        answered = None
+        while answered is None and time.monotonic() < deadline:
+            assert srv.proc.poll() is None, srv.proc.stderr.read()
+            try:
+                status, _, body = http_get(srv.url + "/metrics", timeout=5)
+                if status == 200 and "ddioscope_device_up" in body:
+                    answered = body
+            except (urllib.error.URLError, ConnectionError, socket.timeout):
+                pass
+        assert answered is not None, f"no scrape answered with {IDLE_CONNECTIONS} idle connections open"
+        assert srv.proc.poll() is None
+    finally:
+        for s in socks:
+            s.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    rc, err, _ = srv.stop()
+    assert rc == 0, err

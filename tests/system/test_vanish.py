@@ -4,6 +4,7 @@ reports the device down (ddioscope_device_up 0) and takes it up again when it re
 import sqlite3
 import subprocess
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -29,14 +30,27 @@ def intervals(path):
         return 0
 
 
-@pytest.mark.parametrize("what", ["interface", "namespace"])
+# How the device goes: the line record prints, and why the recording says it stopped.
+GOES = {
+    "interface": ("was removed", "device_removed"),
+    "namespace": ("was deleted", "netns_deleted"),
+    "moved": ("was moved to another network namespace", "device_moved"),
+}
+
+
+@pytest.mark.parametrize("what", list(GOES))
 def test_record_stops_when_the_device_goes(testbed, recorder, what):
+    """Deleting the interface, deleting its namespace and moving the interface to another
+    namespace are told apart (all three were stored as device_removed)."""
     tb = testbed
     rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "-d", "30")
     # Readiness: a few intervals written before the device goes.
     wait_until(lambda: intervals(rec.out) >= 5, timeout=20, what="intervals in the recording")
     if what == "interface":
         run("ip", "-n", tb.ns_rcv, "link", "del", tb.if_rcv)
+    elif what == "moved":
+        # Into the testbed's other namespace, which it removes with everything in it.
+        run("ip", "-n", tb.ns_rcv, "link", "set", tb.if_rcv, "netns", tb.ns_snd)
     else:
         run("ip", "netns", "delete", tb.ns_rcv)
     # The recorder stamps its intervals on CLOCK_MONOTONIC, as time.monotonic_ns() reads it.
@@ -45,15 +59,17 @@ def test_record_stops_when_the_device_goes(testbed, recorder, what):
     assert rec.proc.returncode == 1, (rec.proc.returncode, err)
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "recording stopped" in lines[0], err
-    assert ("was removed" if what == "interface" else "was deleted") in lines[0], err
+    said, stopped_by = GOES[what]
+    assert said in lines[0], err
     # Noticed within an interval or two: the interval under way when the device went (its
     # check may have come just before), then the one that notices and ends the recording.
     # Counted on the recording's own stamps, not timed: a slow host writes fewer intervals.
     after = connect(rec.out).execute("SELECT COUNT(*) FROM intervals WHERE t_ns > ?", (gone_ns,)).fetchone()[0]
     assert after <= 2, after
-    assert meta(rec.out, "stopped_by") == '"device_removed"' or meta(rec.out, "stopped_by") == "device_removed"
+    assert meta(rec.out, "stopped_by") in (f'"{stopped_by}"', stopped_by)
     assert meta(rec.out, "complete") == "true"
     r = report_json(rec.out)
+    assert r["meta"]["stopped_by"] == stopped_by
     assert r["meta"]["duration_s"] < 25, r["meta"]
 
 
@@ -66,6 +82,14 @@ def device_up(port):
         if line.startswith("ddioscope_device_up{"):
             return float(line.rsplit(" ", 1)[1])
     return None
+
+
+def healthz(port):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
 
 
 def test_serve_says_the_device_is_down_and_takes_it_up_again(testbed):
@@ -84,12 +108,16 @@ def test_serve_says_the_device_is_down_and_takes_it_up_again(testbed):
         run("ip", "-n", tb.ns_rcv, "link", "del", tb.if_rcv)
         wait_until(lambda: device_up(port) == 0.0, timeout=10, what="ddioscope_device_up 0")
         assert p.poll() is None, "serve must keep serving while the device is gone"
+        # Nothing is counted while it is gone: not healthy, with the reason in one line.
+        status, body = healthz(port)
+        assert status == 503 and body == f"device {tb.if_rcv} is gone: waiting for it to return\n", (status, body)
         # The same pair again, by the testbed's names, in its namespaces.
         run("ip", "-n", tb.ns_snd, "link", "add", tb.if_snd, "numtxqueues", "4", "numrxqueues", "4", "type", "veth",
             "peer", "name", tb.if_rcv, "netns", tb.ns_rcv, "numtxqueues", "4", "numrxqueues", "4")
         run("ip", "-n", tb.ns_rcv, "link", "set", tb.if_rcv, "up")
         wait_until(lambda: device_up(port) == 1.0, timeout=15, what="ddioscope_device_up 1 again")
         assert p.poll() is None
+        assert healthz(port) == (200, "ok\n")
     finally:
         p.terminate()
         out, err = p.communicate(timeout=30)

@@ -346,7 +346,17 @@ fn counters_report(rec: &Recording) -> Result<CountersReport> {
     let totals = rec.counter_totals(&source)?;
     let (readings, dur) = (totals.readings, totals.duration_s);
     let sockets = if readings.is_empty() || dur <= 0.0 { Vec::new() } else { crate::counters::socket_metrics(&readings, dur) };
-    let warnings = sockets.iter().flat_map(|s| s.warnings.iter().map(move |w| format!("socket {}: {w}", s.socket))).collect();
+    let mut warnings: Vec<String> =
+        sockets.iter().flat_map(|s| s.warnings.iter().map(move |w| format!("socket {}: {w}", s.socket))).collect();
+    let (skipped, named) = rec.unreadable_counter_rows(&source)?;
+    if skipped > 0 {
+        warnings.push(format!(
+            "skipped {skipped} stored counter row{} with a count out of range or a value that is not a number ({}{}): the file was damaged",
+            if skipped == 1 { "" } else { "s" },
+            named.join("; "),
+            if skipped > named.len() as u64 { "; …" } else { "" }
+        ));
+    }
     let iface = rec.iface();
     let nic_port = iface.pci_root.as_ref().map(|root| {
         let boxed = iface.iio_box.clone();
@@ -559,6 +569,8 @@ fn tiers(
 pub struct Meta {
     pub file: String,
     pub complete: bool,
+    /// Why the recording ended (None: cut off, or written before it was stored).
+    pub stopped_by: Option<crate::recording::meta::StoppedBy>,
     pub iface: String,
     pub netns: Option<String>,
     pub ifindex: u32,
@@ -727,6 +739,7 @@ pub fn build(rec: &Recording) -> Result<Summary> {
     let meta = Meta {
         file: rec.path.display().to_string(),
         complete: rec.complete(),
+        stopped_by: rec.meta.stopped_by,
         iface: iface.name.clone(),
         netns: iface.netns.clone(),
         ifindex: iface.ifindex,

@@ -26,6 +26,15 @@ fn parse_num(s: &str) -> Option<u64> {
     }
 }
 
+/// A non-negative number as the count a recording stores (SQLite integers are signed
+/// 64-bit), rounded; None when it is not finite, negative or 2^63 and beyond. perf prints
+/// u64 counts, so a value that wrapped would otherwise be stored as a negative.
+fn stored_count(v: f64) -> Option<u64> {
+    // 2^63 is exact in f64; anything that rounds to it or past does not fit.
+    let v = v.round();
+    (0.0..9_223_372_036_854_775_808.0).contains(&v).then_some(v as u64)
+}
+
 fn unit_of_pmu(pmu: &str) -> Option<Unit> {
     if pmu == "cpu" || pmu == "cpu_core" {
         return Some(Unit::Core);
@@ -203,6 +212,9 @@ pub fn parse_perf_stat_csv_for(
     // (timestamp as printed, rows keyed by socket/pmu/event), in file order.
     let mut intervals: Vec<(String, Rows)> = Vec::new();
     let mut data_lines = 0;
+    // Per socket, PMU and event: the capture's (raw, enabled, running) sums so far.
+    let mut totals: BTreeMap<(u32, String, String), (u64, u64, u64)> = BTreeMap::new();
+    let mut resolved: std::collections::HashMap<String, (String, String)> = std::collections::HashMap::new();
     for (lineno, line) in text.lines().enumerate() {
         let lineno = lineno + 1;
         let trimmed = line.trim();
@@ -212,6 +224,7 @@ pub fn parse_perf_stat_csv_for(
         if trimmed.starts_with('#') {
             if platform.is_none() {
                 platform = platform_comment(trimmed);
+                resolved.clear();
             }
             continue;
         }
@@ -241,29 +254,48 @@ pub fn parse_perf_stat_csv_for(
             .filter(|v: &f64| v.is_finite())
             .with_context(|| format!("line {lineno}: bad counter value {value_s:?}"))?;
         let unit = f[value_idx + 1].trim();
-        let (pmu, event) = resolve_event(&f[value_idx + 2], platform);
+        // Resolving a name searches every platform's event table: once per name, not per line.
+        let printed = &f[value_idx + 2];
+        let (pmu, event) = match resolved.get(printed) {
+            Some(hit) => hit.clone(),
+            None => {
+                let hit = resolve_event(printed, platform);
+                resolved.insert(printed.clone(), hit.clone());
+                hit
+            }
+        };
         match unit {
             "msec" => value *= 1e6, // task-clock/cpu-clock: live path reports ns
             "MiB" if event.starts_with("UNC_M_CAS_COUNT") => value *= CAS_PER_MIB,
             _ => {}
         }
-        let run_ns: u64 = f
-            .get(value_idx + 3)
-            .and_then(|s| s.trim().parse::<f64>().ok())
-            .map_or(0, |v| v as u64);
-        let pct: f64 = f
-            .get(value_idx + 4)
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(100.0);
+        // A field perf left empty (or wrote as text) reads as absent, as before; one that is
+        // a number must be one a recording can hold.
+        let number = |idx: usize| f.get(idx).and_then(|s| s.trim().parse::<f64>().ok());
+        let run_ns = match number(value_idx + 3) {
+            None => 0,
+            Some(v) => stored_count(v)
+                .ok_or_else(|| anyhow!("line {lineno}: running time {v} is not a time in ns from 0 to 2^63-1, what a recording holds"))?,
+        };
+        let pct = match number(value_idx + 4) {
+            None => 100.0,
+            Some(v) if v.is_finite() && v >= 0.0 => v,
+            Some(v) => bail!("line {lineno}: running percentage {v} is not a finite percentage of 0 or more"),
+        };
         // perf already scaled the value by enabled/running; keep it and reconstruct the other fields.
         let frac = (pct / 100.0).clamp(0.0, 1.0);
         let enabled_ns = if frac > 0.0 {
-            (run_ns as f64 / frac).round() as u64
+            stored_count(run_ns as f64 / frac).ok_or_else(|| {
+                anyhow!("line {lineno}: enabled time ({run_ns} ns running at {pct} %) is past 2^63-1 ns, what a recording holds")
+            })?
         } else {
             run_ns
         };
-        let raw = (value * frac).round() as u64;
-        let t_ns = (time_s * 1e9).round() as u64;
+        let raw = stored_count(value * frac).ok_or_else(|| {
+            anyhow!("line {lineno}: counter value {value_s} is outside 0 to 2^63-1, what a recording holds")
+        })?;
+        let t_ns = stored_count(time_s * 1e9)
+            .ok_or_else(|| anyhow!("line {lineno}: timestamp {} s is past what a recording holds", first[0].trim()))?;
         data_lines += 1;
         let key_time = first[0].trim().to_string();
         if intervals.last().is_none_or(|(t, _)| *t != key_time) {
@@ -272,12 +304,22 @@ pub fn parse_perf_stat_csv_for(
         let Some((_, rows)) = intervals.last_mut() else {
             continue;
         };
-        // --no-merge prints one line per box; sum them like the live path does.
+        // A report sums each event's counts over the whole capture in SQLite's signed 64-bit
+        // integers: a capture whose sum would not fit is refused here, not stored to fail
+        // every later report.
+        let total = totals.entry((socket, pmu.clone(), event.clone())).or_default();
+        for (sum, add, what) in [(&mut total.0, raw, "counts"), (&mut total.1, enabled_ns, "enabled times"), (&mut total.2, run_ns, "running times")] {
+            *sum = sum
+                .checked_add(add)
+                .filter(|s| *s <= i64::MAX as u64)
+                .ok_or_else(|| anyhow!("line {lineno}: the {what} of {event} on socket {socket} add up to 2^63 or more: past what a recording holds"))?;
+        }
+        // --no-merge prints one line per box; sum them like the live path does (within
+        // the capture's totals, so no overflow).
         rows.entry((socket, pmu.clone(), event.clone()))
             .and_modify(|r| {
                 r.value += value;
-                // Saturating: a damaged file's counts must not wrap.
-                r.raw = r.raw.saturating_add(raw);
+                r.raw += raw;
             })
             .or_insert(CounterReading {
                 t_ns,
@@ -515,13 +557,44 @@ mod tests {
     /// Found by fuzzing: huge values summed over --no-merge lines overflowed `raw`, and
     /// non-finite numbers were taken as timestamps and counts.
     #[test]
-    fn damaged_numbers_are_refused_or_saturate() {
+    fn damaged_numbers_are_refused() {
         let line = "1.0,S1,7,8888888888888888888888888881,,cycles,1000,100,,\n";
-        let iv = parse_perf_stat_csv(&line.repeat(3)).unwrap();
-        assert_eq!(iv[0][0].raw, u64::MAX);
+        let e = parse_perf_stat_csv(&line.repeat(3)).unwrap_err().to_string();
+        assert!(e.starts_with("line 1: counter value 8888888888888888888888888881 is outside 0 to 2^63-1"), "{e}");
         for bad in ["inf,1,,cycles\n", "-1.0,1,,cycles\n", "NaN,1,,cycles\n"] {
             assert!(parse_perf_stat_csv(bad).unwrap_err().to_string().contains("not a timestamp"), "{bad}");
         }
         assert!(parse_perf_stat_csv("1.0,inf,,cycles\n").unwrap_err().to_string().contains("bad counter value"));
+    }
+
+    /// perf prints u64 counts: one at 2^63 or past, a time that is not finite or a sum
+    /// over the capture past 2^63 - 1 would be stored wrapped and fail every later report.
+    #[test]
+    fn counts_and_times_a_recording_cannot_hold_are_refused_with_their_line() {
+        let ok = "1.0,S0,2,9223372036854774784,,cycles,1000,100.00,,\n";
+        assert_eq!(parse_perf_stat_csv(ok).unwrap()[0][0].raw, 9_223_372_036_854_774_784);
+        let cases = [
+            ("1.0,S0,2,9223372036854775807,,cycles,1000,100.00,,\n", "line 1: counter value 9223372036854775807 is outside"),
+            ("1.0,S0,2,18446744073709551615,,cycles,1000,100.00,,\n", "line 1: counter value 18446744073709551615"),
+            ("1.0,S0,2,-5,,cycles,1000,100.00,,\n", "line 1: counter value -5"),
+            ("1.0,S0,2,5,,cycles,inf,100.00,,\n", "line 1: running time inf"),
+            ("1.0,S0,2,5,,cycles,1e400,100.00,,\n", "line 1: running time inf"),
+            ("1.0,S0,2,5,,cycles,nan,100.00,,\n", "line 1: running time NaN"),
+            ("1.0,S0,2,5,,cycles,1000,nan,,\n", "line 1: running percentage NaN"),
+            ("1.0,S0,2,5,,cycles,1000,-inf,,\n", "line 1: running percentage -inf"),
+            ("1.0,S0,2,5,,cycles,9e18,1.00,,\n", "line 1: enabled time"),
+            ("1e300,S0,2,5,,cycles,1000,100.00,,\n", "line 1: timestamp 1e300 s"),
+            (
+                "1.0,S0,2,5000000000000000000,,cycles,1000,100.00,,\n2.0,S0,2,5000000000000000000,,cycles,1000,100.00,,\n",
+                "line 2: the counts of cycles on socket 0 add up to 2^63 or more",
+            ),
+        ];
+        for (csv, want) in cases {
+            let e = parse_perf_stat_csv(csv).unwrap_err().to_string();
+            assert!(e.starts_with(want), "{csv}: {e}");
+        }
+        // The same sums on two sockets are two totals, each within range.
+        let two = "1.0,S0,2,5000000000000000000,,cycles,1000,100.00,,\n1.0,S1,2,5000000000000000000,,cycles,1000,100.00,,\n";
+        assert_eq!(parse_perf_stat_csv(two).unwrap()[0].len(), 2);
     }
 }

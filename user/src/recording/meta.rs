@@ -25,8 +25,28 @@ pub const FORMAT: &str = "ddioscope-recording";
 pub enum StoppedBy {
     Signal,
     Duration,
-    /// The interface (or its namespace) went away.
+    /// The interface was deleted.
     DeviceRemoved,
+    /// The interface was moved to another network namespace.
+    DeviceMoved,
+    /// The interface's network namespace was deleted (or deleted and made anew).
+    NetnsDeleted,
+    /// The file system filled: the recording holds the intervals before.
+    DiskFull,
+}
+
+impl StoppedBy {
+    /// How a report says it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            StoppedBy::Signal => "stopped by a signal",
+            StoppedBy::Duration => "ran its duration",
+            StoppedBy::DeviceRemoved => "stopped: the interface was removed",
+            StoppedBy::DeviceMoved => "stopped: the interface was moved to another network namespace",
+            StoppedBy::NetnsDeleted => "stopped: the interface's network namespace was deleted",
+            StoppedBy::DiskFull => "stopped: the disk filled; the intervals before are complete",
+        }
+    }
 }
 
 /// Every key a recording's `meta` table holds. All optional: a recording cut off early, or

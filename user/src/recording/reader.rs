@@ -697,9 +697,37 @@ impl Recording {
         rows.map(|r| r.map_err(e)).collect()
     }
 
+    /// The WHERE clause selecting a source's readable counter rows in the window (see
+    /// `COUNTER_ROW_READABLE`).
+    fn counter_filter(&self, source: &str) -> String {
+        format!("{} AND {COUNTER_ROW_READABLE}", self.counter_window(source))
+    }
+
+    /// The window's counter rows of a source that a report cannot read (a count stored
+    /// negative, a value that is not a number): how many, and the first few as
+    /// "EVENT on socket S, interval I".
+    pub fn unreadable_counter_rows(&self, source: &str) -> Result<(u64, Vec<String>)> {
+        let e = |e| self.corrupt(e);
+        let bad = format!("{} AND NOT ({COUNTER_ROW_READABLE})", self.counter_window(source));
+        let n: i64 = self.conn.query_row(&format!("SELECT COUNT(*) FROM counters WHERE {bad}"), [source], |r| r.get(0)).map_err(e)?;
+        let mut st = self
+            .conn
+            .prepare(&format!("SELECT event, CAST(socket AS TEXT), CAST(interval AS TEXT) FROM counters WHERE {bad} LIMIT 3"))
+            .map_err(e)?;
+        let named = st
+            .query_map([source], |r| {
+                let t = |i: usize| r.get::<_, Option<String>>(i).map(Option::unwrap_or_default);
+                Ok(format!("{} on socket {}, interval {}", t(0)?, t(1)?, t(2)?))
+            })
+            .map_err(e)?
+            .collect::<rusqlite::Result<Vec<String>>>()
+            .map_err(e)?;
+        Ok((n.max(0) as u64, named))
+    }
+
     /// The WHERE clause selecting a source's counter rows in the window: live and software
     /// rows by the recording's interval, imported ones (the capture's own intervals) by time.
-    fn counter_filter(&self, source: &str) -> String {
+    fn counter_window(&self, source: &str) -> String {
         let (a, b) = self.range();
         if source == crate::counters::CounterSource::Imported.as_str() {
             if self.window.whole {
@@ -1047,6 +1075,14 @@ impl Recording {
 
 /// A counter reading from columns t_ns, socket, pmu, event, value, raw, enabled_ns,
 /// running_ns starting at `at`.
+/// A counter row a report can read: its counts integers from 0 (a count that wrapped past
+/// 2^63 - 1 is stored negative), its value a number. Other rows, which only a damaged
+/// file or an older importer leaves, are skipped and named rather than failing the report.
+const COUNTER_ROW_READABLE: &str = "typeof(interval) = 'integer' AND typeof(t_ns) = 'integer' AND t_ns >= 0 AND typeof(raw) = 'integer' AND raw >= 0
+     AND typeof(enabled_ns) = 'integer' AND enabled_ns >= 0 AND typeof(running_ns) = 'integer' AND running_ns >= 0
+     AND typeof(socket) = 'integer' AND socket BETWEEN 0 AND 4294967295 AND typeof(value) IN ('integer', 'real')
+     AND typeof(pmu) = 'text' AND typeof(event) = 'text'";
+
 fn reading_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<CounterReading> {
     Ok(CounterReading {
         t_ns: count(r, at)?,
@@ -1180,6 +1216,25 @@ mod tests {
         assert_eq!((p[0].id, p[0].napi_id, p[0].recycle_ring), (5, Some(8193), 30));
         let (_dir2, old) = fixture_altered("SELECT 1;");
         assert!(page_pools(&old).expect("reads").is_empty());
+    }
+
+    /// A count an older importer stored wrapped (negative), or a value that is not a number,
+    /// is skipped and named; the report reads the rest.
+    #[test]
+    fn unreadable_counter_rows_are_skipped_and_named() {
+        let (_dir, path) = fixture_altered(
+            "DELETE FROM counters;
+             INSERT INTO counters VALUES (0, 1, 0, 'imc', 'UNC_M_CAS_COUNT.RD', 10.0, 10, 5, 5, 'imported');
+             INSERT INTO counters VALUES (0, 1, 0, 'imc', 'UNC_M_CAS_COUNT.WR', 9.2e18, -9223372036854775808, 5, 5, 'imported');
+             INSERT INTO counters VALUES (1, 2, 1, 'cha', 'UNC_CHA_TOR_INSERTS.IO_ITOM', 'x', 3, 5, 5, 'imported');",
+        );
+        let r = Recording::open(&path).expect("opens");
+        let t = r.counter_totals("imported").expect("reads the readable rows");
+        assert_eq!((t.rows, t.readings.len(), t.readings[0].raw), (1, 1, 10));
+        assert!(r.counter_series("imported", 10).is_ok() && r.interval_groups(Some("imported")).is_ok());
+        let (n, named) = r.unreadable_counter_rows("imported").expect("counts");
+        assert_eq!(n, 2);
+        assert_eq!(named, ["UNC_M_CAS_COUNT.WR on socket 0, interval 0", "UNC_CHA_TOR_INSERTS.IO_ITOM on socket 1, interval 1"]);
     }
 
     /// A recording whose buffer-map table predates its later columns still opens;

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Result};
 
 use super::meta::StoppedBy;
+use crate::topology::presence::Gone;
 use super::writer::CounterRow;
 use super::{RecordingMeta, Writer};
 use crate::probe::features::HookChoice;
@@ -136,17 +137,39 @@ pub fn record(args: &RecordArgs) -> Result<RecordSummary> {
     let stopped_by_signal = stop.load(Ordering::Relaxed);
     let intervals = live.index();
     let live_gone = live.gone().map(str::to_string);
+    let gone_how = live.gone_how();
     let flow_windows = live.flow_windows();
     let windows_opened = live.windows_opened();
     // Detach before the final metadata write: nothing stays attached even if that write fails.
     drop(live);
     if let Some(e) = write_error {
+        if is_disk_full(&e) && writer.published() {
+            // The intervals before are whole: say why it ended, in one transaction (a page
+            // or two, which fits where the failed interval's space is reused; all of it or
+            // none). If even that does not fit, the recording reads as cut off, which it
+            // also is.
+            let end = RecordingMeta {
+                end_ns: Some(monotonic_ns()),
+                stopped_by: Some(StoppedBy::DiskFull),
+                complete: Some(true),
+                flow_windows,
+                windows_opened,
+                ..Default::default()
+            };
+            let _ = writer.in_transaction(|w| end.write(w));
+        }
         return Err(write_failure(e, &args.output, &writer));
     }
     let gone = live_gone;
     RecordingMeta {
         end_ns: Some(monotonic_ns()),
-        stopped_by: Some(if gone.is_some() {
+        stopped_by: Some(if let Some(how) = gone_how {
+            match how {
+                Gone::Removed => StoppedBy::DeviceRemoved,
+                Gone::Moved => StoppedBy::DeviceMoved,
+                Gone::NetnsDeleted => StoppedBy::NetnsDeleted,
+            }
+        } else if gone.is_some() {
             StoppedBy::DeviceRemoved
         } else if stopped_by_signal {
             StoppedBy::Signal
@@ -240,6 +263,14 @@ fn session_meta(live: &Session) -> Result<RecordingMeta> {
     })
 }
 
+/// Whether a write failed because the file system is full (SQLITE_FULL, or ENOSPC from the
+/// rename into place).
+fn is_disk_full(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.is::<super::writer::DiskFull>() || c.downcast_ref::<std::io::Error>().is_some_and(|io| io.raw_os_error() == Some(libc::ENOSPC))
+    })
+}
+
 /// The error of an interval that could not be written, saying what the output path holds
 /// now: the intervals before it once the recording was renamed into place there, else
 /// whatever it held before the run (nothing of this run reached it).
@@ -273,7 +304,7 @@ fn write_intervals(
         let (snap, finishing) = live.next(stop, end)?;
         let source = live.counters_source.as_str();
         let rows: Vec<CounterRow> = snap.counters.iter().map(|r| CounterRow::from_reading(r, source)).collect();
-        if let Err(e) = writer.write_snapshot(&snap).and_then(|()| writer.write_counters(snap.index, &rows)) {
+        if let Err(e) = writer.check_room().and_then(|()| writer.write_snapshot(&snap)).and_then(|()| writer.write_counters(snap.index, &rows)) {
             return Ok(Some(e));
         }
         if live.counter_notes.len() != notes_len {

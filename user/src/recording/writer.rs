@@ -16,6 +16,25 @@ pub struct Writer {
     intervals: u64,
     /// Declared after `conn`, so the connection is closed before its file is removed.
     temp: Temp,
+    /// The recording's size at the last `check_room`, and the most one interval added.
+    used_before: Option<u64>,
+    largest_interval: u64,
+}
+
+/// Room kept beyond two intervals: the end-of-recording meta and the log's index pages.
+const ROOM_MARGIN: u64 = 64 * 1024;
+
+/// Bytes an unprivileged writer may still use on the file system holding `path`.
+fn free_bytes(path: &Path) -> Option<u64> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).ok()?;
+    // SAFETY: statvfs is plain data, zero a valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a statvfs to fill.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
 }
 
 /// The temporary file a new recording is written to until its first interval is
@@ -47,6 +66,29 @@ const PRAGMAS: &str = "PRAGMA journal_mode = DELETE; PRAGMA synchronous = OFF;";
 /// applies it; a normal end folds it back into the one file (`Drop`).
 const LIVE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA synchronous = OFF;";
 
+/// A write that failed because the file system is full: the recorder tells it from other
+/// failures (it can still say why the recording ended).
+#[derive(Debug)]
+pub struct DiskFull(String);
+
+impl std::fmt::Display for DiskFull {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for DiskFull {}
+
+/// An SQLite failure as an error with its one-line reason, a `DiskFull` when it is one.
+pub fn sqlite_error(e: &rusqlite::Error, path: &Path) -> anyhow::Error {
+    let line = explain_sqlite(e, path);
+    if e.sqlite_error_code() == Some(ErrorCode::DiskFull) {
+        anyhow::Error::new(DiskFull(line))
+    } else {
+        anyhow::anyhow!(line)
+    }
+}
+
 /// A one-line reason for an SQLite write failure, naming the file.
 pub fn explain_sqlite(e: &rusqlite::Error, path: &Path) -> String {
     let p = path.display();
@@ -70,8 +112,8 @@ impl Writer {
         outfile::check(path, force)?;
         let (tmp, lock) = outfile::create_temp(path)?;
         let temp = Temp(Some((tmp.clone(), lock)));
-        let conn = Connection::open(&tmp).map_err(|e| anyhow::anyhow!(explain_sqlite(&e, path)))?;
-        let w = Writer { conn, path: path.to_path_buf(), force, intervals: 0, temp };
+        let conn = Connection::open(&tmp).map_err(|e| sqlite_error(&e, path))?;
+        let w = Writer { conn, path: path.to_path_buf(), force, intervals: 0, temp, used_before: None, largest_interval: 0 };
         w.conn
             .execute_batch(&format!(
                 "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};
@@ -92,7 +134,7 @@ impl Writer {
         self.temp.0 = None;
         remove_stale_companions(&self.path);
         self.conn = Connection::open_with_flags(&self.path, rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE)
-            .map_err(|e| anyhow::anyhow!(explain_sqlite(&e, &self.path)))?;
+            .map_err(|e| sqlite_error(&e, &self.path))?;
         self.conn.execute_batch(LIVE_PRAGMAS).map_err(|e| self.err(e))?;
         Ok(())
     }
@@ -100,17 +142,52 @@ impl Writer {
     /// Append to a finished recording (counter import).
     pub fn open_existing(path: &Path) -> Result<Writer> {
         let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE)
-            .map_err(|e| anyhow::anyhow!(explain_sqlite(&e, path)))?;
-        Ok(Writer { conn, path: path.to_path_buf(), force: false, intervals: 0, temp: Temp(None) })
+            .map_err(|e| sqlite_error(&e, path))?;
+        let w = Writer { conn, path: path.to_path_buf(), force: false, intervals: 0, temp: Temp(None), used_before: None, largest_interval: 0 };
+        // As the recorder's: a rollback journal (a SIGKILL leaves it hot, and the next
+        // reader rolls the cut transaction back) and no fsync of our own.
+        w.conn.execute_batch(PRAGMAS).map_err(|e| w.err(e))?;
+        Ok(w)
     }
 
-    pub fn delete_counters(&self, source: &str) -> Result<()> {
-        self.conn.execute("DELETE FROM counters WHERE source = ?1", params![source]).map_err(|e| self.err(e))?;
-        Ok(())
+    /// Runs `f` as one transaction: all of its writes or, on any error, none. IMMEDIATE
+    /// takes the write lock at once, so a recorder still writing the file makes this fail
+    /// before anything is staged.
+    pub fn in_transaction<T>(&self, f: impl FnOnce(&Writer) -> Result<T>) -> Result<T> {
+        self.conn.execute_batch("BEGIN IMMEDIATE").map_err(|e| self.err(e))?;
+        let done = f(self).and_then(|v| self.conn.execute_batch("COMMIT").map(|()| v).map_err(|e| self.err(e)));
+        if done.is_err() {
+            // A failed rollback leaves the journal for the next reader, which rolls it back.
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+        done
+    }
+
+    /// Replaces a source's counter rows with `rows` (interval, row) and runs `then` (the
+    /// meta keys that say so), all in one transaction: on any error, or a SIGKILL part way,
+    /// the recording keeps its earlier rows and meta. Returns the rows written.
+    pub fn replace_counters(
+        &mut self,
+        source: &str,
+        rows: impl Iterator<Item = (u64, CounterRow)>,
+        then: impl FnOnce(&Writer) -> Result<()>,
+    ) -> Result<usize> {
+        self.in_transaction(|w| {
+            w.conn.execute("DELETE FROM counters WHERE source = ?1", params![source]).map_err(|e| w.err(e))?;
+            let mut st = w.conn.prepare_cached(INSERT_COUNTER).map_err(|e| w.err(e))?;
+            let mut n = 0;
+            for (interval, r) in rows {
+                insert_counter(&mut st, interval, &r).map_err(|e| w.err(e))?;
+                n += 1;
+            }
+            drop(st);
+            then(w)?;
+            Ok(n)
+        })
     }
 
     fn err(&self, e: rusqlite::Error) -> anyhow::Error {
-        anyhow::anyhow!(explain_sqlite(&e, &self.path))
+        sqlite_error(&e, &self.path)
     }
 
     pub fn set_meta(&self, key: &str, value: &str) -> Result<()> {
@@ -127,11 +204,39 @@ impl Writer {
     /// One interval, all or nothing.
     pub fn write_snapshot(&mut self, s: &Snapshot) -> Result<()> {
         let path = self.path.clone();
-        let tx = self.conn.transaction().map_err(|e| anyhow::anyhow!(explain_sqlite(&e, &path)))?;
-        write_snapshot_tx(&tx, s).map_err(|e| anyhow::anyhow!(explain_sqlite(&e, &path)))?;
-        tx.commit().map_err(|e| anyhow::anyhow!(explain_sqlite(&e, &path)))?;
+        let tx = self.conn.transaction().map_err(|e| sqlite_error(&e, &path))?;
+        write_snapshot_tx(&tx, s).map_err(|e| sqlite_error(&e, &path))?;
+        tx.commit().map_err(|e| sqlite_error(&e, &path))?;
         self.intervals += 1;
         self.publish()
+    }
+
+    /// Fails with `DiskFull` when the file system has less room than two of the largest
+    /// intervals so far need, plus a margin: the recorder then stops while the few pages
+    /// that say why still fit. An interval that fills it anyway fails as a write.
+    pub fn check_room(&mut self) -> Result<()> {
+        let used = self.bytes_used();
+        if let Some(before) = self.used_before.replace(used) {
+            self.largest_interval = self.largest_interval.max(used.saturating_sub(before));
+        }
+        let Some(free) = free_bytes(&self.path) else { return Ok(()) };
+        let need = 2 * self.largest_interval + ROOM_MARGIN;
+        if free < need {
+            return Err(anyhow::Error::new(DiskFull(format!(
+                "writing recording {}: the disk is full ({free} bytes left, the next interval may need {need})",
+                self.path.display()
+            ))));
+        }
+        Ok(())
+    }
+
+    /// The recording's bytes on disk with its log (or its temporary file's, before it is
+    /// published).
+    fn bytes_used(&self) -> u64 {
+        let file = self.temp.0.as_ref().map_or(self.path.as_path(), |(t, _)| t.as_path());
+        let mut wal = file.as_os_str().to_owned();
+        wal.push("-wal");
+        [file.as_os_str().to_owned(), wal].iter().filter_map(|p| std::fs::metadata(p).ok()).map(|m| m.len()).sum()
     }
 
     /// Whether the recording is at its path: false until the first interval is committed
@@ -148,37 +253,43 @@ impl Writer {
     /// Counter readings of one interval (any source).
     pub fn write_counters(&mut self, interval: u64, rows: &[CounterRow]) -> Result<()> {
         let path = self.path.clone();
-        let tx = self.conn.transaction().map_err(|e| anyhow::anyhow!(explain_sqlite(&e, &path)))?;
+        let tx = self.conn.transaction().map_err(|e| sqlite_error(&e, &path))?;
         {
-            let mut st = tx
-                .prepare_cached(
-                    "INSERT INTO counters(interval,t_ns,socket,pmu,event,value,raw,enabled_ns,running_ns,source)
-                     VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)",
-                )
-                .map_err(|e| anyhow::anyhow!(explain_sqlite(&e, &path)))?;
+            let mut st = tx.prepare_cached(INSERT_COUNTER).map_err(|e| sqlite_error(&e, &path))?;
             for r in rows {
-                st.execute(params![
-                    interval as i64,
-                    r.t_ns as i64,
-                    r.socket,
-                    r.pmu,
-                    r.event,
-                    r.value,
-                    r.raw as i64,
-                    r.enabled_ns as i64,
-                    r.running_ns as i64,
-                    r.source
-                ])
-                .map_err(|e| anyhow::anyhow!(explain_sqlite(&e, &path)))?;
+                insert_counter(&mut st, interval, r).map_err(|e| sqlite_error(&e, &path))?;
             }
         }
-        tx.commit().map_err(|e| anyhow::anyhow!(explain_sqlite(&e, &path)))?;
+        tx.commit().map_err(|e| sqlite_error(&e, &path))?;
         Ok(())
     }
 
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+const INSERT_COUNTER: &str = "INSERT INTO counters(interval,t_ns,socket,pmu,event,value,raw,enabled_ns,running_ns,source)
+     VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)";
+
+/// One counter row. Its counts are stored as SQLite's signed integers: one past 2^63 - 1
+/// (which the importer refuses and live readings cannot reach) is capped rather than
+/// stored as a negative that no reader takes.
+fn insert_counter(st: &mut rusqlite::CachedStatement<'_>, interval: u64, r: &CounterRow) -> rusqlite::Result<()> {
+    let n = |v: u64| v.min(i64::MAX as u64) as i64;
+    st.execute(params![
+        n(interval),
+        n(r.t_ns),
+        r.socket,
+        r.pmu,
+        r.event,
+        r.value,
+        n(r.raw),
+        n(r.enabled_ns),
+        n(r.running_ns),
+        r.source
+    ])?;
+    Ok(())
 }
 
 /// A rollback journal or write-ahead log named after `path` from before this run (a killed

@@ -266,7 +266,13 @@ fn esc(s: &str) -> String {
 fn header(o: &mut String, r: &Summary) {
     let m = &r.meta;
     let status = if m.complete {
-        "<span class=\"badge ok\">complete</span>".to_string()
+        use crate::recording::meta::StoppedBy;
+        match m.stopped_by {
+            Some(s @ (StoppedBy::DeviceRemoved | StoppedBy::DeviceMoved | StoppedBy::NetnsDeleted | StoppedBy::DiskFull)) => {
+                format!("<span class=\"badge ok\">complete</span> {}", s.describe())
+            }
+            _ => "<span class=\"badge ok\">complete</span>".to_string(),
+        }
     } else {
         "<span class=\"badge bad\">INCOMPLETE: the recording was cut off; numbers cover the intervals written before that</span>".to_string()
     };

@@ -10,6 +10,7 @@ use crate::analysis::summary::{QueueReport, Summary};
 use crate::analysis::{Advice, AttributionReport, Outcome};
 use crate::attribution::Method;
 use crate::model::spec::GridPoint;
+use crate::recording::meta::StoppedBy;
 use crate::snapshot::Dir;
 use crate::units::{fmt_bytes, fmt_count, fmt_duration, fmt_ns, fmt_pct};
 
@@ -316,7 +317,14 @@ fn render_header(o: &mut String, r: &Summary) {
         fmt_duration(m.duration_s * 1e9),
         m.intervals,
         m.interval_ms.map(|v| format!(" of {v} ms")).unwrap_or_default(),
-        if m.complete { "" } else { " · INCOMPLETE: the recording was cut off" }
+        match (m.complete, m.stopped_by) {
+            (false, _) => " · INCOMPLETE: the recording was cut off".to_string(),
+            // Ended early by something other than the user: say what.
+            (true, Some(s @ (StoppedBy::DeviceRemoved | StoppedBy::DeviceMoved | StoppedBy::NetnsDeleted | StoppedBy::DiskFull))) => {
+                format!(" · {}", s.describe())
+            }
+            (true, _) => String::new(),
+        }
     );
     let w = &r.window;
     if !w.whole {

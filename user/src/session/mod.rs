@@ -365,6 +365,7 @@ pub struct Session {
     _netns_held: Option<std::fs::File>,
     /// Why the session ended early: the interface or its namespace went away.
     gone: Option<String>,
+    gone_how: Option<topology::presence::Gone>,
     sampler: Option<counters::Sampler>,
     interval: Duration,
     flow_every: u64,
@@ -652,6 +653,7 @@ impl Session {
             watch,
             _netns_held: netns_held,
             gone: None,
+            gone_how: None,
             sampler,
             interval: Duration::from_millis(opts.interval_ms),
             flow_every: opts.flow_every.max(1),
@@ -955,6 +957,11 @@ impl Session {
         self.gone.as_deref()
     }
 
+    /// How the interface went away, when it did.
+    pub fn gone_how(&self) -> Option<topology::presence::Gone> {
+        self.gone_how
+    }
+
     pub fn has_miss_sampler(&self) -> bool {
         self.l3.as_ref().is_some_and(L3missProbe::has_sampler)
     }
@@ -1007,8 +1014,9 @@ impl Session {
         let mut finishing = stop.load(Ordering::Relaxed) || end.is_some_and(|e| Instant::now() >= e);
         if let Some(w) = self.watch.as_mut() {
             // A check the kernel cannot answer says nothing: the next interval asks again.
-            if let Ok(topology::presence::Presence::Gone(why)) = w.check() {
+            if let Ok(topology::presence::Presence::Gone(how, why)) = w.check() {
                 self.gone = Some(why);
+                self.gone_how = Some(how);
                 finishing = true;
             }
         }

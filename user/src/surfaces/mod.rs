@@ -3,6 +3,7 @@
 //! live verdicts (`live_model`), the per-interval numbers both show (`view`), and the
 //! host check (`doctor`).
 pub mod capped;
+pub mod conns;
 pub mod doctor;
 pub mod estimates;
 pub mod live_model;

@@ -4,7 +4,6 @@
 //! one-thread tokio runtime of their own) only take a pointer to the latest
 //! value, so neither side blocks the other for longer than an Arc clone.
 use std::collections::BTreeMap;
-use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
@@ -570,11 +569,14 @@ async fn metrics(State(s): State<AppState>, headers: axum::http::HeaderMap) -> R
     }
 }
 
+/// 200 while the probes count the device; 503 with the reason while starting, and while
+/// the device is gone (the totals so far are still served, but nothing new is counted).
 async fn healthz(State(s): State<AppState>) -> Response {
-    if s.shared.get().is_some() {
-        (StatusCode::OK, "ok\n").into_response()
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "starting\n").into_response()
+    match s.shared.get() {
+        Some(p) if p.device_up => (StatusCode::OK, "ok\n").into_response(),
+        Some(p) => (StatusCode::SERVICE_UNAVAILABLE, format!("device {} is gone: waiting for it to return\n", p.device))
+            .into_response(),
+        None => (StatusCode::SERVICE_UNAVAILABLE, "starting\n").into_response(),
     }
 }
 
@@ -605,7 +607,7 @@ fn http_thread(
     let result = rt.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(listener).context("registering the listener")?;
         tokio::select! {
-            r = axum::serve(listener, app).into_future() => r.context("HTTP server"),
+            r = super::conns::accept_loop(listener, app, super::conns::connection_cap()) => r.context("HTTP server"),
             _ = shutdown => Ok(()),
         }
     });

@@ -15,16 +15,36 @@ use super::IfaceInfo;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Presence {
     Present,
-    /// Gone, and why, in words ("interface ddrcv was removed").
-    Gone(String),
+    /// Gone, how, and why in words ("interface ddrcv was removed").
+    Gone(Gone, String),
+}
+
+/// How an interface went away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gone {
+    /// Deleted (or its index now names another device).
+    Removed,
+    /// Moved to another network namespace.
+    Moved,
+    /// Its network namespace was deleted, or deleted and made anew.
+    NetnsDeleted,
 }
 
 pub struct DeviceWatch {
     nl: Netlink,
+    /// The namespace's link notifications: the one that takes the device away says whether
+    /// it went to another namespace (a request afterwards only finds it missing).
+    events: Option<Netlink>,
     name: String,
     ifindex: u32,
     netns: Option<(String, PathBuf, u32)>,
 }
+
+/// RTNLGRP_LINK as a group bitmask.
+const RTMGRP_LINK: u32 = 1;
+/// Set on the notification of a device leaving for another namespace: the id the new
+/// namespace has in the old one.
+const IFLA_NEW_NETNSID: u16 = 45;
 
 const RTM_GETLINK: u16 = 18;
 const IFLA_IFNAME: u16 = 3;
@@ -65,8 +85,20 @@ impl DeviceWatch {
     /// Watch `iface` (resolved with `resolve_iface_live`, in its namespace if it has one).
     pub fn open(iface: &IfaceInfo) -> Result<DeviceWatch> {
         let netns = iface.netns.as_ref().map(|n| (n.clone(), std::path::Path::new(super::NETNS_RUN_DIR).join(n), iface.netns_inode));
-        let nl = Netlink::open(libc::NETLINK_ROUTE, netns.as_ref().map(|(_, p, _)| p.as_path()))?;
-        Ok(DeviceWatch { nl, name: iface.name.clone(), ifindex: iface.ifindex, netns })
+        let path = netns.as_ref().map(|(_, p, _)| p.as_path());
+        let nl = Netlink::open(libc::NETLINK_ROUTE, path)?;
+        // Without it a move reads as a removal: worth a watch, not worth failing over.
+        let events = Netlink::subscribe(libc::NETLINK_ROUTE, path, RTMGRP_LINK, 256 * 1024).ok();
+        Ok(DeviceWatch { nl, events, name: iface.name.clone(), ifindex: iface.ifindex, netns })
+    }
+
+    /// Whether a queued link notification says our device left for another namespace.
+    fn moved(&mut self) -> bool {
+        let Some(events) = self.events.as_mut() else { return false };
+        let ours = |body: &[u8]| body.get(4..8).is_some_and(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]) == self.ifindex);
+        events.drain().0.iter().any(|body| {
+            ours(body) && body.get(IFINFOMSG..).is_some_and(|a| attrs(a).iter().any(|(k, _)| *k == IFLA_NEW_NETNSID))
+        })
     }
 
     /// The interface's own packet totals [RX, TX] now (None: it could not be asked).
@@ -85,16 +117,22 @@ impl DeviceWatch {
         if let Some((name, path, inode)) = &self.netns {
             match std::fs::metadata(path) {
                 Ok(m) if m.ino() as u32 == *inode => {}
-                Ok(_) => return Ok(Presence::Gone(format!("network namespace '{name}' was deleted and made anew"))),
-                Err(_) => return Ok(Presence::Gone(format!("network namespace '{name}' was deleted"))),
+                Ok(_) => {
+                    return Ok(Presence::Gone(Gone::NetnsDeleted, format!("network namespace '{name}' was deleted and made anew")))
+                }
+                Err(_) => return Ok(Presence::Gone(Gone::NetnsDeleted, format!("network namespace '{name}' was deleted"))),
             }
         }
         match self.nl.request(RTM_GETLINK, 0, &getlink_body(self.ifindex)) {
-            Err(e) if e.raw_os_error() == Some(libc::ENODEV) => Ok(Presence::Gone(format!("interface {} was removed", self.name))),
+            Err(e) if e.raw_os_error() == Some(libc::ENODEV) => Ok(if self.moved() {
+                Presence::Gone(Gone::Moved, format!("interface {} was moved to another network namespace", self.name))
+            } else {
+                Presence::Gone(Gone::Removed, format!("interface {} was removed", self.name))
+            }),
             Err(e) => bail!("asking netlink for interface {}: {e}", self.name),
             Ok(msgs) => Ok(match msgs.first().and_then(|m| link_name_of(m)) {
                 Some(n) if !n.is_empty() && n != self.name => {
-                    Presence::Gone(format!("interface {} was removed (its index now names {n})", self.name))
+                    Presence::Gone(Gone::Removed, format!("interface {} was removed (its index now names {n})", self.name))
                 }
                 _ => Presence::Present,
             }),
