@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import BIN, WAIT_PORT, kernel_loads, live_link_prog_ids, live_prog_ids, report_json, run, wait_until
+from conftest import BIN, WAIT_PORT, Bpftrace, kernel_loads, live_link_prog_ids, live_prog_ids, report_json, run, wait_until
 
 
 def within(a, b, rel, slack=0):
@@ -382,37 +382,16 @@ def test_tp_btf_request_is_honoured_or_fails_in_one_line(testbed, tmp_path):
         assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1 and "tp-btf" in p.stderr, p.stderr
 
 
-class KernelEventCount:
+class KernelEventCount(Bpftrace):
     """The kernel's own count of a tracepoint's events on one CPU while the block runs, by
-    bpftrace (tracefs mounted for it, and unmounted after, where it was not mounted)."""
-
-    TRACEFS = "/sys/kernel/tracing"
+    bpftrace (`count` after the block)."""
 
     def __init__(self, tracepoint, cpu):
-        self.probe = f"tracepoint:{tracepoint} /cpu == {cpu}/ {{ @n = count(); }}"
-        self.count = None
+        super().__init__(f"tracepoint:{tracepoint} /cpu == {cpu}/ {{ @n = count(); }}")
 
-    def __enter__(self):
-        self.mounted = not os.path.exists(f"{self.TRACEFS}/events")
-        if self.mounted:
-            run("mount", "-t", "tracefs", "nodev", self.TRACEFS)
-        self.proc = subprocess.Popen(["bpftrace", "-e", self.probe], stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True)
-        # Attached once it says so (it prints nothing else before the end).
-        line = self.proc.stdout.readline()
-        assert line.startswith("Attaching"), line
-        return self
-
-    def __exit__(self, *exc):
-        try:
-            self.proc.send_signal(signal.SIGINT)
-            out, _ = self.proc.communicate(timeout=30)
-            self.count = next((int(l.split(":")[1]) for l in out.splitlines() if l.startswith("@n:")), 0)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-            if self.mounted:
-                run("umount", self.TRACEFS, check=False)
+    @property
+    def count(self):
+        return self.maps.get("@n", {}).get("", 0)
 
 
 def _pinned_udp_run(tb, recorder, client_cpu, server_cpu, port):
