@@ -311,6 +311,17 @@ def throughput(tb, tmp):
     return runs, steal
 
 
+def bpf_during(a, tb, load):
+    """The runs and BPF ns of `a`'s programs while `load` runs on `tb`, and the packets its
+    receiver counted meanwhile (bpf_stats must be on)."""
+    s0, p0 = stats_of(a.prog_ids), tb.rx_packets()
+    tb.iperf(load)
+    s1, p1 = stats_of(a.prog_ids), tb.rx_packets()
+    runs = sum(s1[i][0] - s0.get(i, (0, 0, ""))[0] for i in s1)
+    ns = sum(s1[i][1] - s0.get(i, (0, 0, ""))[1] for i in s1)
+    return runs, ns, max(p1 - p0, 1)
+
+
 def bpf_cost(tb, tmp):
     log("BPF CPU time: one run per configuration and load, bpf_stats on")
     out = {}
@@ -321,11 +332,7 @@ def bpf_cost(tb, tmp):
         try:
             time.sleep(SETTLE)
             for load in LOADS:
-                s0, p0 = stats_of(a.prog_ids), tb.rx_packets()
-                tb.iperf(load)
-                s1, p1 = stats_of(a.prog_ids), tb.rx_packets()
-                ns = sum(s1[i][1] - s0.get(i, (0, 0, ""))[1] for i in s1)
-                pkts = max(p1 - p0, 1)
+                _, ns, pkts = bpf_during(a, tb, load)
                 out[(c, load)] = {"bpf_ns": ns, "rx_packets": pkts, "ms_per_mpkt": ns / pkts}
         finally:
             a.stop()
@@ -474,13 +481,10 @@ def shapes(tmp):
                     try:
                         time.sleep(SETTLE)
                         for load in LOADS:
-                            s0, p0 = stats_of(a.prog_ids), loaded.rx_packets()
-                            loaded.iperf(load)
-                            s1, p1 = stats_of(a.prog_ids), loaded.rx_packets()
-                            pk = max(p1 - p0, 1)
+                            n, ns, pk = bpf_during(a, loaded, load)
                             bpf[(c, load)] = {
-                                "ns_per_pkt": sum(s1[i][1] - s0.get(i, (0, 0, ""))[1] for i in s1) / pk,
-                                "runs_per_pkt": sum(s1[i][0] - s0.get(i, (0, 0, ""))[0] for i in s1) / pk,
+                                "ns_per_pkt": ns / pk,
+                                "runs_per_pkt": n / pk,
                                 "packets": pk,
                             }
                     finally:
