@@ -72,6 +72,8 @@ demo: deps build
 # clippy from the toolchain found (or Debian's, matched to Debian's rustc), never a download.
 unit-test: deps
 	@scripts/rust-toolchain.sh clippy
+	@scripts/rust-toolchain.sh fmt
+	cd user && $(CARGO) fmt --all --check
 	cd user && $(CARGO) clippy --release --workspace --all-targets -- -D warnings
 	# --include-ignored: the tests that load BPF (ignored by a plain `cargo test`, which may lack root).
 	# model::validation::explore is a tool (it prints tables for a spec in DDIO_EXPLORE), not a test.

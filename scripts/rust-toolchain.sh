@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# rust-toolchain.sh find|install|clippy: the cargo that builds ddioscope.
+# rust-toolchain.sh find|install|clippy|fmt: the cargo that builds ddioscope.
 #
 #   find      print the path of a cargo whose rustc is new enough (exit 1, silent, if none)
 #   install   the same, installing Debian's cargo/rustc packages when none is found and
@@ -7,6 +7,8 @@
 #   clippy    check that the cargo found has clippy (`make unit-test` runs it): Debian's
 #             rust-clippy is installed for Debian's own cargo when its version matches
 #             rustc's; otherwise one line saying what is missing
+#   fmt       the same for rustfmt (`make unit-test` runs `cargo fmt --check`): Debian's
+#             rustfmt package for Debian's cargo
 #
 # Looked for, in order: cargo on PATH, ~/.cargo/bin/cargo (rustup's place), /usr/bin/cargo.
 # Nothing is downloaded from outside the package registries.
@@ -76,5 +78,16 @@ case "${1:-}" in
         echo "rust-toolchain: $c (rustc $(rustc_version "$c")) has no clippy: add its clippy component (rustup component add clippy where rustup manages it)" >&2
         exit 1
         ;;
-    *) echo "usage: $0 find|install|clippy" >&2; exit 2 ;;
+    fmt)
+        c=$(find_cargo) || { echo "rust-toolchain: no cargo >= $MSRV found: run make deps" >&2; exit 1; }
+        "$c" fmt --version >/dev/null 2>&1 && exit 0
+        if [ "$c" = /usr/bin/cargo ]; then
+            [ -n "$(candidate rustfmt)" ] || apt-get update -qq || true
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends rustfmt >/dev/null || true
+            "$c" fmt --version >/dev/null 2>&1 && exit 0
+        fi
+        echo "rust-toolchain: $c (rustc $(rustc_version "$c")) has no rustfmt: add its rustfmt component (rustup component add rustfmt where rustup manages it)" >&2
+        exit 1
+        ;;
+    *) echo "usage: $0 find|install|clippy|fmt" >&2; exit 2 ;;
 esac

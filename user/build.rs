@@ -13,7 +13,14 @@ use sha2::{Digest, Sha256};
 /// (name, directory under the repository): the probes, the bench's floor
 /// programs, and the test-only fragcheck object loaded by
 /// examples/fragcheck.rs (never by ddioscope).
-const PROBES: &[(&str, &str)] = &[("qcount", "bpf"), ("pktlife", "bpf"), ("l3miss", "bpf"), ("features", "bpf"), ("floor", "bpf"), ("fragcheck", "tests/bpf")];
+const PROBES: &[(&str, &str)] = &[
+    ("qcount", "bpf"),
+    ("pktlife", "bpf"),
+    ("l3miss", "bpf"),
+    ("features", "bpf"),
+    ("floor", "bpf"),
+    ("fragcheck", "tests/bpf"),
+];
 
 /// Whether the ddioscope binary embeds a probe (every one under bpf/; fragcheck, under
 /// tests/bpf, is the example's alone): their bytes make the BPF build id.
@@ -27,15 +34,29 @@ fn embedded(dir: &str) -> bool {
 /// logs/HEAD and the branch's ref file.
 fn git_commit(manifest: &Path) -> String {
     println!("cargo:rerun-if-env-changed=DDIOSCOPE_GIT_COMMIT");
-    if let Some(c) = env::var("DDIOSCOPE_GIT_COMMIT").ok().filter(|c| !c.is_empty()) {
+    if let Some(c) = env::var("DDIOSCOPE_GIT_COMMIT")
+        .ok()
+        .filter(|c| !c.is_empty())
+    {
         return c;
     }
     let git = |args: &[&str]| -> Option<String> {
-        let out = Command::new("git").args(args).current_dir(manifest).output().ok()?;
-        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(manifest)
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
     };
-    let Some(commit) = git(&["rev-parse", "HEAD"]) else { return "unknown".into() };
-    for (dir_arg, files) in [("--git-dir", &["HEAD", "logs/HEAD"][..]), ("--git-common-dir", &["packed-refs"][..])] {
+    let Some(commit) = git(&["rev-parse", "HEAD"]) else {
+        return "unknown".into();
+    };
+    for (dir_arg, files) in [
+        ("--git-dir", &["HEAD", "logs/HEAD"][..]),
+        ("--git-common-dir", &["packed-refs"][..]),
+    ] {
         if let Some(dir) = git(&["rev-parse", dir_arg]) {
             let dir = manifest.join(dir);
             for f in files {
@@ -46,7 +67,10 @@ fn git_commit(manifest: &Path) -> String {
             }
         }
     }
-    if let (Some(dir), Some(head)) = (git(&["rev-parse", "--git-common-dir"]), git(&["symbolic-ref", "-q", "HEAD"])) {
+    if let (Some(dir), Some(head)) = (
+        git(&["rev-parse", "--git-common-dir"]),
+        git(&["symbolic-ref", "-q", "HEAD"]),
+    ) {
         let p = manifest.join(dir).join(head);
         if p.is_file() {
             println!("cargo:rerun-if-changed={}", p.display());
@@ -62,13 +86,31 @@ fn git_commit(manifest: &Path) -> String {
 /// changed: one wrong name re-runs this script, and clang, on every build.
 fn local_headers(src: &Path, include_dir: &Path, found: &mut BTreeSet<PathBuf>) {
     // An unreadable file is clang's to report; here it only means no headers to watch.
-    let Ok(text) = fs::read_to_string(src) else { return };
+    let Ok(text) = fs::read_to_string(src) else {
+        return;
+    };
     for line in text.lines() {
-        let Some(rest) = line.trim_start().strip_prefix('#') else { continue };
-        let Some(rest) = rest.trim_start().strip_prefix("include") else { continue };
-        let Some(name) = rest.trim_start().strip_prefix('"').and_then(|r| r.split('"').next()) else { continue };
+        let Some(rest) = line.trim_start().strip_prefix('#') else {
+            continue;
+        };
+        let Some(rest) = rest.trim_start().strip_prefix("include") else {
+            continue;
+        };
+        let Some(name) = rest
+            .trim_start()
+            .strip_prefix('"')
+            .and_then(|r| r.split('"').next())
+        else {
+            continue;
+        };
         let beside = src.parent().map(|d| d.join(name));
-        let Some(header) = beside.into_iter().chain([include_dir.join(name)]).find(|p| p.is_file()) else { continue };
+        let Some(header) = beside
+            .into_iter()
+            .chain([include_dir.join(name)])
+            .find(|p| p.is_file())
+        else {
+            continue;
+        };
         if found.insert(header.clone()) {
             local_headers(&header, include_dir, found);
         }
@@ -108,7 +150,15 @@ fn main() {
     for h in headers {
         println!("cargo:rerun-if-changed={}", h.display());
     }
-    let id: String = bpf_hash.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect();
+    let id: String = bpf_hash
+        .finalize()
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect();
     println!("cargo:rustc-env=DDIOSCOPE_BPF_BUILD_ID={id}");
-    println!("cargo:rustc-env=DDIOSCOPE_GIT_COMMIT={}", git_commit(&manifest));
+    println!(
+        "cargo:rustc-env=DDIOSCOPE_GIT_COMMIT={}",
+        git_commit(&manifest)
+    );
 }

@@ -18,7 +18,14 @@ use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::RingBufferBuilder;
 
 mod skel {
-    #![allow(clippy::all, dead_code, non_camel_case_types, non_snake_case, non_upper_case_globals, unused)]
+    #![allow(
+        clippy::all,
+        dead_code,
+        non_camel_case_types,
+        non_snake_case,
+        non_upper_case_globals,
+        unused
+    )]
     include!(concat!(env!("OUT_DIR"), "/fragcheck.skel.rs"));
 }
 use skel::types::fc_record;
@@ -41,8 +48,14 @@ fn run() -> Result<()> {
     let layout = ddioscope::probe::memlayout::resolve_live().map_err(anyhow::Error::msg)?;
 
     let mut storage = MaybeUninit::uninit();
-    let mut open = FragcheckSkelBuilder::default().open(&mut storage).context("opening the fragcheck object")?;
-    let ro = open.maps.rodata_data.as_deref_mut().context("fragcheck has no read-only config")?;
+    let mut open = FragcheckSkelBuilder::default()
+        .open(&mut storage)
+        .context("opening the fragcheck object")?;
+    let ro = open
+        .maps
+        .rodata_data
+        .as_deref_mut()
+        .context("fragcheck has no read-only config")?;
     ro.fc_port = port;
     ro.fc_page_offset = layout.page_offset;
     ro.fc_page_offset_addr = layout.page_offset_base_addr;
@@ -88,7 +101,11 @@ fn run() -> Result<()> {
     }
     let _ = ring.consume();
     drop(ring);
-    let bss = skel.maps.bss_data.as_deref().context("fragcheck has no .bss")?;
+    let bss = skel
+        .maps
+        .bss_data
+        .as_deref()
+        .context("fragcheck has no .bss")?;
     println!(
         "{}",
         serde_json::json!({"event": "done", "records": records, "segments": bss.fc_segments,

@@ -27,6 +27,9 @@ mod tests {
         assert_eq!(super::BPF_BUILD_ID.len(), 16);
         assert!(super::BPF_BUILD_ID.chars().all(|c| c.is_ascii_hexdigit()));
         assert!(super::LONG_VERSION.starts_with(super::VERSION));
-        assert!(super::LONG_VERSION.contains(super::GIT_COMMIT) && super::LONG_VERSION.contains(super::BPF_BUILD_ID));
+        assert!(
+            super::LONG_VERSION.contains(super::GIT_COMMIT)
+                && super::LONG_VERSION.contains(super::BPF_BUILD_ID)
+        );
     }
 }

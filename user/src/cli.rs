@@ -201,7 +201,10 @@ pub fn print(text: &str) -> anyhow::Result<()> {
 
 /// The error is stdout's reader having gone away (`ddioscope report R | head -1`).
 pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// A command-line error (an unknown flag, a value out of range) as one line, as every other
@@ -211,16 +214,31 @@ pub fn usage_error_line(e: &clap::Error) -> String {
     let kept: Vec<&str> = text
         .lines()
         .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .filter(|l| {
+            !l.is_empty() && !l.starts_with("Usage:") && !l.starts_with("For more information")
+        })
         .collect();
-    let line = kept.join(" ").replace(" tip: ", "; tip: ").split_whitespace().collect::<Vec<_>>().join(" ");
+    let line = kept
+        .join(" ")
+        .replace(" tip: ", "; tip: ")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
     line.strip_prefix("error: ").unwrap_or(&line).to_string()
 }
 
 /// An error as one line: the outermost context first, causes after it, and every run of
 /// whitespace (a cause quoting SQL across lines, say) as one space.
 pub fn error_line(e: &anyhow::Error) -> String {
-    let chain: Vec<String> = e.chain().map(|c| c.to_string().split_whitespace().collect::<Vec<_>>().join(" ")).collect();
+    let chain: Vec<String> = e
+        .chain()
+        .map(|c| {
+            c.to_string()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
     chain.join(": ")
 }
 
@@ -231,9 +249,14 @@ mod tests {
     #[test]
     fn errors_are_one_line() {
         let sql = anyhow::anyhow!("malformed database schema (queue_intervals) - near \"(\": syntax error in\nCREATE TABLE queue_intervals (\n    interval INTEGER NOT NULL,\n\tdir TEXT)");
-        let e = sql.context("run.ddio is damaged").context("reading run.ddio");
+        let e = sql
+            .context("run.ddio is damaged")
+            .context("reading run.ddio");
         let line = error_line(&e);
-        assert!(!line.contains('\n') && !line.contains('\t') && !line.contains("  "), "{line}");
+        assert!(
+            !line.contains('\n') && !line.contains('\t') && !line.contains("  "),
+            "{line}"
+        );
         assert_eq!(
             line,
             "reading run.ddio: run.ddio is damaged: malformed database schema (queue_intervals) - near \"(\": syntax error in \
@@ -245,26 +268,54 @@ mod tests {
     #[test]
     fn command_line_errors_are_one_line() {
         let cases: [&[&str]; 4] = [
-            &["ddioscope", "simulate", "--synthetic", "queues=1", "--ring", "0"],
+            &[
+                "ddioscope",
+                "simulate",
+                "--synthetic",
+                "queues=1",
+                "--ring",
+                "0",
+            ],
             &["ddioscope", "report", "--llc-mib", "NaN"],
             &["ddioscope", "top"],
             &["ddioscope", "report", "--bogus"],
         ];
         for args in cases {
-            let e = Cli::try_parse_from(args).err().unwrap_or_else(|| panic!("{args:?} parsed"));
+            let e = Cli::try_parse_from(args)
+                .err()
+                .unwrap_or_else(|| panic!("{args:?} parsed"));
             let line = usage_error_line(&e);
-            assert!(!line.contains('\n') && !line.starts_with("error") && !line.contains("Usage"), "{line}");
+            assert!(
+                !line.contains('\n') && !line.starts_with("error") && !line.contains("Usage"),
+                "{line}"
+            );
             println!("{args:?}: {line}");
         }
-        let e = Cli::try_parse_from(["ddioscope", "simulate", "--synthetic", "queues=1", "--ring", "512,0"]).err().map(|e| usage_error_line(&e));
-        assert_eq!(e.as_deref(), Some("invalid value '0' for '--ring <RING>': `ring` = 0 is out of range (1..=65536)"));
-        let e = Cli::try_parse_from(["ddioscope", "top"]).err().map(|e| usage_error_line(&e)).unwrap_or_default();
+        let e = Cli::try_parse_from([
+            "ddioscope",
+            "simulate",
+            "--synthetic",
+            "queues=1",
+            "--ring",
+            "512,0",
+        ])
+        .err()
+        .map(|e| usage_error_line(&e));
+        assert_eq!(
+            e.as_deref(),
+            Some("invalid value '0' for '--ring <RING>': `ring` = 0 is out of range (1..=65536)")
+        );
+        let e = Cli::try_parse_from(["ddioscope", "top"])
+            .err()
+            .map(|e| usage_error_line(&e))
+            .unwrap_or_default();
         assert!(e.contains("required") && e.contains("--iface"), "{e}");
     }
 
     #[test]
     fn broken_pipes_are_recognised_through_context() {
-        let pipe = anyhow::Error::new(std::io::Error::from(std::io::ErrorKind::BrokenPipe)).context("printing the report");
+        let pipe = anyhow::Error::new(std::io::Error::from(std::io::ErrorKind::BrokenPipe))
+            .context("printing the report");
         assert!(is_broken_pipe(&pipe));
         let other = anyhow::Error::new(std::io::Error::from(std::io::ErrorKind::PermissionDenied));
         assert!(!is_broken_pipe(&other));

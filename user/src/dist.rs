@@ -12,8 +12,14 @@ pub use clap_complete::Shell;
 /// generators would offer them).
 pub fn completions(cmd: Command, shell: Shell) -> String {
     let name = cmd.get_name().to_string();
-    let visible: Vec<Command> = cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned().collect();
-    let mut cmd = Command::new(name.clone()).args(cmd.get_arguments().cloned()).subcommands(visible);
+    let visible: Vec<Command> = cmd
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set())
+        .cloned()
+        .collect();
+    let mut cmd = Command::new(name.clone())
+        .args(cmd.get_arguments().cloned())
+        .subcommands(visible);
     let mut out = Vec::new();
     // Into memory: clap_complete panics on a write error (a closed pipe); `cli::print`
     // is quiet on one.
@@ -30,8 +36,14 @@ struct PageText {
     files: &'static [(&'static str, &'static str)],
 }
 
-const RECORDING: (&str, &str) = ("ddioscope.ddio", "the recording record writes and the other commands read when given no FILE (SQLite)");
-const MODEL_CACHE: (&str, &str) = ("$XDG_CACHE_HOME/ddioscope/model/", "simulated model points kept between runs (~/.cache/ddioscope/model/ without XDG_CACHE_HOME)");
+const RECORDING: (&str, &str) = (
+    "ddioscope.ddio",
+    "the recording record writes and the other commands read when given no FILE (SQLite)",
+);
+const MODEL_CACHE: (&str, &str) = (
+    "$XDG_CACHE_HOME/ddioscope/model/",
+    "simulated model points kept between runs (~/.cache/ddioscope/model/ without XDG_CACHE_HOME)",
+);
 
 const PAGES: &[PageText] = &[
     PageText {
@@ -122,13 +134,19 @@ const PAGES: &[PageText] = &[
 /// Text for roff: backslashes and hyphens escaped, a leading control character guarded.
 fn roff(s: &str) -> String {
     let t = s.replace('\\', "\\e").replace('-', "\\-");
-    if t.starts_with('.') || t.starts_with('\'') { format!("\\&{t}") } else { t }
+    if t.starts_with('.') || t.starts_with('\'') {
+        format!("\\&{t}")
+    } else {
+        t
+    }
 }
 
 /// The EXAMPLES, EXIT STATUS, FILES and SEE ALSO sections of `page` ("" for the top page),
 /// with `others` the visible commands' names.
 fn extra_sections(page: &str, others: &[String]) -> String {
-    let Some(t) = PAGES.iter().find(|p| p.page == page) else { return String::new() };
+    let Some(t) = PAGES.iter().find(|p| p.page == page) else {
+        return String::new();
+    };
     let mut out = String::new();
     let item = |out: &mut String, head: &str, body: &str| {
         out.push_str(&format!(".TP\n\\fB{}\\fR\n{}\n", roff(head), roff(body)));
@@ -150,13 +168,28 @@ fn extra_sections(page: &str, others: &[String]) -> String {
         }
     }
     let mut see: Vec<String> = if page.is_empty() {
-        others.iter().map(|c| format!("\\fBddioscope\\-{}\\fR(1)", roff(c))).collect()
+        others
+            .iter()
+            .map(|c| format!("\\fBddioscope\\-{}\\fR(1)", roff(c)))
+            .collect()
     } else {
         std::iter::once("\\fBddioscope\\fR(1)".to_string())
-            .chain(others.iter().filter(|c| c.as_str() != page).map(|c| format!("\\fBddioscope\\-{}\\fR(1)", roff(c))))
+            .chain(
+                others
+                    .iter()
+                    .filter(|c| c.as_str() != page)
+                    .map(|c| format!("\\fBddioscope\\-{}\\fR(1)", roff(c))),
+            )
             .collect()
     };
-    see.extend(["\\fBethtool\\fR(8)", "\\fBperf\\-stat\\fR(1)", "\\fBbpftool\\fR(8)"].map(String::from));
+    see.extend(
+        [
+            "\\fBethtool\\fR(8)",
+            "\\fBperf\\-stat\\fR(1)",
+            "\\fBbpftool\\fR(8)",
+        ]
+        .map(String::from),
+    );
     out.push_str(&format!(".SH \"SEE ALSO\"\n{}\n", see.join(", ")));
     out
 }
@@ -167,9 +200,15 @@ pub fn man_pages(cmd: Command, dir: &Path) -> Result<Vec<std::path::PathBuf>> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut cmd = cmd.disable_help_subcommand(true);
     cmd.build();
-    let visible: Vec<Command> = cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned().collect();
+    let visible: Vec<Command> = cmd
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set())
+        .cloned()
+        .collect();
     let names: Vec<String> = visible.iter().map(|c| c.get_name().to_string()).collect();
-    for (page, c) in std::iter::once((String::new(), cmd.clone())).chain(visible.into_iter().map(|c| (c.get_name().to_string(), c))) {
+    for (page, c) in std::iter::once((String::new(), cmd.clone()))
+        .chain(visible.into_iter().map(|c| (c.get_name().to_string(), c)))
+    {
         let man = clap_mangen::Man::new(c);
         let mut roff_text = Vec::new();
         man.render(&mut roff_text).context("rendering a man page")?;
@@ -202,7 +241,10 @@ pub fn undocumented_args(cmd: &Command) -> Vec<String> {
 fn walk(cmd: &Command, path: &str, missing: &mut Vec<String>) {
     for a in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
         if a.get_help().is_none() && a.get_long_help().is_none() {
-            let name = a.get_long().map(|l| format!("--{l}")).unwrap_or_else(|| a.get_id().to_string());
+            let name = a
+                .get_long()
+                .map(|l| format!("--{l}"))
+                .unwrap_or_else(|| a.get_id().to_string());
             missing.push(format!("{path} {name}"));
         }
     }
@@ -219,25 +261,50 @@ mod tests {
     fn sample() -> Command {
         Command::new("tool")
             .arg(Arg::new("json").long("json").action(ArgAction::SetTrue))
-            .arg(Arg::new("quiet").long("quiet").help("Say less").action(ArgAction::SetTrue))
-            .subcommand(Command::new("sub").arg(Arg::new("file").help("Input")).arg(Arg::new("n").long("n")))
-            .subcommand(Command::new("secret").hide(true).arg(Arg::new("x").long("x")))
+            .arg(
+                Arg::new("quiet")
+                    .long("quiet")
+                    .help("Say less")
+                    .action(ArgAction::SetTrue),
+            )
+            .subcommand(
+                Command::new("sub")
+                    .arg(Arg::new("file").help("Input"))
+                    .arg(Arg::new("n").long("n")),
+            )
+            .subcommand(
+                Command::new("secret")
+                    .hide(true)
+                    .arg(Arg::new("x").long("x")),
+            )
     }
 
     #[test]
     fn finds_flags_without_help_but_not_in_hidden_commands() {
-        assert_eq!(undocumented_args(&sample()), vec!["tool --json", "tool sub --n"]);
+        assert_eq!(
+            undocumented_args(&sample()),
+            vec!["tool --json", "tool sub --n"]
+        );
     }
 
     #[test]
     fn man_pages_cover_each_visible_command() {
         let dir = tempfile::tempdir().unwrap();
         let files = man_pages(sample(), dir.path()).unwrap();
-        let names: Vec<String> = files.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
-        assert!(names.contains(&"tool.1".to_string()) && names.contains(&"tool-sub.1".to_string()), "{names:?}");
+        let names: Vec<String> = files
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            names.contains(&"tool.1".to_string()) && names.contains(&"tool-sub.1".to_string()),
+            "{names:?}"
+        );
         assert!(!names.iter().any(|n| n.contains("secret")), "{names:?}");
         let page = std::fs::read_to_string(dir.path().join("tool.1")).unwrap();
-        assert!(page.contains(".TH tool 1") && page.contains("Say less"), "{page}");
+        assert!(
+            page.contains(".TH tool 1") && page.contains("Say less"),
+            "{page}"
+        );
     }
 
     /// Every page of ddioscope's own command line gets the sections clap does not write.
@@ -256,7 +323,10 @@ mod tests {
             let see = &page[page.find(".SH \"SEE ALSO\"").unwrap()..];
             assert!(see.contains("ddioscope"), "{name}: {see}");
             if let Some(version) = page.find(".SH VERSION") {
-                assert!(page.find(".SH EXAMPLES").is_some_and(|e| e < version), "{name}");
+                assert!(
+                    page.find(".SH EXAMPLES").is_some_and(|e| e < version),
+                    "{name}"
+                );
             }
         }
     }
@@ -265,7 +335,10 @@ mod tests {
     fn completions_name_the_subcommands_and_flags() {
         for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
             let text = completions(sample(), shell);
-            assert!(text.contains("quiet") && text.contains("sub"), "{shell}: {text}");
+            assert!(
+                text.contains("quiet") && text.contains("sub"),
+                "{shell}: {text}"
+            );
             assert!(!text.contains("secret"), "{shell}: {text}");
         }
     }

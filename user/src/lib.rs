@@ -7,21 +7,21 @@
 //! `build_info` (what this binary is) and `outfile` (what an output may replace) sit beside
 //! `sys` at the bottom; `dist` generates man pages and completions from the command line
 //! (`cli`) at the top.
-pub mod sys;
-pub mod outfile;
-pub mod build_info;
-pub mod units;
-pub mod snapshot;
-pub mod topology;
-pub mod counters;
-pub mod model;
-pub mod probe;
-pub mod session;
-pub mod recording;
-pub mod attribution;
 pub mod advise;
 pub mod analysis;
-pub mod report;
-pub mod surfaces;
-pub mod dist;
+pub mod attribution;
+pub mod build_info;
 pub mod cli;
+pub mod counters;
+pub mod dist;
+pub mod model;
+pub mod outfile;
+pub mod probe;
+pub mod recording;
+pub mod report;
+pub mod session;
+pub mod snapshot;
+pub mod surfaces;
+pub mod sys;
+pub mod topology;
+pub mod units;

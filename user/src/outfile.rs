@@ -32,7 +32,10 @@ pub fn check(path: &Path, force: bool) -> Result<Target> {
         Err(e) if e.kind() == ErrorKind::NotFound => {
             let dir = parent_dir(path);
             if !dir.is_dir() {
-                bail!("cannot create {p}: directory {} does not exist", dir.display());
+                bail!(
+                    "cannot create {p}: directory {} does not exist",
+                    dir.display()
+                );
             }
             return Ok(Target::Absent);
         }
@@ -61,7 +64,9 @@ pub fn check(path: &Path, force: bool) -> Result<Target> {
     } else {
         "not a regular file"
     };
-    bail!("{p} is {what}; ddioscope writes only to regular files, and never replaces anything else");
+    bail!(
+        "{p} is {what}; ddioscope writes only to regular files, and never replaces anything else"
+    );
 }
 
 /// The directory an output lands in ("." for a bare file name).
@@ -72,7 +77,9 @@ pub fn is_stdout(path: &Path) -> bool {
 }
 
 pub fn parent_dir(path: &Path) -> &Path {
-    path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."))
+    path.parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
 }
 
 const TMP_SUFFIX: &str = ".ddioscope-tmp";
@@ -96,7 +103,13 @@ pub fn create_temp(path: &Path) -> Result<(PathBuf, File)> {
         .write(true)
         .create_new(true)
         .open(&tmp)
-        .map_err(|e| anyhow::anyhow!("cannot create {}: {}", path.display(), io_words(&e, parent_dir(path))))?;
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot create {}: {}",
+                path.display(),
+                io_words(&e, parent_dir(path))
+            )
+        })?;
     // A file just created is known to no one else: the lock cannot be contended.
     // SAFETY: flock on a descriptor this File owns.
     unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
@@ -106,7 +119,10 @@ pub fn create_temp(path: &Path) -> Result<(PathBuf, File)> {
 /// An I/O error in words, naming the directory where that is the cause.
 pub fn io_words(e: &std::io::Error, dir: &Path) -> String {
     match e.kind() {
-        ErrorKind::PermissionDenied => format!("permission denied in {} (choose another path)", dir.display()),
+        ErrorKind::PermissionDenied => format!(
+            "permission denied in {} (choose another path)",
+            dir.display()
+        ),
         ErrorKind::ReadOnlyFilesystem => format!("{} is on a read-only file system", dir.display()),
         ErrorKind::StorageFull => "the disk is full".to_string(),
         ErrorKind::NotFound => format!("directory {} does not exist", dir.display()),
@@ -118,16 +134,26 @@ pub fn io_words(e: &std::io::Error, dir: &Path) -> String {
 /// rename (a SIGKILL), with their SQLite journals: only names of our own pattern, and only
 /// when no live writer holds the file's lock.
 fn sweep_stale(path: &Path) {
-    let Some(name) = path.file_name().and_then(|n| n.to_str()) else { return };
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return;
+    };
     let prefix = format!(".{name}.");
     let dir = parent_dir(path);
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     for entry in entries.flatten() {
         let file_name = entry.file_name();
-        let Some(f) = file_name.to_str() else { continue };
-        let Some(rest) = f.strip_prefix(&prefix) else { continue };
+        let Some(f) = file_name.to_str() else {
+            continue;
+        };
+        let Some(rest) = f.strip_prefix(&prefix) else {
+            continue;
+        };
         let db = rest.strip_suffix("-journal").unwrap_or(rest);
-        let ours = db.strip_suffix(TMP_SUFFIX).is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()));
+        let ours = db
+            .strip_suffix(TMP_SUFFIX)
+            .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()));
         if !ours || !entry.file_type().is_ok_and(|t| t.is_file()) {
             continue;
         }
@@ -162,11 +188,16 @@ pub fn publish(tmp: &Path, path: &Path, force: bool) -> Result<()> {
     match linked {
         Ok(()) => {}
         Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-            bail!("{} already exists; pass --force to overwrite it", path.display())
+            bail!(
+                "{} already exists; pass --force to overwrite it",
+                path.display()
+            )
         }
         // File systems without hard links: check again, then rename.
         Err(_) if !force && check(path, false).is_ok() => {
-            std::fs::rename(tmp, path).map_err(|e| anyhow::anyhow!("cannot write {}: {}", path.display(), io_words(&e, dir)))?
+            std::fs::rename(tmp, path).map_err(|e| {
+                anyhow::anyhow!("cannot write {}: {}", path.display(), io_words(&e, dir))
+            })?
         }
         Err(e) => bail!("cannot write {}: {}", path.display(), io_words(&e, dir)),
     }
@@ -183,10 +214,13 @@ pub fn publish(tmp: &Path, path: &Path, force: bool) -> Result<()> {
 pub fn write_whole(path: &Path, force: bool, bytes: &[u8]) -> Result<()> {
     check(path, force)?;
     let (tmp, mut f) = create_temp(path)?;
-    let written = f
-        .write_all(bytes)
-        .and_then(|()| f.sync_all())
-        .map_err(|e| anyhow::anyhow!("cannot write {}: {}", path.display(), io_words(&e, parent_dir(path))));
+    let written = f.write_all(bytes).and_then(|()| f.sync_all()).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot write {}: {}",
+            path.display(),
+            io_words(&e, parent_dir(path))
+        )
+    });
     let result = written.and_then(|()| publish(&tmp, path, force));
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
@@ -230,7 +264,10 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         for force in [false, true] {
             let e = err(d.path(), force);
-            assert!(e.ends_with("is a directory") && !e.contains("--force"), "{e}");
+            assert!(
+                e.ends_with("is a directory") && !e.contains("--force"),
+                "{e}"
+            );
         }
     }
 
@@ -247,7 +284,12 @@ mod tests {
         std::os::unix::fs::symlink(d.path().join("nowhere"), &dangling).unwrap();
         let sock = d.path().join("sock");
         let _l = UnixListener::bind(&sock).unwrap();
-        for (p, what) in [(&fifo, "a FIFO"), (&link, "a symbolic link"), (&dangling, "a symbolic link"), (&sock, "a socket")] {
+        for (p, what) in [
+            (&fifo, "a FIFO"),
+            (&link, "a symbolic link"),
+            (&dangling, "a symbolic link"),
+            (&sock, "a socket"),
+        ] {
             for force in [false, true] {
                 let e = err(p, force);
                 assert!(e.contains(what) && !e.contains("--force"), "{e}");
@@ -256,8 +298,14 @@ mod tests {
         // A character device, where the test can see one (/dev/null always exists).
         assert!(err(Path::new("/dev/null"), true).contains("a character device"));
         // Refusals touch nothing.
-        assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
-        assert_eq!(std::fs::read_to_string(&target).unwrap(), "the link's target");
+        assert!(std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo());
+        assert_eq!(
+            std::fs::read_to_string(&target).unwrap(),
+            "the link's target"
+        );
     }
 
     #[test]
@@ -272,8 +320,14 @@ mod tests {
         let fifo = d.path().join("fifo");
         mkfifo(&fifo);
         assert!(write_whole(&fifo, true, b"x").is_err());
-        assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
-        let names: Vec<_> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert!(std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo());
+        let names: Vec<_> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names.len(), 2, "{names:?}");
     }
 
@@ -292,7 +346,8 @@ mod tests {
     fn stale_temps_of_dead_writers_are_swept_and_live_ones_kept() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("r.ddio");
-        let name = |id: &str, suffix: &str| d.path().join(format!(".r.ddio.{id}{TMP_SUFFIX}{suffix}"));
+        let name =
+            |id: &str, suffix: &str| d.path().join(format!(".r.ddio.{id}{TMP_SUFFIX}{suffix}"));
         // A dead writer's file and journal: no lock held.
         let (dead, dead_journal) = (name("111", ""), name("111", "-journal"));
         let orphan_journal = name("222", "-journal");
@@ -301,15 +356,32 @@ mod tests {
         let live_journal = name("333", "-journal");
         let other = d.path().join(format!(".other.444{TMP_SUFFIX}"));
         let not_ours = d.path().join(".r.ddio.backup");
-        for f in [&dead, &dead_journal, &orphan_journal, &live, &live_journal, &other, &not_ours] {
+        for f in [
+            &dead,
+            &dead_journal,
+            &orphan_journal,
+            &live,
+            &live_journal,
+            &other,
+            &not_ours,
+        ] {
             std::fs::write(f, "").unwrap();
         }
         let held = File::open(&live).unwrap();
         // SAFETY: flock on a descriptor `held` owns.
-        assert_eq!(unsafe { libc::flock(held.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }, 0);
+        assert_eq!(
+            unsafe { libc::flock(held.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
+            0
+        );
         let (tmp, _f) = create_temp(&p).unwrap();
         assert!(!dead.exists() && !dead_journal.exists() && !orphan_journal.exists());
-        assert!(live.exists() && live_journal.exists() && other.exists() && not_ours.exists() && tmp.exists());
+        assert!(
+            live.exists()
+                && live_journal.exists()
+                && other.exists()
+                && not_ours.exists()
+                && tmp.exists()
+        );
         // The one just made is locked as well: another writer's sweep keeps it.
         sweep_stale(&p);
         assert!(tmp.exists());

@@ -37,8 +37,18 @@ impl Dir {
     /// Stage names in the order of the kernel's stage slots (see bpf/pktlife.h).
     pub fn stage_names(self) -> [&'static str; NSTAGES] {
         match self {
-            Dir::Rx => ["driver_to_stack", "stack_to_copy", "copy_to_free", "driver_to_free"],
-            Dir::Tx => ["queue_to_xmit", "xmit_call", "xmit_to_free", "queue_to_free"],
+            Dir::Rx => [
+                "driver_to_stack",
+                "stack_to_copy",
+                "copy_to_free",
+                "driver_to_free",
+            ],
+            Dir::Tx => [
+                "queue_to_xmit",
+                "xmit_call",
+                "xmit_to_free",
+                "queue_to_free",
+            ],
         }
     }
 
@@ -146,7 +156,9 @@ impl QueueCounters {
         d.bytes = self.bytes.saturating_sub(earlier.bytes);
         d.napi_polls = self.napi_polls.saturating_sub(earlier.napi_polls);
         d.napi_work = self.napi_work.saturating_sub(earlier.napi_work);
-        d.napi_budget_exhausted = self.napi_budget_exhausted.saturating_sub(earlier.napi_budget_exhausted);
+        d.napi_budget_exhausted = self
+            .napi_budget_exhausted
+            .saturating_sub(earlier.napi_budget_exhausted);
         d.copies = self.copies.saturating_sub(earlier.copies);
         d.frees = self.frees.saturating_sub(earlier.frees);
         d.drops = self.drops.saturating_sub(earlier.drops);
@@ -172,7 +184,9 @@ impl QueueCounters {
         self.bytes = self.bytes.saturating_add(d.bytes);
         self.napi_polls = self.napi_polls.saturating_add(d.napi_polls);
         self.napi_work = self.napi_work.saturating_add(d.napi_work);
-        self.napi_budget_exhausted = self.napi_budget_exhausted.saturating_add(d.napi_budget_exhausted);
+        self.napi_budget_exhausted = self
+            .napi_budget_exhausted
+            .saturating_add(d.napi_budget_exhausted);
         self.copies = self.copies.saturating_add(d.copies);
         self.frees = self.frees.saturating_add(d.frees);
         self.drops = self.drops.saturating_add(d.drops);
@@ -434,17 +448,30 @@ impl MissSnapshot {
         d.uncharged = self.uncharged.saturating_sub(e.uncharged);
         d.out_of_subset = self.out_of_subset.saturating_sub(e.out_of_subset);
         // Nothing read before (the start): all of it is this interval's.
-        d.no_flow = self.no_flow.map(|a| a.saturating_sub(e.no_flow.unwrap_or(0)));
+        d.no_flow = self
+            .no_flow
+            .map(|a| a.saturating_sub(e.no_flow.unwrap_or(0)));
         d.queue_clamped = self.queue_clamped.saturating_sub(e.queue_clamped);
         d.before_window = self.before_window.saturating_sub(e.before_window);
         d.sampled_ns = None;
-        d.throttle = self.throttle.map(|a| a.combine(&e.throttle.unwrap_or_default(), u64::saturating_sub));
-        d.age_hist = self.age_hist.iter().enumerate().map(|(i, v)| v.saturating_sub(*e.age_hist.get(i).unwrap_or(&0))).collect();
+        d.throttle = self
+            .throttle
+            .map(|a| a.combine(&e.throttle.unwrap_or_default(), u64::saturating_sub));
+        d.age_hist = self
+            .age_hist
+            .iter()
+            .enumerate()
+            .map(|(i, v)| v.saturating_sub(*e.age_hist.get(i).unwrap_or(&0)))
+            .collect();
         d.queues = self
             .queues
             .iter()
             .map(|&(dir, q, a, c)| {
-                let prev = e.queues.iter().find(|p| p.0 == dir && p.1 == q).map_or((0, 0), |p| (p.2, p.3));
+                let prev = e
+                    .queues
+                    .iter()
+                    .find(|p| p.0 == dir && p.1 == q)
+                    .map_or((0, 0), |p| (p.2, p.3));
                 (dir, q, a.saturating_sub(prev.0), c.saturating_sub(prev.1))
             })
             .filter(|q| q.2 + q.3 > 0)

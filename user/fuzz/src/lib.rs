@@ -36,10 +36,14 @@ fn scratch() -> &'static Path {
         let base = std::env::temp_dir().join("ddioscope-fuzz");
         if let Ok(entries) = std::fs::read_dir(&base) {
             for e in entries.flatten() {
-                let gone = e.file_name().to_str().and_then(|p| p.parse::<i32>().ok()).is_some_and(|pid| {
-                    // SAFETY: signal 0 sends nothing; it only asks whether `pid` exists.
-                    unsafe { libc_kill(pid, 0) != 0 }
-                });
+                let gone = e
+                    .file_name()
+                    .to_str()
+                    .and_then(|p| p.parse::<i32>().ok())
+                    .is_some_and(|pid| {
+                        // SAFETY: signal 0 sends nothing; it only asks whether `pid` exists.
+                        unsafe { libc_kill(pid, 0) != 0 }
+                    });
                 if gone {
                     let _ = std::fs::remove_dir_all(e.path());
                 }
@@ -65,17 +69,25 @@ extern "C" {
 fn report_all(rec: &Recording, full: bool) {
     use ddioscope::analysis;
     use ddioscope::report;
-    let Ok(summary) = analysis::summary::build(rec) else { return };
+    let Ok(summary) = analysis::summary::build(rec) else {
+        return;
+    };
     let mut text = String::new();
     report::text::render_evidence(&mut text, &summary, &report::text::TextOptions::default());
     let _ = serde_json::to_string(&summary);
     let obs = analysis::observation(rec, &summary, Default::default()).ok();
-    if let Some(spec) = obs.as_ref().and_then(|o| ddioscope::advise::spec_from_observation(o, None, None)) {
+    if let Some(spec) = obs
+        .as_ref()
+        .and_then(|o| ddioscope::advise::spec_from_observation(o, None, None))
+    {
         evaluate_spec(&spec);
     }
     if full {
-        let Ok(outcome) = analysis::advise_or_explain(rec, &summary, Default::default()) else { return };
-        let _ = report::text::render_report(&summary, &outcome, &report::text::TextOptions::default());
+        let Ok(outcome) = analysis::advise_or_explain(rec, &summary, Default::default()) else {
+            return;
+        };
+        let _ =
+            report::text::render_report(&summary, &outcome, &report::text::TextOptions::default());
         let _ = report::json::FullReport::new(&summary, &outcome).to_json();
         let _ = report::html::render_html(rec, &summary, &outcome);
     }
@@ -90,7 +102,12 @@ fn open_and_report(path: &Path, full: bool) {
         // A window of the first half, as `report --from 0 --to T/2` reads it.
         use ddioscope::recording::window::TimeSpec;
         let half = rec.window.to_s / 2.0;
-        if half.is_finite() && half > 0.0 && rec.set_window(Some(TimeSpec::Offset(0.0)), Some(TimeSpec::Offset(half))).is_ok() {
+        if half.is_finite()
+            && half > 0.0
+            && rec
+                .set_window(Some(TimeSpec::Offset(0.0)), Some(TimeSpec::Offset(half)))
+                .is_ok()
+        {
             report_all(&rec, false);
         }
     }
@@ -158,7 +175,9 @@ struct Watchdog {
 fn watchdog() -> &'static Watchdog {
     static W: OnceLock<Arc<Watchdog>> = OnceLock::new();
     W.get_or_init(|| {
-        let w = Arc::new(Watchdog { deadline: Mutex::new(None) });
+        let w = Arc::new(Watchdog {
+            deadline: Mutex::new(None),
+        });
         let w2 = Arc::clone(&w);
         std::thread::spawn(move || loop {
             std::thread::sleep(Duration::from_millis(20));
@@ -174,7 +193,13 @@ fn watchdog() -> &'static Watchdog {
 }
 
 /// Words the SQL target refuses: they would write files outside the scratch database.
-const SQL_REFUSED: &[&str] = &["attach", "vacuum", "load_extension", "temp_store_directory", "data_store_directory"];
+const SQL_REFUSED: &[&str] = &[
+    "attach",
+    "vacuum",
+    "load_extension",
+    "temp_store_directory",
+    "data_store_directory",
+];
 
 /// SQL run on an empty recording (its schema, id and version), then the file is opened
 /// and reported: reaches every value a damaged or hand-edited recording can hold (NULLs,
@@ -185,7 +210,9 @@ pub fn recording_sql(data: &[u8]) {
 }
 
 fn recording_sql_with(data: &[u8], full: bool) {
-    let Ok(sql) = std::str::from_utf8(data) else { return };
+    let Ok(sql) = std::str::from_utf8(data) else {
+        return;
+    };
     let lower = sql.to_ascii_lowercase();
     if SQL_REFUSED.iter().any(|w| lower.contains(w)) {
         return;
@@ -200,8 +227,10 @@ fn recording_sql_with(data: &[u8], full: bool) {
         // waits for the disk.
         let _ = c.execute_batch("PRAGMA synchronous = OFF; PRAGMA journal_mode = MEMORY;");
         let w = watchdog();
-        *w.deadline.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some((Instant::now() + Duration::from_millis(250), c.get_interrupt_handle()));
+        *w.deadline.lock().unwrap_or_else(|e| e.into_inner()) = Some((
+            Instant::now() + Duration::from_millis(250),
+            c.get_interrupt_handle(),
+        ));
         let _ = c.execute_batch(sql);
         *w.deadline.lock().unwrap_or_else(|e| e.into_inner()) = None;
         drop(c);
@@ -213,7 +242,9 @@ fn recording_sql_with(data: &[u8], full: bool) {
 /// A `perf stat -I … -x,` CSV (`import-counters`, `record --counters-from`), and the
 /// per-socket metrics derived from every interval it yields.
 pub fn perf_csv(data: &[u8]) {
-    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
     if let Ok(intervals) = ddioscope::counters::import::parse_perf_stat_csv(text) {
         for iv in &intervals {
             let _ = ddioscope::counters::socket_metrics(iv, 1.0);
@@ -224,7 +255,9 @@ pub fn perf_csv(data: &[u8]) {
 /// A `simulate --synthetic` spec: parsing and validation, then only evaluation whose
 /// cost is bounded for every accepted spec (the simulator itself is not run here).
 pub fn simspec(data: &[u8]) {
-    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
     if let Ok(spec) = ddioscope::model::spec::SimSpec::parse(text) {
         evaluate_spec(&spec);
     }
@@ -245,25 +278,38 @@ fn evaluate_spec(spec: &ddioscope::model::spec::SimSpec) {
     let _ = spec.geometry.ddio_capacity_bytes();
     // What a run would be given (slice sampling, packet cap), and what the output reports.
     let _ = spec.bounded();
-    let _ = (spec.layout(), spec.page_pool(), spec.inputs(), spec.cache_key());
+    let _ = (
+        spec.layout(),
+        spec.page_pool(),
+        spec.inputs(),
+        spec.cache_key(),
+    );
     let _ = serde_json::to_string(&spec);
 }
 
 /// serve's router over a published value made from a fixture's counters: `ready`
 /// false is the state before the probes attach (healthz 503).
 fn serve_router(ready: bool) -> axum::Router {
-    use ddioscope::surfaces::serve::{Accumulator, Shared};
     use ddioscope::snapshot::{Dir, FlowCounters, FlowKey, QueueCounters, Snapshot};
+    use ddioscope::surfaces::serve::{Accumulator, Shared};
     let shared = Arc::new(Shared::default());
     if ready {
         let mut acc = Accumulator::new(
             "eth\"0\\\n",
             Some(12 << 20),
             4,
-            vec![("netns", "ddio-rcv".into()), ("driver", "veth".into()), ("version", "fuzz".into())],
+            vec![
+                ("netns", "ddio-rcv".into()),
+                ("driver", "veth".into()),
+                ("version", "fuzz".into()),
+            ],
         );
-        let csv = std::fs::read_to_string(fixtures().join("counters/perf_stat_emr_per_socket.csv")).unwrap_or_default();
-        let counters = ddioscope::counters::import::parse_perf_stat_csv(&csv).ok().and_then(|v| v.into_iter().next()).unwrap_or_default();
+        let csv = std::fs::read_to_string(fixtures().join("counters/perf_stat_emr_per_socket.csv"))
+            .unwrap_or_default();
+        let counters = ddioscope::counters::import::parse_perf_stat_csv(&csv)
+            .ok()
+            .and_then(|v| v.into_iter().next())
+            .unwrap_or_default();
         let mut queues = Vec::new();
         for (i, dir) in [Dir::Rx, Dir::Tx, Dir::Rx].into_iter().enumerate() {
             let mut q = QueueCounters::new(dir, i as u32);
@@ -275,7 +321,14 @@ fn serve_router(ready: bool) -> axum::Router {
             queues.push(q);
         }
         let flow = |sport: u16| FlowCounters {
-            key: FlowKey { dir: Dir::Rx, proto: "tcp".into(), src: "fd77::1".into(), sport, dst: "10.77.0.2".into(), dport: 5201 },
+            key: FlowKey {
+                dir: Dir::Rx,
+                proto: "tcp".into(),
+                src: "fd77::1".into(),
+                sport,
+                dst: "10.77.0.2".into(),
+                dport: 5201,
+            },
             queue: 1,
             packets: 10,
             bytes: 15000 + sport as u64,
@@ -286,7 +339,13 @@ fn serve_router(ready: bool) -> axum::Router {
             bytes_var: Some(1 << 20),
             source: None,
         };
-        let snap = Snapshot { dur_ns: 1_000_000_000, queues, flows: (1..6).map(flow).collect(), counters, ..Default::default() };
+        let snap = Snapshot {
+            dur_ns: 1_000_000_000,
+            queues,
+            flows: (1..6).map(flow).collect(),
+            counters,
+            ..Default::default()
+        };
         acc.add(&snap);
         acc.add(&snap);
         shared.set(acc.publish());
@@ -322,10 +381,16 @@ impl hyper::rt::Write for MemIo<'_> {
         self.output.extend_from_slice(buf);
         std::task::Poll::Ready(Ok(buf.len()))
     }
-    fn poll_flush(self: std::pin::Pin<&mut Self>, _: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
         std::task::Poll::Ready(Ok(()))
     }
-    fn poll_shutdown(self: std::pin::Pin<&mut Self>, _: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
         std::task::Poll::Ready(Ok(()))
     }
 }
@@ -336,14 +401,27 @@ impl hyper::rt::Write for MemIo<'_> {
 pub fn serve_http(data: &[u8]) {
     static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
     static ROUTERS: OnceLock<[axum::Router; 2]> = OnceLock::new();
-    let Some((&state, request)) = data.split_first() else { return };
-    let rt = RT.get_or_init(|| tokio::runtime::Builder::new_current_thread().build().expect("a tokio runtime"));
+    let Some((&state, request)) = data.split_first() else {
+        return;
+    };
+    let rt = RT.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a tokio runtime")
+    });
     let routers = ROUTERS.get_or_init(|| [serve_router(false), serve_router(true)]);
     let router = routers[(state & 1) as usize].clone();
-    let mut io = MemIo { input: request, output: Vec::new() };
+    let mut io = MemIo {
+        input: request,
+        output: Vec::new(),
+    };
     let service = hyper_util::service::TowerToHyperService::new(router);
     // The input's end is the client's half-close: requests already sent are answered.
-    let r = rt.block_on(hyper::server::conn::http1::Builder::new().half_close(true).serve_connection(&mut io, service));
+    let r = rt.block_on(
+        hyper::server::conn::http1::Builder::new()
+            .half_close(true)
+            .serve_connection(&mut io, service),
+    );
     if std::env::var_os("FUZZ_DEBUG").is_some() {
         eprintln!("{r:?}");
     }
@@ -369,7 +447,10 @@ struct Trees {
 
 fn copy_tree(from: &Path, to: &Path, files: &mut Vec<PathBuf>) {
     std::fs::create_dir_all(to).expect("creating a tree copy");
-    let mut entries: Vec<_> = std::fs::read_dir(from).expect("reading a fixture tree").flatten().collect();
+    let mut entries: Vec<_> = std::fs::read_dir(from)
+        .expect("reading a fixture tree")
+        .flatten()
+        .collect();
     entries.sort_by_key(|e| e.file_name());
     for e in entries {
         let (src, dst) = (e.path(), to.join(e.file_name()));
@@ -390,7 +471,12 @@ fn trees() -> &'static Trees {
         let base = scratch().join("trees");
         let _ = std::fs::remove_dir_all(&base);
         let mut files = Vec::new();
-        let t = Trees { counters: base.join("counters"), topology: base.join("topology"), model: base.join("model"), files: Vec::new() };
+        let t = Trees {
+            counters: base.join("counters"),
+            topology: base.join("topology"),
+            model: base.join("model"),
+            files: Vec::new(),
+        };
         copy_tree(&f.join("counters/sysfs/spr"), &t.counters, &mut files);
         copy_tree(&f.join("topology/sys-skx6140"), &t.topology, &mut files);
         copy_tree(&f.join("model/sysfs_skx6140"), &t.model, &mut files);
@@ -403,7 +489,9 @@ fn trees() -> &'static Trees {
 /// by the next two bytes) of a fixture sysfs tree and reads the whole tree.
 pub fn sysfs(data: &[u8]) {
     use ddioscope::{counters, probe::memlayout, topology};
-    let Some((&mode, rest)) = data.split_first() else { return };
+    let Some((&mode, rest)) = data.split_first() else {
+        return;
+    };
     let text = String::from_utf8_lossy(rest);
     let t = text.as_ref();
     match mode % 13 {
@@ -413,7 +501,8 @@ pub fn sysfs(data: &[u8]) {
         3 => drop(topology::parse_cpuinfo(t)),
         4 => {
             if let Ok(ranges) = counters::sysfs::parse_format_spec(t) {
-                let f = counters::sysfs::PmuFormat::from_specs([("umask", t), ("event", "config:0-7")]);
+                let f =
+                    counters::sysfs::PmuFormat::from_specs([("umask", t), ("event", "config:0-7")]);
                 let _ = f.map(|f| f.encode(&[("umask", u64::MAX), ("event", 1)]));
                 drop(ranges);
             }
@@ -427,7 +516,11 @@ pub fn sysfs(data: &[u8]) {
         7 => {
             // kallsyms, cpuinfo and zoneinfo, separated by NUL bytes.
             let mut parts = t.split('\0');
-            let (k, c, z) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+            let (k, c, z) = (
+                parts.next().unwrap_or(""),
+                parts.next().unwrap_or(""),
+                parts.next().unwrap_or(""),
+            );
             let _ = memlayout::resolve("x86_64", k, c, z);
         }
         8 => drop(memlayout::max_pfn(t)),
@@ -435,7 +528,11 @@ pub fn sysfs(data: &[u8]) {
         10 => drop(counters::import::resolve_event(t, None)),
         11 => {
             let _ = ddioscope::counters::platform::Platform::from_name(t);
-            let _ = ddioscope::model::geometry::LlcGeometry::new(t.len() as u64 * 4096, (t.len() % 40) as u32, 64);
+            let _ = ddioscope::model::geometry::LlcGeometry::new(
+                t.len() as u64 * 4096,
+                (t.len() % 40) as u32,
+                64,
+            );
         }
         _ => sysfs_tree(rest),
     }
@@ -460,11 +557,14 @@ fn sysfs_tree(data: &[u8]) {
         }
         let _ = ddioscope::topology::llc_from_sysfs(&t.topology);
         // Once per node, as the host description asks (not once per CPU).
-        let nodes: std::collections::BTreeSet<i32> = ddioscope::topology::cpu_nodes(&t.topology).into_values().collect();
+        let nodes: std::collections::BTreeSet<i32> = ddioscope::topology::cpu_nodes(&t.topology)
+            .into_values()
+            .collect();
         for node in nodes {
             let _ = ddioscope::topology::package_of_node(&t.topology, node);
         }
-        let _ = ddioscope::model::geometry::LlcGeometry::detect(&t.model, Path::new("/nonexistent"), 0);
+        let _ =
+            ddioscope::model::geometry::LlcGeometry::detect(&t.model, Path::new("/nonexistent"), 0);
     }
     std::fs::write(file, original).expect("restoring a fixture copy");
 }

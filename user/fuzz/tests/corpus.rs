@@ -23,13 +23,20 @@ fn every_corpus_file_passes_its_target() {
             }
             // Seeds and the inputs of fixed bugs also go through what is too slow to fuzz.
             let file_name = f.file_name().unwrap().to_string_lossy();
-            if ["seed-", "crash-", "hang-"].iter().any(|p| file_name.starts_with(p))
+            if ["seed-", "crash-", "hang-"]
+                .iter()
+                .any(|p| file_name.starts_with(p))
                 && std::panic::catch_unwind(|| ddioscope_fuzz::report_full(name, &data)).is_err()
             {
                 panic!("{} fails the full report", f.display());
             }
             // Far above any input's normal time on a loaded machine: catches a hang, not a slowdown.
-            assert!(started.elapsed().as_secs() < 20, "{} took {:?}", f.display(), started.elapsed());
+            assert!(
+                started.elapsed().as_secs() < 20,
+                "{} took {:?}",
+                f.display(),
+                started.elapsed()
+            );
         }
         eprintln!("{name}: {} corpus files pass", files.len());
     }

@@ -155,25 +155,41 @@ fn mean_pkt(qs: &[&QueueObservation]) -> f64 {
     if pps > 0.0 {
         bps / pps
     } else {
-        qs.iter().map(|q| q.avg_pkt_bytes).fold(0.0, f64::max).max(64.0)
+        qs.iter()
+            .map(|q| q.avg_pkt_bytes)
+            .fold(0.0, f64::max)
+            .max(64.0)
     }
 }
 
 /// A synthetic spec reproducing the observed RX load, for predictions.
-pub fn spec_from_observation(obs: &HostObservation, ring: Option<u32>, ddio_ways: Option<u32>) -> Option<SimSpec> {
+pub fn spec_from_observation(
+    obs: &HostObservation,
+    ring: Option<u32>,
+    ddio_ways: Option<u32>,
+) -> Option<SimSpec> {
     let rx = rx_queues(obs);
     if rx.is_empty() {
         return None;
     }
     let pkt = mean_pkt(&rx).round().clamp(64.0, 9000.0) as u32;
-    let cur = rx.iter().filter_map(|q| q.ring_entries).max().unwrap_or(1024);
+    let cur = rx
+        .iter()
+        .filter_map(|q| q.ring_entries)
+        .max()
+        .unwrap_or(1024);
     let mut g = obs.geometry.clone();
     if let Some(w) = ddio_ways {
         g.ddio_ways = w.clamp(1, g.ways);
     }
     let mut s = SimSpec::new(g, rx.len() as u32, ring.unwrap_or(cur), pkt);
     // What the recording measured; the rest of the spec is a default or an assumption.
-    s.measured = vec!["queues".into(), "pkt_bytes".into(), "pps".into(), "llc".into()];
+    s.measured = vec![
+        "queues".into(),
+        "pkt_bytes".into(),
+        "pps".into(),
+        "llc".into(),
+    ];
     if ring.is_none() && rx.iter().any(|q| q.ring_entries.is_some()) {
         s.measured.push("ring".into());
     }
@@ -198,7 +214,10 @@ pub fn spec_from_observation(obs: &HostObservation, ring: Option<u32>, ddio_ways
     if buf_need > s.buf_stride {
         s.buf_stride = buf_need.next_multiple_of(64);
     }
-    let res: Vec<f64> = rx.iter().map(|q| q.residence_ns_p50.unwrap_or(2_000.0) / 1e3).collect();
+    let res: Vec<f64> = rx
+        .iter()
+        .map(|q| q.residence_ns_p50.unwrap_or(2_000.0) / 1e3)
+        .collect();
     s.residence_us = median(&res);
     s.queue_residence_us = res;
     s.reuse = Reuse::Recycle;
@@ -251,7 +270,10 @@ type Prediction = (Option<f64>, Option<f64>);
 
 fn prediction(run: &ModelRun, ring: Option<u32>, ways: Option<u32>) -> Option<Prediction> {
     let r = run.result(ring, ways)?;
-    Some((r.total.io_write_hit_pct().map(round1), run.read_hit_pct(&r).map(round1)))
+    Some((
+        r.total.io_write_hit_pct().map(round1),
+        run.read_hit_pct(&r).map(round1),
+    ))
 }
 
 /// The model's per-queue view and the socket's DDIO capacity.
@@ -260,7 +282,11 @@ pub fn model_view(obs: &HostObservation, run: &ModelRun) -> ModelView {
     let sock = analytic::analyse_socket(&obs.geometry, &ls);
     let (per_q, tx_read) = match (run.result(None, None), run.spec()) {
         (Some(r), Some(s)) => {
-            let tx = if s.consumer == Consumer::Forward { r.total.io_read_hit_pct() } else { None };
+            let tx = if s.consumer == Consumer::Forward {
+                r.total.io_read_hit_pct()
+            } else {
+                None
+            };
             (Some((r, s.consumer)), tx)
         }
         _ => (None, None),
@@ -274,8 +300,17 @@ pub fn model_view(obs: &HostObservation, run: &ModelRun) -> ModelView {
                 (Some((r, c)), Dir::Rx) => {
                     let idx = rx.iter().position(|q| q.queue == qa.queue);
                     let st = idx.and_then(|i| r.per_queue.get(i));
-                    let rd = st.and_then(|s| if *c == Consumer::Copy { s.cpu_read_hit_pct() } else { s.io_read_hit_pct() });
-                    (st.and_then(|s| s.io_write_hit_pct()).map(round1), rd.map(round1))
+                    let rd = st.and_then(|s| {
+                        if *c == Consumer::Copy {
+                            s.cpu_read_hit_pct()
+                        } else {
+                            s.io_read_hit_pct()
+                        }
+                    });
+                    (
+                        st.and_then(|s| s.io_write_hit_pct()).map(round1),
+                        rd.map(round1),
+                    )
                 }
                 (_, Dir::Tx) => (None, tx_read.map(round1)),
                 _ => (None, None),
@@ -315,7 +350,8 @@ fn burst_floor(q: &QueueObservation) -> (u32, Vec<String>) {
         need = need.max(inflight * BURST_HEADROOM);
     }
     let cur = q.ring_entries.unwrap_or(0);
-    let exhausted = q.napi_polls > 0 && q.napi_budget_exhausted as f64 / q.napi_polls as f64 >= BUDGET_EXHAUSTED_FRACTION;
+    let exhausted = q.napi_polls > 0
+        && q.napi_budget_exhausted as f64 / q.napi_polls as f64 >= BUDGET_EXHAUSTED_FRACTION;
     if exhausted && q.peak_inflight_pkts.is_none() {
         // Backlogged with no measured depth: do not shrink below what it has now.
         need = need.max(cur as f64);
@@ -329,7 +365,9 @@ fn burst_floor(q: &QueueObservation) -> (u32, Vec<String>) {
         need = need.max(cur as f64 * 2.0);
         why.push(format!("rx{}: {} drops at ring {}", q.queue, q.drops, cur));
     }
-    let r = (need.ceil() as u32).next_power_of_two().clamp(MIN_RING, MAX_RING);
+    let r = (need.ceil() as u32)
+        .next_power_of_two()
+        .clamp(MIN_RING, MAX_RING);
     (r, why)
 }
 
@@ -342,7 +380,10 @@ pub fn recommend(obs: &HostObservation, run: &ModelRun) -> Vec<Recommendation> {
 
     // 1. Write allocation disabled: nothing else about DDIO applies until it is on.
     if let Some(c) = counters.filter(|c| c.write_allocation_disabled) {
-        let rp = obs.root_port.clone().unwrap_or_else(|| "<root-port-BDF>".into());
+        let rp = obs
+            .root_port
+            .clone()
+            .unwrap_or_else(|| "<root-port-BDF>".into());
         out.push(Recommendation {
             kind: "ddio_write_allocation_disabled".into(),
             target: obs.iface.clone(),
@@ -372,8 +413,14 @@ pub fn recommend(obs: &HostObservation, run: &ModelRun) -> Vec<Recommendation> {
         bad.dedup();
         if !bad.is_empty() {
             numa_mismatch = true;
-            let cpus = obs.node_cpulists.iter().find(|(n, _)| *n == nic).map(|(_, c)| c.clone());
-            let cpus_s = cpus.clone().unwrap_or_else(|| format!("<cpus of node {nic}>"));
+            let cpus = obs
+                .node_cpulists
+                .iter()
+                .find(|(n, _)| *n == nic)
+                .map(|(_, c)| c.clone());
+            let cpus_s = cpus
+                .clone()
+                .unwrap_or_else(|| format!("<cpus of node {nic}>"));
             let mut cmds: Vec<String> = Vec::new();
             for (q, _) in &bad {
                 match obs.queue_irqs.iter().find(|(qq, _)| qq == q) {
@@ -381,7 +428,9 @@ pub fn recommend(obs: &HostObservation, run: &ModelRun) -> Vec<Recommendation> {
                     None => cmds.push(format!("# queue {q}: echo {cpus_s} > /proc/irq/<irq of queue {q}>/smp_affinity_list")),
                 }
             }
-            cmds.push(format!("numactl --cpunodebind={nic} --membind={nic} <application>"));
+            cmds.push(format!(
+                "numactl --cpunodebind={nic} --membind={nic} <application>"
+            ));
             let mut ev = vec![format!(
                 "{} is on NUMA node {nic}; queues {} are processed on node(s) {}: DDIO places packets in node {nic}'s LLC, so the processing cores read them across the socket link",
                 obs.iface,
@@ -395,7 +444,10 @@ pub fn recommend(obs: &HostObservation, run: &ModelRun) -> Vec<Recommendation> {
             )];
             if let Some(c) = counters {
                 if let (Some(w), Some(r)) = (c.write_miss_pct, c.read_miss_pct) {
-                    ev.push(format!("{} counters: inbound write miss {w:.0}%, read miss {r:.0}%", c.source));
+                    ev.push(format!(
+                        "{} counters: inbound write miss {w:.0}%, read miss {r:.0}%",
+                        c.source
+                    ));
                 }
             }
             let after = prediction(run, None, None).and_then(|p| p.1);
@@ -404,7 +456,9 @@ pub fn recommend(obs: &HostObservation, run: &ModelRun) -> Vec<Recommendation> {
                 target: format!("{} (NUMA node {nic})", obs.iface),
                 command: cmds.join("\n"),
                 evidence: ev,
-                predicted_metric: Some("cpu_read_hit_pct (LLC hits of the processing cores)".into()),
+                predicted_metric: Some(
+                    "cpu_read_hit_pct (LLC hits of the processing cores)".into(),
+                ),
                 // Remote cores never find the packets in their own LLC.
                 predicted_before: Some(0.0),
                 predicted_after: after,
@@ -433,7 +487,9 @@ pub fn recommend(obs: &HostObservation, run: &ModelRun) -> Vec<Recommendation> {
     let usable = g.usable_ddio_bytes();
     let cur_fp = cur_ring.map(fp);
     let over = cur_fp.is_some_and(|f| f > usable);
-    let measured_misses = counters.and_then(|c| c.write_miss_pct).is_some_and(|w| w >= SIGNIFICANT_WRITE_MISS_PCT);
+    let measured_misses = counters
+        .and_then(|c| c.write_miss_pct)
+        .is_some_and(|w| w >= SIGNIFICANT_WRITE_MISS_PCT);
     let mib = |b: u64| b as f64 / 1048576.0;
     let fits_ring = analytic::max_ring_within_usable(g, nq, pkt, MIN_RING);
     let mut ev_ring = vec![format!(
@@ -455,7 +511,10 @@ pub fn recommend(obs: &HostObservation, run: &ModelRun) -> Vec<Recommendation> {
     )];
     if let Some(c) = counters {
         if let Some(w) = c.write_miss_pct {
-            ev_ring.push(format!("{} counters: {w:.0}% of inbound full-line writes miss the LLC", c.source));
+            ev_ring.push(format!(
+                "{} counters: {w:.0}% of inbound full-line writes miss the LLC",
+                c.source
+            ));
         }
     }
     ev_ring.extend(burst_ev.iter().cloned());
@@ -467,7 +526,10 @@ pub fn recommend(obs: &HostObservation, run: &ModelRun) -> Vec<Recommendation> {
     let shrink = cur_ring.is_some_and(|c| target_ring < c) && over;
     let grow = cur_ring.is_some_and(|c| target_ring > c);
     if ring_fits && (shrink || grow) {
-        let (b, a) = match (prediction(run, None, None), prediction(run, Some(target_ring), None)) {
+        let (b, a) = match (
+            prediction(run, None, None),
+            prediction(run, Some(target_ring), None),
+        ) {
             (Some(b), Some(a)) => (b.0, a.0),
             _ => (None, None),
         };
@@ -519,7 +581,10 @@ pub fn recommend(obs: &HostObservation, run: &ModelRun) -> Vec<Recommendation> {
                 let mask = ways_to_mask(w, g.ways).unwrap_or(0);
                 let mut gg = g.clone();
                 gg.ddio_ways = w;
-                let (b, a) = match (prediction(run, Some(need_ring), None), prediction(run, Some(need_ring), Some(w))) {
+                let (b, a) = match (
+                    prediction(run, Some(need_ring), None),
+                    prediction(run, Some(need_ring), Some(w)),
+                ) {
                     (Some(b), Some(a)) => (b.0, a.0),
                     _ => (None, None),
                 };
@@ -550,7 +615,10 @@ pub fn recommend(obs: &HostObservation, run: &ModelRun) -> Vec<Recommendation> {
                 out.push(Recommendation {
                     kind: "spread_load".into(),
                     target: obs.iface.clone(),
-                    command: format!("ethtool -L {} combined <fewer queues per socket>", obs.iface),
+                    command: format!(
+                        "ethtool -L {} combined <fewer queues per socket>",
+                        obs.iface
+                    ),
                     evidence: ev,
                     predicted_metric: None,
                     predicted_before: None,
@@ -564,16 +632,33 @@ pub fn recommend(obs: &HostObservation, run: &ModelRun) -> Vec<Recommendation> {
     let total_bps: f64 = rx.iter().map(|q| q.bytes_per_s).sum();
     if rx.len() > 1 && total_bps > 0.0 {
         let mean = total_bps / rx.len() as f64;
-        let hot = rx.iter().copied().fold(rx[0], |a, b| if b.bytes_per_s > a.bytes_per_s { b } else { a });
-        let hot_exhausted = hot.napi_polls > 0 && hot.napi_budget_exhausted as f64 / hot.napi_polls as f64 >= BUDGET_EXHAUSTED_FRACTION;
-        let hot_slow = match (hot.residence_ns_p50, median(&rx.iter().filter_map(|q| q.residence_ns_p50).collect::<Vec<_>>())) {
+        let hot = rx.iter().copied().fold(
+            rx[0],
+            |a, b| if b.bytes_per_s > a.bytes_per_s { b } else { a },
+        );
+        let hot_exhausted = hot.napi_polls > 0
+            && hot.napi_budget_exhausted as f64 / hot.napi_polls as f64
+                >= BUDGET_EXHAUSTED_FRACTION;
+        let hot_slow = match (
+            hot.residence_ns_p50,
+            median(
+                &rx.iter()
+                    .filter_map(|q| q.residence_ns_p50)
+                    .collect::<Vec<_>>(),
+            ),
+        ) {
             (Some(h), m) if m > 0.0 => h > 2.0 * m,
             _ => false,
         };
-        if hot.bytes_per_s >= IMBALANCE_RATIO * mean && (hot_exhausted || hot_slow || hot.drops > 0) {
+        if hot.bytes_per_s >= IMBALANCE_RATIO * mean && (hot_exhausted || hot_slow || hot.drops > 0)
+        {
             let before = prediction(run, None, None).and_then(|p| p.1);
             let mut even = obs.clone();
-            let med = median(&rx.iter().filter_map(|q| q.residence_ns_p50).collect::<Vec<_>>());
+            let med = median(
+                &rx.iter()
+                    .filter_map(|q| q.residence_ns_p50)
+                    .collect::<Vec<_>>(),
+            );
             let pps: f64 = rx.iter().map(|q| q.pkts_per_s).sum::<f64>() / rx.len() as f64;
             for q in even.queues.iter_mut().filter(|q| q.dir == Dir::Rx) {
                 q.pkts_per_s = pps;
@@ -582,16 +667,27 @@ pub fn recommend(obs: &HostObservation, run: &ModelRun) -> Vec<Recommendation> {
                     q.residence_ns_p50 = Some(med);
                 }
             }
-            let after = run.for_observation(&even).and_then(|r| run.read_hit_pct(&r)).map(round1);
+            let after = run
+                .for_observation(&even)
+                .and_then(|r| run.read_hit_pct(&r))
+                .map(round1);
             let mut evidence = vec![format!(
-                    "rx{} carries {:.1}x the mean queue load ({:.0} vs {:.0} MB/s){}{}",
-                    hot.queue,
-                    hot.bytes_per_s / mean,
-                    hot.bytes_per_s / 1e6,
-                    mean / 1e6,
-                    if hot_exhausted { "; its NAPI polls exhaust the budget" } else { "" },
-                    if hot_slow { "; its packets wait over 2x the median residence" } else { "" }
-                )];
+                "rx{} carries {:.1}x the mean queue load ({:.0} vs {:.0} MB/s){}{}",
+                hot.queue,
+                hot.bytes_per_s / mean,
+                hot.bytes_per_s / 1e6,
+                mean / 1e6,
+                if hot_exhausted {
+                    "; its NAPI polls exhaust the budget"
+                } else {
+                    ""
+                },
+                if hot_slow {
+                    "; its packets wait over 2x the median residence"
+                } else {
+                    ""
+                }
+            )];
             if let (Some(b), Some(a)) = (before, after) {
                 if a <= b {
                     evidence.push(format!(
@@ -615,7 +711,11 @@ pub fn recommend(obs: &HostObservation, run: &ModelRun) -> Vec<Recommendation> {
     if let Some(c) = counters {
         if let (Some(w), Some(r)) = (c.write_miss_pct, c.read_miss_pct) {
             let ring_explains = over || !ring_fits;
-            if !numa_mismatch && w >= SIGNIFICANT_WRITE_MISS_PCT && r <= WARM_READ_MISS_PCT && !ring_explains {
+            if !numa_mismatch
+                && w >= SIGNIFICANT_WRITE_MISS_PCT
+                && r <= WARM_READ_MISS_PCT
+                && !ring_explains
+            {
                 let b = predict_with_reuse(run, Reuse::Fifo);
                 let a = predict_with_reuse(run, Reuse::Recycle);
                 out.push(Recommendation {
@@ -667,13 +767,22 @@ const STEER_MIN_GAIN: f64 = 1.0;
 /// the attributed misses (`rx_shares`: (queue, share %)), move its top attributed flow to the RX
 /// queue with the fewest, with an ntuple rule, if the model predicts a gain. `how`: the
 /// attribution's method and confidence, for the evidence.
-pub fn steer_flow(obs: &HostObservation, run: &ModelRun, rx_shares: &[(u32, f64)], flows: &[AttributedFlow], how: &str) -> Option<Recommendation> {
+pub fn steer_flow(
+    obs: &HostObservation,
+    run: &ModelRun,
+    rx_shares: &[(u32, f64)],
+    flows: &[AttributedFlow],
+    how: &str,
+) -> Option<Recommendation> {
     let rx: Vec<&QueueObservation> = obs.queues.iter().filter(|q| q.dir == Dir::Rx).collect();
     if rx.len() < 2 {
         return None;
     }
     let share = |q: u32| rx_shares.iter().find(|s| s.0 == q).map_or(0.0, |s| s.1);
-    let hot = rx.iter().copied().max_by(|a, b| share(a.queue).total_cmp(&share(b.queue)))?;
+    let hot = rx
+        .iter()
+        .copied()
+        .max_by(|a, b| share(a.queue).total_cmp(&share(b.queue)))?;
     let hot_share = share(hot.queue);
     if hot_share < STEER_MIN_QUEUE_SHARE || hot_share < STEER_OVER_EVEN * 100.0 / rx.len() as f64 {
         return None;
@@ -682,7 +791,11 @@ pub fn steer_flow(obs: &HostObservation, run: &ModelRun, rx_shares: &[(u32, f64)
         .iter()
         .copied()
         .filter(|q| q.queue != hot.queue)
-        .min_by(|a, b| share(a.queue).total_cmp(&share(b.queue)).then(a.bytes_per_s.total_cmp(&b.bytes_per_s)))?;
+        .min_by(|a, b| {
+            share(a.queue)
+                .total_cmp(&share(b.queue))
+                .then(a.bytes_per_s.total_cmp(&b.bytes_per_s))
+        })?;
     let flow = flows
         .iter()
         .filter(|f| f.queue == hot.queue && f.share_pct >= STEER_MIN_FLOW_SHARE)
@@ -703,7 +816,10 @@ pub fn steer_flow(obs: &HostObservation, run: &ModelRun, rx_shares: &[(u32, f64)
             q.avg_pkt_bytes = q.bytes_per_s / q.pkts_per_s;
         }
     }
-    let after = run.for_observation(&moved).and_then(|r| run.read_hit_pct(&r)).map(round1);
+    let after = run
+        .for_observation(&moved)
+        .and_then(|r| run.read_hit_pct(&r))
+        .map(round1);
     let (b, a) = (before?, after?);
     if a - b < STEER_MIN_GAIN {
         return None;
@@ -747,7 +863,10 @@ fn predict_with_reuse(run: &ModelRun, reuse: Reuse) -> Option<f64> {
             // DDIO ways can hold of these packets, and at least 8 rings.
             let per_buf = analytic::line_rounded(s.pkt_bytes) as u32;
             let pool = (2 * s.geometry.ddio_capacity_bytes() / per_buf as u64) as u32;
-            s.pool_extra = s.pool_extra.max(8 * s.ring).max(pool.saturating_sub(s.ring));
+            s.pool_extra = s
+                .pool_extra
+                .max(8 * s.ring)
+                .max(pool.saturating_sub(s.ring));
         }
     })?;
     r.total.io_write_hit_pct().map(round1)

@@ -57,25 +57,41 @@ impl ModelRun {
     /// Build the spec and, when the observation carries DDIO counters, calibrate it. The
     /// base simulation itself runs on first use.
     pub fn new(obs: &HostObservation) -> ModelRun {
-        let mut run = ModelRun { obs: obs.clone(), base: spec_from_observation(obs, None, None), params: None, calibration: None, memo: Mutex::new(Vec::new()) };
+        let mut run = ModelRun {
+            obs: obs.clone(),
+            base: spec_from_observation(obs, None, None),
+            params: None,
+            calibration: None,
+            memo: Mutex::new(Vec::new()),
+        };
         run.calibrate_from_counters();
         run
     }
 
     fn calibrate_from_counters(&mut self) {
-        let (Some(spec), Some(c)) = (self.base.as_ref(), self.obs.counters.as_ref()) else { return };
+        let (Some(spec), Some(c)) = (self.base.as_ref(), self.obs.counters.as_ref()) else {
+            return;
+        };
         let consumer = spec.consumer;
         let measured = Measured {
             io_write_hit_pct: c.write_miss_pct.map(|m| 100.0 - m),
             // The read counter is the NIC's reads (PCIeRdCur): forwarded packets only.
-            io_read_hit_pct: c.read_miss_pct.filter(|_| consumer == Consumer::Forward).map(|m| 100.0 - m),
+            io_read_hit_pct: c
+                .read_miss_pct
+                .filter(|_| consumer == Consumer::Forward)
+                .map(|m| 100.0 - m),
         };
         if measured.io_write_hit_pct.is_none() && measured.io_read_hit_pct.is_none() {
             return;
         }
         let mut quick = spec.clone();
         quick.max_packets = (quick.max_packets / CALIBRATION_BUDGET_DIVISOR).max(1);
-        let key = format!("{}-calibration-{:?}-{:?}", quick.cache_key(), measured.io_write_hit_pct, measured.io_read_hit_pct);
+        let key = format!(
+            "{}-calibration-{:?}-{:?}",
+            quick.cache_key(),
+            measured.io_write_hit_pct,
+            measured.io_read_hit_pct
+        );
         let fit: Calibration = match cache::get(&key) {
             Some(f) => f,
             None => {
@@ -88,7 +104,13 @@ impl ModelRun {
         let mut cal_spec = spec.clone();
         fit.params.apply(&mut cal_spec);
         let cal = simulate_cached(&cal_spec);
-        let read = |r: &SimResult| if consumer == Consumer::Forward { r.total.io_read_hit_pct() } else { None };
+        let read = |r: &SimResult| {
+            if consumer == Consumer::Forward {
+                r.total.io_read_hit_pct()
+            } else {
+                None
+            }
+        };
         let res = |p: Option<f64>, m: Option<f64>| p.zip(m).map(|(p, m)| p - m);
         self.calibration = Some(CalibrationReport {
             source: c.source.clone(),
@@ -120,7 +142,11 @@ impl ModelRun {
     /// as recorded), with the same calibration.
     pub fn point_spec(&self, ring: Option<u32>, ways: Option<u32>) -> Option<SimSpec> {
         let base = self.base.as_ref()?;
-        let mut s = if ring.is_none() && ways.is_none() { base.clone() } else { spec_from_observation(&self.obs, ring, ways)? };
+        let mut s = if ring.is_none() && ways.is_none() {
+            base.clone()
+        } else {
+            spec_from_observation(&self.obs, ring, ways)?
+        };
         if let Some(p) = &self.params {
             p.apply(&mut s);
         }
@@ -170,14 +196,29 @@ impl ModelRun {
             return;
         }
         // Each simulation holds up to 64 MiB of LLC state: a few threads, however many CPUs.
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_SIM_THREADS).min(todo.len());
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(MAX_SIM_THREADS)
+            .min(todo.len());
         let results: Vec<((u32, u32), SimResult)> = std::thread::scope(|sc| {
-            let chunks: Vec<Vec<&SimSpec>> = (0..threads).map(|t| todo.iter().skip(t).step_by(threads).collect()).collect();
+            let chunks: Vec<Vec<&SimSpec>> = (0..threads)
+                .map(|t| todo.iter().skip(t).step_by(threads).collect())
+                .collect();
             let handles: Vec<_> = chunks
                 .into_iter()
-                .map(|c| sc.spawn(move || c.into_iter().map(|s| (Self::key(s), simulate_cached(s))).collect::<Vec<_>>()))
+                .map(|c| {
+                    sc.spawn(move || {
+                        c.into_iter()
+                            .map(|s| (Self::key(s), simulate_cached(s)))
+                            .collect::<Vec<_>>()
+                    })
+                })
                 .collect();
-            handles.into_iter().filter_map(|h| h.join().ok()).flatten().collect()
+            handles
+                .into_iter()
+                .filter_map(|h| h.join().ok())
+                .flatten()
+                .collect()
         });
         if let Ok(mut m) = self.memo.lock() {
             for (k, r) in results {
@@ -219,14 +260,20 @@ impl ModelRun {
     /// ways at the recorded ring; footprints are the socket's RX rings as the per-queue view
     /// computes them (each queue's own packet size).
     pub fn what_if(&self, rings: &[u32], ways: &[u32]) -> (Vec<GridPoint>, Vec<GridPoint>) {
-        let Some(base) = self.base.as_ref() else { return (Vec::new(), Vec::new()) };
+        let Some(base) = self.base.as_ref() else {
+            return (Vec::new(), Vec::new());
+        };
         let (ring0, ways0) = (base.ring, base.geometry.ddio_ways);
         let mut rings: Vec<u32> = rings.to_vec();
         if !rings.contains(&ring0) {
             rings.push(ring0);
             rings.sort_unstable();
         }
-        let mut ways: Vec<u32> = ways.iter().copied().filter(|w| *w <= base.geometry.ways).collect();
+        let mut ways: Vec<u32> = ways
+            .iter()
+            .copied()
+            .filter(|w| *w <= base.geometry.ways)
+            .collect();
         if !ways.contains(&ways0) {
             ways.push(ways0);
             ways.sort_unstable();
@@ -235,16 +282,30 @@ impl ModelRun {
         let way_pts: Vec<_> = ways.iter().map(|w| (None, Some(*w))).collect();
         self.prefetch(&[ring_pts.clone(), way_pts.clone()].concat());
         let point = |(r, w): (Option<u32>, Option<u32>)| self.grid_point(r, w);
-        (ring_pts.into_iter().filter_map(point).collect(), way_pts.into_iter().filter_map(point).collect())
+        (
+            ring_pts.into_iter().filter_map(point).collect(),
+            way_pts.into_iter().filter_map(point).collect(),
+        )
     }
 
     /// Every (ring, ways) combination, an empty axis keeping the recorded value; the same
     /// points [`ModelRun::what_if`] and the recommendations use.
     pub fn grid(&self, rings: &[u32], ways: &[u32]) -> Vec<GridPoint> {
-        let opt = |v: &[u32]| if v.is_empty() { vec![None] } else { v.iter().map(|x| Some(*x)).collect() };
-        let pts: Vec<(Option<u32>, Option<u32>)> = opt(rings).into_iter().flat_map(|r| opt(ways).into_iter().map(move |w| (r, w))).collect();
+        let opt = |v: &[u32]| {
+            if v.is_empty() {
+                vec![None]
+            } else {
+                v.iter().map(|x| Some(*x)).collect()
+            }
+        };
+        let pts: Vec<(Option<u32>, Option<u32>)> = opt(rings)
+            .into_iter()
+            .flat_map(|r| opt(ways).into_iter().map(move |w| (r, w)))
+            .collect();
         self.prefetch(&pts);
-        pts.into_iter().filter_map(|(r, w)| self.grid_point(r, w)).collect()
+        pts.into_iter()
+            .filter_map(|(r, w)| self.grid_point(r, w))
+            .collect()
     }
 
     fn grid_point(&self, ring: Option<u32>, ways: Option<u32>) -> Option<GridPoint> {
@@ -270,7 +331,13 @@ impl ModelRun {
 
     /// The RX queues the spec models, in the order of its per-queue results.
     pub fn rx_queue_ids(&self) -> Vec<u32> {
-        let mut v: Vec<u32> = self.obs.queues.iter().filter(|q| q.dir == Dir::Rx).map(|q| q.queue).collect();
+        let mut v: Vec<u32> = self
+            .obs
+            .queues
+            .iter()
+            .filter(|q| q.dir == Dir::Rx)
+            .map(|q| q.queue)
+            .collect();
         v.sort_unstable();
         v
     }
@@ -278,6 +345,9 @@ impl ModelRun {
 
 impl std::fmt::Debug for ModelRun {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ModelRun").field("spec", &self.base.as_ref().map(|s| s.cache_key())).field("calibration", &self.calibration).finish()
+        f.debug_struct("ModelRun")
+            .field("spec", &self.base.as_ref().map(|s| s.cache_key()))
+            .field("calibration", &self.calibration)
+            .finish()
     }
 }

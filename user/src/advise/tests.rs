@@ -9,7 +9,10 @@ fn recommend_one(obs: &HostObservation) -> Vec<Recommendation> {
 }
 
 fn fixture_json(name: &str) -> serde_json::Value {
-    let p = format!("{}/../tests/fixtures/model/{name}", env!("CARGO_MANIFEST_DIR"));
+    let p = format!(
+        "{}/../tests/fixtures/model/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
     let s = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{p}: {e}"));
     serde_json::from_str(&s).unwrap_or_else(|e| panic!("{p}: {e}"))
 }
@@ -38,11 +41,19 @@ fn kinds(r: &[Recommendation]) -> Vec<&str> {
 fn show(name: &str, r: &[Recommendation]) {
     println!("== {name}");
     for x in r {
-        println!("  [{}] {} :: {}", x.kind, x.target, x.command.replace('\n', " ; "));
+        println!(
+            "  [{}] {} :: {}",
+            x.kind,
+            x.target,
+            x.command.replace('\n', " ; ")
+        );
         for e in &x.evidence {
             println!("      - {e}");
         }
-        println!("      predicted {:?}: {:?} -> {:?}", x.predicted_metric, x.predicted_before, x.predicted_after);
+        println!(
+            "      predicted {:?}: {:?} -> {:?}",
+            x.predicted_metric, x.predicted_before, x.predicted_after
+        );
     }
 }
 
@@ -84,16 +95,26 @@ fn vtune_remote_numa_and_buffer_reuse() {
 
     let remote = recommend_one(&vtune_obs(&cases["remote_core_1"]));
     show("remote_core_1", &remote);
-    let numa = remote.iter().find(|r| r.kind == "numa_placement").expect("numa_placement");
+    let numa = remote
+        .iter()
+        .find(|r| r.kind == "numa_placement")
+        .expect("numa_placement");
     assert!(numa.target.contains("node 1"), "{}", numa.target);
-    assert!(numa.command.contains("18-35") && numa.command.contains("--cpunodebind=1"), "{}", numa.command);
+    assert!(
+        numa.command.contains("18-35") && numa.command.contains("--cpunodebind=1"),
+        "{}",
+        numa.command
+    );
     assert!(!kinds(&remote).contains(&"buffer_reuse"));
 
     let nocache = recommend_one(&vtune_obs(&cases["local_no_mempool_cache"]));
     show("local_no_mempool_cache", &nocache);
     assert_eq!(kinds(&nocache), vec!["buffer_reuse"]);
     let br = &nocache[0];
-    assert!(br.evidence.iter().any(|e| e.contains("not reused while warm")));
+    assert!(br
+        .evidence
+        .iter()
+        .any(|e| e.contains("not reused while warm")));
     let (b, a) = (br.predicted_before.unwrap(), br.predicted_after.unwrap());
     assert!(a > b, "recycling must predict more write hits: {b} -> {a}");
 
@@ -138,33 +159,78 @@ fn ev_u64(case: &serde_json::Value, k: &str) -> u64 {
 fn emr_shrink_rings_and_allocation_disabled() {
     let v = fixture_json("intel_perfmon_iperf3_emr.json");
     let d = &v["cases"]["default_8096_desc"];
-    let miss = 100.0 * ev_u64(d, "UNC_CHA_TOR_INSERTS.IO_MISS_ITOM") as f64 / ev_u64(d, "UNC_CHA_TOR_INSERTS.IO_ITOM") as f64;
-    let rmiss = 100.0 * ev_u64(d, "UNC_CHA_TOR_INSERTS.IO_MISS_PCIRDCUR") as f64 / ev_u64(d, "UNC_CHA_TOR_INSERTS.IO_PCIRDCUR") as f64;
-    assert_eq!(miss.round(), d["expected"]["io_percent_of_inbound_full_writes_that_miss_l3"].as_f64().unwrap());
-    assert!(!write_allocation_disabled(ev_u64(d, "UNC_CHA_TOR_INSERTS.IO_CLFLUSH"), ev_u64(d, "UNC_CHA_TOR_INSERTS.IO_WBMTOI")));
-    let c = CounterEvidence { write_miss_pct: Some(miss), read_miss_pct: Some(rmiss), write_allocation_disabled: false, source: "imported".into() };
+    let miss = 100.0 * ev_u64(d, "UNC_CHA_TOR_INSERTS.IO_MISS_ITOM") as f64
+        / ev_u64(d, "UNC_CHA_TOR_INSERTS.IO_ITOM") as f64;
+    let rmiss = 100.0 * ev_u64(d, "UNC_CHA_TOR_INSERTS.IO_MISS_PCIRDCUR") as f64
+        / ev_u64(d, "UNC_CHA_TOR_INSERTS.IO_PCIRDCUR") as f64;
+    assert_eq!(
+        miss.round(),
+        d["expected"]["io_percent_of_inbound_full_writes_that_miss_l3"]
+            .as_f64()
+            .unwrap()
+    );
+    assert!(!write_allocation_disabled(
+        ev_u64(d, "UNC_CHA_TOR_INSERTS.IO_CLFLUSH"),
+        ev_u64(d, "UNC_CHA_TOR_INSERTS.IO_WBMTOI")
+    ));
+    let c = CounterEvidence {
+        write_miss_pct: Some(miss),
+        read_miss_pct: Some(rmiss),
+        write_allocation_disabled: false,
+        source: "imported".into(),
+    };
     let obs = emr_obs(8096, Some(c));
     let recs = recommend_one(&obs);
     show("default_8096_desc", &recs);
-    let ring = recs.iter().find(|r| r.kind == "ring_size").expect("ring_size");
+    let ring = recs
+        .iter()
+        .find(|r| r.kind == "ring_size")
+        .expect("ring_size");
     let n: u32 = ring.command.rsplit(' ').next().unwrap().parse().unwrap();
     assert!(n <= 2048, "{}", ring.command);
-    let (b, a) = (ring.predicted_before.unwrap(), ring.predicted_after.unwrap());
-    assert!(a > b, "smaller rings must predict more write hits: {b} -> {a}");
+    let (b, a) = (
+        ring.predicted_before.unwrap(),
+        ring.predicted_after.unwrap(),
+    );
+    assert!(
+        a > b,
+        "smaller rings must predict more write hits: {b} -> {a}"
+    );
     // The paper's own step, 8096 -> 2048 descriptors, in the direction it measured
     // (write miss 85% -> 50%).
-    let p8096 = prediction(&ModelRun::new(&obs), Some(8096), None).unwrap().0.unwrap();
-    let p2048 = prediction(&ModelRun::new(&obs), Some(2048), None).unwrap().0.unwrap();
+    let p8096 = prediction(&ModelRun::new(&obs), Some(8096), None)
+        .unwrap()
+        .0
+        .unwrap();
+    let p2048 = prediction(&ModelRun::new(&obs), Some(2048), None)
+        .unwrap()
+        .0
+        .unwrap();
     println!("EMR predicted write hit: 8096 desc {p8096:.1}%, 2048 desc {p2048:.1}% (measured 14.8% -> 50%)");
     assert!(p2048 > p8096);
     // 48 rings that absorb a 200 us p99 do not fit 2 DDIO ways: more ways are recommended.
-    let ways = recs.iter().find(|r| r.kind == "iio_llc_ways").expect("iio_llc_ways");
-    assert!(ways.command.starts_with("wrmsr -a 0xc8b 0x"), "{}", ways.command);
+    let ways = recs
+        .iter()
+        .find(|r| r.kind == "iio_llc_ways")
+        .expect("iio_llc_ways");
+    assert!(
+        ways.command.starts_with("wrmsr -a 0xc8b 0x"),
+        "{}",
+        ways.command
+    );
 
     let na = &v["cases"]["non_allocating_2048_desc"];
-    let disabled = write_allocation_disabled(ev_u64(na, "UNC_CHA_TOR_INSERTS.IO_CLFLUSH"), ev_u64(na, "UNC_CHA_TOR_INSERTS.IO_WBMTOI"));
+    let disabled = write_allocation_disabled(
+        ev_u64(na, "UNC_CHA_TOR_INSERTS.IO_CLFLUSH"),
+        ev_u64(na, "UNC_CHA_TOR_INSERTS.IO_WBMTOI"),
+    );
     assert!(disabled);
-    let c = CounterEvidence { write_miss_pct: None, read_miss_pct: None, write_allocation_disabled: disabled, source: "imported".into() };
+    let c = CounterEvidence {
+        write_miss_pct: None,
+        read_miss_pct: None,
+        write_allocation_disabled: disabled,
+        source: "imported".into(),
+    };
     let recs = recommend_one(&emr_obs(2048, Some(c)));
     show("non_allocating_2048_desc", &recs);
     assert_eq!(kinds(&recs), vec!["ddio_write_allocation_disabled"]);
@@ -195,12 +261,20 @@ fn resq_recommended_rings_fit() {
         root_port: None,
         consumer: Some(Consumer::Forward),
         queues,
-        counters: Some(CounterEvidence { write_miss_pct: Some(miss), read_miss_pct: None, write_allocation_disabled: false, source: "imported".into() }),
+        counters: Some(CounterEvidence {
+            write_miss_pct: Some(miss),
+            read_miss_pct: None,
+            write_allocation_disabled: false,
+            source: "imported".into(),
+        }),
         stack: None,
     };
     let recs = recommend_one(&obs);
     show("resq 1518B", &recs);
-    let ring = recs.iter().find(|r| r.kind == "ring_size").expect("ring_size");
+    let ring = recs
+        .iter()
+        .find(|r| r.kind == "ring_size")
+        .expect("ring_size");
     let n: u32 = ring.command.rsplit(' ').next().unwrap().parse().unwrap();
     let fp = 12 * crate::model::analytic::ring_footprint_bytes(n, pkt as u32, DESC_BYTES_PER_PKT);
     assert!(fp <= obs.geometry.usable_ddio_bytes(), "{n}: {fp}");
@@ -237,7 +311,10 @@ fn ways_when_no_ring_fits_and_determinism() {
     // 4 x 1024 x 1600 B = 6.25 MiB needs 7 ways (0.45 x 7 x 2.25 MiB = 7.1 MiB usable).
     assert_eq!(a[1].command, "wrmsr -a 0xc8b 0x7f0");
     let b = recommend_one(&obs);
-    assert_eq!(serde_json::to_string(&a).unwrap(), serde_json::to_string(&b).unwrap());
+    assert_eq!(
+        serde_json::to_string(&a).unwrap(),
+        serde_json::to_string(&b).unwrap()
+    );
 
     // One ring of 1024 x 1500 B with small bursts: shrink, and the mask form is 0x780-style.
     let mut o2 = obs.clone();
@@ -271,9 +348,16 @@ fn ways_when_no_ring_fits_and_determinism() {
         .collect();
     let r = recommend_one(&o3);
     show("imbalanced", &r);
-    let sp = r.iter().find(|x| x.kind == "spread_load" && x.target.ends_with("rx0")).expect("spread_load");
+    let sp = r
+        .iter()
+        .find(|x| x.kind == "spread_load" && x.target.ends_with("rx0"))
+        .expect("spread_load");
     assert!(sp.predicted_after.unwrap() > sp.predicted_before.unwrap());
-    assert!(!sp.evidence.iter().any(|e| e.contains("no hit-rate gain")), "{:?}", sp.evidence);
+    assert!(
+        !sp.evidence.iter().any(|e| e.contains("no hit-rate gain")),
+        "{:?}",
+        sp.evidence
+    );
 
     // The same imbalance at a rate whose buffers all stay in the cache: still spread (the
     // backlog), but the evidence says the cache will not gain.
@@ -286,11 +370,21 @@ fn ways_when_no_ring_fits_and_determinism() {
     }
     let r = recommend_one(&o4);
     show("imbalanced, cache-resident", &r);
-    let sp = r.iter().find(|x| x.kind == "spread_load").expect("spread_load");
-    assert!(sp.evidence.iter().any(|e| e.contains("no hit-rate gain")), "{:?}", sp.evidence);
+    let sp = r
+        .iter()
+        .find(|x| x.kind == "spread_load")
+        .expect("spread_load");
+    assert!(
+        sp.evidence.iter().any(|e| e.contains("no hit-rate gain")),
+        "{:?}",
+        sp.evidence
+    );
     let mv = model_view(&o3, &ModelRun::new(&o3));
     assert_eq!(mv.queues.len(), 4);
-    assert!(mv.queues.iter().all(|q| q.predicted_write_hit_pct.is_some()));
+    assert!(mv
+        .queues
+        .iter()
+        .all(|q| q.predicted_write_hit_pct.is_some()));
 }
 
 /// The attribution's hot queue and flow: one RX queue with most of the attributed misses, a slow
@@ -321,21 +415,49 @@ fn steer_the_top_flow_off_the_hot_queue() {
         bytes_per_s: pps * 1000.0,
         pkts_per_s: pps,
     };
-    let flows = vec![flow(40001, 0, 25.0, 2e6), flow(40000, 0, 55.0, 4e6), flow(40002, 2, 7.0, 0.5e6)];
+    let flows = vec![
+        flow(40001, 0, 25.0, 2e6),
+        flow(40000, 0, 55.0, 4e6),
+        flow(40002, 2, 7.0, 0.5e6),
+    ];
     let shares = [(0, 80.0), (1, 8.0), (2, 7.0), (3, 5.0)];
-    let r = steer_flow(&obs, &ModelRun::new(&obs), &shares, &flows, "address_join, high confidence").expect("steer_flow");
+    let r = steer_flow(
+        &obs,
+        &ModelRun::new(&obs),
+        &shares,
+        &flows,
+        "address_join, high confidence",
+    )
+    .expect("steer_flow");
     show("steer", std::slice::from_ref(&r));
     assert_eq!(r.kind, "steer_flow");
     assert_eq!(
         r.command,
         "ethtool -N ens2 flow-type tcp4 src-ip 10.0.0.1 dst-ip 10.0.0.2 src-port 40000 dst-port 5201 action 3"
     );
-    assert!(r.evidence[0].contains("80.0%") && r.evidence[0].contains("address_join"), "{:?}", r.evidence);
+    assert!(
+        r.evidence[0].contains("80.0%") && r.evidence[0].contains("address_join"),
+        "{:?}",
+        r.evidence
+    );
     assert!(r.predicted_after.unwrap() >= r.predicted_before.unwrap() + STEER_MIN_GAIN);
 
     // Misses spread evenly, a hot queue whose flows are small, or a single queue: nothing to steer.
-    assert!(steer_flow(&obs, &ModelRun::new(&obs), &[(0, 30.0), (1, 25.0), (2, 25.0), (3, 20.0)], &flows, "").is_none());
-    let small: Vec<_> = flows.iter().map(|f| AttributedFlow { share_pct: 5.0, ..f.clone() }).collect();
+    assert!(steer_flow(
+        &obs,
+        &ModelRun::new(&obs),
+        &[(0, 30.0), (1, 25.0), (2, 25.0), (3, 20.0)],
+        &flows,
+        ""
+    )
+    .is_none());
+    let small: Vec<_> = flows
+        .iter()
+        .map(|f| AttributedFlow {
+            share_pct: 5.0,
+            ..f.clone()
+        })
+        .collect();
     assert!(steer_flow(&obs, &ModelRun::new(&obs), &shares, &small, "").is_none());
     let mut one = obs.clone();
     one.queues.truncate(1);

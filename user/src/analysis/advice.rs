@@ -3,12 +3,14 @@
 use anyhow::Result;
 use serde::Serialize;
 
-use super::verdict::{NoChange, QueueVerdict};
 use super::evidence::{attribution, AttributionReport};
 use super::geometry::GeometryOverrides;
 use super::observation::observation;
 use super::summary::Summary;
-use crate::advise::{self, CalibrationReport, HostObservation, ModelRun, ModelView, Recommendation};
+use super::verdict::{NoChange, QueueVerdict};
+use crate::advise::{
+    self, CalibrationReport, HostObservation, ModelRun, ModelView, Recommendation,
+};
 use crate::model::analytic::Dir as MDir;
 use crate::model::geometry::{LlcGeometry, WaysSource};
 use crate::model::spec::Input;
@@ -60,7 +62,10 @@ pub fn advise(rec: &Recording, summary: &Summary, o: GeometryOverrides) -> Resul
     let attribution = attribution(rec, summary, Some((&obs, &run)))?;
     let mut recommendations = advise::recommend(&obs, &run);
     let iface = rec.iface();
-    for r in recommendations.iter_mut().filter(|r| r.kind == "spread_load") {
+    for r in recommendations
+        .iter_mut()
+        .filter(|r| r.kind == "spread_load")
+    {
         // Spread over every configured queue, not only the ones that saw traffic.
         if iface.rx_queues > 0 {
             r.command = format!("ethtool -X {} equal {}", iface.name, iface.rx_queues);
@@ -73,7 +78,13 @@ pub fn advise(rec: &Recording, summary: &Summary, o: GeometryOverrides) -> Resul
     }
     let flows = attributed_flows(rec, &attribution.chosen)?;
     target_with_attribution(&mut recommendations, &attribution.chosen, &flows);
-    if let Some(r) = steer_attributed_flow(&obs, &run, iface.driver.as_deref() == Some("veth"), &attribution.chosen, &flows) {
+    if let Some(r) = steer_attributed_flow(
+        &obs,
+        &run,
+        iface.driver.as_deref() == Some("veth"),
+        &attribution.chosen,
+        &flows,
+    ) {
         recommendations.insert(0, r);
     }
     let mut model = advise::model_view(&obs, &run);
@@ -81,7 +92,11 @@ pub fn advise(rec: &Recording, summary: &Summary, o: GeometryOverrides) -> Resul
     // measure: no predicted hit rate rather than a confident 0 %.
     let dur = rec.duration_s().max(1e-9);
     for q in &mut model.queues {
-        let carried = obs.queues.iter().find(|o| o.dir == q.dir && o.queue == q.queue).map_or(0.0, |o| o.pkts_per_s * dur);
+        let carried = obs
+            .queues
+            .iter()
+            .find(|o| o.dir == q.dir && o.queue == q.queue)
+            .map_or(0.0, |o| o.pkts_per_s * dur);
         if carried < MIN_PACKETS_FOR_PREDICTION {
             q.predicted_write_hit_pct = None;
             q.predicted_read_hit_pct = None;
@@ -94,13 +109,23 @@ pub fn advise(rec: &Recording, summary: &Summary, o: GeometryOverrides) -> Resul
                 .to_string(),
         );
     }
-    if obs.queues.iter().filter(|q| q.dir == MDir::Rx).all(|q| q.ring_entries.is_none()) {
+    if obs
+        .queues
+        .iter()
+        .filter(|q| q.dir == MDir::Rx)
+        .all(|q| q.ring_entries.is_none())
+    {
         notes.push(format!(
             "{} reports no ring size: the model assumes 1024 descriptors per RX queue, and makes no ring-size recommendation",
             iface.driver.as_deref().unwrap_or("the driver")
         ));
     }
-    if let Some(res) = run.calibration.as_ref().and_then(|c| c.residual_write_pct).filter(|r| r.abs() > CALIBRATION_RESIDUAL_NOTE_PP) {
+    if let Some(res) = run
+        .calibration
+        .as_ref()
+        .and_then(|c| c.residual_write_pct)
+        .filter(|r| r.abs() > CALIBRATION_RESIDUAL_NOTE_PP)
+    {
         notes.push(format!(
             "calibrated to this host's counters the model still differs from them by {res:+.1} points of write hit rate: \
              its predictions here are uncertain, and the measured counters are the better guide"
@@ -109,7 +134,13 @@ pub fn advise(rec: &Recording, summary: &Summary, o: GeometryOverrides) -> Resul
     let verdicts = super::verdict::verdicts(&obs, &model, iface.driver.as_deref());
     let no_change = recommendations.is_empty().then(|| {
         let no_ddio = summary.counters.cpu_has_ddio == Some(false);
-        super::verdict::no_change(&obs, &verdicts, &rec.path.display().to_string(), iface.driver.as_deref(), no_ddio)
+        super::verdict::no_change(
+            &obs,
+            &verdicts,
+            &rec.path.display().to_string(),
+            iface.driver.as_deref(),
+            no_ddio,
+        )
     });
     Ok(Advice {
         attribution,
@@ -130,12 +161,19 @@ pub fn advise(rec: &Recording, summary: &Summary, o: GeometryOverrides) -> Resul
 /// (no LLC geometry) and the attribution the measured methods give without its prior.
 pub enum Outcome {
     Advised(Box<Advice>),
-    NoModel { why: String, attribution: AttributionReport },
+    NoModel {
+        why: String,
+        attribution: AttributionReport,
+    },
 }
 
 /// `advise`, for a report, which prints whatever it can: without an LLC geometry, the
 /// attribution and why there is no model. A recording that cannot be read is an error.
-pub fn advise_or_explain(rec: &Recording, summary: &Summary, o: GeometryOverrides) -> Result<Outcome> {
+pub fn advise_or_explain(
+    rec: &Recording,
+    summary: &Summary,
+    o: GeometryOverrides,
+) -> Result<Outcome> {
     match super::geometry::geometry(rec, o) {
         Ok(_) => Ok(Outcome::Advised(Box::new(advise(rec, summary, o)?))),
         Err(e) if o.any() => Err(e),
@@ -144,7 +182,9 @@ pub fn advise_or_explain(rec: &Recording, summary: &Summary, o: GeometryOverride
             let mut attribution = attribution(rec, summary, None)?;
             let prior = crate::attribution::Method::ModelPrior.as_str();
             attribution.not_used.retain(|n| !n.starts_with(prior));
-            attribution.not_used.push(format!("{prior}: the DDIO model is not available: {why}"));
+            attribution
+                .not_used
+                .push(format!("{prior}: the DDIO model is not available: {why}"));
             Ok(Outcome::NoModel { why, attribution })
         }
     }
@@ -152,7 +192,10 @@ pub fn advise_or_explain(rec: &Recording, summary: &Summary, o: GeometryOverride
 
 /// The attributed flows received on the traced device, each on the RX queue the probes saw it
 /// on, with its rates over the recording.
-fn attributed_flows(rec: &Recording, a: &crate::attribution::Attribution) -> Result<Vec<advise::AttributedFlow>> {
+fn attributed_flows(
+    rec: &Recording,
+    a: &crate::attribution::Attribution,
+) -> Result<Vec<advise::AttributedFlow>> {
     let dur = rec.duration_s().max(1e-9);
     let recorded = rec.flows()?;
     Ok(a.flows
@@ -160,8 +203,19 @@ fn attributed_flows(rec: &Recording, a: &crate::attribution::Attribution) -> Res
         .filter_map(|f| {
             let seen = recorded.iter().find(|c| {
                 c.key.dir == Dir::Rx
-                    && (c.key.proto.as_str(), c.key.src.as_str(), c.key.sport, c.key.dst.as_str(), c.key.dport)
-                        == (f.proto.as_str(), f.src.as_str(), f.sport, f.dst.as_str(), f.dport)
+                    && (
+                        c.key.proto.as_str(),
+                        c.key.src.as_str(),
+                        c.key.sport,
+                        c.key.dst.as_str(),
+                        c.key.dport,
+                    ) == (
+                        f.proto.as_str(),
+                        f.src.as_str(),
+                        f.sport,
+                        f.dst.as_str(),
+                        f.dport,
+                    )
             })?;
             Some(advise::AttributedFlow {
                 proto: f.proto.clone(),
@@ -188,15 +242,28 @@ fn steer_attributed_flow(
 ) -> Option<Recommendation> {
     use crate::attribution::{Confidence, Method};
     // Measured shares only: steering by the model prior would be the model agreeing with itself.
-    if a.confidence == Confidence::Insufficient || !matches!(a.method, Method::AddressJoin | Method::CpuContext | Method::Regression) {
+    if a.confidence == Confidence::Insufficient
+        || !matches!(
+            a.method,
+            Method::AddressJoin | Method::CpuContext | Method::Regression
+        )
+    {
         return None;
     }
-    let rx_shares: Vec<(u32, f64)> = a.queues.iter().filter(|q| q.dir == "rx").map(|q| (q.queue, q.share_pct)).collect();
+    let rx_shares: Vec<(u32, f64)> = a
+        .queues
+        .iter()
+        .filter(|q| q.dir == "rx")
+        .map(|q| (q.queue, q.share_pct))
+        .collect();
     let mut r = advise::steer_flow(obs, run, &rx_shares, flows, &attribution_label(a))?;
     if veth {
         r.evidence.push("veth has no ntuple filters: send the flow from another TX queue of the sender (XPS) instead".into());
     } else {
-        r.evidence.push(format!("ntuple filters must be on: ethtool -K {} ntuple on", obs.iface));
+        r.evidence.push(format!(
+            "ntuple filters must be on: ethtool -K {} ntuple on",
+            obs.iface
+        ));
     }
     Some(r)
 }
@@ -207,14 +274,22 @@ fn attribution_label(a: &crate::attribution::Attribution) -> String {
         "{}, {} confidence{}",
         a.method,
         a.confidence,
-        if a.counts_are_samples { "; software stand-in samples, not measured misses" } else { "" }
+        if a.counts_are_samples {
+            "; software stand-in samples, not measured misses"
+        } else {
+            ""
+        }
     )
 }
 
 /// Put the attributed misses behind each recommendation that names a queue, and
 /// order the recommendations by the share of misses their queue carries, so the
 /// queues that matter come first.
-fn target_with_attribution(recs: &mut [Recommendation], a: &crate::attribution::Attribution, flows: &[advise::AttributedFlow]) {
+fn target_with_attribution(
+    recs: &mut [Recommendation],
+    a: &crate::attribution::Attribution,
+    flows: &[advise::AttributedFlow],
+) {
     use crate::attribution::Confidence;
     if a.confidence == Confidence::Insufficient || a.queues.is_empty() {
         return;
@@ -223,7 +298,9 @@ fn target_with_attribution(recs: &mut [Recommendation], a: &crate::attribution::
     let share_of = |target: &str| -> Option<&crate::attribution::QueueShare> {
         a.queues.iter().find(|q| {
             let name = format!("{}{}", q.dir, q.queue);
-            target.split(|c: char| !c.is_ascii_alphanumeric()).any(|w| w == name)
+            target
+                .split(|c: char| !c.is_ascii_alphanumeric())
+                .any(|w| w == name)
         })
     };
     for r in recs.iter_mut() {
@@ -233,7 +310,10 @@ fn target_with_attribution(recs: &mut [Recommendation], a: &crate::attribution::
                 q.dir, q.queue, q.share_pct
             ));
             // The queue's own top flow (flows are known by RX queue).
-            let top = flows.iter().filter(|f| q.dir == "rx" && f.queue == q.queue).max_by(|x, y| x.share_pct.total_cmp(&y.share_pct));
+            let top = flows
+                .iter()
+                .filter(|f| q.dir == "rx" && f.queue == q.queue)
+                .max_by(|x, y| x.share_pct.total_cmp(&y.share_pct));
             if let Some(top) = top {
                 r.evidence.push(format!(
                     "its top flow by attributed misses: {} {}:{} -> {}:{} ({:.1}%)",
@@ -263,7 +343,13 @@ mod tests {
             predicted_before: None,
             predicted_after: None,
         };
-        let share = |queue, share_pct| QueueShare { dir: "rx".into(), queue, misses: share_pct * 10.0, share_pct, ci_pct: None };
+        let share = |queue, share_pct| QueueShare {
+            dir: "rx".into(),
+            queue,
+            misses: share_pct * 10.0,
+            share_pct,
+            ci_pct: None,
+        };
         let a = Attribution {
             method: Method::AddressJoin,
             confidence: Confidence::High,
@@ -284,13 +370,28 @@ mod tests {
             pkts_per_s: 1e3,
         };
         // The overall top flow is on rx1; rx0's own top flow is the smaller one on rx0.
-        let flows = [flow(1000, 1, 60.0), flow(2000, 0, 20.0), flow(3000, 0, 10.0)];
+        let flows = [
+            flow(1000, 1, 60.0),
+            flow(2000, 0, 20.0),
+            flow(3000, 0, 10.0),
+        ];
         let mut recs = vec![rec("ens2 rx0"), rec("ens2"), rec("ens2 rx1")];
         super::target_with_attribution(&mut recs, &a, &flows);
         // The queue with the most attributed misses first; a target naming no queue last.
-        assert_eq!(recs.iter().map(|r| r.target.as_str()).collect::<Vec<_>>(), ["ens2 rx1", "ens2 rx0", "ens2"]);
-        assert!(recs[0].evidence[0].contains("rx1 carries 70.0%"), "{:?}", recs[0].evidence);
-        assert!(recs[0].evidence[1].contains(":1000 ") && recs[1].evidence[1].contains(":2000 "), "{:?}", recs);
+        assert_eq!(
+            recs.iter().map(|r| r.target.as_str()).collect::<Vec<_>>(),
+            ["ens2 rx1", "ens2 rx0", "ens2"]
+        );
+        assert!(
+            recs[0].evidence[0].contains("rx1 carries 70.0%"),
+            "{:?}",
+            recs[0].evidence
+        );
+        assert!(
+            recs[0].evidence[1].contains(":1000 ") && recs[1].evidence[1].contains(":2000 "),
+            "{:?}",
+            recs
+        );
         assert!(recs[2].evidence.is_empty());
     }
 }

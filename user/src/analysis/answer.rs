@@ -6,9 +6,9 @@ use serde::Serialize;
 use super::advice::{Advice, Outcome};
 use super::evidence::AttributionReport;
 use super::summary::Summary;
+pub use super::verdict::{no_change, verdicts, NoChange, QueueVerdict, VerdictKind};
 use crate::attribution::{Confidence, Method};
 use crate::snapshot::Dir;
-pub use super::verdict::{no_change, verdicts, NoChange, QueueVerdict, VerdictKind};
 /// A queue that leaks, with its share of the attributed misses.
 #[derive(Debug, Clone, Serialize)]
 pub struct LeakingQueue {
@@ -83,7 +83,9 @@ fn evidence_words(method: Method, stand_in: bool, summary: &Summary) -> String {
 pub fn answer(summary: &Summary, outcome: &Outcome) -> Answer {
     match outcome {
         Outcome::Advised(a) => build(summary, &a.attribution, Some(a.as_ref()), None),
-        Outcome::NoModel { why, attribution } => build(summary, attribution, None, Some(why.clone())),
+        Outcome::NoModel { why, attribution } => {
+            build(summary, attribution, None, Some(why.clone()))
+        }
     }
 }
 
@@ -92,19 +94,52 @@ pub fn answer_for_advice(summary: &Summary, a: &Advice) -> Answer {
     build(summary, &a.attribution, Some(a), None)
 }
 
-fn build(summary: &Summary, attribution: &AttributionReport, advice: Option<&Advice>, model_unavailable: Option<String>) -> Answer {
+fn build(
+    summary: &Summary,
+    attribution: &AttributionReport,
+    advice: Option<&Advice>,
+    model_unavailable: Option<String>,
+) -> Answer {
     let at = &attribution.chosen;
-    let share = |d: Dir, q: u32| at.queues.iter().find(|s| s.dir == d.as_str() && s.queue == q).map(|s| s.share_pct);
+    let share = |d: Dir, q: u32| {
+        at.queues
+            .iter()
+            .find(|s| s.dir == d.as_str() && s.queue == q)
+            .map(|s| s.share_pct)
+    };
     let mut leaking: Vec<LeakingQueue> = advice
-        .map(|a| a.verdicts.iter().filter(|v| v.verdict.leaks()).map(|v| LeakingQueue { dir: v.dir, queue: v.queue, verdict: v.verdict, share_pct: share(v.dir, v.queue) }).collect())
+        .map(|a| {
+            a.verdicts
+                .iter()
+                .filter(|v| v.verdict.leaks())
+                .map(|v| LeakingQueue {
+                    dir: v.dir,
+                    queue: v.queue,
+                    verdict: v.verdict,
+                    share_pct: share(v.dir, v.queue),
+                })
+                .collect()
+        })
         .unwrap_or_default();
-    leaking.sort_by(|a, b| b.share_pct.unwrap_or(-1.0).total_cmp(&a.share_pct.unwrap_or(-1.0)).then(b.verdict.cmp(&a.verdict)));
+    leaking.sort_by(|a, b| {
+        b.share_pct
+            .unwrap_or(-1.0)
+            .total_cmp(&a.share_pct.unwrap_or(-1.0))
+            .then(b.verdict.cmp(&a.verdict))
+    });
     let top_flows = at
         .flows
         .iter()
         .filter(|f| f.share_pct > 0.0)
         .take(ANSWER_FLOWS)
-        .map(|f| TopFlow { proto: f.proto.clone(), src: f.src.clone(), sport: f.sport, dst: f.dst.clone(), dport: f.dport, share_pct: f.share_pct })
+        .map(|f| TopFlow {
+            proto: f.proto.clone(),
+            src: f.src.clone(),
+            sport: f.sport,
+            dst: f.dst.clone(),
+            dport: f.dport,
+            share_pct: f.share_pct,
+        })
         .collect();
     let changes: Vec<Change> = advice
         .map(|a| {
@@ -125,13 +160,21 @@ fn build(summary: &Summary, attribution: &AttributionReport, advice: Option<&Adv
         Some(a) if changes.is_empty() => a.no_change.clone(),
         Some(_) => None,
         None => Some(NoChange {
-            reasons: vec![format!("the DDIO model could not run: {}", model_unavailable.clone().unwrap_or_default())],
+            reasons: vec![format!(
+                "the DDIO model could not run: {}",
+                model_unavailable.clone().unwrap_or_default()
+            )],
             next_steps: vec!["give the LLC to model: --llc-mib MIB --llc-ways N".into()],
         }),
     };
     Answer {
         leaking,
-        unknown: advice.map_or(0, |a| a.verdicts.iter().filter(|v| v.verdict == VerdictKind::Unknown).count()),
+        unknown: advice.map_or(0, |a| {
+            a.verdicts
+                .iter()
+                .filter(|v| v.verdict == VerdictKind::Unknown)
+                .count()
+        }),
         top_flows,
         method: at.method,
         confidence: at.confidence,

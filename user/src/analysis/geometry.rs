@@ -33,13 +33,19 @@ impl GeometryOverrides {
 pub fn geometry(rec: &Recording, o: GeometryOverrides) -> Result<LlcGeometry> {
     let base = match rec.meta.geometry.clone() {
         Some(g) => Some(g),
-        None => rec.host().llc.and_then(|l| LlcGeometry::new(l.size_bytes, l.ways, l.line_bytes.max(64)).ok()),
+        None => rec
+            .host()
+            .llc
+            .and_then(|l| LlcGeometry::new(l.size_bytes, l.ways, l.line_bytes.max(64)).ok()),
     };
     let g = match base {
         Some(g) => g,
         None => match (o.llc_mib, o.llc_ways) {
             (Some(mib), Some(ways)) => LlcGeometry::new((mib * 1048576.0) as u64, ways, 64)?,
-            _ => bail!("{} records no LLC geometry; pass --llc-mib and --llc-ways", rec.path.display()),
+            _ => bail!(
+                "{} records no LLC geometry; pass --llc-mib and --llc-ways",
+                rec.path.display()
+            ),
         },
     };
     Ok(g.with_overrides(o.llc_mib, o.llc_ways, o.ddio_ways)?)

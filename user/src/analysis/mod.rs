@@ -4,14 +4,14 @@
 //! report agree.
 pub mod advice;
 pub mod answer;
-pub mod verdict;
 pub mod evidence;
 pub mod geometry;
 pub mod observation;
 pub mod summary;
+pub mod verdict;
 
-pub use answer::{answer, Answer, QueueVerdict, VerdictKind};
 pub use advice::{advise, advise_or_explain, Advice, Outcome, MIN_PACKETS_FOR_PREDICTION};
+pub use answer::{answer, Answer, QueueVerdict, VerdictKind};
 pub use evidence::{attribution, evidence, other_stacks_bytes, AttributionReport};
 pub use geometry::{geometry, GeometryOverrides};
 pub use observation::observation;

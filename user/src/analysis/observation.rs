@@ -34,13 +34,24 @@ fn mdir(d: Dir) -> MDir {
 /// Trailing queue number of an IRQ name ("mlx5_comp3@pci:…", "eth0-TxRx-3").
 fn irq_queue(name: &str) -> Option<u32> {
     let head = name.split('@').next().unwrap_or(name);
-    let digits: String = head.chars().rev().take_while(|c| c.is_ascii_digit()).collect::<Vec<_>>().into_iter().rev().collect();
+    let digits: String = head
+        .chars()
+        .rev()
+        .take_while(|c| c.is_ascii_digit())
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
     digits.parse().ok()
 }
 
 /// The host, the interface and each queue that carried traffic, as the model and the
 /// recommendation engine take them; `summary` is the recording's, built once.
-pub fn observation(rec: &Recording, summary: &Summary, o: GeometryOverrides) -> Result<HostObservation> {
+pub fn observation(
+    rec: &Recording,
+    summary: &Summary,
+    o: GeometryOverrides,
+) -> Result<HostObservation> {
     let iface = rec.iface();
     let host = rec.host();
     let dur = rec.duration_s().max(1e-9);
@@ -60,12 +71,19 @@ pub fn observation(rec: &Recording, summary: &Summary, o: GeometryOverrides) -> 
             .filter(|p| p.dir == q.dir && p.queue == q.queue && p.ts[LIFE_START] > 0)
             .filter_map(|p| {
                 let copied = p.ts[RX_COPY_TO_FREE];
-                let last = if p.dir == Dir::Rx && copied > 0 { copied } else { p.free_ns };
+                let last = if p.dir == Dir::Rx && copied > 0 {
+                    copied
+                } else {
+                    p.free_ns
+                };
                 (last > p.ts[LIFE_START]).then(|| (last - p.ts[LIFE_START]) as f64)
             })
             .collect();
         lives.sort_by(|a, b| a.total_cmp(b));
-        let pct = |v: &[f64], p: f64| v.get(((v.len() as f64 - 1.0) * p).round() as usize).copied();
+        let pct = |v: &[f64], p: f64| {
+            v.get(((v.len() as f64 - 1.0) * p).round() as usize)
+                .copied()
+        };
         let (p50, p99) = if lives.len() >= 20 {
             (pct(&lives, 0.5), pct(&lives, 0.99))
         } else {
@@ -101,7 +119,11 @@ pub fn observation(rec: &Recording, summary: &Summary, o: GeometryOverrides) -> 
     for (irq, info) in &iface.irqs {
         if let Some(q) = irq_queue(&info.name) {
             queue_irqs.push((q, *irq));
-            let node = info.cpus.first().and_then(|c| host.cpu_node.get(c)).copied();
+            let node = info
+                .cpus
+                .first()
+                .and_then(|c| host.cpu_node.get(c))
+                .copied();
             queue_cpus_numa.push((q, node));
         }
     }
@@ -110,7 +132,10 @@ pub fn observation(rec: &Recording, summary: &Summary, o: GeometryOverrides) -> 
         for p in records.records.iter().filter(|p| p.dir == Dir::Rx) {
             seen.entry(p.queue).or_insert(p.cpu);
         }
-        queue_cpus_numa = seen.into_iter().map(|(q, cpu)| (q, host.cpu_node.get(&cpu).copied())).collect();
+        queue_cpus_numa = seen
+            .into_iter()
+            .map(|(q, cpu)| (q, host.cpu_node.get(&cpu).copied()))
+            .collect();
     }
     let mut node_cpus: BTreeMap<i32, Vec<u32>> = BTreeMap::new();
     for (cpu, node) in &host.cpu_node {
@@ -118,11 +143,22 @@ pub fn observation(rec: &Recording, summary: &Summary, o: GeometryOverrides) -> 
     }
     let node_cpulists = node_cpus
         .into_iter()
-        .map(|(n, cpus)| (n, cpus.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",")))
+        .map(|(n, cpus)| {
+            (
+                n,
+                cpus.iter()
+                    .map(|c| c.to_string())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            )
+        })
         .collect();
     let counters = {
         let r = &summary.counters;
-        let usable = matches!(rec.meta.counters_source, Some(CounterSource::Live | CounterSource::Imported));
+        let usable = matches!(
+            rec.meta.counters_source,
+            Some(CounterSource::Live | CounterSource::Imported)
+        );
         let socket = iface.counter_socket();
         r.sockets
             .iter()
@@ -155,15 +191,24 @@ pub fn observation(rec: &Recording, summary: &Summary, o: GeometryOverrides) -> 
 /// how many came back through the pool's cache (LIFO, warm), through its ring (oldest
 /// first), or fresh from the page allocator. None when no pool counted anything.
 pub fn stack_inputs(pools: &[crate::snapshot::PagePoolStat]) -> Option<StackInputs> {
-    let sum = |f: fn(&crate::snapshot::PagePoolStat) -> u64| pools.iter().map(f).fold(0u64, u64::saturating_add) as f64;
+    let sum = |f: fn(&crate::snapshot::PagePoolStat) -> u64| {
+        pools.iter().map(f).fold(0u64, u64::saturating_add) as f64
+    };
     let taken = sum(|p| p.alloc_fast) + sum(|p| p.alloc_slow) + sum(|p| p.alloc_slow_high_order);
     if taken <= 0.0 {
         return None;
     }
     let fresh = ((sum(|p| p.alloc_slow) + sum(|p| p.alloc_slow_high_order)) / taken).min(1.0);
     let cache = (sum(|p| p.recycle_cached) / taken).min(1.0 - fresh);
-    let ring = (sum(|p| p.recycle_ring) / taken).min(1.0 - fresh - cache).max(0.0);
-    Some(StackInputs { cache_share: Some(cache), ring_share: Some(ring), fresh_share: Some(fresh), ..StackInputs::default() })
+    let ring = (sum(|p| p.recycle_ring) / taken)
+        .min(1.0 - fresh - cache)
+        .max(0.0);
+    Some(StackInputs {
+        cache_share: Some(cache),
+        ring_share: Some(ring),
+        fresh_share: Some(fresh),
+        ..StackInputs::default()
+    })
 }
 
 #[cfg(test)]
@@ -173,15 +218,39 @@ mod tests {
 
     #[test]
     fn page_pool_counts_become_recycling_shares() {
-        let pool = |fast, slow, cached, ring| PagePoolStat { id: 1, napi_id: None, alloc_fast: fast, alloc_slow: slow, alloc_slow_high_order: 0, alloc_empty: 0, alloc_refill: 0, alloc_waive: 0, recycle_cached: cached, recycle_cache_full: 0, recycle_ring: ring, recycle_ring_full: 0, recycle_released_refcnt: 0 };
+        let pool = |fast, slow, cached, ring| PagePoolStat {
+            id: 1,
+            napi_id: None,
+            alloc_fast: fast,
+            alloc_slow: slow,
+            alloc_slow_high_order: 0,
+            alloc_empty: 0,
+            alloc_refill: 0,
+            alloc_waive: 0,
+            recycle_cached: cached,
+            recycle_cache_full: 0,
+            recycle_ring: ring,
+            recycle_ring_full: 0,
+            recycle_released_refcnt: 0,
+        };
         assert_eq!(stack_inputs(&[]), None);
         assert_eq!(stack_inputs(&[pool(0, 0, 0, 0)]), None);
         let st = stack_inputs(&[pool(800, 100, 500, 200), pool(100, 0, 100, 100)]).unwrap();
-        let (c, r, f) = (st.cache_share.unwrap(), st.ring_share.unwrap(), st.fresh_share.unwrap());
-        assert!((f - 0.1).abs() < 1e-9 && (c - 0.6).abs() < 1e-9 && (r - 0.3).abs() < 1e-9, "{st:?}");
+        let (c, r, f) = (
+            st.cache_share.unwrap(),
+            st.ring_share.unwrap(),
+            st.fresh_share.unwrap(),
+        );
+        assert!(
+            (f - 0.1).abs() < 1e-9 && (c - 0.6).abs() < 1e-9 && (r - 0.3).abs() < 1e-9,
+            "{st:?}"
+        );
         // Counts that overlap (a recycled page counted twice) never give shares over 1.
         let st = stack_inputs(&[pool(100, 50, 200, 200)]).unwrap();
-        assert!(st.cache_share.unwrap() + st.ring_share.unwrap() + st.fresh_share.unwrap() <= 1.0 + 1e-9);
+        assert!(
+            st.cache_share.unwrap() + st.ring_share.unwrap() + st.fresh_share.unwrap()
+                <= 1.0 + 1e-9
+        );
     }
 
     #[test]

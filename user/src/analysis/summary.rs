@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::recording::Recording;
-use crate::units::fmt_duration;
 use crate::snapshot::{hist_percentile, Dir, QueueCounters, NSTAGES};
+use crate::units::fmt_duration;
 
 #[derive(Debug, Serialize)]
 pub struct Summary {
@@ -188,7 +188,11 @@ pub struct MissFlow {
 
 fn miss_report(rec: &Recording, totals: &[QueueCounters]) -> Result<MissReport> {
     let mut m = MissReport {
-        source: rec.meta.miss_sampling.clone().unwrap_or_else(|| "absent (not recorded)".into()),
+        source: rec
+            .meta
+            .miss_sampling
+            .clone()
+            .unwrap_or_else(|| "absent (not recorded)".into()),
         samples: 0,
         on_packet_buffers: 0,
         other_addr: 0,
@@ -216,7 +220,11 @@ fn miss_report(rec: &Recording, totals: &[QueueCounters]) -> Result<MissReport> 
         queues: Vec::new(),
         flows: Vec::new(),
         regions: Vec::new(),
-        buffer_join: rec.meta.buffer_join.clone().unwrap_or_else(|| "not recorded".into()),
+        buffer_join: rec
+            .meta
+            .buffer_join
+            .clone()
+            .unwrap_or_else(|| "not recorded".into()),
         buffer_map: BufferMapReport {
             capacity: rec.meta.buf_pages_capacity,
             ..Default::default()
@@ -250,7 +258,16 @@ fn miss_report(rec: &Recording, totals: &[QueueCounters]) -> Result<MissReport> 
     m.buffer_map.entries_last = x.buf.entries;
     m.buffer_map.pages.entries = None;
     let age = x.age_hist.clone();
-    m.queues = x.queues.iter().map(|&(dir, queue, a, c)| MissQueue { dir, queue, addr_join: a, cpu_ctx: c }).collect();
+    m.queues = x
+        .queues
+        .iter()
+        .map(|&(dir, queue, a, c)| MissQueue {
+            dir,
+            queue,
+            addr_join: a,
+            cpu_ctx: c,
+        })
+        .collect();
     m.flows = x
         .flows
         .iter()
@@ -265,8 +282,13 @@ fn miss_report(rec: &Recording, totals: &[QueueCounters]) -> Result<MissReport> 
             cpu_ctx: *c,
         })
         .collect();
-    m.regions = x.regions.iter().map(|(r, n)| (format!("{:#x}", r << 21), *n)).collect();
-    m.flows.sort_by_key(|f| std::cmp::Reverse(f.addr_join + f.cpu_ctx));
+    m.regions = x
+        .regions
+        .iter()
+        .map(|(r, n)| (format!("{:#x}", r << 21), *n))
+        .collect();
+    m.flows
+        .sort_by_key(|f| std::cmp::Reverse(f.addr_join + f.cpu_ctx));
     if m.samples == 0 {
         m.no_flow = None;
     }
@@ -274,7 +296,10 @@ fn miss_report(rec: &Recording, totals: &[QueueCounters]) -> Result<MissReport> 
     let span_s = rec.duration_s();
     if m.duty > 1 {
         m.sampled_ms = x.sampled_ns.map(|ns| ns as f64 / 1e6);
-        m.duty_measured = x.sampled_ns.filter(|&ns| ns > 0).map(|ns| t.span_ns as f64 / ns as f64);
+        m.duty_measured = x
+            .sampled_ns
+            .filter(|&ns| ns > 0)
+            .map(|ns| t.span_ns as f64 / ns as f64);
     }
     // The time the sampler ran: measured, else the nominal share.
     let sampler_s = m.sampled_ms.map_or(span_s / m.duty as f64, |ms| ms / 1e3);
@@ -291,14 +316,27 @@ fn miss_report(rec: &Recording, totals: &[QueueCounters]) -> Result<MissReport> 
     let to_flows: u64 = m.flows.iter().map(|f| f.addr_join + f.cpu_ctx).sum();
     // The queue counts and the flow map are read one after the other while samples keep
     // coming, queues first: a difference within 0.1 % is that, not loss.
-    m.flow_charges_lost = m.no_flow.map(|n| charged.saturating_sub(to_flows + n)).map(|d| if d * 1000 <= charged { 0 } else { d });
+    m.flow_charges_lost = m
+        .no_flow
+        .map(|n| charged.saturating_sub(to_flows + n))
+        .map(|d| if d * 1000 <= charged { 0 } else { d });
     m.age_p50_ns = hist_percentile(&age, 50.0, 0);
     m.age_p99_ns = hist_percentile(&age, 99.0, 0);
-    let joined = [Dir::Rx, Dir::Tx].map(|d| m.queues.iter().filter(|q| q.dir == d).map(|q| q.addr_join).sum::<u64>());
+    let joined = [Dir::Rx, Dir::Tx].map(|d| {
+        m.queues
+            .iter()
+            .filter(|q| q.dir == d)
+            .map(|q| q.addr_join)
+            .sum::<u64>()
+    });
     if age.iter().any(|&c| c > 0) {
         m.age_split = hist_percentile(&life_mixture(&life, joined), 99.0, 0).map(|p99| {
             let (within_life, after_life) = split_ages(&age, p99);
-            AgeSplit { life_p99_ns: p99, within_life, after_life }
+            AgeSplit {
+                life_p99_ns: p99,
+                within_life,
+                after_life,
+            }
         });
     }
     m.age_hist = age;
@@ -341,13 +379,27 @@ pub struct NicPort {
 }
 
 fn counters_report(rec: &Recording) -> Result<CountersReport> {
-    let source = rec.meta.counters_source.unwrap_or(crate::counters::CounterSource::Absent).to_string();
+    let source = rec
+        .meta
+        .counters_source
+        .unwrap_or(crate::counters::CounterSource::Absent)
+        .to_string();
     // A recording can hold several sources (software live + imported): report the current one.
     let totals = rec.counter_totals(&source)?;
     let (readings, dur) = (totals.readings, totals.duration_s);
-    let sockets = if readings.is_empty() || dur <= 0.0 { Vec::new() } else { crate::counters::socket_metrics(&readings, dur) };
-    let mut warnings: Vec<String> =
-        sockets.iter().flat_map(|s| s.warnings.iter().map(move |w| format!("socket {}: {w}", s.socket))).collect();
+    let sockets = if readings.is_empty() || dur <= 0.0 {
+        Vec::new()
+    } else {
+        crate::counters::socket_metrics(&readings, dur)
+    };
+    let mut warnings: Vec<String> = sockets
+        .iter()
+        .flat_map(|s| {
+            s.warnings
+                .iter()
+                .map(move |w| format!("socket {}: {w}", s.socket))
+        })
+        .collect();
     let (skipped, named) = rec.unreadable_counter_rows(&source)?;
     if skipped > 0 {
         warnings.push(format!(
@@ -362,7 +414,11 @@ fn counters_report(rec: &Recording) -> Result<CountersReport> {
         let boxed = iface.iio_box.clone();
         // All partitions of the NIC's box: which lanes of the stack the NIC
         // uses is not visible from sysfs.
-        let ports: Vec<_> = sockets.iter().flat_map(|s| s.ports.iter()).filter(|p| Some(&p.pmu) == boxed.as_ref()).collect();
+        let ports: Vec<_> = sockets
+            .iter()
+            .flat_map(|s| s.ports.iter())
+            .filter(|p| Some(&p.pmu) == boxed.as_ref())
+            .collect();
         let sum = |f: &dyn Fn(&crate::counters::metrics::PortBandwidth) -> f64| {
             (!ports.is_empty()).then(|| ports.iter().map(|p| f(p)).sum::<f64>())
         };
@@ -372,21 +428,35 @@ fn counters_report(rec: &Recording) -> Result<CountersReport> {
             inbound_write_mbps: sum(&|p| p.write_mbps),
             inbound_read_mbps: sum(&|p| p.read_mbps),
             note: match (&boxed, ports.is_empty()) {
-                (None, _) => format!("root bus {root}: no uncore IIO box maps to it on the recording host"),
-                (Some(b), true) => format!("{b} (root bus {root}): no per-box IIO readings in this recording"),
+                (None, _) => {
+                    format!("root bus {root}: no uncore IIO box maps to it on the recording host")
+                }
+                (Some(b), true) => {
+                    format!("{b} (root bus {root}): no per-box IIO readings in this recording")
+                }
                 (Some(b), false) => format!("{b} (root bus {root}), all partitions summed"),
             },
         }
     });
-    let have = sockets.iter().any(|s| s.write_miss_pct.is_some() || s.inbound_write_mbps.is_some() || s.dram_read_mbps.is_some());
+    let have = sockets.iter().any(|s| {
+        s.write_miss_pct.is_some() || s.inbound_write_mbps.is_some() || s.dram_read_mbps.is_some()
+    });
     let (cpu_has_ddio, absent, next) = counters_absent(rec, &source, totals.rows);
-    let (absent_why, next_step) = if have { (None, None) } else { (Some(absent), next) };
+    let (absent_why, next_step) = if have {
+        (None, None)
+    } else {
+        (Some(absent), next)
+    };
     Ok(CountersReport {
         cpu_has_ddio,
         absent_why,
         next_step,
         nic_port,
-        platform: rec.meta.platform.clone().unwrap_or_else(|| "unknown".into()),
+        platform: rec
+            .meta
+            .platform
+            .clone()
+            .unwrap_or_else(|| "unknown".into()),
         source,
         sockets,
         warnings,
@@ -398,21 +468,42 @@ fn counters_report(rec: &Recording) -> Result<CountersReport> {
 /// Whether the recording host has DDIO at all, why a recording has no DDIO numbers, and
 /// the next step where there is one: DDIO exists on Intel Xeon server parts only, and
 /// `scripts/capture-counters.sh` captures its counters there.
-fn counters_absent(rec: &Recording, source: &str, rows: u64) -> (Option<bool>, String, Option<String>) {
+fn counters_absent(
+    rec: &Recording,
+    source: &str,
+    rows: u64,
+) -> (Option<bool>, String, Option<String>) {
     use crate::counters::Detection;
     let capture = "capture on the host with scripts/capture-counters.sh, then `ddioscope import-counters REC FILE`".to_string();
     let vendor = rec.host().cpu_vendor;
     let non_intel = !vendor.is_empty() && vendor != "GenuineIntel";
     match rec.meta.platform_detection() {
-        Some(Detection::Unsupported { reason, .. }) if non_intel => (Some(false), format!("no DDIO on this CPU; model only: {reason}"), None),
-        Some(Detection::Unsupported { reason, .. }) => (Some(false), format!("no DDIO counters for this CPU; model only: {reason}"), None),
-        _ if non_intel => (Some(false), format!("no DDIO on this CPU; model only: {vendor} has no DDIO"), None),
+        Some(Detection::Unsupported { reason, .. }) if non_intel => (
+            Some(false),
+            format!("no DDIO on this CPU; model only: {reason}"),
+            None,
+        ),
+        Some(Detection::Unsupported { reason, .. }) => (
+            Some(false),
+            format!("no DDIO counters for this CPU; model only: {reason}"),
+            None,
+        ),
+        _ if non_intel => (
+            Some(false),
+            format!("no DDIO on this CPU; model only: {vendor} has no DDIO"),
+            None,
+        ),
         detected => {
             let has = detected.map(|_| true);
             if source == "software" {
                 (has, format!("software events only, {rows} readings: this host has no uncore PMU, so no DDIO numbers"), Some(capture))
             } else {
-                let why = rec.meta.counters_notes.as_ref().and_then(|n| n.first().cloned()).unwrap_or_else(|| "no counters in this recording".into());
+                let why = rec
+                    .meta
+                    .counters_notes
+                    .as_ref()
+                    .and_then(|n| n.first().cloned())
+                    .unwrap_or_else(|| "no counters in this recording".into());
                 (has, why, Some(capture))
             }
         }
@@ -490,7 +581,10 @@ fn tiers(
     };
     let threshold = m.flow_sample_bytes.unwrap_or(1);
     let skbs: u64 = flows.iter().filter_map(|f| f.samples).sum();
-    let from_sockets = flows.iter().filter(|f| f.source.as_deref() == Some("socket")).count();
+    let from_sockets = flows
+        .iter()
+        .filter(|f| f.source.as_deref() == Some("socket"))
+        .count();
     let sockets_note = match from_sockets {
         0 => String::new(),
         n => format!("; {n} TCP flow{} ending in a local socket counted exactly by the socket's own counters", if n == 1 { "" } else { "s" }),
@@ -524,10 +618,17 @@ fn tiers(
             },
         },
     };
-    let timed: u64 = totals.iter().map(|q| q.stage_count[q.dir.lifetime_stage()].max(q.stage_count[0])).sum();
+    let timed: u64 = totals
+        .iter()
+        .map(|q| q.stage_count[q.dir.lifetime_stage()].max(q.stage_count[0]))
+        .sum();
     let stage_every = m.stage_every.unwrap_or(1).max(1);
     let detail_s = rec.detail_ns()?.map(|ns| ns as f64 / 1e9);
-    let on_packets = if stage_every > 1 { format!("1 in {stage_every} packets") } else { "every packet".into() };
+    let on_packets = if stage_every > 1 {
+        format!("1 in {stage_every} packets")
+    } else {
+        "every packet".into()
+    };
     let (kind, when) = match (m.detail, m.window_ms, m.window_cycle_ms) {
         (Some(DetailMode::Counts), _, _) => ("absent", String::new()),
         (Some(DetailMode::Windows), Some(w), Some(c)) => (
@@ -536,7 +637,11 @@ fn tiers(
                 "in windows of {} every {}{}",
                 fmt_duration(w * 1e6),
                 fmt_duration(c * 1e6),
-                detail_s.map_or(String::new(), |d| format!(", {} of {} in all", fmt_duration(d * 1e9), fmt_duration(rec.duration_s() * 1e9)))
+                detail_s.map_or(String::new(), |d| format!(
+                    ", {} of {} in all",
+                    fmt_duration(d * 1e9),
+                    fmt_duration(rec.duration_s() * 1e9)
+                ))
             ),
         ),
         _ => ("continuous", "all the time".to_string()),
@@ -553,7 +658,11 @@ fn tiers(
     };
     let rec_every = m.sample_every.unwrap_or(0);
     let records = Provenance {
-        kind: if rec_every == 0 || kind == "absent" { "absent" } else { kind },
+        kind: if rec_every == 0 || kind == "absent" {
+            "absent"
+        } else {
+            kind
+        },
         every: (rec_every > 0).then_some(rec_every),
         samples: Some(records),
         text: if rec_every == 0 || kind == "absent" {
@@ -562,7 +671,12 @@ fn tiers(
             format!("1 in {rec_every} packets' lives, {when}: {records} records")
         },
     };
-    Ok(Tiers { counts, flows, stages, records })
+    Ok(Tiers {
+        counts,
+        flows,
+        stages,
+        records,
+    })
 }
 
 #[derive(Debug, Serialize)]
@@ -727,7 +841,12 @@ pub fn build(rec: &Recording) -> Result<Summary> {
     let iface = rec.iface();
     let host = rec.host();
     let dur = rec.duration_s();
-    let hooks: Vec<serde_json::Value> = rec.meta.hooks.clone().and_then(|h| serde_json::from_value(h).ok()).unwrap_or_default();
+    let hooks: Vec<serde_json::Value> = rec
+        .meta
+        .hooks
+        .clone()
+        .and_then(|h| serde_json::from_value(h).ok())
+        .unwrap_or_default();
     let hook_name = |h: &serde_json::Value| {
         format!(
             "{}:{}",
@@ -765,19 +884,32 @@ pub fn build(rec: &Recording) -> Result<Summary> {
         flow_windows: rec.meta.flow_windows,
         windows_opened: rec.meta.windows_opened,
         napi_counts: rec.meta.napi_counts.clone(),
-        hooks: hooks.iter().filter(|h| !h["flavor"].is_null()).map(hook_name).collect(),
+        hooks: hooks
+            .iter()
+            .filter(|h| !h["flavor"].is_null())
+            .map(hook_name)
+            .collect(),
         hooks_missing: hooks
             .iter()
             .filter(|h| h["flavor"].is_null())
-            .map(|h| h.get("tracepoint").and_then(|v| v.as_str()).unwrap_or("?").to_string())
+            .map(|h| {
+                h.get("tracepoint")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("?")
+                    .to_string()
+            })
             .collect(),
     };
     // Every queue the device has, and any other the probes counted on: an idle queue is a
     // finding too.
-    let mut all: BTreeMap<(Dir, u32), QueueCounters> = totals.iter().map(|q| ((q.dir, q.queue), q.clone())).collect();
+    let mut all: BTreeMap<(Dir, u32), QueueCounters> = totals
+        .iter()
+        .map(|q| ((q.dir, q.queue), q.clone()))
+        .collect();
     for (dir, n) in [(Dir::Rx, iface.rx_queues), (Dir::Tx, iface.tx_queues)] {
         for q in 0..n.min(MAX_LISTED_QUEUES) {
-            all.entry((dir, q)).or_insert_with(|| QueueCounters::new(dir, q));
+            all.entry((dir, q))
+                .or_insert_with(|| QueueCounters::new(dir, q));
         }
     }
     let queues = all
@@ -794,8 +926,16 @@ pub fn build(rec: &Recording) -> Result<Summary> {
                 queue: q.queue,
                 packets: q.packets,
                 bytes: q.bytes,
-                packets_per_s: if dur > 0.0 { q.packets as f64 / dur } else { 0.0 },
-                mbit_per_s: if dur > 0.0 { q.bytes as f64 * 8.0 / dur / 1e6 } else { 0.0 },
+                packets_per_s: if dur > 0.0 {
+                    q.packets as f64 / dur
+                } else {
+                    0.0
+                },
+                mbit_per_s: if dur > 0.0 {
+                    q.bytes as f64 * 8.0 / dur / 1e6
+                } else {
+                    0.0
+                },
                 avg_pkt_bytes: (q.packets > 0).then(|| q.bytes as f64 / q.packets as f64),
                 drops: q.drops,
                 napi: (q.dir == Dir::Rx && q.napi_polls > 0).then(|| NapiReport {
@@ -833,13 +973,21 @@ pub fn build(rec: &Recording) -> Result<Summary> {
     let e = rec.event_totals()?;
     // Every tracked packet whose free was seen completed its whole-life stage.
     let freed: u64 = totals.iter().map(|q| q.stage_count[NSTAGES - 1]).sum();
-    let unended = totals.iter().map(|q| q.unended).sum::<u64>().max(e.state_evicted.saturating_add(e.state_stale));
+    let unended = totals
+        .iter()
+        .map(|q| q.unended)
+        .sum::<u64>()
+        .max(e.state_evicted.saturating_add(e.state_stale));
     let drop_reasons = rec.drop_reasons()?;
     let drops = Drops {
         total: drop_reasons.iter().map(|(_, c)| c).sum(),
         reasons: drop_reasons
             .iter()
-            .map(|(r, c)| DropReason { reason: *r, name: drop_names.get(r).cloned(), count: *c })
+            .map(|(r, c)| DropReason {
+                reason: *r,
+                name: drop_names.get(r).cloned(),
+                count: *c,
+            })
             .collect(),
     };
     let counters = counters_report(rec)?;
@@ -873,9 +1021,15 @@ pub fn build(rec: &Recording) -> Result<Summary> {
 /// host's other devices ("" for recordings from before the plan was kept).
 fn host_wide_words(plan: Option<&[crate::probe::HookPlan]>) -> String {
     use crate::probe::{Scope, When};
-    let Some(plan) = plan else { return String::new() };
+    let Some(plan) = plan else {
+        return String::new();
+    };
     let named = |when: When| {
-        let mut v: Vec<&str> = plan.iter().filter(|h| h.scope == Scope::Host && h.when == when).map(|h| h.hook.as_str()).collect();
+        let mut v: Vec<&str> = plan
+            .iter()
+            .filter(|h| h.scope == Scope::Host && h.when == when)
+            .map(|h| h.hook.as_str())
+            .collect();
         v.sort_unstable();
         v.dedup();
         v.join(", ")
@@ -901,7 +1055,7 @@ mod tests {
         age[10] = 100; // [1024, 2048) ns
         age[12] = 40; // [4096, 8192)
         age[20] = 7; // ~1 ms
-        // A bound on a bucket edge splits nothing.
+                     // A bound on a bucket edge splits nothing.
         assert_eq!(split_ages(&age, 4096), (100, 47));
         // Inside a bucket: its share on each side, by range.
         assert_eq!(split_ages(&age, 6144), (120, 27));
@@ -920,7 +1074,7 @@ mod tests {
         let mut life = [[0u64; 32]; 2];
         life[0][10] = 1000; // RX buffers live ~1-2 µs
         life[1][20] = 10; // TX completions take ~1-2 ms
-        // Only RX joins: the TX lives do not stretch the bound, however few RX lives there are.
+                          // Only RX joins: the TX lives do not stretch the bound, however few RX lives there are.
         let p99 = hist_percentile(&life_mixture(&life, [500, 0]), 99.0, 0).unwrap();
         assert!((1024..2048).contains(&p99), "{p99}");
         let p99 = hist_percentile(&life_mixture(&life, [1, 1]), 99.0, 0).unwrap();

@@ -75,14 +75,25 @@ fn sdir(d: MDir) -> Dir {
 
 /// Why the model gave a queue its verdict: the socket's rings together against DDIO's
 /// capacity, or the queue's residence against the time DDIO takes to turn over.
-fn reason(qa: &QueueAnalytic, sock: &SocketAnalytic, g: &LlcGeometry, o: Option<&QueueObservation>) -> String {
+fn reason(
+    qa: &QueueAnalytic,
+    sock: &SocketAnalytic,
+    g: &LlcGeometry,
+    o: Option<&QueueObservation>,
+) -> String {
     let rx = qa.dir == MDir::Rx;
     let socket_verdict = if rx { sock.rx_verdict } else { sock.tx_verdict };
     let rings = if rx { "RX rings" } else { "RX and TX rings" };
-    let need = if rx { sock.rx_footprint_bytes } else { sock.rx_footprint_bytes + sock.tx_footprint_bytes };
+    let need = if rx {
+        sock.rx_footprint_bytes
+    } else {
+        sock.rx_footprint_bytes + sock.tx_footprint_bytes
+    };
     let nominal = fmt_bytes(g.ddio_capacity_bytes() as f64);
     if qa.verdict > socket_verdict {
-        let waits = o.and_then(|o| o.residence_ns_p50).map_or_else(|| "?".into(), fmt_duration);
+        let waits = o
+            .and_then(|o| o.residence_ns_p50)
+            .map_or_else(|| "?".into(), fmt_duration);
         return format!(
             "its buffers wait {waits} at p50 from DMA to the last CPU read, {} the {} in which the socket's DMA writes turn over the usable {} of DDIO",
             if qa.verdict == Verdict::Leaky { "longer than" } else { "close to" },
@@ -110,7 +121,11 @@ fn reason(qa: &QueueAnalytic, sock: &SocketAnalytic, g: &LlcGeometry, o: Option<
 
 /// Every modelled queue's verdict with its reason. A TX queue with no ring size and no
 /// predicted hit rate is unknown: its footprint would rest on an assumed ring alone.
-pub fn verdicts(obs: &HostObservation, model: &ModelView, driver: Option<&str>) -> Vec<QueueVerdict> {
+pub fn verdicts(
+    obs: &HostObservation,
+    model: &ModelView,
+    driver: Option<&str>,
+) -> Vec<QueueVerdict> {
     model
         .queues
         .iter()
@@ -157,14 +172,23 @@ pub struct NoChange {
 }
 
 /// Why the recommendation engine found nothing, from what it was given.
-pub fn no_change(obs: &HostObservation, verdicts: &[QueueVerdict], file: &str, driver: Option<&str>, no_ddio: bool) -> NoChange {
+pub fn no_change(
+    obs: &HostObservation,
+    verdicts: &[QueueVerdict],
+    file: &str,
+    driver: Option<&str>,
+    no_ddio: bool,
+) -> NoChange {
     let mut reasons = Vec::new();
     let mut next_steps = Vec::new();
     let rx: Vec<&QueueObservation> = obs.queues.iter().filter(|q| q.dir == MDir::Rx).collect();
     if rx.is_empty() {
         reasons.push("no RX traffic in the window: there is nothing to size".to_string());
         next_steps.push("record while the traffic of interest runs".into());
-        return NoChange { reasons, next_steps };
+        return NoChange {
+            reasons,
+            next_steps,
+        };
     }
     if no_ddio {
         reasons.push("this CPU has no DDIO: there is nothing on this host to tune".to_string());
@@ -194,6 +218,8 @@ pub fn no_change(obs: &HostObservation, verdicts: &[QueueVerdict], file: &str, d
             next_steps.push("capture DDIO counters to measure the misses: scripts/capture-counters.sh, then ddioscope import-counters".into());
         }
     }
-    NoChange { reasons, next_steps }
+    NoChange {
+        reasons,
+        next_steps,
+    }
 }
-

@@ -70,7 +70,13 @@ impl Rng {
 }
 
 fn flow_id(f: u32) -> FlowId {
-    FlowId { proto: "tcp".into(), src: format!("10.0.0.{}", 10 + f), sport: 40000 + f as u16, dst: "10.0.1.1".into(), dport: 5201 }
+    FlowId {
+        proto: "tcp".into(),
+        src: format!("10.0.0.{}", 10 + f),
+        sport: 40000 + f as u16,
+        dst: "10.0.1.1".into(),
+        dport: 5201,
+    }
 }
 
 struct Run {
@@ -123,13 +129,20 @@ fn build(name: &'static str, json: &str, seed: u64, intervals: usize) -> Scenari
         }))
         .collect();
     let mut results = simulate_phases(&base, &phases);
-    let pre_handups = results.get_mut(lead_in.len() - 1).map(|r| std::mem::take(&mut r.handups)).unwrap_or_default();
+    let pre_handups = results
+        .get_mut(lead_in.len() - 1)
+        .map(|r| std::mem::take(&mut r.handups))
+        .unwrap_or_default();
     let runs = phases
         .iter()
         .zip(results)
         .skip(lead_in.len())
         .map(|(p, mut res)| {
-            assert_eq!((res.misses_dropped, res.handups_dropped), (0, 0), "miss log too small");
+            assert_eq!(
+                (res.misses_dropped, res.handups_dropped),
+                (0, 0),
+                "miss log too small"
+            );
             let loads = res
                 .misses
                 .iter()
@@ -151,7 +164,13 @@ fn build(name: &'static str, json: &str, seed: u64, intervals: usize) -> Scenari
         })
         .collect();
     let shared_pool = base.reuse == crate::model::Reuse::Fifo;
-    Scenario { name, base, runs, shared_pool, pre_handups }
+    Scenario {
+        name,
+        base,
+        runs,
+        shared_pool,
+        pre_handups,
+    }
 }
 
 /// Per-queue (io_write + cpu_read), cpu_read-only and io_write-only truth over all intervals.
@@ -172,7 +191,9 @@ fn truth(sc: &Scenario) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
 
 fn pct(v: &[f64]) -> Vec<f64> {
     let s: f64 = v.iter().sum();
-    v.iter().map(|x| if s > 0.0 { 100.0 * x / s } else { 0.0 }).collect()
+    v.iter()
+        .map(|x| if s > 0.0 { 100.0 * x / s } else { 0.0 })
+        .collect()
 }
 
 /// Packet bytes per flow id of a spec (flows listed explicitly in every scenario).
@@ -208,8 +229,18 @@ fn regression_input(sc: &Scenario, rng: &mut Rng, other_stacks_read: bool) -> Re
             *flow_tot.entry(f as u32).or_default() += p * b as f64;
         }
         let secs = r.secs;
-        let w: f64 = r.res.per_queue.iter().map(|h| h.io_write_misses as f64).sum();
-        let l: f64 = r.res.per_queue.iter().map(|h| h.cpu_read_misses as f64).sum();
+        let w: f64 = r
+            .res
+            .per_queue
+            .iter()
+            .map(|h| h.io_write_misses as f64)
+            .sum();
+        let l: f64 = r
+            .res
+            .per_queue
+            .iter()
+            .map(|h| h.cpu_read_misses as f64)
+            .sum();
         w_rate += w;
         l_rate += l;
         secs_all += secs;
@@ -217,12 +248,17 @@ fn regression_input(sc: &Scenario, rng: &mut Rng, other_stacks_read: bool) -> Re
     }
     let (w_bg, l_bg) = (0.05 * w_rate / secs_all, 0.05 * l_rate / secs_all);
     let net_bytes = |q: &Vec<f64>| q.iter().sum::<f64>();
-    let mean_net = rows.iter().map(|(_, q, _, _)| net_bytes(q)).sum::<f64>() / rows.len().max(1) as f64;
+    let mean_net =
+        rows.iter().map(|(_, q, _, _)| net_bytes(q)).sum::<f64>() / rows.len().max(1) as f64;
     for (i, (secs, qbytes, w, l)) in rows.into_iter().enumerate() {
         let s = &sc.runs[i].spec;
         let queues = (0..nq)
             .map(|q| {
-                let res_us = s.queue_residence_us.get(q).copied().unwrap_or(s.residence_us);
+                let res_us = s
+                    .queue_residence_us
+                    .get(q)
+                    .copied()
+                    .unwrap_or(s.residence_us);
                 QueueFeatures {
                     queue: QueueId::rx(q as u32),
                     inbound_bytes: qbytes[q],
@@ -233,18 +269,30 @@ fn regression_input(sc: &Scenario, rng: &mut Rng, other_stacks_read: bool) -> Re
             .collect();
         let load = 0.5 * rng.range(0.5, 1.5) + 0.5 * net_bytes(&qbytes) / mean_net.max(1.0);
         let other_lines = w_bg / 0.9 * secs * load;
-        let other_misses = other_lines * rng.range(0.85, 0.95) + 0.2 * w_bg * secs * rng.range(0.9, 1.1);
+        let other_misses =
+            other_lines * rng.range(0.85, 0.95) + 0.2 * w_bg * secs * rng.range(0.9, 1.1);
         let socket = SocketMisses {
             io_write: Some(w * rng.range(0.97, 1.03) + other_misses),
             io_read: None,
             l3: Some(l * rng.range(0.97, 1.03) + l_bg * secs * rng.range(0.9, 1.1)),
-            other_io_write_bytes: other_stacks_read.then(|| other_lines * 64.0 * rng.range(0.99, 1.01)),
+            other_io_write_bytes: other_stacks_read
+                .then(|| other_lines * 64.0 * rng.range(0.99, 1.01)),
             other_io_read_bytes: None,
         };
-        intervals.push(Interval { duration_ns: (secs * 1e9) as u64, queues, socket });
+        intervals.push(Interval {
+            duration_ns: (secs * 1e9) as u64,
+            queues,
+            socket,
+        });
     }
-    let flow_bytes = flow_tot.into_iter().map(|(f, b)| (flow_id(f), QueueId::rx(sc.base.flows[f as usize].queue), b)).collect();
-    RegressionInput { intervals, flow_bytes }
+    let flow_bytes = flow_tot
+        .into_iter()
+        .map(|(f, b)| (flow_id(f), QueueId::rx(sc.base.flows[f as usize].queue), b))
+        .collect();
+    RegressionInput {
+        intervals,
+        flow_bytes,
+    }
 }
 
 /// The probes' buffer-table set of a page (`buf_set_of` in bpf/attrib.bpf.h).
@@ -262,7 +310,9 @@ fn table_geometry() -> (u32, usize) {
         Err(e) => panic!("opening the pktlife BPF object: {e}"),
     };
     let sets = open.maps.buf_pages.max_entries();
-    let ways = crate::probe::skel::types::pl_buf_bucket::default().way.len();
+    let ways = crate::probe::skel::types::pl_buf_bucket::default()
+        .way
+        .len();
     (sets, ways)
 }
 
@@ -274,10 +324,15 @@ fn table_geometry() -> (u32, usize) {
 fn buf_set_of_mirrors_the_probes() {
     let bpf = include_str!("../../../bpf/attrib.bpf.h");
     assert!(
-        bpf.contains("return (__u32)(((page >> 12) * 0x9E3779B97F4A7C15ULL) >> 40) & (BUF_SETS - 1);"),
+        bpf.contains(
+            "return (__u32)(((page >> 12) * 0x9E3779B97F4A7C15ULL) >> 40) & (BUF_SETS - 1);"
+        ),
         "buf_set_of changed in the probes: change groundtruth::buf_set_of with it"
     );
-    assert!(bpf.contains("return !(set & join_page_mask);"), "in_join_subset changed in the probes");
+    assert!(
+        bpf.contains("return !(set & join_page_mask);"),
+        "in_join_subset changed in the probes"
+    );
     let (sets, ways) = table_geometry();
     assert!(sets.is_power_of_two() && sets >= 1024, "{sets} sets");
     assert!((2..=16).contains(&ways), "{ways} ways");
@@ -316,7 +371,13 @@ struct PageTable {
 impl PageTable {
     fn new(sets: u32, ways: usize, join_sample: u32) -> Self {
         assert!(join_sample.is_power_of_two() && ways > 0);
-        PageTable { sets, ways: vec![vec![Way::default(); ways]; sets as usize], mask: join_sample - 1, filled: 0, replaced: 0 }
+        PageTable {
+            sets,
+            ways: vec![vec![Way::default(); ways]; sets as usize],
+            mask: join_sample - 1,
+            filled: 0,
+            replaced: 0,
+        }
     }
 
     fn in_subset(&self, set: u32) -> bool {
@@ -341,12 +402,20 @@ impl PageTable {
             }
             i
         };
-        b[i] = Way { page, handup_ns: t_ns, queue, flow };
+        b[i] = Way {
+            page,
+            handup_ns: t_ns,
+            queue,
+            flow,
+        };
     }
 
     /// Every page of a packet's data, as the hand-up hook walks them.
     fn hand_up(&mut self, h: &HandUp) {
-        let (first, last) = (h.addr & !4095, (h.addr + u64::from(h.len.max(1)) - 1) & !4095);
+        let (first, last) = (
+            h.addr & !4095,
+            (h.addr + u64::from(h.len.max(1)) - 1) & !4095,
+        );
         for page in (first..=last).step_by(4096) {
             self.remember(page, h.queue, h.flow, h.t_ns);
         }
@@ -370,7 +439,11 @@ fn page_table_takes_the_oldest_way_renews_and_keeps_its_subset() {
     let sets = 1024;
     let (_, ways) = table_geometry();
     // Pages of one set: the hash is invertible on the page number, so search a few.
-    let same_set: Vec<u64> = (1u64..).map(|n| n << 12).filter(|p| buf_set_of(*p, sets) == 5).take(ways + 1).collect();
+    let same_set: Vec<u64> = (1u64..)
+        .map(|n| n << 12)
+        .filter(|p| buf_set_of(*p, sets) == 5)
+        .take(ways + 1)
+        .collect();
     let mut t = PageTable::new(sets, ways, 1);
     for (i, &p) in same_set[..ways].iter().enumerate() {
         t.remember(p, i as u32, i as u32, 10 * (i as u64 + 1));
@@ -382,16 +455,52 @@ fn page_table_takes_the_oldest_way_renews_and_keeps_its_subset() {
     t.remember(a, 0, 0, 1000);
     t.remember(c, 9, 9, 1010);
     assert_eq!((t.filled, t.replaced), (ways as u64, 1));
-    assert_eq!(t.lookup(a + 100), Lookup::Found(Way { page: a, handup_ns: 1000, queue: 0, flow: 0 }));
+    assert_eq!(
+        t.lookup(a + 100),
+        Lookup::Found(Way {
+            page: a,
+            handup_ns: 1000,
+            queue: 0,
+            flow: 0
+        })
+    );
     assert_eq!(t.lookup(b), Lookup::NotFound);
     // A new owner of a page in the table rewrites its way, not the oldest one.
     t.remember(a, 3, 7, 1020);
-    assert_eq!(t.lookup(a), Lookup::Found(Way { page: a, handup_ns: 1020, queue: 3, flow: 7 }));
-    assert_eq!(t.lookup(c), Lookup::Found(Way { page: c, handup_ns: 1010, queue: 9, flow: 9 }));
+    assert_eq!(
+        t.lookup(a),
+        Lookup::Found(Way {
+            page: a,
+            handup_ns: 1020,
+            queue: 3,
+            flow: 7
+        })
+    );
+    assert_eq!(
+        t.lookup(c),
+        Lookup::Found(Way {
+            page: c,
+            handup_ns: 1010,
+            queue: 9,
+            flow: 9
+        })
+    );
     // A packet spanning a page boundary writes both pages.
-    t.hand_up(&HandUp { t_ns: 2000, queue: 1, flow: 1, addr: (9 << 12) + 4000, len: 200 });
-    assert!(matches!(t.lookup(9 << 12), Lookup::Found(_) | Lookup::NotFound));
-    assert!(matches!(t.lookup(10 << 12), Lookup::Found(w) if w.handup_ns == 2000) || buf_set_of(10 << 12, sets) == 5);
+    t.hand_up(&HandUp {
+        t_ns: 2000,
+        queue: 1,
+        flow: 1,
+        addr: (9 << 12) + 4000,
+        len: 200,
+    });
+    assert!(matches!(
+        t.lookup(9 << 12),
+        Lookup::Found(_) | Lookup::NotFound
+    ));
+    assert!(
+        matches!(t.lookup(10 << 12), Lookup::Found(w) if w.handup_ns == 2000)
+            || buf_set_of(10 << 12, sets) == 5
+    );
     // 1 page in 4: only sets with the low two bits clear are kept, the others are counted apart.
     let mut q = PageTable::new(sets, ways, 4);
     for p in (1u64..5000).map(|n| n << 12) {
@@ -411,7 +520,9 @@ fn page_table_takes_the_oldest_way_renews_and_keeps_its_subset() {
 /// reader's page, older than most). A set that more pages share than it has ways thrashes
 /// for as long as they recycle, and its oldest hand-up is the one pushed out.
 fn recycled_not_found(sets: u32, ways: usize, distinct: usize, rng: &mut Rng) -> (u64, u64) {
-    let pages: Vec<u64> = (0..distinct).map(|_| 0xffff_8880_0000_0000 + ((rng.next() % (1 << 22)) << 12)).collect();
+    let pages: Vec<u64> = (0..distinct)
+        .map(|_| 0xffff_8880_0000_0000 + ((rng.next() % (1 << 22)) << 12))
+        .collect();
     let mut t = PageTable::new(sets, ways, 1);
     let mut handed: Vec<u64> = Vec::new();
     let (mut lookups, mut not_found) = (0u64, 0u64);
@@ -436,11 +547,20 @@ fn page_table_keeps_a_recycled_working_set() {
     let (sets, ways) = table_geometry();
     let mut rng = Rng(7);
     let (nf, n) = recycled_not_found(sets, ways, 4000, &mut rng);
-    assert!(nf * 5000 < n, "{ways} ways x {sets} sets, 4000 recycled pages: {nf} of {n} not found");
+    assert!(
+        nf * 5000 < n,
+        "{ways} ways x {sets} sets, 4000 recycled pages: {nf} of {n} not found"
+    );
     let (nf8, n8) = recycled_not_found(sets, ways, 8000, &mut rng);
-    assert!(nf8 * 1000 < n8, "{ways} ways x {sets} sets, 8000 recycled pages: {nf8} of {n8} not found");
+    assert!(
+        nf8 * 1000 < n8,
+        "{ways} ways x {sets} sets, 8000 recycled pages: {nf8} of {n8} not found"
+    );
     let (nf2, n2) = recycled_not_found(sets * ways as u32 / 2, 2, 8000, &mut rng);
-    assert!(nf2 * n8 > 4 * nf8 * n2 && nf2 * 1000 > n2, "2 ways, 8000 pages: {nf2} of {n2}; {ways} ways: {nf8} of {n8}");
+    assert!(
+        nf2 * n8 > 4 * nf8 * n2 && nf2 * 1000 > n2,
+        "2 ways, 8000 pages: {nf2} of {n2}; {ways} ways: {nf8} of {n8}"
+    );
 }
 
 /// PEBS-like sampling of the load-miss stream (packet misses + non-packet misses).
@@ -516,16 +636,31 @@ struct Reads {
 impl Reads {
     fn schedule(&mut self, hu: &HandUp) {
         let (start, end) = (hu.addr, hu.addr + u64::from(hu.len.max(1)));
-        for page in ((start & !4095)..end).step_by(4096).filter(|p| buf_set_of(*p, self.sets) & self.subset_mask == 0) {
+        for page in ((start & !4095)..end)
+            .step_by(4096)
+            .filter(|p| buf_set_of(*p, self.sets) & self.subset_mask == 0)
+        {
             let bytes = (end.min(page + 4096) - start.max(page)) as u32;
             let at = hu.t_ns + self.life[hu.queue as usize];
-            self.pending.push(std::cmp::Reverse((at, hu.queue, hu.flow, page, bytes.div_ceil(64))));
+            self.pending.push(std::cmp::Reverse((
+                at,
+                hu.queue,
+                hu.flow,
+                page,
+                bytes.div_ceil(64),
+            )));
         }
     }
 
     /// The fates of the reads due by `t`, in windows, into `st` (in time order, so the
     /// schedule's queries stay ordered).
-    fn settle(&mut self, t: u64, table: &PageTable, st: &mut JoinStats, phase_at: &mut dyn FnMut(u64) -> windows::Phase) {
+    fn settle(
+        &mut self,
+        t: u64,
+        table: &PageTable,
+        st: &mut JoinStats,
+        phase_at: &mut dyn FnMut(u64) -> windows::Phase,
+    ) {
         while let Some(&std::cmp::Reverse((at, q, f, page, lines))) = self.pending.peek() {
             if at > t {
                 break;
@@ -568,17 +703,34 @@ fn sampled_pages(sc: &Scenario, rng: &mut Rng, join_sample: u32, duty: u32) -> J
     // The runs are back-to-back intervals of one simulation: one timeline, as in `record`,
     // starting with the first measured interval (the lead-in ran before the recorder did).
     // No draws when always on: the page-sampling checks keep their sample streams.
-    let draws: Vec<f64> = if duty > 1 { (0..sc.runs.len() + 2).map(|_| rng.unit()).collect() } else { Vec::new() };
+    let draws: Vec<f64> = if duty > 1 {
+        (0..sc.runs.len() + 2).map(|_| rng.unit()).collect()
+    } else {
+        Vec::new()
+    };
     let cycle = std::time::Duration::from_nanos(INTERVAL_NS);
-    let t0 = sc.runs.first().and_then(|r| r.handups.first()).map_or(0, |h| h.t_ns);
-    let t1 = sc.runs.iter().flat_map(|r| r.loads.iter().map(|l| l.3)).max().unwrap_or(0);
+    let t0 = sc
+        .runs
+        .first()
+        .and_then(|r| r.handups.first())
+        .map_or(0, |h| h.t_ns);
+    let t1 = sc
+        .runs
+        .iter()
+        .flat_map(|r| r.loads.iter().map(|l| l.3))
+        .max()
+        .unwrap_or(0);
     // The time the sampler ran, as the recorder measures it: the duty the estimates scale by.
     let measured_duty = {
         let mut d = draws.clone().into_iter();
         match Schedule::new(cycle, duty, true, || d.next().unwrap_or(0.5)) {
             None => 1.0,
             Some(mut s) => {
-                let (end, mut t, mut on) = (std::time::Duration::from_nanos(t1 - t0), std::time::Duration::ZERO, std::time::Duration::ZERO);
+                let (end, mut t, mut on) = (
+                    std::time::Duration::from_nanos(t1 - t0),
+                    std::time::Duration::ZERO,
+                    std::time::Duration::ZERO,
+                );
                 while t < end {
                     let next = s.next_change(t).unwrap_or(end).min(end);
                     if s.phase_at(t) == windows::Phase::Window {
@@ -593,16 +745,37 @@ fn sampled_pages(sc: &Scenario, rng: &mut Rng, join_sample: u32, duty: u32) -> J
     let mut next_draw = draws.into_iter();
     let mut schedule = Schedule::new(cycle, duty, true, || next_draw.next().unwrap_or(0.5));
     // Phase at t: always on without a schedule.
-    let mut phase_at = |t: u64| schedule.as_mut().map_or(windows::Phase::Window, |s| s.phase_at(std::time::Duration::from_nanos(t - t0)));
+    let mut phase_at = |t: u64| {
+        schedule.as_mut().map_or(windows::Phase::Window, |s| {
+            s.phase_at(std::time::Duration::from_nanos(t - t0))
+        })
+    };
     let mut phase = windows::Phase::Off;
     // When the current window's join began (its warm-up): older entries are "before window".
     let mut window_start = 0u64;
     let life: Vec<u64> = (0..sc.base.queues as usize)
-        .map(|i| (sc.base.queue_residence_us.get(i).copied().unwrap_or(sc.base.residence_us) * 1e3) as u64)
+        .map(|i| {
+            (sc.base
+                .queue_residence_us
+                .get(i)
+                .copied()
+                .unwrap_or(sc.base.residence_us)
+                * 1e3) as u64
+        })
         .collect();
-    let mut reads = Reads { pending: Default::default(), life: life.clone(), sets, subset_mask: join_sample - 1, span: (t0, t1) };
+    let mut reads = Reads {
+        pending: Default::default(),
+        life: life.clone(),
+        sets,
+        subset_mask: join_sample - 1,
+        span: (t0, t1),
+    };
     // Pages handed up before the recording started: read in it, never in the table.
-    for hu in sc.pre_handups.iter().filter(|hu| hu.t_ns + life[hu.queue as usize] >= t0) {
+    for hu in sc
+        .pre_handups
+        .iter()
+        .filter(|hu| hu.t_ns + life[hu.queue as usize] >= t0)
+    {
         reads.schedule(hu);
     }
     for r in &sc.runs {
@@ -622,14 +795,25 @@ fn sampled_pages(sc: &Scenario, rng: &mut Rng, join_sample: u32, duty: u32) -> J
                 if on {
                     table.hand_up(hu);
                     reads.schedule(hu);
-                    let (first, last) = (hu.addr & !4095, (hu.addr + u64::from(hu.len.max(1)) - 1) & !4095);
-                    pages.extend((first..=last).step_by(4096).filter(|p| table.in_subset(buf_set_of(*p, sets))));
+                    let (first, last) = (
+                        hu.addr & !4095,
+                        (hu.addr + u64::from(hu.len.max(1)) - 1) & !4095,
+                    );
+                    pages.extend(
+                        (first..=last)
+                            .step_by(4096)
+                            .filter(|p| table.in_subset(buf_set_of(*p, sets))),
+                    );
                 }
             }
-            let Some(&(lq, lf, addr, t)) = load else { break };
+            let Some(&(lq, lf, addr, t)) = load else {
+                break;
+            };
             reads.settle(t, &table, &mut st, &mut phase_at);
             let p = phase_at(t);
-            if matches!(p, windows::Phase::Warmup | windows::Phase::Window) && !matches!(phase, windows::Phase::Warmup | windows::Phase::Window) {
+            if matches!(p, windows::Phase::Warmup | windows::Phase::Window)
+                && !matches!(phase, windows::Phase::Warmup | windows::Phase::Window)
+            {
                 window_start = t;
             }
             phase = p;
@@ -703,7 +887,11 @@ fn sampled_pages(sc: &Scenario, rng: &mut Rng, join_sample: u32, duty: u32) -> J
         before_window: st.before_window,
         age_hist: Vec::new(),
     };
-    JoinRun { counts, in_windows, stats: st }
+    JoinRun {
+        counts,
+        in_windows,
+        stats: st,
+    }
 }
 
 fn shares(a: &Attribution, nq: usize) -> Vec<f64> {
@@ -717,7 +905,10 @@ fn shares(a: &Attribution, nq: usize) -> Vec<f64> {
 }
 
 fn max_err(a: &[f64], b: &[f64]) -> f64 {
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
 }
 
 fn row(label: &str, v: &[f64], truth: Option<&[f64]>, extra: &str) -> String {
@@ -741,11 +932,17 @@ fn margin_pp(p: f64, n: u64) -> f64 {
 /// T_X(1 − ρ[X][X]) and gains Σ_Y T_Y ρ[Y][X] and, the gone ones leaving the total, its
 /// share of them; the allowance takes the larger of the two moves as if nothing cancelled.
 /// Also returns the shares that model predicts the join to give (bias included) against T's.
-fn allowance_pp(fates: &BTreeMap<(u32, Option<u32>), f64>, joined: &BTreeMap<u32, u64>, n: usize) -> (Vec<f64>, f64) {
+fn allowance_pp(
+    fates: &BTreeMap<(u32, Option<u32>), f64>,
+    joined: &BTreeMap<u32, u64>,
+    n: usize,
+) -> (Vec<f64>, f64) {
     let mut w = vec![vec![0.0f64; n]; n];
     let mut gone = vec![0.0f64; n];
     for (&(x, y), &v) in fates {
-        let Some(row) = w.get_mut(x as usize) else { continue };
+        let Some(row) = w.get_mut(x as usize) else {
+            continue;
+        };
         match y.and_then(|y| row.get_mut(y as usize)) {
             Some(c) => *c += v,
             None => gone[x as usize] += v,
@@ -755,11 +952,21 @@ fn allowance_pp(fates: &BTreeMap<(u32, Option<u32>), f64>, joined: &BTreeMap<u32
     let rho: Vec<Vec<f64>> = (0..n)
         .map(|x| {
             let tot = w[x].iter().sum::<f64>() + gone[x];
-            (0..n).map(|y| if tot > 0.0 { w[x][y] / tot } else { f64::from(u8::from(x == y)) }).collect()
+            (0..n)
+                .map(|y| {
+                    if tot > 0.0 {
+                        w[x][y] / tot
+                    } else {
+                        f64::from(u8::from(x == y))
+                    }
+                })
+                .collect()
         })
         .collect();
     let zeta: Vec<f64> = (0..n).map(|x| 1.0 - rho[x].iter().sum::<f64>()).collect();
-    let j: Vec<f64> = (0..n as u32).map(|x| *joined.get(&x).unwrap_or(&0) as f64).collect();
+    let j: Vec<f64> = (0..n as u32)
+        .map(|x| *joined.get(&x).unwrap_or(&0) as f64)
+        .collect();
     // J = ρᵀT by fixed-point steps from T = J (ρ is near the identity where the join works at all).
     let mut t = j.clone();
     for _ in 0..500 {
@@ -791,7 +998,9 @@ fn count_margin_pp(p: f64, n: u64) -> f64 {
 
 /// Shares (%) of a count map over `n` dense ids.
 fn map_pct(m: &BTreeMap<u32, u64>, n: usize) -> Vec<f64> {
-    pct(&(0..n as u32).map(|k| *m.get(&k).unwrap_or(&0) as f64).collect::<Vec<_>>())
+    pct(&(0..n as u32)
+        .map(|k| *m.get(&k).unwrap_or(&0) as f64)
+        .collect::<Vec<_>>())
 }
 
 /// What one pass of the join proves, against the labels of the misses it covered.
@@ -839,8 +1048,14 @@ fn check_join(sc: &Scenario, label: &str, run: &JoinRun, a: &Attribution) -> Joi
     // The subset is a draw of 1 in N of the pages, each carrying its misses: a share's error is
     // binomial over the pages drawn, counted as the effective number of equally-weighted pages
     // ((Σ w)² / Σ w², w the misses of each page), over N.
-    let (sum_w, sum_w2) = st.page_misses.values().fold((0.0f64, 0.0f64), |(a, b), &w| (a + w as f64, b + (w as f64).powi(2)));
-    let pages_drawn = (sum_w * sum_w / sum_w2.max(1.0) / run.counts.join_sample.max(1) as f64) as u64;
+    let (sum_w, sum_w2) = st
+        .page_misses
+        .values()
+        .fold((0.0f64, 0.0f64), |(a, b), &w| {
+            (a + w as f64, b + (w as f64).powi(2))
+        });
+    let pages_drawn =
+        (sum_w * sum_w / sum_w2.max(1.0) / run.counts.join_sample.max(1) as f64) as u64;
     println!(
         "  {label}: {} packet-buffer samples, {} outside the page subset; of the rest {found_pct:.2} % found ({} not found: \
          evicted, or handed up before the map was kept), {} charged to another queue, {} to another flow (a page shared by two \
@@ -862,15 +1077,33 @@ fn check_join(sc: &Scenario, label: &str, run: &JoinRun, a: &Attribution) -> Joi
         100.0 * st.all_found as f64 / st.all_loads.max(1) as f64,
     );
     if !sc.shared_pool {
-        assert_eq!(st.wrong_queue, 0, "{}: {label}: samples charged to another queue", sc.name);
+        assert_eq!(
+            st.wrong_queue, 0,
+            "{}: {label}: samples charged to another queue",
+            sc.name
+        );
     }
-    assert_eq!(st.within_life, dated, "{}: {label}: ages past their packet's life", sc.name);
+    assert_eq!(
+        st.within_life, dated,
+        "{}: {label}: ages past their packet's life",
+        sc.name
+    );
     assert_eq!(joined, st.found, "{}: {label}: joined samples", sc.name);
     // Windows keep the map from a warm-up of `MAX_WARMUP` before each: a reader that lags by
     // more finds pages kept in an earlier window (their owner then) or not kept at all. The
     // claims hold where every queue is read within the warm-up; elsewhere the attribution
     // must say how many joins predate their window, and the error is printed.
-    let lag_ns = (0..nq).map(|i| (sc.base.queue_residence_us.get(i).copied().unwrap_or(sc.base.residence_us) * 1e3) as u64).max().unwrap_or(0);
+    let lag_ns = (0..nq)
+        .map(|i| {
+            (sc.base
+                .queue_residence_us
+                .get(i)
+                .copied()
+                .unwrap_or(sc.base.residence_us)
+                * 1e3) as u64
+        })
+        .max()
+        .unwrap_or(0);
     if run.counts.duty > 1.0 && lag_ns > windows::MAX_WARMUP.as_nanos() as u64 {
         let dated_q = max_err(&map_pct(&st.dated_queues, nq), &truth_q);
         println!(
@@ -881,21 +1114,55 @@ fn check_join(sc: &Scenario, label: &str, run: &JoinRun, a: &Attribution) -> Joi
             dated_q
         );
         assert!(
-            st.before_window == 0 || a.notes.iter().any(|n| n.contains("were on pages last seen before their window")),
+            st.before_window == 0
+                || a.notes
+                    .iter()
+                    .any(|n| n.contains("were on pages last seen before their window")),
             "{}: {label}: joins from earlier windows not said: {:?}",
             sc.name,
             a.notes
         );
-        return JoinCheck { joined, bias_q, bias_f, err_q: f64::NAN, err_f: f64::NAN, found_pct, allow_q: f64::NAN, allow_f: f64::NAN, worst: f64::NAN };
+        return JoinCheck {
+            joined,
+            bias_q,
+            bias_f,
+            err_q: f64::NAN,
+            err_f: f64::NAN,
+            found_pct,
+            allow_q: f64::NAN,
+            allow_f: f64::NAN,
+            worst: f64::NAN,
+        };
     }
-    let draw = |p: f64| if run.counts.join_sample > 1 { margin_pp(p, pages_drawn) } else { 0.0 };
+    let draw = |p: f64| {
+        if run.counts.join_sample > 1 {
+            margin_pp(p, pages_drawn)
+        } else {
+            0.0
+        }
+    };
     let (allow_q, pred_q) = allowance_pp(&st.fates_q, &st.all_queues, nq);
     let (allow_f, pred_f) = allowance_pp(&st.fates_f, &st.all_flows, nf);
     // Queues owning their pages: nothing can be charged to another queue (asserted above), so
     // the fixed claim stands; in a shared pool, the allowance of what the join cannot see.
-    let claim_q: Vec<f64> = if sc.shared_pool { allow_q.clone() } else { vec![JOIN_CLAIM_PP; nq] };
-    let show = |v: &[f64]| v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(" ");
-    let own = |m: &BTreeMap<u32, u64>, t: &[f64], n: usize| map_pct(m, n).iter().zip(t).map(|(g, t)| (g - t).abs()).collect::<Vec<_>>();
+    let claim_q: Vec<f64> = if sc.shared_pool {
+        allow_q.clone()
+    } else {
+        vec![JOIN_CLAIM_PP; nq]
+    };
+    let show = |v: &[f64]| {
+        v.iter()
+            .map(|x| format!("{x:.2}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let own = |m: &BTreeMap<u32, u64>, t: &[f64], n: usize| {
+        map_pct(m, n)
+            .iter()
+            .zip(t)
+            .map(|(g, t)| (g - t).abs())
+            .collect::<Vec<_>>()
+    };
     println!(
         "    allowance (what the join cannot see, from its pages' fates): queues [{}] pp against own errors [{}] (the model's {pred_q:.2}); flows [{}] against [{}] (the model's {pred_f:.2})",
         show(&allow_q),
@@ -904,18 +1171,34 @@ fn check_join(sc: &Scenario, label: &str, run: &JoinRun, a: &Attribution) -> Joi
         show(&own(&st.all_flows, &truth_f, nf))
     );
     let mut worst = 0.0f64;
-    let misses = |p: f64| if sc.shared_pool { count_margin_pp(p, st.all_found) } else { 0.0 };
+    let misses = |p: f64| {
+        if sc.shared_pool {
+            count_margin_pp(p, st.all_found)
+        } else {
+            0.0
+        }
+    };
     for (qi, (g, t)) in map_pct(&st.all_queues, nq).iter().zip(&truth_q).enumerate() {
         let bound = claim_q[qi] + draw(t / 100.0) + misses(t / 100.0);
         worst = worst.max((g - t).abs() / bound);
-        assert!((g - t).abs() <= bound, "{}: {label}: the join's own error on rx{qi} {:.2} pp (bound {bound:.2})", sc.name, (g - t).abs());
+        assert!(
+            (g - t).abs() <= bound,
+            "{}: {label}: the join's own error on rx{qi} {:.2} pp (bound {bound:.2})",
+            sc.name,
+            (g - t).abs()
+        );
     }
     // The allowance's rates are line-weighted; the misses behind a share are a draw of those
     // lines (the ones the cache had lost), so its own error adds their count's margin.
     for (fi, (g, t)) in map_pct(&st.all_flows, nf).iter().zip(&truth_f).enumerate() {
         let bound = allow_f[fi] + draw(t / 100.0) + count_margin_pp(t / 100.0, st.all_found);
         worst = worst.max((g - t).abs() / bound);
-        assert!((g - t).abs() <= bound, "{}: {label}: the join's own error on flow {fi} {:.2} pp (bound {bound:.2})", sc.name, (g - t).abs());
+        assert!(
+            (g - t).abs() <= bound,
+            "{}: {label}: the join's own error on flow {fi} {:.2} pp (bound {bound:.2})",
+            sc.name,
+            (g - t).abs()
+        );
     }
     let (err_q, err_f) = if a.confidence == Confidence::Insufficient {
         (f64::NAN, f64::NAN)
@@ -924,27 +1207,62 @@ fn check_join(sc: &Scenario, label: &str, run: &JoinRun, a: &Attribution) -> Joi
         let mut err_q = 0.0f64;
         for (qi, (g, t)) in got.iter().zip(&truth_q).enumerate() {
             let p = t / 100.0;
-            let samples = if sc.shared_pool { count_margin_pp(p, joined) } else { margin_pp(p, joined) };
+            let samples = if sc.shared_pool {
+                count_margin_pp(p, joined)
+            } else {
+                margin_pp(p, joined)
+            };
             let bound = claim_q[qi] + draw(p) + misses(p) + samples;
             worst = worst.max((g - t).abs() / bound);
             err_q = err_q.max((g - t).abs());
-            assert!((g - t).abs() <= bound, "{}: {label}: rx{qi} off by {:.2} pp (bound {bound:.2})", sc.name, (g - t).abs());
+            assert!(
+                (g - t).abs() <= bound,
+                "{}: {label}: rx{qi} off by {:.2} pp (bound {bound:.2})",
+                sc.name,
+                (g - t).abs()
+            );
         }
         let mut err_f = 0.0f64;
         for (fi, t) in truth_f.iter().enumerate() {
             let id = flow_id(fi as u32);
-            let g = a.flows.iter().find(|x| x.sport == id.sport).map_or(0.0, |x| x.share_pct);
+            let g = a
+                .flows
+                .iter()
+                .find(|x| x.sport == id.sport)
+                .map_or(0.0, |x| x.share_pct);
             let p = t / 100.0;
-            let bound = allow_f[fi] + draw(p) + count_margin_pp(p, st.all_found) + count_margin_pp(p, joined);
+            let bound = allow_f[fi]
+                + draw(p)
+                + count_margin_pp(p, st.all_found)
+                + count_margin_pp(p, joined);
             worst = worst.max((g - t).abs() / bound);
             err_f = err_f.max((g - t).abs());
-            assert!((g - t).abs() <= bound, "{}: {label}: flow {fi} off by {:.2} pp (bound {bound:.2})", sc.name, (g - t).abs());
+            assert!(
+                (g - t).abs() <= bound,
+                "{}: {label}: flow {fi} off by {:.2} pp (bound {bound:.2})",
+                sc.name,
+                (g - t).abs()
+            );
         }
         (err_q, err_f)
     };
-    let allow_q = if sc.shared_pool { allow_q.iter().copied().fold(0.0, f64::max) } else { f64::NAN };
+    let allow_q = if sc.shared_pool {
+        allow_q.iter().copied().fold(0.0, f64::max)
+    } else {
+        f64::NAN
+    };
     let allow_f = allow_f.iter().copied().fold(0.0, f64::max);
-    JoinCheck { joined, bias_q, bias_f, err_q, err_f, found_pct, allow_q, allow_f, worst }
+    JoinCheck {
+        joined,
+        bias_q,
+        bias_f,
+        err_q,
+        err_f,
+        found_pct,
+        allow_q,
+        allow_f,
+        worst,
+    }
 }
 
 struct Outcome {
@@ -968,24 +1286,60 @@ fn evaluate(sc: &Scenario, seed: u64) -> Outcome {
     let reg_in = regression_input(sc, &mut rng, true);
     let reg = regression(&reg_in);
     let blind = regression(&regression_input(sc, &mut Rng(seed ^ 0x5eed), false));
-    let measured: f64 = reg_in.intervals.iter().map(|i| i.socket.io_write.unwrap_or(0.0) + i.socket.l3.unwrap_or(0.0)).sum();
-    let prior = model_prior(&ModelPrediction::from_sim(&simulate(&sc.base), Some(measured)));
+    let measured: f64 = reg_in
+        .intervals
+        .iter()
+        .map(|i| i.socket.io_write.unwrap_or(0.0) + i.socket.l3.unwrap_or(0.0))
+        .sum();
+    let prior = model_prior(&ModelPrediction::from_sim(
+        &simulate(&sc.base),
+        Some(measured),
+    ));
 
     let (sj, sr, sp) = (shares(&join, nq), shares(&reg, nq), shares(&prior, nq));
     let sb = shares(&blind, nq);
-    let qs: String = (0..nq).map(|q| format!("{:>7}", format!("rx{q}"))).collect();
+    let qs: String = (0..nq)
+        .map(|q| format!("{:>7}", format!("rx{q}")))
+        .collect();
     // The join answers for the load misses of the recording (from its first hand-up on).
     let p_rec = map_pct(&run.stats.label_queues, nq);
     let lines = [
-        format!("scenario {}: {} intervals, {} flows, {:.3e} labelled misses ({:.3e} core loads)", sc.name, sc.runs.len(), sc.base.flows.len(), t_all.iter().sum::<f64>(), t_loads.iter().sum::<f64>()),
+        format!(
+            "scenario {}: {} intervals, {} flows, {:.3e} labelled misses ({:.3e} core loads)",
+            sc.name,
+            sc.runs.len(),
+            sc.base.flows.len(),
+            t_all.iter().sum::<f64>(),
+            t_loads.iter().sum::<f64>()
+        ),
         format!("  {:<24}{qs} {:>7}  confidence", "share %", "maxerr"),
         row("truth (write+load)", &p_all, None, ""),
         row("truth (load misses)", &p_rec, None, ""),
         row("truth (write misses)", &pct(&t_writes), None, ""),
-        row("address_join vs load", &sj, Some(&p_rec), &format!("{:?}", join.confidence)),
-        row("regression vs w+l", &sr, Some(&p_all), &format!("{:?}", reg.confidence)),
-        row("  without other stacks", &sb, Some(&p_all), &format!("{:?} (background steady in time)", blind.confidence)),
-        row("model_prior vs w+l", &sp, Some(&p_all), &format!("{:?} (same simulator, mean rates)", prior.confidence)),
+        row(
+            "address_join vs load",
+            &sj,
+            Some(&p_rec),
+            &format!("{:?}", join.confidence),
+        ),
+        row(
+            "regression vs w+l",
+            &sr,
+            Some(&p_all),
+            &format!("{:?}", reg.confidence),
+        ),
+        row(
+            "  without other stacks",
+            &sb,
+            Some(&p_all),
+            &format!("{:?} (background steady in time)", blind.confidence),
+        ),
+        row(
+            "model_prior vs w+l",
+            &sp,
+            Some(&p_all),
+            &format!("{:?} (same simulator, mean rates)", prior.confidence),
+        ),
     ];
     println!("{}", lines.join("\n"));
     for n in &reg.notes {
@@ -1001,9 +1355,30 @@ fn evaluate(sc: &Scenario, seed: u64) -> Outcome {
     assert_eq!(join.method, Method::AddressJoin);
     assert_ne!(join.confidence, Confidence::Insufficient);
     // The same counts as CPU context would be one confidence step weaker: a proxy.
-    assert!(matches!(cpu_context(&run.counts).confidence, Confidence::Medium | Confidence::Low), "context is never high");
-    assert_eq!(attribute(&Evidence { address_join: Some(sampled(sc, &mut rng)), regression: Some(reg_in), ..Default::default() }).method, Method::AddressJoin);
-    Outcome { join: jc, reg_err: max_err(&sr, &p_all), reg_conf: reg.confidence, blind_err: max_err(&sb, &p_all), blind_conf: blind.confidence, prior_err: max_err(&sp, &p_all) }
+    assert!(
+        matches!(
+            cpu_context(&run.counts).confidence,
+            Confidence::Medium | Confidence::Low
+        ),
+        "context is never high"
+    );
+    assert_eq!(
+        attribute(&Evidence {
+            address_join: Some(sampled(sc, &mut rng)),
+            regression: Some(reg_in),
+            ..Default::default()
+        })
+        .method,
+        Method::AddressJoin
+    );
+    Outcome {
+        join: jc,
+        reg_err: max_err(&sr, &p_all),
+        reg_conf: reg.confidence,
+        blind_err: max_err(&sb, &p_all),
+        blind_conf: blind.confidence,
+        prior_err: max_err(&sp, &p_all),
+    }
 }
 
 /// `--join-sample`: the join on 1 in 4 and 1 in 16 buffer pages, the same sample stream, the
@@ -1021,7 +1396,12 @@ fn page_sampling(sc: &Scenario, seed: u64) {
         let c = check_join(sc, &label, &run, &a);
         if a.confidence == Confidence::Insufficient {
             println!("    insufficient: {} samples joined", c.joined);
-            assert!(c.joined < super::sampled::MIN_SAMPLES, "{}: 1 in {n} declined with {} samples", sc.name, c.joined);
+            assert!(
+                c.joined < super::sampled::MIN_SAMPLES,
+                "{}: 1 in {n} declined with {} samples",
+                sc.name,
+                c.joined
+            );
             continue;
         }
         let estimate: f64 = a.queues.iter().map(|q| q.misses).sum();
@@ -1037,7 +1417,11 @@ fn page_sampling(sc: &Scenario, seed: u64) {
             estimate / findable
         );
         let rel = Z / (c.joined as f64).sqrt();
-        assert!((estimate / findable - 1.0).abs() <= rel, "{}: 1 in {n} pages scaled to {estimate:.3e} misses, found {findable:.3e}", sc.name);
+        assert!(
+            (estimate / findable - 1.0).abs() <= rel,
+            "{}: 1 in {n} pages scaled to {estimate:.3e} misses, found {findable:.3e}",
+            sc.name
+        );
     }
 }
 
@@ -1052,7 +1436,13 @@ fn time_windows(sc: &Scenario, seed: u64) {
         let a = address_join(&run.counts);
         let label = format!("join, windows 1/{duty}");
         let c = check_join(sc, &label, &run, &a);
-        assert_ne!(a.confidence, Confidence::Insufficient, "{}: windows of 1/{duty} declined with {} samples", sc.name, c.joined);
+        assert_ne!(
+            a.confidence,
+            Confidence::Insufficient,
+            "{}: windows of 1/{duty} declined with {} samples",
+            sc.name,
+            c.joined
+        );
         let estimate: f64 = a.queues.iter().map(|q| q.misses).sum();
         let true_loads: f64 = sc.runs.iter().map(|r| r.loads.len() as f64).sum();
         let found = run.stats.all_found as f64 / run.stats.all_loads.max(1) as f64;
@@ -1070,11 +1460,19 @@ fn time_windows(sc: &Scenario, seed: u64) {
         // scaled by the share of the time they sampled.
         let rel = Z / (c.joined as f64).sqrt();
         let want = run.in_windows as f64 * found * run.counts.duty;
-        assert!((estimate / want - 1.0).abs() <= rel, "{}: windows of 1/{duty} scaled to {estimate:.3e} misses, want {want:.3e}", sc.name);
+        assert!(
+            (estimate / want - 1.0).abs() <= rel,
+            "{}: windows of 1/{duty} scaled to {estimate:.3e} misses, want {want:.3e}",
+            sc.name
+        );
         // And against the labels: within the spread a load varying ±50 % from interval to
         // interval gives 20 windows, far inside what a wrong schedule or scale (×N too few
         // or too many) would give.
-        assert!((estimate / true_loads - 1.0).abs() <= 0.5, "{}: windows of 1/{duty}: {estimate:.3e} misses against {true_loads:.3e}", sc.name);
+        assert!(
+            (estimate / true_loads - 1.0).abs() <= 0.5,
+            "{}: windows of 1/{duty}: {estimate:.3e} misses against {true_loads:.3e}",
+            sc.name
+        );
     }
 }
 
@@ -1089,7 +1487,11 @@ fn check_seeds(name: &'static str, json: &str, seeds: &[(u64, u64)], regression_
     let mut rows = Vec::new();
     for (i, &(sim_seed, seed)) in seeds.iter().enumerate() {
         let c = if i == 0 {
-            check(&build(name, json, sim_seed, INTERVALS), seed, regression_answers)
+            check(
+                &build(name, json, sim_seed, INTERVALS),
+                seed,
+                regression_answers,
+            )
         } else {
             let sc = build(name, json, sim_seed, EXTRA_INTERVALS);
             let run = sampled_pages(&sc, &mut Rng(seed), 1, 1);
@@ -1102,13 +1504,21 @@ fn check_seeds(name: &'static str, json: &str, seeds: &[(u64, u64)], regression_
     }
     let worst = rows.iter().map(|(_, c)| c.worst).fold(0.0, f64::max);
     for (s, c) in &rows {
-        let claim_q = if c.allow_q.is_nan() { format!("claim {JOIN_CLAIM_PP}") } else { format!("allowance {:.2}", c.allow_q) };
+        let claim_q = if c.allow_q.is_nan() {
+            format!("claim {JOIN_CLAIM_PP}")
+        } else {
+            format!("allowance {:.2}", c.allow_q)
+        };
         println!(
             "SEEDS {name:<27} seed {s:>3}: own error queues {:.2} pp ({claim_q}), flows {:.2} pp (allowance {:.2}); sampled {:.2} / {:.2} pp; {} samples, {:.2} % found",
             c.bias_q, c.bias_f, c.allow_f, c.err_q, c.err_f, c.joined, c.found_pct
         );
     }
-    println!("SEEDS {name:<27} worst over {} seeds: {:.0} % of its bound", rows.len(), 100.0 * worst);
+    println!(
+        "SEEDS {name:<27} worst over {} seeds: {:.0} % of its bound",
+        rows.len(),
+        100.0 * worst
+    );
 }
 
 /// The regression must answer within 10 pp where `regression_answers`; elsewhere it may decline
@@ -1116,7 +1526,13 @@ fn check_seeds(name: &'static str, json: &str, seeds: &[(u64, u64)], regression_
 /// bytes it always may, but it must never answer wrongly.
 fn check(sc: &Scenario, seed: u64, regression_answers: bool) -> JoinCheck {
     let o = evaluate(sc, seed);
-    let show = |c: Confidence, e: f64| if c == Confidence::Insufficient { "insufficient".to_string() } else { format!("{e:.2}") };
+    let show = |c: Confidence, e: f64| {
+        if c == Confidence::Insufficient {
+            "insufficient".to_string()
+        } else {
+            format!("{e:.2}")
+        }
+    };
     println!(
         "SUMMARY {:<27} max abs error (pp): address_join {:.2} (own error {:.2}, flows {:.2}; {} samples, {:.2} % found)  regression {} ({:?}; without other stacks {})  model_prior {:.2}",
         sc.name,
@@ -1131,9 +1547,19 @@ fn check(sc: &Scenario, seed: u64, regression_answers: bool) -> JoinCheck {
         o.prior_err
     );
     if regression_answers {
-        assert_ne!(o.reg_conf, Confidence::Insufficient, "{}: regression declined", sc.name);
+        assert_ne!(
+            o.reg_conf,
+            Confidence::Insufficient,
+            "{}: regression declined",
+            sc.name
+        );
     }
-    assert!(o.reg_conf == Confidence::Insufficient || o.reg_err <= 10.0, "{}: regression off by {:.2} pp", sc.name, o.reg_err);
+    assert!(
+        o.reg_conf == Confidence::Insufficient || o.reg_err <= 10.0,
+        "{}: regression off by {:.2} pp",
+        sc.name,
+        o.reg_err
+    );
     assert!(
         o.blind_conf == Confidence::Insufficient || o.blind_err <= 10.0,
         "{}: regression without the other stacks off by {:.2} pp",
@@ -1183,17 +1609,32 @@ const LARGE_POOL: &str = r#"{"queues":4,"ring":1024,"pps":5e5,"consumer":"copy",
 
 #[test]
 fn ground_truth_large_shared_pool() {
-    check_seeds("large-shared-pool", LARGE_POOL, &[(44, 404), (45, 405), (46, 406), (47, 407), (48, 408)], true);
+    check_seeds(
+        "large-shared-pool",
+        LARGE_POOL,
+        &[(44, 404), (45, 405), (46, 406), (47, 407), (48, 408)],
+        true,
+    );
 }
 
 #[test]
 fn ground_truth_heavy_slow_queue() {
-    check_seeds("heavy-slow-queue", HEAVY, &[(11, 101), (12, 102), (13, 103), (14, 104), (15, 105)], true);
+    check_seeds(
+        "heavy-slow-queue",
+        HEAVY,
+        &[(11, 101), (12, 102), (13, 103), (14, 104), (15, 105)],
+        true,
+    );
 }
 
 #[test]
 fn ground_truth_balanced() {
-    check_seeds("balanced", BALANCED, &[(22, 202), (23, 203), (24, 204), (25, 205), (26, 206)], true);
+    check_seeds(
+        "balanced",
+        BALANCED,
+        &[(22, 202), (23, 203), (24, 204), (25, 205), (26, 206)],
+        true,
+    );
 }
 
 #[test]
@@ -1204,5 +1645,10 @@ fn ground_truth_small_queue_long_residence() {
     // them the background has its own driver (and at most a miss per line), and the rest is the
     // queues'. With the model's RX ring physics (descriptors held until the core picks the
     // packet up) the regression declines here even with them, so only a wrong answer fails.
-    check_seeds("small-queue-long-residence", SMALL_SLOW, &[(33, 303), (34, 304), (35, 305), (36, 306), (37, 307)], false);
+    check_seeds(
+        "small-queue-long-residence",
+        SMALL_SLOW,
+        &[(33, 303), (34, 304), (35, 305), (36, 306), (37, 307)],
+        false,
+    );
 }

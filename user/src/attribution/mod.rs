@@ -161,10 +161,16 @@ pub struct QueueId {
 
 impl QueueId {
     pub fn rx(queue: u32) -> Self {
-        QueueId { dir: "rx".into(), queue }
+        QueueId {
+            dir: "rx".into(),
+            queue,
+        }
     }
     pub fn tx(queue: u32) -> Self {
-        QueueId { dir: "tx".into(), queue }
+        QueueId {
+            dir: "tx".into(),
+            queue,
+        }
     }
 }
 
@@ -271,12 +277,25 @@ pub struct Evidence {
 
 /// Every method's result, strongest first (missing evidence → Insufficient with a note).
 pub fn attribute_all(ev: &Evidence) -> Vec<Attribution> {
-    let none = |m: Method, what: &str| Attribution::insufficient(m, format!("no {what} in this recording"));
+    let none = |m: Method, what: &str| {
+        Attribution::insufficient(m, format!("no {what} in this recording"))
+    };
     vec![
-        ev.address_join.as_ref().map_or_else(|| none(Method::AddressJoin, "address-join samples"), address_join),
-        ev.cpu_context.as_ref().map_or_else(|| none(Method::CpuContext, "CPU-context samples"), cpu_context),
-        ev.regression.as_ref().map_or_else(|| none(Method::Regression, "per-interval counters"), regression),
-        ev.model.as_ref().map_or_else(|| none(Method::ModelPrior, "model prediction"), model_prior),
+        ev.address_join.as_ref().map_or_else(
+            || none(Method::AddressJoin, "address-join samples"),
+            address_join,
+        ),
+        ev.cpu_context.as_ref().map_or_else(
+            || none(Method::CpuContext, "CPU-context samples"),
+            cpu_context,
+        ),
+        ev.regression.as_ref().map_or_else(
+            || none(Method::Regression, "per-interval counters"),
+            regression,
+        ),
+        ev.model
+            .as_ref()
+            .map_or_else(|| none(Method::ModelPrior, "model prediction"), model_prior),
     ]
 }
 
@@ -290,7 +309,11 @@ pub fn attribute(ev: &Evidence) -> Attribution {
             a.notes.extend(skipped);
             return a;
         }
-        skipped.push(format!("{} not used: {}", a.method.as_str(), a.notes.join("; ")));
+        skipped.push(format!(
+            "{} not used: {}",
+            a.method.as_str(),
+            a.notes.join("; ")
+        ));
     }
     Attribution::insufficient(Method::None, String::new()).with_notes(skipped)
 }
@@ -312,16 +335,21 @@ pub(crate) fn flow_share(f: &FlowId, misses: f64, total: f64) -> FlowShare {
         dst: f.dst.clone(),
         dport: f.dport,
         misses,
-        share_pct: if total > 0.0 { 100.0 * misses / total } else { 0.0 },
+        share_pct: if total > 0.0 {
+            100.0 * misses / total
+        } else {
+            0.0
+        },
     }
 }
 
 /// Flows ordered by misses, largest first (ties by key for determinism).
 pub(crate) fn sort_flows(v: &mut [FlowShare]) {
     v.sort_by(|a, b| {
-        b.misses
-            .total_cmp(&a.misses)
-            .then_with(|| (&a.proto, &a.src, a.sport, &a.dst, a.dport).cmp(&(&b.proto, &b.src, b.sport, &b.dst, b.dport)))
+        b.misses.total_cmp(&a.misses).then_with(|| {
+            (&a.proto, &a.src, a.sport, &a.dst, a.dport)
+                .cmp(&(&b.proto, &b.src, b.sport, &b.dst, b.dport))
+        })
     });
 }
 
@@ -333,7 +361,11 @@ mod tests {
         SampledCounts {
             period,
             stand_in: false,
-            queues: q.iter().enumerate().map(|(i, n)| (QueueId::rx(i as u32), *n)).collect(),
+            queues: q
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (QueueId::rx(i as u32), *n))
+                .collect(),
             flows: Vec::new(),
             other_samples: other,
             join_sample: 1,
@@ -345,29 +377,63 @@ mod tests {
 
     #[test]
     fn chooser_takes_strongest_supported() {
-        let model = ModelPrediction { queues: vec![(QueueId::rx(0), 3.0), (QueueId::rx(1), 1.0)], flows: Vec::new(), measured_total: Some(400.0) };
-        let ev = Evidence { address_join: Some(counts(1000, &[3, 1], 0)), cpu_context: None, regression: None, model: Some(model.clone()) };
+        let model = ModelPrediction {
+            queues: vec![(QueueId::rx(0), 3.0), (QueueId::rx(1), 1.0)],
+            flows: Vec::new(),
+            measured_total: Some(400.0),
+        };
+        let ev = Evidence {
+            address_join: Some(counts(1000, &[3, 1], 0)),
+            cpu_context: None,
+            regression: None,
+            model: Some(model.clone()),
+        };
         let a = attribute(&ev);
-        assert_eq!(a.method, Method::ModelPrior, "4 samples are not evidence: {a:?}");
+        assert_eq!(
+            a.method,
+            Method::ModelPrior,
+            "4 samples are not evidence: {a:?}"
+        );
         assert!(a.notes.iter().any(|n| n.contains("address_join not used")));
         assert!(a.notes.iter().any(|n| n.contains("model-only")));
-        let ev = Evidence { address_join: Some(counts(1000, &[3000, 1000], 50)), model: Some(model), ..Default::default() };
+        let ev = Evidence {
+            address_join: Some(counts(1000, &[3000, 1000], 50)),
+            model: Some(model),
+            ..Default::default()
+        };
         let a = attribute(&ev);
         assert_eq!(a.method, Method::AddressJoin);
         assert_eq!(a.confidence, Confidence::High);
         let all = attribute_all(&ev);
-        assert_eq!(all.iter().map(|a| a.method).collect::<Vec<_>>(), vec![Method::AddressJoin, Method::CpuContext, Method::Regression, Method::ModelPrior]);
+        assert_eq!(
+            all.iter().map(|a| a.method).collect::<Vec<_>>(),
+            vec![
+                Method::AddressJoin,
+                Method::CpuContext,
+                Method::Regression,
+                Method::ModelPrior
+            ]
+        );
         let js = serde_json::to_string(&all).unwrap_or_default();
-        assert!(js.contains("\"method\":\"address_join\"") && js.contains("\"confidence\":\"insufficient\""));
+        assert!(
+            js.contains("\"method\":\"address_join\"")
+                && js.contains("\"confidence\":\"insufficient\"")
+        );
     }
 
     #[test]
     fn nothing_gives_none() {
         let a = attribute(&Evidence::default());
-        assert_eq!((a.method, a.confidence), (Method::None, Confidence::Insufficient));
+        assert_eq!(
+            (a.method, a.confidence),
+            (Method::None, Confidence::Insufficient)
+        );
         assert!(a.queues.is_empty());
         assert_eq!(a.notes.len(), 4);
-        let ev = Evidence { address_join: Some(counts(0, &[], 0)), ..Default::default() };
+        let ev = Evidence {
+            address_join: Some(counts(0, &[], 0)),
+            ..Default::default()
+        };
         assert_eq!(attribute(&ev).method, Method::None);
     }
 }

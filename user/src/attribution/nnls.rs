@@ -17,7 +17,11 @@ pub struct Mat {
 
 impl Mat {
     pub fn zeros(rows: usize, cols: usize) -> Self {
-        Mat { rows, cols, data: vec![0.0; rows * cols] }
+        Mat {
+            rows,
+            cols,
+            data: vec![0.0; rows * cols],
+        }
     }
 
     /// Build from rows; all rows must have the same length.
@@ -26,7 +30,11 @@ impl Mat {
         if rows.iter().any(|r| r.len() != cols) {
             return Err(NnlsError::Shape("rows of unequal length".into()));
         }
-        Ok(Mat { rows: rows.len(), cols, data: rows.iter().flatten().copied().collect() })
+        Ok(Mat {
+            rows: rows.len(),
+            cols,
+            data: rows.iter().flatten().copied().collect(),
+        })
     }
 
     #[inline]
@@ -60,7 +68,11 @@ impl Mat {
         for r in (0..self.rows).filter(|r| *r != skip) {
             data.extend_from_slice(&self.data[r * self.cols..(r + 1) * self.cols]);
         }
-        Mat { rows: self.rows.saturating_sub(usize::from(skip < self.rows)), cols: self.cols, data }
+        Mat {
+            rows: self.rows.saturating_sub(usize::from(skip < self.rows)),
+            cols: self.cols,
+            data,
+        }
     }
 
     pub fn row(&self, r: usize) -> &[f64] {
@@ -69,7 +81,9 @@ impl Mat {
 
     /// A·x
     pub fn mul_vec(&self, x: &[f64]) -> Vec<f64> {
-        (0..self.rows).map(|r| self.row(r).iter().zip(x).map(|(a, b)| a * b).sum()).collect()
+        (0..self.rows)
+            .map(|r| self.row(r).iter().zip(x).map(|(a, b)| a * b).sum())
+            .collect()
     }
 
     /// Aᵀ·y
@@ -165,14 +179,24 @@ pub fn pivoted_qr(a: &Mat, rel_tol: f64) -> PivotedQr {
         vs.push(v);
     }
     let r00 = rdiag.first().copied().unwrap_or(0.0);
-    let rank = if r00 > 0.0 { rdiag.iter().take_while(|d| **d > rel_tol * r00).count() } else { 0 };
+    let rank = if r00 > 0.0 {
+        rdiag.iter().take_while(|d| **d > rel_tol * r00).count()
+    } else {
+        0
+    };
     let mut r = Mat::zeros(steps, n);
     for i in 0..steps {
         for c in i..n {
             r.set(i, c, w.get(i, c));
         }
     }
-    PivotedQr { vs, r, perm, rank, rdiag }
+    PivotedQr {
+        vs,
+        r,
+        perm,
+        rank,
+        rdiag,
+    }
 }
 
 impl PivotedQr {
@@ -256,7 +280,10 @@ const SUB_RANK_TOL: f64 = 1e-10;
 pub fn nnls(a: &Mat, b: &[f64]) -> Result<NnlsSolution, NnlsError> {
     let (m, n) = (a.rows, a.cols);
     if b.len() != m {
-        return Err(NnlsError::Shape(format!("A is {m}×{n} but b has {}", b.len())));
+        return Err(NnlsError::Shape(format!(
+            "A is {m}×{n} but b has {}",
+            b.len()
+        )));
     }
     if a.data.iter().chain(b).any(|v| !v.is_finite()) {
         return Err(NnlsError::NonFinite);
@@ -265,19 +292,34 @@ pub fn nnls(a: &Mat, b: &[f64]) -> Result<NnlsSolution, NnlsError> {
     let mut passive = vec![false; n];
     if n == 0 || m == 0 {
         let rn = b.iter().map(|v| v * v).sum::<f64>().sqrt();
-        return Ok(NnlsSolution { x, residual_norm: rn, iterations: 0 });
+        return Ok(NnlsSolution {
+            x,
+            residual_norm: rn,
+            iterations: 0,
+        });
     }
     // Dual-feasibility tolerance as in Lawson–Hanson / SciPy: scale of A times machine eps.
-    let tol = 10.0 * f64::EPSILON * a.max_abs().max(f64::MIN_POSITIVE) * (m.max(n) as f64) * b.iter().fold(0.0f64, |s, v| s.max(v.abs())).max(1.0);
+    let tol = 10.0
+        * f64::EPSILON
+        * a.max_abs().max(f64::MIN_POSITIVE)
+        * (m.max(n) as f64)
+        * b.iter().fold(0.0f64, |s, v| s.max(v.abs())).max(1.0);
     let max_outer = 3 * n + 10;
     // Columns whose addition produced no positive coefficient (numerically dependent on the
     // passive set); excluded until x changes, otherwise the method would cycle on them.
     let mut blocked = vec![false; n];
     let mut iterations = 0;
     loop {
-        let resid: Vec<f64> = a.mul_vec(&x).iter().zip(b).map(|(ax, bi)| bi - ax).collect();
+        let resid: Vec<f64> = a
+            .mul_vec(&x)
+            .iter()
+            .zip(b)
+            .map(|(ax, bi)| bi - ax)
+            .collect();
         let w = a.t_mul_vec(&resid);
-        let cand = (0..n).filter(|&j| !passive[j] && !blocked[j] && w[j] > tol).max_by(|&i, &j| w[i].total_cmp(&w[j]));
+        let cand = (0..n)
+            .filter(|&j| !passive[j] && !blocked[j] && w[j] > tol)
+            .max_by(|&i, &j| w[i].total_cmp(&w[j]));
         let Some(t) = cand else { break };
         iterations += 1;
         if iterations > max_outer {
@@ -340,8 +382,17 @@ pub fn nnls(a: &Mat, b: &[f64]) -> Result<NnlsSolution, NnlsError> {
             }
         }
     }
-    let resid: f64 = a.mul_vec(&x).iter().zip(b).map(|(ax, bi)| (bi - ax).powi(2)).sum();
-    Ok(NnlsSolution { x, residual_norm: resid.sqrt(), iterations })
+    let resid: f64 = a
+        .mul_vec(&x)
+        .iter()
+        .zip(b)
+        .map(|(ax, bi)| (bi - ax).powi(2))
+        .sum();
+    Ok(NnlsSolution {
+        x,
+        residual_norm: resid.sqrt(),
+        iterations,
+    })
 }
 
 #[cfg(test)]
@@ -355,11 +406,21 @@ mod tests {
     #[test]
     fn unconstrained_solution_when_positive() {
         // Overdetermined, consistent system with x = (1, 2, 3).
-        let a = Mat::from_rows(&[vec![1.0, 0.0, 1.0], vec![0.0, 1.0, 1.0], vec![1.0, 1.0, 0.0], vec![2.0, 1.0, 1.0], vec![0.5, 0.0, 3.0]]).unwrap();
+        let a = Mat::from_rows(&[
+            vec![1.0, 0.0, 1.0],
+            vec![0.0, 1.0, 1.0],
+            vec![1.0, 1.0, 0.0],
+            vec![2.0, 1.0, 1.0],
+            vec![0.5, 0.0, 3.0],
+        ])
+        .unwrap();
         let x = [1.0, 2.0, 3.0];
         let b = a.mul_vec(&x);
         let s = nnls(&a, &b).unwrap();
-        println!("nnls consistent: {:?} residual {:.2e}", s.x, s.residual_norm);
+        println!(
+            "nnls consistent: {:?} residual {:.2e}",
+            s.x, s.residual_norm
+        );
         assert!(close(&s.x, &x, 1e-10));
         assert!(s.residual_norm < 1e-10);
     }
@@ -379,12 +440,23 @@ mod tests {
         let s = nnls(&a, &b).unwrap();
         assert!(close(&s.x, &[2.0, 0.0], 1e-12), "{:?}", s.x);
         // KKT: gradient Aᵀ(b−Ax) is 0 on the free variable, ≤ 0 on the bound one.
-        let r: Vec<f64> = a.mul_vec(&s.x).iter().zip(&b).map(|(ax, bi)| bi - ax).collect();
+        let r: Vec<f64> = a
+            .mul_vec(&s.x)
+            .iter()
+            .zip(&b)
+            .map(|(ax, bi)| bi - ax)
+            .collect();
         let w = a.t_mul_vec(&r);
         assert!(w[0].abs() < 1e-10 && w[1] < 0.0);
 
         // Lawson & Hanson style: the first column enters, later leaves when the others explain b.
-        let a = Mat::from_rows(&[vec![1.0, 1.0, 0.0], vec![1.0, 0.0, 1.0], vec![0.0, 1.0, 1.0], vec![1.0, 1.0, 1.0]]).unwrap();
+        let a = Mat::from_rows(&[
+            vec![1.0, 1.0, 0.0],
+            vec![1.0, 0.0, 1.0],
+            vec![0.0, 1.0, 1.0],
+            vec![1.0, 1.0, 1.0],
+        ])
+        .unwrap();
         let b = [0.0, 1.0, 3.0, 2.0];
         // Truth by enumerating all passive sets: the feasible one with the least residual.
         let best = enumerate_nnls(&a, &b);
@@ -408,7 +480,12 @@ mod tests {
             for (k, &j) in cols.iter().enumerate() {
                 x[j] = z[k];
             }
-            let r: f64 = a.mul_vec(&x).iter().zip(b).map(|(p, q)| (p - q).powi(2)).sum();
+            let r: f64 = a
+                .mul_vec(&x)
+                .iter()
+                .zip(b)
+                .map(|(p, q)| (p - q).powi(2))
+                .sum();
             if r < best.0 - 1e-12 {
                 best = (r, x);
             }
@@ -439,7 +516,13 @@ mod tests {
     #[test]
     fn rank_deficient_columns() {
         // Column 2 duplicates column 0: rank 2; NNLS still returns a minimal-residual solution.
-        let a = Mat::from_rows(&[vec![1.0, 0.0, 1.0], vec![0.0, 1.0, 0.0], vec![1.0, 1.0, 1.0], vec![2.0, 0.0, 2.0]]).unwrap();
+        let a = Mat::from_rows(&[
+            vec![1.0, 0.0, 1.0],
+            vec![0.0, 1.0, 0.0],
+            vec![1.0, 1.0, 1.0],
+            vec![2.0, 0.0, 2.0],
+        ])
+        .unwrap();
         let qr = pivoted_qr(&a, 1e-10);
         assert_eq!(qr.rank, 2);
         let b = a.mul_vec(&[1.0, 1.0, 1.0]);
@@ -447,7 +530,10 @@ mod tests {
         assert!(s.residual_norm < 1e-9);
         assert!((s.x[0] + s.x[2] - 2.0).abs() < 1e-9 && (s.x[1] - 1.0).abs() < 1e-9);
         assert!(matches!(nnls(&a, &[1.0]), Err(NnlsError::Shape(_))));
-        assert!(matches!(nnls(&a, &[f64::NAN, 0.0, 0.0, 0.0]), Err(NnlsError::NonFinite)));
+        assert!(matches!(
+            nnls(&a, &[f64::NAN, 0.0, 0.0, 0.0]),
+            Err(NnlsError::NonFinite)
+        ));
     }
 
     #[test]
@@ -455,6 +541,10 @@ mod tests {
         let a = Mat::from_rows(&[vec![2.0, 1.0], vec![1.0, 3.0], vec![0.0, 1.0]]).unwrap();
         // AᵀA = [[5,5],[5,11]]; inverse = [[11,-5],[-5,5]]/30.
         let g = pivoted_qr(&a, 1e-12).inv_gram();
-        assert!(close(&[g.get(0, 0), g.get(0, 1), g.get(1, 0), g.get(1, 1)], &[11.0 / 30.0, -5.0 / 30.0, -5.0 / 30.0, 5.0 / 30.0], 1e-12));
+        assert!(close(
+            &[g.get(0, 0), g.get(0, 1), g.get(1, 0), g.get(1, 1)],
+            &[11.0 / 30.0, -5.0 / 30.0, -5.0 / 30.0, 5.0 / 30.0],
+            1e-12
+        ));
     }
 }

@@ -1,6 +1,9 @@
 //! Model-prior attribution: the simulator's per-queue / per-flow predicted misses, scaled to the measured socket total when there is one; the only method on hosts without counters ("model-only").
 
-use super::{flow_share, merge, sort_flows, Attribution, Confidence, Method, ModelPrediction, QueueId, QueueShare};
+use super::{
+    flow_share, merge, sort_flows, Attribution, Confidence, Method, ModelPrediction, QueueId,
+    QueueShare,
+};
 use crate::model::SimResult;
 
 impl ModelPrediction {
@@ -12,9 +15,18 @@ impl ModelPrediction {
             .per_queue
             .iter()
             .enumerate()
-            .map(|(i, h)| (QueueId::rx(i as u32), (h.io_write_misses + h.io_read_misses + h.cpu_read_misses) as f64))
+            .map(|(i, h)| {
+                (
+                    QueueId::rx(i as u32),
+                    (h.io_write_misses + h.io_read_misses + h.cpu_read_misses) as f64,
+                )
+            })
             .collect();
-        ModelPrediction { queues, flows: Vec::new(), measured_total }
+        ModelPrediction {
+            queues,
+            flows: Vec::new(),
+            measured_total,
+        }
     }
 }
 
@@ -42,11 +54,27 @@ pub fn model_prior(p: &ModelPrediction) -> Attribution {
     };
     let qs = queues
         .iter()
-        .map(|(q, v)| QueueShare { dir: q.dir.clone(), queue: q.queue, misses: v * scale, share_pct: 100.0 * v / pred, ci_pct: None })
+        .map(|(q, v)| QueueShare {
+            dir: q.dir.clone(),
+            queue: q.queue,
+            misses: v * scale,
+            share_pct: 100.0 * v / pred,
+            ci_pct: None,
+        })
         .collect();
-    let mut flows: Vec<_> = merge(&p.flows).iter().map(|(f, v)| flow_share(f, v * scale, pred * scale)).collect();
+    let mut flows: Vec<_> = merge(&p.flows)
+        .iter()
+        .map(|(f, v)| flow_share(f, v * scale, pred * scale))
+        .collect();
     sort_flows(&mut flows);
-    Attribution { method: m, confidence: Confidence::Low, queues: qs, flows, notes, counts_are_samples: false }
+    Attribution {
+        method: m,
+        confidence: Confidence::Low,
+        queues: qs,
+        flows,
+        notes,
+        counts_are_samples: false,
+    }
 }
 
 #[cfg(test)]
@@ -55,19 +83,39 @@ mod tests {
 
     #[test]
     fn scales_to_measured_total() {
-        let p = ModelPrediction { queues: vec![(QueueId::rx(0), 30.0), (QueueId::rx(1), 10.0)], flows: Vec::new(), measured_total: Some(4000.0) };
+        let p = ModelPrediction {
+            queues: vec![(QueueId::rx(0), 30.0), (QueueId::rx(1), 10.0)],
+            flows: Vec::new(),
+            measured_total: Some(4000.0),
+        };
         let a = model_prior(&p);
-        assert_eq!((a.method, a.confidence), (Method::ModelPrior, Confidence::Low));
+        assert_eq!(
+            (a.method, a.confidence),
+            (Method::ModelPrior, Confidence::Low)
+        );
         assert_eq!((a.queues[0].misses, a.queues[0].share_pct), (3000.0, 75.0));
         assert!(a.notes[0].starts_with("model-only"));
-        let a = model_prior(&ModelPrediction { measured_total: None, ..p.clone() });
+        let a = model_prior(&ModelPrediction {
+            measured_total: None,
+            ..p.clone()
+        });
         assert_eq!(a.queues[1].misses, 10.0);
         assert!(a.notes[0].contains("no miss counters"));
         // Nothing measured: no note about what a measured total includes.
-        assert!(!a.notes.iter().any(|n| n.contains("measured total")), "{:?}", a.notes);
-        let z = ModelPrediction { queues: vec![(QueueId::rx(0), 0.0)], ..Default::default() };
+        assert!(
+            !a.notes.iter().any(|n| n.contains("measured total")),
+            "{:?}",
+            a.notes
+        );
+        let z = ModelPrediction {
+            queues: vec![(QueueId::rx(0), 0.0)],
+            ..Default::default()
+        };
         assert_eq!(model_prior(&z).confidence, Confidence::Insufficient);
-        let bad = ModelPrediction { queues: vec![(QueueId::rx(0), f64::NAN)], ..Default::default() };
+        let bad = ModelPrediction {
+            queues: vec![(QueueId::rx(0), f64::NAN)],
+            ..Default::default()
+        };
         assert_eq!(model_prior(&bad).confidence, Confidence::Insufficient);
     }
 }

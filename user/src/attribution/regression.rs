@@ -34,7 +34,10 @@ use std::collections::BTreeSet;
 
 use super::nnls::{nnls, pivoted_qr, Mat, NnlsSolution};
 use super::sampled::Z95;
-use super::{flow_share, merge, sort_flows, Attribution, Confidence, Interval, Method, QueueId, QueueShare, RegressionInput};
+use super::{
+    flow_share, merge, sort_flows, Attribution, Confidence, Interval, Method, QueueId, QueueShare,
+    RegressionInput,
+};
 
 /// Residual degrees of freedom required beyond the fitted columns.
 pub const MIN_DOF: usize = 4;
@@ -97,7 +100,12 @@ struct Table {
 
 impl Table {
     fn build(iv: &[Interval]) -> Table {
-        let queues: Vec<QueueId> = iv.iter().flat_map(|i| i.queues.iter().map(|f| f.queue.clone())).collect::<BTreeSet<_>>().into_iter().collect();
+        let queues: Vec<QueueId> = iv
+            .iter()
+            .flat_map(|i| i.queues.iter().map(|f| f.queue.clone()))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
         let nq = queues.len();
         let idx = |q: &QueueId| queues.binary_search(q).ok();
         let mut bytes = vec![vec![0.0; nq]; iv.len()];
@@ -140,7 +148,10 @@ impl Table {
             .collect();
         Table {
             queues,
-            secs: iv.iter().map(|i| (i.duration_ns.max(1) as f64) / 1e9).collect(),
+            secs: iv
+                .iter()
+                .map(|i| (i.duration_ns.max(1) as f64) / 1e9)
+                .collect(),
             bytes,
             growth: has_infl.then_some(growth),
             inflight: has_infl.then_some(infl),
@@ -171,7 +182,10 @@ impl Table {
         match f {
             Feature::Bytes => Some(self.bytes[i][q]),
             Feature::Inflight => self.inflight.as_ref().map(|v| v[i][q]),
-            Feature::Pressure => self.inflight.as_ref().map(|v| self.bytes[i][q] * v[i][q] / self.secs[i]),
+            Feature::Pressure => self
+                .inflight
+                .as_ref()
+                .map(|v| self.bytes[i][q] * v[i][q] / self.secs[i]),
             Feature::Footprint => self.footprint.as_ref().map(|v| v[i][q]),
             Feature::RingExposure => self.footprint.as_ref().map(|v| v[i][q] * driver[i]),
             Feature::ReadExposure => self.inflight.as_ref().map(|v| v[i][q] * driver[i]),
@@ -223,7 +237,14 @@ impl Design {
 
 /// `background`: the per-interval driver of the misses no queue causes (all zero: none), with
 /// at most `cap` misses per unit of it.
-fn design(t: &Table, driver: &[f64], terms: &[Term], active: &[usize], background: &[f64], cap: Option<f64>) -> Option<Design> {
+fn design(
+    t: &Table,
+    driver: &[f64],
+    terms: &[Term],
+    active: &[usize],
+    background: &[f64],
+    cap: Option<f64>,
+) -> Option<Design> {
     let n = t.secs.len();
     let nq = t.queues.len();
     // Each column as (values, per-queue part summed over intervals, unscaled).
@@ -232,7 +253,9 @@ fn design(t: &Table, driver: &[f64], terms: &[Term], active: &[usize], backgroun
         match term {
             Term::PerQueue(f) => {
                 for &q in active {
-                    let c: Vec<f64> = (0..n).map(|i| t.value(f, i, q, driver)).collect::<Option<_>>()?;
+                    let c: Vec<f64> = (0..n)
+                        .map(|i| t.value(f, i, q, driver))
+                        .collect::<Option<_>>()?;
                     let mut part = vec![0.0; nq];
                     part[q] = c.iter().sum();
                     cols.push((c, part));
@@ -268,7 +291,13 @@ fn design(t: &Table, driver: &[f64], terms: &[Term], active: &[usize], backgroun
     }
     let bg_norm = background.iter().map(|v| v * v).sum::<f64>().sqrt();
     let background_cap = cap.filter(|_| has_background).map(|c| c * bg_norm);
-    Some(Design { a, split, terms: terms.to_vec(), background: has_background, background_cap })
+    Some(Design {
+        a,
+        split,
+        terms: terms.to_vec(),
+        background: has_background,
+        background_cap,
+    })
 }
 
 /// The columns of a rank-deficient design, named ("rx1, background (interval length)"); None when it
@@ -299,7 +328,12 @@ fn dependent_columns(a: &Mat) -> Vec<usize> {
             let y = a.col(j);
             let (x, _) = super::nnls::lstsq(&sub, &y, 1e-12);
             let fit = sub.mul_vec(&x);
-            let r: f64 = fit.iter().zip(&y).map(|(p, q)| (p - q).powi(2)).sum::<f64>().sqrt();
+            let r: f64 = fit
+                .iter()
+                .zip(&y)
+                .map(|(p, q)| (p - q).powi(2))
+                .sum::<f64>()
+                .sqrt();
             r < 1e-5 // columns have unit norm
         })
         .collect()
@@ -342,12 +376,22 @@ fn fit(d: &Design, y: &[f64], ynorm: f64) -> Option<Fit> {
     let tss: f64 = y.iter().map(|v| (v - mean).powi(2)).sum();
     let mut press = 0.0;
     for i in 0..y.len() {
-        let yi: Vec<f64> = y.iter().enumerate().filter(|(k, _)| *k != i).map(|(_, v)| *v).collect();
+        let yi: Vec<f64> = y
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| *k != i)
+            .map(|(_, v)| *v)
+            .collect();
         let si = capped_nnls(&d.a.without_row(i), &yi, cap)?;
         let pred: f64 = d.a.row(i).iter().zip(&si.x).map(|(a, b)| a * b).sum();
         press += (pred - y[i]).powi(2);
     }
-    Some(Fit { rss: s.residual_norm.powi(2), tss, loo_rmse: (press / y.len() as f64).sqrt(), x: s.x })
+    Some(Fit {
+        rss: s.residual_norm.powi(2),
+        tss,
+        loo_rmse: (press / y.len() as f64).sqrt(),
+        x: s.x,
+    })
 }
 
 /// One counter's contribution: per-queue totals (counter units) and their covariance.
@@ -367,11 +411,20 @@ const PLAUSIBLE_LOO: f64 = 1.25;
 /// Per-queue coefficients are used only when their held-out error is this many times lower.
 const PER_QUEUE_GAIN: f64 = 1.5;
 
-fn fit_series(name: &str, background_kind: &str, t: &Table, active: &[usize], y_raw: &[f64], cands: &[Design]) -> Result<SeriesResult, String> {
+fn fit_series(
+    name: &str,
+    background_kind: &str,
+    t: &Table,
+    active: &[usize],
+    y_raw: &[f64],
+    cands: &[Design],
+) -> Result<SeriesResult, String> {
     let nq = t.queues.len();
     let ynorm = y_raw.iter().map(|v| v * v).sum::<f64>().sqrt();
     if !(ynorm > 0.0 && ynorm.is_finite()) {
-        return Err(format!("{name}: counter is zero or invalid in every interval"));
+        return Err(format!(
+            "{name}: counter is zero or invalid in every interval"
+        ));
     }
     let y: Vec<f64> = y_raw.iter().map(|v| v / ynorm).collect();
     let queue_totals = |d: &Design, x: &[f64]| -> Vec<f64> {
@@ -435,8 +488,12 @@ fn fit_series(name: &str, background_kind: &str, t: &Table, active: &[usize], y_
     // Covariance of the free (positive) coefficients: σ²(AₚᵀAₚ)⁻¹. Coefficients held at zero
     // (or the background at its cap) by the constraints contribute none, so intervals are
     // optimistic when many are held.
-    let capped = |j: usize| d.background && j == d.a.cols - 1 && d.background_cap.is_some_and(|c| f.x[j] >= c / ynorm);
-    let passive: Vec<usize> = (0..d.a.cols).filter(|&j| f.x[j] > 0.0 && !capped(j)).collect();
+    let capped = |j: usize| {
+        d.background && j == d.a.cols - 1 && d.background_cap.is_some_and(|c| f.x[j] >= c / ynorm)
+    };
+    let passive: Vec<usize> = (0..d.a.cols)
+        .filter(|&j| f.x[j] > 0.0 && !capped(j))
+        .collect();
     let dof = n.saturating_sub(passive.len()).max(1);
     let sigma2 = f.rss / dof as f64;
     let mut cov = vec![vec![0.0; nq]; nq];
@@ -453,7 +510,11 @@ fn fit_series(name: &str, background_kind: &str, t: &Table, active: &[usize], y_
             }
         }
     }
-    let r2 = if f.tss > 0.0 { 1.0 - f.rss / f.tss } else { 0.0 };
+    let r2 = if f.tss > 0.0 {
+        1.0 - f.rss / f.tss
+    } else {
+        0.0
+    };
     let mean = y_raw.iter().sum::<f64>() / n as f64;
     let feats: Vec<String> = d.terms.iter().map(|t| t.name()).collect();
     let tot = totals.iter().sum::<f64>() + background;
@@ -465,7 +526,14 @@ fn fit_series(name: &str, background_kind: &str, t: &Table, active: &[usize], y_
         active.len(),
         nq
     );
-    Ok(SeriesResult { totals, cov, background, r2, note, alternatives })
+    Ok(SeriesResult {
+        totals,
+        cov,
+        background,
+        r2,
+        note,
+        alternatives,
+    })
 }
 
 /// Full-rank candidate designs, simplest first in each tier: shared coefficients (physics
@@ -501,8 +569,17 @@ fn candidates(
         &[PerQueue(Bytes), Pooled(ReadExposure)],
         &[PerQueue(Bytes), Pooled(RingExposure), Pooled(ReadExposure)],
         &[PerQueue(ReadExposure), Pooled(RingExposure)],
-        &[PerQueue(Bytes), PerQueue(Pressure), Pooled(RingExposure), Pooled(ReadExposure)],
-        &[PerQueue(Bytes), PerQueue(ReadExposure), Pooled(RingExposure)],
+        &[
+            PerQueue(Bytes),
+            PerQueue(Pressure),
+            Pooled(RingExposure),
+            Pooled(ReadExposure),
+        ],
+        &[
+            PerQueue(Bytes),
+            PerQueue(ReadExposure),
+            Pooled(RingExposure),
+        ],
     ];
     shared
         .iter()
@@ -544,24 +621,47 @@ pub fn regression(inp: &RegressionInput) -> Attribution {
         .iter()
         .filter_map(|(name, get, get_bg)| {
             let v: Option<Vec<f64>> = iv.iter().map(|i| finite(get(&i.socket))).collect();
-            let bg: Option<Vec<f64>> = iv.iter().map(|i| finite(get_bg(&i.socket)).map(|b| b.max(0.0))).collect();
-            v.map(|misses| Series { name, misses, background: bg })
+            let bg: Option<Vec<f64>> = iv
+                .iter()
+                .map(|i| finite(get_bg(&i.socket)).map(|b| b.max(0.0)))
+                .collect();
+            v.map(|misses| Series {
+                name,
+                misses,
+                background: bg,
+            })
         })
         .collect();
     if series.is_empty() {
         return Attribution::insufficient(m, "no socket miss counter present in every interval");
     }
     // Queues that never carried traffic cannot have caused misses: fixed at zero.
-    let active: Vec<usize> = (0..nq).filter(|&q| t.bytes.iter().any(|r| r[q] > 0.0)).collect();
+    let active: Vec<usize> = (0..nq)
+        .filter(|&q| t.bytes.iter().any(|r| r[q] > 0.0))
+        .collect();
     let need = (active.len() + 1 + MIN_DOF).max(MIN_INTERVALS);
     if iv.len() < need {
-        return Attribution::insufficient(m, format!("{} intervals for {} active queues; at least {need} needed", iv.len(), active.len()));
+        return Attribution::insufficient(
+            m,
+            format!(
+                "{} intervals for {} active queues; at least {need} needed",
+                iv.len(),
+                active.len()
+            ),
+        );
     }
     // Queues collinear with each other, or with the interval length, are refused whatever the
     // counter's background: a queue steady in time is an intercept, and would take any steady
     // miss source no background measures (an untraced device, a fixed leak), even where the
     // background follows the other devices' bytes and the fit could split it off.
-    let Some(base) = design(&t, &[], &[Term::PerQueue(Feature::Bytes)], &active, &t.secs, None) else {
+    let Some(base) = design(
+        &t,
+        &[],
+        &[Term::PerQueue(Feature::Bytes)],
+        &active,
+        &t.secs,
+        None,
+    ) else {
         return Attribution::insufficient(m, "no per-queue byte counts");
     };
     if let Some(who) = collinear(&t, &base, "interval length") {
@@ -578,15 +678,30 @@ pub fn regression(inp: &RegressionInput) -> Attribution {
     let mut background = 0.0;
     let mut unexplained = 0.0;
     let mut per_series: Vec<SeriesResult> = Vec::new();
-    for (k, Series { name, misses: y, background: measured_bg }) in series.iter().enumerate() {
+    for (
+        k,
+        Series {
+            name,
+            misses: y,
+            background: measured_bg,
+        },
+    ) in series.iter().enumerate()
+    {
         // Fill pressure for the exposure features: the other miss counters (allocations into
         // the LLC evict waiting lines); a series is never its own driver, which would make the
         // fit circular. Without another counter, total inbound bytes.
-        let others: Vec<&Vec<f64>> = series.iter().enumerate().filter(|(j, _)| *j != k).map(|(_, s)| &s.misses).collect();
+        let others: Vec<&Vec<f64>> = series
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != k)
+            .map(|(_, s)| &s.misses)
+            .collect();
         let driver: Vec<f64> = if others.is_empty() {
             total_bytes.clone()
         } else {
-            (0..iv.len()).map(|i| others.iter().map(|v| v[i].max(0.0)).sum()).collect()
+            (0..iv.len())
+                .map(|i| others.iter().map(|v| v[i].max(0.0)).sum())
+                .collect()
         };
         // A DMA write misses when the line was evicted while its buffer waited in the ring
         // (footprint); a read (core load, NIC TX read) when it was evicted between the write
@@ -602,8 +717,14 @@ pub fn regression(inp: &RegressionInput) -> Attribution {
         // write miss per 64 bytes. Reads get no cap: a partial-line read is a request of its own.
         let cap = (*name == "io_write").then_some(1.0 / 64.0);
         let (bg_driver, cap, background_kind) = match measured_bg {
-            Some(b) if b.iter().any(|v| *v > 0.0) && cap.is_some() => (b.clone(), cap, "∝ other devices' DMA bytes, ≤ 1 miss per line"),
-            Some(b) if b.iter().any(|v| *v > 0.0) => (b.clone(), None, "∝ other devices' DMA bytes"),
+            Some(b) if b.iter().any(|v| *v > 0.0) && cap.is_some() => (
+                b.clone(),
+                cap,
+                "∝ other devices' DMA bytes, ≤ 1 miss per line",
+            ),
+            Some(b) if b.iter().any(|v| *v > 0.0) => {
+                (b.clone(), None, "∝ other devices' DMA bytes")
+            }
             Some(b) => (b.clone(), None, "none: other devices idle"),
             None => (t.secs.clone(), None, "∝ time"),
         };
@@ -640,7 +761,10 @@ pub fn regression(inp: &RegressionInput) -> Attribution {
     }
     let sum: f64 = totals.iter().sum();
     if sum.is_nan() || sum <= 0.0 {
-        let mut a = Attribution::insufficient(m, "no miss variation is explained by queue traffic (all queue coefficients zero)");
+        let mut a = Attribution::insufficient(
+            m,
+            "no miss variation is explained by queue traffic (all queue coefficients zero)",
+        );
         a.notes.extend(notes);
         return a;
     }
@@ -650,7 +774,9 @@ pub fn regression(inp: &RegressionInput) -> Attribution {
     let mut spread = vec![0.0f64; nq];
     for (k, s) in per_series.iter().enumerate() {
         for alt in &s.alternatives {
-            let tot: Vec<f64> = (0..nq).map(|q| totals[q] - per_series[k].totals[q] + alt[q]).collect();
+            let tot: Vec<f64> = (0..nq)
+                .map(|q| totals[q] - per_series[k].totals[q] + alt[q])
+                .collect();
             let ts: f64 = tot.iter().sum();
             if ts > 0.0 {
                 for q in 0..nq {
@@ -665,8 +791,12 @@ pub fn regression(inp: &RegressionInput) -> Attribution {
     let mut worst_half = 0.0f64;
     let queues: Vec<QueueShare> = (0..nq)
         .map(|q| {
-            let g: Vec<f64> = (0..nq).map(|j| (if j == q { 1.0 } else { 0.0 } - shares[q]) / sum).collect();
-            let var: f64 = (0..nq).map(|a| (0..nq).map(|b| g[a] * cov[a][b] * g[b]).sum::<f64>()).sum();
+            let g: Vec<f64> = (0..nq)
+                .map(|j| (if j == q { 1.0 } else { 0.0 } - shares[q]) / sum)
+                .collect();
+            let var: f64 = (0..nq)
+                .map(|a| (0..nq).map(|b| g[a] * cov[a][b] * g[b]).sum::<f64>())
+                .sum();
             // Statistical and model uncertainty added linearly (conservative).
             let half = 100.0 * (Z95 * var.max(0.0).sqrt() + spread[q]) + unexplained_pp;
             worst_half = worst_half.max(half);
@@ -696,38 +826,65 @@ pub fn regression(inp: &RegressionInput) -> Attribution {
     };
 
     // Flows: a queue's misses split by its flows' byte shares (an assumption, noted).
-    let flow_bytes = merge(&inp.flow_bytes.iter().map(|(f, q, b)| ((q.clone(), f.clone()), b.max(0.0))).collect::<Vec<_>>());
+    let flow_bytes = merge(
+        &inp.flow_bytes
+            .iter()
+            .map(|(f, q, b)| ((q.clone(), f.clone()), b.max(0.0)))
+            .collect::<Vec<_>>(),
+    );
     let mut flows = Vec::new();
     for (q, qid) in t.queues.iter().enumerate() {
         let fs: Vec<_> = flow_bytes.iter().filter(|((fq, _), _)| fq == qid).collect();
         let tb: f64 = fs.iter().map(|(_, b)| *b).sum();
         if tb > 0.0 {
-            flows.extend(fs.iter().map(|((_, f), b)| flow_share(f, totals[q] * b / tb, sum)));
+            flows.extend(
+                fs.iter()
+                    .map(|((_, f), b)| flow_share(f, totals[q] * b / tb, sum)),
+            );
         }
     }
     if !flows.is_empty() {
         sort_flows(&mut flows);
         notes.push("flow misses are their queue's misses split by byte share (regression sees queues only)".into());
     }
-    Attribution { method: m, confidence, queues, flows, notes, counts_are_samples: false }
+    Attribution {
+        method: m,
+        confidence,
+        queues,
+        flows,
+        notes,
+        counts_are_samples: false,
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Confidence, Interval, QueueFeatures, QueueId, RegressionInput, SocketMisses};
+    use super::super::{
+        Confidence, Interval, QueueFeatures, QueueId, RegressionInput, SocketMisses,
+    };
     use super::*;
     use crate::attribution::nnls::Mat;
 
     struct Lcg(u64);
     impl Lcg {
         fn unit(&mut self) -> f64 {
-            self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             (self.0 >> 11) as f64 / (1u64 << 53) as f64
         }
     }
 
     /// Intervals with per-queue bytes = base × U(0.5,1.5); misses = Σ β_q bytes_q + bg·T (+noise).
-    fn synth(n: usize, base: &[f64], beta: &[f64], bg: f64, noise: f64, seed: u64) -> (RegressionInput, Vec<f64>) {
+    fn synth(
+        n: usize,
+        base: &[f64],
+        beta: &[f64],
+        bg: f64,
+        noise: f64,
+        seed: u64,
+    ) -> (RegressionInput, Vec<f64>) {
         let mut r = Lcg(seed);
         let mut truth = vec![0.0; base.len()];
         let intervals = (0..n)
@@ -740,12 +897,30 @@ mod tests {
                 let y = m * (1.0 + noise * (r.unit() - 0.5)) + bg;
                 Interval {
                     duration_ns: 1_000_000_000,
-                    queues: bytes.iter().enumerate().map(|(q, b)| QueueFeatures { queue: QueueId::rx(q as u32), inbound_bytes: *b, inflight_bytes: None, footprint_bytes: None }).collect(),
-                    socket: SocketMisses { l3: Some(y), ..Default::default() },
+                    queues: bytes
+                        .iter()
+                        .enumerate()
+                        .map(|(q, b)| QueueFeatures {
+                            queue: QueueId::rx(q as u32),
+                            inbound_bytes: *b,
+                            inflight_bytes: None,
+                            footprint_bytes: None,
+                        })
+                        .collect(),
+                    socket: SocketMisses {
+                        l3: Some(y),
+                        ..Default::default()
+                    },
                 }
             })
             .collect();
-        (RegressionInput { intervals, flow_bytes: Vec::new() }, truth)
+        (
+            RegressionInput {
+                intervals,
+                flow_bytes: Vec::new(),
+            },
+            truth,
+        )
     }
 
     #[test]
@@ -753,8 +928,15 @@ mod tests {
         let (inp, truth) = synth(30, &[1e9, 5e8, 2e9], &[1e-3, 4e-3, 1e-4], 2e5, 0.02, 7);
         let a = regression(&inp);
         let ts: f64 = truth.iter().sum();
-        println!("linear truth {:?}", truth.iter().map(|t| 100.0 * t / ts).collect::<Vec<_>>());
-        println!("regression   {:?} {:?}", a.queues.iter().map(|q| q.share_pct).collect::<Vec<_>>(), a.confidence);
+        println!(
+            "linear truth {:?}",
+            truth.iter().map(|t| 100.0 * t / ts).collect::<Vec<_>>()
+        );
+        println!(
+            "regression   {:?} {:?}",
+            a.queues.iter().map(|q| q.share_pct).collect::<Vec<_>>(),
+            a.confidence
+        );
         assert_eq!(a.confidence, Confidence::Medium, "{:?}", a.notes);
         for (q, t) in a.queues.iter().zip(&truth) {
             assert!((q.share_pct - 100.0 * t / ts).abs() < 2.0);
@@ -771,7 +953,10 @@ mod tests {
         assert_eq!(a.confidence, Confidence::Insufficient);
         assert!(a.queues.is_empty());
         assert!(a.notes[0].contains("intervals"), "{:?}", a.notes);
-        assert_eq!(regression(&RegressionInput::default()).confidence, Confidence::Insufficient);
+        assert_eq!(
+            regression(&RegressionInput::default()).confidence,
+            Confidence::Insufficient
+        );
     }
 
     #[test]
@@ -785,7 +970,9 @@ mod tests {
         let a = regression(&inp);
         println!("collinear: {:?}", a.notes);
         assert_eq!(a.confidence, Confidence::Insufficient);
-        assert!(a.notes[0].contains("rx1") && a.notes[0].contains("rx2") && !a.notes[0].contains("rx0"));
+        assert!(
+            a.notes[0].contains("rx1") && a.notes[0].contains("rx2") && !a.notes[0].contains("rx0")
+        );
         // Constant traffic is indistinguishable from the background term.
         let (mut inp, _) = synth(30, &[1e9, 5e8], &[1e-3, 4e-3], 1e5, 0.02, 4);
         for iv in &mut inp.intervals {
@@ -829,7 +1016,13 @@ mod tests {
         let a = regression(&inp);
         println!("unexplained: {:?} {:?}", a.confidence, a.notes);
         assert_ne!(a.confidence, Confidence::Insufficient, "{:?}", a.notes);
-        assert!(a.notes.iter().any(|n| n.starts_with("io_write") && n.contains("left unattributed")), "{:?}", a.notes);
+        assert!(
+            a.notes
+                .iter()
+                .any(|n| n.starts_with("io_write") && n.contains("left unattributed")),
+            "{:?}",
+            a.notes
+        );
         let ts: f64 = truth.iter().sum();
         let explained: f64 = a.queues.iter().map(|q| q.misses).sum();
         let widen = 100.0 * noise_total / (explained + noise_total);
@@ -837,12 +1030,21 @@ mod tests {
             assert!((q.share_pct - 100.0 * t / ts).abs() < 2.0, "{q:?}");
             let (lo, hi) = q.ci_pct.unwrap_or((0.0, 0.0));
             // Clamped at 0 and 100; otherwise at least the unattributed part either side.
-            assert!(lo <= (q.share_pct - widen).max(0.0) + 1e-9 && hi >= (q.share_pct + widen).min(100.0) - 1e-9, "{q:?} widen {widen:.1}");
+            assert!(
+                lo <= (q.share_pct - widen).max(0.0) + 1e-9
+                    && hi >= (q.share_pct + widen).min(100.0) - 1e-9,
+                "{q:?} widen {widen:.1}"
+            );
         }
         // The same input with io_write explained by the queues gives narrower intervals.
         let (clean, _) = synth(30, &[1e9, 5e8, 2e9], &[1e-3, 4e-3, 1e-4], 2e5, 0.02, 11);
         let b = regression(&clean);
-        let width = |a: &Attribution| a.queues.iter().map(|q| q.ci_pct.map_or(0.0, |(l, h)| h - l)).fold(0.0, f64::max);
+        let width = |a: &Attribution| {
+            a.queues
+                .iter()
+                .map(|q| q.ci_pct.map_or(0.0, |(l, h)| h - l))
+                .fold(0.0, f64::max)
+        };
         assert!(width(&b) < width(&a));
     }
 
@@ -851,19 +1053,31 @@ mod tests {
         // Unbounded: x = (1, 4). Capped at 2: the first coefficient refits to what is left.
         let a = Mat::from_rows(&[vec![1.0, 0.0], vec![0.0, 1.0], vec![1.0, 1.0]]).unwrap();
         let y = [1.0, 4.0, 5.0];
-        let close = |x: &[f64], want: [f64; 2]| x.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-9);
+        let close =
+            |x: &[f64], want: [f64; 2]| x.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-9);
         assert!(close(&capped_nnls(&a, &y, None).unwrap().x, [1.0, 4.0]));
-        assert!(close(&capped_nnls(&a, &y, Some(5.0)).unwrap().x, [1.0, 4.0]));
+        assert!(close(
+            &capped_nnls(&a, &y, Some(5.0)).unwrap().x,
+            [1.0, 4.0]
+        ));
         let c = capped_nnls(&a, &y, Some(2.0)).unwrap();
         assert!(close(&c.x, [2.0, 2.0]), "{:?}", c.x);
-        assert!((c.residual_norm - 6.0f64.sqrt()).abs() < 1e-9, "{}", c.residual_norm);
+        assert!(
+            (c.residual_norm - 6.0f64.sqrt()).abs() < 1e-9,
+            "{}",
+            c.residual_norm
+        );
     }
 
     /// Write misses: each queue's ring lines leak in proportion to its footprint times the
     /// fill pressure (the load misses), whatever its own bytes; plus another device's misses,
     /// `other_miss_per_line` per 64 bytes of its DMA. Returns the regression, the true
     /// per-queue misses and the other device's lines.
-    fn ring_leak(other_bytes_known: bool, other_mean_bytes: f64, other_miss_per_line: f64) -> (Attribution, Vec<f64>, f64) {
+    fn ring_leak(
+        other_bytes_known: bool,
+        other_mean_bytes: f64,
+        other_miss_per_line: f64,
+    ) -> (Attribution, Vec<f64>, f64) {
         let (mut inp, truth) = synth(30, &[1e9, 5e8, 2e9], &[1e-3, 4e-3, 1e-4], 0.0, 0.02, 21);
         let foot = [4e5, 1e6, 6e5];
         let mut r = Lcg(22);
@@ -889,32 +1103,68 @@ mod tests {
 
     /// The background the notes report ("queues explain …, background B, …").
     fn reported_background(a: &Attribution) -> f64 {
-        let n = a.notes.iter().find(|n| n.starts_with("queues explain")).cloned().unwrap_or_default();
-        n.split("background ").nth(1).and_then(|s| s.split(',').next()).and_then(|v| v.parse().ok()).unwrap_or(f64::NAN)
+        let n = a
+            .notes
+            .iter()
+            .find(|n| n.starts_with("queues explain"))
+            .cloned()
+            .unwrap_or_default();
+        n.split("background ")
+            .nth(1)
+            .and_then(|s| s.split(',').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(f64::NAN)
     }
 
     #[test]
     fn measured_background_is_the_other_devices() {
         let (a, truth, lines) = ring_leak(true, 2e7, 0.9);
         let ts: f64 = truth.iter().sum();
-        println!("ring leak, other stacks known: {:?} {:?}", a.confidence, a.notes);
+        println!(
+            "ring leak, other stacks known: {:?} {:?}",
+            a.confidence, a.notes
+        );
         assert_ne!(a.confidence, Confidence::Insufficient, "{:?}", a.notes);
-        assert!(a.notes.iter().any(|n| n.starts_with("io_write") && n.contains("other devices' DMA bytes")), "{:?}", a.notes);
+        assert!(
+            a.notes
+                .iter()
+                .any(|n| n.starts_with("io_write") && n.contains("other devices' DMA bytes")),
+            "{:?}",
+            a.notes
+        );
         for (q, t) in a.queues.iter().zip(&truth) {
-            assert!((q.share_pct - 100.0 * t / ts).abs() < 2.0, "{q:?} truth {:.1}", 100.0 * t / ts);
+            assert!(
+                (q.share_pct - 100.0 * t / ts).abs() < 2.0,
+                "{q:?} truth {:.1}",
+                100.0 * t / ts
+            );
         }
         let bg = reported_background(&a);
-        assert!((bg / (0.9 * lines) - 1.0).abs() < 0.1, "background {bg:.3e} vs the device's {:.3e}", 0.9 * lines);
+        assert!(
+            (bg / (0.9 * lines) - 1.0).abs() < 0.1,
+            "background {bg:.3e} vs the device's {:.3e}",
+            0.9 * lines
+        );
         // Idle other devices: no background term at all.
         let (b, truth, _) = ring_leak(true, 0.0, 0.9);
         println!("idle: {:?} {:?}", b.confidence, b.notes);
-        assert!(b.notes.iter().any(|n| n.starts_with("io_write") && n.contains("none: other devices idle")), "{:?}", b.notes);
+        assert!(
+            b.notes
+                .iter()
+                .any(|n| n.starts_with("io_write") && n.contains("none: other devices idle")),
+            "{:?}",
+            b.notes
+        );
         // Here io_write follows l3 exactly, so l3 may also pick up a ring-exposure term: the
         // shares move by a few points, inside their intervals.
         let ts: f64 = truth.iter().sum();
         for (q, t) in b.queues.iter().zip(&truth) {
             let (lo, hi) = q.ci_pct.unwrap_or((0.0, 0.0));
-            assert!(lo <= 100.0 * t / ts && 100.0 * t / ts <= hi, "{q:?} truth {:.1}", 100.0 * t / ts);
+            assert!(
+                lo <= 100.0 * t / ts && 100.0 * t / ts <= hi,
+                "{q:?} truth {:.1}",
+                100.0 * t / ts
+            );
         }
     }
 
@@ -926,8 +1176,14 @@ mod tests {
         let (a, _, lines) = ring_leak(true, 2e7, 1.5);
         println!("capped: {:?} {:?}", a.confidence, a.notes);
         let bg = reported_background(&a);
-        assert!(bg <= lines * 1.0001, "background {bg:.3e} above one miss per line ({lines:.3e})");
-        assert!(bg >= 0.9 * lines, "background {bg:.3e}: the cap binds at {lines:.3e}");
+        assert!(
+            bg <= lines * 1.0001,
+            "background {bg:.3e} above one miss per line ({lines:.3e})"
+        );
+        assert!(
+            bg >= 0.9 * lines,
+            "background {bg:.3e}: the cap binds at {lines:.3e}"
+        );
     }
 
     #[test]
@@ -942,22 +1198,41 @@ mod tests {
             .map(|_| {
                 let b = [1e9, 5e8 * (0.5 + r.unit())];
                 let other = 4e8 * (0.5 + r.unit());
-                let misses = (k0 * b[0] + k1 * b[1] + kb * other) * (1.0 + 0.01 * (r.unit() - 0.5)) + 4e5;
+                let misses =
+                    (k0 * b[0] + k1 * b[1] + kb * other) * (1.0 + 0.01 * (r.unit() - 0.5)) + 4e5;
                 Interval {
                     duration_ns: 1_000_000_000,
                     queues: b
                         .iter()
                         .enumerate()
-                        .map(|(q, b)| QueueFeatures { queue: QueueId::rx(q as u32), inbound_bytes: *b, inflight_bytes: None, footprint_bytes: None })
+                        .map(|(q, b)| QueueFeatures {
+                            queue: QueueId::rx(q as u32),
+                            inbound_bytes: *b,
+                            inflight_bytes: None,
+                            footprint_bytes: None,
+                        })
                         .collect(),
-                    socket: SocketMisses { io_write: Some(misses), other_io_write_bytes: Some(other), ..Default::default() },
+                    socket: SocketMisses {
+                        io_write: Some(misses),
+                        other_io_write_bytes: Some(other),
+                        ..Default::default()
+                    },
                 }
             })
             .collect();
-        let a = regression(&RegressionInput { intervals, flow_bytes: Vec::new() });
+        let a = regression(&RegressionInput {
+            intervals,
+            flow_bytes: Vec::new(),
+        });
         println!("steady queue beside a measured background: {:?}", a.notes);
         assert_eq!(a.confidence, Confidence::Insufficient);
-        assert!(a.notes[0].contains("rx0") && a.notes[0].contains("interval length") && !a.notes[0].contains("rx1"), "{:?}", a.notes);
+        assert!(
+            a.notes[0].contains("rx0")
+                && a.notes[0].contains("interval length")
+                && !a.notes[0].contains("rx1"),
+            "{:?}",
+            a.notes
+        );
     }
 
     /// Misses generated by the LLC simulator, not by the regression's own linear model: queue 0's
@@ -978,8 +1253,16 @@ mod tests {
         .expect("spec");
         let mut r = Lcg(17);
         let ns = 50_000_000u64;
-        let rates: Vec<Vec<f64>> = (0..26).map(|_| vec![2e5 + 8e5 * r.unit(), 2e5 + 8e5 * r.unit()]).collect();
-        let phases: Vec<Phase> = rates.iter().map(|q| Phase { duration_ns: ns, queue_pps: q.clone() }).collect();
+        let rates: Vec<Vec<f64>> = (0..26)
+            .map(|_| vec![2e5 + 8e5 * r.unit(), 2e5 + 8e5 * r.unit()])
+            .collect();
+        let phases: Vec<Phase> = rates
+            .iter()
+            .map(|q| Phase {
+                duration_ns: ns,
+                queue_pps: q.clone(),
+            })
+            .collect();
         let res = simulate_phases(&spec, &phases);
         let mut truth = [0.0f64; 2];
         let mut intervals = Vec::new();
@@ -1000,22 +1283,53 @@ mod tests {
             for (t, h) in truth.iter_mut().zip(&res.per_queue) {
                 *t += (h.io_write_misses + h.cpu_read_misses) as f64;
             }
-            let sum = |f: fn(&crate::model::HitStats) -> u64| res.per_queue.iter().map(|h| f(h) as f64).sum::<f64>();
-            let socket = SocketMisses { io_write: Some(sum(|h| h.io_write_misses)), l3: Some(sum(|h| h.cpu_read_misses)), ..Default::default() };
-            intervals.push(Interval { duration_ns: ns, queues, socket });
+            let sum = |f: fn(&crate::model::HitStats) -> u64| {
+                res.per_queue.iter().map(|h| f(h) as f64).sum::<f64>()
+            };
+            let socket = SocketMisses {
+                io_write: Some(sum(|h| h.io_write_misses)),
+                l3: Some(sum(|h| h.cpu_read_misses)),
+                ..Default::default()
+            };
+            intervals.push(Interval {
+                duration_ns: ns,
+                queues,
+                socket,
+            });
         }
         // The response is not linear in the bytes: misses per byte of queue 0 grow with its rate.
         let per_byte: Vec<(f64, f64)> = rates
             .iter()
             .zip(&res)
             .skip(1)
-            .map(|(q, r)| (q[0], (r.per_queue[0].io_write_misses + r.per_queue[0].cpu_read_misses) as f64 / (q[0] * 0.05 * 1500.0)))
+            .map(|(q, r)| {
+                (
+                    q[0],
+                    (r.per_queue[0].io_write_misses + r.per_queue[0].cpu_read_misses) as f64
+                        / (q[0] * 0.05 * 1500.0),
+                )
+            })
             .collect();
-        let (lo, hi) = per_byte.iter().fold((f64::MAX, 0.0f64), |(lo, hi), (_, m)| (lo.min(*m), hi.max(*m)));
-        assert!(hi > 3.0 * lo, "the simulated response is near linear: misses per byte {lo:.2e}..{hi:.2e}");
-        let a = regression(&RegressionInput { intervals, flow_bytes: Vec::new() });
+        let (lo, hi) = per_byte
+            .iter()
+            .fold((f64::MAX, 0.0f64), |(lo, hi), (_, m)| {
+                (lo.min(*m), hi.max(*m))
+            });
+        assert!(
+            hi > 3.0 * lo,
+            "the simulated response is near linear: misses per byte {lo:.2e}..{hi:.2e}"
+        );
+        let a = regression(&RegressionInput {
+            intervals,
+            flow_bytes: Vec::new(),
+        });
         let ts: f64 = truth.iter().sum();
-        let err = a.queues.iter().zip(&truth).map(|(q, t)| (q.share_pct - 100.0 * t / ts).abs()).fold(0.0, f64::max);
+        let err = a
+            .queues
+            .iter()
+            .zip(&truth)
+            .map(|(q, t)| (q.share_pct - 100.0 * t / ts).abs())
+            .fold(0.0, f64::max);
         println!(
             "nonlinear (simulated): truth {:.1} / {:.1} %, regression {:?} {:?}, error {err:.2} pp; misses per byte of rx0 {lo:.2e}..{hi:.2e}",
             100.0 * truth[0] / ts,
@@ -1025,10 +1339,18 @@ mod tests {
         );
         println!("  {:?}", a.notes);
         assert_ne!(a.confidence, Confidence::Insufficient, "{:?}", a.notes);
-        assert!(err <= 10.0, "nonlinear response: regression off by {err:.2} pp ({:?})", a.notes);
+        assert!(
+            err <= 10.0,
+            "nonlinear response: regression off by {err:.2} pp ({:?})",
+            a.notes
+        );
         for (q, t) in a.queues.iter().zip(&truth) {
             let (lo, hi) = q.ci_pct.unwrap_or((0.0, 0.0));
-            assert!(lo <= 100.0 * t / ts && 100.0 * t / ts <= hi, "{q:?} interval misses the truth {:.1}", 100.0 * t / ts);
+            assert!(
+                lo <= 100.0 * t / ts && 100.0 * t / ts <= hi,
+                "{q:?} interval misses the truth {:.1}",
+                100.0 * t / ts
+            );
         }
     }
 

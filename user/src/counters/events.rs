@@ -8,8 +8,8 @@
 use serde::Serialize;
 
 use super::platform::Platform;
-pub use super::sysfs::Unit;
 use super::sysfs::PmuFormat;
+pub use super::sysfs::Unit;
 
 /// Where an encoding comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -32,7 +32,9 @@ fn parse_num(s: &str) -> Option<u64> {
 fn stored_count(v: f64) -> Option<u64> {
     // 2^63 is exact in f64; anything that rounds to it or past does not fit.
     let v = v.round();
-    (0.0..9_223_372_036_854_775_808.0).contains(&v).then_some(v as u64)
+    (0.0..9_223_372_036_854_775_808.0)
+        .contains(&v)
+        .then_some(v as u64)
 }
 
 fn unit_of_pmu(pmu: &str) -> Option<Unit> {
@@ -214,7 +216,8 @@ pub fn parse_perf_stat_csv_for(
     let mut data_lines = 0;
     // Per socket, PMU and event: the capture's (raw, enabled, running) sums so far.
     let mut totals: BTreeMap<(u32, String, String), (u64, u64, u64)> = BTreeMap::new();
-    let mut resolved: std::collections::HashMap<String, (String, String)> = std::collections::HashMap::new();
+    let mut resolved: std::collections::HashMap<String, (String, String)> =
+        std::collections::HashMap::new();
     for (lineno, line) in text.lines().enumerate() {
         let lineno = lineno + 1;
         let trimmed = line.trim();
@@ -280,7 +283,9 @@ pub fn parse_perf_stat_csv_for(
         let pct = match number(value_idx + 4) {
             None => 100.0,
             Some(v) if v.is_finite() && v >= 0.0 => v,
-            Some(v) => bail!("line {lineno}: running percentage {v} is not a finite percentage of 0 or more"),
+            Some(v) => bail!(
+                "line {lineno}: running percentage {v} is not a finite percentage of 0 or more"
+            ),
         };
         // perf already scaled the value by enabled/running; keep it and reconstruct the other fields.
         let frac = (pct / 100.0).clamp(0.0, 1.0);
@@ -294,8 +299,12 @@ pub fn parse_perf_stat_csv_for(
         let raw = stored_count(value * frac).ok_or_else(|| {
             anyhow!("line {lineno}: counter value {value_s} is outside 0 to 2^63-1, what a recording holds")
         })?;
-        let t_ns = stored_count(time_s * 1e9)
-            .ok_or_else(|| anyhow!("line {lineno}: timestamp {} s is past what a recording holds", first[0].trim()))?;
+        let t_ns = stored_count(time_s * 1e9).ok_or_else(|| {
+            anyhow!(
+                "line {lineno}: timestamp {} s is past what a recording holds",
+                first[0].trim()
+            )
+        })?;
         data_lines += 1;
         let key_time = first[0].trim().to_string();
         if intervals.last().is_none_or(|(t, _)| *t != key_time) {
@@ -307,8 +316,14 @@ pub fn parse_perf_stat_csv_for(
         // A report sums each event's counts over the whole capture in SQLite's signed 64-bit
         // integers: a capture whose sum would not fit is refused here, not stored to fail
         // every later report.
-        let total = totals.entry((socket, pmu.clone(), event.clone())).or_default();
-        for (sum, add, what) in [(&mut total.0, raw, "counts"), (&mut total.1, enabled_ns, "enabled times"), (&mut total.2, run_ns, "running times")] {
+        let total = totals
+            .entry((socket, pmu.clone(), event.clone()))
+            .or_default();
+        for (sum, add, what) in [
+            (&mut total.0, raw, "counts"),
+            (&mut total.1, enabled_ns, "enabled times"),
+            (&mut total.2, run_ns, "running times"),
+        ] {
             *sum = sum
                 .checked_add(add)
                 .filter(|s| *s <= i64::MAX as u64)
@@ -559,12 +574,28 @@ mod tests {
     #[test]
     fn damaged_numbers_are_refused() {
         let line = "1.0,S1,7,8888888888888888888888888881,,cycles,1000,100,,\n";
-        let e = parse_perf_stat_csv(&line.repeat(3)).unwrap_err().to_string();
-        assert!(e.starts_with("line 1: counter value 8888888888888888888888888881 is outside 0 to 2^63-1"), "{e}");
+        let e = parse_perf_stat_csv(&line.repeat(3))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(
+                "line 1: counter value 8888888888888888888888888881 is outside 0 to 2^63-1"
+            ),
+            "{e}"
+        );
         for bad in ["inf,1,,cycles\n", "-1.0,1,,cycles\n", "NaN,1,,cycles\n"] {
-            assert!(parse_perf_stat_csv(bad).unwrap_err().to_string().contains("not a timestamp"), "{bad}");
+            assert!(
+                parse_perf_stat_csv(bad)
+                    .unwrap_err()
+                    .to_string()
+                    .contains("not a timestamp"),
+                "{bad}"
+            );
         }
-        assert!(parse_perf_stat_csv("1.0,inf,,cycles\n").unwrap_err().to_string().contains("bad counter value"));
+        assert!(parse_perf_stat_csv("1.0,inf,,cycles\n")
+            .unwrap_err()
+            .to_string()
+            .contains("bad counter value"));
     }
 
     /// perf prints u64 counts: one at 2^63 or past, a time that is not finite or a sum
@@ -572,7 +603,10 @@ mod tests {
     #[test]
     fn counts_and_times_a_recording_cannot_hold_are_refused_with_their_line() {
         let ok = "1.0,S0,2,9223372036854774784,,cycles,1000,100.00,,\n";
-        assert_eq!(parse_perf_stat_csv(ok).unwrap()[0][0].raw, 9_223_372_036_854_774_784);
+        assert_eq!(
+            parse_perf_stat_csv(ok).unwrap()[0][0].raw,
+            9_223_372_036_854_774_784
+        );
         let cases = [
             ("1.0,S0,2,9223372036854775807,,cycles,1000,100.00,,\n", "line 1: counter value 9223372036854775807 is outside"),
             ("1.0,S0,2,18446744073709551615,,cycles,1000,100.00,,\n", "line 1: counter value 18446744073709551615"),

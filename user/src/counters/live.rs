@@ -758,7 +758,10 @@ mod tests {
         // from open's start to the read's end, on every CPU, whatever the load delays (1 ms
         // per CPU for the per-CPU clocks against CLOCK_MONOTONIC).
         let cpu_clock_ns = sum(&r1, "cpu-clock");
-        let (least, most) = ((before_read - after_open) as f64 * ncpus, (after_read - before_open) as f64 * ncpus);
+        let (least, most) = (
+            (before_read - after_open) as f64 * ncpus,
+            (after_read - before_open) as f64 * ncpus,
+        );
         let slack = 1e6 * ncpus;
         assert!(
             cpu_clock_ns >= least - slack && cpu_clock_ns <= most + slack,

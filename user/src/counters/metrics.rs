@@ -451,14 +451,26 @@ pub(crate) mod tests {
 
     #[test]
     fn stack_split_subtracts_the_nic_box_from_the_socket() {
-        let boxed = |pmu: &str, r: CounterReading| CounterReading { pmu: pmu.into(), ..r };
+        let boxed = |pmu: &str, r: CounterReading| CounterReading {
+            pmu: pmu.into(),
+            ..r
+        };
         let rs = vec![
             reading(0, "UNC_IIO_DATA_REQ_OF_CPU.MEM_WRITE.PART0", 1000.0),
             reading(0, "UNC_IIO_DATA_REQ_OF_CPU.MEM_WRITE.PART1", 500.0),
             reading(0, "UNC_IIO_DATA_REQ_OF_CPU.MEM_READ.PART0", 300.0),
-            boxed("uncore_iio_3", reading(0, "UNC_IIO_DATA_REQ_OF_CPU.MEM_WRITE.PART0", 900.0)),
-            boxed("uncore_iio_3", reading(0, "UNC_IIO_DATA_REQ_OF_CPU.MEM_READ.PART0", 300.0)),
-            boxed("uncore_iio_5", reading(0, "UNC_IIO_DATA_REQ_OF_CPU.MEM_WRITE.PART1", 600.0)),
+            boxed(
+                "uncore_iio_3",
+                reading(0, "UNC_IIO_DATA_REQ_OF_CPU.MEM_WRITE.PART0", 900.0),
+            ),
+            boxed(
+                "uncore_iio_3",
+                reading(0, "UNC_IIO_DATA_REQ_OF_CPU.MEM_READ.PART0", 300.0),
+            ),
+            boxed(
+                "uncore_iio_5",
+                reading(0, "UNC_IIO_DATA_REQ_OF_CPU.MEM_WRITE.PART1", 600.0),
+            ),
             // Another socket's rows do not count.
             reading(1, "UNC_IIO_DATA_REQ_OF_CPU.MEM_WRITE.PART0", 7e9),
             reading(0, "UNC_CHA_TOR_INSERTS.IO_MISS_ITOM", 7e9),
@@ -466,10 +478,23 @@ pub(crate) mod tests {
         let s = stack_split(&rs, 0, "uncore_iio_3").unwrap();
         assert_eq!(
             s,
-            StackSplit { nic_write_bytes: 3600.0, nic_read_bytes: 1200.0, other_write_bytes: 2400.0, other_read_bytes: 0.0 }
+            StackSplit {
+                nic_write_bytes: 3600.0,
+                nic_read_bytes: 1200.0,
+                other_write_bytes: 2400.0,
+                other_read_bytes: 0.0
+            }
         );
-        assert_eq!(stack_split(&rs, 0, "uncore_iio_9"), None, "no rows for the NIC's box");
-        assert_eq!(stack_split(&rs[3..6], 0, "uncore_iio_3"), None, "no socket totals");
+        assert_eq!(
+            stack_split(&rs, 0, "uncore_iio_9"),
+            None,
+            "no rows for the NIC's box"
+        );
+        assert_eq!(
+            stack_split(&rs[3..6], 0, "uncore_iio_3"),
+            None,
+            "no socket totals"
+        );
     }
 
     #[test]

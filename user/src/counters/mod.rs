@@ -88,7 +88,11 @@ pub enum CountersMode {
 pub fn open(mode: CountersMode) -> anyhow::Result<(Option<Sampler>, CounterSource, Vec<String>)> {
     let detection = platform::detect_host();
     Ok(match mode {
-        CountersMode::Off => (None, CounterSource::Absent, vec!["counters disabled (--counters off)".into()]),
+        CountersMode::Off => (
+            None,
+            CounterSource::Absent,
+            vec!["counters disabled (--counters off)".into()],
+        ),
         CountersMode::Software => {
             let (s, rep) = Sampler::try_open(&SamplerConfig::software());
             if s.is_none() {
@@ -99,10 +103,18 @@ pub fn open(mode: CountersMode) -> anyhow::Result<(Option<Sampler>, CounterSourc
         CountersMode::Auto => match detection.platform() {
             Some(p) => {
                 let (s, rep) = Sampler::try_open(&SamplerConfig::hardware(p));
-                let src = if s.is_some() { CounterSource::Live } else { CounterSource::Absent };
+                let src = if s.is_some() {
+                    CounterSource::Live
+                } else {
+                    CounterSource::Absent
+                };
                 (s, src, rep.failure_lines())
             }
-            None => (None, CounterSource::Absent, vec![format!("no uncore DDIO counters: {}", detection.describe())]),
+            None => (
+                None,
+                CounterSource::Absent,
+                vec![format!("no uncore DDIO counters: {}", detection.describe())],
+            ),
         },
     })
 }

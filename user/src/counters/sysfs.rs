@@ -417,7 +417,10 @@ pub fn read_pmu(dir: &Path, name: &str, unit: Unit, index: u32) -> Result<Pmu> {
 pub fn place_on_iio(info: &mut crate::topology::IfaceInfo, root: &Path) {
     let Some((seg, bus)) = info.pci_root.as_deref().and_then(|r| {
         let (s, b) = r.split_once(':')?;
-        Some((u16::from_str_radix(s, 16).ok()?, u8::from_str_radix(b, 16).ok()?))
+        Some((
+            u16::from_str_radix(s, 16).ok()?,
+            u8::from_str_radix(b, 16).ok()?,
+        ))
     }) else {
         return;
     };

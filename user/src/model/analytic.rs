@@ -78,7 +78,8 @@ pub fn line_rounded(pkt_bytes: u32) -> u64 {
 /// Ring working set: every descriptor's buffer is rewritten once per ring turn.
 /// `desc_bytes` is the descriptor/completion state written per packet.
 pub fn ring_footprint_bytes(ring_entries: u32, pkt_bytes: u32, desc_bytes: u32) -> u64 {
-    ring_entries as u64 * line_rounded(pkt_bytes) + (ring_entries as u64 * desc_bytes as u64).div_ceil(LINE) * LINE
+    ring_entries as u64 * line_rounded(pkt_bytes)
+        + (ring_entries as u64 * desc_bytes as u64).div_ceil(LINE) * LINE
 }
 
 /// Little's law: bytes waiting between DMA and the last CPU touch.
@@ -177,12 +178,22 @@ pub struct SocketAnalytic {
 /// (b) its own residence time against the socket's DDIO turnover time.
 pub fn analyse_socket(geom: &LlcGeometry, loads: &[QueueLoad]) -> SocketAnalytic {
     let nominal = geom.ddio_capacity_bytes();
-    let fp = |l: &QueueLoad| ring_footprint_bytes(l.ring_entries, l.avg_pkt_bytes.ceil().max(1.0) as u32, DESC_BYTES_PER_PKT);
+    let fp = |l: &QueueLoad| {
+        ring_footprint_bytes(
+            l.ring_entries,
+            l.avg_pkt_bytes.ceil().max(1.0) as u32,
+            DESC_BYTES_PER_PKT,
+        )
+    };
     let rx_fp: u64 = loads.iter().filter(|l| l.dir == Dir::Rx).map(fp).sum();
     let tx_fp: u64 = loads.iter().filter(|l| l.dir == Dir::Tx).map(fp).sum();
     // Both RX payload writes and TX-bound data the CPU wrote compete for the same ways;
     // only RX DMA writes allocate through DDIO, so turnover is driven by RX bytes.
-    let io_w: f64 = loads.iter().filter(|l| l.dir == Dir::Rx).map(|l| l.bytes_per_s).sum();
+    let io_w: f64 = loads
+        .iter()
+        .filter(|l| l.dir == Dir::Rx)
+        .map(|l| l.bytes_per_s)
+        .sum();
     let turn = turnover_ns(geom, io_w);
     let rx_v = verdict_for(rx_fp as f64, geom);
     let tx_v = verdict_for((rx_fp + tx_fp) as f64, geom).max(Verdict::Fits);
@@ -190,28 +201,44 @@ pub fn analyse_socket(geom: &LlcGeometry, loads: &[QueueLoad]) -> SocketAnalytic
     let mut queues = Vec::new();
     for l in loads {
         let f = fp(l);
-        let inflight = l.residence_ns.map(|r| inflight_bytes(l.bytes_per_s, r)).unwrap_or(0.0);
+        let inflight = l
+            .residence_ns
+            .map(|r| inflight_bytes(l.bytes_per_s, r))
+            .unwrap_or(0.0);
         total_inflight += inflight;
         let sock_v = if l.dir == Dir::Rx { rx_v } else { tx_v };
         let (time_v, why_time) = match l.residence_ns {
-            Some(r) if r > turn => (Verdict::Leaky, format!("residence {:.1} us > DDIO turnover {:.1} us", r / 1e3, turn / 1e3)),
-            Some(r) if r > turn * USABLE_DDIO_FRACTION => {
-                (Verdict::AtRisk, format!("residence {:.1} us is near DDIO turnover {:.1} us", r / 1e3, turn / 1e3))
-            }
+            Some(r) if r > turn => (
+                Verdict::Leaky,
+                format!(
+                    "residence {:.1} us > DDIO turnover {:.1} us",
+                    r / 1e3,
+                    turn / 1e3
+                ),
+            ),
+            Some(r) if r > turn * USABLE_DDIO_FRACTION => (
+                Verdict::AtRisk,
+                format!(
+                    "residence {:.1} us is near DDIO turnover {:.1} us",
+                    r / 1e3,
+                    turn / 1e3
+                ),
+            ),
             _ => (Verdict::Fits, String::new()),
         };
         let v = sock_v.max(time_v);
-        let reason = if time_v > sock_v {
-            why_time
-        } else {
-            format!(
+        let reason =
+            if time_v > sock_v {
+                why_time
+            } else {
+                format!(
                 "socket {} ring footprint {:.2} MiB vs DDIO {:.2} MiB nominal / {:.2} MiB usable",
                 if l.dir == Dir::Rx { "RX" } else { "RX+TX" },
                 (if l.dir == Dir::Rx { rx_fp } else { rx_fp + tx_fp }) as f64 / 1048576.0,
                 nominal as f64 / 1048576.0,
                 geom.usable_ddio_bytes() as f64 / 1048576.0
             )
-        };
+            };
         queues.push(QueueAnalytic {
             dir: l.dir,
             queue: l.queue,
@@ -238,7 +265,12 @@ pub fn analyse_socket(geom: &LlcGeometry, loads: &[QueueLoad]) -> SocketAnalytic
 
 /// Largest ring (power of two, ≥ `min_ring`) such that `queues` rings of `pkt_bytes`
 /// buffers stay within usable DDIO capacity; None when even `min_ring` does not fit.
-pub fn max_ring_within_usable(geom: &LlcGeometry, queues: u32, pkt_bytes: u32, min_ring: u32) -> Option<u32> {
+pub fn max_ring_within_usable(
+    geom: &LlcGeometry,
+    queues: u32,
+    pkt_bytes: u32,
+    min_ring: u32,
+) -> Option<u32> {
     let usable = geom.usable_ddio_bytes();
     let mut best = None;
     let mut r = min_ring.max(1).next_power_of_two();
@@ -284,7 +316,10 @@ mod tests {
         // λ = 1 line per set with 2 DDIO ways: E[max(0,N−2)] = 1 − 2 + 2/e + 1/e = 3/e − 1.
         let one_per_set = g.sets as f64 * 64.0 / 1048576.0;
         assert!((f(one_per_set) - (3.0 / std::f64::consts::E - 1.0)).abs() < 1e-9);
-        let v: Vec<f64> = [0.5, 1.0, 2.0, 3.0, 4.5, 9.0].iter().map(|m| f(*m)).collect();
+        let v: Vec<f64> = [0.5, 1.0, 2.0, 3.0, 4.5, 9.0]
+            .iter()
+            .map(|m| f(*m))
+            .collect();
         assert!(v.windows(2).all(|w| w[1] > w[0]), "{v:?}");
         assert!(v[0] < 0.01 && v[5] > 0.4 && v[5] < 1.0, "{v:?}");
     }
@@ -293,10 +328,21 @@ mod tests {
     fn slow_consumer_is_leaky() {
         let g = LlcGeometry::skx_gold_6140();
         // 10 GB/s into 2 MiB usable turns over every ~0.2 ms; 1 ms residence is leaky.
-        let l = QueueLoad { dir: Dir::Rx, queue: 0, ring_entries: 256, pkts_per_s: 6.6e6, bytes_per_s: 1e10, avg_pkt_bytes: 1500.0, residence_ns: Some(1e6) };
+        let l = QueueLoad {
+            dir: Dir::Rx,
+            queue: 0,
+            ring_entries: 256,
+            pkts_per_s: 6.6e6,
+            bytes_per_s: 1e10,
+            avg_pkt_bytes: 1500.0,
+            residence_ns: Some(1e6),
+        };
         let s = analyse_socket(&g, std::slice::from_ref(&l));
         assert_eq!(s.queues[0].verdict, Verdict::Leaky);
-        let fast = QueueLoad { residence_ns: Some(5_000.0), ..l };
+        let fast = QueueLoad {
+            residence_ns: Some(5_000.0),
+            ..l
+        };
         assert_eq!(analyse_socket(&g, &[fast]).queues[0].verdict, Verdict::Fits);
     }
 }

@@ -26,7 +26,11 @@ fn dir() -> Option<PathBuf> {
     let base = std::env::var_os("XDG_CACHE_HOME")
         .filter(|d| !d.is_empty())
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| PathBuf::from(h).join(".cache")))?;
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|h| !h.is_empty())
+                .map(|h| PathBuf::from(h).join(".cache"))
+        })?;
     Some(base.join("ddioscope").join("model").join(BUILD))
 }
 
@@ -52,7 +56,9 @@ fn get_in<T: DeserializeOwned>(d: &Path, key: &str) -> Option<T> {
 }
 
 fn put_in<T: Serialize>(d: &Path, key: &str, value: &T) {
-    let Ok(json) = serde_json::to_vec(value) else { return };
+    let Ok(json) = serde_json::to_vec(value) else {
+        return;
+    };
     if fs::create_dir_all(d).is_err() {
         return;
     }
@@ -108,15 +114,26 @@ mod tests {
     fn a_cached_result_is_the_simulated_one() {
         let d = tempfile::tempdir().unwrap();
         let simulate_cached = |s: &SimSpec| simulate_in(Some(d.path()), s);
-        let s = SimSpec::parse("queues=2,ring=256,pkt_bytes=1024,rate_gbps=20,max_packets=40000").unwrap();
+        let s = SimSpec::parse("queues=2,ring=256,pkt_bytes=1024,rate_gbps=20,max_packets=40000")
+            .unwrap();
         let first = simulate_cached(&s);
         assert!(d.path().join(format!("{}.json", s.cache_key())).exists());
         let again = simulate_cached(&s);
-        assert_eq!(first.total.io_write_hit_pct(), again.total.io_write_hit_pct());
+        assert_eq!(
+            first.total.io_write_hit_pct(),
+            again.total.io_write_hit_pct()
+        );
         assert_eq!(first.per_queue, again.per_queue);
-        assert_eq!(first.total.io_write_hit_pct(), simulate(&s).total.io_write_hit_pct());
+        assert_eq!(
+            first.total.io_write_hit_pct(),
+            simulate(&s).total.io_write_hit_pct()
+        );
         // A damaged entry is simulated again, not trusted.
-        fs::write(d.path().join(format!("{}.json", s.cache_key())), b"{garbage").unwrap();
+        fs::write(
+            d.path().join(format!("{}.json", s.cache_key())),
+            b"{garbage",
+        )
+        .unwrap();
         assert_eq!(simulate_cached(&s).per_queue, first.per_queue);
     }
 }

@@ -92,12 +92,21 @@ pub struct Calibration {
 
 fn predict(spec: &SimSpec) -> Prediction {
     let r = simulate(spec);
-    Prediction { io_write_hit_pct: r.total.io_write_hit_pct(), io_read_hit_pct: r.total.io_read_hit_pct() }
+    Prediction {
+        io_write_hit_pct: r.total.io_write_hit_pct(),
+        io_read_hit_pct: r.total.io_read_hit_pct(),
+    }
 }
 
 /// Bisection for the x in [lo, hi] where `f(x)` crosses `target`; `rising` says whether f
 /// grows with x. Returns the end of the bracket closest to the target when it is outside.
-fn bisect(mut lo: f64, mut hi: f64, rising: bool, target: f64, f: &mut dyn FnMut(f64) -> f64) -> f64 {
+fn bisect(
+    mut lo: f64,
+    mut hi: f64,
+    rising: bool,
+    target: f64,
+    f: &mut dyn FnMut(f64) -> f64,
+) -> f64 {
     for _ in 0..STEPS {
         let mid = 0.5 * (lo + hi);
         let above = f(mid) > target;
@@ -118,22 +127,42 @@ fn with_params(spec: &SimSpec, p: &CalibrationParams) -> SimSpec {
 }
 
 /// `p` with the background fill rate at which the write hit rate is `target`, on a log scale.
-fn fit_background(spec: &SimSpec, mut p: CalibrationParams, target: f64, sims: &mut u32) -> CalibrationParams {
-    let x = bisect(0.0, (MAX_BG_LINES_PER_SEC / 1e6).ln(), false, target, &mut |x| {
-        p.bg_lines_per_sec = 1e6 * x.exp();
-        *sims += 1;
-        predict(&with_params(spec, &p)).io_write_hit_pct.unwrap_or(0.0)
-    });
+fn fit_background(
+    spec: &SimSpec,
+    mut p: CalibrationParams,
+    target: f64,
+    sims: &mut u32,
+) -> CalibrationParams {
+    let x = bisect(
+        0.0,
+        (MAX_BG_LINES_PER_SEC / 1e6).ln(),
+        false,
+        target,
+        &mut |x| {
+            p.bg_lines_per_sec = 1e6 * x.exp();
+            *sims += 1;
+            predict(&with_params(spec, &p))
+                .io_write_hit_pct
+                .unwrap_or(0.0)
+        },
+    );
     p.bg_lines_per_sec = 1e6 * x.exp();
     p
 }
 
 /// `p` with the TX delay at which the NIC's read hit rate is `target`.
-fn fit_tx_delay(spec: &SimSpec, mut p: CalibrationParams, target: f64, sims: &mut u32) -> CalibrationParams {
+fn fit_tx_delay(
+    spec: &SimSpec,
+    mut p: CalibrationParams,
+    target: f64,
+    sims: &mut u32,
+) -> CalibrationParams {
     p.tx_delay_us = bisect(0.0, MAX_TX_DELAY_US.ln_1p(), false, target, &mut |x| {
         p.tx_delay_us = x.exp_m1();
         *sims += 1;
-        predict(&with_params(spec, &p)).io_read_hit_pct.unwrap_or(0.0)
+        predict(&with_params(spec, &p))
+            .io_read_hit_pct
+            .unwrap_or(0.0)
     })
     .exp_m1();
     p
@@ -146,7 +175,11 @@ pub fn calibrate(spec: &SimSpec, measured: &Measured) -> Calibration {
     sims += 1;
     let mut p = CalibrationParams::of(spec);
     let with = |p: &CalibrationParams| with_params(spec, p);
-    if let Some(target) = measured.io_write_hit_pct.filter(|t| uncal.io_write_hit_pct.is_none_or(|u| (u - t).abs() > AGREE_PP)) {
+    if let Some(target) = measured.io_write_hit_pct.filter(|t| {
+        uncal
+            .io_write_hit_pct
+            .is_none_or(|u| (u - t).abs() > AGREE_PP)
+    }) {
         let w = |p: &CalibrationParams, sims: &mut u32| {
             *sims += 1;
             predict(&with(p)).io_write_hit_pct.unwrap_or(0.0)
@@ -156,7 +189,11 @@ pub fn calibrate(spec: &SimSpec, measured: &Measured) -> Calibration {
         let mut best: Option<(f64, CalibrationParams)> = None;
         let mut lowest = f64::INFINITY;
         let mut placements = EVENNESS;
-        placements.sort_by(|a, b| (a - spec.hash_evenness).abs().total_cmp(&(b - spec.hash_evenness).abs()));
+        placements.sort_by(|a, b| {
+            (a - spec.hash_evenness)
+                .abs()
+                .total_cmp(&(b - spec.hash_evenness).abs())
+        });
         for e in placements {
             let mut q = base;
             q.hash_evenness = e;
@@ -184,10 +221,19 @@ pub fn calibrate(spec: &SimSpec, measured: &Measured) -> Calibration {
     // the two move each other's rate (buffers the TX path holds longer take cache, and the
     // background evicts lines before the NIC reads them), so each is fitted once more with
     // the other's value.
-    let read_differs = |t: &f64| uncal.io_read_hit_pct.is_none_or(|u| (u - t).abs() > AGREE_PP);
-    if let (Some(read), Consumer::Forward) = (measured.io_read_hit_pct.filter(read_differs), spec.consumer) {
+    let read_differs = |t: &f64| {
+        uncal
+            .io_read_hit_pct
+            .is_none_or(|u| (u - t).abs() > AGREE_PP)
+    };
+    if let (Some(read), Consumer::Forward) =
+        (measured.io_read_hit_pct.filter(read_differs), spec.consumer)
+    {
         p = fit_tx_delay(spec, p, read, &mut sims);
-        if let Some(write) = measured.io_write_hit_pct.filter(|_| p.bg_lines_per_sec > 0.0) {
+        if let Some(write) = measured
+            .io_write_hit_pct
+            .filter(|_| p.bg_lines_per_sec > 0.0)
+        {
             p = fit_background(spec, p, write, &mut sims);
             p = fit_tx_delay(spec, p, read, &mut sims);
         }
@@ -212,11 +258,22 @@ mod tests {
 
     #[test]
     fn a_host_the_model_already_agrees_with_moves_no_parameter() {
-        let spec = SimSpec::parse("queues=2,ring=1024,pkt_bytes=1500,rate_gbps=60,max_packets=200000").unwrap();
+        let spec =
+            SimSpec::parse("queues=2,ring=1024,pkt_bytes=1500,rate_gbps=60,max_packets=200000")
+                .unwrap();
         let r = simulate(&spec);
-        let (w, rd) = (r.total.io_write_hit_pct().unwrap(), r.total.io_read_hit_pct().unwrap());
+        let (w, rd) = (
+            r.total.io_write_hit_pct().unwrap(),
+            r.total.io_read_hit_pct().unwrap(),
+        );
         // Within the counters' precision of the prediction: nothing to explain.
-        let c = calibrate(&spec, &Measured { io_write_hit_pct: Some(w - 0.8 * AGREE_PP), io_read_hit_pct: Some(rd + 0.8 * AGREE_PP) });
+        let c = calibrate(
+            &spec,
+            &Measured {
+                io_write_hit_pct: Some(w - 0.8 * AGREE_PP),
+                io_read_hit_pct: Some(rd + 0.8 * AGREE_PP),
+            },
+        );
         assert_eq!(c.params, CalibrationParams::of(&spec));
         assert_eq!(c.simulations, 2);
         assert!((c.residual_write_pct.unwrap() - 0.8 * AGREE_PP).abs() < 1e-9);
@@ -226,23 +283,42 @@ mod tests {
     fn calibration_recovers_a_host_with_other_load_and_reports_the_residual() {
         // A "host" like the spec but with another tenant filling 1e9 LLC lines/s and a
         // slower TX path; its counters are what the model says for it.
-        let mut spec = SimSpec::parse("queues=4,ring=1024,pkt_bytes=1024,rate_gbps=60,max_packets=300000").unwrap();
+        let mut spec =
+            SimSpec::parse("queues=4,ring=1024,pkt_bytes=1024,rate_gbps=60,max_packets=300000")
+                .unwrap();
         spec.hash_evenness = 1.0;
         let mut host = spec.clone();
         host.background.lines_per_sec = 1e9;
         host.background.working_set_bytes = host.geometry.size_bytes * 4;
         host.tx_delay_us = 300.0;
         let r = simulate(&host);
-        let m = Measured { io_write_hit_pct: r.total.io_write_hit_pct(), io_read_hit_pct: r.total.io_read_hit_pct() };
+        let m = Measured {
+            io_write_hit_pct: r.total.io_write_hit_pct(),
+            io_read_hit_pct: r.total.io_read_hit_pct(),
+        };
         let c = calibrate(&spec, &m);
         println!("{c:?}");
-        let (u, k) = (c.uncalibrated.io_write_hit_pct.unwrap(), c.calibrated.io_write_hit_pct.unwrap());
+        let (u, k) = (
+            c.uncalibrated.io_write_hit_pct.unwrap(),
+            c.calibrated.io_write_hit_pct.unwrap(),
+        );
         let mw = m.io_write_hit_pct.unwrap();
-        assert!((u - mw).abs() > 5.0, "the uncalibrated model must be off to begin with: {u} vs {mw}");
+        assert!(
+            (u - mw).abs() > 5.0,
+            "the uncalibrated model must be off to begin with: {u} vs {mw}"
+        );
         assert!((k - mw).abs() < 1.5, "calibrated {k} vs measured {mw}");
-        assert!(c.params.bg_lines_per_sec > 1e8 && c.params.bg_lines_per_sec < 5e9, "{:?}", c.params);
+        assert!(
+            c.params.bg_lines_per_sec > 1e8 && c.params.bg_lines_per_sec < 5e9,
+            "{:?}",
+            c.params
+        );
         assert!((c.residual_write_pct.unwrap() - (k - mw)).abs() < 1e-9);
-        assert!(c.residual_read_pct.unwrap().abs() < 3.0, "{:?}", c.residual_read_pct);
+        assert!(
+            c.residual_read_pct.unwrap().abs() < 3.0,
+            "{:?}",
+            c.residual_read_pct
+        );
         assert!(c.simulations <= (EVENNESS.len() as u32) + 4 * STEPS + 2);
     }
 }

@@ -10,8 +10,8 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-use super::sim::{AccessKind, BackgroundGen, Llc, Recorder, SimOptions, SimResult};
 use super::sim::mix64;
+use super::sim::{AccessKind, BackgroundGen, Llc, Recorder, SimOptions, SimResult};
 use super::spec::{Consumer, PoolLayout, Reuse, SimSpec, SpecError};
 
 /// Address-space layout of the synthetic run. The buffer pool is one contiguous region
@@ -48,8 +48,13 @@ pub fn simulate(spec: &SimSpec) -> SimResult {
     }
     let spec = &spec.bounded();
     let (warm_ns, end_ns) = windows(spec);
-    let phase = Phase { duration_ns: end_ns - warm_ns, queue_pps: spec.queue_pps() };
-    drive(spec, warm_ns, std::slice::from_ref(&phase)).pop().unwrap_or_default()
+    let phase = Phase {
+        duration_ns: end_ns - warm_ns,
+        queue_pps: spec.queue_pps(),
+    };
+    drive(spec, warm_ns, std::slice::from_ref(&phase))
+        .pop()
+        .unwrap_or_default()
 }
 
 /// Run the workload once, warm-up then `phases` back to back, with each queue's rate
@@ -101,7 +106,10 @@ pub(crate) fn lines_per_packet(spec: &SimSpec) -> f64 {
         let consumer = match spec.consumer {
             // The header read and write, the prefetched lines (at most), the TX read.
             Consumer::Forward => {
-                lines((spec.touch_bytes as f64).min(bytes), spec.data_offset) + 1.0 + ((spec.prefetch_bytes as f64).min((bytes - 64.0).max(0.0)) / 64.0).ceil() + data
+                lines((spec.touch_bytes as f64).min(bytes), spec.data_offset)
+                    + 1.0
+                    + ((spec.prefetch_bytes as f64).min((bytes - 64.0).max(0.0)) / 64.0).ceil()
+                    + data
             }
             // The payload read, and its copy into the socket's buffer.
             Consumer::Copy => 2.0 * data,
@@ -113,7 +121,8 @@ pub(crate) fn lines_per_packet(spec: &SimSpec) -> f64 {
 
 /// The synthetic run [`bench_run_lines_per_sec`] times: ddio-bench's two forwarding cores,
 /// 4096 descriptors each, 1500 B at 99.3 Gb/s, 2 DDIO ways of the Gold 6140.
-pub const BENCH_RUN_SPEC: &str = "preset=skx6140,queues=2,ring=4096,pkt_bytes=1500,rate_gbps=99.3,ddio_ways=2,consumer=forward";
+pub const BENCH_RUN_SPEC: &str =
+    "preset=skx6140,queues=2,ring=4096,pkt_bytes=1500,rate_gbps=99.3,ddio_ways=2,consumer=forward";
 
 /// Cache-line accesses per second of whole synthetic runs on this core: the LLC with
 /// everything around it (arrivals, the event queue, rings, recycling). One figure per run of
@@ -143,7 +152,9 @@ fn extra_circulating(spec: &SimSpec) -> usize {
 /// Descriptors the driver re-posts at once: min(batch, ring / 4), as mlx5's vectorised
 /// receive does (MLX5_VPMD_RXQ_RPLNSH_THRESH); at least one.
 fn refill_batch(spec: &SimSpec) -> u64 {
-    (spec.rx_refill_batch as u64).min(spec.ring as u64 / 4).max(1)
+    (spec.rx_refill_batch as u64)
+        .min(spec.ring as u64 / 4)
+        .max(1)
 }
 
 /// Warm-up end and run end (ns) for a single-phase run of `spec`.
@@ -166,12 +177,20 @@ fn windows(spec: &SimSpec) -> (u64, u64) {
         .filter(|p| **p > 0.0 && **p >= MINOR_QUEUE_SHARE * total_pps)
         .map(|p| {
             let served = if svc > 0.0 { p.min(1e9 / svc) } else { *p };
-            let per_s = if spec.reuse == Reuse::Fifo && spec.page_pool().is_none() { spec.pps } else { served };
+            let per_s = if spec.reuse == Reuse::Fifo && spec.page_pool().is_none() {
+                spec.pps
+            } else {
+                served
+            };
             reuse_bufs / per_s * 1e9
         })
         .fold(0.0f64, f64::max)
         .max(1.0);
-    let max_res_us = spec.queue_residence_us.iter().copied().fold(spec.residence_us, f64::max);
+    let max_res_us = spec
+        .queue_residence_us
+        .iter()
+        .copied()
+        .fold(spec.residence_us, f64::max);
     // A queue offered more than its core serves fills its ring at the difference; measure
     // once it is full (the steady state a host runs in), not while it fills.
     let fill_ns = qpps
@@ -179,7 +198,8 @@ fn windows(spec: &SimSpec) -> (u64, u64) {
         .filter(|p| svc > 0.0 && **p > 1e9 / svc)
         .map(|p| spec.ring as f64 / (p - 1e9 / svc) * 1e9)
         .fold(0.0f64, f64::max);
-    let mut warm_ns = spec.warmup_cycles * cycle_ns + fill_ns + (max_res_us + spec.tx_delay_us) * 1e3;
+    let mut warm_ns =
+        spec.warmup_cycles * cycle_ns + fill_ns + (max_res_us + spec.tx_delay_us) * 1e3;
     let measure_ns = (spec.measure_cycles * cycle_ns).max(MIN_MEASURE_PACKETS / spec.pps * 1e9);
     let mut end_ns = warm_ns + measure_ns;
     let total_pkts = spec.pps * end_ns / 1e9;
@@ -228,7 +248,12 @@ enum Mode {
     Lifo,
     Fifo,
     /// page_pool with measured path shares (cumulative thresholds of a uniform draw).
-    PagePool { cache_below: f64, ring_below: f64, cache_cap: usize, ring_cap: usize },
+    PagePool {
+        cache_below: f64,
+        ring_below: f64,
+        cache_cap: usize,
+        ring_cap: usize,
+    },
 }
 
 /// Buffer ids at or above this are fresh pages (cold), not pool buffers.
@@ -240,15 +265,25 @@ impl Recycler {
             Mode::Recycle => self.cache[q].pop(),
             Mode::Lifo => self.shared_stack.pop(),
             Mode::Fifo => self.shared_fifo.pop_front(),
-            Mode::PagePool { cache_below, ring_below, .. } => {
+            Mode::PagePool {
+                cache_below,
+                ring_below,
+                ..
+            } => {
                 self.rng ^= self.rng << 13;
                 self.rng ^= self.rng >> 7;
                 self.rng ^= self.rng << 17;
                 let u = (self.rng >> 11) as f64 / (1u64 << 53) as f64;
                 if u < cache_below {
-                    self.cache[q].pop().or_else(|| self.ring[q].pop_front()).or_else(|| Some(self.fresh()))
+                    self.cache[q]
+                        .pop()
+                        .or_else(|| self.ring[q].pop_front())
+                        .or_else(|| Some(self.fresh()))
                 } else if u < ring_below {
-                    self.ring[q].pop_front().or_else(|| self.cache[q].pop()).or_else(|| Some(self.fresh()))
+                    self.ring[q]
+                        .pop_front()
+                        .or_else(|| self.cache[q].pop())
+                        .or_else(|| Some(self.fresh()))
                 } else {
                     Some(self.fresh())
                 }
@@ -267,7 +302,11 @@ impl Recycler {
             Mode::Recycle => self.cache[q].push(b),
             Mode::Lifo => self.shared_stack.push(b),
             Mode::Fifo => self.shared_fifo.push_back(b),
-            Mode::PagePool { cache_cap, ring_cap, .. } => {
+            Mode::PagePool {
+                cache_cap,
+                ring_cap,
+                ..
+            } => {
                 // Recycling: the direct cache first, then the ptr_ring; a full pool releases
                 // the page to the allocator (the buffer leaves circulation).
                 if self.cache[q].len() < cache_cap {
@@ -304,7 +343,12 @@ fn drive(spec: &SimSpec, warm_ns: u64, phases: &[Phase]) -> Vec<SimResult> {
         None => ring + spec.pool_extra as usize,
     };
     let flows = spec.flow_table();
-    let nf = flows.iter().flatten().map(|f| f.0 as usize + 1).max().unwrap_or(0);
+    let nf = flows
+        .iter()
+        .flatten()
+        .map(|f| f.0 as usize + 1)
+        .max()
+        .unwrap_or(0);
     let mut phase_end = Vec::with_capacity(phases.len());
     let mut acc = warm_ns;
     for p in phases {
@@ -313,7 +357,15 @@ fn drive(spec: &SimSpec, warm_ns: u64, phases: &[Phase]) -> Vec<SimResult> {
     }
     let end_ns = acc;
     let rates_of = |k: usize| -> Vec<f64> {
-        (0..nq).map(|q| phases.get(k).and_then(|p| p.queue_pps.get(q)).copied().unwrap_or(0.0)).collect()
+        (0..nq)
+            .map(|q| {
+                phases
+                    .get(k)
+                    .and_then(|p| p.queue_pps.get(q))
+                    .copied()
+                    .unwrap_or(0.0)
+            })
+            .collect()
     };
 
     let opts: SimOptions = spec.sim_options(warm_ns);
@@ -328,7 +380,11 @@ fn drive(spec: &SimSpec, warm_ns: u64, phases: &[Phase]) -> Vec<SimResult> {
     let per_page = (4096 / stride).max(1);
     let page_span = stride.div_ceil(4096).max(1) * 4096;
     let buf_addr = |b: u32| -> u64 {
-        let (base, i) = if b >= FRESH_ID { (FRESH_BASE, (b - FRESH_ID) as u64) } else { (POOL_BASE, b as u64) };
+        let (base, i) = if b >= FRESH_ID {
+            (FRESH_BASE, (b - FRESH_ID) as u64)
+        } else {
+            (POOL_BASE, b as u64)
+        };
         if scattered {
             let page = mix64((i / per_page) ^ base) % (1 << 24);
             base + page * page_span + (i % per_page) * stride
@@ -338,7 +394,9 @@ fn drive(spec: &SimSpec, warm_ns: u64, phases: &[Phase]) -> Vec<SimResult> {
     };
     let cqe = spec.cqe_bytes as u64;
     let cq_addr = |q: usize, slot: usize| -> u64 { CQ_BASE + (q * ring + slot) as u64 * cqe };
-    let user_base = |f: u32| -> u64 { USER_BASE + f as u64 * (spec.user_buf_bytes as u64).next_multiple_of(4096) };
+    let user_base = |f: u32| -> u64 {
+        USER_BASE + f as u64 * (spec.user_buf_bytes as u64).next_multiple_of(4096)
+    };
 
     // Initial state: every descriptor posted with the queue's first `ring` buffers (a
     // driver fills its ring from the pool at start-up); the rest wait in the pool.
@@ -349,7 +407,11 @@ fn drive(spec: &SimSpec, warm_ns: u64, phases: &[Phase]) -> Vec<SimResult> {
     // contiguous stretch whatever the queue count, not one stretch per queue a pool apart.
     let spare = pool - ring;
     let buf_id = |q: usize, i: usize| -> u32 {
-        if i < ring { (q * ring + i) as u32 } else { (nq * ring + q * spare + (i - ring)) as u32 }
+        if i < ring {
+            (q * ring + i) as u32
+        } else {
+            (nq * ring + q * spare + (i - ring)) as u32
+        }
     };
     let mut slots: Vec<u32> = Vec::with_capacity(nq * ring);
     let mut rc = Recycler {
@@ -396,7 +458,13 @@ fn drive(spec: &SimSpec, warm_ns: u64, phases: &[Phase]) -> Vec<SimResult> {
     }
 
     let mut qs: Vec<Queue> = (0..nq)
-        .map(|_| Queue { nic: 0, cpu: 0, posted_upto: ring64, core_free: 0.0, tx_done: Vec::new() })
+        .map(|_| Queue {
+            nic: 0,
+            cpu: 0,
+            posted_upto: ring64,
+            core_free: 0.0,
+            tx_done: Vec::new(),
+        })
         .collect();
     let batch = refill_batch(spec);
     let tx_batch = spec.tx_free_batch.max(1) as usize;
@@ -418,7 +486,10 @@ fn drive(spec: &SimSpec, warm_ns: u64, phases: &[Phase]) -> Vec<SimResult> {
             acc += if tot > 0.0 { p / tot } else { 0.0 };
             acc
         });
-        (if tot > 0.0 { 1e9 / tot } else { f64::INFINITY }, cum.collect())
+        (
+            if tot > 0.0 { 1e9 / tot } else { f64::INFINITY },
+            cum.collect(),
+        )
     };
     let (mut gap, mut share_cum) = wire_of(0);
     let mut queue_rates = rates_of(0);
@@ -441,7 +512,17 @@ fn drive(spec: &SimSpec, warm_ns: u64, phases: &[Phase]) -> Vec<SimResult> {
         heap.push(Reverse((e, seq, Ev::Boundary, 0, 0, 0, 0)));
         seq += 1;
     }
-    let res_ns: Vec<f64> = (0..nq).map(|q| (spec.queue_residence_us.get(q).copied().unwrap_or(spec.residence_us) * 1e3).max(0.0)).collect();
+    let res_ns: Vec<f64> = (0..nq)
+        .map(|q| {
+            (spec
+                .queue_residence_us
+                .get(q)
+                .copied()
+                .unwrap_or(spec.residence_us)
+                * 1e3)
+                .max(0.0)
+        })
+        .collect();
     let tx_ns = (spec.tx_delay_us * 1e3).max(0.0) as u64;
     let hdr = 64u32;
 
@@ -464,17 +545,23 @@ fn drive(spec: &SimSpec, warm_ns: u64, phases: &[Phase]) -> Vec<SimResult> {
             (None, _) => false,
         };
         let popped = if arrival_first {
-            next_arrival.take().map(|(t, _)| (t, Ev::Arrive, 0, 0, 0, 0))
+            next_arrival
+                .take()
+                .map(|(t, _)| (t, Ev::Arrive, 0, 0, 0, 0))
         } else {
-            heap.pop().map(|Reverse((t, _, ev, q, f, b, bytes))| (t, ev, q, f, b, bytes))
+            heap.pop()
+                .map(|Reverse((t, _, ev, q, f, b, bytes))| (t, ev, q, f, b, bytes))
         };
-        let Some((t, ev, q, f, b, bytes)) = popped else { break };
+        let Some((t, ev, q, f, b, bytes)) = popped else {
+            break;
+        };
         if t > end_ns {
             break;
         }
         let (q, qi) = if ev == Ev::Arrive {
             drawn += 1;
-            let u = (mix64(spec.seed ^ drawn.wrapping_mul(0x9e37_79b9_7f4a_7c15)) >> 11) as f64 / (1u64 << 53) as f64;
+            let u = (mix64(spec.seed ^ drawn.wrapping_mul(0x9e37_79b9_7f4a_7c15)) >> 11) as f64
+                / (1u64 << 53) as f64;
             let i = share_cum.partition_point(|c| *c <= u).min(nq - 1);
             (i as u32, i)
         } else {
@@ -529,10 +616,32 @@ fn drive(spec: &SimSpec, warm_ns: u64, phases: &[Phase]) -> Vec<SimResult> {
                 if measuring {
                     rec.res.packets += 1;
                 }
-                rec.touch(&mut llc, t, qi, fid as usize, buf_addr(buf) + spec.data_offset as u64, pbytes, AccessKind::IoWrite);
-                rec.hand_up(t, qi, fid as usize, buf_addr(buf) + spec.data_offset as u64, pbytes);
+                rec.touch(
+                    &mut llc,
+                    t,
+                    qi,
+                    fid as usize,
+                    buf_addr(buf) + spec.data_offset as u64,
+                    pbytes,
+                    AccessKind::IoWrite,
+                );
+                rec.hand_up(
+                    t,
+                    qi,
+                    fid as usize,
+                    buf_addr(buf) + spec.data_offset as u64,
+                    pbytes,
+                );
                 if cqe > 0 {
-                    rec.touch(&mut llc, t, qi, fid as usize, cq_addr(qi, slot), spec.cqe_bytes, AccessKind::IoWrite);
+                    rec.touch(
+                        &mut llc,
+                        t,
+                        qi,
+                        fid as usize,
+                        cq_addr(qi, slot),
+                        spec.cqe_bytes,
+                        AccessKind::IoWrite,
+                    );
                 }
                 // The core serves its ring in order, one packet per service time.
                 let svc = spec.service_ns(pbytes);
@@ -547,7 +656,15 @@ fn drive(spec: &SimSpec, warm_ns: u64, phases: &[Phase]) -> Vec<SimResult> {
                     }
                 };
                 st.core_free = pickup + svc;
-                heap.push(Reverse((pickup as u64, seq, Ev::Pickup, q, fid, buf, pbytes)));
+                heap.push(Reverse((
+                    pickup as u64,
+                    seq,
+                    Ev::Pickup,
+                    q,
+                    fid,
+                    buf,
+                    pbytes,
+                )));
                 seq += 1;
                 if spec.consumer == Consumer::Copy {
                     heap.push(Reverse((use_at as u64, seq, Ev::Copy, q, fid, buf, pbytes)));
@@ -562,14 +679,40 @@ fn drive(spec: &SimSpec, warm_ns: u64, phases: &[Phase]) -> Vec<SimResult> {
                     // The core reads and rewrites the header (MAC swap), then hands the
                     // packet to TX.
                     let data = buf_addr(b) + spec.data_offset as u64;
-                    rec.touch(&mut llc, t, qi, f as usize, data, spec.touch_bytes.min(bytes), AccessKind::CpuRead);
-                    rec.touch(&mut llc, t, qi, f as usize, data, hdr.min(bytes), AccessKind::CpuWrite);
+                    rec.touch(
+                        &mut llc,
+                        t,
+                        qi,
+                        f as usize,
+                        data,
+                        spec.touch_bytes.min(bytes),
+                        AccessKind::CpuRead,
+                    );
+                    rec.touch(
+                        &mut llc,
+                        t,
+                        qi,
+                        f as usize,
+                        data,
+                        hdr.min(bytes),
+                        AccessKind::CpuWrite,
+                    );
                     // The lines its prefetchers pulled along make the same round trip through
                     // its L2 as the written header, as far as the core's idle share lets them.
-                    let idle = 1.0 - (queue_rates[qi] * spec.service_ns(bytes) / 1e9).clamp(0.0, 1.0);
-                    let pulled = ((spec.prefetch_bytes as f64 * idle) as u32).min(bytes.saturating_sub(hdr));
+                    let idle =
+                        1.0 - (queue_rates[qi] * spec.service_ns(bytes) / 1e9).clamp(0.0, 1.0);
+                    let pulled =
+                        ((spec.prefetch_bytes as f64 * idle) as u32).min(bytes.saturating_sub(hdr));
                     if pulled > 0 {
-                        rec.touch(&mut llc, t, qi, f as usize, data + hdr as u64, pulled, AccessKind::CpuWrite);
+                        rec.touch(
+                            &mut llc,
+                            t,
+                            qi,
+                            f as usize,
+                            data + hdr as u64,
+                            pulled,
+                            AccessKind::CpuWrite,
+                        );
                     }
                     heap.push(Reverse((t + tx_ns, seq, Ev::TxRead, q, f, b, bytes)));
                     seq += 1;
@@ -582,9 +725,25 @@ fn drive(spec: &SimSpec, warm_ns: u64, phases: &[Phase]) -> Vec<SimResult> {
                 let ub = spec.user_buf_bytes.max(64) as u64;
                 let off = user_off[fi];
                 let first = bytes.min((ub - off) as u32);
-                rec.touch(&mut llc, t, qi, fi, user_base(f) + off, first, AccessKind::CpuWrite);
+                rec.touch(
+                    &mut llc,
+                    t,
+                    qi,
+                    fi,
+                    user_base(f) + off,
+                    first,
+                    AccessKind::CpuWrite,
+                );
                 if first < bytes {
-                    rec.touch(&mut llc, t, qi, fi, user_base(f), bytes - first, AccessKind::CpuWrite);
+                    rec.touch(
+                        &mut llc,
+                        t,
+                        qi,
+                        fi,
+                        user_base(f),
+                        bytes - first,
+                        AccessKind::CpuWrite,
+                    );
                 }
                 user_off[fi] = (off + bytes as u64) % ub;
                 if b < FRESH_ID || matches!(rc.mode, Mode::PagePool { .. }) {
@@ -594,7 +753,15 @@ fn drive(spec: &SimSpec, warm_ns: u64, phases: &[Phase]) -> Vec<SimResult> {
                 repost(qi, st, &mut slots, &mut rc);
             }
             Ev::TxRead => {
-                rec.touch(&mut llc, t, qi, f as usize, buf_addr(b) + spec.data_offset as u64, bytes, AccessKind::IoRead);
+                rec.touch(
+                    &mut llc,
+                    t,
+                    qi,
+                    f as usize,
+                    buf_addr(b) + spec.data_offset as u64,
+                    bytes,
+                    AccessKind::IoRead,
+                );
                 let st = &mut qs[qi];
                 st.tx_done.push(b);
                 if st.tx_done.len() >= tx_batch {
@@ -627,8 +794,14 @@ mod tests {
         // while waiting misses on the TX read and then again on the next write.
         let r = run("queues=1,ring=4096,pkt_bytes=1500,rate_gbps=100,max_packets=1500000");
         let drop = r.drops as f64 / (r.drops + r.packets) as f64;
-        let (w, rd) = (r.total.io_write_hit_pct().unwrap(), r.total.io_read_hit_pct().unwrap());
-        println!("saturated: {:.1}% dropped, write {w:.1}%, read {rd:.1}%", 100.0 * drop);
+        let (w, rd) = (
+            r.total.io_write_hit_pct().unwrap(),
+            r.total.io_read_hit_pct().unwrap(),
+        );
+        println!(
+            "saturated: {:.1}% dropped, write {w:.1}%, read {rd:.1}%",
+            100.0 * drop
+        );
         assert!((drop - (1.0 - 7.58 / 8.22)).abs() < 0.02, "{drop}");
         assert!(rd < 80.0 && (w - rd).abs() < 15.0, "write {w}, read {rd}");
         // Four cores for the same 4096 descriptors: nobody waits, TX reads hit.
@@ -644,7 +817,10 @@ mod tests {
         // prefetchers pulled along sit outside the DDIO ways and hit on the next write.
         let idle = "queues=16,ring=256,pkt_bytes=1500,rate_gbps=99.4,max_packets=1500000";
         let (with, without) = (hit(idle), hit(&format!("{idle},prefetch_bytes=0")));
-        assert!(with > without + 5.0, "idle cores: {with} with prefetch, {without} without");
+        assert!(
+            with > without + 5.0,
+            "idle cores: {with} with prefetch, {without} without"
+        );
         // One core offered more than it forwards: no idle share, no prefetch.
         let busy = "queues=1,ring=4096,pkt_bytes=1500,rate_gbps=99.4,max_packets=1500000";
         assert_eq!(hit(busy), hit(&format!("{busy},prefetch_bytes=0")));
@@ -657,6 +833,11 @@ mod tests {
         let ok = run("consumer=copy,queues=1,ring=256,pkt_bytes=1024,pps=1e6,residence_us=2000,pool_extra=4096,max_packets=200000");
         assert_eq!(ok.drops, 0);
         let short = run("consumer=copy,queues=1,ring=256,pkt_bytes=1024,pps=1e6,residence_us=2000,pool_extra=512,max_packets=200000");
-        assert!(short.drops > short.packets, "{} drops, {} packets", short.drops, short.packets);
+        assert!(
+            short.drops > short.packets,
+            "{} drops, {} packets",
+            short.drops,
+            short.packets
+        );
     }
 }

@@ -231,7 +231,9 @@ impl LlcGeometry {
         let mut best: Option<(u32, std::path::PathBuf)> = None;
         for n in names {
             let p = dir.join(&n);
-            let Ok(level) = read_u64(&p.join("level")) else { continue };
+            let Ok(level) = read_u64(&p.join("level")) else {
+                continue;
+            };
             let ty = fs::read_to_string(p.join("type")).unwrap_or_default();
             if ty.trim() != "Unified" {
                 continue;
@@ -292,14 +294,20 @@ fn parse_size(p: &Path) -> Result<u64, GeometryError> {
         msg: e.to_string(),
     })?;
     let t = s.trim();
-    let bad = || GeometryError::Parse { path: p.display().to_string(), value: t.to_string() };
+    let bad = || GeometryError::Parse {
+        path: p.display().to_string(),
+        value: t.to_string(),
+    };
     let (num, mult) = match t.chars().last() {
         Some('K') | Some('k') => (&t[..t.len() - 1], 1024u64),
         Some('M') | Some('m') => (&t[..t.len() - 1], 1024 * 1024),
         Some('G') | Some('g') => (&t[..t.len() - 1], 1024 * 1024 * 1024),
         _ => (t, 1),
     };
-    num.trim().parse::<u64>().map(|v| v * mult).map_err(|_| bad())
+    num.trim()
+        .parse::<u64>()
+        .map(|v| v * mult)
+        .map_err(|_| bad())
 }
 
 /// pread 8 bytes at offset 0xC8B of `<dev_root>/cpu/N/msr`. Opened read-only: ddioscope
@@ -307,7 +315,10 @@ fn parse_size(p: &Path) -> Result<u64, GeometryError> {
 pub fn read_iio_llc_ways_mask(dev_root: &Path, cpu: u32) -> Result<u64, GeometryError> {
     use std::os::unix::fs::FileExt;
     let path = dev_root.join(format!("cpu/{cpu}/msr"));
-    let io = |e: std::io::Error| GeometryError::Io { path: path.display().to_string(), msg: e.to_string() };
+    let io = |e: std::io::Error| GeometryError::Io {
+        path: path.display().to_string(),
+        msg: e.to_string(),
+    };
     let f = fs::OpenOptions::new().read(true).open(&path).map_err(io)?;
     let mut buf = [0u8; 8];
     f.read_exact_at(&mut buf, MSR_IIO_LLC_WAYS).map_err(io)?;
@@ -351,7 +362,11 @@ mod tests {
     use super::*;
 
     fn fixture(p: &str) -> std::path::PathBuf {
-        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/model")).join(p)
+        Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/fixtures/model"
+        ))
+        .join(p)
     }
 
     #[test]
@@ -365,8 +380,14 @@ mod tests {
         assert!(!is_top_contiguous(0x60000, 20));
         assert!(is_top_contiguous(0x780, 11));
         assert!(!is_top_contiguous(0x300, 11));
-        assert!(matches!(mask_to_ways(0x500, 11), Err(GeometryError::NotTopContiguous { .. })));
-        assert!(matches!(mask_to_ways(0x1800, 11), Err(GeometryError::MaskTooWide { .. })));
+        assert!(matches!(
+            mask_to_ways(0x500, 11),
+            Err(GeometryError::NotTopContiguous { .. })
+        ));
+        assert!(matches!(
+            mask_to_ways(0x1800, 11),
+            Err(GeometryError::MaskTooWide { .. })
+        ));
         assert!(mask_to_ways(0, 11).is_err());
         assert!(ways_to_mask(12, 11).is_err());
     }
@@ -381,7 +402,8 @@ mod tests {
 
     #[test]
     fn sysfs_skx_with_msr() {
-        let g = LlcGeometry::detect(&fixture("sysfs_skx6140"), &fixture("dev_msr_0x780"), 0).unwrap();
+        let g =
+            LlcGeometry::detect(&fixture("sysfs_skx6140"), &fixture("dev_msr_0x780"), 0).unwrap();
         assert_eq!(g.ways, 11);
         assert_eq!(g.sets, 36864);
         assert_eq!(g.size_bytes, 25344 * 1024);

@@ -39,7 +39,10 @@ pub struct Axes<'a> {
 impl Axes<'_> {
     fn points(&self) -> usize {
         let n = |v: &[u32]| v.len().max(1);
-        n(self.rings).saturating_mul(n(self.ways)).saturating_mul(n(self.queues)).saturating_mul(n(self.pkt_bytes))
+        n(self.rings)
+            .saturating_mul(n(self.ways))
+            .saturating_mul(n(self.queues))
+            .saturating_mul(n(self.pkt_bytes))
     }
 }
 
@@ -48,7 +51,12 @@ impl Axes<'_> {
 /// spread differently), and converted at constant bit rate as packet size changes.
 fn point_specs(base: &SimSpec, ax: &Axes) -> Vec<SimSpec> {
     let axis = |v: &[u32], d: u32| if v.is_empty() { vec![d] } else { v.to_vec() };
-    let Axes { rings, ways, queues, pkt_bytes } = *ax;
+    let Axes {
+        rings,
+        ways,
+        queues,
+        pkt_bytes,
+    } = *ax;
     let bitrate = base.pps * (base.pkt_bytes as f64 + 20.0) * 8.0;
     let mut out = Vec::new();
     for &r in &axis(rings, base.ring) {
@@ -81,10 +89,17 @@ fn point_specs(base: &SimSpec, ax: &Axes) -> Vec<SimSpec> {
 /// Validate the whole grid before simulating any of it: the first out-of-range point, a
 /// grid beyond [`bounds::MAX_GRID_POINTS`] or one that would cost more than
 /// [`check_cost`] allows is one error line. For the CLI.
-pub fn try_what_if(base: &SimSpec, axes: &Axes, progress: &mut dyn FnMut(usize, usize)) -> Result<Vec<GridPoint>, SpecError> {
+pub fn try_what_if(
+    base: &SimSpec,
+    axes: &Axes,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Vec<GridPoint>, SpecError> {
     let n = axes.points();
     if n > bounds::MAX_GRID_POINTS {
-        return Err(SpecError::Value("grid".into(), format!("{n} points (at most {})", bounds::MAX_GRID_POINTS)));
+        return Err(SpecError::Value(
+            "grid".into(),
+            format!("{n} points (at most {})", bounds::MAX_GRID_POINTS),
+        ));
     }
     let specs = point_specs(base, axes);
     for s in &specs {
@@ -105,10 +120,18 @@ pub fn check_cost(specs: &[SimSpec]) -> Result<(), SpecError> {
         let est = estimated_accesses(s);
         if est > bounds::MAX_LINE_ACCESSES as f64 {
             let bg = s.background.lines_per_sec;
-            let shrink = if bg > s.pps * super::drive::lines_per_packet(s) { "lower bg_lines_per_sec" } else { "lower max_packets or measure_cycles" };
+            let shrink = if bg > s.pps * super::drive::lines_per_packet(s) {
+                "lower bg_lines_per_sec"
+            } else {
+                "lower max_packets or measure_cycles"
+            };
             return Err(SpecError::Value(
                 "cost".into(),
-                format!("one run would simulate about {} cache-line accesses (at most {}): {shrink}", m(est), m(bounds::MAX_LINE_ACCESSES as f64)),
+                format!(
+                    "one run would simulate about {} cache-line accesses (at most {}): {shrink}",
+                    m(est),
+                    m(bounds::MAX_LINE_ACCESSES as f64)
+                ),
             ));
         }
         total += est;
@@ -128,15 +151,34 @@ pub fn check_cost(specs: &[SimSpec]) -> Result<(), SpecError> {
 }
 
 /// Simulate every combination; see [`what_if_with_progress`].
-pub fn what_if(base: &SimSpec, rings: &[u32], ways: &[u32], queues: &[u32], pkt_bytes: &[u32]) -> Vec<GridPoint> {
-    what_if_with_progress(base, &Axes { rings, ways, queues, pkt_bytes }, &mut |_, _| {})
+pub fn what_if(
+    base: &SimSpec,
+    rings: &[u32],
+    ways: &[u32],
+    queues: &[u32],
+    pkt_bytes: &[u32],
+) -> Vec<GridPoint> {
+    what_if_with_progress(
+        base,
+        &Axes {
+            rings,
+            ways,
+            queues,
+            pkt_bytes,
+        },
+        &mut |_, _| {},
+    )
 }
 
 /// Simulate every combination; an empty axis keeps the base value. `progress(done, total)`
 /// is called before the first point and after each one. A point whose spec is out of range
 /// is not simulated: it carries the error and no hit rates. Grids beyond
 /// [`bounds::MAX_GRID_POINTS`] are cut to that many points (use [`try_what_if`] to refuse).
-pub fn what_if_with_progress(base: &SimSpec, axes: &Axes, progress: &mut dyn FnMut(usize, usize)) -> Vec<GridPoint> {
+pub fn what_if_with_progress(
+    base: &SimSpec,
+    axes: &Axes,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Vec<GridPoint> {
     let mut specs = point_specs(base, axes);
     specs.truncate(bounds::MAX_GRID_POINTS);
     let total = specs.len();
@@ -195,9 +237,16 @@ mod tests {
             let s = SimSpec::parse(text).unwrap();
             let r = simulate(&s);
             let (est, got) = (estimated_accesses(&s), r.lines_simulated as f64);
-            println!("{text}: estimated {est:.0}, simulated {got:.0} ({:+.1} %), {} drops", 100.0 * (est / got - 1.0), r.drops);
+            println!(
+                "{text}: estimated {est:.0}, simulated {got:.0} ({:+.1} %), {} drops",
+                100.0 * (est / got - 1.0),
+                r.drops
+            );
             // Drops only make the estimate high (a dropped packet touches nothing).
-            assert!(est >= 0.98 * got && (est <= 1.02 * got || r.drops > 0), "{text}: estimated {est}, simulated {got}");
+            assert!(
+                est >= 0.98 * got && (est <= 1.02 * got || r.drops > 0),
+                "{text}: estimated {est}, simulated {got}"
+            );
         }
     }
 
@@ -207,18 +256,45 @@ mod tests {
         let base = SimSpec::parse("ring=1024").unwrap();
         let rings: Vec<u32> = (1..=1024).collect();
         let mut n = 0;
-        let e = try_what_if(&base, &Axes { rings: &rings, ..Axes::default() }, &mut |_, _| n += 1).unwrap_err().to_string();
-        assert!(e.contains("1024 runs") && e.contains("at most 1000 M") && e.contains("fewer --ring"), "{e}");
+        let e = try_what_if(
+            &base,
+            &Axes {
+                rings: &rings,
+                ..Axes::default()
+            },
+            &mut |_, _| n += 1,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("1024 runs") && e.contains("at most 1000 M") && e.contains("fewer --ring"),
+            "{e}"
+        );
         assert_eq!(n, 0);
         let bg = SimSpec::parse("bg_lines_per_sec=1e11,bg_working_set_mib=1048576").unwrap();
-        let e = try_what_if(&bg, &Axes::default(), &mut |_, _| n += 1).unwrap_err().to_string();
-        assert!(e.contains("one run") && e.contains("at most 400 M") && e.contains("bg_lines_per_sec"), "{e}");
+        let e = try_what_if(&bg, &Axes::default(), &mut |_, _| n += 1)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("one run") && e.contains("at most 400 M") && e.contains("bg_lines_per_sec"),
+            "{e}"
+        );
         assert_eq!(n, 0);
         // The README's grid stays well inside.
         let readme = SimSpec::parse("preset=skx6140,queues=4,ring=1024,pkt_bytes=1500").unwrap();
-        let pts = point_specs(&readme, &Axes { rings: &[256, 512, 1024, 2048], ways: &[2, 4], ..Axes::default() });
+        let pts = point_specs(
+            &readme,
+            &Axes {
+                rings: &[256, 512, 1024, 2048],
+                ways: &[2, 4],
+                ..Axes::default()
+            },
+        );
         let total: f64 = pts.iter().map(estimated_accesses).sum();
-        assert!(check_cost(&pts).is_ok() && total < 0.2 * bounds::MAX_COMMAND_ACCESSES as f64, "{total}");
+        assert!(
+            check_cost(&pts).is_ok() && total < 0.2 * bounds::MAX_COMMAND_ACCESSES as f64,
+            "{total}"
+        );
     }
 
     #[test]
@@ -226,20 +302,54 @@ mod tests {
         let mut base = SimSpec::parse("queues=2,ring=512,pkt_bytes=1024,rate_gbps=40").unwrap();
         base.max_packets = 50_000;
         let mut calls = Vec::new();
-        let g = what_if_with_progress(&base, &Axes { rings: &[256, 0, 1024], ways: &[2, 3], ..Axes::default() }, &mut |d, t| calls.push((d, t)));
+        let g = what_if_with_progress(
+            &base,
+            &Axes {
+                rings: &[256, 0, 1024],
+                ways: &[2, 3],
+                ..Axes::default()
+            },
+            &mut |d, t| calls.push((d, t)),
+        );
         assert_eq!(g.len(), 6);
         assert_eq!(calls, (0..=6).map(|d| (d, 6)).collect::<Vec<_>>());
         let bad: Vec<_> = g.iter().filter(|p| p.error.is_some()).collect();
         assert_eq!(bad.len(), 2);
-        assert!(bad.iter().all(|p| p.ring == 0 && p.io_write_hit_pct.is_none() && p.error.as_deref().unwrap().contains("`ring` = 0")));
-        assert!(g.iter().filter(|p| p.ring != 0).all(|p| p.io_write_hit_pct.is_some()));
+        assert!(bad.iter().all(|p| p.ring == 0
+            && p.io_write_hit_pct.is_none()
+            && p.error.as_deref().unwrap().contains("`ring` = 0")));
+        assert!(g
+            .iter()
+            .filter(|p| p.ring != 0)
+            .all(|p| p.io_write_hit_pct.is_some()));
         // The CLI's entry refuses the grid before simulating any of it.
         let mut n = 0;
-        let e = try_what_if(&base, &Axes { rings: &[256, 0], ..Axes::default() }, &mut |_, _| n += 1).unwrap_err();
-        assert!(e.to_string().contains("`ring` = 0 is out of range (1..=65536)"), "{e}");
+        let e = try_what_if(
+            &base,
+            &Axes {
+                rings: &[256, 0],
+                ..Axes::default()
+            },
+            &mut |_, _| n += 1,
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("`ring` = 0 is out of range (1..=65536)"),
+            "{e}"
+        );
         assert_eq!(n, 0);
         let many: Vec<u32> = (1..=100).collect();
-        let e = try_what_if(&base, &Axes { rings: &many, ways: &many, ..Axes::default() }, &mut |_, _| {}).unwrap_err();
+        let e = try_what_if(
+            &base,
+            &Axes {
+                rings: &many,
+                ways: &many,
+                ..Axes::default()
+            },
+            &mut |_, _| {},
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("10000 points (at most 4096)"), "{e}");
     }
 }

@@ -38,10 +38,14 @@ pub mod spec;
 mod validation;
 
 pub use analytic::{Dir, Verdict};
-pub use geometry::{LlcGeometry, WaysSource};
-pub use sim::{bench_lines_per_sec, simulate_trace, AccessKind, Background, BufferAccess, HandUp, HitStats, MissEvent, Replacement, SimOptions, SimResult};
 pub use calibrate::{calibrate, Calibration, CalibrationParams, Measured};
+pub use geometry::{LlcGeometry, WaysSource};
+pub use sim::{
+    bench_lines_per_sec, simulate_trace, AccessKind, Background, BufferAccess, HandUp, HitStats,
+    MissEvent, Replacement, SimOptions, SimResult,
+};
 pub use spec::{
-    simulate, simulate_phases, try_what_if, what_if, what_if_with_progress, Axes, Consumer, FlowSpec, GridPoint, Input, Phase, PoolLayout, Reuse, SimSpec,
-    Source, SpecError, StackInputs, MODEL_VERSION,
+    simulate, simulate_phases, try_what_if, what_if, what_if_with_progress, Axes, Consumer,
+    FlowSpec, GridPoint, Input, Phase, PoolLayout, Reuse, SimSpec, Source, SpecError, StackInputs,
+    MODEL_VERSION,
 };

@@ -208,7 +208,11 @@ pub const HASH_EVENNESS: f64 = 1.0;
 impl SimOptions {
     /// The options the model runs with by default (what `SimSpec::new` gives).
     pub fn model_default() -> Self {
-        SimOptions { hash_evenness: HASH_EVENNESS, inclusive_ways: INCLUSIVE_WAYS, ..SimOptions::default() }
+        SimOptions {
+            hash_evenness: HASH_EVENNESS,
+            inclusive_ways: INCLUSIVE_WAYS,
+            ..SimOptions::default()
+        }
     }
 }
 
@@ -261,14 +265,22 @@ fn random_way(state: &mut u64, lo: usize, n: usize) -> usize {
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn scan16(block: &[u32], value: u32) -> u32 {
-    use std::arch::x86_64::{__m128i, _mm_castsi128_ps, _mm_cmpeq_epi32, _mm_loadu_si128, _mm_movemask_ps, _mm_set1_epi32};
+    use std::arch::x86_64::{
+        __m128i, _mm_castsi128_ps, _mm_cmpeq_epi32, _mm_loadu_si128, _mm_movemask_ps,
+        _mm_set1_epi32,
+    };
     assert!(block.len() >= 16);
     // SAFETY: SSE2 is part of the x86_64 baseline, so these intrinsics are always
     // available; the four unaligned 16-byte loads read block[0..16], in bounds (asserted).
     unsafe {
         let t = _mm_set1_epi32(value as i32);
         let p = block.as_ptr() as *const __m128i;
-        let m = |k: usize| _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(_mm_loadu_si128(p.add(k)), t))) as u32;
+        let m = |k: usize| {
+            _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(
+                _mm_loadu_si128(p.add(k)),
+                t,
+            ))) as u32
+        };
         m(0) | m(1) << 4 | m(2) << 8 | m(3) << 12
     }
 }
@@ -325,7 +337,12 @@ pub struct Llc {
 
 impl Llc {
     pub fn new(geom: &LlcGeometry, replacement: Replacement, slice_sample: u32, seed: u64) -> Self {
-        let opts = SimOptions { replacement, slice_sample, seed, ..SimOptions::default() };
+        let opts = SimOptions {
+            replacement,
+            slice_sample,
+            seed,
+            ..SimOptions::default()
+        };
         Self::with_options(geom, &opts)
     }
 
@@ -341,20 +358,50 @@ impl Llc {
         let ddio = (geom.ddio_ways.max(1) as usize).min(ways);
         let io_first_way = ways - ddio;
         // Migration needs somewhere to go that is not the DDIO ways themselves.
-        let inclusive_end = if (opts.inclusive_ways as usize) <= io_first_way { opts.inclusive_ways as usize } else { 0 };
+        let inclusive_end = if (opts.inclusive_ways as usize) <= io_first_way {
+            opts.inclusive_ways as usize
+        } else {
+            0
+        };
         let e = opts.hash_evenness.clamp(0.0, 1.0);
-        let even_below = if e >= 1.0 { u64::MAX } else { (e * 18_446_744_073_709_551_616.0) as u64 };
+        let even_below = if e >= 1.0 {
+            u64::MAX
+        } else {
+            (e * 18_446_744_073_709_551_616.0) as u64
+        };
         Llc {
             stride,
             stride_shift: stride.trailing_zeros(),
-            way_bits: if ways == 32 { u32::MAX } else { (1u32 << ways) - 1 },
-            all_ways: (if ways == 32 { u32::MAX } else { (1u32 << ways) - 1 }, 0, ways),
-            io_ways: ((if ways == 32 { u32::MAX } else { (1u32 << ways) - 1 }) & !((1u32 << io_first_way) - 1), io_first_way, ways - io_first_way),
+            way_bits: if ways == 32 {
+                u32::MAX
+            } else {
+                (1u32 << ways) - 1
+            },
+            all_ways: (
+                if ways == 32 {
+                    u32::MAX
+                } else {
+                    (1u32 << ways) - 1
+                },
+                0,
+                ways,
+            ),
+            io_ways: (
+                (if ways == 32 {
+                    u32::MAX
+                } else {
+                    (1u32 << ways) - 1
+                }) & !((1u32 << io_first_way) - 1),
+                io_first_way,
+                ways - io_first_way,
+            ),
             incl_ways: ((1u32 << inclusive_end) - 1, 0, inclusive_end),
             io_first_way,
             inclusive_end,
             sets_per_slice,
-            sps_mask: sets_per_slice.is_power_of_two().then_some(sets_per_slice - 1),
+            sps_mask: sets_per_slice
+                .is_power_of_two()
+                .then_some(sets_per_slice - 1),
             sps_bits: 64 - (sets_per_slice.max(1) - 1).leading_zeros(),
             slices,
             slice_sample,
@@ -363,7 +410,11 @@ impl Llc {
             memo_slice: 0,
             tags: vec![0; n],
             valid: vec![0; n / stride],
-            stamp: if opts.replacement == Replacement::Lru { vec![0; n] } else { Vec::new() },
+            stamp: if opts.replacement == Replacement::Lru {
+                vec![0; n]
+            } else {
+                Vec::new()
+            },
             clock: 0,
             rng: opts.seed | 1,
             replacement: opts.replacement,
@@ -375,7 +426,11 @@ impl Llc {
         let slices = geom.slices.unwrap_or(1).max(1) as u64;
         let sets_per_slice = (geom.sets as u64 / slices).max(1);
         let sim_slices = slices.div_ceil((opts.slice_sample.max(1) as u64).min(slices));
-        let per_way = if opts.replacement == Replacement::Lru { 12 } else { 4 };
+        let per_way = if opts.replacement == Replacement::Lru {
+            12
+        } else {
+            4
+        };
         let stride = if geom.ways <= 16 { 16 } else { 32 };
         sim_slices * sets_per_slice * stride * per_way
     }
@@ -405,7 +460,8 @@ impl Llc {
     fn even_slice(&mut self, b: u64) -> u64 {
         if b != self.memo_block {
             self.memo_block = b;
-            self.memo_slice = (b % self.slices + mix64(b / self.slices) % self.slices) % self.slices;
+            self.memo_slice =
+                (b % self.slices + mix64(b / self.slices) % self.slices) % self.slices;
         }
         self.memo_slice
     }
@@ -417,7 +473,8 @@ impl Llc {
         let m = if self.stride == 16 {
             scan16(&self.tags[base..base + 16], value)
         } else {
-            scan16(&self.tags[base..base + 16], value) | scan16(&self.tags[base + 16..base + 32], value) << 16
+            scan16(&self.tags[base..base + 16], value)
+                | scan16(&self.tags[base + 16..base + 32], value) << 16
         };
         m & self.way_bits
     }
@@ -443,7 +500,11 @@ impl Llc {
     #[inline(always)]
     pub fn access(&mut self, line: u64, kind: AccessKind) -> Option<bool> {
         let set = self.set_index(line)?;
-        let hi = if self.sps_mask.is_some() { line >> self.sps_bits } else { line / self.sets_per_slice };
+        let hi = if self.sps_mask.is_some() {
+            line >> self.sps_bits
+        } else {
+            line / self.sets_per_slice
+        };
         Some(self.resolve(set, fold_tag(hi), kind))
     }
 
@@ -452,8 +513,17 @@ impl Llc {
     /// under the even slice mapping every line of one slice block shares its slice and tag and
     /// takes the next set: those are worked out once per block, not once per line.
     #[inline(always)]
-    pub fn access_run(&mut self, first: u64, last: u64, kind: AccessKind, mut on_line: impl FnMut(u64, bool)) {
-        let Some(mask) = self.sps_mask.filter(|_| self.slices == 1 || self.even_below == u64::MAX) else {
+    pub fn access_run(
+        &mut self,
+        first: u64,
+        last: u64,
+        kind: AccessKind,
+        mut on_line: impl FnMut(u64, bool),
+    ) {
+        let Some(mask) = self
+            .sps_mask
+            .filter(|_| self.slices == 1 || self.even_below == u64::MAX)
+        else {
             for line in first..=last {
                 if let Some(hit) = self.access(line, kind) {
                     on_line(line, hit);
@@ -465,7 +535,11 @@ impl Llc {
         while line <= last {
             let block = line >> self.sps_bits;
             let block_last = (((block + 1) << self.sps_bits) - 1).min(last);
-            let mut slice = if self.slices == 1 { 0 } else { self.even_slice(block) };
+            let mut slice = if self.slices == 1 {
+                0
+            } else {
+                self.even_slice(block)
+            };
             if self.slice_sample != 1 {
                 if !slice.is_multiple_of(self.slice_sample) {
                     line = block_last + 1;
@@ -476,7 +550,10 @@ impl Llc {
             let tag = fold_tag(block);
             let set0 = (slice * self.sets_per_slice + (line & mask)) as usize;
             let n = (block_last - line + 1) as usize;
-            if self.stride == 16 && self.replacement == Replacement::Random && kind != AccessKind::CpuWrite {
+            if self.stride == 16
+                && self.replacement == Replacement::Random
+                && kind != AccessKind::CpuWrite
+            {
                 self.segment16(set0, n, tag, kind, |k, hit| on_line(line + k as u64, hit));
             } else {
                 for k in 0..n {
@@ -493,7 +570,14 @@ impl Llc {
     /// state the loop needs held in locals: the compiler cannot keep it in registers across
     /// the stores into `tags` by itself.
     #[inline(always)]
-    fn segment16(&mut self, set0: usize, n: usize, tag: u32, kind: AccessKind, mut on_line: impl FnMut(usize, bool)) {
+    fn segment16(
+        &mut self,
+        set0: usize,
+        n: usize,
+        tag: u32,
+        kind: AccessKind,
+        mut on_line: impl FnMut(usize, bool),
+    ) {
         let (cand, lo, ways) = match kind {
             AccessKind::IoWrite => self.io_ways,
             _ => self.all_ways,
@@ -509,7 +593,11 @@ impl Llc {
             }
             if kind != AccessKind::IoRead {
                 let free = !*valid & cand;
-                let v = if free != 0 { free.trailing_zeros() as usize } else { random_way(&mut rng, lo, ways) };
+                let v = if free != 0 {
+                    free.trailing_zeros() as usize
+                } else {
+                    random_way(&mut rng, lo, ways)
+                };
                 block[v] = tag;
                 *valid |= 1u32 << v;
             }
@@ -528,7 +616,8 @@ impl Llc {
             // A core writing a DMA line takes it into its L2; when it comes back it lands in
             // the inclusive ways (Double-Trouble: device write, core write, device write
             // leaves the line in ways 0-1). Reads leave the line where it is.
-            if kind == AccessKind::CpuWrite && self.inclusive_end != 0 && found >= self.io_first_way {
+            if kind == AccessKind::CpuWrite && self.inclusive_end != 0 && found >= self.io_first_way
+            {
                 let v = self.victim(set, self.incl_ways);
                 self.tags[base + found] = 0;
                 self.valid[set] &= !(1u32 << found);
@@ -625,7 +714,13 @@ impl Recorder {
             return;
         }
         if self.res.handups.len() < self.cap {
-            self.res.handups.push(HandUp { t_ns, queue: q as u32, flow: f as u32, addr, len });
+            self.res.handups.push(HandUp {
+                t_ns,
+                queue: q as u32,
+                flow: f as u32,
+                addr,
+                len,
+            });
         } else {
             self.res.handups_dropped += 1;
         }
@@ -634,7 +729,16 @@ impl Recorder {
     /// Run every line of `[addr, addr+len)` through the LLC.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    pub fn touch(&mut self, llc: &mut Llc, t_ns: u64, q: usize, f: usize, addr: u64, len: u32, kind: AccessKind) {
+    pub fn touch(
+        &mut self,
+        llc: &mut Llc,
+        t_ns: u64,
+        q: usize,
+        f: usize,
+        addr: u64,
+        len: u32,
+        kind: AccessKind,
+    ) {
         if len == 0 {
             return;
         }
@@ -645,7 +749,11 @@ impl Recorder {
             llc.access_run(first, last, kind, |_, _| {});
             return;
         }
-        let log = self.cap > 0 && matches!(kind, AccessKind::IoWrite | AccessKind::IoRead | AccessKind::CpuRead);
+        let log = self.cap > 0
+            && matches!(
+                kind,
+                AccessKind::IoWrite | AccessKind::IoRead | AccessKind::CpuRead
+            );
         let (mut hits, mut misses) = (0u64, 0u64);
         let (cap, log_of, dropped) = (self.cap, &mut self.res.misses, &mut self.res.misses_dropped);
         llc.access_run(first, last, kind, |line, hit| {
@@ -656,7 +764,13 @@ impl Recorder {
             misses += 1;
             if log {
                 if log_of.len() < cap {
-                    log_of.push(MissEvent { t_ns, queue: q as u32, flow: f as u32, line_addr: line << 6, kind });
+                    log_of.push(MissEvent {
+                        t_ns,
+                        queue: q as u32,
+                        flow: f as u32,
+                        line_addr: line << 6,
+                        kind,
+                    });
                 } else {
                     *dropped += 1;
                 }
@@ -712,15 +826,35 @@ impl BackgroundGen {
 
 /// Replay a recorded buffer stream (sorted by `t_ns`; unsorted input is replayed in the
 /// order given). Queue and flow ids are used as dense indices.
-pub fn simulate_trace(geom: &LlcGeometry, accesses: &[BufferAccess], opts: &SimOptions) -> SimResult {
-    let nq = accesses.iter().map(|a| a.queue as usize + 1).max().unwrap_or(0);
-    let nf = accesses.iter().map(|a| a.flow as usize + 1).max().unwrap_or(0);
+pub fn simulate_trace(
+    geom: &LlcGeometry,
+    accesses: &[BufferAccess],
+    opts: &SimOptions,
+) -> SimResult {
+    let nq = accesses
+        .iter()
+        .map(|a| a.queue as usize + 1)
+        .max()
+        .unwrap_or(0);
+    let nf = accesses
+        .iter()
+        .map(|a| a.flow as usize + 1)
+        .max()
+        .unwrap_or(0);
     let mut llc = Llc::with_options(geom, opts);
     let mut rec = Recorder::new(nq, nf, opts, llc.slice_fraction());
     let mut bg = BackgroundGen::new(&opts.background, opts.seed);
     for a in accesses {
         bg.advance(&mut llc, &mut rec.res, a.t_ns);
-        rec.touch(&mut llc, a.t_ns, a.queue as usize, a.flow as usize, a.addr, a.len, a.kind);
+        rec.touch(
+            &mut llc,
+            a.t_ns,
+            a.queue as usize,
+            a.flow as usize,
+            a.addr,
+            a.len,
+            a.kind,
+        );
     }
     rec.res
 }
@@ -732,7 +866,13 @@ pub fn simulate_trace(geom: &LlcGeometry, accesses: &[BufferAccess], opts: &SimO
 /// carried over from pass to pass.
 pub fn bench_lines_per_sec(passes: usize) -> Vec<f64> {
     let geom = LlcGeometry::skx_gold_6140();
-    let mut llc = Llc::with_options(&geom, &SimOptions { seed: 1, ..SimOptions::model_default() });
+    let mut llc = Llc::with_options(
+        &geom,
+        &SimOptions {
+            seed: 1,
+            ..SimOptions::model_default()
+        },
+    );
     let ring_lines: u64 = 8 << 20 >> 6; // 8 MiB ring: larger than the 4.5 MiB DDIO ways
     const PKT_LINES: u64 = 24; // 1500 B at a line boundary
     const SLOT_LINES: u64 = 37; // the driver's 2368 B buffer stride
@@ -747,8 +887,15 @@ pub fn bench_lines_per_sec(passes: usize) -> Vec<f64> {
                     off = 0;
                 }
                 let first = (1u64 << 24) + off;
-                llc.access_run(first, first + PKT_LINES - 1, AccessKind::IoWrite, |_, hit| hits += hit as u64);
-                llc.access_run(first, first, AccessKind::CpuRead, |_, hit| hits += hit as u64);
+                llc.access_run(
+                    first,
+                    first + PKT_LINES - 1,
+                    AccessKind::IoWrite,
+                    |_, hit| hits += hit as u64,
+                );
+                llc.access_run(first, first, AccessKind::CpuRead, |_, hit| {
+                    hits += hit as u64
+                });
                 off += SLOT_LINES;
                 done += PKT_LINES + 1;
             }
@@ -786,21 +933,48 @@ mod tests {
             (LlcGeometry::skx_gold_6140(), Replacement::Lru, 1.0, 1),
             (LlcGeometry::skx_gold_6140(), Replacement::Random, 0.5, 1),
             (LlcGeometry::bdw_e5_2695v4(), Replacement::Random, 1.0, 1),
-            (LlcGeometry::emr_platinum_8592(), Replacement::Random, 1.0, 8),
+            (
+                LlcGeometry::emr_platinum_8592(),
+                Replacement::Random,
+                1.0,
+                8,
+            ),
         ] {
-            let opts = SimOptions { replacement, hash_evenness: evenness, slice_sample: sample, inclusive_ways: INCLUSIVE_WAYS, seed: 7, ..SimOptions::default() };
-            let (mut one, mut run) = (Llc::with_options(&geom, &opts), Llc::with_options(&geom, &opts));
-            let kinds = [AccessKind::IoWrite, AccessKind::IoWrite, AccessKind::IoRead, AccessKind::CpuRead, AccessKind::CpuWrite];
+            let opts = SimOptions {
+                replacement,
+                hash_evenness: evenness,
+                slice_sample: sample,
+                inclusive_ways: INCLUSIVE_WAYS,
+                seed: 7,
+                ..SimOptions::default()
+            };
+            let (mut one, mut run) = (
+                Llc::with_options(&geom, &opts),
+                Llc::with_options(&geom, &opts),
+            );
+            let kinds = [
+                AccessKind::IoWrite,
+                AccessKind::IoWrite,
+                AccessKind::IoRead,
+                AccessKind::CpuRead,
+                AccessKind::CpuWrite,
+            ];
             let mut x = 1u64;
             for i in 0..40_000u64 {
                 x = mix64(x + i);
                 let first = (1 << 20) + x % (1 << 17);
                 let last = first + x % 40;
                 let kind = kinds[(x >> 40) as usize % kinds.len()];
-                let expect: Vec<(u64, bool)> = (first..=last).filter_map(|l| one.access(l, kind).map(|h| (l, h))).collect();
+                let expect: Vec<(u64, bool)> = (first..=last)
+                    .filter_map(|l| one.access(l, kind).map(|h| (l, h)))
+                    .collect();
                 let mut got = Vec::new();
                 run.access_run(first, last, kind, |l, h| got.push((l, h)));
-                assert_eq!(got, expect, "{} ways, {replacement:?}, evenness {evenness}, run {first}..={last} {kind:?}", geom.ways);
+                assert_eq!(
+                    got, expect,
+                    "{} ways, {replacement:?}, evenness {evenness}, run {first}..={last} {kind:?}",
+                    geom.ways
+                );
             }
         }
     }
@@ -829,28 +1003,64 @@ mod tests {
         for i in 0..8u64 {
             // queue 0/flow 0 cycles 2 lines of one set (fits); queue 1/flow 2 cycles 3
             // lines in another set through one way (always misses).
-            tr.push(BufferAccess { t_ns: i * 10, queue: 0, flow: 0, addr: (i % 2) * 64 * 64, len: 64, kind: AccessKind::CpuRead });
-            tr.push(BufferAccess { t_ns: i * 10 + 5, queue: 1, flow: 2, addr: 64 + (i % 3) * 64 * 64, len: 64, kind: AccessKind::IoWrite });
+            tr.push(BufferAccess {
+                t_ns: i * 10,
+                queue: 0,
+                flow: 0,
+                addr: (i % 2) * 64 * 64,
+                len: 64,
+                kind: AccessKind::CpuRead,
+            });
+            tr.push(BufferAccess {
+                t_ns: i * 10 + 5,
+                queue: 1,
+                flow: 2,
+                addr: 64 + (i % 3) * 64 * 64,
+                len: 64,
+                kind: AccessKind::IoWrite,
+            });
         }
-        let opts = SimOptions { replacement: Replacement::Lru, miss_log_cap: 100, ..Default::default() };
+        let opts = SimOptions {
+            replacement: Replacement::Lru,
+            miss_log_cap: 100,
+            ..Default::default()
+        };
         let r = simulate_trace(&g, &tr, &opts);
         assert_eq!(r.per_queue.len(), 2);
         assert_eq!(r.per_flow.len(), 3);
         assert_eq!(r.per_queue[0].cpu_read_misses, 2);
         assert_eq!(r.per_queue[0].cpu_read_hits, 6);
         assert_eq!(r.per_flow[2].io_write_misses, 8);
-        assert!(r.misses.iter().all(|m| (m.queue, m.flow) == (0, 0) || (m.queue, m.flow) == (1, 2)));
+        assert!(r
+            .misses
+            .iter()
+            .all(|m| (m.queue, m.flow) == (0, 0) || (m.queue, m.flow) == (1, 2)));
         assert_eq!(r.misses.len(), 10);
     }
 
     #[test]
     fn a_core_write_moves_a_dma_line_to_the_inclusive_ways() {
         // 1 set x 4 ways: ways 0-1 inclusive, way 3 DDIO.
-        let g = LlcGeometry { size_bytes: 4 * 64, ways: 4, sets: 1, line_bytes: 64, slices: Some(1), ddio_ways: 1, ddio_ways_source: super::super::geometry::WaysSource::Override };
-        let opts = SimOptions { inclusive_ways: 2, ..SimOptions::default() };
+        let g = LlcGeometry {
+            size_bytes: 4 * 64,
+            ways: 4,
+            sets: 1,
+            line_bytes: 64,
+            slices: Some(1),
+            ddio_ways: 1,
+            ddio_ways_source: super::super::geometry::WaysSource::Override,
+        };
+        let opts = SimOptions {
+            inclusive_ways: 2,
+            ..SimOptions::default()
+        };
         let mut llc = Llc::with_options(&g, &opts);
         assert_eq!(llc.access(0, AccessKind::IoWrite), Some(false));
-        assert_eq!(llc.tags.iter().position(|&t| t != 0), Some(3), "DMA allocates in the DDIO way");
+        assert_eq!(
+            llc.tags.iter().position(|&t| t != 0),
+            Some(3),
+            "DMA allocates in the DDIO way"
+        );
         // A read leaves it there; a write takes it to ways 0-1 and frees the DDIO way.
         assert_eq!(llc.access(0, AccessKind::CpuRead), Some(true));
         assert_ne!(llc.tags[3], 0);
@@ -872,9 +1082,23 @@ mod tests {
     #[test]
     fn the_even_hash_covers_every_set_once_per_superblock() {
         // 4 slices x 64 sets x 2 ways: any aligned 256-line block fills each set exactly once.
-        let g = LlcGeometry { size_bytes: 4 * 64 * 2 * 64, ways: 2, sets: 256, line_bytes: 64, slices: Some(4), ddio_ways: 2, ddio_ways_source: super::super::geometry::WaysSource::Override };
+        let g = LlcGeometry {
+            size_bytes: 4 * 64 * 2 * 64,
+            ways: 2,
+            sets: 256,
+            line_bytes: 64,
+            slices: Some(4),
+            ddio_ways: 2,
+            ddio_ways_source: super::super::geometry::WaysSource::Override,
+        };
         let count = |evenness: f64| {
-            let mut llc = Llc::with_options(&g, &SimOptions { hash_evenness: evenness, ..SimOptions::default() });
+            let mut llc = Llc::with_options(
+                &g,
+                &SimOptions {
+                    hash_evenness: evenness,
+                    ..SimOptions::default()
+                },
+            );
             let mut per_set = vec![0u32; 256];
             for line in 5 * 256..6 * 256u64 {
                 per_set[llc.set_index(line).unwrap()] += 1;
@@ -884,6 +1108,9 @@ mod tests {
         assert!(count(1.0).iter().all(|&c| c == 1));
         // Independent placement piles some sets up (Poisson: about 8% hold three or more).
         let random = count(0.0);
-        assert!(random.iter().filter(|&&c| c == 0).count() > 50 && random.iter().any(|&c| c >= 3), "{random:?}");
+        assert!(
+            random.iter().filter(|&&c| c == 0).count() > 50 && random.iter().any(|&c| c >= 3),
+            "{random:?}"
+        );
     }
 }

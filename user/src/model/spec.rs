@@ -118,7 +118,10 @@ impl StackInputs {
             return None;
         }
         let fresh = self.fresh_share;
-        let (mut c, mut r) = (self.cache_share.unwrap_or(0.0), self.ring_share.unwrap_or(0.0));
+        let (mut c, mut r) = (
+            self.cache_share.unwrap_or(0.0),
+            self.ring_share.unwrap_or(0.0),
+        );
         if self.cache_share.is_none() && self.ring_share.is_none() {
             c = 1.0 - fresh.unwrap_or(0.0);
         } else if self.ring_share.is_none() {
@@ -128,7 +131,10 @@ impl StackInputs {
         }
         let sum = (c + r + fresh.unwrap_or((1.0 - c - r).max(0.0))).max(f64::MIN_POSITIVE);
         let ring_size = self.ring_size.unwrap_or(ring);
-        let universe = self.reused_bufs_per_queue.map(|u| u as usize).unwrap_or(ring as usize + ring_size as usize);
+        let universe = self
+            .reused_bufs_per_queue
+            .map(|u| u as usize)
+            .unwrap_or(ring as usize + ring_size as usize);
         Some(PagePool {
             cache_share: c / sum,
             ring_share: r / sum,
@@ -260,13 +266,54 @@ pub mod bounds {
 
 /// Every key `SimSpec::parse` accepts.
 const KEYS: &[&str] = &[
-    "preset", "llc_mib", "ways", "ddio_ways", "slices", "queues", "ring", "pkt_bytes", "rate_gbps", "pps",
-    "consumer", "residence_us", "tx_delay_us", "reuse", "buf_stride", "data_offset", "pool_extra", "cqe_bytes",
-    "bg_lines_per_sec", "bg_working_set_mib", "queue_weights", "flows", "slice_sample", "replacement",
-    "measure_cycles", "warmup_cycles", "max_packets", "seed", "user_buf_bytes", "queue_residence_us",
-    "miss_log_cap", "core_ns_per_pkt", "core_ns_per_byte", "rx_refill_batch", "tx_free_batch", "hash_evenness",
-    "inclusive_ways", "touch_bytes", "prefetch_bytes", "pool_layout", "stack", "pp_cache_share", "pp_ring_share", "pp_fresh_share", "pp_cache_size",
-    "pp_ring_size", "reused_bufs_per_queue", "measured",
+    "preset",
+    "llc_mib",
+    "ways",
+    "ddio_ways",
+    "slices",
+    "queues",
+    "ring",
+    "pkt_bytes",
+    "rate_gbps",
+    "pps",
+    "consumer",
+    "residence_us",
+    "tx_delay_us",
+    "reuse",
+    "buf_stride",
+    "data_offset",
+    "pool_extra",
+    "cqe_bytes",
+    "bg_lines_per_sec",
+    "bg_working_set_mib",
+    "queue_weights",
+    "flows",
+    "slice_sample",
+    "replacement",
+    "measure_cycles",
+    "warmup_cycles",
+    "max_packets",
+    "seed",
+    "user_buf_bytes",
+    "queue_residence_us",
+    "miss_log_cap",
+    "core_ns_per_pkt",
+    "core_ns_per_byte",
+    "rx_refill_batch",
+    "tx_free_batch",
+    "hash_evenness",
+    "inclusive_ways",
+    "touch_bytes",
+    "prefetch_bytes",
+    "pool_layout",
+    "stack",
+    "pp_cache_share",
+    "pp_ring_share",
+    "pp_fresh_share",
+    "pp_cache_size",
+    "pp_ring_size",
+    "reused_bufs_per_queue",
+    "measured",
 ];
 
 impl SimSpec {
@@ -356,7 +403,8 @@ impl SimSpec {
     fn pairs(s: &str) -> Result<Vec<(String, serde_json::Value)>, SpecError> {
         let t = s.trim();
         let kv: Vec<(String, serde_json::Value)> = if t.starts_with('{') {
-            let v: serde_json::Value = serde_json::from_str(t).map_err(|e| SpecError::Syntax(one_line(&e.to_string())))?;
+            let v: serde_json::Value =
+                serde_json::from_str(t).map_err(|e| SpecError::Syntax(one_line(&e.to_string())))?;
             match v {
                 serde_json::Value::Object(m) => m.into_iter().collect(),
                 _ => return Err(SpecError::Syntax("expected a JSON object".into())),
@@ -364,13 +412,20 @@ impl SimSpec {
         } else {
             let mut out = Vec::new();
             for part in t.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-                let (k, v) = part.split_once('=').ok_or_else(|| SpecError::Syntax(format!("`{part}` is not key=value")))?;
+                let (k, v) = part
+                    .split_once('=')
+                    .ok_or_else(|| SpecError::Syntax(format!("`{part}` is not key=value")))?;
                 let (k, v) = (k.trim(), v.trim());
                 let val = if matches!(k, "queue_weights" | "queue_residence_us") {
-                    let ws: Result<Vec<f64>, _> = v.split('/').map(|x| x.trim().parse::<f64>()).collect();
+                    let ws: Result<Vec<f64>, _> =
+                        v.split('/').map(|x| x.trim().parse::<f64>()).collect();
                     serde_json::json!(ws.map_err(|_| SpecError::Value(k.into(), v.into()))?)
                 } else if k == "measured" {
-                    serde_json::json!(v.split('/').map(str::trim).filter(|x| !x.is_empty()).collect::<Vec<_>>())
+                    serde_json::json!(v
+                        .split('/')
+                        .map(str::trim)
+                        .filter(|x| !x.is_empty())
+                        .collect::<Vec<_>>())
                 } else if let Ok(n) = v.parse::<f64>() {
                     if !n.is_finite() {
                         let (lo, hi) = range_of(k);
@@ -395,18 +450,31 @@ impl SimSpec {
         let num = |k: &str| -> Result<Option<f64>, SpecError> {
             match get(k) {
                 None => Ok(None),
-                Some(v) => v.as_f64().map(Some).ok_or_else(|| SpecError::Value(k.into(), v.to_string())),
+                Some(v) => v
+                    .as_f64()
+                    .map(Some)
+                    .ok_or_else(|| SpecError::Value(k.into(), v.to_string())),
             }
         };
-        let int = |k: &str| -> Result<Option<u64>, SpecError> { num(k)?.map(|x| whole_in_range(k, x)).transpose() };
-        let real = |k: &str| -> Result<Option<f64>, SpecError> { num(k)?.map(|x| real_in_range(k, x)).transpose() };
-        let string = |k: &str| -> Option<String> { get(k).and_then(|v| v.as_str().map(str::to_lowercase)) };
+        let int = |k: &str| -> Result<Option<u64>, SpecError> {
+            num(k)?.map(|x| whole_in_range(k, x)).transpose()
+        };
+        let real = |k: &str| -> Result<Option<f64>, SpecError> {
+            num(k)?.map(|x| real_in_range(k, x)).transpose()
+        };
+        let string =
+            |k: &str| -> Option<String> { get(k).and_then(|v| v.as_str().map(str::to_lowercase)) };
 
         let mut geom = match string("preset").as_deref() {
             None | Some("skx6140") => LlcGeometry::skx_gold_6140(),
             Some("bdw2695v4") => LlcGeometry::bdw_e5_2695v4(),
             Some("emr8592") => LlcGeometry::emr_platinum_8592(),
-            Some(p) => return Err(SpecError::Value("preset".into(), format!("{p} (one of skx6140, bdw2695v4, emr8592)"))),
+            Some(p) => {
+                return Err(SpecError::Value(
+                    "preset".into(),
+                    format!("{p} (one of skx6140, bdw2695v4, emr8592)"),
+                ))
+            }
         };
         let llc_mib = real("llc_mib")?;
         let ways = int("ways")?;
@@ -435,7 +503,12 @@ impl SimSpec {
             match c.as_str() {
                 "forward" => s.consumer = Consumer::Forward,
                 "copy" => s.set_copy_consumer(),
-                _ => return Err(SpecError::Value("consumer".into(), format!("{c} (forward or copy)"))),
+                _ => {
+                    return Err(SpecError::Value(
+                        "consumer".into(),
+                        format!("{c} (forward or copy)"),
+                    ))
+                }
             }
         }
         if let Some(r) = string("reuse") {
@@ -443,21 +516,36 @@ impl SimSpec {
                 "fifo" => Reuse::Fifo,
                 "recycle" => Reuse::Recycle,
                 "lifo" => Reuse::Lifo,
-                _ => return Err(SpecError::Value("reuse".into(), format!("{r} (fifo, recycle or lifo)"))),
+                _ => {
+                    return Err(SpecError::Value(
+                        "reuse".into(),
+                        format!("{r} (fifo, recycle or lifo)"),
+                    ))
+                }
             };
         }
         if let Some(l) = string("pool_layout") {
             s.pool_layout = Some(match l.as_str() {
                 "contiguous" => PoolLayout::Contiguous,
                 "scattered" => PoolLayout::Scattered,
-                _ => return Err(SpecError::Value("pool_layout".into(), format!("{l} (contiguous or scattered)"))),
+                _ => {
+                    return Err(SpecError::Value(
+                        "pool_layout".into(),
+                        format!("{l} (contiguous or scattered)"),
+                    ))
+                }
             });
         }
         if let Some(r) = string("replacement") {
             s.replacement = match r.as_str() {
                 "lru" => Replacement::Lru,
                 "random" => Replacement::Random,
-                _ => return Err(SpecError::Value("replacement".into(), format!("{r} (lru or random)"))),
+                _ => {
+                    return Err(SpecError::Value(
+                        "replacement".into(),
+                        format!("{r} (lru or random)"),
+                    ))
+                }
             };
         }
         if let Some(g) = real("rate_gbps")? {
@@ -505,8 +593,15 @@ impl SimSpec {
         if let Some(m) = real("bg_working_set_mib")? {
             s.background.working_set_bytes = (m * 1048576.0) as u64;
         }
-        fn typed<T: serde::de::DeserializeOwned>(k: &str, v: Option<&serde_json::Value>) -> Result<Option<T>, SpecError> {
-            v.map(|v| serde_json::from_value(v.clone()).map_err(|e| SpecError::Value(k.into(), one_line(&e.to_string())))).transpose()
+        fn typed<T: serde::de::DeserializeOwned>(
+            k: &str,
+            v: Option<&serde_json::Value>,
+        ) -> Result<Option<T>, SpecError> {
+            v.map(|v| {
+                serde_json::from_value(v.clone())
+                    .map_err(|e| SpecError::Value(k.into(), one_line(&e.to_string())))
+            })
+            .transpose()
         }
         if let Some(v) = typed("queue_weights", get("queue_weights"))? {
             s.queue_weights = v;
@@ -521,16 +616,28 @@ impl SimSpec {
             s.measured = v;
         }
         let mut stack: Option<StackInputs> = typed("stack", get("stack"))?;
-        for (k, field) in [("pp_cache_share", 0), ("pp_ring_share", 1), ("pp_fresh_share", 2)] {
+        for (k, field) in [
+            ("pp_cache_share", 0),
+            ("pp_ring_share", 1),
+            ("pp_fresh_share", 2),
+        ] {
             if let Some(x) = real(k)? {
                 let st = stack.get_or_insert_with(StackInputs::default);
                 *[&mut st.cache_share, &mut st.ring_share, &mut st.fresh_share][field] = Some(x);
             }
         }
-        for (k, field) in [("pp_cache_size", 0), ("pp_ring_size", 1), ("reused_bufs_per_queue", 2)] {
+        for (k, field) in [
+            ("pp_cache_size", 0),
+            ("pp_ring_size", 1),
+            ("reused_bufs_per_queue", 2),
+        ] {
             if let Some(x) = int(k)? {
                 let st = stack.get_or_insert_with(StackInputs::default);
-                *[&mut st.cache_size, &mut st.ring_size, &mut st.reused_bufs_per_queue][field] = Some(x as u32);
+                *[
+                    &mut st.cache_size,
+                    &mut st.ring_size,
+                    &mut st.reused_bufs_per_queue,
+                ][field] = Some(x as u32);
             }
         }
         s.stack = stack;
@@ -550,11 +657,19 @@ impl SimSpec {
             chk_int("slices", sl as u64)?;
         }
         if g.ddio_ways == 0 || g.ddio_ways > g.ways {
-            return Err(SpecError::range("ddio_ways", &g.ddio_ways.to_string(), 1.0, g.ways as f64));
+            return Err(SpecError::range(
+                "ddio_ways",
+                &g.ddio_ways.to_string(),
+                1.0,
+                g.ways as f64,
+            ));
         }
         chk_real("llc_mib", g.size_bytes as f64 / 1048576.0)?;
         if g.sets == 0 || g.line_bytes == 0 {
-            return Err(SpecError::Value("geometry".into(), format!("{} sets of {} B lines", g.sets, g.line_bytes)));
+            return Err(SpecError::Value(
+                "geometry".into(),
+                format!("{} sets of {} B lines", g.sets, g.line_bytes),
+            ));
         }
         chk_real("pps", self.pps)?;
         chk_real("residence_us", self.residence_us)?;
@@ -573,10 +688,18 @@ impl SimSpec {
         chk_int("touch_bytes", self.touch_bytes as u64)?;
         chk_int("prefetch_bytes", self.prefetch_bytes as u64)?;
         if self.inclusive_ways > g.ways {
-            return Err(SpecError::range("inclusive_ways", &self.inclusive_ways.to_string(), 0.0, g.ways as f64));
+            return Err(SpecError::range(
+                "inclusive_ways",
+                &self.inclusive_ways.to_string(),
+                0.0,
+                g.ways as f64,
+            ));
         }
         chk_real("bg_lines_per_sec", self.background.lines_per_sec)?;
-        chk_real("bg_working_set_mib", self.background.working_set_bytes as f64 / 1048576.0)?;
+        chk_real(
+            "bg_working_set_mib",
+            self.background.working_set_bytes as f64 / 1048576.0,
+        )?;
         chk_int("user_buf_bytes", self.user_buf_bytes as u64)?;
         chk_real("measure_cycles", self.measure_cycles)?;
         chk_real("warmup_cycles", self.warmup_cycles)?;
@@ -584,49 +707,113 @@ impl SimSpec {
         chk_int("miss_log_cap", self.miss_log_cap as u64)?;
         let slices = g.slices.unwrap_or(1).max(1);
         if self.slice_sample == 0 || self.slice_sample > slices {
-            return Err(SpecError::range("slice_sample", &self.slice_sample.to_string(), 1.0, slices as f64));
+            return Err(SpecError::range(
+                "slice_sample",
+                &self.slice_sample.to_string(),
+                1.0,
+                slices as f64,
+            ));
         }
         if self.data_offset as u64 + self.max_pkt_bytes() as u64 > self.buf_stride as u64 {
             return Err(SpecError::Value(
                 "buf_stride".into(),
-                format!("{} B cannot hold {} B at offset {} (buf_stride >= data_offset + packet)", self.buf_stride, self.max_pkt_bytes(), self.data_offset),
+                format!(
+                    "{} B cannot hold {} B at offset {} (buf_stride >= data_offset + packet)",
+                    self.buf_stride,
+                    self.max_pkt_bytes(),
+                    self.data_offset
+                ),
             ));
         }
         if !self.queue_weights.is_empty() && self.queue_weights.len() != self.queues as usize {
-            return Err(SpecError::Value("queue_weights".into(), format!("{} weights for {} queues (one per queue)", self.queue_weights.len(), self.queues)));
+            return Err(SpecError::Value(
+                "queue_weights".into(),
+                format!(
+                    "{} weights for {} queues (one per queue)",
+                    self.queue_weights.len(),
+                    self.queues
+                ),
+            ));
         }
-        if self.queue_weights.iter().any(|w| !(w.is_finite() && *w >= 0.0 && *w <= 1e12)) {
-            return Err(SpecError::Value("queue_weights".into(), "each in 0..=1e12".into()));
+        if self
+            .queue_weights
+            .iter()
+            .any(|w| !(w.is_finite() && *w >= 0.0 && *w <= 1e12))
+        {
+            return Err(SpecError::Value(
+                "queue_weights".into(),
+                "each in 0..=1e12".into(),
+            ));
         }
         if !self.queue_weights.is_empty() && self.queue_weights.iter().sum::<f64>() <= 0.0 {
-            return Err(SpecError::Value("queue_weights".into(), "at least one weight > 0".into()));
+            return Err(SpecError::Value(
+                "queue_weights".into(),
+                "at least one weight > 0".into(),
+            ));
         }
-        if !self.queue_residence_us.is_empty() && self.queue_residence_us.len() != self.queues as usize {
-            return Err(SpecError::Value("queue_residence_us".into(), format!("{} values for {} queues (one per queue)", self.queue_residence_us.len(), self.queues)));
+        if !self.queue_residence_us.is_empty()
+            && self.queue_residence_us.len() != self.queues as usize
+        {
+            return Err(SpecError::Value(
+                "queue_residence_us".into(),
+                format!(
+                    "{} values for {} queues (one per queue)",
+                    self.queue_residence_us.len(),
+                    self.queues
+                ),
+            ));
         }
         if self.flows.len() > 65_536 {
-            return Err(SpecError::range("flows", &self.flows.len().to_string(), 0.0, 65_536.0));
+            return Err(SpecError::range(
+                "flows",
+                &self.flows.len().to_string(),
+                0.0,
+                65_536.0,
+            ));
         }
         for f in &self.flows {
             if f.queue >= self.queues {
-                return Err(SpecError::Value("flows".into(), format!("flow on queue {} of {} (queue in 0..{})", f.queue, self.queues, self.queues)));
+                return Err(SpecError::Value(
+                    "flows".into(),
+                    format!(
+                        "flow on queue {} of {} (queue in 0..{})",
+                        f.queue, self.queues, self.queues
+                    ),
+                ));
             }
             if !(f.weight.is_finite() && f.weight > 0.0 && f.weight <= 1e12) {
-                return Err(SpecError::Value("flows".into(), format!("weight {} (in (0, 1e12])", f.weight)));
+                return Err(SpecError::Value(
+                    "flows".into(),
+                    format!("weight {} (in (0, 1e12])", f.weight),
+                ));
             }
             chk_int("pkt_bytes", f.pkt_bytes as u64)?;
         }
         if let Some(st) = &self.stack {
-            for (k, v) in [("pp_cache_share", st.cache_share), ("pp_ring_share", st.ring_share), ("pp_fresh_share", st.fresh_share)] {
+            for (k, v) in [
+                ("pp_cache_share", st.cache_share),
+                ("pp_ring_share", st.ring_share),
+                ("pp_fresh_share", st.fresh_share),
+            ] {
                 if let Some(x) = v {
                     chk_real(k, x)?;
                 }
             }
-            let sum: f64 = [st.cache_share, st.ring_share, st.fresh_share].iter().flatten().sum();
+            let sum: f64 = [st.cache_share, st.ring_share, st.fresh_share]
+                .iter()
+                .flatten()
+                .sum();
             if sum > 1.0 + 1e-6 {
-                return Err(SpecError::Value("stack".into(), format!("recycling shares sum to {sum:.3} (at most 1)")));
+                return Err(SpecError::Value(
+                    "stack".into(),
+                    format!("recycling shares sum to {sum:.3} (at most 1)"),
+                ));
             }
-            for (k, v) in [("pp_cache_size", st.cache_size), ("pp_ring_size", st.ring_size), ("reused_bufs_per_queue", st.reused_bufs_per_queue)] {
+            for (k, v) in [
+                ("pp_cache_size", st.cache_size),
+                ("pp_ring_size", st.ring_size),
+                ("reused_bufs_per_queue", st.reused_bufs_per_queue),
+            ] {
                 if let Some(x) = v {
                     chk_int(k, x as u64)?;
                 }
@@ -640,7 +827,11 @@ impl SimSpec {
         if buffers > bounds::MAX_BUFFERS {
             return Err(SpecError::Value(
                 "queues x ring".into(),
-                format!("{} queues x {per_queue} buffers = {buffers} buffers (at most {})", self.queues, bounds::MAX_BUFFERS),
+                format!(
+                    "{} queues x {per_queue} buffers = {buffers} buffers (at most {})",
+                    self.queues,
+                    bounds::MAX_BUFFERS
+                ),
             ));
         }
         Ok(())
@@ -651,16 +842,25 @@ impl SimSpec {
     pub fn bounded(&self) -> SimSpec {
         let mut s = self.clone();
         let slices = s.geometry.slices.unwrap_or(1).max(1);
-        while s.slice_sample < slices && Llc::state_bytes(&s.geometry, &s.sim_options(0)) > bounds::MAX_LLC_STATE_BYTES {
+        while s.slice_sample < slices
+            && Llc::state_bytes(&s.geometry, &s.sim_options(0)) > bounds::MAX_LLC_STATE_BYTES
+        {
             s.slice_sample += 1;
         }
         let lines = super::drive::lines_per_packet(&s).max(1.0);
-        s.max_packets = s.max_packets.min(((bounds::MAX_LINE_ACCESSES as f64 / lines) as u64).max(1));
+        s.max_packets = s
+            .max_packets
+            .min(((bounds::MAX_LINE_ACCESSES as f64 / lines) as u64).max(1));
         s
     }
 
     fn max_pkt_bytes(&self) -> u32 {
-        self.flows.iter().map(|f| f.pkt_bytes).max().unwrap_or(self.pkt_bytes).max(self.pkt_bytes)
+        self.flows
+            .iter()
+            .map(|f| f.pkt_bytes)
+            .max()
+            .unwrap_or(self.pkt_bytes)
+            .max(self.pkt_bytes)
     }
 
     /// The pool layout the run uses (see [`SimSpec::pool_layout`]).
@@ -698,7 +898,11 @@ impl SimSpec {
     /// Packets per second offered to each queue.
     pub fn queue_pps(&self) -> Vec<f64> {
         let n = self.queues as usize;
-        let w: Vec<f64> = if self.queue_weights.len() == n { self.queue_weights.clone() } else { vec![1.0; n] };
+        let w: Vec<f64> = if self.queue_weights.len() == n {
+            self.queue_weights.clone()
+        } else {
+            vec![1.0; n]
+        };
         let sum: f64 = w.iter().sum::<f64>().max(f64::MIN_POSITIVE);
         w.iter().map(|x| self.pps * x / sum).collect()
     }
@@ -744,60 +948,148 @@ impl SimSpec {
 
     /// Analytic RX ring footprint per queue: ring × line-rounded packet + completion lines.
     pub fn ring_footprint_bytes(&self, q: usize) -> u64 {
-        analytic::ring_footprint_bytes(self.ring, self.mean_pkt_bytes(q).ceil() as u32, self.cqe_bytes)
+        analytic::ring_footprint_bytes(
+            self.ring,
+            self.mean_pkt_bytes(q).ceil() as u32,
+            self.cqe_bytes,
+        )
     }
 
     /// The analytic RX ring footprints of all queues together.
     pub fn total_ring_footprint_bytes(&self) -> u64 {
-        self.mean_pkt_bytes_per_queue().iter().map(|b| analytic::ring_footprint_bytes(self.ring, b.ceil() as u32, self.cqe_bytes)).sum()
+        self.mean_pkt_bytes_per_queue()
+            .iter()
+            .map(|b| analytic::ring_footprint_bytes(self.ring, b.ceil() as u32, self.cqe_bytes))
+            .sum()
     }
 
     /// The workload inputs with their values and whether each was measured, for output
     /// that says which numbers came from the host and which were assumed.
     pub fn inputs(&self) -> Vec<Input> {
-        let src = |name: &str| if self.measured.iter().any(|m| m == name) { Source::Measured } else { Source::Assumed };
+        let src = |name: &str| {
+            if self.measured.iter().any(|m| m == name) {
+                Source::Measured
+            } else {
+                Source::Assumed
+            }
+        };
         let mut v = vec![
             Input::new("queues", self.queues.to_string(), src("queues")),
             Input::new("ring", self.ring.to_string(), src("ring")),
             Input::new("pkt_bytes", self.pkt_bytes.to_string(), src("pkt_bytes")),
             Input::new("pps", format!("{:.0}", self.pps), src("pps")),
-            Input::new("consumer", format!("{:?}", self.consumer).to_lowercase(), src("consumer")),
-            Input::new("residence_us", format!("{:.2}", self.residence_us), src("residence_us")),
-            Input::new("tx_delay_us", format!("{:.2}", self.tx_delay_us), src("tx_delay_us")),
+            Input::new(
+                "consumer",
+                format!("{:?}", self.consumer).to_lowercase(),
+                src("consumer"),
+            ),
+            Input::new(
+                "residence_us",
+                format!("{:.2}", self.residence_us),
+                src("residence_us"),
+            ),
+            Input::new(
+                "tx_delay_us",
+                format!("{:.2}", self.tx_delay_us),
+                src("tx_delay_us"),
+            ),
             Input::new("buf_stride", self.buf_stride.to_string(), src("buf_stride")),
-            Input::new("pool_layout", format!("{:?}", self.layout()).to_lowercase(), src("pool_layout")),
-            Input::new("data_offset", self.data_offset.to_string(), src("data_offset")),
-            Input::new("core_ns_per_pkt", format!("{:.1}", self.core_ns_per_pkt), src("core_ns_per_pkt")),
-            Input::new("core_ns_per_byte", format!("{:.4}", self.core_ns_per_byte), src("core_ns_per_byte")),
-            Input::new("ddio_ways", self.geometry.ddio_ways.to_string(), match self.geometry.ddio_ways_source {
-                WaysSource::Measured => Source::Measured,
-                _ => src("ddio_ways"),
-            }),
-            Input::new("llc", format!("{:.2} MiB / {} ways", self.geometry.size_bytes as f64 / 1048576.0, self.geometry.ways), src("llc")),
+            Input::new(
+                "pool_layout",
+                format!("{:?}", self.layout()).to_lowercase(),
+                src("pool_layout"),
+            ),
+            Input::new(
+                "data_offset",
+                self.data_offset.to_string(),
+                src("data_offset"),
+            ),
+            Input::new(
+                "core_ns_per_pkt",
+                format!("{:.1}", self.core_ns_per_pkt),
+                src("core_ns_per_pkt"),
+            ),
+            Input::new(
+                "core_ns_per_byte",
+                format!("{:.4}", self.core_ns_per_byte),
+                src("core_ns_per_byte"),
+            ),
+            Input::new(
+                "ddio_ways",
+                self.geometry.ddio_ways.to_string(),
+                match self.geometry.ddio_ways_source {
+                    WaysSource::Measured => Source::Measured,
+                    _ => src("ddio_ways"),
+                },
+            ),
+            Input::new(
+                "llc",
+                format!(
+                    "{:.2} MiB / {} ways",
+                    self.geometry.size_bytes as f64 / 1048576.0,
+                    self.geometry.ways
+                ),
+                src("llc"),
+            ),
         ];
         match &self.stack {
             Some(st) => {
                 let pp = self.page_pool();
-                let f = |x: Option<f64>, d: Option<f64>| x.or(d).map(|v| format!("{v:.3}")).unwrap_or_else(|| "-".into());
+                let f = |x: Option<f64>, d: Option<f64>| {
+                    x.or(d)
+                        .map(|v| format!("{v:.3}"))
+                        .unwrap_or_else(|| "-".into())
+                };
                 let m = |x: bool| if x { Source::Measured } else { Source::Assumed };
-                v.push(Input::new("pp_cache_share", f(st.cache_share, pp.map(|p| p.cache_share)), m(st.cache_share.is_some())));
-                v.push(Input::new("pp_ring_share", f(st.ring_share, pp.map(|p| p.ring_share)), m(st.ring_share.is_some())));
+                v.push(Input::new(
+                    "pp_cache_share",
+                    f(st.cache_share, pp.map(|p| p.cache_share)),
+                    m(st.cache_share.is_some()),
+                ));
+                v.push(Input::new(
+                    "pp_ring_share",
+                    f(st.ring_share, pp.map(|p| p.ring_share)),
+                    m(st.ring_share.is_some()),
+                ));
                 v.push(Input::new(
                     "pp_fresh_share",
-                    f(st.fresh_share, pp.map(|p| (1.0 - p.cache_share - p.ring_share).max(0.0))),
+                    f(
+                        st.fresh_share,
+                        pp.map(|p| (1.0 - p.cache_share - p.ring_share).max(0.0)),
+                    ),
                     m(st.fresh_share.is_some()),
                 ));
-                v.push(Input::new("pp_cache_size", pp.map(|p| p.cache_size.to_string()).unwrap_or_else(|| "-".into()), m(st.cache_size.is_some())));
-                v.push(Input::new("pp_ring_size", pp.map(|p| p.ring_size.to_string()).unwrap_or_else(|| "-".into()), m(st.ring_size.is_some())));
+                v.push(Input::new(
+                    "pp_cache_size",
+                    pp.map(|p| p.cache_size.to_string())
+                        .unwrap_or_else(|| "-".into()),
+                    m(st.cache_size.is_some()),
+                ));
+                v.push(Input::new(
+                    "pp_ring_size",
+                    pp.map(|p| p.ring_size.to_string())
+                        .unwrap_or_else(|| "-".into()),
+                    m(st.ring_size.is_some()),
+                ));
                 v.push(Input::new(
                     "reused_bufs_per_queue",
-                    pp.map(|p| p.universe.to_string()).or(st.reused_bufs_per_queue.map(|u| u.to_string())).unwrap_or_else(|| "-".into()),
+                    pp.map(|p| p.universe.to_string())
+                        .or(st.reused_bufs_per_queue.map(|u| u.to_string()))
+                        .unwrap_or_else(|| "-".into()),
                     m(st.reused_bufs_per_queue.is_some()),
                 ));
             }
             None => {
-                v.push(Input::new("reuse", format!("{:?}", self.reuse).to_lowercase(), src("reuse")));
-                v.push(Input::new("pool_extra", self.pool_extra.to_string(), src("pool_extra")));
+                v.push(Input::new(
+                    "reuse",
+                    format!("{:?}", self.reuse).to_lowercase(),
+                    src("reuse"),
+                ));
+                v.push(Input::new(
+                    "pool_extra",
+                    self.pool_extra.to_string(),
+                    src("pool_extra"),
+                ));
             }
         }
         v
@@ -829,7 +1121,11 @@ pub struct Input {
 
 impl Input {
     fn new(name: &str, value: String, source: Source) -> Self {
-        Input { name: name.into(), value, source }
+        Input {
+            name: name.into(),
+            value,
+            source,
+        }
     }
 }
 
@@ -898,7 +1194,9 @@ pub mod flag {
     use super::{real_in_range, whole_in_range, SpecError};
 
     fn number(k: &str, s: &str) -> Result<f64, SpecError> {
-        s.trim().parse::<f64>().map_err(|_| SpecError::Value(k.into(), format!("{s} (not a number)")))
+        s.trim()
+            .parse::<f64>()
+            .map_err(|_| SpecError::Value(k.into(), format!("{s} (not a number)")))
     }
 
     fn whole(k: &str, s: &str) -> Result<u32, SpecError> {
@@ -987,12 +1285,20 @@ pub enum SpecError {
     #[error("bad value for `{0}`: {1}")]
     Value(String, String),
     #[error("`{field}` = {value} is out of range ({range})")]
-    Range { field: String, value: String, range: String },
+    Range {
+        field: String,
+        value: String,
+        range: String,
+    },
 }
 
 impl SpecError {
     fn range(field: &str, value: &str, lo: f64, hi: f64) -> Self {
-        SpecError::Range { field: field.into(), value: value.into(), range: fmt_range(field, lo, hi) }
+        SpecError::Range {
+            field: field.into(),
+            value: value.into(),
+            range: fmt_range(field, lo, hi),
+        }
     }
 }
 
@@ -1004,7 +1310,10 @@ mod tests {
     #[test]
     fn parse_kv_and_json() {
         let a = SimSpec::parse("preset=skx6140,ddio_ways=4,queues=2,ring=512,pkt_bytes=1024,rate_gbps=50,consumer=copy,residence_us=10,reuse=lifo,queue_weights=3/1").unwrap();
-        assert_eq!((a.queues, a.ring, a.pkt_bytes, a.geometry.ddio_ways), (2, 512, 1024, 4));
+        assert_eq!(
+            (a.queues, a.ring, a.pkt_bytes, a.geometry.ddio_ways),
+            (2, 512, 1024, 4)
+        );
         assert_eq!(a.geometry.ddio_mask(), 0x780);
         assert_eq!((a.consumer, a.reuse), (Consumer::Copy, Reuse::Lifo));
         assert!((a.pps - line_rate_pps(50.0, 1024)).abs() < 1e-6);
@@ -1014,10 +1323,19 @@ mod tests {
         assert_eq!(b.geometry.ways, 20);
         assert_eq!(b.flows.len(), 3);
         assert_eq!(b.reuse, Reuse::Fifo);
-        assert!(matches!(SimSpec::parse("ring=512,bogus=1"), Err(SpecError::UnknownKey(_))));
-        assert!(matches!(SimSpec::parse("consumer=teleport"), Err(SpecError::Value(..))));
+        assert!(matches!(
+            SimSpec::parse("ring=512,bogus=1"),
+            Err(SpecError::UnknownKey(_))
+        ));
+        assert!(matches!(
+            SimSpec::parse("consumer=teleport"),
+            Err(SpecError::Value(..))
+        ));
         assert!(SimSpec::parse("queues=2,queue_weights=1/2/3").is_err());
-        assert!(SimSpec::parse("pkt_bytes=9000").is_err(), "a 9000 B packet does not fit a 2 KiB buffer");
+        assert!(
+            SimSpec::parse("pkt_bytes=9000").is_err(),
+            "a 9000 B packet does not fit a 2 KiB buffer"
+        );
     }
 
     #[test]
@@ -1057,12 +1375,21 @@ mod tests {
         // Each queue cycles its ring and a few batches of buffers, 17 lines each, all
         // cached (they fit the DDIO ways); a cache or pool started afresh at the boundary
         // would miss on at least 256 × 17 first writes per queue.
-        let same = Phase { duration_ns: 10 * ms, queue_pps: vec![2e5, 2e5] };
+        let same = Phase {
+            duration_ns: 10 * ms,
+            queue_pps: vec![2e5, 2e5],
+        };
         let two = simulate_phases(&s, &[same.clone(), same]);
         let misses = |r: &SimResult| r.total.io_write_misses;
         let (m0, m1) = (misses(&two[0]) as f64, misses(&two[1]) as f64);
-        assert!(m1 < 0.5 * (2 * 256 * 17) as f64, "{m1} write misses after the boundary");
-        assert!((m1 - m0).abs() <= 0.2 * m0 + 17.0, "{m1} write misses after the boundary, {m0} before");
+        assert!(
+            m1 < 0.5 * (2 * 256 * 17) as f64,
+            "{m1} write misses after the boundary"
+        );
+        assert!(
+            (m1 - m0).abs() <= 0.2 * m0 + 17.0,
+            "{m1} write misses after the boundary, {m0} before"
+        );
         // One phase of the base rates is the plain simulation.
         let one = simulate_phases(
             &s,
@@ -1091,34 +1418,51 @@ mod tests {
         assert_eq!(sum, w(&r.total));
         assert!(!r.misses.is_empty());
         let logged_q0 = r.misses.iter().filter(|m| m.queue == 0).count() as u64;
-        let q0_miss = r.per_queue[0].io_write_misses + r.per_queue[0].io_read_misses + r.per_queue[0].cpu_read_misses;
+        let q0_miss = r.per_queue[0].io_write_misses
+            + r.per_queue[0].io_read_misses
+            + r.per_queue[0].cpu_read_misses;
         if r.misses_dropped == 0 {
             assert_eq!(logged_q0, q0_miss);
         }
-        assert!(r.misses.iter().all(|m| (m.queue == 0 && m.flow < 2) || (m.queue == 1 && m.flow == 2)));
+        assert!(r
+            .misses
+            .iter()
+            .all(|m| (m.queue == 0 && m.flow < 2) || (m.queue == 1 && m.flow == 2)));
     }
 
     #[test]
     fn slow_consumer_leaks_and_reuse_matters() {
-        let base = SimSpec::parse("queues=1,ring=1024,pkt_bytes=1500,rate_gbps=50,consumer=copy,residence_us=5").unwrap();
+        let base = SimSpec::parse(
+            "queues=1,ring=1024,pkt_bytes=1500,rate_gbps=50,consumer=copy,residence_us=5",
+        )
+        .unwrap();
         let fast = simulate(&base);
         let mut slow = base.clone();
         slow.residence_us = 10_000.0; // 10 ms at 50 Gb/s = 62 MB in flight
         slow.pool_extra = 65_536;
         let slow = simulate(&slow);
-        let (f, sl) = (fast.total.cpu_read_hit_pct().unwrap(), slow.total.cpu_read_hit_pct().unwrap());
+        let (f, sl) = (
+            fast.total.cpu_read_hit_pct().unwrap(),
+            slow.total.cpu_read_hit_pct().unwrap(),
+        );
         println!("copy consumer: CPU read hit {f:.1}% at 5 us, {sl:.1}% at 10 ms");
         assert!(f > 95.0 && sl < f - 30.0);
 
         let mut fifo = base.clone();
         fifo.reuse = Reuse::Fifo;
         fifo.pool_extra = 8192;
-        let (rc, ff) = (simulate(&base).total.io_write_hit_pct().unwrap(), simulate(&fifo).total.io_write_hit_pct().unwrap());
+        let (rc, ff) = (
+            simulate(&base).total.io_write_hit_pct().unwrap(),
+            simulate(&fifo).total.io_write_hit_pct().unwrap(),
+        );
         println!("write hit: recycle {rc:.1}%, fifo pool {ff:.1}%");
         assert!(rc > ff + 20.0);
 
         let mut bg = base.clone();
-        bg.background = Background { lines_per_sec: 2e9, working_set_bytes: 64 << 20 };
+        bg.background = Background {
+            lines_per_sec: 2e9,
+            working_set_bytes: 64 << 20,
+        };
         let b = simulate(&bg).total.io_write_hit_pct().unwrap();
         println!("write hit with 128 GB/s of other cores' fills: {b:.1}%");
         assert!(b < rc - 5.0);
@@ -1130,14 +1474,25 @@ mod tests {
         base.max_packets = 150_000;
         let g = what_if(&base, &[512, 4096], &[2, 4], &[], &[]);
         assert_eq!(g.len(), 4);
-        let hit = |r: u32, w: u32| g.iter().find(|p| p.ring == r && p.ddio_ways == w).and_then(|p| p.io_write_hit_pct).unwrap();
+        let hit = |r: u32, w: u32| {
+            g.iter()
+                .find(|p| p.ring == r && p.ddio_ways == w)
+                .and_then(|p| p.io_write_hit_pct)
+                .unwrap()
+        };
         assert!(hit(512, 2) > hit(4096, 2));
         assert!(hit(4096, 4) > hit(4096, 2));
-        assert_eq!(g.iter().find(|p| p.ddio_ways == 4).map(|p| p.ddio_mask), Some(0x780));
+        assert_eq!(
+            g.iter().find(|p| p.ddio_ways == 4).map(|p| p.ddio_mask),
+            Some(0x780)
+        );
         let js = serde_json::to_string(&g).unwrap();
         assert!(js.contains("\"verdict\":\"leaky\"") || js.contains("\"verdict\":\"at_risk\""));
         // Deterministic.
-        assert_eq!(js, serde_json::to_string(&what_if(&base, &[512, 4096], &[2, 4], &[], &[])).unwrap());
+        assert_eq!(
+            js,
+            serde_json::to_string(&what_if(&base, &[512, 4096], &[2, 4], &[], &[])).unwrap()
+        );
     }
 }
 
@@ -1153,8 +1508,15 @@ mod validate_tests {
         println!("{spec}: {e}");
         assert!(!e.contains('\n'), "{e}");
         assert!(e.contains(field), "{spec}: {e} does not name {field}");
-        assert!(e.contains(range), "{spec}: {e} does not give the range {range}");
-        assert!(t.elapsed().as_secs_f64() < 1.0, "{spec}: validation took {:?}", t.elapsed());
+        assert!(
+            e.contains(range),
+            "{spec}: {e} does not give the range {range}"
+        );
+        assert!(
+            t.elapsed().as_secs_f64() < 1.0,
+            "{spec}: validation took {:?}",
+            t.elapsed()
+        );
     }
 
     #[test]
@@ -1182,11 +1544,17 @@ mod validate_tests {
         rejects("ddio_ways=12", "ddio_ways", "1..=11");
         rejects("pp_cache_share=1.5", "pp_cache_share", "0..=1");
         // Within every range but too much memory together.
-        let e = SimSpec::parse("queues=4096,ring=65536").unwrap_err().to_string();
+        let e = SimSpec::parse("queues=4096,ring=65536")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("queues x ring") && e.contains("16777216"), "{e}");
-        let e = SimSpec::parse("pp_cache_share=0.7,pp_ring_share=0.6").unwrap_err().to_string();
+        let e = SimSpec::parse("pp_cache_share=0.7,pp_ring_share=0.6")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("stack") && e.contains("at most 1"), "{e}");
-        let e = SimSpec::parse(r#"{"flows":[{"queue":0,"weight":0,"pkt_bytes":64}]}"#).unwrap_err().to_string();
+        let e = SimSpec::parse(r#"{"flows":[{"queue":0,"weight":0,"pkt_bytes":64}]}"#)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("flows") && e.contains("weight"), "{e}");
     }
 
@@ -1198,15 +1566,31 @@ mod validate_tests {
         assert!(Llc::state_bytes(&b.geometry, &b.sim_options(0)) <= bounds::MAX_LLC_STATE_BYTES);
         assert!(b.slice_sample > 1);
         // Jumbo packets: max_packets lowered so one run stays within the access bound.
-        let j = SimSpec::parse("pkt_bytes=65535,buf_stride=66000,data_offset=0,max_packets=50000000").unwrap().bounded();
+        let j =
+            SimSpec::parse("pkt_bytes=65535,buf_stride=66000,data_offset=0,max_packets=50000000")
+                .unwrap()
+                .bounded();
         assert!(j.max_packets * (65535u64.div_ceil(64) * 2 + 4) <= bounds::MAX_LINE_ACCESSES);
         // Extreme but valid rates and queue counts run, and end.
-        for spec in ["pps=5e9,pkt_bytes=64,max_packets=20000", "queues=4096,ring=256,max_packets=20000", "rate_gbps=3200,max_packets=20000"] {
+        for spec in [
+            "pps=5e9,pkt_bytes=64,max_packets=20000",
+            "queues=4096,ring=256,max_packets=20000",
+            "rate_gbps=3200,max_packets=20000",
+        ] {
             let t = Instant::now();
             let r = simulate(&SimSpec::parse(spec).unwrap());
-            println!("{spec}: {} packets, {} drops in {:.2} s", r.packets, r.drops, t.elapsed().as_secs_f64());
+            println!(
+                "{spec}: {} packets, {} drops in {:.2} s",
+                r.packets,
+                r.drops,
+                t.elapsed().as_secs_f64()
+            );
             assert!(r.lines_simulated > 0, "{spec}");
-            assert!(t.elapsed().as_secs_f64() < 30.0, "{spec}: {:?}", t.elapsed());
+            assert!(
+                t.elapsed().as_secs_f64() < 30.0,
+                "{spec}: {:?}",
+                t.elapsed()
+            );
         }
         // A spec built by hand out of range is not run: no hit rates, no panic.
         let mut bad = SimSpec::new(LlcGeometry::skx_gold_6140(), 1, 256, 1500);
@@ -1219,14 +1603,36 @@ mod validate_tests {
     fn cache_key_is_stable_and_sensitive() {
         let a = SimSpec::parse("queues=4,ring=512,rate_gbps=40").unwrap();
         let b = SimSpec::parse("ring=512,queues=4,rate_gbps=40").unwrap();
-        assert_eq!(a.cache_key(), b.cache_key(), "key order in the spec text must not matter");
-        assert!(a.cache_key().starts_with(&format!("ddio-model-v{MODEL_VERSION}-")));
-        assert_eq!(a.cache_key().len(), format!("ddio-model-v{MODEL_VERSION}-").len() + 16);
+        assert_eq!(
+            a.cache_key(),
+            b.cache_key(),
+            "key order in the spec text must not matter"
+        );
+        assert!(a
+            .cache_key()
+            .starts_with(&format!("ddio-model-v{MODEL_VERSION}-")));
+        assert_eq!(
+            a.cache_key().len(),
+            format!("ddio-model-v{MODEL_VERSION}-").len() + 16
+        );
         let mut m = a.clone();
         m.measured = vec!["pps".into()];
-        assert_eq!(a.cache_key(), m.cache_key(), "provenance does not change the numbers");
-        for other in ["queues=4,ring=1024,rate_gbps=40", "queues=4,ring=512,rate_gbps=40,ddio_ways=4", "queues=4,ring=512,rate_gbps=40,seed=2", "queues=4,ring=512,rate_gbps=40,llc_mib=30"] {
-            assert_ne!(a.cache_key(), SimSpec::parse(other).unwrap().cache_key(), "{other}");
+        assert_eq!(
+            a.cache_key(),
+            m.cache_key(),
+            "provenance does not change the numbers"
+        );
+        for other in [
+            "queues=4,ring=1024,rate_gbps=40",
+            "queues=4,ring=512,rate_gbps=40,ddio_ways=4",
+            "queues=4,ring=512,rate_gbps=40,seed=2",
+            "queues=4,ring=512,rate_gbps=40,llc_mib=30",
+        ] {
+            assert_ne!(
+                a.cache_key(),
+                SimSpec::parse(other).unwrap().cache_key(),
+                "{other}"
+            );
         }
         // Deterministic model: equal keys, equal results.
         let (r1, r2) = (simulate(&a), simulate(&b));
@@ -1237,18 +1643,39 @@ mod validate_tests {
     fn stack_inputs_parse_and_say_what_was_measured() {
         let s = SimSpec::parse("consumer=copy,ring=512,pp_cache_share=0.8,pp_fresh_share=0.05,reused_bufs_per_queue=1536,measured=pps/ring").unwrap();
         let st = s.stack.clone().unwrap();
-        assert_eq!((st.cache_share, st.ring_share, st.fresh_share), (Some(0.8), None, Some(0.05)));
+        assert_eq!(
+            (st.cache_share, st.ring_share, st.fresh_share),
+            (Some(0.8), None, Some(0.05))
+        );
         let pp = s.page_pool().unwrap();
-        assert!((pp.ring_share - 0.15).abs() < 1e-9 && pp.cache_size == PAGE_POOL_CACHE && pp.ring_size == 512 && pp.universe == 1536);
+        assert!(
+            (pp.ring_share - 0.15).abs() < 1e-9
+                && pp.cache_size == PAGE_POOL_CACHE
+                && pp.ring_size == 512
+                && pp.universe == 1536
+        );
         let inputs = s.inputs();
-        let src = |n: &str| inputs.iter().find(|i| i.name == n).unwrap_or_else(|| panic!("{n}")).source;
+        let src = |n: &str| {
+            inputs
+                .iter()
+                .find(|i| i.name == n)
+                .unwrap_or_else(|| panic!("{n}"))
+                .source
+        };
         assert_eq!(src("pps"), Source::Measured);
         assert_eq!(src("ring"), Source::Measured);
         assert_eq!(src("residence_us"), Source::Assumed);
         assert_eq!(src("pp_cache_share"), Source::Measured);
         assert_eq!(src("pp_ring_share"), Source::Assumed);
         assert_eq!(src("reused_bufs_per_queue"), Source::Measured);
-        assert_eq!(inputs.iter().find(|i| i.name == "pool_layout").unwrap().value, "scattered");
+        assert_eq!(
+            inputs
+                .iter()
+                .find(|i| i.name == "pool_layout")
+                .unwrap()
+                .value,
+            "scattered"
+        );
         let j: StackInputs = serde_json::from_str(r#"{"ring_share":0.5}"#).unwrap();
         assert_eq!(j.ring_share, Some(0.5));
     }
@@ -1259,7 +1686,10 @@ mod validate_tests {
         let base = "consumer=copy,queues=4,ring=1024,pkt_bytes=1500,rate_gbps=20,residence_us=20,max_packets=400000";
         let hit = |extra: &str| {
             let r = simulate(&SimSpec::parse(&format!("{base},{extra}")).unwrap());
-            (r.total.io_write_hit_pct().unwrap(), r.total.cpu_read_hit_pct().unwrap())
+            (
+                r.total.io_write_hit_pct().unwrap(),
+                r.total.cpu_read_hit_pct().unwrap(),
+            )
         };
         let cache = hit("pp_cache_share=1");
         let ring = hit("pp_ring_share=1,reused_bufs_per_queue=8192");
@@ -1267,7 +1697,10 @@ mod validate_tests {
         println!("write/read hit: cache {cache:?}, ring over 8192 buffers {ring:?}, fresh pages {fresh:?}");
         // Recently recycled buffers are warm; the oldest of a big ring are not; fresh pages
         // are cold on the NIC's write but still read back warm after 20 us.
-        assert!(cache.0 > ring.0 + 20.0 && ring.0 > fresh.0, "{cache:?} {ring:?} {fresh:?}");
+        assert!(
+            cache.0 > ring.0 + 20.0 && ring.0 > fresh.0,
+            "{cache:?} {ring:?} {fresh:?}"
+        );
         assert!(fresh.0 < 5.0 && fresh.1 > 95.0, "{fresh:?}");
     }
 }

@@ -61,7 +61,11 @@ fn rows_of(name: &str, offered: Option<usize>, itom: usize, rd: Option<usize>) -
 /// pcierdcur_hit_pct,rx_mpps,lat50_us).
 pub(crate) fn all_rows() -> Vec<Row> {
     let mut v = rows_of("ddio_bench_skx6140.csv", None, 5, None);
-    for f in ["ddio_bench_cores_skx6140.csv", "ddio_bench_cores_vs_ways_skx6140.csv", "ddio_bench_pkt_rate_skx6140.csv"] {
+    for f in [
+        "ddio_bench_cores_skx6140.csv",
+        "ddio_bench_cores_vs_ways_skx6140.csv",
+        "ddio_bench_pkt_rate_skx6140.csv",
+    ] {
         v.extend(rows_of(f, Some(5), 6, Some(8)));
     }
     v
@@ -89,7 +93,10 @@ fn predict_all(rows: &[Row], tweak: &dyn Fn(&mut SimSpec)) -> Vec<(f64, f64)> {
                 return *p;
             }
             let res = simulate(&s);
-            let p = (res.total.io_write_hit_pct().unwrap_or(0.0), res.total.io_read_hit_pct().unwrap_or(0.0));
+            let p = (
+                res.total.io_write_hit_pct().unwrap_or(0.0),
+                res.total.io_read_hit_pct().unwrap_or(0.0),
+            );
             memo.push((key, p));
             p
         })
@@ -106,11 +113,30 @@ fn mae(pairs: impl Iterator<Item = (f64, f64)>) -> (f64, usize) {
 }
 
 /// Experiments in the order they are reported.
-const EXPERIMENTS: [&str; 5] = ["pktsize_desc", "ddio_ways", "cores", "cores_vs_ways", "pkt_rate"];
+const EXPERIMENTS: [&str; 5] = [
+    "pktsize_desc",
+    "ddio_ways",
+    "cores",
+    "cores_vs_ways",
+    "pkt_rate",
+];
 
 /// Print the per-row table and return the write-hit MAE per experiment and overall.
 fn report(rows: &[Row], pred: &[(f64, f64)]) -> Vec<(String, f64, usize)> {
-    println!("{:<14} {:>5} {:>5} {:>3} {:>4} {:>6} | {:>7} {:>7} {:>6} | {:>6} {:>6}", "experiment", "pkt", "desc", "q", "ways", "Gb/s", "w meas", "w model", "err", "r meas", "r mod");
+    println!(
+        "{:<14} {:>5} {:>5} {:>3} {:>4} {:>6} | {:>7} {:>7} {:>6} | {:>6} {:>6}",
+        "experiment",
+        "pkt",
+        "desc",
+        "q",
+        "ways",
+        "Gb/s",
+        "w meas",
+        "w model",
+        "err",
+        "r meas",
+        "r mod"
+    );
     for (r, p) in rows.iter().zip(pred) {
         println!(
             "{:<14} {:>5} {:>5} {:>3} {:>4} {:>6.1} | {:>7.2} {:>7.2} {:>+6.2} | {:>6} {:>6.1}",
@@ -123,13 +149,19 @@ fn report(rows: &[Row], pred: &[(f64, f64)]) -> Vec<(String, f64, usize)> {
             r.itom_hit,
             p.0,
             p.0 - r.itom_hit,
-            r.rd_hit.map(|x| format!("{x:.1}")).unwrap_or_else(|| "-".into()),
+            r.rd_hit
+                .map(|x| format!("{x:.1}"))
+                .unwrap_or_else(|| "-".into()),
             p.1
         );
     }
     let mut out = Vec::new();
     for e in EXPERIMENTS {
-        let (m, n) = mae(rows.iter().zip(pred).filter(|(r, _)| r.exp == e).map(|(r, p)| (r.itom_hit, p.0)));
+        let (m, n) = mae(rows
+            .iter()
+            .zip(pred)
+            .filter(|(r, _)| r.exp == e)
+            .map(|(r, p)| (r.itom_hit, p.0)));
         println!("MAE {e:<14} {m:6.2} pp over {n:2} rows");
         out.push((e.to_string(), m, n));
     }
@@ -151,8 +183,14 @@ const TREND_TOL: f64 = 0.15;
 /// The claimed MAE per experiment (docs/model.md, README) and the margin each bound adds:
 /// the simulator is deterministic for a given seed, so the margin covers only changes in
 /// floating-point summation order across builds (0.1 pp), not sampling.
-const CLAIMED_MAE: [(&str, f64); 6] =
-    [("pktsize_desc", 2.56), ("ddio_ways", 0.56), ("cores", 4.67), ("cores_vs_ways", 7.30), ("pkt_rate", 5.99), ("all", 3.99)];
+const CLAIMED_MAE: [(&str, f64); 6] = [
+    ("pktsize_desc", 2.56),
+    ("ddio_ways", 0.56),
+    ("cores", 4.67),
+    ("cores_vs_ways", 7.30),
+    ("pkt_rate", 5.99),
+    ("all", 3.99),
+];
 const MAE_MARGIN: f64 = 0.1;
 
 /// Every published row, one model, one parameter set: the MAE per experiment, the
@@ -164,18 +202,32 @@ fn ddio_bench_skx6140_all_experiments() {
     let maes = report(&rows, &pred);
     for (e, claim) in CLAIMED_MAE {
         let m = maes.iter().find(|(n, _, _)| n == e).map(|x| x.1).unwrap();
-        assert!(m <= claim + MAE_MARGIN, "{e}: MAE {m:.2} > claimed {claim} + {MAE_MARGIN}");
+        assert!(
+            m <= claim + MAE_MARGIN,
+            "{e}: MAE {m:.2} > claimed {claim} + {MAE_MARGIN}"
+        );
     }
 
     // Trends on the single-queue grid (one spec per point, so reuse the memo by row).
     let hit = |pkt: u32, desc: u32, ways: u32| -> f64 {
-        let i = rows.iter().position(|r| r.exp != "cores" && r.queues == 1 && r.pkt == pkt && r.desc == desc && r.ways == ways);
+        let i = rows.iter().position(|r| {
+            r.exp != "cores" && r.queues == 1 && r.pkt == pkt && r.desc == desc && r.ways == ways
+        });
         match i {
             Some(i) => pred[i].0,
-            None => simulate(&spec_of(&Row { exp: String::new(), pkt, desc, queues: 1, ways, offered_gbps: SINGLE_QUEUE_OFFERED_GBPS, itom_hit: 0.0, rd_hit: None }))
-                .total
-                .io_write_hit_pct()
-                .unwrap_or(0.0),
+            None => simulate(&spec_of(&Row {
+                exp: String::new(),
+                pkt,
+                desc,
+                queues: 1,
+                ways,
+                offered_gbps: SINGLE_QUEUE_OFFERED_GBPS,
+                itom_hit: 0.0,
+                rd_hit: None,
+            }))
+            .total
+            .io_write_hit_pct()
+            .unwrap_or(0.0),
         }
     };
     let descs = [128, 256, 512, 1024, 2048, 4096];
@@ -183,30 +235,67 @@ fn ddio_bench_skx6140_all_experiments() {
     let mut table = Vec::new();
     for &p in &pkts {
         let v: Vec<f64> = descs.iter().map(|&d| hit(p, d, 2)).collect();
-        println!("trend pkt {p:>4}: hit vs desc {:?}", v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>());
-        assert!(is_non_increasing(&v, TREND_TOL), "hit must fall as descriptors grow at {p} B: {v:?}");
+        println!(
+            "trend pkt {p:>4}: hit vs desc {:?}",
+            v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>()
+        );
+        assert!(
+            is_non_increasing(&v, TREND_TOL),
+            "hit must fall as descriptors grow at {p} B: {v:?}"
+        );
         assert!(v[5] < v[0] - 1.0, "{p}: no visible fall {v:?}");
         table.push(v);
     }
     for (j, d) in descs.iter().enumerate() {
         let v: Vec<f64> = table.iter().map(|row| row[j]).collect();
-        println!("trend desc {d:>4}: hit vs pkt {:?}", v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>());
-        assert!(is_non_increasing(&v, TREND_TOL), "hit must fall as packets grow at {d} desc: {v:?}");
+        println!(
+            "trend desc {d:>4}: hit vs pkt {:?}",
+            v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>()
+        );
+        assert!(
+            is_non_increasing(&v, TREND_TOL),
+            "hit must fall as packets grow at {d} desc: {v:?}"
+        );
     }
     let w: Vec<f64> = (2..=11).map(|w| hit(1024, 4096, w)).collect();
-    println!("trend 1024 B x 4096: hit vs ways {:?}", w.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>());
-    assert!(w.windows(2).all(|x| x[1] >= x[0] - TREND_TOL), "hit must rise with ways: {w:?}");
+    println!(
+        "trend 1024 B x 4096: hit vs ways {:?}",
+        w.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>()
+    );
+    assert!(
+        w.windows(2).all(|x| x[1] >= x[0] - TREND_TOL),
+        "hit must rise with ways: {w:?}"
+    );
     assert!(w[2] - w[0] > 20.0);
 
     // Across queue counts: from 4 cores on (unsaturated, 256 descriptors each) the hit
     // rate falls as cores are added; at 4096 descriptors in total it rises with ways for
     // every split.
-    let cores: Vec<f64> = rows.iter().zip(&pred).filter(|(r, _)| r.exp == "cores" && r.queues >= 4).map(|(_, p)| p.0).collect();
-    println!("trend cores 4..18 x 256: {:?}", cores.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>());
-    assert!(is_non_increasing(&cores, TREND_TOL) && cores[0] - cores[cores.len() - 1] > 30.0, "{cores:?}");
+    let cores: Vec<f64> = rows
+        .iter()
+        .zip(&pred)
+        .filter(|(r, _)| r.exp == "cores" && r.queues >= 4)
+        .map(|(_, p)| p.0)
+        .collect();
+    println!(
+        "trend cores 4..18 x 256: {:?}",
+        cores.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>()
+    );
+    assert!(
+        is_non_increasing(&cores, TREND_TOL) && cores[0] - cores[cores.len() - 1] > 30.0,
+        "{cores:?}"
+    );
     for q in [1, 2, 4] {
-        let v: Vec<f64> = rows.iter().zip(&pred).filter(|(r, _)| r.exp == "cores_vs_ways" && r.queues == q).map(|(_, p)| p.0).collect();
-        assert!(v.windows(2).all(|x| x[1] >= x[0] - TREND_TOL), "{q} queues: hit must rise with ways {v:?}");
+        let v: Vec<f64> = rows
+            .iter()
+            .zip(&pred)
+            .filter(|(r, _)| r.exp == "cores_vs_ways" && r.queues == q)
+            .map(|(_, p)| p.0)
+            .collect();
+        assert!(
+            v.windows(2).all(|x| x[1] >= x[0] - TREND_TOL),
+            "{q} queues: hit must rise with ways {v:?}"
+        );
     }
 }
 
@@ -225,11 +314,19 @@ fn calibration_leave_one_out() {
         let mut err = (0.0, 0usize);
         let mut uncal = (0.0, 0usize);
         for &i in &picks {
-            let m = Measured { io_write_hit_pct: Some(ex[i].itom_hit), io_read_hit_pct: ex[i].rd_hit };
+            let m = Measured {
+                io_write_hit_pct: Some(ex[i].itom_hit),
+                io_read_hit_pct: ex[i].rd_hit,
+            };
             let mut s = spec_of(&ex[i]);
             s.max_packets = LOO_PACKETS;
             let c = calibrate(&s, &m);
-            let others: Vec<Row> = ex.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, r)| r.clone()).collect();
+            let others: Vec<Row> = ex
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, r)| r.clone())
+                .collect();
             let p: CalibrationParams = c.params;
             let cal = predict_all(&others, &|s| {
                 p.apply(s);
@@ -249,7 +346,10 @@ fn calibration_leave_one_out() {
         }
         let m = err.0 / err.1 as f64;
         let u = uncal.0 / uncal.1 as f64;
-        println!("LOO {e:<14} MAE {m:6.2} pp calibrated vs {u:6.2} pp uncalibrated over {} predictions", err.1);
+        println!(
+            "LOO {e:<14} MAE {m:6.2} pp calibrated vs {u:6.2} pp uncalibrated over {} predictions",
+            err.1
+        );
         total.0 += err.0;
         total.1 += err.1;
         total_raw.0 += uncal.0;
@@ -258,7 +358,10 @@ fn calibration_leave_one_out() {
     let all = total.0 / total.1 as f64;
     let raw = total_raw.0 / total_raw.1 as f64;
     println!("LOO all            MAE {all:6.2} pp calibrated vs {raw:6.2} pp uncalibrated over {} predictions", total.1);
-    assert!(all <= CLAIMED_LOO_MAE + MAE_MARGIN, "leave-one-out MAE {all:.2} > claimed {CLAIMED_LOO_MAE} + {MAE_MARGIN}");
+    assert!(
+        all <= CLAIMED_LOO_MAE + MAE_MARGIN,
+        "leave-one-out MAE {all:.2} > claimed {CLAIMED_LOO_MAE} + {MAE_MARGIN}"
+    );
 }
 
 /// The leave-one-out MAE docs/model.md states.
@@ -287,7 +390,10 @@ fn resq_footprints_and_verdicts() {
         let mut s = SimSpec::new(g.clone(), 12, 2048, pkt);
         s.pps = super::spec::line_rate_pps(12.0 * 10.0, pkt);
         let r = simulate(&s);
-        let (w, t) = (r.total.io_write_hit_pct().unwrap_or(0.0), r.total.io_read_hit_pct().unwrap_or(0.0));
+        let (w, t) = (
+            r.total.io_write_hit_pct().unwrap_or(0.0),
+            r.total.io_read_hit_pct().unwrap_or(0.0),
+        );
         println!(
             "ResQ {case}: footprint {mib:.2} MiB (published {published}), {:.1}x DDIO {:.2} MiB, verdict {}, sim RX write miss {:.1}% (published {}), TX read miss {:.1}%",
             fp as f64 / g.ddio_capacity_bytes() as f64,
@@ -297,7 +403,11 @@ fn resq_footprints_and_verdicts() {
             c["rx_io_miss_pct"],
             100.0 - t
         );
-        assert_eq!(fp, (published * 1048576.0).round() as u64, "{case}: {mib} MiB vs published {published}");
+        assert_eq!(
+            fp,
+            (published * 1048576.0).round() as u64,
+            "{case}: {mib} MiB vs published {published}"
+        );
         verdicts.push(verdict);
         hits.push((w, t));
     }
@@ -330,4 +440,3 @@ fn explore() {
     });
     report(&rows, &pred);
 }
-

@@ -51,20 +51,76 @@ pub struct Hook {
 }
 
 pub const PKTLIFE_HOOKS: &[Hook] = &[
-    Hook { tracepoint: "napi_gro_receive_entry", required: false, without: "no per-frame RX hand-up from GRO drivers" },
-    Hook { tracepoint: "napi_gro_frags_entry", required: false, without: "no RX hand-up from page-frag GRO drivers" },
-    Hook { tracepoint: "napi_gro_receive_exit", required: false, without: "states of GRO-merged frames end only when found stale" },
-    Hook { tracepoint: "netif_receive_skb_entry", required: false, without: "no RX hand-up from non-GRO drivers" },
-    Hook { tracepoint: "netif_receive_skb_list_entry", required: false, without: "no RX hand-up from list-receive drivers" },
-    Hook { tracepoint: "netif_rx_entry", required: false, without: "no RX hand-up from netif_rx (backlog) drivers" },
-    Hook { tracepoint: "netif_receive_skb", required: true, without: "no RX stack-entry stage" },
-    Hook { tracepoint: "napi_poll", required: false, without: "no NAPI batch statistics" },
-    Hook { tracepoint: "skb_copy_datagram_iovec", required: false, without: "no socket-copy stage" },
-    Hook { tracepoint: "consume_skb", required: false, without: "no buffer free stage" },
-    Hook { tracepoint: "kfree_skb", required: false, without: "no drop counts or reasons" },
-    Hook { tracepoint: "net_dev_queue", required: false, without: "no TX enqueue stage" },
-    Hook { tracepoint: "net_dev_start_xmit", required: true, without: "no TX per-queue counts" },
-    Hook { tracepoint: "net_dev_xmit", required: false, without: "no TX driver-xmit duration" },
+    Hook {
+        tracepoint: "napi_gro_receive_entry",
+        required: false,
+        without: "no per-frame RX hand-up from GRO drivers",
+    },
+    Hook {
+        tracepoint: "napi_gro_frags_entry",
+        required: false,
+        without: "no RX hand-up from page-frag GRO drivers",
+    },
+    Hook {
+        tracepoint: "napi_gro_receive_exit",
+        required: false,
+        without: "states of GRO-merged frames end only when found stale",
+    },
+    Hook {
+        tracepoint: "netif_receive_skb_entry",
+        required: false,
+        without: "no RX hand-up from non-GRO drivers",
+    },
+    Hook {
+        tracepoint: "netif_receive_skb_list_entry",
+        required: false,
+        without: "no RX hand-up from list-receive drivers",
+    },
+    Hook {
+        tracepoint: "netif_rx_entry",
+        required: false,
+        without: "no RX hand-up from netif_rx (backlog) drivers",
+    },
+    Hook {
+        tracepoint: "netif_receive_skb",
+        required: true,
+        without: "no RX stack-entry stage",
+    },
+    Hook {
+        tracepoint: "napi_poll",
+        required: false,
+        without: "no NAPI batch statistics",
+    },
+    Hook {
+        tracepoint: "skb_copy_datagram_iovec",
+        required: false,
+        without: "no socket-copy stage",
+    },
+    Hook {
+        tracepoint: "consume_skb",
+        required: false,
+        without: "no buffer free stage",
+    },
+    Hook {
+        tracepoint: "kfree_skb",
+        required: false,
+        without: "no drop counts or reasons",
+    },
+    Hook {
+        tracepoint: "net_dev_queue",
+        required: false,
+        without: "no TX enqueue stage",
+    },
+    Hook {
+        tracepoint: "net_dev_start_xmit",
+        required: true,
+        without: "no TX per-queue counts",
+    },
+    Hook {
+        tracepoint: "net_dev_xmit",
+        required: false,
+        without: "no TX driver-xmit duration",
+    },
 ];
 
 /// The feature table `doctor` prints and `record -v` logs.
@@ -120,12 +176,17 @@ fn probe_map(t: libbpf_rs::libbpf_sys::bpf_map_type) -> bool {
 /// report says "TCP_OLD_DATA" rather than a number that changes across kernels.
 pub fn drop_reason_names() -> std::collections::BTreeMap<u32, String> {
     let mut out = std::collections::BTreeMap::new();
-    let Ok(btf) = Btf::from_vmlinux() else { return out };
+    let Ok(btf) = Btf::from_vmlinux() else {
+        return out;
+    };
     if let Some(e) = btf.type_by_name::<libbpf_rs::btf::types::Enum<'_>>("skb_drop_reason") {
         for m in e.iter() {
             if let Some(n) = m.name {
                 let n = n.to_string_lossy();
-                out.insert(m.value as u32, n.strip_prefix("SKB_DROP_REASON_").unwrap_or(&n).to_string());
+                out.insert(
+                    m.value as u32,
+                    n.strip_prefix("SKB_DROP_REASON_").unwrap_or(&n).to_string(),
+                );
             }
         }
     }
@@ -141,14 +202,22 @@ impl Features {
                 Err(e) => (None, Some(format!("cannot parse {VMLINUX_BTF}: {e}"))),
             }
         } else {
-            (None, Some(format!("{VMLINUX_BTF} is missing: the kernel was built without CONFIG_DEBUG_INFO_BTF")))
+            (
+                None,
+                Some(format!(
+                    "{VMLINUX_BTF} is missing: the kernel was built without CONFIG_DEBUG_INFO_BTF"
+                )),
+            )
         };
         let btf_tracepoints = match &btf {
             Some(b) => PKTLIFE_HOOKS
                 .iter()
                 .filter(|h| {
-                    b.type_by_name::<libbpf_rs::btf::BtfType<'_>>(&format!("btf_trace_{}", h.tracepoint))
-                        .is_some()
+                    b.type_by_name::<libbpf_rs::btf::BtfType<'_>>(&format!(
+                        "btf_trace_{}",
+                        h.tracepoint
+                    ))
+                    .is_some()
                 })
                 .map(|h| h.tracepoint.to_string())
                 .collect(),
@@ -165,7 +234,10 @@ impl Features {
         };
         let tracing_prog = probe("feat_tp_btf", "tp_btf");
         let fentry_prog = probe("feat_fentry", "fentry");
-        let global_func_ptr_args = probe("feat_global_func", "global function with a pointer argument");
+        let global_func_ptr_args = probe(
+            "feat_global_func",
+            "global function with a pointer argument",
+        );
         let raw_tracepoint_prog = probe_prog(sys::BPF_PROG_TYPE_RAW_TRACEPOINT);
         Features {
             vmlinux_btf: btf.is_some(),
@@ -184,7 +256,10 @@ impl Features {
 
     /// First choice for a hook along tp_btf → raw_tp.
     pub fn preferred(&self, hook: &Hook) -> Flavor {
-        if self.vmlinux_btf && self.tracing_prog && self.btf_tracepoints.iter().any(|t| t == hook.tracepoint) {
+        if self.vmlinux_btf
+            && self.tracing_prog
+            && self.btf_tracepoints.iter().any(|t| t == hook.tracepoint)
+        {
             Flavor::TpBtf
         } else {
             Flavor::RawTp
@@ -208,7 +283,9 @@ impl Features {
             );
         }
         if !self.ringbuf_map {
-            return Some("BPF ring buffers are unavailable (kernel older than 5.8, or no permission)".into());
+            return Some(
+                "BPF ring buffers are unavailable (kernel older than 5.8, or no permission)".into(),
+            );
         }
         None
     }
@@ -230,18 +307,35 @@ mod tests {
             ringbuf_map: true,
             lru_hash_map: true,
             global_func_ptr_args: true,
-            btf_tracepoints: PKTLIFE_HOOKS.iter().map(|h| h.tracepoint.to_string()).collect(),
+            btf_tracepoints: PKTLIFE_HOOKS
+                .iter()
+                .map(|h| h.tracepoint.to_string())
+                .collect(),
         }
     }
 
     #[test]
     fn fatal_says_what_the_kernel_lacks() {
         assert_eq!(capable().fatal(), None);
-        let old_verifier = Features { global_func_ptr_args: false, ..capable() };
-        assert!(old_verifier.fatal().is_some_and(|m| m.contains("global functions")));
-        let no_btf = Features { vmlinux_btf: false, btf_error: Some("x".into()), ..capable() };
+        let old_verifier = Features {
+            global_func_ptr_args: false,
+            ..capable()
+        };
+        assert!(old_verifier
+            .fatal()
+            .is_some_and(|m| m.contains("global functions")));
+        let no_btf = Features {
+            vmlinux_btf: false,
+            btf_error: Some("x".into()),
+            ..capable()
+        };
         assert!(no_btf.fatal().is_some_and(|m| m.contains("BTF")));
-        let no_ringbuf = Features { ringbuf_map: false, ..capable() };
-        assert!(no_ringbuf.fatal().is_some_and(|m| m.contains("ring buffers")));
+        let no_ringbuf = Features {
+            ringbuf_map: false,
+            ..capable()
+        };
+        assert!(no_ringbuf
+            .fatal()
+            .is_some_and(|m| m.contains("ring buffers")));
     }
 }

@@ -11,9 +11,9 @@ use anyhow::{bail, Result};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::OpenObject;
 
+use super::explain_bpf_error;
 use super::features::{Features, Flavor, HookChoice, PKTLIFE_HOOKS};
 use super::floor_skel::{FloorSkel, FloorSkelBuilder};
-use super::explain_bpf_error;
 use super::AttachedProg;
 
 #[derive(Debug, Clone)]
@@ -29,7 +29,10 @@ pub struct FloorOptions {
 /// The flavour a floor program on `tracepoint` gets: the recorder's choice for
 /// the same tracepoint.
 fn flavor_for(features: &Features, tracepoint: &str) -> Flavor {
-    PKTLIFE_HOOKS.iter().find(|h| h.tracepoint == tracepoint).map_or(Flavor::RawTp, |h| features.preferred(h))
+    PKTLIFE_HOOKS
+        .iter()
+        .find(|h| h.tracepoint == tracepoint)
+        .map_or(Flavor::RawTp, |h| features.preferred(h))
 }
 
 fn open_and_load<'obj>(
@@ -37,7 +40,9 @@ fn open_and_load<'obj>(
     ifindex: u32,
     pick: &dyn Fn(&str) -> Flavor,
 ) -> Result<FloorSkel<'obj>> {
-    let mut open = FloorSkelBuilder::default().open(storage).map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, "opening the floor BPF object")))?;
+    let mut open = FloorSkelBuilder::default()
+        .open(storage)
+        .map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, "opening the floor BPF object")))?;
     match open.maps.rodata_data.as_deref_mut() {
         Some(ro) => ro.filter_ifindex = ifindex,
         None => bail!("floor BPF object has no read-only config section (build problem)"),
@@ -45,10 +50,13 @@ fn open_and_load<'obj>(
     for mut prog in open.open_object_mut().progs_mut() {
         let section = prog.section().to_string_lossy().into_owned();
         let keep = section == "tcx/ingress"
-            || section.split_once('/').is_some_and(|(prefix, tp)| pick(tp).section_prefix() == format!("{prefix}/"));
+            || section
+                .split_once('/')
+                .is_some_and(|(prefix, tp)| pick(tp).section_prefix() == format!("{prefix}/"));
         prog.set_autoload(keep);
     }
-    open.load().map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, "loading the floor BPF programs")))
+    open.load()
+        .map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, "loading the floor BPF programs")))
 }
 
 /// Load with the recorder's flavour choice (the same fallback chain as
@@ -77,11 +85,13 @@ pub fn run(opts: &FloorOptions) -> Result<()> {
     let skel = match opts.hooks {
         HookChoice::TpBtf => open_and_load(&mut storage, iface.ifindex, &|_| Flavor::TpBtf)?,
         HookChoice::RawTp => open_and_load(&mut storage, iface.ifindex, &|_| Flavor::RawTp)?,
-        HookChoice::Auto => match open_and_load(&mut storage, iface.ifindex, &|tp| flavor_for(&features, tp)) {
-            Ok(s) => s,
-            Err(first) => open_and_load(&mut retry, iface.ifindex, &|_| Flavor::RawTp)
-                .map_err(|e| anyhow::anyhow!("{e:#} (as raw_tp; as preferred: {first:#})"))?,
-        },
+        HookChoice::Auto => {
+            match open_and_load(&mut storage, iface.ifindex, &|tp| flavor_for(&features, tp)) {
+                Ok(s) => s,
+                Err(first) => open_and_load(&mut retry, iface.ifindex, &|_| Flavor::RawTp)
+                    .map_err(|e| anyhow::anyhow!("{e:#} (as raw_tp; as preferred: {first:#})"))?,
+            }
+        }
     };
     let mut links = Vec::new();
     let mut progs = Vec::new();
@@ -92,7 +102,10 @@ pub fn run(opts: &FloorOptions) -> Result<()> {
         }
         if prog.section() == "tcx/ingress" {
             // After the recorder's tcx program (which attaches first in the chain).
-            let ns = opts.netns.as_deref().map(|n| std::path::Path::new(crate::topology::NETNS_RUN_DIR).join(n));
+            let ns = opts
+                .netns
+                .as_deref()
+                .map(|n| std::path::Path::new(crate::topology::NETNS_RUN_DIR).join(n));
             match super::qcount::attach_tcx_in(&prog, iface.ifindex, ns.as_deref(), false) {
                 Ok(l) => {
                     links.push(l);
@@ -108,7 +121,10 @@ pub fn run(opts: &FloorOptions) -> Result<()> {
                 progs.extend(AttachedProg::of(&prog));
             }
             // A tracepoint this kernel lacks: its hook has no floor, as it has no events.
-            Err(e) => skipped.push(explain_bpf_error(&e, &format!("attaching {}", prog.section().to_string_lossy()))),
+            Err(e) => skipped.push(explain_bpf_error(
+                &e,
+                &format!("attaching {}", prog.section().to_string_lossy()),
+            )),
         }
     }
     if links.is_empty() {
@@ -119,7 +135,9 @@ pub fn run(opts: &FloorOptions) -> Result<()> {
         "event": "attached", "iface": iface.name, "ifindex": iface.ifindex,
         "progs": progs, "prog_ids": ids, "skipped": skipped,
     }));
-    let end = opts.duration.map(|d| Instant::now() + Duration::from_secs_f64(d));
+    let end = opts
+        .duration
+        .map(|d| Instant::now() + Duration::from_secs_f64(d));
     while !stop.load(Ordering::Relaxed) && end.is_none_or(|t| Instant::now() < t) {
         std::thread::sleep(Duration::from_millis(50));
     }

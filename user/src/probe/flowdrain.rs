@@ -28,7 +28,9 @@ use super::qcount_skel::types::{pl_flow_key, qc_flow_stats};
 pub(crate) type KeyFields = (u8, u8, u8, u8, u16, u16, [u8; 16], [u8; 16]);
 
 pub(crate) fn key_fields(k: &pl_flow_key) -> KeyFields {
-    (k.family, k.proto, k.dir, k.qslot, k.sport, k.dport, k.saddr, k.daddr)
+    (
+        k.family, k.proto, k.dir, k.qslot, k.sport, k.dport, k.saddr, k.daddr,
+    )
 }
 
 /// One copy of a flow's sums adds to another: counts add up; `first_ns` is the earliest a
@@ -59,7 +61,10 @@ impl FlowTotals {
     /// A drained table's copies (each entry's per-CPU copies): theirs for good.
     pub fn drain(&mut self, copies: impl IntoIterator<Item = (pl_flow_key, qc_flow_stats)>) {
         for (k, v) in copies {
-            let e = self.drained.entry(key_fields(&k)).or_insert_with(|| (k, qc_flow_stats::default()));
+            let e = self
+                .drained
+                .entry(key_fields(&k))
+                .or_insert_with(|| (k, qc_flow_stats::default()));
             add_sums(&mut e.1, &v);
         }
     }
@@ -78,16 +83,22 @@ impl FlowTotals {
     pub fn view(&self, live: Vec<(pl_flow_key, qc_flow_stats)>) -> Vec<SampledFlow> {
         let mut all: HashMap<KeyFields, (pl_flow_key, qc_flow_stats)> = self.drained.clone();
         for (k, v) in live {
-            let e = all.entry(key_fields(&k)).or_insert_with(|| (k, qc_flow_stats::default()));
+            let e = all
+                .entry(key_fields(&k))
+                .or_insert_with(|| (k, qc_flow_stats::default()));
             add_sums(&mut e.1, &v);
         }
-        all.into_values().filter_map(|(k, v)| sampled_flow(&k, &v)).collect()
+        all.into_values()
+            .filter_map(|(k, v)| sampled_flow(&k, &v))
+            .collect()
     }
 }
 
 /// A flow's sums as the recorder keeps them (None: a key that names no TCP/UDP flow).
 fn sampled_flow(k: &pl_flow_key, v: &qc_flow_stats) -> Option<SampledFlow> {
-    let key = super::flow_key_of(k.family, k.proto, k.dir, &k.saddr, k.sport, &k.daddr, k.dport)?;
+    let key = super::flow_key_of(
+        k.family, k.proto, k.dir, &k.saddr, k.sport, &k.daddr, k.dport,
+    )?;
     Some(SampledFlow {
         key,
         queue: v.queue,
@@ -97,7 +108,11 @@ fn sampled_flow(k: &pl_flow_key, v: &qc_flow_stats) -> Option<SampledFlow> {
         bytes: v.bytes,
         payload_bytes: (v.payload_x256 + 128) >> 8,
         bytes_var: v.bytes_var,
-        first_ns: if v.first_ns == 0 { u64::MAX } else { v.first_ns },
+        first_ns: if v.first_ns == 0 {
+            u64::MAX
+        } else {
+            v.first_ns
+        },
         last_ns: v.last_ns,
     })
 }
@@ -113,7 +128,15 @@ mod tests {
     use super::*;
 
     fn key(sport: u16, qslot: u8) -> pl_flow_key {
-        let mut k = pl_flow_key { family: 4, proto: 17, dir: 0, qslot, sport, dport: 9, ..Default::default() };
+        let mut k = pl_flow_key {
+            family: 4,
+            proto: 17,
+            dir: 0,
+            qslot,
+            sport,
+            dport: 9,
+            ..Default::default()
+        };
         k.saddr[..4].copy_from_slice(&[10, 0, 0, 1]);
         k.daddr[..4].copy_from_slice(&[10, 0, 0, 2]);
         k
@@ -134,7 +157,11 @@ mod tests {
     }
 
     fn packets_of(flows: &[SampledFlow], sport: u16) -> u64 {
-        flows.iter().filter(|f| f.key.sport == sport).map(|f| f.packets).sum()
+        flows
+            .iter()
+            .filter(|f| f.key.sport == sport)
+            .map(|f| f.packets)
+            .sum()
     }
 
     #[test]
@@ -147,7 +174,13 @@ mod tests {
         }
         let flows = t.view(Vec::new());
         assert_eq!(flows.len(), 25_000);
-        assert!(flows.iter().all(|f| f.packets == 4 && f.bytes == 4 * 1042 && f.payload_bytes == 4000), "{:?}", &flows[..2]);
+        assert!(
+            flows
+                .iter()
+                .all(|f| f.packets == 4 && f.bytes == 4 * 1042 && f.payload_bytes == 4000),
+            "{:?}",
+            &flows[..2]
+        );
         assert!(flows.iter().all(|f| (f.first_ns, f.last_ns) == (100, 103)));
     }
 
@@ -156,7 +189,10 @@ mod tests {
         let mut t = FlowTotals::default();
         t.drain([(key(1, 0), sums(2, 10, 20, 0))]);
         // A slot holds 3 more of the flow, the current table 1 of another: in the view.
-        let live = vec![(key(1, 0), sums(3, 0, 30, 0)), (key(2, 0), sums(1, 5, 5, 0))];
+        let live = vec![
+            (key(1, 0), sums(3, 0, 30, 0)),
+            (key(2, 0), sums(1, 5, 5, 0)),
+        ];
         let v = t.view(live);
         assert_eq!((packets_of(&v, 1), packets_of(&v, 2)), (5, 1));
         // The slot moved its 3 (and one more) into a table, now drained: 2 + 4, not 2 + 3 + 4.
@@ -171,7 +207,11 @@ mod tests {
     fn a_flow_on_two_queues_stays_two_parts_and_per_cpu_copies_merge() {
         let mut t = FlowTotals::default();
         // Two CPUs' copies of one entry (the second created by the first's update: no first).
-        t.drain([(key(7, 0), sums(1, 50, 60, 0)), (key(7, 0), sums(2, 0, 70, 0)), (key(7, 1), sums(1, 80, 80, 1))]);
+        t.drain([
+            (key(7, 0), sums(1, 50, 60, 0)),
+            (key(7, 0), sums(2, 0, 70, 0)),
+            (key(7, 1), sums(1, 80, 80, 1)),
+        ]);
         let mut v = t.view(Vec::new());
         v.sort_by_key(|f| f.queue);
         assert_eq!(v.len(), 2);
@@ -184,7 +224,10 @@ mod tests {
         // Slot 1 was changing flows at the flip (odd): it may be adding to the old table.
         let at_flip = [4, 7, 10];
         assert!(!quiescent(&at_flip, &[4, 7, 10]));
-        assert!(!quiescent(&at_flip, &[6, 7, 12]), "slots even at the flip do not matter, the odd one does");
+        assert!(
+            !quiescent(&at_flip, &[6, 7, 12]),
+            "slots even at the flip do not matter, the odd one does"
+        );
         assert!(quiescent(&at_flip, &[4, 8, 10]));
         // Moved on and odd again: a later change, which read the new flow_gen.
         assert!(quiescent(&at_flip, &[4, 9, 10]));

@@ -12,8 +12,13 @@
 //! another still runs (GRO turned off on some queues) is found within that many windows.
 
 /// The hand-up tracepoints, in the order of the tables below.
-pub const HANDUP_TPS: [&str; 5] =
-    ["napi_gro_receive_entry", "napi_gro_frags_entry", "netif_receive_skb_entry", "netif_receive_skb_list_entry", "netif_rx_entry"];
+pub const HANDUP_TPS: [&str; 5] = [
+    "napi_gro_receive_entry",
+    "napi_gro_frags_entry",
+    "netif_receive_skb_entry",
+    "netif_receive_skb_list_entry",
+    "netif_rx_entry",
+];
 
 /// Goes on and off with napi_gro_receive_entry: it ends the lives that hook defers.
 pub const GRO_EXIT_TP: &str = "napi_gro_receive_exit";
@@ -44,13 +49,22 @@ impl HandupChoice {
         let recheck = self.windows.is_multiple_of(RECHECK_EVERY);
         self.windows += 1;
         let lately = self.quiet.map(|q| q.is_some_and(|q| q < QUIET_WINDOWS));
-        self.on = if recheck || !lately.contains(&true) { [true; 5] } else { lately };
+        self.on = if recheck || !lately.contains(&true) {
+            [true; 5]
+        } else {
+            lately
+        };
         self.on
     }
 
     /// The window closed; `timed` holds each hook's cumulative count of timed frames.
     pub fn close_window(&mut self, timed: [u64; 5]) {
-        for (((now, last), quiet), on) in timed.into_iter().zip(&mut self.last).zip(&mut self.quiet).zip(self.on) {
+        for (((now, last), quiet), on) in timed
+            .into_iter()
+            .zip(&mut self.last)
+            .zip(&mut self.quiet)
+            .zip(self.on)
+        {
             if now > *last {
                 *quiet = Some(0);
             } else if on {
@@ -64,7 +78,10 @@ impl HandupChoice {
     /// hooks and the GRO exit always).
     pub fn attaches(&self, tp: &str) -> bool {
         let tp = if tp == GRO_EXIT_TP { HANDUP_TPS[0] } else { tp };
-        HANDUP_TPS.iter().position(|h| *h == tp).is_none_or(|i| self.on[i])
+        HANDUP_TPS
+            .iter()
+            .position(|h| *h == tp)
+            .is_none_or(|i| self.on[i])
     }
 }
 
@@ -73,15 +90,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_window_attaches_the_hand_ups_that_timed_frames_lately_and_all_of_them_when_none_did_or_to_recheck() {
+    fn a_window_attaches_the_hand_ups_that_timed_frames_lately_and_all_of_them_when_none_did_or_to_recheck(
+    ) {
         let mut c = HandupChoice::default();
         // Nothing known yet: all of them.
         assert_eq!(c.open_window(), [true; 5]);
-        assert!(c.attaches("netif_rx_entry") && c.attaches(GRO_EXIT_TP) && c.attaches("consume_skb"));
+        assert!(
+            c.attaches("netif_rx_entry") && c.attaches(GRO_EXIT_TP) && c.attaches("consume_skb")
+        );
         // GRO timed frames: from now on GRO alone, its exit with it.
         c.close_window([40, 0, 0, 0, 0]);
         assert_eq!(c.open_window(), [true, false, false, false, false]);
-        assert!(c.attaches(GRO_EXIT_TP) && !c.attaches("netif_rx_entry") && c.attaches("consume_skb"));
+        assert!(
+            c.attaches(GRO_EXIT_TP) && !c.attaches("netif_rx_entry") && c.attaches("consume_skb")
+        );
         c.close_window([80, 0, 0, 0, 0]);
         // The traffic stops: GRO stays on for QUIET_WINDOWS quiet windows, then all attach.
         for _ in 0..QUIET_WINDOWS {
@@ -93,7 +115,11 @@ mod tests {
         c.close_window([80, 0, 0, 0, 9]);
         let mut opened: u64 = 6;
         while !opened.is_multiple_of(RECHECK_EVERY) {
-            assert_eq!(c.open_window(), [false, false, false, false, true], "window {opened}");
+            assert_eq!(
+                c.open_window(),
+                [false, false, false, false, true],
+                "window {opened}"
+            );
             assert!(!c.attaches(GRO_EXIT_TP));
             c.close_window([80, 0, 0, 0, 9 + opened]);
             opened += 1;

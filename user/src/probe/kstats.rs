@@ -10,8 +10,8 @@ use std::path::Path;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-pub use crate::snapshot::PagePoolStat;
 use crate::snapshot::Dir;
+pub use crate::snapshot::PagePoolStat;
 use crate::topology::netlink::{attr, attrs, uint, Netlink, NLM_F_DUMP};
 
 // The netdev family's commands and attributes (include/uapi/linux/netdev.h).
@@ -62,7 +62,9 @@ pub fn parse_qstats(msgs: &[Vec<u8>], ifindex: u32) -> Vec<QueueStat> {
         if get(A_QSTATS_IFINDEX).is_some_and(|i| i != u64::from(ifindex)) {
             continue;
         }
-        let (Some(kind), Some(queue)) = (get(A_QSTATS_QUEUE_TYPE), get(A_QSTATS_QUEUE_ID)) else { continue };
+        let (Some(kind), Some(queue)) = (get(A_QSTATS_QUEUE_TYPE), get(A_QSTATS_QUEUE_ID)) else {
+            continue;
+        };
         let q = match kind {
             QUEUE_TYPE_RX => QueueStat {
                 dir: Dir::Rx,
@@ -94,9 +96,10 @@ pub fn parse_napi_queues(msgs: &[Vec<u8>], ifindex: u32) -> Vec<(u32, u32)> {
         .filter_map(|m| {
             let a = attrs(m.get(4..)?);
             let get = |k: u16| a.iter().find(|(t, _)| *t == k).and_then(|(_, v)| uint(v));
-            (get(A_QUEUE_IFINDEX) == Some(u64::from(ifindex)) && get(A_QUEUE_TYPE) == Some(QUEUE_TYPE_RX))
-                .then(|| Some((get(A_QUEUE_NAPI_ID)? as u32, get(A_QUEUE_ID)? as u32)))
-                .flatten()
+            (get(A_QUEUE_IFINDEX) == Some(u64::from(ifindex))
+                && get(A_QUEUE_TYPE) == Some(QUEUE_TYPE_RX))
+            .then(|| Some((get(A_QUEUE_NAPI_ID)? as u32, get(A_QUEUE_ID)? as u32)))
+            .flatten()
         })
         .collect()
 }
@@ -107,13 +110,24 @@ pub fn parse_page_pool_stats(msgs: &[Vec<u8>], ifindex: u32) -> Vec<PagePoolStat
     for m in msgs {
         let Some(body) = m.get(4..) else { continue };
         let a = attrs(body);
-        let Some((_, info)) = a.iter().find(|(t, _)| *t == A_PP_STATS_INFO) else { continue };
+        let Some((_, info)) = a.iter().find(|(t, _)| *t == A_PP_STATS_INFO) else {
+            continue;
+        };
         let info = attrs(info);
-        let iget = |k: u16| info.iter().find(|(t, _)| *t == k).and_then(|(_, v)| uint(v));
+        let iget = |k: u16| {
+            info.iter()
+                .find(|(t, _)| *t == k)
+                .and_then(|(_, v)| uint(v))
+        };
         if iget(A_PP_IFINDEX) != Some(u64::from(ifindex)) {
             continue;
         }
-        let get = |k: u16| a.iter().find(|(t, _)| *t == k).and_then(|(_, v)| uint(v)).unwrap_or(0);
+        let get = |k: u16| {
+            a.iter()
+                .find(|(t, _)| *t == k)
+                .and_then(|(_, v)| uint(v))
+                .unwrap_or(0)
+        };
         out.push(PagePoolStat {
             id: iget(A_PP_ID).unwrap_or(0),
             napi_id: iget(A_PP_NAPI_ID),
@@ -170,14 +184,21 @@ pub struct KernelStats {
 
 impl KernelStats {
     /// The sources that exist here (None: none: no netdev family, no driver statistics).
-    pub fn open(netns: Option<&Path>, ifindex: u32, name: &str, driver: Option<&str>) -> Result<Option<KernelStats>> {
+    pub fn open(
+        netns: Option<&Path>,
+        ifindex: u32,
+        name: &str,
+        driver: Option<&str>,
+    ) -> Result<Option<KernelStats>> {
         let netdev = match Netlink::open(libc::NETLINK_GENERIC, netns) {
             Ok(mut nl) => nl.genl_family("netdev").ok().flatten().map(|f| (nl, f)),
             Err(_) => None,
         };
         let owned = name.to_string();
         // The ioctl socket keeps the namespace it was made in.
-        let ethtool = crate::probe::qcount::in_netns(netns, move || Ok(crate::topology::ethtool::DriverStats::open(&owned)))?;
+        let ethtool = crate::probe::qcount::in_netns(netns, move || {
+            Ok(crate::topology::ethtool::DriverStats::open(&owned))
+        })?;
         let route = Netlink::open(libc::NETLINK_ROUTE, netns).ok();
         if netdev.is_none() && ethtool.is_none() && route.is_none() {
             return Ok(None);
@@ -185,17 +206,32 @@ impl KernelStats {
         let peer = match driver {
             Some("veth") => crate::topology::veth::peer(netns, ifindex).and_then(|p| {
                 let name = p.name.clone();
-                crate::probe::qcount::in_netns(p.netns.as_deref(), move || Ok(crate::topology::ethtool::DriverStats::open(&name)))
-                    .ok()
-                    .flatten()
+                crate::probe::qcount::in_netns(p.netns.as_deref(), move || {
+                    Ok(crate::topology::ethtool::DriverStats::open(&name))
+                })
+                .ok()
+                .flatten()
             }),
             _ => None,
         };
-        let mut k = KernelStats { netdev, ethtool, peer, ifindex, source: None, route, qdisc_tx: false };
+        let mut k = KernelStats {
+            netdev,
+            ethtool,
+            peer,
+            ifindex,
+            source: None,
+            route,
+            qdisc_tx: false,
+        };
         let q = k.qstats();
         k.source = if !q.is_empty() {
             Some(KernelSource::Qstats)
-        } else if k.ethtool.as_mut().and_then(|e| e.read()).is_some_and(|v| !parse_ethtool_stats(&v).is_empty()) {
+        } else if k
+            .ethtool
+            .as_mut()
+            .and_then(|e| e.read())
+            .is_some_and(|v| !parse_ethtool_stats(&v).is_empty())
+        {
             Some(KernelSource::Ethtool)
         } else {
             None
@@ -224,7 +260,9 @@ impl KernelStats {
     }
 
     fn dump(&mut self, cmd: u8, body_attrs: &[u8]) -> std::io::Result<Vec<Vec<u8>>> {
-        let Some((nl, family)) = self.netdev.as_mut() else { return Ok(Vec::new()) };
+        let Some((nl, family)) = self.netdev.as_mut() else {
+            return Ok(Vec::new());
+        };
         let mut body = vec![cmd, 1, 0, 0];
         body.extend_from_slice(body_attrs);
         nl.request(*family, NLM_F_DUMP, &body)
@@ -234,16 +272,24 @@ impl KernelStats {
         let mut a = attr(A_QSTATS_IFINDEX, &self.ifindex.to_ne_bytes());
         a.extend(attr(A_QSTATS_SCOPE, &QSTATS_SCOPE_QUEUE.to_ne_bytes()));
         let ifindex = self.ifindex;
-        self.dump(CMD_QSTATS_GET, &a).map(|m| parse_qstats(&m, ifindex)).unwrap_or_default()
+        self.dump(CMD_QSTATS_GET, &a)
+            .map(|m| parse_qstats(&m, ifindex))
+            .unwrap_or_default()
     }
 
     /// The TX queues' qdisc counts (empty: no mq root, or the kernel could not be asked).
     fn qdisc_queues(&mut self) -> Vec<QueueStat> {
         let ifindex = self.ifindex;
-        let Some(nl) = self.route.as_mut() else { return Vec::new() };
-        nl.request(crate::topology::qdisc::RTM_GETQDISC, NLM_F_DUMP, &crate::topology::qdisc::dump_body(ifindex))
-            .map(|m| crate::topology::qdisc::tx_queues(&m, ifindex))
-            .unwrap_or_default()
+        let Some(nl) = self.route.as_mut() else {
+            return Vec::new();
+        };
+        nl.request(
+            crate::topology::qdisc::RTM_GETQDISC,
+            NLM_F_DUMP,
+            &crate::topology::qdisc::dump_body(ifindex),
+        )
+        .map(|m| crate::topology::qdisc::tx_queues(&m, ifindex))
+        .unwrap_or_default()
     }
 
     /// The driver's per-queue counters, and the TX qdiscs' where they stand in for the
@@ -261,9 +307,17 @@ impl KernelStats {
         match self.source {
             Some(KernelSource::Qstats) => self.qstats(),
             Some(KernelSource::Ethtool) => {
-                let mut q = self.ethtool.as_mut().and_then(|e| e.read()).map(|v| parse_ethtool_stats(&v)).unwrap_or_default();
+                let mut q = self
+                    .ethtool
+                    .as_mut()
+                    .and_then(|e| e.read())
+                    .map(|v| parse_ethtool_stats(&v))
+                    .unwrap_or_default();
                 if let Some(p) = self.peer.as_mut() {
-                    let rx = p.read().map(|v| parse_ethtool_stats(&v)).unwrap_or_default();
+                    let rx = p
+                        .read()
+                        .map(|v| parse_ethtool_stats(&v))
+                        .unwrap_or_default();
                     q.extend(peer_rx_as_tx(&rx));
                 }
                 q
@@ -277,13 +331,17 @@ impl KernelStats {
     pub fn napi_queues(&mut self) -> Vec<(u32, u32)> {
         let ifindex = self.ifindex;
         let a = attr(A_QUEUE_IFINDEX, &ifindex.to_ne_bytes());
-        self.dump(CMD_QUEUE_GET, &a).map(|m| parse_napi_queues(&m, ifindex)).unwrap_or_default()
+        self.dump(CMD_QUEUE_GET, &a)
+            .map(|m| parse_napi_queues(&m, ifindex))
+            .unwrap_or_default()
     }
 
     /// The device's page pools (empty: none, or no page_pool statistics in this kernel).
     pub fn page_pools(&mut self) -> Vec<PagePoolStat> {
         let ifindex = self.ifindex;
-        self.dump(CMD_PAGE_POOL_STATS_GET, &[]).map(|m| parse_page_pool_stats(&m, ifindex)).unwrap_or_default()
+        self.dump(CMD_PAGE_POOL_STATS_GET, &[])
+            .map(|m| parse_page_pool_stats(&m, ifindex))
+            .unwrap_or_default()
     }
 }
 
@@ -303,7 +361,11 @@ fn ethtool_queue_field(name: &str) -> Option<(Dir, u32, bool, bool)> {
         "xdp_bytes" => Some((false, true)),
         _ => None,
     };
-    let num = |n: &str| (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())).then(|| n.parse::<u32>().ok()).flatten();
+    let num = |n: &str| {
+        (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| n.parse::<u32>().ok())
+            .flatten()
+    };
     // ena: queue_N_rx_cnt, queue_N_rx_bytes
     if let Some(rest) = name.strip_prefix("queue_") {
         let (n, rest) = rest.split_once('_')?;
@@ -327,7 +389,10 @@ fn ethtool_queue_field(name: &str) -> Option<(Dir, u32, bool, bool)> {
 
 /// A veth peer's RX queues as this device's TX queues (queue N to queue N).
 fn peer_rx_as_tx(peer: &[QueueStat]) -> Vec<QueueStat> {
-    peer.iter().filter(|q| q.dir == Dir::Rx).map(|q| QueueStat { dir: Dir::Tx, ..*q }).collect()
+    peer.iter()
+        .filter(|q| q.dir == Dir::Rx)
+        .map(|q| QueueStat { dir: Dir::Tx, ..*q })
+        .collect()
 }
 
 /// A driver's named statistics as per-queue counters: the queues whose packets and bytes it
@@ -336,7 +401,9 @@ pub fn parse_ethtool_stats(stats: &[(&str, u64)]) -> Vec<QueueStat> {
     // (dir, queue) -> [plain packets, plain bytes, xdp packets, xdp bytes]
     let mut by: std::collections::BTreeMap<(Dir, u32), [Option<u64>; 4]> = Default::default();
     for (name, v) in stats {
-        let Some((dir, queue, packets, xdp)) = ethtool_queue_field(name) else { continue };
+        let Some((dir, queue, packets, xdp)) = ethtool_queue_field(name) else {
+            continue;
+        };
         let slot = usize::from(!packets) + 2 * usize::from(xdp);
         by.entry((dir, queue)).or_default()[slot] = Some(*v);
     }
@@ -346,7 +413,14 @@ pub fn parse_ethtool_stats(stats: &[(&str, u64)]) -> Vec<QueueStat> {
                 (Some(p), Some(b)) => (p, b),
                 _ => (f[2]?, f[3]?),
             };
-            Some(QueueStat { dir, queue, packets: Some(packets), bytes: Some(bytes), hw_drops: None, alloc_fail: None })
+            Some(QueueStat {
+                dir,
+                queue,
+                packets: Some(packets),
+                bytes: Some(bytes),
+                hw_drops: None,
+                alloc_fail: None,
+            })
         })
         .collect()
 }
@@ -388,11 +462,27 @@ mod tests {
             (A_QSTATS_QUEUE_ID, &1u32.to_ne_bytes()),
             (A_QSTATS_TX_PACKETS, &20u64.to_ne_bytes()),
         ]);
-        let other = msg(&[(A_QSTATS_IFINDEX, &9u32.to_ne_bytes()), (A_QSTATS_QUEUE_TYPE, &0u32.to_ne_bytes()), (A_QSTATS_QUEUE_ID, &0u32.to_ne_bytes())]);
+        let other = msg(&[
+            (A_QSTATS_IFINDEX, &9u32.to_ne_bytes()),
+            (A_QSTATS_QUEUE_TYPE, &0u32.to_ne_bytes()),
+            (A_QSTATS_QUEUE_ID, &0u32.to_ne_bytes()),
+        ]);
         let q = parse_qstats(&[rx0, tx1, other], 3);
         assert_eq!(q.len(), 2);
-        assert_eq!((q[0].dir, q[0].queue, q[0].packets, q[0].bytes, q[0].hw_drops), (Dir::Rx, 0, Some(1000), Some(1_514_000), Some(7)));
-        assert_eq!((q[1].dir, q[1].queue, q[1].packets, q[1].bytes), (Dir::Tx, 1, Some(20), None));
+        assert_eq!(
+            (
+                q[0].dir,
+                q[0].queue,
+                q[0].packets,
+                q[0].bytes,
+                q[0].hw_drops
+            ),
+            (Dir::Rx, 0, Some(1000), Some(1_514_000), Some(7))
+        );
+        assert_eq!(
+            (q[1].dir, q[1].queue, q[1].packets, q[1].bytes),
+            (Dir::Tx, 1, Some(20), None)
+        );
         // RX is covered (packets and bytes on every RX queue); TX lacks bytes.
         assert!(covers(&q, Dir::Rx) && !covers(&q, Dir::Tx));
         assert!(!covers(&[], Dir::Rx));
@@ -401,7 +491,10 @@ mod tests {
     #[test]
     fn queue_replies_tie_rx_queues_to_napi_instances() {
         let q = |id: u32, kind: u32, napi: Option<u32>, ifindex: u32| {
-            let mut a = vec![(A_QUEUE_ID, id.to_ne_bytes().to_vec()), (A_QUEUE_TYPE, kind.to_ne_bytes().to_vec())];
+            let mut a = vec![
+                (A_QUEUE_ID, id.to_ne_bytes().to_vec()),
+                (A_QUEUE_TYPE, kind.to_ne_bytes().to_vec()),
+            ];
             a.push((A_QUEUE_IFINDEX, ifindex.to_ne_bytes().to_vec()));
             if let Some(n) = napi {
                 a.push((A_QUEUE_NAPI_ID, n.to_ne_bytes().to_vec()));
@@ -410,7 +503,12 @@ mod tests {
             msg(&refs)
         };
         // RX queue 1 on NAPI 8194; a TX queue, a queue without NAPI (veth) and another device's are not.
-        let m = [q(1, 0, Some(8194), 3), q(1, 1, Some(8194), 3), q(2, 0, None, 3), q(0, 0, Some(9000), 4)];
+        let m = [
+            q(1, 0, Some(8194), 3),
+            q(1, 1, Some(8194), 3),
+            q(2, 0, None, 3),
+            q(0, 0, Some(9000), 4),
+        ];
         assert_eq!(parse_napi_queues(&m, 3), vec![(8194, 1)]);
     }
 
@@ -428,22 +526,54 @@ mod tests {
         ];
         let q = parse_ethtool_stats(&veth);
         assert_eq!(q.len(), 2);
-        assert_eq!((q[1].dir, q[1].queue, q[1].packets, q[1].bytes), (Dir::Rx, 1, Some(5), Some(420)));
+        assert_eq!(
+            (q[1].dir, q[1].queue, q[1].packets, q[1].bytes),
+            (Dir::Rx, 1, Some(5), Some(420))
+        );
         assert!(covers(&q, Dir::Rx) && !covers(&q, Dir::Tx));
         // mlx5, i40e, ena, and virtio_net (whose xdp_ counts are a subset: the plain ones win).
-        let mlx5 = [("rx_packets", 99), ("rx0_packets", 7), ("rx0_bytes", 700), ("tx3_packets", 2), ("tx3_bytes", 128), ("rx0_xdp_drop", 1)];
+        let mlx5 = [
+            ("rx_packets", 99),
+            ("rx0_packets", 7),
+            ("rx0_bytes", 700),
+            ("tx3_packets", 2),
+            ("tx3_bytes", 128),
+            ("rx0_xdp_drop", 1),
+        ];
         let q = parse_ethtool_stats(&mlx5);
-        assert_eq!(q.iter().map(|q| (q.dir, q.queue, q.packets)).collect::<Vec<_>>(), [(Dir::Rx, 0, Some(7)), (Dir::Tx, 3, Some(2))]);
-        let i40e = [("rx-2.packets", 4), ("rx-2.bytes", 400), ("tx-0.packets", 1)];
+        assert_eq!(
+            q.iter()
+                .map(|q| (q.dir, q.queue, q.packets))
+                .collect::<Vec<_>>(),
+            [(Dir::Rx, 0, Some(7)), (Dir::Tx, 3, Some(2))]
+        );
+        let i40e = [
+            ("rx-2.packets", 4),
+            ("rx-2.bytes", 400),
+            ("tx-0.packets", 1),
+        ];
         let q = parse_ethtool_stats(&i40e);
         assert_eq!(q.len(), 1, "tx-0 has no bytes: not a count");
         assert_eq!((q[0].queue, q[0].bytes), (2, Some(400)));
-        let ena = [("queue_1_rx_cnt", 8), ("queue_1_rx_bytes", 800), ("queue_1_tx_cnt", 3), ("queue_1_tx_bytes", 300)];
+        let ena = [
+            ("queue_1_rx_cnt", 8),
+            ("queue_1_rx_bytes", 800),
+            ("queue_1_tx_cnt", 3),
+            ("queue_1_tx_bytes", 300),
+        ];
         assert_eq!(parse_ethtool_stats(&ena).len(), 2);
-        let virtio = [("rx_queue_0_packets", 9), ("rx_queue_0_bytes", 900), ("rx_queue_0_xdp_packets", 1), ("rx_queue_0_xdp_bytes", 60)];
+        let virtio = [
+            ("rx_queue_0_packets", 9),
+            ("rx_queue_0_bytes", 900),
+            ("rx_queue_0_xdp_packets", 1),
+            ("rx_queue_0_xdp_bytes", 60),
+        ];
         let q = parse_ethtool_stats(&virtio);
         assert_eq!((q[0].packets, q[0].bytes), (Some(9), Some(900)));
-        assert!(parse_ethtool_stats(&[("rx_queue_x_packets", 1), ("rxq_bytes", 2), ("tx_", 3)]).is_empty());
+        assert!(
+            parse_ethtool_stats(&[("rx_queue_x_packets", 1), ("rxq_bytes", 2), ("tx_", 3)])
+                .is_empty()
+        );
     }
 
     #[test]
@@ -451,13 +581,22 @@ mod tests {
         let mut info = attr(A_PP_ID, &5u32.to_ne_bytes());
         info.extend(attr(A_PP_IFINDEX, &3u32.to_ne_bytes()));
         info.extend(attr(A_PP_NAPI_ID, &8193u32.to_ne_bytes()));
-        let m = msg(&[(A_PP_STATS_INFO | 0x8000, &info), (8, &90u64.to_ne_bytes()), (9, &10u64.to_ne_bytes()), (14, &60u64.to_ne_bytes()), (16, &30u64.to_ne_bytes())]);
+        let m = msg(&[
+            (A_PP_STATS_INFO | 0x8000, &info),
+            (8, &90u64.to_ne_bytes()),
+            (9, &10u64.to_ne_bytes()),
+            (14, &60u64.to_ne_bytes()),
+            (16, &30u64.to_ne_bytes()),
+        ]);
         let mut info2 = attr(A_PP_ID, &6u32.to_ne_bytes());
         info2.extend(attr(A_PP_IFINDEX, &4u32.to_ne_bytes()));
         let m2 = msg(&[(A_PP_STATS_INFO, &info2), (8, &1u64.to_ne_bytes())]);
         let p = parse_page_pool_stats(&[m, m2], 3);
         assert_eq!(p.len(), 1);
-        assert_eq!((p[0].id, p[0].napi_id, p[0].alloc_fast, p[0].recycle_ring), (5, Some(8193), 90, 30));
+        assert_eq!(
+            (p[0].id, p[0].napi_id, p[0].alloc_fast, p[0].recycle_ring),
+            (5, Some(8193), 90, 30)
+        );
         assert_eq!(p[0].recycled_share(), Some(0.9));
     }
 }

@@ -11,11 +11,11 @@ use memmap2::{MmapMut, MmapOptions};
 use perf_event_open_sys as sys;
 use serde::Serialize;
 
+use super::l3miss_skel::types::{pl_flow_key, pl_miss_count, pl_miss_counter, pl_miss_totals};
+use super::l3miss_skel::{L3missSkel, L3missSkelBuilder};
 use super::throttle::{page_size, ThrottleRing, ThrottleTotals, RING_DATA_PAGES};
 use crate::counters::{self, events::Unit, Platform};
 use crate::snapshot::{Dir, MissSnapshot, NBUCKETS};
-use super::l3miss_skel::types::{pl_flow_key, pl_miss_count, pl_miss_counter, pl_miss_totals};
-use super::l3miss_skel::{L3missSkel, L3missSkelBuilder};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, OpenObject};
 
@@ -23,7 +23,9 @@ use libbpf_rs::{MapCore, MapFlags, OpenObject};
 unsafe impl plain::Plain for pl_miss_totals {}
 unsafe impl plain::Plain for pl_miss_count {}
 unsafe impl plain::Plain for pl_flow_key {}
-const _: () = assert!(std::mem::size_of::<pl_miss_totals>() == (pl_miss_counter::PLM_NR.0 as usize + NBUCKETS) * 8);
+const _: () = assert!(
+    std::mem::size_of::<pl_miss_totals>() == (pl_miss_counter::PLM_NR.0 as usize + NBUCKETS) * 8
+);
 
 /// Which event drives the sampler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -45,7 +47,12 @@ pub enum MissSource {
 }
 
 /// The perf_event_attr for one source; `None` for off.
-pub fn event_attr(source: MissSource, platform: Option<Platform>, period: u64, sys_root: &Path) -> Result<Option<(sys::bindings::perf_event_attr, String)>> {
+pub fn event_attr(
+    source: MissSource,
+    platform: Option<Platform>,
+    period: u64,
+    sys_root: &Path,
+) -> Result<Option<(sys::bindings::perf_event_attr, String)>> {
     let mut attr = sys::bindings::perf_event_attr {
         size: std::mem::size_of::<sys::bindings::perf_event_attr>() as u32,
         ..Default::default()
@@ -142,22 +149,43 @@ struct ThrottleLog {
 fn map_ring(fd: &OwnedFd) -> std::io::Result<MmapMut> {
     // SAFETY: a perf event fd mapped shared: the kernel owns the layout, ThrottleRing follows
     // its protocol (data_head / data_tail), and nothing else maps it.
-    unsafe { MmapOptions::new().len((1 + RING_DATA_PAGES) * page_size()).map_mut(fd) }
+    unsafe {
+        MmapOptions::new()
+            .len((1 + RING_DATA_PAGES) * page_size())
+            .map_mut(fd)
+    }
 }
 
 impl MissSampler {
     /// `stopped`: disable each event as soon as it is attached (libbpf enables it on attach).
-    pub fn open(prog: &libbpf_rs::ProgramMut<'_>, mut attr: sys::bindings::perf_event_attr, label: String, stopped: bool) -> Result<MissSampler> {
+    pub fn open(
+        prog: &libbpf_rs::ProgramMut<'_>,
+        mut attr: sys::bindings::perf_event_attr,
+        label: String,
+        stopped: bool,
+    ) -> Result<MissSampler> {
         let ncpus = libbpf_rs::num_possible_cpus()?;
         let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
         let cpus: Vec<u32> = crate::topology::parse_cpu_list(&online);
-        let cpus = if cpus.is_empty() { (0..ncpus as u32).collect() } else { cpus };
+        let cpus = if cpus.is_empty() {
+            (0..ncpus as u32).collect()
+        } else {
+            cpus
+        };
         let mut fds = Vec::new();
         let mut links = Vec::new();
         let mut rings = Ok(Vec::new());
         for cpu in cpus {
             // SAFETY: attr is a valid perf_event_attr; pid -1 + cpu = system-wide on that CPU.
-            let fd = unsafe { sys::perf_event_open(&mut attr, -1, cpu as i32, -1, sys::bindings::PERF_FLAG_FD_CLOEXEC as u64) };
+            let fd = unsafe {
+                sys::perf_event_open(
+                    &mut attr,
+                    -1,
+                    cpu as i32,
+                    -1,
+                    sys::bindings::PERF_FLAG_FD_CLOEXEC as u64,
+                )
+            };
             if fd < 0 {
                 let e = std::io::Error::last_os_error();
                 let (_, why) = counters::live::classify_errno(e.raw_os_error().unwrap_or(0));
@@ -165,9 +193,12 @@ impl MissSampler {
             }
             // SAFETY: fd was just returned by perf_event_open and is ours.
             let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-            let link = prog
-                .attach_perf_event(fd)
-                .map_err(|e| anyhow::anyhow!(super::explain_bpf_error(&e, "attaching the L3-miss program")))?;
+            let link = prog.attach_perf_event(fd).map_err(|e| {
+                anyhow::anyhow!(super::explain_bpf_error(
+                    &e,
+                    "attaching the L3-miss program"
+                ))
+            })?;
             links.push(link);
             // SAFETY: an open perf event fd of ours; DISABLE takes no pointer argument.
             if stopped && unsafe { sys::ioctls::DISABLE(fd, 0) } < 0 {
@@ -178,13 +209,29 @@ impl MissSampler {
             if let Ok(r) = rings.as_mut() {
                 match map_ring(&owned) {
                     Ok(m) => r.push(ThrottleRing::new(m)),
-                    Err(e) => rings = Err(format!("the sampler's ring buffer on CPU {cpu} could not be mapped: {}", ring_error(&e))),
+                    Err(e) => {
+                        rings = Err(format!(
+                            "the sampler's ring buffer on CPU {cpu} could not be mapped: {}",
+                            ring_error(&e)
+                        ))
+                    }
                 }
             }
             fds.push(owned);
         }
-        let throttle = rings.map(|rings| Mutex::new(ThrottleLog { rings, totals: ThrottleTotals::default() }));
-        Ok(MissSampler { label, cpus: fds.len(), throttle, _links: links, fds })
+        let throttle = rings.map(|rings| {
+            Mutex::new(ThrottleLog {
+                rings,
+                totals: ThrottleTotals::default(),
+            })
+        });
+        Ok(MissSampler {
+            label,
+            cpus: fds.len(),
+            throttle,
+            _links: links,
+            fds,
+        })
     }
 
     /// The kernel's throttling of the sampler so far, read from the rings; Err: not readable.
@@ -212,7 +259,10 @@ impl MissSampler {
             if rc < 0 {
                 let e = std::io::Error::last_os_error();
                 let (_, why) = counters::live::classify_errno(e.raw_os_error().unwrap_or(0));
-                bail!("{} the L3-miss sampler: {why}", if on { "enabling" } else { "disabling" });
+                bail!(
+                    "{} the L3-miss sampler: {why}",
+                    if on { "enabling" } else { "disabling" }
+                );
             }
         }
         if !on {
@@ -259,29 +309,53 @@ impl L3missProbe {
     /// Load the sample program on pktlife's buffer-page map and CPU contexts.
     pub fn load(cfg: &L3missConfig, pktlife: &super::pktlife::PktlifeProbe) -> Result<L3missProbe> {
         use std::os::fd::AsFd;
-        let storage: &'static mut std::mem::MaybeUninit<OpenObject> = Box::leak(Box::new(std::mem::MaybeUninit::uninit()));
-        let mut open = L3missSkelBuilder::default()
-            .open(storage)
-            .map_err(|e| anyhow::anyhow!(super::explain_bpf_error(&e, "opening the l3miss BPF object")))?;
+        let storage: &'static mut std::mem::MaybeUninit<OpenObject> =
+            Box::leak(Box::new(std::mem::MaybeUninit::uninit()));
+        let mut open = L3missSkelBuilder::default().open(storage).map_err(|e| {
+            anyhow::anyhow!(super::explain_bpf_error(
+                &e,
+                "opening the l3miss BPF object"
+            ))
+        })?;
         let Some(ro) = open.maps.rodata_data.as_deref_mut() else {
             bail!("l3miss BPF object has no read-only config section (build problem)");
         };
         ro.join_page_mask = cfg.join_sample.max(1) - 1;
         ro.copy_standin = u8::from(cfg.copy_standin);
         let (pages, ctx) = pktlife.shared_maps();
-        open.maps.buf_pages.reuse_fd(pages.as_fd()).context("sharing the buffer-page map with the L3-miss program")?;
-        open.maps.cpu_ctx.reuse_fd(ctx.as_fd()).context("sharing the CPU contexts with the L3-miss program")?;
+        open.maps
+            .buf_pages
+            .reuse_fd(pages.as_fd())
+            .context("sharing the buffer-page map with the L3-miss program")?;
+        open.maps
+            .cpu_ctx
+            .reuse_fd(ctx.as_fd())
+            .context("sharing the CPU contexts with the L3-miss program")?;
         if let Some(n) = cfg.flow_slots {
-            open.maps.miss_flows.set_max_entries(n.max(1)).context("sizing the L3-miss flow map")?;
+            open.maps
+                .miss_flows
+                .set_max_entries(n.max(1))
+                .context("sizing the L3-miss flow map")?;
         }
-        let skel = open.load().map_err(|e| anyhow::anyhow!(super::explain_bpf_error(&e, "loading the L3-miss program")))?;
+        let skel = open.load().map_err(|e| {
+            anyhow::anyhow!(super::explain_bpf_error(&e, "loading the L3-miss program"))
+        })?;
         let ncpus = libbpf_rs::num_possible_cpus().context("counting possible CPUs")?;
-        Ok(L3missProbe { skel, sampler: None, ncpus })
+        Ok(L3missProbe {
+            skel,
+            sampler: None,
+            ncpus,
+        })
     }
 
     /// Attach the program to a sampling event on every CPU. `stopped`: leave it disabled
     /// (windows start it).
-    pub fn attach_sampler(&mut self, attr: sys::bindings::perf_event_attr, label: String, stopped: bool) -> Result<String> {
+    pub fn attach_sampler(
+        &mut self,
+        attr: sys::bindings::perf_event_attr,
+        label: String,
+        stopped: bool,
+    ) -> Result<String> {
         let sampler = MissSampler::open(&self.skel.progs.l3miss_sample, attr, label, stopped)?;
         let desc = format!("{} on {} CPUs", sampler.label, sampler.cpus);
         self.sampler = Some(sampler);
@@ -299,7 +373,10 @@ impl L3missProbe {
 
     /// Why the sampler's throttling is not measured, when a sampler runs and it is not.
     pub fn throttle_unavailable(&self) -> Option<String> {
-        self.sampler.as_ref().and_then(|s| s.throttle_unavailable()).map(str::to_string)
+        self.sampler
+            .as_ref()
+            .and_then(|s| s.throttle_unavailable())
+            .map(str::to_string)
     }
 
     /// A window's join began at `start_ns` (CLOCK_MONOTONIC): what it keeps from then on is
@@ -341,8 +418,16 @@ impl L3missProbe {
     /// regions only when `with_flows`.
     pub fn read_misses(&self, with_flows: bool) -> Result<MissSnapshot> {
         use pl_miss_counter as C;
-        let mut m = MissSnapshot { age_hist: vec![0; NBUCKETS], ..Default::default() };
-        let tot = self.skel.maps.miss_totals.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
+        let mut m = MissSnapshot {
+            age_hist: vec![0; NBUCKETS],
+            ..Default::default()
+        };
+        let tot = self
+            .skel
+            .maps
+            .miss_totals
+            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)?
+            .unwrap_or_default();
         let mut no_flow = 0;
         for raw in tot.iter().take(self.ncpus) {
             let mut t = pl_miss_totals::default();
@@ -372,7 +457,12 @@ impl L3missProbe {
         }
         let max_queues = super::qcount::MAX_QUEUES;
         for idx in 0..(2 * max_queues) {
-            let vals = self.skel.maps.miss_queues.lookup_percpu(&idx.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
+            let vals = self
+                .skel
+                .maps
+                .miss_queues
+                .lookup_percpu(&idx.to_ne_bytes(), MapFlags::ANY)?
+                .unwrap_or_default();
             let (a, c) = self.sum_counts(&vals);
             if a + c > 0 {
                 let dir = if idx < max_queues { Dir::Rx } else { Dir::Tx };
@@ -382,12 +472,16 @@ impl L3missProbe {
         if with_flows {
             let map = &self.skel.maps.miss_flows;
             for key in map.keys() {
-                let Some(vals) = map.lookup_percpu(&key, MapFlags::ANY)? else { continue };
+                let Some(vals) = map.lookup_percpu(&key, MapFlags::ANY)? else {
+                    continue;
+                };
                 let mut k = pl_flow_key::default();
                 if plain::copy_from_bytes(&mut k, &key).is_err() {
                     continue;
                 }
-                let Some(fk) = super::flow_key_of(k.family, k.proto, k.dir, &k.saddr, k.sport, &k.daddr, k.dport) else {
+                let Some(fk) = super::flow_key_of(
+                    k.family, k.proto, k.dir, &k.saddr, k.sport, &k.daddr, k.dport,
+                ) else {
                     continue;
                 };
                 let (a, c) = self.sum_counts(&vals);
@@ -397,13 +491,24 @@ impl L3missProbe {
             }
             let map = &self.skel.maps.miss_regions;
             for key in map.keys() {
-                let Some(vals) = map.lookup_percpu(&key, MapFlags::ANY)? else { continue };
+                let Some(vals) = map.lookup_percpu(&key, MapFlags::ANY)? else {
+                    continue;
+                };
                 let n: u64 = vals
                     .iter()
                     .take(self.ncpus)
-                    .map(|v| v.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_ne_bytes).unwrap_or(0))
+                    .map(|v| {
+                        v.get(..8)
+                            .and_then(|b| b.try_into().ok())
+                            .map(u64::from_ne_bytes)
+                            .unwrap_or(0)
+                    })
                     .sum();
-                let region = key.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_ne_bytes).unwrap_or(0);
+                let region = key
+                    .get(..8)
+                    .and_then(|b| b.try_into().ok())
+                    .map(u64::from_ne_bytes)
+                    .unwrap_or(0);
                 m.regions.push((region, n));
             }
             m.regions.sort_by_key(|r| std::cmp::Reverse(r.1));
@@ -413,7 +518,11 @@ impl L3missProbe {
     }
 
     pub fn prog_ids(&self) -> Vec<u32> {
-        self.skel.object().progs().filter_map(|p| super::loaded_prog_id(&p)).collect()
+        self.skel
+            .object()
+            .progs()
+            .filter_map(|p| super::loaded_prog_id(&p))
+            .collect()
     }
 }
 
@@ -432,11 +541,21 @@ mod tests {
     /// records must be on the BPF clock.
     #[test]
     fn sampler_attr_keeps_samples_in_the_program() {
-        let (attr, _) = event_attr(MissSource::SoftwareClock, None, 50_000, Path::new("/nonexistent")).expect("attr").expect("some");
+        let (attr, _) = event_attr(
+            MissSource::SoftwareClock,
+            None,
+            50_000,
+            Path::new("/nonexistent"),
+        )
+        .expect("attr")
+        .expect("some");
         // SAFETY: reading a plain integer field of a union written by event_attr.
         let wakeup = unsafe { attr.__bindgen_anon_2.wakeup_events };
         assert_eq!((wakeup, attr.watermark(), attr.freq()), (1, 0, 0));
-        assert_eq!((attr.use_clockid(), attr.clockid), (1, libc::CLOCK_MONOTONIC));
+        assert_eq!(
+            (attr.use_clockid(), attr.clockid),
+            (1, libc::CLOCK_MONOTONIC)
+        );
     }
 
     /// The PEBS path where a core PMU exists (a Sapphire Rapids sysfs tree): the event is
@@ -445,9 +564,16 @@ mod tests {
     /// addresses. Without a supported Xeon or without a core PMU, `pebs` fails naming which.
     #[test]
     fn pebs_attr_where_a_core_pmu_exists() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/counters/sysfs/spr");
-        let pmu_type: u32 = std::fs::read_to_string(root.join("bus/event_source/devices/cpu/type")).expect("fixture").trim().parse().expect("type");
-        let (attr, label) = event_attr(MissSource::Pebs, Some(Platform::Spr), 2000, &root).expect("attr").expect("some");
+        let root =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/counters/sysfs/spr");
+        let pmu_type: u32 = std::fs::read_to_string(root.join("bus/event_source/devices/cpu/type"))
+            .expect("fixture")
+            .trim()
+            .parse()
+            .expect("type");
+        let (attr, label) = event_attr(MissSource::Pebs, Some(Platform::Spr), 2000, &root)
+            .expect("attr")
+            .expect("some");
         assert_eq!((attr.type_, attr.config), (pmu_type, 0x20d1));
         assert_eq!(attr.precise_ip(), 2);
         assert_ne!(attr.sample_type & sys::bindings::PERF_SAMPLE_ADDR as u64, 0);
@@ -455,12 +581,32 @@ mod tests {
         assert_eq!(unsafe { attr.__bindgen_anon_1.sample_period }, 2000);
         assert!(label.contains("PEBS"), "{label}");
         // auto takes the same event where it can, and is quiet where it cannot.
-        let (auto, _) = event_attr(MissSource::Auto, Some(Platform::Spr), 2000, &root).expect("attr").expect("some");
-        assert_eq!((auto.type_, auto.config, auto.precise_ip()), (pmu_type, 0x20d1, 2));
-        assert!(event_attr(MissSource::Auto, None, 2000, &root).expect("quiet").is_none());
-        let no_xeon = event_attr(MissSource::Pebs, None, 2000, &root).expect_err("no supported Xeon");
-        assert!(format!("{no_xeon:#}").contains("not a supported Intel Xeon"), "{no_xeon:#}");
-        let no_pmu = event_attr(MissSource::Pebs, Some(Platform::Spr), 2000, Path::new("/nonexistent")).expect_err("no core PMU");
-        assert!(format!("{no_pmu:#}").contains("no core PMU (cpu) in sysfs"), "{no_pmu:#}");
+        let (auto, _) = event_attr(MissSource::Auto, Some(Platform::Spr), 2000, &root)
+            .expect("attr")
+            .expect("some");
+        assert_eq!(
+            (auto.type_, auto.config, auto.precise_ip()),
+            (pmu_type, 0x20d1, 2)
+        );
+        assert!(event_attr(MissSource::Auto, None, 2000, &root)
+            .expect("quiet")
+            .is_none());
+        let no_xeon =
+            event_attr(MissSource::Pebs, None, 2000, &root).expect_err("no supported Xeon");
+        assert!(
+            format!("{no_xeon:#}").contains("not a supported Intel Xeon"),
+            "{no_xeon:#}"
+        );
+        let no_pmu = event_attr(
+            MissSource::Pebs,
+            Some(Platform::Spr),
+            2000,
+            Path::new("/nonexistent"),
+        )
+        .expect_err("no core PMU");
+        assert!(
+            format!("{no_pmu:#}").contains("no core PMU (cpu) in sysfs"),
+            "{no_pmu:#}"
+        );
     }
 }

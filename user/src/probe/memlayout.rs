@@ -43,17 +43,19 @@ fn kallsyms_addr(kallsyms: &str, name: &str) -> Option<u64> {
     kallsyms.lines().find_map(|l| {
         let mut it = l.split_whitespace();
         let (addr, _kind, sym) = (it.next()?, it.next()?, it.next()?);
-        (sym == name && it.next().is_none()).then(|| u64::from_str_radix(addr, 16).ok()).flatten()
+        (sym == name && it.next().is_none())
+            .then(|| u64::from_str_radix(addr, 16).ok())
+            .flatten()
     })
 }
 
 /// Does the CPU run with 5-level page tables? The kernel clears `la57` from
 /// the flags when it does not use them.
 fn la57(cpuinfo: &str) -> bool {
-    cpuinfo
-        .lines()
-        .filter(|l| l.starts_with("flags"))
-        .any(|l| l.split_once(':').is_some_and(|(_, f)| f.split_whitespace().any(|x| x == "la57")))
+    cpuinfo.lines().filter(|l| l.starts_with("flags")).any(|l| {
+        l.split_once(':')
+            .is_some_and(|(_, f)| f.split_whitespace().any(|x| x == "la57"))
+    })
 }
 
 /// One past the highest page frame of any populated zone in `/proc/zoneinfo`.
@@ -82,7 +84,12 @@ pub fn max_pfn(zoneinfo: &str) -> u64 {
 }
 
 /// The layout for a host, or why frags cannot be mapped there.
-pub fn resolve(arch: &str, kallsyms: &str, cpuinfo: &str, zoneinfo: &str) -> Result<MemLayout, String> {
+pub fn resolve(
+    arch: &str,
+    kallsyms: &str,
+    cpuinfo: &str,
+    zoneinfo: &str,
+) -> Result<MemLayout, String> {
     if arch != "x86_64" {
         return Err(format!("frag pages are not mapped on {arch}: no page-to-address layout for this architecture (linear data only)"));
     }
@@ -147,14 +154,20 @@ fn io_words(e: &std::io::Error) -> String {
         // ErrorKind's own text for the rest is often just "uncategorized error".
         _ => {
             let text = e.to_string();
-            text.split(" (os error").next().unwrap_or_default().to_lowercase()
+            text.split(" (os error")
+                .next()
+                .unwrap_or_default()
+                .to_lowercase()
         }
     }
 }
 
 /// The message when a /proc file cannot be read.
 fn unreadable(path: &str, e: &std::io::Error) -> String {
-    format!("frag pages are not mapped: cannot read {path}: {} (linear data only)", io_words(e))
+    format!(
+        "frag pages are not mapped: cannot read {path}: {} (linear data only)",
+        io_words(e)
+    )
 }
 
 /// The layout of this host.
@@ -172,30 +185,60 @@ mod tests {
     use std::path::PathBuf;
 
     fn fixture(name: &str) -> String {
-        let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/memlayout").join(name);
+        let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/memlayout")
+            .join(name);
         std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
     }
 
     #[test]
     fn defaults_when_kallsyms_has_no_bases() {
-        let l = resolve("x86_64", &fixture("kallsyms_plain.txt"), &fixture("cpuinfo_4level.txt"), &fixture("zoneinfo.txt")).unwrap();
-        assert_eq!((l.page_offset, l.vmemmap), (X86_64_L4_PAGE_OFFSET, X86_64_L4_VMEMMAP));
+        let l = resolve(
+            "x86_64",
+            &fixture("kallsyms_plain.txt"),
+            &fixture("cpuinfo_4level.txt"),
+            &fixture("zoneinfo.txt"),
+        )
+        .unwrap();
+        assert_eq!(
+            (l.page_offset, l.vmemmap),
+            (X86_64_L4_PAGE_OFFSET, X86_64_L4_VMEMMAP)
+        );
         assert_eq!((l.page_offset_base_addr, l.vmemmap_base_addr), (0, 0));
         assert_eq!(l.max_pfn, 1_048_576 + 5_505_024);
-        assert!(l.source.contains("4-level") && l.source.contains("defaults"), "{}", l.source);
+        assert!(
+            l.source.contains("4-level") && l.source.contains("defaults"),
+            "{}",
+            l.source
+        );
         assert!(l.assumes_defaults());
     }
 
     #[test]
     fn five_level_defaults_with_la57() {
-        let l = resolve("x86_64", &fixture("kallsyms_plain.txt"), &fixture("cpuinfo_5level.txt"), &fixture("zoneinfo.txt")).unwrap();
-        assert_eq!((l.page_offset, l.vmemmap), (X86_64_L5_PAGE_OFFSET, X86_64_L5_VMEMMAP));
+        let l = resolve(
+            "x86_64",
+            &fixture("kallsyms_plain.txt"),
+            &fixture("cpuinfo_5level.txt"),
+            &fixture("zoneinfo.txt"),
+        )
+        .unwrap();
+        assert_eq!(
+            (l.page_offset, l.vmemmap),
+            (X86_64_L5_PAGE_OFFSET, X86_64_L5_VMEMMAP)
+        );
         assert!(l.source.contains("5-level"));
     }
 
     #[test]
     fn randomised_bases_are_read_at_their_addresses() {
-        let l = resolve("x86_64", &fixture("kallsyms_kaslr.txt"), &fixture("cpuinfo_4level.txt"), &fixture("zoneinfo.txt")).unwrap();
+        let l = resolve(
+            "x86_64",
+            &fixture("kallsyms_kaslr.txt"),
+            &fixture("cpuinfo_4level.txt"),
+            &fixture("zoneinfo.txt"),
+        )
+        .unwrap();
         assert_eq!((l.page_offset, l.vmemmap), (0, 0));
         assert_eq!(l.page_offset_base_addr, 0xffff_ffff_a2a1_0b08);
         assert_eq!(l.vmemmap_base_addr, 0xffff_ffff_a2a1_0af8);
@@ -205,8 +248,17 @@ mod tests {
 
     #[test]
     fn hidden_kallsyms_addresses_refuse() {
-        let e = resolve("x86_64", &fixture("kallsyms_hidden.txt"), &fixture("cpuinfo_4level.txt"), &fixture("zoneinfo.txt")).unwrap_err();
-        assert!(e.contains("kptr_restrict") && e.contains("linear data only"), "{e}");
+        let e = resolve(
+            "x86_64",
+            &fixture("kallsyms_hidden.txt"),
+            &fixture("cpuinfo_4level.txt"),
+            &fixture("zoneinfo.txt"),
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("kptr_restrict") && e.contains("linear data only"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -219,17 +271,30 @@ mod tests {
 
     #[test]
     fn unreadable_files_are_named_in_words() {
-        let m = unreadable("/proc/kallsyms", &std::io::Error::from_raw_os_error(libc::EACCES));
+        let m = unreadable(
+            "/proc/kallsyms",
+            &std::io::Error::from_raw_os_error(libc::EACCES),
+        );
         assert_eq!(m, "frag pages are not mapped: cannot read /proc/kallsyms: permission denied (linear data only)");
-        let m = unreadable("/proc/zoneinfo", &std::io::Error::from_raw_os_error(libc::ENOENT));
+        let m = unreadable(
+            "/proc/zoneinfo",
+            &std::io::Error::from_raw_os_error(libc::ENOENT),
+        );
         assert!(m.contains("/proc/zoneinfo: not found"), "{m}");
-        let m = unreadable("/proc/cpuinfo", &std::io::Error::from_raw_os_error(libc::EIO));
-        assert!(m.contains("/proc/cpuinfo: input/output error (linear"), "{m}");
+        let m = unreadable(
+            "/proc/cpuinfo",
+            &std::io::Error::from_raw_os_error(libc::EIO),
+        );
+        assert!(
+            m.contains("/proc/cpuinfo: input/output error (linear"),
+            "{m}"
+        );
     }
 
     #[test]
     fn max_pfn_skips_empty_zones() {
-        let z = "Node 0, zone DMA\n  pages free 1\n        spanned  4095\n  start_pfn:           1\n\
+        let z =
+            "Node 0, zone DMA\n  pages free 1\n        spanned  4095\n  start_pfn:           1\n\
                  Node 0, zone Movable\n        spanned  0\n  start_pfn:           0\n\
                  Node 1, zone Normal\n        spanned  100\n  start_pfn:           9000\n";
         assert_eq!(max_pfn(z), 9100);

@@ -1,9 +1,9 @@
 //! Loads and attaches the BPF probe families, and reads what they aggregate.
 pub mod features;
-pub mod handups;
-pub mod kstats;
 pub mod floor;
 pub mod flowdrain;
+pub mod handups;
+pub mod kstats;
 pub mod l3miss;
 pub mod memlayout;
 pub mod pktlife;
@@ -17,27 +17,62 @@ use serde::Serialize;
 use features::Flavor;
 
 pub mod skel {
-    #![allow(clippy::all, dead_code, non_camel_case_types, non_snake_case, non_upper_case_globals, unused)]
+    #![allow(
+        clippy::all,
+        dead_code,
+        non_camel_case_types,
+        non_snake_case,
+        non_upper_case_globals,
+        unused
+    )]
     include!(concat!(env!("OUT_DIR"), "/pktlife.skel.rs"));
 }
 
 pub mod l3miss_skel {
-    #![allow(clippy::all, dead_code, non_camel_case_types, non_snake_case, non_upper_case_globals, unused)]
+    #![allow(
+        clippy::all,
+        dead_code,
+        non_camel_case_types,
+        non_snake_case,
+        non_upper_case_globals,
+        unused
+    )]
     include!(concat!(env!("OUT_DIR"), "/l3miss.skel.rs"));
 }
 
 pub mod qcount_skel {
-    #![allow(clippy::all, dead_code, non_camel_case_types, non_snake_case, non_upper_case_globals, unused)]
+    #![allow(
+        clippy::all,
+        dead_code,
+        non_camel_case_types,
+        non_snake_case,
+        non_upper_case_globals,
+        unused
+    )]
     include!(concat!(env!("OUT_DIR"), "/qcount.skel.rs"));
 }
 
 pub mod feature_skel {
-    #![allow(clippy::all, dead_code, non_camel_case_types, non_snake_case, non_upper_case_globals, unused)]
+    #![allow(
+        clippy::all,
+        dead_code,
+        non_camel_case_types,
+        non_snake_case,
+        non_upper_case_globals,
+        unused
+    )]
     include!(concat!(env!("OUT_DIR"), "/features.skel.rs"));
 }
 
 pub mod floor_skel {
-    #![allow(clippy::all, dead_code, non_camel_case_types, non_snake_case, non_upper_case_globals, unused)]
+    #![allow(
+        clippy::all,
+        dead_code,
+        non_camel_case_types,
+        non_snake_case,
+        non_upper_case_globals,
+        unused
+    )]
     include!(concat!(env!("OUT_DIR"), "/floor.skel.rs"));
 }
 
@@ -77,24 +112,37 @@ pub(crate) fn flow_key_of(
 /// kernel has them (an interval's read of a queue table is one syscall, not one per queue: on
 /// a host whose syscalls pay for mitigations, hundreds of them ten times a second cost the
 /// traffic throughput); entry by entry where it has not.
-pub(crate) fn percpu_array_all<M: libbpf_rs::MapCore>(map: &M, entries: u32, ncpus: usize) -> anyhow::Result<Vec<Vec<Vec<u8>>>> {
+pub(crate) fn percpu_array_all<M: libbpf_rs::MapCore>(
+    map: &M,
+    entries: u32,
+    ncpus: usize,
+) -> anyhow::Result<Vec<Vec<Vec<u8>>>> {
     if let Some(all) = array_batch(map, entries, ncpus) {
         return Ok(all);
     }
     (0..entries)
         .map(|k| {
-            Ok(map.lookup_percpu(&k.to_ne_bytes(), libbpf_rs::MapFlags::ANY)?.unwrap_or_default())
+            Ok(map
+                .lookup_percpu(&k.to_ne_bytes(), libbpf_rs::MapFlags::ANY)?
+                .unwrap_or_default())
         })
         .collect()
 }
 
 /// Sizes, before load, an array the programs index by CPU number: `per_cpu` entries for each
 /// possible CPU (bpf_get_smp_processor_id() numbers the possible ones).
-pub(crate) fn size_by_cpu(map: &mut libbpf_rs::OpenMapMut<'_>, per_cpu: u32, what: &str) -> anyhow::Result<()> {
+pub(crate) fn size_by_cpu(
+    map: &mut libbpf_rs::OpenMapMut<'_>,
+    per_cpu: u32,
+    what: &str,
+) -> anyhow::Result<()> {
     use anyhow::Context;
     let cpus = libbpf_rs::num_possible_cpus().context("counting possible CPUs")?;
-    let entries = u32::try_from(cpus).unwrap_or(u32::MAX).saturating_mul(per_cpu);
-    map.set_max_entries(entries).map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, &format!("sizing {what}"))))
+    let entries = u32::try_from(cpus)
+        .unwrap_or(u32::MAX)
+        .saturating_mul(per_cpu);
+    map.set_max_entries(entries)
+        .map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, &format!("sizing {what}"))))
 }
 
 /// An array map created `BPF_F_MMAPABLE`, mapped read-only into the recorder: an interval
@@ -116,9 +164,17 @@ impl MappedArray {
         let entries = map.max_entries() as usize;
         // SAFETY: a read-only shared mapping of the map's values; the kernel keeps them for
         // the mapping's life (it holds a reference to the map), and they are read volatile.
-        let mmap = unsafe { memmap2::MmapOptions::new().len(stride * entries).map(map.as_fd().as_raw_fd()) }
-            .with_context(|| format!("mapping {what} into memory"))?;
-        Ok(MappedArray { mmap, entries, stride })
+        let mmap = unsafe {
+            memmap2::MmapOptions::new()
+                .len(stride * entries)
+                .map(map.as_fd().as_raw_fd())
+        }
+        .with_context(|| format!("mapping {what} into memory"))?;
+        Ok(MappedArray {
+            mmap,
+            entries,
+            stride,
+        })
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -129,19 +185,28 @@ impl MappedArray {
     /// an entry). Volatile: the programs update it while it is read; each aligned 8-byte
     /// counter is read whole.
     pub(crate) fn get<T: Copy + plain::Plain>(&self, i: usize) -> Option<T> {
-        if i >= self.entries || std::mem::size_of::<T>() > self.stride || std::mem::align_of::<T>() > 8 {
+        if i >= self.entries
+            || std::mem::size_of::<T>() > self.stride
+            || std::mem::align_of::<T>() > 8
+        {
             return None;
         }
         // SAFETY: in bounds (checked above), aligned (the mapping starts on a page and the
         // stride is a multiple of 8), and T is plain old data, valid for any bytes.
-        Some(unsafe { std::ptr::read_volatile(self.mmap.as_ptr().add(i * self.stride).cast::<T>()) })
+        Some(unsafe {
+            std::ptr::read_volatile(self.mmap.as_ptr().add(i * self.stride).cast::<T>())
+        })
     }
 }
 
 /// The first `entries` entries of an array map in one batch syscall, each as its `copies`
 /// values (its CPUs' for a per-CPU array, one for a plain one); None where the kernel has no
 /// batch lookup.
-fn array_batch<M: libbpf_rs::MapCore>(map: &M, entries: u32, copies: usize) -> Option<Vec<Vec<Vec<u8>>>> {
+fn array_batch<M: libbpf_rs::MapCore>(
+    map: &M,
+    entries: u32,
+    copies: usize,
+) -> Option<Vec<Vec<Vec<u8>>>> {
     use std::os::fd::AsRawFd;
     let vsz = (map.value_size() as usize + 7) & !7;
     let mut keys = vec![0u32; entries as usize];
@@ -237,9 +302,24 @@ impl HookPlan {
     /// From a program's section (`tp_btf/<tp>`, `raw_tp/<tp>`, `tcx/ingress`).
     pub fn of_section(section: &str, when: When) -> HookPlan {
         match section.split_once('/') {
-            Some(("tcx", dir)) => HookPlan { hook: format!("tcx_{dir}"), scope: Scope::Device, when, prog_id: None },
-            Some((_, tp)) => HookPlan { hook: tp.to_string(), scope: Scope::Host, when, prog_id: None },
-            None => HookPlan { hook: section.to_string(), scope: Scope::Host, when, prog_id: None },
+            Some(("tcx", dir)) => HookPlan {
+                hook: format!("tcx_{dir}"),
+                scope: Scope::Device,
+                when,
+                prog_id: None,
+            },
+            Some((_, tp)) => HookPlan {
+                hook: tp.to_string(),
+                scope: Scope::Host,
+                when,
+                prog_id: None,
+            },
+            None => HookPlan {
+                hook: section.to_string(),
+                scope: Scope::Host,
+                when,
+                prog_id: None,
+            },
         }
     }
 }
@@ -268,7 +348,12 @@ impl AttachedProg {
             "tcx" => (None, format!("tcx_{tp}")),
             _ => return None,
         };
-        Some(AttachedProg { id: loaded_prog_id(p)?, name: p.name().to_string_lossy().into_owned(), tracepoint, flavor })
+        Some(AttachedProg {
+            id: loaded_prog_id(p)?,
+            name: p.name().to_string_lossy().into_owned(),
+            tracepoint,
+            flavor,
+        })
     }
 }
 
@@ -295,7 +380,11 @@ pub fn explain_bpf_error(e: &libbpf_rs::Error, doing: &str) -> String {
 /// An OS error's words without Rust's " (os error N)" suffix (the words already say it).
 fn without_errno(msg: &str) -> String {
     match msg.find(" (os error ") {
-        Some(i) => format!("{}{}", &msg[..i], msg[i..].find(')').map_or("", |j| &msg[i + j + 1..])),
+        Some(i) => format!(
+            "{}{}",
+            &msg[..i],
+            msg[i..].find(')').map_or("", |j| &msg[i + j + 1..])
+        ),
         None => msg.to_string(),
     }
 }
@@ -306,8 +395,14 @@ mod error_tests {
 
     #[test]
     fn os_error_suffix_is_dropped() {
-        assert_eq!(without_errno("Argument list too long (os error 7)"), "Argument list too long");
-        assert_eq!(without_errno("No such file (os error 2): more"), "No such file: more");
+        assert_eq!(
+            without_errno("Argument list too long (os error 7)"),
+            "Argument list too long"
+        );
+        assert_eq!(
+            without_errno("No such file (os error 2): more"),
+            "No such file: more"
+        );
         assert_eq!(without_errno("plain words"), "plain words");
     }
 }

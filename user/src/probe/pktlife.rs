@@ -15,10 +15,13 @@ use serde::Serialize;
 
 use super::features::{Features, Flavor, HookChoice, PKTLIFE_HOOKS};
 use super::skel::types::{
-    pl_buf_bucket, pl_buf_slot, pl_counter, pl_flow_key, pl_limits, pl_pkt_event, pl_queue_stats, pl_skb_state,
+    pl_buf_bucket, pl_buf_slot, pl_counter, pl_flow_key, pl_limits, pl_pkt_event, pl_queue_stats,
+    pl_skb_state,
 };
 use super::skel::{PktlifeSkel, PktlifeSkelBuilder};
-use crate::snapshot::{BufMapCounters, Dir, EventCounters, FlowKey, PacketSample, QueueCounters, NBUCKETS, NSTAGES};
+use crate::snapshot::{
+    BufMapCounters, Dir, EventCounters, FlowKey, PacketSample, QueueCounters, NBUCKETS, NSTAGES,
+};
 
 // SAFETY: generated from pktlife.h: plain integer structs without padding invariants.
 unsafe impl plain::Plain for pl_queue_stats {}
@@ -27,13 +30,17 @@ unsafe impl plain::Plain for pl_skb_state {}
 
 /// Queues per direction the kernel tables hold (MAX_QUEUES in bpf/common.h).
 pub const MAX_QUEUES: u32 = super::qcount::MAX_QUEUES;
-const _: () = assert!(pl_limits::PL_NSTAGES.0 as usize == NSTAGES, "bpf/pktlife.h and snapshot disagree on stages");
+const _: () = assert!(
+    pl_limits::PL_NSTAGES.0 as usize == NSTAGES,
+    "bpf/pktlife.h and snapshot disagree on stages"
+);
 const _: () = assert!(
     std::mem::size_of::<pl_queue_stats>() == (8 + NSTAGES * (8 + NBUCKETS)) * 8 && NBUCKETS == 32,
     "pl_queue_stats has fields userspace does not read"
 );
 /// Ways per set of the buffer-page map (PL_BUF_WAYS in attrib.h).
-const BUF_WAYS: u32 = (std::mem::size_of::<pl_buf_bucket>() / std::mem::size_of::<pl_buf_slot>()) as u32;
+const BUF_WAYS: u32 =
+    (std::mem::size_of::<pl_buf_bucket>() / std::mem::size_of::<pl_buf_slot>()) as u32;
 
 /// Stage latencies on 1 in this many packets by default: the per-packet state and the clock
 /// read are most of a hand-up's cost, and a quarter of the packets of any busy queue is
@@ -87,8 +94,14 @@ pub struct AttachedHook {
 
 /// Hooks that start a packet's life: detached first at a window's end, so the lives begun
 /// inside it can still end (the other hooks stay for the drain).
-const START_HOOKS: &[&str] =
-    &["napi_gro_receive_entry", "napi_gro_frags_entry", "netif_receive_skb_entry", "netif_receive_skb_list_entry", "netif_rx_entry", "net_dev_queue"];
+const START_HOOKS: &[&str] = &[
+    "napi_gro_receive_entry",
+    "napi_gro_frags_entry",
+    "netif_receive_skb_entry",
+    "netif_receive_skb_list_entry",
+    "netif_rx_entry",
+    "net_dev_queue",
+];
 
 /// Hooks that end a life that has reached its socket: all a drain held on needs (a reader
 /// copying the window's packets late), where the others pass every packet for nothing.
@@ -135,7 +148,10 @@ fn open_and_load(cfg: &ProbeConfig, flavors: &[Flavor]) -> Result<PktlifeSkel<'s
         ro.join_buffers = u8::from(cfg.join_buffers);
         ro.copy_standin = u8::from(cfg.join_buffers && cfg.copy_standin);
         if !cfg.join_sample.is_power_of_two() || cfg.join_sample > MAX_JOIN_SAMPLE {
-            bail!("join page sampling must be a power of two from 1 to {MAX_JOIN_SAMPLE}, not {}", cfg.join_sample);
+            bail!(
+                "join page sampling must be a power of two from 1 to {MAX_JOIN_SAMPLE}, not {}",
+                cfg.join_sample
+            );
         }
         ro.join_page_mask = cfg.join_sample - 1;
         if let (true, Some(m)) = (cfg.join_buffers, &cfg.mem_layout) {
@@ -151,7 +167,11 @@ fn open_and_load(cfg: &ProbeConfig, flavors: &[Flavor]) -> Result<PktlifeSkel<'s
     }
     // One CPU context, and one block of queue stats, per possible CPU, by CPU number.
     super::size_by_cpu(&mut open.maps.cpu_ctx, 1, "the pktlife CPU contexts")?;
-    super::size_by_cpu(&mut open.maps.queue_stats, 2 * MAX_QUEUES, "the pktlife queue table")?;
+    super::size_by_cpu(
+        &mut open.maps.queue_stats,
+        2 * MAX_QUEUES,
+        "the pktlife queue table",
+    )?;
     for mut prog in open.open_object_mut().progs_mut() {
         let section = prog.section().to_string_lossy().into_owned();
         // The NAPI hook only ends the CPU context of the join.
@@ -162,24 +182,37 @@ fn open_and_load(cfg: &ProbeConfig, flavors: &[Flavor]) -> Result<PktlifeSkel<'s
             && (cfg.join_buffers || !section.ends_with("/napi_poll"));
         prog.set_autoload(keep);
     }
-    open.load().map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, "loading the pktlife BPF programs")))
+    open.load()
+        .map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, "loading the pktlife BPF programs")))
 }
-
 
 impl PktlifeProbe {
     /// Load along the fallback chain (or with the flavour the user asked for), attach every
     /// hook that exists to check that the required ones do, and leave them attached when
     /// `stay` (full detail), else detach them until the first window.
-    pub fn load(cfg: &ProbeConfig, features: &Features, choice: HookChoice, stay: bool) -> Result<PktlifeProbe> {
+    pub fn load(
+        cfg: &ProbeConfig,
+        features: &Features,
+        choice: HookChoice,
+        stay: bool,
+    ) -> Result<PktlifeProbe> {
         if let Some(why) = features.fatal() {
             bail!(why);
         }
-        let preferred: Vec<Flavor> = PKTLIFE_HOOKS.iter().map(|h| features.preferred(h)).collect();
+        let preferred: Vec<Flavor> = PKTLIFE_HOOKS
+            .iter()
+            .map(|h| features.preferred(h))
+            .collect();
         let forced = match choice {
             HookChoice::Auto => None,
             HookChoice::RawTp => Some(Flavor::RawTp),
             HookChoice::TpBtf => {
-                if let Some(h) = PKTLIFE_HOOKS.iter().zip(&preferred).find(|(_, f)| **f != Flavor::TpBtf).map(|(h, _)| h) {
+                if let Some(h) = PKTLIFE_HOOKS
+                    .iter()
+                    .zip(&preferred)
+                    .find(|(_, f)| **f != Flavor::TpBtf)
+                    .map(|(h, _)| h)
+                {
                     bail!(
                         "--hooks tp-btf: this kernel cannot attach tp_btf to {} (no BTF for the tracepoint, or tracing programs refused); use --hooks auto",
                         h.tracepoint
@@ -199,7 +232,9 @@ impl PktlifeProbe {
                     let raw = vec![Flavor::RawTp; PKTLIFE_HOOKS.len()];
                     match open_and_load(cfg, &raw) {
                         Ok(s) => s,
-                        Err(e) if format!("{e:#}") == format!("{first:#}") => bail!("{e:#} (as tp_btf and as raw_tp)"),
+                        Err(e) if format!("{e:#}") == format!("{first:#}") => {
+                            bail!("{e:#} (as tp_btf and as raw_tp)")
+                        }
                         Err(e) => bail!("{e:#} (as raw_tp; as tp_btf: {first:#})"),
                     }
                 }
@@ -207,7 +242,8 @@ impl PktlifeProbe {
             },
         };
         let ncpus = libbpf_rs::num_possible_cpus().context("counting possible CPUs")?;
-        let queue_stats = super::MappedArray::new(&skel.maps.queue_stats, "the pktlife stage table")?;
+        let queue_stats =
+            super::MappedArray::new(&skel.maps.queue_stats, "the pktlife stage table")?;
         let states = super::MappedArray::new(&skel.maps.skb_states, "the pktlife packet states")?;
         let mut probe = PktlifeProbe {
             queue_stats,
@@ -226,8 +262,16 @@ impl PktlifeProbe {
         };
         probe.hooks = probe.attach_hooks(|_| true);
         for h in PKTLIFE_HOOKS.iter().filter(|h| h.required) {
-            if let Some(a) = probe.hooks.iter().find(|a| a.tracepoint == h.tracepoint && a.flavor.is_none()) {
-                bail!("required hook {} could not attach: {}", h.tracepoint, a.error.clone().unwrap_or_default());
+            if let Some(a) = probe
+                .hooks
+                .iter()
+                .find(|a| a.tracepoint == h.tracepoint && a.flavor.is_none())
+            {
+                bail!(
+                    "required hook {} could not attach: {}",
+                    h.tracepoint,
+                    a.error.clone().unwrap_or_default()
+                );
             }
         }
         if !stay {
@@ -250,11 +294,19 @@ impl PktlifeProbe {
             if !which(tp) || self.links.iter().any(|(n, _)| *n == name) {
                 continue;
             }
-            let flavor = if prefix == "tp_btf" { Flavor::TpBtf } else { Flavor::RawTp };
+            let flavor = if prefix == "tp_btf" {
+                Flavor::TpBtf
+            } else {
+                Flavor::RawTp
+            };
             match prog.attach() {
                 Ok(link) => {
                     self.links.push((name, link));
-                    hooks.push(AttachedHook { tracepoint: tp.to_string(), flavor: Some(flavor), error: None });
+                    hooks.push(AttachedHook {
+                        tracepoint: tp.to_string(),
+                        flavor: Some(flavor),
+                        error: None,
+                    });
                 }
                 Err(e) => hooks.push(AttachedHook {
                     tracepoint: tp.to_string(),
@@ -272,11 +324,24 @@ impl PktlifeProbe {
             .skel
             .object()
             .progs()
-            .map(|p| (p.name().to_string_lossy().into_owned(), p.section().to_string_lossy().into_owned()))
+            .map(|p| {
+                (
+                    p.name().to_string_lossy().into_owned(),
+                    p.section().to_string_lossy().into_owned(),
+                )
+            })
             .collect();
-        let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.links).into_iter().partition(|(name, _)| {
-            which(sections.get(name).and_then(|s| s.split_once('/')).map_or("", |(_, tp)| tp))
-        });
+        let (gone, kept): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.links)
+                .into_iter()
+                .partition(|(name, _)| {
+                    which(
+                        sections
+                            .get(name)
+                            .and_then(|s| s.split_once('/'))
+                            .map_or("", |(_, tp)| tp),
+                    )
+                });
         self.links = kept;
         // Last attached, first detached: a tracepoint that loses its first program while
         // others stay on it waits out an RCU grace period (tens of ms) before the call
@@ -301,7 +366,11 @@ impl PktlifeProbe {
         self.stages = None;
         self.handups.open_window();
         let choice = &self.handups;
-        let which: Vec<String> = PKTLIFE_HOOKS.iter().map(|h| h.tracepoint.to_string()).filter(|tp| choice.attaches(tp)).collect();
+        let which: Vec<String> = PKTLIFE_HOOKS
+            .iter()
+            .map(|h| h.tracepoint.to_string())
+            .filter(|tp| choice.attaches(tp))
+            .collect();
         self.attach_hooks(|tp| which.iter().any(|w| w == tp));
         Ok(())
     }
@@ -342,7 +411,9 @@ impl PktlifeProbe {
     fn in_flight(&self) -> Vec<u64> {
         let mut n = vec![0; 2 * MAX_QUEUES as usize];
         for i in 0..self.states.len() {
-            let Some(st) = self.states.get::<pl_skb_state>(i) else { break };
+            let Some(st) = self.states.get::<pl_skb_state>(i) else {
+                break;
+            };
             if st.skb != 0 && st.r#gen == self.generation {
                 let queue = u32::from(st.queue).min(MAX_QUEUES - 1) as usize;
                 n[usize::from(Dir::from_u8(st.dir) == Dir::Tx) * MAX_QUEUES as usize + queue] += 1;
@@ -363,7 +434,8 @@ impl PktlifeProbe {
         // SAFETY of the 'static: the map lives in self.skel, which outlives the
         // ring (the ring is dropped first in Drop order: it is declared later
         // but we take it explicitly in drop()).
-        let map: &'static libbpf_rs::MapMut<'static> = unsafe { &*(&self.skel.maps.events as *const _) };
+        let map: &'static libbpf_rs::MapMut<'static> =
+            unsafe { &*(&self.skel.maps.events as *const _) };
         builder
             .add(map, move |data: &[u8]| {
                 *received.borrow_mut() += 1;
@@ -409,15 +481,29 @@ impl PktlifeProbe {
         if self.links.is_empty() {
             self.stages = Some(out.clone());
         }
-        let in_flight = if last && !self.links.is_empty() { self.in_flight() } else { vec![0; 2 * MAX_QUEUES as usize] };
+        let in_flight = if last && !self.links.is_empty() {
+            self.in_flight()
+        } else {
+            vec![0; 2 * MAX_QUEUES as usize]
+        };
         for (idx, (cut, flying)) in self.cut.iter().zip(in_flight).enumerate() {
             if cut + flying == 0 {
                 continue;
             }
-            let (dir, queue) = (if idx < MAX_QUEUES as usize { Dir::Rx } else { Dir::Tx }, idx as u32 % MAX_QUEUES);
+            let (dir, queue) = (
+                if idx < MAX_QUEUES as usize {
+                    Dir::Rx
+                } else {
+                    Dir::Tx
+                },
+                idx as u32 % MAX_QUEUES,
+            );
             match out.iter_mut().find(|q| q.dir == dir && q.queue == queue) {
                 Some(q) => q.unended += cut + flying,
-                None => out.push(QueueCounters { unended: cut + flying, ..QueueCounters::new(dir, queue) }),
+                None => out.push(QueueCounters {
+                    unended: cut + flying,
+                    ..QueueCounters::new(dir, queue)
+                }),
             }
         }
         Ok(out)
@@ -430,10 +516,16 @@ impl PktlifeProbe {
         let table = &self.queue_stats;
         let mut out = Vec::new();
         for idx in 0..per_cpu_block {
-            let dir = if idx < MAX_QUEUES as usize { Dir::Rx } else { Dir::Tx };
+            let dir = if idx < MAX_QUEUES as usize {
+                Dir::Rx
+            } else {
+                Dir::Tx
+            };
             let mut q = QueueCounters::new(dir, idx as u32 % MAX_QUEUES);
             for entry in (idx..table.len()).step_by(per_cpu_block).take(self.ncpus) {
-                let s: pl_queue_stats = table.get(entry).context("queue_stats entries are smaller than their type")?;
+                let s: pl_queue_stats = table
+                    .get(entry)
+                    .context("queue_stats entries are smaller than their type")?;
                 q.handups += s.handups;
                 q.copies += s.copies;
                 q.frees += s.frees;
@@ -455,8 +547,14 @@ impl PktlifeProbe {
     }
 
     fn percpu_sum(map: &libbpf_rs::MapMut<'_>, key: pl_counter) -> Result<u64> {
-        let vals = map.lookup_percpu(&key.0.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
-        Ok(vals.iter().filter_map(|v| v.get(..8).and_then(|b| b.try_into().ok())).map(u64::from_ne_bytes).sum())
+        let vals = map
+            .lookup_percpu(&key.0.to_ne_bytes(), MapFlags::ANY)?
+            .unwrap_or_default();
+        Ok(vals
+            .iter()
+            .filter_map(|v| v.get(..8).and_then(|b| b.try_into().ok()))
+            .map(u64::from_ne_bytes)
+            .sum())
     }
 
     /// Each hand-up hook's timed frames of the device so far (by handups::HANDUP_TPS).
@@ -525,7 +623,12 @@ impl PktlifeProbe {
 
     /// BPF program ids of this probe (for leak checks and bpf_stats).
     pub fn prog_ids(&self) -> Vec<u32> {
-        self.skel.object().progs().filter(|p| p.autoload()).filter_map(|p| super::loaded_prog_id(&p)).collect()
+        self.skel
+            .object()
+            .progs()
+            .filter(|p| p.autoload())
+            .filter_map(|p| super::loaded_prog_id(&p))
+            .collect()
     }
 
     /// Each hook program that attaches (in windows, or for the whole run): id, name and
@@ -537,7 +640,11 @@ impl PktlifeProbe {
             .progs()
             .filter(|p| p.autoload())
             .filter_map(|p| super::AttachedProg::of(&p))
-            .filter(|a| self.hooks.iter().any(|h| h.tracepoint == a.tracepoint && h.flavor == a.flavor))
+            .filter(|a| {
+                self.hooks
+                    .iter()
+                    .any(|h| h.tracepoint == a.tracepoint && h.flavor == a.flavor)
+            })
             .collect()
     }
 }
@@ -551,7 +658,9 @@ impl Drop for PktlifeProbe {
 }
 
 fn flow_key(k: &pl_flow_key) -> Option<FlowKey> {
-    super::flow_key_of(k.family, k.proto, k.dir, &k.saddr, k.sport, &k.daddr, k.dport)
+    super::flow_key_of(
+        k.family, k.proto, k.dir, &k.saddr, k.sport, &k.daddr, k.dport,
+    )
 }
 
 fn parse_sample(data: &[u8]) -> Option<PacketSample> {
@@ -568,14 +677,17 @@ fn parse_sample(data: &[u8]) -> Option<PacketSample> {
         free_ns: e.free_ns,
         dropped: e.dropped != 0,
         drop_reason: e.drop_reason,
-        flow: if e.flow.family != 0 { flow_key(&e.flow) } else { None },
+        flow: if e.flow.family != 0 {
+            flow_key(&e.flow)
+        } else {
+            None
+        },
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
 
     /// Both hook flavours must pass the verifier with every option that adds
     /// code (records, stage state, the buffer map with frags, the copy
@@ -586,7 +698,10 @@ mod tests {
     #[ignore = "loads BPF: needs root and kernel BTF (make test runs it)"]
     fn every_flavour_loads_with_every_option() {
         assert!(crate::sys::is_root(), "loading BPF needs root");
-        assert!(std::path::Path::new(super::super::features::VMLINUX_BTF).exists(), "loading BPF needs kernel BTF");
+        assert!(
+            std::path::Path::new(super::super::features::VMLINUX_BTF).exists(),
+            "loading BPF needs kernel BTF"
+        );
         let layout = crate::probe::memlayout::MemLayout {
             page_offset: 0,
             // Read from a kernel address at run time: the verifier sees the probe read either way.
@@ -597,7 +712,12 @@ mod tests {
             source: "test".into(),
         };
         for flavor in [Flavor::TpBtf, Flavor::RawTp] {
-            for (join, standin, join_sample) in [(false, false, 1), (true, false, 1), (true, true, 1), (true, false, 4)] {
+            for (join, standin, join_sample) in [
+                (false, false, 1),
+                (true, false, 1),
+                (true, true, 1),
+                (true, false, 4),
+            ] {
                 let cfg = ProbeConfig {
                     ifindex: 1,
                     netns_inode: 0,
@@ -636,9 +756,14 @@ mod tests {
                 copy_standin: standin,
                 join_sample,
             };
-            let p = PktlifeProbe::load(&cfg, &features, HookChoice::Auto, false).expect("pktlife loads");
+            let p = PktlifeProbe::load(&cfg, &features, HookChoice::Auto, false)
+                .expect("pktlife loads");
             assert_eq!(p.attached_links(), 0, "windowed probes wait detached");
-            let l3 = super::super::l3miss::L3missConfig { join_sample, copy_standin: standin, flow_slots: Some(64) };
+            let l3 = super::super::l3miss::L3missConfig {
+                join_sample,
+                copy_standin: standin,
+                flow_slots: Some(64),
+            };
             if let Err(e) = super::super::l3miss::L3missProbe::load(&l3, &p) {
                 panic!("l3miss with copy_standin={standin} join_sample={join_sample}: {e:#}");
             }

@@ -10,11 +10,13 @@ use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{AsRawLibbpf, Link, MapCore, MapFlags, OpenObject};
 use serde::{Deserialize, Serialize};
 
-use super::features::{Features, Flavor, HookChoice};
 use super::explain_bpf_error;
-use super::qcount_skel::types::{pl_flow_key, qc_counter, qc_flow_slot, qc_flow_stats, qc_napi_slot, qc_queue_stats};
-use super::qcount_skel::{QcountSkel, QcountSkelBuilder};
+use super::features::{Features, Flavor, HookChoice};
 use super::flowdrain::{quiescent, FlowTotals};
+use super::qcount_skel::types::{
+    pl_flow_key, qc_counter, qc_flow_slot, qc_flow_stats, qc_napi_slot, qc_queue_stats,
+};
+use super::qcount_skel::{QcountSkel, QcountSkelBuilder};
 use crate::snapshot::{Dir, FlowKey, QueueCounters, NAPI_BUCKETS};
 
 // SAFETY: generated from qcount.h: plain integer structs without padding invariants.
@@ -31,14 +33,18 @@ const _: () = assert!(NAPI_SLOTS.is_power_of_two());
 /// Flow cache slots per CPU and direction (see struct qc_flow_slot).
 const FLOW_SLOTS: u32 = super::qcount_skel::types::qc_flow_cache_slots::QC_FLOW_SLOTS.0;
 const _: () = assert!(FLOW_SLOTS.is_power_of_two());
-const _: () = assert!(std::mem::offset_of!(qc_flow_slot, seq) == 0, "read_flows reads a slot's seq as its first 8 bytes");
+const _: () = assert!(
+    std::mem::offset_of!(qc_flow_slot, seq) == 0,
+    "read_flows reads a slot's seq as its first 8 bytes"
+);
 
 /// Times a flow read starts over when a slot changed flows while it read (then it takes what
 /// it read: at worst one sample's flow counted twice or not yet, until the next read).
 const FLOW_READ_TRIES: usize = 4;
 
 /// Entries of each flow table; a table is drained early once half of them may be taken.
-pub const FLOW_TABLE_ENTRIES: u32 = super::qcount_skel::types::qc_flow_table_entries::QC_FLOW_ENTRIES.0;
+pub const FLOW_TABLE_ENTRIES: u32 =
+    super::qcount_skel::types::qc_flow_table_entries::QC_FLOW_ENTRIES.0;
 
 /// How long a drain waits for the programs to leave the table flipped away from (a program
 /// is in it for a hash update, well under a microsecond; one preempted there is waited for at
@@ -47,7 +53,8 @@ const DRAIN_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Queues per direction the kernel tables hold (MAX_QUEUES in bpf/common.h).
 pub const MAX_QUEUES: u32 = super::qcount_skel::types::ddio_limits::DDIO_MAX_QUEUES.0;
-const _: () = assert!(super::qcount_skel::types::ddio_limits::DDIO_NAPI_BUCKETS.0 as usize == NAPI_BUCKETS);
+const _: () =
+    assert!(super::qcount_skel::types::ddio_limits::DDIO_NAPI_BUCKETS.0 as usize == NAPI_BUCKETS);
 const _: () = assert!(
     std::mem::size_of::<qc_queue_stats>() == 24 * 8 && NAPI_BUCKETS == 12,
     "qc_queue_stats and QueueCounters disagree"
@@ -151,25 +158,39 @@ unsafe impl Send for ProgPtr {}
 fn attach_tcx(prog: ProgPtr, ifindex: u32, first: bool) -> Result<Link> {
     let opts = libbpf_rs::libbpf_sys::bpf_tcx_opts {
         sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_tcx_opts>() as _,
-        flags: if first { libbpf_rs::libbpf_sys::BPF_F_BEFORE } else { 0 },
+        flags: if first {
+            libbpf_rs::libbpf_sys::BPF_F_BEFORE
+        } else {
+            0
+        },
         ..Default::default()
     };
     // SAFETY: prog is a loaded program of a live object; opts is a valid bpf_tcx_opts.
-    let link = unsafe { libbpf_rs::libbpf_sys::bpf_program__attach_tcx(prog.0, ifindex as i32, &opts) };
+    let link =
+        unsafe { libbpf_rs::libbpf_sys::bpf_program__attach_tcx(prog.0, ifindex as i32, &opts) };
     // libbpf returns NULL and sets errno on failure.
     match NonNull::new(link) {
         // SAFETY: a link libbpf just created, owned by nothing else.
         Some(p) => Ok(unsafe { Link::from_ptr(p) }),
         None => Err(anyhow::anyhow!(
             "tcx ingress on ifindex {ifindex}: {}",
-            std::io::Error::last_os_error().to_string().split(" (os error").next().unwrap_or_default()
+            std::io::Error::last_os_error()
+                .to_string()
+                .split(" (os error")
+                .next()
+                .unwrap_or_default()
         )),
     }
 }
 
 /// A tcx link for `prog` on the device `ifindex` of the namespace `ns` (None: this process's),
 /// made on a thread inside it (see `attach_tcx` for `first`).
-pub(crate) fn attach_tcx_in(prog: &libbpf_rs::Program<'_>, ifindex: u32, ns: Option<&std::path::Path>, first: bool) -> Result<Link> {
+pub(crate) fn attach_tcx_in(
+    prog: &libbpf_rs::Program<'_>,
+    ifindex: u32,
+    ns: Option<&std::path::Path>,
+    first: bool,
+) -> Result<Link> {
     // The link outlives the thread: it is a kernel object held by its fd.
     struct SendLink(Link);
     // SAFETY: a bpf_link is an fd plus libbpf bookkeeping, not tied to a thread.
@@ -180,9 +201,15 @@ pub(crate) fn attach_tcx_in(prog: &libbpf_rs::Program<'_>, ifindex: u32, ns: Opt
 
 /// Run `f` on a thread inside the network namespace `ns` (this process's stays as it is): a
 /// tcx link names its device by an index that only means something in its namespace.
-pub(crate) fn in_netns<T: Send>(ns: Option<&std::path::Path>, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+pub(crate) fn in_netns<T: Send>(
+    ns: Option<&std::path::Path>,
+    f: impl FnOnce() -> Result<T> + Send,
+) -> Result<T> {
     let file = match ns {
-        Some(p) => Some(std::fs::File::open(p).with_context(|| format!("opening network namespace {}", p.display()))?),
+        Some(p) => Some(
+            std::fs::File::open(p)
+                .with_context(|| format!("opening network namespace {}", p.display()))?,
+        ),
         None => None,
     };
     let fd = file.as_ref().map(|f| f.as_raw_fd());
@@ -191,7 +218,10 @@ pub(crate) fn in_netns<T: Send>(ns: Option<&std::path::Path>, f: impl FnOnce() -
             if let Some(fd) = fd {
                 // SAFETY: fd is an open nsfs file; setns affects this thread only.
                 if unsafe { libc::setns(fd, libc::CLONE_NEWNET) } != 0 {
-                    bail!("entering the network namespace: {}", std::io::Error::last_os_error());
+                    bail!(
+                        "entering the network namespace: {}",
+                        std::io::Error::last_os_error()
+                    );
                 }
             }
             f()
@@ -203,7 +233,12 @@ pub(crate) fn in_netns<T: Send>(ns: Option<&std::path::Path>, f: impl FnOnce() -
 
 /// Open and load the object: the tracepoint programs in the flavour chosen, the hand-up
 /// programs unless tcx alone is asked for, and the tcx program when `with_tcx`.
-fn load(cfg: &QcountConfig, features: &Features, choice: HookChoice, with_tcx: bool) -> Result<QcountSkel<'static>> {
+fn load(
+    cfg: &QcountConfig,
+    features: &Features,
+    choice: HookChoice,
+    with_tcx: bool,
+) -> Result<QcountSkel<'static>> {
     let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
     let mut open = QcountSkelBuilder::default()
         .open(storage)
@@ -218,23 +253,33 @@ fn load(cfg: &QcountConfig, features: &Features, choice: HookChoice, with_tcx: b
     ro.flow_bytes = cfg.flow_bytes[0];
     ro.flow_bytes_tx = cfg.flow_bytes[1];
     super::size_by_cpu(&mut open.maps.qc_cpu, 1, "the qcount per-CPU scratch")?;
-    super::size_by_cpu(&mut open.maps.qc_queues, 2 * MAX_QUEUES, "the qcount queue table")?;
-    super::size_by_cpu(&mut open.maps.qc_flow_cache, 2 * FLOW_SLOTS, "the qcount flow cache")?;
+    super::size_by_cpu(
+        &mut open.maps.qc_queues,
+        2 * MAX_QUEUES,
+        "the qcount queue table",
+    )?;
+    super::size_by_cpu(
+        &mut open.maps.qc_flow_cache,
+        2 * FLOW_SLOTS,
+        "the qcount flow cache",
+    )?;
     for mut prog in open.open_object_mut().progs_mut() {
         let section = prog.section().to_string_lossy().into_owned();
         let keep = match section.split_once('/') {
             Some(("tcx", _)) => with_tcx && cfg.count_rx,
             Some((prefix, tp)) => {
-                let wanted = (RX_HANDUP_TPS.contains(&tp) && cfg.rx != RxChoice::Tcx && cfg.count_rx)
-                    || (tp == "net_dev_start_xmit" && cfg.count_tx)
-                    || ALWAYS_TPS.contains(&tp);
+                let wanted =
+                    (RX_HANDUP_TPS.contains(&tp) && cfg.rx != RxChoice::Tcx && cfg.count_rx)
+                        || (tp == "net_dev_start_xmit" && cfg.count_tx)
+                        || ALWAYS_TPS.contains(&tp);
                 wanted && flavor_of(features, choice, tp).section_prefix() == format!("{prefix}/")
             }
             None => false,
         };
         prog.set_autoload(keep);
     }
-    open.load().map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, "loading the qcount BPF programs")))
+    open.load()
+        .map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, "loading the qcount BPF programs")))
 }
 
 /// What a tier 0 program counts, for the ones that can run in windows only.
@@ -320,7 +365,10 @@ fn flavor_of(features: &Features, choice: HookChoice, tp: &str) -> Flavor {
         HookChoice::RawTp => Flavor::RawTp,
         HookChoice::TpBtf => Flavor::TpBtf,
         HookChoice::Auto => {
-            if features.vmlinux_btf && features.tracing_prog && features.btf_tracepoints.iter().any(|t| t == tp) {
+            if features.vmlinux_btf
+                && features.tracing_prog
+                && features.btf_tracepoints.iter().any(|t| t == tp)
+            {
                 Flavor::TpBtf
             } else {
                 Flavor::RawTp
@@ -330,7 +378,11 @@ fn flavor_of(features: &Features, choice: HookChoice, tp: &str) -> Flavor {
 }
 
 impl QcountProbe {
-    pub fn attach(cfg: &QcountConfig, features: &Features, choice: HookChoice) -> Result<QcountProbe> {
+    pub fn attach(
+        cfg: &QcountConfig,
+        features: &Features,
+        choice: HookChoice,
+    ) -> Result<QcountProbe> {
         // A tcx program is a network program: without CAP_NET_ADMIN the kernel refuses to load
         // it. Auto then counts at the hand-up tracepoints instead; asked for, tcx fails loudly.
         let want_tcx = cfg.rx != RxChoice::Handup && cfg.count_rx;
@@ -340,7 +392,15 @@ impl QcountProbe {
                 let why = format!("{e:#}");
                 let skel = load(cfg, features, choice, false)
                     .map_err(|e2| anyhow::anyhow!("{e2:#} (with tcx: {why})"))?;
-                (skel, false, vec![Tier0Hook { hook: "tcx/ingress".into(), attach: "none".into(), error: Some(why) }])
+                (
+                    skel,
+                    false,
+                    vec![Tier0Hook {
+                        hook: "tcx/ingress".into(),
+                        attach: "none".into(),
+                        error: Some(why),
+                    }],
+                )
             }
             Err(e) => return Err(e),
         };
@@ -350,21 +410,34 @@ impl QcountProbe {
         // RX: tcx when it attaches (or is asked for), else the hand-up tracepoints.
         let mut rx_source = RxSource::Handup;
         if tcx_loaded {
-            let prog = skel.object().progs_mut().find(|p| p.section() == "tcx/ingress");
+            let prog = skel
+                .object()
+                .progs_mut()
+                .find(|p| p.section() == "tcx/ingress");
             let attached = match prog {
                 // First in the device's chain: it sees every frame the stack takes, whatever
                 // programs attached before it decide, and it only ever continues the chain.
                 Some(p) => attach_tcx_in(&p, cfg.ifindex, cfg.netns_path.as_deref(), true),
-                None => Err(anyhow::anyhow!("the qcount object has no tcx program (build problem)")),
+                None => Err(anyhow::anyhow!(
+                    "the qcount object has no tcx program (build problem)"
+                )),
             };
             match attached {
                 Ok(link) => {
                     links.push(("tcx/ingress".to_string(), link));
-                    hooks.push(Tier0Hook { hook: "tcx/ingress".into(), attach: "tcx".into(), error: None });
+                    hooks.push(Tier0Hook {
+                        hook: "tcx/ingress".into(),
+                        attach: "tcx".into(),
+                        error: None,
+                    });
                     rx_source = RxSource::Tcx;
                 }
                 Err(e) if cfg.rx == RxChoice::Tcx => return Err(e.context("--rx-counts tcx")),
-                Err(e) => hooks.push(Tier0Hook { hook: "tcx/ingress".into(), attach: "none".into(), error: Some(format!("{e:#}")) }),
+                Err(e) => hooks.push(Tier0Hook {
+                    hook: "tcx/ingress".into(),
+                    attach: "none".into(),
+                    error: Some(format!("{e:#}")),
+                }),
             }
         }
         for prog in skel.object().progs_mut() {
@@ -379,7 +452,11 @@ impl QcountProbe {
             match prog.attach() {
                 Ok(link) => {
                     links.push((section.clone(), link));
-                    hooks.push(Tier0Hook { hook: tp.to_string(), attach: prefix.to_string(), error: None });
+                    hooks.push(Tier0Hook {
+                        hook: tp.to_string(),
+                        attach: prefix.to_string(),
+                        error: None,
+                    });
                 }
                 Err(e) => {
                     hooks.push(Tier0Hook {
@@ -397,11 +474,17 @@ impl QcountProbe {
             for (section, link) in links.drain(..) {
                 match role_of(&section) {
                     Some(Role::Count(d)) if cfg.window_only[usize::from(d == Dir::Tx)] => {
-                        window_hooks.push(WindowHook { role: Role::Count(d), section, link: None })
+                        window_hooks.push(WindowHook {
+                            role: Role::Count(d),
+                            section,
+                            link: None,
+                        })
                     }
-                    Some(Role::Napi) if cfg.napi_window_only => {
-                        window_hooks.push(WindowHook { role: Role::Napi, section, link: None })
-                    }
+                    Some(Role::Napi) if cfg.napi_window_only => window_hooks.push(WindowHook {
+                        role: Role::Napi,
+                        section,
+                        link: None,
+                    }),
                     _ => kept.push((section, link)),
                 }
             }
@@ -414,7 +497,11 @@ impl QcountProbe {
         let links = links.into_iter().map(|(_, l)| l).collect();
         let attached = |tp: &str| hooks.iter().any(|h| h.hook == tp && h.error.is_none());
         if cfg.count_tx && !attached("net_dev_start_xmit") {
-            let why = hooks.iter().find(|h| h.hook == "net_dev_start_xmit").and_then(|h| h.error.clone()).unwrap_or_default();
+            let why = hooks
+                .iter()
+                .find(|h| h.hook == "net_dev_start_xmit")
+                .and_then(|h| h.error.clone())
+                .unwrap_or_default();
             bail!("the TX counting hook net_dev_start_xmit could not attach: {why}");
         }
         if !cfg.count_rx {
@@ -509,11 +596,15 @@ impl QcountProbe {
             .object()
             .progs_mut()
             .find(|p| p.section().to_string_lossy() == section)
-            .ok_or_else(|| anyhow::anyhow!("the qcount object has no {section} program (build problem)"))?;
+            .ok_or_else(|| {
+                anyhow::anyhow!("the qcount object has no {section} program (build problem)")
+            })?;
         if section == "tcx/ingress" {
             attach_tcx_in(&prog, self.ifindex, self.netns_path.as_deref(), true)
         } else {
-            prog.attach().map_err(|e| anyhow::anyhow!(explain_bpf_error(&e, &format!("attaching {section}"))))
+            prog.attach().map_err(|e| {
+                anyhow::anyhow!(explain_bpf_error(&e, &format!("attaching {section}")))
+            })
         }
     }
 
@@ -525,7 +616,11 @@ impl QcountProbe {
             let key = (napi_id & (NAPI_SLOTS - 1)).to_ne_bytes();
             // SAFETY: qc_napi_slot is two plain u32s (Plain above).
             let value = unsafe { plain::as_bytes(&slot) };
-            self.skel.maps.qc_napi_queue.update(&key, value, MapFlags::ANY).context("writing qc_napi_queue")?;
+            self.skel
+                .maps
+                .qc_napi_queue
+                .update(&key, value, MapFlags::ANY)
+                .context("writing qc_napi_queue")?;
         }
         Ok(())
     }
@@ -544,10 +639,16 @@ impl QcountProbe {
         let table = &self.queues;
         let mut out = Vec::new();
         for idx in 0..per_cpu_block {
-            let dir = if idx < MAX_QUEUES as usize { Dir::Rx } else { Dir::Tx };
+            let dir = if idx < MAX_QUEUES as usize {
+                Dir::Rx
+            } else {
+                Dir::Tx
+            };
             let mut q = QueueCounters::new(dir, idx as u32 % MAX_QUEUES);
             for entry in (idx..table.len()).step_by(per_cpu_block).take(self.ncpus) {
-                let s: qc_queue_stats = table.get(entry).context("qc_queues entries are smaller than their type")?;
+                let s: qc_queue_stats = table
+                    .get(entry)
+                    .context("qc_queues entries are smaller than their type")?;
                 q.packets += s.packets;
                 q.bytes += s.bytes;
                 q.napi_polls += s.napi_polls;
@@ -566,8 +667,14 @@ impl QcountProbe {
     }
 
     fn percpu_sum(map: &libbpf_rs::MapMut<'_>, key: u32) -> Result<u64> {
-        let vals = map.lookup_percpu(&key.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
-        Ok(vals.iter().filter_map(|v| v.get(..8).and_then(|b| b.try_into().ok())).map(u64::from_ne_bytes).sum())
+        let vals = map
+            .lookup_percpu(&key.to_ne_bytes(), MapFlags::ANY)?
+            .unwrap_or_default();
+        Ok(vals
+            .iter()
+            .filter_map(|v| v.get(..8).and_then(|b| b.try_into().ok()))
+            .map(u64::from_ne_bytes)
+            .sum())
     }
 
     pub fn counter(&self, c: qc_counter) -> Result<u64> {
@@ -576,11 +683,16 @@ impl QcountProbe {
 
     pub fn read_drop_reasons(&self) -> Result<Vec<(u32, u64)>> {
         let n = super::qcount_skel::types::ddio_limits::DDIO_MAX_DROP_REASONS.0;
-        let all = super::percpu_array_all(&self.skel.maps.qc_drop_reasons, n, self.ncpus).context("reading qc_drop_reasons")?;
+        let all = super::percpu_array_all(&self.skel.maps.qc_drop_reasons, n, self.ncpus)
+            .context("reading qc_drop_reasons")?;
         Ok((0..n)
             .zip(all)
             .map(|(r, per_cpu)| {
-                let c = per_cpu.iter().filter_map(|v| v.get(..8).and_then(|b| b.try_into().ok())).map(u64::from_ne_bytes).sum();
+                let c = per_cpu
+                    .iter()
+                    .filter_map(|v| v.get(..8).and_then(|b| b.try_into().ok()))
+                    .map(u64::from_ne_bytes)
+                    .sum();
                 (r, c)
             })
             .filter(|&(_, c)| c > 0)
@@ -601,7 +713,8 @@ impl QcountProbe {
             let before = self.slot_seqs();
             live.clear();
             for t in 0..2 {
-                if t == self.flow_gen() & 1 || self.flows.pending.as_ref().is_some_and(|p| p.0 == t) {
+                if t == self.flow_gen() & 1 || self.flows.pending.as_ref().is_some_and(|p| p.0 == t)
+                {
                     live.extend(self.flow_table_copies(t, false)?);
                 }
             }
@@ -629,7 +742,10 @@ impl QcountProbe {
     /// instead of the overflow bucket.
     pub fn drain_flows_if_filling(&mut self) -> Result<()> {
         let inserts = self.counter(qc_counter::QC_FLOW_INSERTS)?;
-        if self.flows.pending.is_some() || inserts.saturating_sub(self.flows.inserts_at_flip) >= u64::from(FLOW_TABLE_ENTRIES / 2) {
+        if self.flows.pending.is_some()
+            || inserts.saturating_sub(self.flows.inserts_at_flip)
+                >= u64::from(FLOW_TABLE_ENTRIES / 2)
+        {
             self.drain_flows()?;
         }
         Ok(())
@@ -646,7 +762,9 @@ impl QcountProbe {
             self.set_flow_gen(gen + 1)?;
             self.flows.pending = Some((gen & 1, self.slot_seqs()));
         }
-        let Some((table, at_flip)) = self.flows.pending.as_ref() else { return Ok(()) };
+        let Some((table, at_flip)) = self.flows.pending.as_ref() else {
+            return Ok(());
+        };
         let (table, deadline) = (*table, std::time::Instant::now() + DRAIN_WAIT);
         while !quiescent(at_flip, &self.slot_seqs()) {
             if std::time::Instant::now() >= deadline {
@@ -663,11 +781,21 @@ impl QcountProbe {
     /// Which flow table the programs add to (its low bit).
     fn flow_gen(&self) -> usize {
         // SAFETY: flow_gen is a u32 in the mapped .bss, written by this process alone.
-        self.skel.maps.bss_data.as_deref().map_or(0, |b| unsafe { std::ptr::read_volatile(&b.flow_gen) } as usize)
+        self.skel
+            .maps
+            .bss_data
+            .as_deref()
+            .map_or(0, |b| unsafe { std::ptr::read_volatile(&b.flow_gen) }
+                as usize)
     }
 
     fn set_flow_gen(&mut self, gen: usize) -> Result<()> {
-        let b = self.skel.maps.bss_data.as_deref_mut().context("the qcount object has no mapped .bss (build problem)")?;
+        let b = self
+            .skel
+            .maps
+            .bss_data
+            .as_deref_mut()
+            .context("the qcount object has no mapped .bss (build problem)")?;
         // SAFETY: a u32 in the mapped .bss; the programs only read it.
         unsafe { std::ptr::write_volatile(&mut b.flow_gen, gen as u32) };
         // The store before the seqs' loads: with the programs' locked seq add before their
@@ -678,7 +806,9 @@ impl QcountProbe {
 
     /// Each cache slot's seq, its first field, which only ever grows.
     fn slot_seqs(&self) -> Vec<u64> {
-        (0..self.flow_cache.len()).map(|i| self.flow_cache.get::<u64>(i).unwrap_or(0)).collect()
+        (0..self.flow_cache.len())
+            .map(|i| self.flow_cache.get::<u64>(i).unwrap_or(0))
+            .collect()
     }
 
     /// Each queue's overflow bucket, summed over CPUs (queues with none left out).
@@ -686,16 +816,32 @@ impl QcountProbe {
         let per_cpu_block = 2 * MAX_QUEUES as usize;
         let mut out = Vec::new();
         for idx in 0..per_cpu_block {
-            let dir = if idx < MAX_QUEUES as usize { Dir::Rx } else { Dir::Tx };
+            let dir = if idx < MAX_QUEUES as usize {
+                Dir::Rx
+            } else {
+                Dir::Tx
+            };
             let (mut x256, mut bytes, mut unparsed) = (0u64, 0u64, 0u64);
-            for entry in (idx..self.queues.len()).step_by(per_cpu_block).take(self.ncpus) {
-                let s: qc_queue_stats = self.queues.get(entry).context("qc_queues entries are smaller than their type")?;
+            for entry in (idx..self.queues.len())
+                .step_by(per_cpu_block)
+                .take(self.ncpus)
+            {
+                let s: qc_queue_stats = self
+                    .queues
+                    .get(entry)
+                    .context("qc_queues entries are smaller than their type")?;
                 x256 += s.flow_overflow_x256;
                 bytes += s.flow_overflow_bytes;
                 unparsed += s.flow_unparsed;
             }
             if x256 > 0 || unparsed > 0 {
-                out.push(FlowOverflow { dir, queue: idx as u32 % MAX_QUEUES, packets: (x256 + 128) >> 8, bytes, unparsed });
+                out.push(FlowOverflow {
+                    dir,
+                    queue: idx as u32 % MAX_QUEUES,
+                    packets: (x256 + 128) >> 8,
+                    bytes,
+                    unparsed,
+                });
             }
         }
         Ok(out)
@@ -704,11 +850,17 @@ impl QcountProbe {
     /// Each entry's per-CPU copies that hold samples, of flow table `t`; deleted as read when
     /// `take` (only for a table no program adds to any more).
     fn flow_table_copies(&self, t: usize, take: bool) -> Result<Vec<(pl_flow_key, qc_flow_stats)>> {
-        let map = if t == 0 { &self.skel.maps.qc_flows0 } else { &self.skel.maps.qc_flows1 };
+        let map = if t == 0 {
+            &self.skel.maps.qc_flows0
+        } else {
+            &self.skel.maps.qc_flows1
+        };
         let mut out = Vec::new();
         let keys: Vec<Vec<u8>> = map.keys().collect();
         for key in keys {
-            let vals = map.lookup_percpu(&key, MapFlags::ANY).context("reading the flow table")?;
+            let vals = map
+                .lookup_percpu(&key, MapFlags::ANY)
+                .context("reading the flow table")?;
             if take {
                 map.delete(&key).context("draining the flow table")?;
             }
@@ -729,7 +881,12 @@ impl QcountProbe {
 
     /// Each attached program (id, name, hook), for bpf_stats readers.
     pub fn attached_progs(&self) -> Vec<super::AttachedProg> {
-        let attached = |tp: &str| self.hooks.iter().any(|h| h.error.is_none() && (h.hook == tp || h.hook == format!("tcx/{}", tp.trim_start_matches("tcx_"))));
+        let attached = |tp: &str| {
+            self.hooks.iter().any(|h| {
+                h.error.is_none()
+                    && (h.hook == tp || h.hook == format!("tcx/{}", tp.trim_start_matches("tcx_")))
+            })
+        };
         self.skel
             .object()
             .progs()
@@ -742,19 +899,33 @@ impl QcountProbe {
     /// Each attached program's hook and when it runs.
     pub fn plan(&self) -> Vec<super::HookPlan> {
         let of = |section: &str, when| super::HookPlan {
-            prog_id: self.skel.object().progs().find(|p| p.section().to_string_lossy() == section).and_then(|p| super::loaded_prog_id(&p)),
+            prog_id: self
+                .skel
+                .object()
+                .progs()
+                .find(|p| p.section().to_string_lossy() == section)
+                .and_then(|p| super::loaded_prog_id(&p)),
             ..super::HookPlan::of_section(section, when)
         };
         self.always
             .iter()
             .map(|s| of(s, super::When::Always))
-            .chain(self.window_hooks.iter().map(|h| of(&h.section, super::When::Windows)))
+            .chain(
+                self.window_hooks
+                    .iter()
+                    .map(|h| of(&h.section, super::When::Windows)),
+            )
             .collect()
     }
 
     /// BPF program ids of this probe (for leak checks and bpf_stats).
     pub fn prog_ids(&self) -> Vec<u32> {
-        self.skel.object().progs().filter(|p| p.autoload()).filter_map(|p| super::loaded_prog_id(&p)).collect()
+        self.skel
+            .object()
+            .progs()
+            .filter(|p| p.autoload())
+            .filter_map(|p| super::loaded_prog_id(&p))
+            .collect()
     }
 }
 
@@ -763,14 +934,32 @@ mod tests {
     use super::*;
 
     fn key(sport: u16, qslot: u8) -> pl_flow_key {
-        let mut k = pl_flow_key { family: 4, proto: 6, dir: 0, qslot, sport, dport: 5201, ..Default::default() };
+        let mut k = pl_flow_key {
+            family: 4,
+            proto: 6,
+            dir: 0,
+            qslot,
+            sport,
+            dport: 5201,
+            ..Default::default()
+        };
         k.saddr[..4].copy_from_slice(&[10, 0, 0, 1]);
         k.daddr[..4].copy_from_slice(&[10, 0, 0, 2]);
         k
     }
 
     fn sums(samples: u64, bytes: u64, first_ns: u64, last_ns: u64, queue: u32) -> qc_flow_stats {
-        qc_flow_stats { samples, packets_x256: samples * 256, bytes, payload_x256: bytes * 200, bytes_var: 7, first_ns, last_ns, queue, pad: 0 }
+        qc_flow_stats {
+            samples,
+            packets_x256: samples * 256,
+            bytes,
+            payload_x256: bytes * 200,
+            bytes_var: 7,
+            first_ns,
+            last_ns,
+            queue,
+            pad: 0,
+        }
     }
 
     #[test]
@@ -789,10 +978,16 @@ mod tests {
         flows.sort_by_key(|f| (f.key.sport, f.queue));
         assert_eq!(flows.len(), 3);
         let f = &flows[0];
-        assert_eq!((f.samples, f.packets, f.bytes, f.bytes_var), (6, 6, 9000, 21));
+        assert_eq!(
+            (f.samples, f.packets, f.bytes, f.bytes_var),
+            (6, 6, 9000, 21)
+        );
         assert_eq!(f.payload_bytes, (9000 * 200 + 128) >> 8);
         assert_eq!((f.first_ns, f.last_ns, f.queue), (100, 300, 0));
-        assert_eq!((flows[1].queue, flows[1].bytes, flows[1].first_ns), (1, 1000, 400));
+        assert_eq!(
+            (flows[1].queue, flows[1].bytes, flows[1].first_ns),
+            (1, 1000, 400)
+        );
         assert_eq!((flows[2].key.sport, flows[2].samples), (4001, 5));
     }
 }

@@ -28,7 +28,15 @@ const TCP_DESTROY_GROUPS: u32 = 1 | 1 << 2;
 const INET_DIAG_INFO: u16 = 2;
 /// Every TCP state whose socket is a full one with counters: not LISTEN (10), TIME_WAIT (6) or
 /// NEW_SYN_RECV (12), which are listeners and mini-sockets.
-const STATES: u32 = (1 << 1) | (1 << 2) | (1 << 3) | (1 << 4) | (1 << 5) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 11);
+const STATES: u32 = (1 << 1)
+    | (1 << 2)
+    | (1 << 3)
+    | (1 << 4)
+    | (1 << 5)
+    | (1 << 7)
+    | (1 << 8)
+    | (1 << 9)
+    | (1 << 11);
 /// `struct inet_diag_msg` (uapi linux/inet_diag.h): family, then the socket id's ports (big
 /// endian), addresses and cookie, then fields not read here.
 const DIAG_MSG_LEN: usize = 72;
@@ -112,10 +120,20 @@ pub fn parse_diag(msg: &[u8]) -> Option<SocketStat> {
     let rport = u16::from_be_bytes([msg[6], msg[7]]);
     let local = addr(family, &msg[8..24])?;
     let remote = addr(family, &msg[24..40])?;
-    let cookie = u64::from(u32::from_ne_bytes(msg[44..48].try_into().ok()?)) | u64::from(u32::from_ne_bytes(msg[48..52].try_into().ok()?)) << 32;
-    let info = netlink::attrs(&msg[DIAG_MSG_LEN..]).into_iter().find(|(k, _)| *k == INET_DIAG_INFO)?.1;
-    let u64_at = |o: usize| info.get(o..o + 8).map(|b| u64::from_ne_bytes(b.try_into().unwrap_or_default()));
-    let u32_at = |o: usize| info.get(o..o + 4).map(|b| u64::from(u32::from_ne_bytes(b.try_into().unwrap_or_default())));
+    let cookie = u64::from(u32::from_ne_bytes(msg[44..48].try_into().ok()?))
+        | u64::from(u32::from_ne_bytes(msg[48..52].try_into().ok()?)) << 32;
+    let info = netlink::attrs(&msg[DIAG_MSG_LEN..])
+        .into_iter()
+        .find(|(k, _)| *k == INET_DIAG_INFO)?
+        .1;
+    let u64_at = |o: usize| {
+        info.get(o..o + 8)
+            .map(|b| u64::from_ne_bytes(b.try_into().unwrap_or_default()))
+    };
+    let u32_at = |o: usize| {
+        info.get(o..o + 4)
+            .map(|b| u64::from(u32::from_ne_bytes(b.try_into().unwrap_or_default())))
+    };
     let counts = Counts {
         segs_in: u32_at(TCPI_SEGS_IN)?,
         segs_out: u32_at(TCPI_SEGS_OUT)?,
@@ -124,7 +142,16 @@ pub fn parse_diag(msg: &[u8]) -> Option<SocketStat> {
         // (5.5 on), else the bytes acknowledged.
         bytes_out: u64_at(TCPI_BYTES_SENT).or_else(|| u64_at(TCPI_BYTES_ACKED))?,
     };
-    Some(SocketStat { cookie, conn: Conn { local, lport, remote, rport }, counts })
+    Some(SocketStat {
+        cookie,
+        conn: Conn {
+            local,
+            lport,
+            remote,
+            rport,
+        },
+        counts,
+    })
 }
 
 /// A connection open at the last read.
@@ -168,7 +195,12 @@ impl SocketTable {
         self.ended(destroyed, now);
         for s in listed {
             let base = if first { s.counts } else { Counts::default() };
-            let o = self.open.entry(s.cookie).or_insert(Open { conn: s.conn, base, now: s.counts, missed: 0 });
+            let o = self.open.entry(s.cookie).or_insert(Open {
+                conn: s.conn,
+                base,
+                now: s.counts,
+                missed: 0,
+            });
             o.now = s.counts;
             o.missed = 0;
         }
@@ -214,15 +246,25 @@ impl SocketTable {
     }
 
     fn close(&mut self, conn: Conn, counts: Counts, now: Instant) {
-        let c = self.closed.entry(conn).or_insert(Closed { counts: Counts::default(), at: now, claimed: false });
+        let c = self.closed.entry(conn).or_insert(Closed {
+            counts: Counts::default(),
+            at: now,
+            claimed: false,
+        });
         c.counts.add(counts);
         c.at = now;
     }
 
     fn prune(&mut self, now: Instant) {
-        self.closed.retain(|_, c| c.claimed || now.duration_since(c.at) < CLOSED_GRACE);
+        self.closed
+            .retain(|_, c| c.claimed || now.duration_since(c.at) < CLOSED_GRACE);
         if self.closed.len() > MAX_CLOSED {
-            let mut unclaimed: Vec<(Instant, Conn)> = self.closed.iter().filter(|(_, c)| !c.claimed).map(|(k, c)| (c.at, *k)).collect();
+            let mut unclaimed: Vec<(Instant, Conn)> = self
+                .closed
+                .iter()
+                .filter(|(_, c)| !c.claimed)
+                .map(|(k, c)| (c.at, *k))
+                .collect();
             unclaimed.sort_by_key(|(at, _)| *at);
             let excess = self.closed.len() - MAX_CLOSED;
             for (_, k) in unclaimed.into_iter().take(excess) {
@@ -236,7 +278,9 @@ impl SocketTable {
     pub fn counts(&self, conn: &Conn) -> Option<Counts> {
         let mut total = self.closed.get(conn).map(|c| c.counts);
         for o in self.open.values().filter(|o| o.conn == *conn) {
-            total.get_or_insert_with(Counts::default).add(o.now.since(o.base));
+            total
+                .get_or_insert_with(Counts::default)
+                .add(o.now.since(o.base));
         }
         total
     }
@@ -246,7 +290,8 @@ impl SocketTable {
     /// samples, or the bare TCP header with timestamps if it has none.
     pub fn apply(&mut self, flows: &mut [SampledFlow]) -> HashSet<FlowKey> {
         let by_conn: HashMap<Conn, Counts> = {
-            let mut m: HashMap<Conn, Counts> = self.closed.iter().map(|(k, c)| (*k, c.counts)).collect();
+            let mut m: HashMap<Conn, Counts> =
+                self.closed.iter().map(|(k, c)| (*k, c.counts)).collect();
             for o in self.open.values() {
                 m.entry(o.conn).or_default().add(o.now.since(o.base));
             }
@@ -254,8 +299,12 @@ impl SocketTable {
         };
         let mut applied = HashSet::new();
         for f in flows.iter_mut().filter(|f| f.key.proto == "tcp") {
-            let Some(conn) = conn_of(&f.key) else { continue };
-            let Some(c) = by_conn.get(&conn) else { continue };
+            let Some(conn) = conn_of(&f.key) else {
+                continue;
+            };
+            let Some(c) = by_conn.get(&conn) else {
+                continue;
+            };
             let (packets, payload) = match f.key.dir {
                 Dir::Rx => (c.segs_in, c.bytes_in),
                 Dir::Tx => (c.segs_out, c.bytes_out),
@@ -296,8 +345,18 @@ fn conn_of(k: &FlowKey) -> Option<Conn> {
     let src: IpAddr = k.src.parse().ok()?;
     let dst: IpAddr = k.dst.parse().ok()?;
     Some(match k.dir {
-        Dir::Rx => Conn { local: dst, lport: k.dport, remote: src, rport: k.sport },
-        Dir::Tx => Conn { local: src, lport: k.sport, remote: dst, rport: k.dport },
+        Dir::Rx => Conn {
+            local: dst,
+            lport: k.dport,
+            remote: src,
+            rport: k.sport,
+        },
+        Dir::Tx => Conn {
+            local: src,
+            lport: k.sport,
+            remote: dst,
+            rport: k.dport,
+        },
     })
 }
 
@@ -316,15 +375,26 @@ impl SocketFlows {
     /// first read. Fails where the kernel has no sock_diag for TCP or refuses the
     /// notifications (they need CAP_NET_ADMIN).
     pub fn open(netns: Option<&Path>) -> Result<SocketFlows> {
-        let destroys = Netlink::subscribe(NETLINK_SOCK_DIAG, netns, TCP_DESTROY_GROUPS, DESTROY_RCVBUF)?;
+        let destroys =
+            Netlink::subscribe(NETLINK_SOCK_DIAG, netns, TCP_DESTROY_GROUPS, DESTROY_RCVBUF)?;
         let dump = Netlink::open(NETLINK_SOCK_DIAG, netns)?;
-        let mut s = SocketFlows { dump, destroys, table: SocketTable::default(), overflows: 0 };
+        let mut s = SocketFlows {
+            dump,
+            destroys,
+            table: SocketTable::default(),
+            overflows: 0,
+        };
         s.read()?;
         Ok(s)
     }
 
     fn dump_family(&mut self, family: u8) -> Result<Vec<SocketStat>> {
-        let mut req = vec![family, libc::IPPROTO_TCP as u8, 1 << (INET_DIAG_INFO - 1), 0];
+        let mut req = vec![
+            family,
+            libc::IPPROTO_TCP as u8,
+            1 << (INET_DIAG_INFO - 1),
+            0,
+        ];
         req.extend_from_slice(&STATES.to_ne_bytes());
         req.extend_from_slice(&[0u8; 48]);
         let msgs = self
@@ -372,17 +442,30 @@ impl SocketFlows {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn conn(lport: u16) -> Conn {
-        Conn { local: "10.0.0.2".parse().unwrap(), lport, remote: "10.0.0.1".parse().unwrap(), rport: 5201 }
+        Conn {
+            local: "10.0.0.2".parse().unwrap(),
+            lport,
+            remote: "10.0.0.1".parse().unwrap(),
+            rport: 5201,
+        }
     }
 
     fn stat(cookie: u64, lport: u16, segs_in: u64, bytes_in: u64) -> SocketStat {
-        SocketStat { cookie, conn: conn(lport), counts: Counts { segs_in, segs_out: segs_in / 2, bytes_in, bytes_out: 0 } }
+        SocketStat {
+            cookie,
+            conn: conn(lport),
+            counts: Counts {
+                segs_in,
+                segs_out: segs_in / 2,
+                bytes_in,
+                bytes_out: 0,
+            },
+        }
     }
 
     fn flow(dir: Dir, lport: u16, packets: u64, bytes: u64, payload: u64) -> SampledFlow {
@@ -391,7 +474,14 @@ mod tests {
             Dir::Tx => ("10.0.0.2", lport, "10.0.0.1", 5201),
         };
         SampledFlow {
-            key: FlowKey { dir, proto: "tcp".into(), src: src.into(), sport, dst: dst.into(), dport },
+            key: FlowKey {
+                dir,
+                proto: "tcp".into(),
+                src: src.into(),
+                sport,
+                dst: dst.into(),
+                dport,
+            },
             queue: 1,
             samples: 10,
             packets,
@@ -408,9 +498,19 @@ mod tests {
         let t0 = Instant::now();
         let mut t = SocketTable::default();
         t.update(&[stat(1, 40000, 100, 100_000)], &[], t0);
-        t.update(&[stat(1, 40000, 150, 160_000), stat(2, 40001, 7, 5_000)], &[], t0);
-        assert_eq!(t.counts(&conn(40000)).map(|c| (c.segs_in, c.bytes_in)), Some((50, 60_000)));
-        assert_eq!(t.counts(&conn(40001)).map(|c| (c.segs_in, c.bytes_in)), Some((7, 5_000)));
+        t.update(
+            &[stat(1, 40000, 150, 160_000), stat(2, 40001, 7, 5_000)],
+            &[],
+            t0,
+        );
+        assert_eq!(
+            t.counts(&conn(40000)).map(|c| (c.segs_in, c.bytes_in)),
+            Some((50, 60_000))
+        );
+        assert_eq!(
+            t.counts(&conn(40001)).map(|c| (c.segs_in, c.bytes_in)),
+            Some((7, 5_000))
+        );
         assert_eq!(t.counts(&conn(40002)), None);
     }
 
@@ -420,7 +520,11 @@ mod tests {
         let mut t = SocketTable::default();
         t.update(&[stat(1, 40000, 100, 100_000)], &[], t0);
         // 3 opened and closed between two reads; 1 closed with more than the last read saw.
-        t.update(&[], &[stat(3, 40003, 20, 30_000), stat(1, 40000, 400, 700_000)], t0);
+        t.update(
+            &[],
+            &[stat(3, 40003, 20, 30_000), stat(1, 40000, 400, 700_000)],
+            t0,
+        );
         assert_eq!(t.counts(&conn(40003)).map(|c| c.bytes_in), Some(30_000));
         assert_eq!(t.counts(&conn(40000)).map(|c| c.bytes_in), Some(600_000));
         assert_eq!(t.unseen_ends, 0);
@@ -455,7 +559,11 @@ mod tests {
         let t0 = Instant::now();
         let mut t = SocketTable::default();
         t.update(&[], &[], t0);
-        t.update(&[], &[stat(7, 40007, 5, 5_000), stat(8, 40008, 6, 6_000)], t0);
+        t.update(
+            &[],
+            &[stat(7, 40007, 5, 5_000), stat(8, 40008, 6, 6_000)],
+            t0,
+        );
         let mut flows = vec![flow(Dir::Rx, 40007, 4, 5_000, 4_000)];
         assert_eq!(t.apply(&mut flows).len(), 1);
         t.update(&[], &[], t0 + CLOSED_GRACE + Duration::from_secs(1));
@@ -468,7 +576,16 @@ mod tests {
         let t0 = Instant::now();
         let mut t = SocketTable::default();
         t.update(&[], &[], t0);
-        let s = SocketStat { cookie: 9, conn: conn(40009), counts: Counts { segs_in: 1000, segs_out: 40, bytes_in: 1_448_000, bytes_out: 0 } };
+        let s = SocketStat {
+            cookie: 9,
+            conn: conn(40009),
+            counts: Counts {
+                segs_in: 1000,
+                segs_out: 40,
+                bytes_in: 1_448_000,
+                bytes_out: 0,
+            },
+        };
         t.update(&[s], &[], t0);
         // Estimates with 66 header bytes a packet; a UDP flow and a flow of another connection
         // keep theirs.
@@ -476,12 +593,24 @@ mod tests {
             flow(Dir::Rx, 40009, 900, 900 * 1514, 900 * 1448),
             flow(Dir::Tx, 40009, 50, 50 * 66, 0),
             flow(Dir::Rx, 40010, 5, 500, 200),
-            SampledFlow { key: FlowKey { proto: "udp".into(), ..flow(Dir::Rx, 40009, 1, 1, 1).key }, ..flow(Dir::Rx, 40009, 3, 300, 100) },
+            SampledFlow {
+                key: FlowKey {
+                    proto: "udp".into(),
+                    ..flow(Dir::Rx, 40009, 1, 1, 1).key
+                },
+                ..flow(Dir::Rx, 40009, 3, 300, 100)
+            },
         ];
         let exact = t.apply(&mut flows);
         assert_eq!(exact.len(), 2);
-        assert_eq!((flows[0].packets, flows[0].payload_bytes, flows[0].bytes), (1000, 1_448_000, 1_448_000 + 66_000));
-        assert_eq!((flows[1].packets, flows[1].payload_bytes, flows[1].bytes), (40, 0, 40 * 66));
+        assert_eq!(
+            (flows[0].packets, flows[0].payload_bytes, flows[0].bytes),
+            (1000, 1_448_000, 1_448_000 + 66_000)
+        );
+        assert_eq!(
+            (flows[1].packets, flows[1].payload_bytes, flows[1].bytes),
+            (40, 0, 40 * 66)
+        );
         assert_eq!(flows[0].bytes_var, 0);
         assert_eq!((flows[2].packets, flows[3].packets), (5, 3));
     }
@@ -510,18 +639,50 @@ mod tests {
 
     #[test]
     fn diag_messages_parse_with_mapped_addresses_and_older_kernels_tcp_info() {
-        let s = parse_diag(&diag_msg(libc::AF_INET as u8, &[10, 0, 0, 2], &[10, 0, 0, 1], 232)).unwrap();
+        let s = parse_diag(&diag_msg(
+            libc::AF_INET as u8,
+            &[10, 0, 0, 2],
+            &[10, 0, 0, 1],
+            232,
+        ))
+        .unwrap();
         assert_eq!(s.cookie, 7 | 1 << 32);
         assert_eq!(s.conn, conn(40000));
-        assert_eq!(s.counts, Counts { segs_in: 4, segs_out: 3, bytes_in: 22, bytes_out: 33 });
+        assert_eq!(
+            s.counts,
+            Counts {
+                segs_in: 4,
+                segs_out: 3,
+                bytes_in: 22,
+                bytes_out: 33
+            }
+        );
         let mapped = |a: [u8; 4]| [[0u8; 10].as_slice(), &[0xff, 0xff], &a].concat();
-        let v6 = parse_diag(&diag_msg(libc::AF_INET6 as u8, &mapped([10, 0, 0, 2]), &mapped([10, 0, 0, 1]), 232)).unwrap();
+        let v6 = parse_diag(&diag_msg(
+            libc::AF_INET6 as u8,
+            &mapped([10, 0, 0, 2]),
+            &mapped([10, 0, 0, 1]),
+            232,
+        ))
+        .unwrap();
         assert_eq!(v6.conn, conn(40000));
         // A tcp_info from before bytes_sent: the bytes acknowledged.
-        let old = parse_diag(&diag_msg(libc::AF_INET as u8, &[10, 0, 0, 2], &[10, 0, 0, 1], 192)).unwrap();
+        let old = parse_diag(&diag_msg(
+            libc::AF_INET as u8,
+            &[10, 0, 0, 2],
+            &[10, 0, 0, 1],
+            192,
+        ))
+        .unwrap();
         assert_eq!(old.counts.bytes_out, 11);
         // Too short to hold the segment counts, or no info at all: not a counted socket.
-        assert!(parse_diag(&diag_msg(libc::AF_INET as u8, &[10, 0, 0, 2], &[10, 0, 0, 1], 100)).is_none());
+        assert!(parse_diag(&diag_msg(
+            libc::AF_INET as u8,
+            &[10, 0, 0, 2],
+            &[10, 0, 0, 1],
+            100
+        ))
+        .is_none());
         assert!(parse_diag(&[0u8; 40]).is_none());
     }
 
@@ -533,7 +694,8 @@ mod tests {
     #[ignore = "needs CAP_NET_ADMIN (sock_diag close notifications): run as root with --include-ignored"]
     fn a_loopback_connection_is_counted_exactly_through_its_close() {
         use std::io::{Read, Write};
-        let mut s = SocketFlows::open(None).expect("sock_diag with close notifications (needs CAP_NET_ADMIN)");
+        let mut s = SocketFlows::open(None)
+            .expect("sock_diag with close notifications (needs CAP_NET_ADMIN)");
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let mut client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -543,8 +705,16 @@ mod tests {
         let mut got = vec![0u8; sent.len()];
         server.read_exact(&mut got).unwrap();
         s.read().unwrap();
-        let server_end = Conn { local: "127.0.0.1".parse().unwrap(), lport: port, remote: "127.0.0.1".parse().unwrap(), rport: client.local_addr().unwrap().port() };
-        assert_eq!(s.table().counts(&server_end).map(|c| c.bytes_in), Some(300_000));
+        let server_end = Conn {
+            local: "127.0.0.1".parse().unwrap(),
+            lport: port,
+            remote: "127.0.0.1".parse().unwrap(),
+            rport: client.local_addr().unwrap().port(),
+        };
+        assert_eq!(
+            s.table().counts(&server_end).map(|c| c.bytes_in),
+            Some(300_000)
+        );
         client.write_all(&[1u8; 1000]).unwrap();
         server.read_exact(&mut got[..1000]).unwrap();
         drop(client);

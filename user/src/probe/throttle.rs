@@ -10,7 +10,9 @@
 use std::mem::offset_of;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use perf_event_open_sys::bindings::{perf_event_mmap_page, PERF_RECORD_LOST, PERF_RECORD_THROTTLE, PERF_RECORD_UNTHROTTLE};
+use perf_event_open_sys::bindings::{
+    perf_event_mmap_page, PERF_RECORD_LOST, PERF_RECORD_THROTTLE, PERF_RECORD_UNTHROTTLE,
+};
 
 /// Data pages per CPU (a power of two, as the kernel requires): 64 KiB, 2048 records, where a
 /// sampler throttled at every tick writes two per tick: a second's worth at HZ = 1000 between
@@ -35,7 +37,10 @@ pub struct ThrottleRing<B: AsMut<[u8]>> {
 
 impl<B: AsMut<[u8]>> ThrottleRing<B> {
     pub fn new(buf: B) -> Self {
-        ThrottleRing { buf, cpu: CpuState::default() }
+        ThrottleRing {
+            buf,
+            cpu: CpuState::default(),
+        }
     }
 
     /// Consume every complete record; `now_ns` (the records' clock, CLOCK_MONOTONIC) closes
@@ -48,7 +53,10 @@ impl<B: AsMut<[u8]>> ThrottleRing<B> {
         }
         let head_at = offset_of!(perf_event_mmap_page, data_head);
         let tail_at = offset_of!(perf_event_mmap_page, data_tail);
-        let (mut off, mut size) = (read_u64(buf, offset_of!(perf_event_mmap_page, data_offset)), read_u64(buf, offset_of!(perf_event_mmap_page, data_size)));
+        let (mut off, mut size) = (
+            read_u64(buf, offset_of!(perf_event_mmap_page, data_offset)),
+            read_u64(buf, offset_of!(perf_event_mmap_page, data_size)),
+        );
         if size == 0 {
             // Kernels before 4.1 leave these 0: data starts at the second page.
             off = page_size as u64;
@@ -61,7 +69,8 @@ impl<B: AsMut<[u8]>> ThrottleRing<B> {
         // SAFETY: the control page is 8-byte aligned (page-aligned mapping or a Vec<u64>-backed
         // test buffer) and data_head/data_tail are u64 fields at 8-byte offsets in it; the kernel
         // writes data_head and reads data_tail concurrently, hence atomics.
-        let head = unsafe { &*(buf.as_mut_ptr().add(head_at) as *const AtomicU64) }.load(Ordering::Acquire);
+        let head = unsafe { &*(buf.as_mut_ptr().add(head_at) as *const AtomicU64) }
+            .load(Ordering::Acquire);
         let tail_cell = unsafe { &*(buf.as_mut_ptr().add(tail_at) as *const AtomicU64) };
         let mut tail = tail_cell.load(Ordering::Relaxed);
         let data = &buf[off..off + size];
@@ -75,7 +84,11 @@ impl<B: AsMut<[u8]>> ThrottleRing<B> {
                 break;
             }
             let body = read_ring(data, tail + 8, (len - 8).min(32) as usize);
-            let word = |i: usize| body.get(i * 8..i * 8 + 8).and_then(|b| b.try_into().ok()).map(u64::from_ne_bytes);
+            let word = |i: usize| {
+                body.get(i * 8..i * 8 + 8)
+                    .and_then(|b| b.try_into().ok())
+                    .map(u64::from_ne_bytes)
+            };
             match kind {
                 PERF_RECORD_THROTTLE => {
                     t.throttles += 1;
@@ -117,13 +130,18 @@ impl<B: AsMut<[u8]>> ThrottleRing<B> {
 }
 
 fn read_u64(buf: &[u8], at: usize) -> u64 {
-    buf.get(at..at + 8).and_then(|b| b.try_into().ok()).map(u64::from_ne_bytes).unwrap_or(0)
+    buf.get(at..at + 8)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_ne_bytes)
+        .unwrap_or(0)
 }
 
 /// `n` bytes from ring position `pos`, wrapping at the end of the data area.
 fn read_ring(data: &[u8], pos: u64, n: usize) -> Vec<u8> {
     let len = data.len() as u64;
-    (0..n as u64).map(|i| data[((pos + i) % len) as usize]).collect()
+    (0..n as u64)
+        .map(|i| data[((pos + i) % len) as usize])
+        .collect()
 }
 
 pub fn page_size() -> usize {
@@ -149,15 +167,19 @@ mod tests {
     impl AsMut<[u8]> for FakeRing {
         fn as_mut(&mut self) -> &mut [u8] {
             // SAFETY: a Vec<u64>'s storage viewed as bytes, same length in bytes.
-            unsafe { std::slice::from_raw_parts_mut(self.0.as_mut_ptr() as *mut u8, self.0.len() * 8) }
+            unsafe {
+                std::slice::from_raw_parts_mut(self.0.as_mut_ptr() as *mut u8, self.0.len() * 8)
+            }
         }
     }
 
     fn ring() -> ThrottleRing<FakeRing> {
         let mut r = ThrottleRing::new(FakeRing(vec![0u64; (PAGE + DATA) / 8]));
         let b = r.buf.as_mut();
-        b[offset_of!(perf_event_mmap_page, data_offset)..][..8].copy_from_slice(&(PAGE as u64).to_ne_bytes());
-        b[offset_of!(perf_event_mmap_page, data_size)..][..8].copy_from_slice(&(DATA as u64).to_ne_bytes());
+        b[offset_of!(perf_event_mmap_page, data_offset)..][..8]
+            .copy_from_slice(&(PAGE as u64).to_ne_bytes());
+        b[offset_of!(perf_event_mmap_page, data_size)..][..8]
+            .copy_from_slice(&(DATA as u64).to_ne_bytes());
         r
     }
 
@@ -196,7 +218,14 @@ mod tests {
         throttle(&mut r, 9_000);
         unthrottle(&mut r, 10_500);
         r.drain(20_000, &mut t);
-        assert_eq!(t, ThrottleTotals { throttles: 2, throttled_ns: 4_000 + 1_500, records_lost: 0 });
+        assert_eq!(
+            t,
+            ThrottleTotals {
+                throttles: 2,
+                throttled_ns: 4_000 + 1_500,
+                records_lost: 0
+            }
+        );
         // Nothing new: nothing added.
         r.drain(30_000, &mut t);
         assert_eq!(t.throttled_ns, 5_500);
@@ -231,11 +260,21 @@ mod tests {
         for _ in 0..5 {
             push(&mut r, PERF_RECORD_LOST, &[7, 3]);
         }
-        assert_eq!(read_u64(r.buf.as_mut(), offset_of!(perf_event_mmap_page, data_head)) % DATA as u64, 248);
+        assert_eq!(
+            read_u64(r.buf.as_mut(), offset_of!(perf_event_mmap_page, data_head)) % DATA as u64,
+            248
+        );
         throttle(&mut r, 2_000);
         unthrottle(&mut r, 2_070);
         r.drain(2_100, &mut t);
-        assert_eq!(t, ThrottleTotals { throttles: 11, throttled_ns: 470, records_lost: 15 });
+        assert_eq!(
+            t,
+            ThrottleTotals {
+                throttles: 11,
+                throttled_ns: 470,
+                records_lost: 15
+            }
+        );
     }
 
     #[test]
@@ -248,7 +287,14 @@ mod tests {
         r.disabled(4_000, &mut t);
         unthrottle(&mut r, 90_000);
         r.drain(95_000, &mut t);
-        assert_eq!(t, ThrottleTotals { throttles: 1, throttled_ns: 3_000, records_lost: 0 });
+        assert_eq!(
+            t,
+            ThrottleTotals {
+                throttles: 1,
+                throttled_ns: 3_000,
+                records_lost: 0
+            }
+        );
     }
 
     #[test]
@@ -263,7 +309,14 @@ mod tests {
         throttle(&mut r, 60_000);
         push(&mut r, PERF_RECORD_LOST, &[7, 1]);
         r.drain(90_000, &mut t);
-        assert_eq!(t, ThrottleTotals { throttles: 3, throttled_ns: 1_000, records_lost: 1 });
+        assert_eq!(
+            t,
+            ThrottleTotals {
+                throttles: 3,
+                throttled_ns: 1_000,
+                records_lost: 1
+            }
+        );
     }
 
     #[test]

@@ -42,7 +42,9 @@ impl StoppedBy {
             StoppedBy::Signal => "stopped by a signal",
             StoppedBy::Duration => "ran its duration",
             StoppedBy::DeviceRemoved => "stopped: the interface was removed",
-            StoppedBy::DeviceMoved => "stopped: the interface was moved to another network namespace",
+            StoppedBy::DeviceMoved => {
+                "stopped: the interface was moved to another network namespace"
+            }
             StoppedBy::NetnsDeleted => "stopped: the interface's network namespace was deleted",
             StoppedBy::DiskFull => "stopped: the disk filled; the intervals before are complete",
         }
@@ -280,12 +282,14 @@ impl RecordingMeta {
     /// What drove the L3-miss samples. Recordings from before `miss_source` was stored
     /// fall back to the label they stored, which began with a fixed phrase per source.
     pub fn miss_source(&self) -> Option<MissSampling> {
-        self.miss_source.or_else(|| self.miss_sampling.as_deref().and_then(legacy_miss_source))
+        self.miss_source
+            .or_else(|| self.miss_sampling.as_deref().and_then(legacy_miss_source))
     }
 
     /// Whether the samples come from a software stand-in (stored, else from the source).
     pub fn miss_stand_in(&self) -> bool {
-        self.miss_stand_in.unwrap_or_else(|| self.miss_source().is_some_and(MissSampling::is_stand_in))
+        self.miss_stand_in
+            .unwrap_or_else(|| self.miss_source().is_some_and(MissSampling::is_stand_in))
     }
 
     /// The counter platform as detected. Recordings from before `platform_detection` was
@@ -294,7 +298,10 @@ impl RecordingMeta {
     pub fn platform_detection(&self) -> Option<Detection> {
         self.platform_detection.clone().or_else(|| {
             let reason = self.platform.as_deref()?.strip_prefix("unsupported: ")?;
-            Some(Detection::Unsupported { reason: reason.to_string(), cpu: None })
+            Some(Detection::Unsupported {
+                reason: reason.to_string(),
+                cpu: None,
+            })
         })
     }
 }
@@ -304,13 +311,22 @@ impl RecordingMeta {
 fn legacy_miss_source(label: &str) -> Option<MissSampling> {
     const PREFIXES: [(&str, MissSampling); 6] = [
         ("MEM_LOAD_RETIRED.L3_MISS (PEBS)", MissSampling::Pebs),
-        ("software cpu-clock taking the address of the buffer being copied", MissSampling::SoftwareCopy),
+        (
+            "software cpu-clock taking the address of the buffer being copied",
+            MissSampling::SoftwareCopy,
+        ),
         ("software cpu-clock (stand-in", MissSampling::SoftwareClock),
-        ("software page-faults (stand-in", MissSampling::SoftwareFaults),
+        (
+            "software page-faults (stand-in",
+            MissSampling::SoftwareFaults,
+        ),
         ("off", MissSampling::Off),
         ("absent", MissSampling::Absent),
     ];
-    PREFIXES.iter().find(|(p, _)| label.starts_with(p)).map(|&(_, s)| s)
+    PREFIXES
+        .iter()
+        .find(|(p, _)| label.starts_with(p))
+        .map(|&(_, s)| s)
 }
 
 #[cfg(test)]
@@ -318,7 +334,10 @@ mod tests {
     use super::*;
 
     fn rows(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -348,7 +367,11 @@ mod tests {
         assert_eq!(stored["miss_source"], "software-copy");
         assert_eq!(stored["stopped_by"], "signal");
         assert!(!stored.contains_key("host"), "unset fields are not written");
-        let again: BTreeMap<String, String> = RecordingMeta::from_rows(&stored).to_rows().unwrap().into_iter().collect();
+        let again: BTreeMap<String, String> = RecordingMeta::from_rows(&stored)
+            .to_rows()
+            .unwrap()
+            .into_iter()
+            .collect();
         assert_eq!(again, stored);
     }
 
@@ -365,9 +388,18 @@ mod tests {
             ("miss_window_ms", "62.500"),
             ("miss_cycle_ms", "1000"),
         ]));
-        assert_eq!((m.interval_ms, m.host.is_none(), m.counters_source), (None, true, None));
-        assert_eq!((m.command.as_deref(), m.sample_every), (Some("12"), Some(64)));
-        assert_eq!((m.miss_window_ms, m.miss_cycle_ms), (Some(62.5), Some(1000.0)));
+        assert_eq!(
+            (m.interval_ms, m.host.is_none(), m.counters_source),
+            (None, true, None)
+        );
+        assert_eq!(
+            (m.command.as_deref(), m.sample_every),
+            (Some("12"), Some(64))
+        );
+        assert_eq!(
+            (m.miss_window_ms, m.miss_cycle_ms),
+            (Some(62.5), Some(1000.0))
+        );
     }
 
     /// Recordings from before the typed keys: the labels they stored still say what sampled.
@@ -380,8 +412,15 @@ mod tests {
             (MissSource::SoftwareCopy, MissSampling::SoftwareCopy),
             (MissSource::SoftwareFaults, MissSampling::SoftwareFaults),
         ] {
-            let label = event_attr(src, None, 50_000, sys).ok().flatten().map(|(_, l)| l).unwrap_or_default();
-            let m = RecordingMeta { miss_sampling: Some(label.clone()), ..Default::default() };
+            let label = event_attr(src, None, 50_000, sys)
+                .ok()
+                .flatten()
+                .map(|(_, l)| l)
+                .unwrap_or_default();
+            let m = RecordingMeta {
+                miss_sampling: Some(label.clone()),
+                ..Default::default()
+            };
             assert_eq!(m.miss_source(), Some(want), "{label}");
             assert!(m.miss_stand_in(), "{label}");
         }
@@ -402,28 +441,53 @@ mod tests {
         };
         assert!(!m.miss_stand_in());
 
-        let old = RecordingMeta { platform: Some("unsupported: AMD EPYC: no DDIO uncore events".into()), ..Default::default() };
+        let old = RecordingMeta {
+            platform: Some("unsupported: AMD EPYC: no DDIO uncore events".into()),
+            ..Default::default()
+        };
         assert_eq!(
             old.platform_detection(),
-            Some(Detection::Unsupported { reason: "AMD EPYC: no DDIO uncore events".into(), cpu: None })
+            Some(Detection::Unsupported {
+                reason: "AMD EPYC: no DDIO uncore events".into(),
+                cpu: None
+            })
         );
-        let supported = RecordingMeta { platform: Some("SPR (Sapphire Rapids)".into()), ..Default::default() };
+        let supported = RecordingMeta {
+            platform: Some("SPR (Sapphire Rapids)".into()),
+            ..Default::default()
+        };
         assert_eq!(supported.platform_detection(), None);
     }
 
     /// The checked-in fixture, written before the typed keys, reads whole.
     #[test]
     fn fixture_recording_meta() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/recordings/veth-tcp.ddio");
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/recordings/veth-tcp.ddio");
         let rec = super::super::Recording::open(&path).expect("fixture opens");
         let m = &rec.meta;
         assert_eq!(m.format.as_deref(), Some(FORMAT));
-        assert_eq!((m.interval_ms, m.sample_every, m.complete()), (Some(200), Some(256), true));
+        assert_eq!(
+            (m.interval_ms, m.sample_every, m.complete()),
+            (Some(200), Some(256), true)
+        );
         assert!(m.iface.is_some() && m.host.is_some() && m.geometry.is_some());
-        assert_eq!((m.counters_source, m.stopped_by), (Some(CounterSource::Absent), Some(StoppedBy::Duration)));
-        assert_eq!((m.miss_source(), m.miss_stand_in()), (Some(MissSampling::Absent), false));
-        assert!(matches!(m.platform_detection(), Some(Detection::Unsupported { .. })));
+        assert_eq!(
+            (m.counters_source, m.stopped_by),
+            (Some(CounterSource::Absent), Some(StoppedBy::Duration))
+        );
+        assert_eq!(
+            (m.miss_source(), m.miss_stand_in()),
+            (Some(MissSampling::Absent), false)
+        );
+        assert!(matches!(
+            m.platform_detection(),
+            Some(Detection::Unsupported { .. })
+        ));
         // Written before recordings named their build.
-        assert_eq!((m.git_commit.as_deref(), m.bpf_build_id.as_deref()), (None, None));
+        assert_eq!(
+            (m.git_commit.as_deref(), m.bpf_build_id.as_deref()),
+            (None, None)
+        );
     }
 }

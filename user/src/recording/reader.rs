@@ -15,8 +15,8 @@ use super::writer::explain_sqlite;
 use super::{APPLICATION_ID, SCHEMA_VERSION};
 use crate::counters::CounterReading;
 use crate::snapshot::{
-    BufMapCounters, Dir, EventCounters, FlowCounters, FlowKey, MissSnapshot, PacketSample, QueueCounters, SamplerThrottle, NAPI_BUCKETS,
-    NBUCKETS, NSTAGES,
+    BufMapCounters, Dir, EventCounters, FlowCounters, FlowKey, MissSnapshot, PacketSample,
+    QueueCounters, SamplerThrottle, NAPI_BUCKETS, NBUCKETS, NSTAGES,
 };
 use crate::topology::{HostInfo, IfaceInfo};
 
@@ -106,8 +106,22 @@ impl Columns {
     }
 
     fn probe(conn: &Connection) -> Columns {
-        let table = |name: &str| conn.query_row("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?1", [name], |_| Ok(())).is_ok();
-        let col = |t: &str, c: &str| conn.query_row("SELECT 1 FROM pragma_table_info(?1) WHERE name=?2", [t, c], |_| Ok(())).is_ok();
+        let table = |name: &str| {
+            conn.query_row(
+                "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?1",
+                [name],
+                |_| Ok(()),
+            )
+            .is_ok()
+        };
+        let col = |t: &str, c: &str| {
+            conn.query_row(
+                "SELECT 1 FROM pragma_table_info(?1) WHERE name=?2",
+                [t, c],
+                |_| Ok(()),
+            )
+            .is_ok()
+        };
         let pick = |t: &str, c: &'static str, or: &'static str| if col(t, c) { c } else { or };
         Columns {
             stale: pick("intervals", "state_stale", "0"),
@@ -126,7 +140,11 @@ impl Columns {
             out_of_subset: pick("miss_intervals", "out_of_subset", "0"),
             no_flow: pick("miss_intervals", "no_flow", "NULL"),
             miss_queue_clamped: pick("miss_intervals", "queue_clamped", "0"),
-            throttle: if col("miss_intervals", "throttles") { "throttles,throttled_ns,throttle_records_lost" } else { "NULL,NULL,NULL" },
+            throttle: if col("miss_intervals", "throttles") {
+                "throttles,throttled_ns,throttle_records_lost"
+            } else {
+                "NULL,NULL,NULL"
+            },
             before_window: pick("miss_intervals", "before_window", "0"),
             sampled_ns: pick("miss_intervals", "sampled_ns", "NULL"),
             buf_map: table("buf_map_intervals"),
@@ -188,7 +206,9 @@ pub struct IntervalGroup {
 
 impl IntervalGroup {
     pub fn queue(&self, dir: Dir, queue: u32) -> Option<&GroupQueue> {
-        self.queues.iter().find(|q| q.dir == dir && q.queue == queue)
+        self.queues
+            .iter()
+            .find(|q| q.dir == dir && q.queue == queue)
     }
 }
 
@@ -219,7 +239,9 @@ fn count(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<u64> {
 
 fn opt_count(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<Option<u64>> {
     match r.get::<_, Option<i64>>(i)? {
-        Some(v) => u64::try_from(v).map(Some).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(i, v)),
+        Some(v) => u64::try_from(v)
+            .map(Some)
+            .map_err(|_| rusqlite::Error::IntegralValueOutOfRange(i, v)),
         None => Ok(None),
     }
 }
@@ -266,20 +288,33 @@ impl Recording {
         // Read-write when possible so SQLite can roll back an interval that a
         // SIGKILL interrupted (a hot journal); read-only otherwise.
         // One thread reads: no per-call locking (it is a third of the cost of a long scan).
-        let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
-            .or_else(|_| Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX))
-            .map_err(|e| anyhow::anyhow!(explain_sqlite(&e, path)))?;
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .or_else(|_| {
+            Connection::open_with_flags(
+                path,
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )
+        })
+        .map_err(|e| anyhow::anyhow!(explain_sqlite(&e, path)))?;
         let bad = |e: rusqlite::Error| match e.sqlite_error_code() {
-            Some(rusqlite::ErrorCode::NotADatabase) | Some(rusqlite::ErrorCode::DatabaseCorrupt) => {
+            Some(rusqlite::ErrorCode::NotADatabase)
+            | Some(rusqlite::ErrorCode::DatabaseCorrupt) => {
                 anyhow::anyhow!("{p} is not a readable ddioscope recording (not an SQLite database, or corrupt)")
             }
             _ => anyhow::anyhow!(explain_sqlite(&e, path)),
         };
-        let app: i32 = conn.query_row("PRAGMA application_id", [], |r| r.get(0)).map_err(bad)?;
+        let app: i32 = conn
+            .query_row("PRAGMA application_id", [], |r| r.get(0))
+            .map_err(bad)?;
         if app != APPLICATION_ID {
             bail!("{p} is an SQLite file but not a ddioscope recording");
         }
-        let ver: i32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(bad)?;
+        let ver: i32 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(bad)?;
         if ver > SCHEMA_VERSION {
             bail!("{p} was written by a newer ddioscope (schema {ver}; this one reads up to {SCHEMA_VERSION})");
         }
@@ -289,8 +324,12 @@ impl Recording {
         let corrupt = |e: rusqlite::Error| anyhow::anyhow!("{p} is damaged: {e}");
         let mut meta = BTreeMap::new();
         {
-            let mut st = conn.prepare("SELECT key, value FROM meta").map_err(corrupt)?;
-            let rows = st.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))).map_err(corrupt)?;
+            let mut st = conn
+                .prepare("SELECT key, value FROM meta")
+                .map_err(corrupt)?;
+            let rows = st
+                .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+                .map_err(corrupt)?;
             for r in rows {
                 let (k, v) = r.map_err(corrupt)?;
                 meta.insert(k, v);
@@ -305,12 +344,34 @@ impl Recording {
         // open, in one line, not by whichever report happens to read it.
         for (table, columns, needed) in REQUIRED {
             if *needed || cols.has(table) {
-                conn.prepare(&format!("SELECT {columns} FROM {table} LIMIT 0")).map_err(corrupt)?;
+                conn.prepare(&format!("SELECT {columns} FROM {table} LIMIT 0"))
+                    .map_err(corrupt)?;
             }
         }
-        let none = Window { whole: true, first: 0, last: 0, intervals: 0, from_s: 0.0, to_s: 0.0, dur_ns: 0, start_ns: 0, end_ns: 0 };
-        let mut rec = Recording { path: path.to_path_buf(), meta, window: none.clone(), all: none, conn, cols, scanned: Default::default() };
-        rec.all = Window { whole: true, ..rec.select(0.0, f64::INFINITY)? };
+        let none = Window {
+            whole: true,
+            first: 0,
+            last: 0,
+            intervals: 0,
+            from_s: 0.0,
+            to_s: 0.0,
+            dur_ns: 0,
+            start_ns: 0,
+            end_ns: 0,
+        };
+        let mut rec = Recording {
+            path: path.to_path_buf(),
+            meta,
+            window: none.clone(),
+            all: none,
+            conn,
+            cols,
+            scanned: Default::default(),
+        };
+        rec.all = Window {
+            whole: true,
+            ..rec.select(0.0, f64::INFINITY)?
+        };
         rec.window = rec.all.clone();
         Ok(rec)
     }
@@ -327,8 +388,18 @@ impl Recording {
         }
         let first: Option<i64> = self
             .conn
-            .query_row("SELECT t_ns - dur_ns FROM intervals ORDER BY idx LIMIT 1", [], |r| r.get(0))
-            .or_else(|e| if e == rusqlite::Error::QueryReturnedNoRows { Ok(None) } else { Err(e) })
+            .query_row(
+                "SELECT t_ns - dur_ns FROM intervals ORDER BY idx LIMIT 1",
+                [],
+                |r| r.get(0),
+            )
+            .or_else(|e| {
+                if e == rusqlite::Error::QueryReturnedNoRows {
+                    Ok(None)
+                } else {
+                    Err(e)
+                }
+            })
             .map_err(|e| self.corrupt(e))?;
         Ok(first.unwrap_or(0).max(0) as u64)
     }
@@ -336,7 +407,13 @@ impl Recording {
     /// The intervals whose middle lies in [from_s, to_s) seconds from the start.
     fn select(&self, from_s: f64, to_s: f64) -> Result<Window> {
         let start = self.start_ns()? as i64;
-        let ns = |s: f64| if s.is_finite() { start.saturating_add((s * 1e9) as i64) } else { i64::MAX };
+        let ns = |s: f64| {
+            if s.is_finite() {
+                start.saturating_add((s * 1e9) as i64)
+            } else {
+                i64::MAX
+            }
+        };
         // MIN(idx), MAX(idx), COUNT(*), SUM(dur_ns), MIN(start), MAX(end); all NULL but the count when empty.
         let v: [Option<i64>; 6] = self
             .conn
@@ -349,7 +426,10 @@ impl Recording {
             .map_err(|e| self.corrupt(e))?;
         let [first, last, n, dur, lo, hi] = v;
         let n = n.unwrap_or(0);
-        let (lo, hi) = (lo.unwrap_or(start).max(0) as u64, hi.unwrap_or(start).max(0) as u64);
+        let (lo, hi) = (
+            lo.unwrap_or(start).max(0) as u64,
+            hi.unwrap_or(start).max(0) as u64,
+        );
         Ok(Window {
             whole: false,
             first: first.unwrap_or(0).max(0) as u64,
@@ -377,10 +457,16 @@ impl Recording {
             let start = self.meta.start_unix_ms;
             let said = |t: Option<TimeSpec>, v: f64, none: &str| {
                 // The time as given, not as clamped to the recording.
-                t.map_or_else(|| none.to_string(), |t| t.describe(t.offset_s(start, length).unwrap_or(v), start))
+                t.map_or_else(
+                    || none.to_string(),
+                    |t| t.describe(t.offset_s(start, length).unwrap_or(v), start),
+                )
             };
             let wall = from.or(to).is_some_and(|t| t.is_wall_clock());
-            let covers = match start.filter(|_| wall).and_then(|s| Some((clock_at(0.0, s)?, clock_at(length, s)?))) {
+            let covers = match start
+                .filter(|_| wall)
+                .and_then(|s| Some((clock_at(0.0, s)?, clock_at(length, s)?)))
+            {
                 Some((a, b)) => format!("it ran from {a} to {b}"),
                 None => format!("it covers 0 to {length:.1} s"),
             };
@@ -391,7 +477,10 @@ impl Recording {
                 said(to, to_s, "its end")
             );
         }
-        self.window = Window { whole: w.first == self.all.first && w.last == self.all.last, ..w };
+        self.window = Window {
+            whole: w.first == self.all.first && w.last == self.all.last,
+            ..w
+        };
         self.scanned = Default::default();
         Ok(())
     }
@@ -427,7 +516,10 @@ impl Recording {
     fn rows_in_window(&self, column: &str) -> (String, &'static str) {
         let (a, b) = self.range();
         let most = self.window.intervals * 4 >= self.all.intervals;
-        (format!("WHERE {column} BETWEEN {a} AND {b}"), if most { "NOT INDEXED" } else { "" })
+        (
+            format!("WHERE {column} BETWEEN {a} AND {b}"),
+            if most { "NOT INDEXED" } else { "" },
+        )
     }
 
     /// The window's intervals, queue counts and stage statistics in one pass: three cursors
@@ -452,8 +544,17 @@ impl Recording {
         let (a, _) = self.range();
         let (iw, _) = self.rows_in_window("idx");
         let (qw, qhint) = self.rows_in_window("interval");
-        let (hint, order) = if by_index { ("", "ORDER BY interval") } else { (qhint, "") };
-        let mut ist = self.conn.prepare(&format!("SELECT idx,t_ns,dur_ns FROM intervals {iw} ORDER BY idx")).map_err(e)?;
+        let (hint, order) = if by_index {
+            ("", "ORDER BY interval")
+        } else {
+            (qhint, "")
+        };
+        let mut ist = self
+            .conn
+            .prepare(&format!(
+                "SELECT idx,t_ns,dur_ns FROM intervals {iw} ORDER BY idx"
+            ))
+            .map_err(e)?;
         let mut qst = self
             .conn
             .prepare(&format!(
@@ -466,28 +567,45 @@ impl Recording {
         let mut irows = ist.query([]).map_err(e)?;
         let mut qrows = qst.query([]).map_err(e)?;
         let mut srows = sst.query([]).map_err(e)?;
-        let k = (self.window.intervals as usize).div_ceil(SERIES_POINTS).max(1) as i64;
+        let k = (self.window.intervals as usize)
+            .div_ceil(SERIES_POINTS)
+            .max(1) as i64;
         let mut scan = Scan::default();
         let mut group_sums: BTreeMap<(Dir, u32), GroupQueue> = BTreeMap::new();
         // The next row of each table, read ahead: (interval, row values).
         type QRow = (i64, Dir, u32, [u64; 10]);
         type SRow = (i64, Dir, u32, Option<usize>, [u64; 3]);
         let next_q = |rows: &mut rusqlite::Rows<'_>| -> Result<Option<QRow>> {
-            let Some(r) = rows.next().map_err(e)? else { return Ok(None) };
+            let Some(r) = rows.next().map_err(e)? else {
+                return Ok(None);
+            };
             let g = |i: usize| -> Result<u64> { sum(r, i).map_err(|x| self.corrupt(x)) };
             let mut v = [0u64; 10];
             for (i, slot) in v.iter_mut().enumerate() {
                 *slot = g(i + 3)?;
             }
-            Ok(Some((r.get(0).map_err(e)?, dir_of(r.get_ref(1).map_err(e)?.as_str().unwrap_or("rx")), r.get(2).map_err(e)?, v)))
+            Ok(Some((
+                r.get(0).map_err(e)?,
+                dir_of(r.get_ref(1).map_err(e)?.as_str().unwrap_or("rx")),
+                r.get(2).map_err(e)?,
+                v,
+            )))
         };
         let next_s = |rows: &mut rusqlite::Rows<'_>| -> Result<Option<SRow>> {
-            let Some(r) = rows.next().map_err(e)? else { return Ok(None) };
+            let Some(r) = rows.next().map_err(e)? else {
+                return Ok(None);
+            };
             let dir = dir_of(r.get_ref(1).map_err(e)?.as_str().unwrap_or("rx"));
             let stage = r.get_ref(3).map_err(e)?.as_str().unwrap_or("");
             let si = stage_index(dir, stage);
             let g = |i: usize| -> Result<u64> { count(r, i).map_err(|x| self.corrupt(x)) };
-            Ok(Some((r.get(0).map_err(e)?, dir, r.get(2).map_err(e)?, si, [g(4)?, g(5)?, g(6)?])))
+            Ok(Some((
+                r.get(0).map_err(e)?,
+                dir,
+                r.get(2).map_err(e)?,
+                si,
+                [g(4)?, g(5)?, g(6)?],
+            )))
         };
         let mut q_ahead = next_q(&mut qrows)?;
         let mut s_ahead = next_s(&mut srows)?;
@@ -502,7 +620,10 @@ impl Recording {
                 if let Some(g) = scan.groups.last_mut() {
                     g.queues = std::mem::take(&mut group_sums).into_values().collect();
                 }
-                scan.groups.push(IntervalGroup { first: iv as u64, ..Default::default() });
+                scan.groups.push(IntervalGroup {
+                    first: iv as u64,
+                    ..Default::default()
+                });
             }
             let g = scan.groups.last_mut().expect("pushed");
             g.last = iv as u64;
@@ -516,7 +637,10 @@ impl Recording {
                 }
                 last_q = qi;
                 if qi == iv {
-                    let t = scan.totals.entry((dir, queue)).or_insert_with(|| QueueCounters::new(dir, queue));
+                    let t = scan
+                        .totals
+                        .entry((dir, queue))
+                        .or_insert_with(|| QueueCounters::new(dir, queue));
                     // Saturating: a damaged file's counts must not wrap.
                     for (f, x) in [
                         (&mut t.packets, v[0]),
@@ -532,7 +656,14 @@ impl Recording {
                     ] {
                         *f = f.saturating_add(x);
                     }
-                    let gq = group_sums.entry((dir, queue)).or_insert(GroupQueue { dir, queue, packets: 0, bytes: 0, life_count: 0, life_sum_ns: 0 });
+                    let gq = group_sums.entry((dir, queue)).or_insert(GroupQueue {
+                        dir,
+                        queue,
+                        packets: 0,
+                        bytes: 0,
+                        life_count: 0,
+                        life_sum_ns: 0,
+                    });
                     gq.packets = gq.packets.saturating_add(v[0]);
                     gq.bytes = gq.bytes.saturating_add(v[1]);
                     packets.insert((dir, queue), v[0]);
@@ -545,17 +676,32 @@ impl Recording {
                 }
                 last_s = si_iv;
                 if let (true, Some(si)) = (si_iv == iv, si) {
-                    let t = scan.totals.entry((dir, queue)).or_insert_with(|| QueueCounters::new(dir, queue));
+                    let t = scan
+                        .totals
+                        .entry((dir, queue))
+                        .or_insert_with(|| QueueCounters::new(dir, queue));
                     t.stage_count[si] = t.stage_count[si].saturating_add(v[0]);
                     t.stage_sum_ns[si] = t.stage_sum_ns[si].saturating_add(v[1]);
                     t.stage_max_ns[si] = t.stage_max_ns[si].max(v[2]);
                     if si == dir.lifetime_stage() {
-                        let gq = group_sums.entry((dir, queue)).or_insert(GroupQueue { dir, queue, packets: 0, bytes: 0, life_count: 0, life_sum_ns: 0 });
+                        let gq = group_sums.entry((dir, queue)).or_insert(GroupQueue {
+                            dir,
+                            queue,
+                            packets: 0,
+                            bytes: 0,
+                            life_count: 0,
+                            life_sum_ns: 0,
+                        });
                         gq.life_count = gq.life_count.saturating_add(v[0]);
                         gq.life_sum_ns = gq.life_sum_ns.saturating_add(v[1]);
                         // Peak in flight: this interval's packet rate × its mean lifetime.
-                        if let (Some(&pk), true, true) = (packets.get(&(dir, queue)), v[0] > 0, dur_ns > 0) {
-                            let inflight = (pk as f64 / (dur_ns as f64 / 1e9) * (v[1] as f64 / v[0] as f64) / 1e9).ceil() as u64;
+                        if let (Some(&pk), true, true) =
+                            (packets.get(&(dir, queue)), v[0] > 0, dur_ns > 0)
+                        {
+                            let inflight = (pk as f64 / (dur_ns as f64 / 1e9)
+                                * (v[1] as f64 / v[0] as f64)
+                                / 1e9)
+                                .ceil() as u64;
                             let p = scan.peaks.entry((dir, queue)).or_insert(0);
                             *p = (*p).max(inflight);
                         }
@@ -577,28 +723,51 @@ impl Recording {
         let (w, hint) = self.rows_in_window("interval");
         // The histograms are the largest per-interval tables: summed while streaming, which
         // is several times faster than SQLite's sorting GROUP BY.
-        let mut st = self.conn.prepare(&format!("SELECT dir,queue,stage,bucket,count FROM stage_hist {hint} {w}")).map_err(e)?;
+        let mut st = self
+            .conn
+            .prepare(&format!(
+                "SELECT dir,queue,stage,bucket,count FROM stage_hist {hint} {w}"
+            ))
+            .map_err(e)?;
         let mut rows = st.query([]).map_err(e)?;
         while let Some(r) = rows.next().map_err(e)? {
             let dir = dir_of(r.get_ref(0).map_err(e)?.as_str().unwrap_or("rx"));
             let queue: u32 = r.get(1).map_err(e)?;
             let stage = r.get_ref(2).map_err(e)?.as_str().unwrap_or("");
-            let Some(si) = stage_index(dir, stage) else { continue };
+            let Some(si) = stage_index(dir, stage) else {
+                continue;
+            };
             let bucket = r.get::<_, i64>(3).map_err(e)?;
             let n = count(r, 4).map_err(e)?;
-            let q = map.entry((dir, queue)).or_insert_with(|| QueueCounters::new(dir, queue));
-            if let Some(slot) = usize::try_from(bucket).ok().and_then(|b| q.stage_hist[si].get_mut(b)) {
+            let q = map
+                .entry((dir, queue))
+                .or_insert_with(|| QueueCounters::new(dir, queue));
+            if let Some(slot) = usize::try_from(bucket)
+                .ok()
+                .and_then(|b| q.stage_hist[si].get_mut(b))
+            {
                 *slot = slot.saturating_add(n);
             }
         }
-        let mut st = self.conn.prepare(&format!("SELECT queue,bucket,count FROM napi_hist {hint} {w}")).map_err(e)?;
+        let mut st = self
+            .conn
+            .prepare(&format!(
+                "SELECT queue,bucket,count FROM napi_hist {hint} {w}"
+            ))
+            .map_err(e)?;
         let mut rows = st.query([]).map_err(e)?;
         while let Some(r) = rows.next().map_err(e)? {
             let queue: u32 = r.get(0).map_err(e)?;
             let bucket = r.get::<_, i64>(1).map_err(e)?;
             let n = count(r, 2).map_err(e)?;
-            let q = map.entry((Dir::Rx, queue)).or_insert_with(|| QueueCounters::new(Dir::Rx, queue));
-            if let Some(slot) = usize::try_from(bucket).ok().filter(|b| *b < NAPI_BUCKETS).and_then(|b| q.napi_work_hist.get_mut(b)) {
+            let q = map
+                .entry((Dir::Rx, queue))
+                .or_insert_with(|| QueueCounters::new(Dir::Rx, queue));
+            if let Some(slot) = usize::try_from(bucket)
+                .ok()
+                .filter(|b| *b < NAPI_BUCKETS)
+                .and_then(|b| q.napi_work_hist.get_mut(b))
+            {
                 *slot = slot.saturating_add(n);
             }
         }
@@ -692,8 +861,13 @@ impl Recording {
     /// Drops by kernel reason over the run (a whole-run table).
     pub fn drop_reasons(&self) -> Result<Vec<(u32, u64)>> {
         let e = |e| self.corrupt(e);
-        let mut st = self.conn.prepare("SELECT reason,count FROM drop_reasons ORDER BY reason").map_err(e)?;
-        let rows = st.query_map([], |r| Ok((r.get::<_, u32>(0)?, count(r, 1)?))).map_err(e)?;
+        let mut st = self
+            .conn
+            .prepare("SELECT reason,count FROM drop_reasons ORDER BY reason")
+            .map_err(e)?;
+        let rows = st
+            .query_map([], |r| Ok((r.get::<_, u32>(0)?, count(r, 1)?)))
+            .map_err(e)?;
         rows.map(|r| r.map_err(e)).collect()
     }
 
@@ -708,8 +882,18 @@ impl Recording {
     /// "EVENT on socket S, interval I".
     pub fn unreadable_counter_rows(&self, source: &str) -> Result<(u64, Vec<String>)> {
         let e = |e| self.corrupt(e);
-        let bad = format!("{} AND NOT ({COUNTER_ROW_READABLE})", self.counter_window(source));
-        let n: i64 = self.conn.query_row(&format!("SELECT COUNT(*) FROM counters WHERE {bad}"), [source], |r| r.get(0)).map_err(e)?;
+        let bad = format!(
+            "{} AND NOT ({COUNTER_ROW_READABLE})",
+            self.counter_window(source)
+        );
+        let n: i64 = self
+            .conn
+            .query_row(
+                &format!("SELECT COUNT(*) FROM counters WHERE {bad}"),
+                [source],
+                |r| r.get(0),
+            )
+            .map_err(e)?;
         let mut st = self
             .conn
             .prepare(&format!("SELECT event, CAST(socket AS TEXT), CAST(interval AS TEXT) FROM counters WHERE {bad} LIMIT 3"))
@@ -733,7 +917,10 @@ impl Recording {
             if self.window.whole {
                 "source = ?1".into()
             } else {
-                format!("source = ?1 AND t_ns > {} AND t_ns <= {}", self.window.start_ns, self.window.end_ns)
+                format!(
+                    "source = ?1 AND t_ns > {} AND t_ns <= {}",
+                    self.window.start_ns, self.window.end_ns
+                )
             }
         } else {
             format!("source = ?1 AND interval BETWEEN {a} AND {b}")
@@ -773,11 +960,18 @@ impl Recording {
             t.readings.push(reading);
         }
         t.duration_s = if source == crate::counters::CounterSource::Imported.as_str() {
-            let from = if self.window.whole { self.meta.start_ns.unwrap_or(0) } else { self.window.start_ns };
+            let from = if self.window.whole {
+                self.meta.start_ns.unwrap_or(0)
+            } else {
+                self.window.start_ns
+            };
             last_t.saturating_sub(from) as f64 / 1e9
         } else {
             let sql = format!("SELECT SUM(dur_ns) FROM intervals WHERE idx IN (SELECT DISTINCT interval FROM counters WHERE {filter})");
-            self.conn.query_row(&sql, [source], |r| sum(r, 0)).map_err(e)? as f64 / 1e9
+            self.conn
+                .query_row(&sql, [source], |r| sum(r, 0))
+                .map_err(e)? as f64
+                / 1e9
         };
         Ok(t)
     }
@@ -792,7 +986,11 @@ impl Recording {
         let c = &self.cols;
         let (th, tns, tl) = {
             let mut it = c.throttle.split(',');
-            (it.next().unwrap_or("NULL"), it.next().unwrap_or("NULL"), it.next().unwrap_or("NULL"))
+            (
+                it.next().unwrap_or("NULL"),
+                it.next().unwrap_or("NULL"),
+                it.next().unwrap_or("NULL"),
+            )
         };
         // A sum that stands only if every interval has the column (else None).
         let all = |col: &str| format!("CASE WHEN COUNT({col}) = COUNT(*) THEN SUM({col}) END");
@@ -828,7 +1026,11 @@ impl Recording {
                 m.queue_clamped = g(9)?;
                 m.throttle = match (opt(10)?, opt(11)?, opt(12)?) {
                     (Some(throttles), Some(throttled_ns), Some(records_lost)) => {
-                        Some(SamplerThrottle { throttles, throttled_ns, records_lost })
+                        Some(SamplerThrottle {
+                            throttles,
+                            throttled_ns,
+                            records_lost,
+                        })
                     }
                     _ => None,
                 };
@@ -884,7 +1086,12 @@ impl Recording {
         let mut rows = st.query(params![a, b]).map_err(e)?;
         while let Some(r) = rows.next().map_err(e)? {
             let g = |i: usize| -> Result<u64> { count(r, i).map_err(|x| self.corrupt(x)) };
-            m.queues.push((dir_of(&r.get::<_, String>(0).map_err(e)?), r.get(1).map_err(e)?, g(2)?, g(3)?));
+            m.queues.push((
+                dir_of(&r.get::<_, String>(0).map_err(e)?),
+                r.get(1).map_err(e)?,
+                g(2)?,
+                g(3)?,
+            ));
         }
         let mut st = self
             .conn
@@ -897,7 +1104,10 @@ impl Recording {
                 *slot = count(r, 1).map_err(e)?;
             }
         }
-        let mut st = self.conn.prepare("SELECT dir,proto,src,sport,dst,dport,addr_join,cpu_ctx FROM miss_flows").map_err(e)?;
+        let mut st = self
+            .conn
+            .prepare("SELECT dir,proto,src,sport,dst,dport,addr_join,cpu_ctx FROM miss_flows")
+            .map_err(e)?;
         let mut rows = st.query([]).map_err(e)?;
         while let Some(r) = rows.next().map_err(e)? {
             let k = FlowKey {
@@ -908,11 +1118,17 @@ impl Recording {
                 dst: r.get(4).map_err(e)?,
                 dport: r.get(5).map_err(e)?,
             };
-            m.flows.push((k, count(r, 6).map_err(e)?, count(r, 7).map_err(e)?));
+            m.flows
+                .push((k, count(r, 6).map_err(e)?, count(r, 7).map_err(e)?));
         }
-        let mut st = self.conn.prepare("SELECT region,samples FROM miss_regions ORDER BY samples DESC").map_err(e)?;
+        let mut st = self
+            .conn
+            .prepare("SELECT region,samples FROM miss_regions ORDER BY samples DESC")
+            .map_err(e)?;
         // A region is an address range (any u64); its sample count is a count.
-        let rows = st.query_map([], |r| Ok((r.get::<_, i64>(0)? as u64, count(r, 1)?))).map_err(e)?;
+        let rows = st
+            .query_map([], |r| Ok((r.get::<_, i64>(0)? as u64, count(r, 1)?)))
+            .map_err(e)?;
         for r in rows {
             m.regions.push(r.map_err(e)?);
         }
@@ -924,11 +1140,16 @@ impl Recording {
     /// the readings of counter source `counters` by recording interval (live or software).
     pub fn interval_groups(&self, counters: Option<&str>) -> Result<Vec<IntervalGroup>> {
         let mut groups = self.scan()?.groups.clone();
-        let Some(source) = counters else { return Ok(groups) };
+        let Some(source) = counters else {
+            return Ok(groups);
+        };
         let e = |e| self.corrupt(e);
         let (a, _) = self.range();
-        let k = (self.window.intervals as usize).div_ceil(SERIES_POINTS).max(1) as i64;
-        let mut acc: Vec<BTreeMap<(u32, String, String), CounterReading>> = vec![BTreeMap::new(); groups.len()];
+        let k = (self.window.intervals as usize)
+            .div_ceil(SERIES_POINTS)
+            .max(1) as i64;
+        let mut acc: Vec<BTreeMap<(u32, String, String), CounterReading>> =
+            vec![BTreeMap::new(); groups.len()];
         let mut st = self
             .conn
             .prepare(&format!("SELECT interval,t_ns,socket,pmu,event,value,raw,enabled_ns,running_ns FROM counters WHERE {}", self.counter_filter(source)))
@@ -936,7 +1157,9 @@ impl Recording {
         let mut rows = st.query([source]).map_err(e)?;
         while let Some(r) = rows.next().map_err(e)? {
             let iv: i64 = r.get(0).map_err(e)?;
-            let Some(m) = acc.get_mut(((iv - a) / k) as usize) else { continue };
+            let Some(m) = acc.get_mut(((iv - a) / k) as usize) else {
+                continue;
+            };
             fold_reading(m, reading_at(r, 1).map_err(e)?);
         }
         for (g, m) in groups.iter_mut().zip(acc) {
@@ -953,14 +1176,19 @@ impl Recording {
         let filter = self.counter_filter(source);
         let (n, lo): (i64, Option<i64>) = self
             .conn
-            .query_row(&format!("SELECT COUNT(DISTINCT interval), MIN(interval) FROM counters WHERE {filter}"), [source], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
+            .query_row(
+                &format!(
+                    "SELECT COUNT(DISTINCT interval), MIN(interval) FROM counters WHERE {filter}"
+                ),
+                [source],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
             .map_err(e)?;
         let Some(lo) = lo else { return Ok(Vec::new()) };
         // Intervals are numbered without gaps in both kinds of source; a gap only merges points.
         let k = (n.max(1) as usize).div_ceil(max.max(1)).max(1) as i64;
-        let mut points: BTreeMap<i64, BTreeMap<(u32, String, String), CounterReading>> = BTreeMap::new();
+        let mut points: BTreeMap<i64, BTreeMap<(u32, String, String), CounterReading>> =
+            BTreeMap::new();
         let mut st = self
             .conn
             .prepare(&format!("SELECT interval,t_ns,socket,pmu,event,value,raw,enabled_ns,running_ns FROM counters WHERE {filter}"))
@@ -968,9 +1196,16 @@ impl Recording {
         let mut rows = st.query([source]).map_err(e)?;
         while let Some(r) = rows.next().map_err(e)? {
             let iv: i64 = r.get(0).map_err(e)?;
-            fold_reading(points.entry((iv - lo) / k).or_default(), reading_at(r, 1).map_err(e)?);
+            fold_reading(
+                points.entry((iv - lo) / k).or_default(),
+                reading_at(r, 1).map_err(e)?,
+            );
         }
-        let mut prev = if self.window.whole { self.meta.start_ns.unwrap_or(self.window.start_ns) } else { self.window.start_ns };
+        let mut prev = if self.window.whole {
+            self.meta.start_ns.unwrap_or(self.window.start_ns)
+        } else {
+            self.window.start_ns
+        };
         Ok(points
             .into_values()
             .map(|m| {
@@ -978,7 +1213,11 @@ impl Recording {
                 let t_ns = readings.iter().map(|r| r.t_ns).max().unwrap_or(prev);
                 let dur_s = t_ns.saturating_sub(prev) as f64 / 1e9;
                 prev = t_ns;
-                CounterPoint { t_ns, dur_s, readings }
+                CounterPoint {
+                    t_ns,
+                    dur_s,
+                    readings,
+                }
             })
             .collect())
     }
@@ -995,9 +1234,15 @@ impl Recording {
     pub fn packet_records(&self, limit: usize) -> Result<PacketRecords> {
         let e = |e| self.corrupt(e);
         let (a, b) = self.range();
-        let (lo, hi): (Option<i64>, Option<i64>) =
-            self.conn.query_row("SELECT MIN(rowid), MAX(rowid) FROM samples", [], |r| Ok((r.get(0)?, r.get(1)?))).map_err(e)?;
-        let (Some(lo), Some(hi)) = (lo, hi) else { return Ok(PacketRecords::default()) };
+        let (lo, hi): (Option<i64>, Option<i64>) = self
+            .conn
+            .query_row("SELECT MIN(rowid), MAX(rowid) FROM samples", [], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .map_err(e)?;
+        let (Some(lo), Some(hi)) = (lo, hi) else {
+            return Ok(PacketRecords::default());
+        };
         // The first row id whose interval is at least `iv` (hi + 1: none).
         let first_at = |iv: i64| -> Result<i64> {
             let (mut l, mut h) = (lo, hi + 1);
@@ -1005,8 +1250,18 @@ impl Recording {
                 let mid = l + (h - l) / 2;
                 let at: Option<i64> = self
                     .conn
-                    .query_row("SELECT interval FROM samples WHERE rowid >= ?1 ORDER BY rowid LIMIT 1", [mid], |r| r.get(0))
-                    .or_else(|x| if x == rusqlite::Error::QueryReturnedNoRows { Ok(None) } else { Err(x) })
+                    .query_row(
+                        "SELECT interval FROM samples WHERE rowid >= ?1 ORDER BY rowid LIMIT 1",
+                        [mid],
+                        |r| r.get(0),
+                    )
+                    .or_else(|x| {
+                        if x == rusqlite::Error::QueryReturnedNoRows {
+                            Ok(None)
+                        } else {
+                            Err(x)
+                        }
+                    })
                     .map_err(e)?;
                 match at {
                     Some(v) if v < iv => l = mid + 1,
@@ -1015,9 +1270,16 @@ impl Recording {
             }
             Ok(l)
         };
-        let (from, to) = if self.window.whole { (lo, hi + 1) } else { (first_at(a)?, first_at(b + 1)?) };
+        let (from, to) = if self.window.whole {
+            (lo, hi + 1)
+        } else {
+            (first_at(a)?, first_at(b + 1)?)
+        };
         let total = (to - from).max(0) as u64;
-        let mut out = PacketRecords { records: Vec::with_capacity(limit.min(total as usize)), total };
+        let mut out = PacketRecords {
+            records: Vec::with_capacity(limit.min(total as usize)),
+            total,
+        };
         if total == 0 || limit == 0 {
             return Ok(out);
         }
@@ -1027,7 +1289,9 @@ impl Recording {
         } else {
             let len = (limit as i64 / RUNS).max(1);
             let step = (to - from) / RUNS;
-            (0..RUNS).map(|i| (from + i * step, from + i * step + len)).collect()
+            (0..RUNS)
+                .map(|i| (from + i * step, from + i * step + len))
+                .collect()
         };
         let mut st = self
             .conn
@@ -1042,7 +1306,9 @@ impl Recording {
                 let dir = dir_of(&r.get::<_, String>(0).map_err(e)?);
                 let g = |i: usize| -> Result<u64> { count(r, i).map_err(|x| self.corrupt(x)) };
                 // Kernel addresses: the writer's u64 read back as i64, negative above 2^63.
-                let addr = |i: usize| -> Result<u64> { Ok(r.get::<_, i64>(i).map_err(|x| self.corrupt(x))? as u64) };
+                let addr = |i: usize| -> Result<u64> {
+                    Ok(r.get::<_, i64>(i).map_err(|x| self.corrupt(x))? as u64)
+                };
                 let flow = match r.get::<_, Option<String>>(13).map_err(e)? {
                     Some(proto) => Some(FlowKey {
                         dir,
@@ -1101,11 +1367,16 @@ const _: () = assert!(NSTAGES == 4);
 /// Each queue's flow overflow bucket as the recording last saw it (cumulative; empty: none
 /// overflowed, or a recording from before the bucket, whose flow table let flows go unsaid).
 pub fn flow_overflow(path: &Path) -> Result<Vec<crate::probe::qcount::FlowOverflow>> {
-    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(|e| anyhow::anyhow!(explain_sqlite(&e, path)))?;
-    let Ok(mut st) = conn.prepare("SELECT dir,queue,packets,bytes,unparsed FROM flow_overflow ORDER BY dir,queue") else {
+    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .map_err(|e| anyhow::anyhow!(explain_sqlite(&e, path)))?;
+    let Ok(mut st) = conn
+        .prepare("SELECT dir,queue,packets,bytes,unparsed FROM flow_overflow ORDER BY dir,queue")
+    else {
         return Ok(Vec::new());
     };
-    let damaged = |e: rusqlite::Error| anyhow::anyhow!("{}: damaged flow_overflow table: {e}", path.display());
+    let damaged = |e: rusqlite::Error| {
+        anyhow::anyhow!("{}: damaged flow_overflow table: {e}", path.display())
+    };
     let rows = st
         .query_map([], |r| {
             let g = |i: usize| -> rusqlite::Result<u64> { Ok(r.get::<_, i64>(i)?.max(0) as u64) };
@@ -1124,7 +1395,8 @@ pub fn flow_overflow(path: &Path) -> Result<Vec<crate::probe::qcount::FlowOverfl
 /// The device's page pools as the recording last saw them (cumulative since each pool was
 /// made; empty: the kernel kept no page_pool statistics, or a recording from before them).
 pub fn page_pools(path: &Path) -> Result<Vec<crate::snapshot::PagePoolStat>> {
-    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(|e| anyhow::anyhow!(explain_sqlite(&e, path)))?;
+    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .map_err(|e| anyhow::anyhow!(explain_sqlite(&e, path)))?;
     let Ok(mut st) = conn.prepare(
         "SELECT pool,napi_id,alloc_fast,alloc_slow,alloc_slow_high_order,alloc_empty,alloc_refill,alloc_waive,
                 recycle_cached,recycle_cache_full,recycle_ring,recycle_ring_full,recycle_released_refcnt FROM page_pools",
@@ -1151,7 +1423,8 @@ pub fn page_pools(path: &Path) -> Result<Vec<crate::snapshot::PagePoolStat>> {
             })
         })
         .map_err(|e| anyhow::anyhow!("{}: damaged page_pools table: {e}", path.display()))?;
-    rows.collect::<rusqlite::Result<Vec<_>>>().map_err(|e| anyhow::anyhow!("{}: damaged page_pools table: {e}", path.display()))
+    rows.collect::<rusqlite::Result<Vec<_>>>()
+        .map_err(|e| anyhow::anyhow!("{}: damaged page_pools table: {e}", path.display()))
 }
 
 /// Test support: the checked-in fixture recording, altered, and recordings written from
@@ -1160,7 +1433,10 @@ pub fn page_pools(path: &Path) -> Result<Vec<crate::snapshot::PagePoolStat>> {
 pub(crate) mod fixture {
     use std::path::{Path, PathBuf};
 
-    pub(crate) const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/recordings/veth-tcp.ddio");
+    pub(crate) const FIXTURE: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/fixtures/recordings/veth-tcp.ddio"
+    );
 
     /// The fixture recording with `sql` run on a copy: an older schema rebuilt by hand. The
     /// temporary directory lives as long as the returned guard.
@@ -1168,7 +1444,10 @@ pub(crate) mod fixture {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("old.ddio");
         std::fs::copy(Path::new(FIXTURE), &path).expect("copy fixture");
-        rusqlite::Connection::open(&path).expect("open copy").execute_batch(sql).expect("old-style table");
+        rusqlite::Connection::open(&path)
+            .expect("open copy")
+            .execute_batch(sql)
+            .expect("old-style table");
         (dir, path)
     }
 
@@ -1189,7 +1468,8 @@ pub(crate) mod fixture {
             w.write_snapshot(s).expect("snapshot");
         }
         for (iv, row) in counters {
-            w.write_counters(*iv, std::slice::from_ref(row)).expect("counters");
+            w.write_counters(*iv, std::slice::from_ref(row))
+                .expect("counters");
         }
         (dir, path)
     }
@@ -1213,7 +1493,10 @@ mod tests {
         );
         let p = page_pools(&path).expect("reads");
         assert_eq!(p.len(), 1);
-        assert_eq!((p[0].id, p[0].napi_id, p[0].recycle_ring), (5, Some(8193), 30));
+        assert_eq!(
+            (p[0].id, p[0].napi_id, p[0].recycle_ring),
+            (5, Some(8193), 30)
+        );
         let (_dir2, old) = fixture_altered("SELECT 1;");
         assert!(page_pools(&old).expect("reads").is_empty());
     }
@@ -1229,12 +1512,22 @@ mod tests {
              INSERT INTO counters VALUES (1, 2, 1, 'cha', 'UNC_CHA_TOR_INSERTS.IO_ITOM', 'x', 3, 5, 5, 'imported');",
         );
         let r = Recording::open(&path).expect("opens");
-        let t = r.counter_totals("imported").expect("reads the readable rows");
+        let t = r
+            .counter_totals("imported")
+            .expect("reads the readable rows");
         assert_eq!((t.rows, t.readings.len(), t.readings[0].raw), (1, 1, 10));
-        assert!(r.counter_series("imported", 10).is_ok() && r.interval_groups(Some("imported")).is_ok());
+        assert!(
+            r.counter_series("imported", 10).is_ok() && r.interval_groups(Some("imported")).is_ok()
+        );
         let (n, named) = r.unreadable_counter_rows("imported").expect("counts");
         assert_eq!(n, 2);
-        assert_eq!(named, ["UNC_M_CAS_COUNT.WR on socket 0, interval 0", "UNC_CHA_TOR_INSERTS.IO_ITOM on socket 1, interval 1"]);
+        assert_eq!(
+            named,
+            [
+                "UNC_M_CAS_COUNT.WR on socket 0, interval 0",
+                "UNC_CHA_TOR_INSERTS.IO_ITOM on socket 1, interval 1"
+            ]
+        );
     }
 
     /// A recording whose buffer-map table predates its later columns still opens;
@@ -1262,7 +1555,12 @@ mod tests {
              UPDATE flows SET samples = 3, bytes_sq = 9;",
         );
         let flows = Recording::open(&path).unwrap().flows().expect("reads");
-        assert!(!flows.is_empty() && flows.iter().all(|f| f.samples == Some(3) && f.bytes_var.is_none()));
+        assert!(
+            !flows.is_empty()
+                && flows
+                    .iter()
+                    .all(|f| f.samples == Some(3) && f.bytes_var.is_none())
+        );
     }
 
     /// The aggregates equal sums taken row by row in SQL, over the whole run and a window.
@@ -1271,36 +1569,90 @@ mod tests {
         let mut r = Recording::open(Path::new(FIXTURE)).unwrap();
         let c = rusqlite::Connection::open(FIXTURE).unwrap();
         let one = |sql: &str| -> i64 { c.query_row(sql, [], |r| r.get(0)).unwrap() };
-        assert_eq!(r.window.intervals as i64, one("SELECT COUNT(*) FROM intervals"));
-        assert_eq!(r.window.dur_ns as i64, one("SELECT SUM(dur_ns) FROM intervals"));
-        let rx: u64 = r.queue_totals().unwrap().iter().filter(|q| q.dir == Dir::Rx).map(|q| q.packets).sum();
-        assert_eq!(rx as i64, one("SELECT SUM(packets) FROM queue_intervals WHERE dir='rx'"));
-        let hist: u64 = r.queue_totals().unwrap().iter().flat_map(|q| q.stage_hist.iter().flatten()).sum();
+        assert_eq!(
+            r.window.intervals as i64,
+            one("SELECT COUNT(*) FROM intervals")
+        );
+        assert_eq!(
+            r.window.dur_ns as i64,
+            one("SELECT SUM(dur_ns) FROM intervals")
+        );
+        let rx: u64 = r
+            .queue_totals()
+            .unwrap()
+            .iter()
+            .filter(|q| q.dir == Dir::Rx)
+            .map(|q| q.packets)
+            .sum();
+        assert_eq!(
+            rx as i64,
+            one("SELECT SUM(packets) FROM queue_intervals WHERE dir='rx'")
+        );
+        let hist: u64 = r
+            .queue_totals()
+            .unwrap()
+            .iter()
+            .flat_map(|q| q.stage_hist.iter().flatten())
+            .sum();
         assert_eq!(hist as i64, one("SELECT SUM(count) FROM stage_hist"));
-        assert_eq!(r.event_totals().unwrap().sampled as i64, one("SELECT SUM(sampled) FROM intervals"));
+        assert_eq!(
+            r.event_totals().unwrap().sampled as i64,
+            one("SELECT SUM(sampled) FROM intervals")
+        );
         let recs = r.packet_records(100_000).unwrap();
-        assert_eq!((recs.total as i64, recs.records.len() as i64), (one("SELECT COUNT(*) FROM samples"), recs.total as i64));
+        assert_eq!(
+            (recs.total as i64, recs.records.len() as i64),
+            (one("SELECT COUNT(*) FROM samples"), recs.total as i64)
+        );
         // Fewer than asked for: evenly spread runs, and the count still of all.
         let few = r.packet_records(64).unwrap();
-        assert!(few.records.len() <= 64 && few.total == recs.total, "{} of {}", few.records.len(), few.total);
+        assert!(
+            few.records.len() <= 64 && few.total == recs.total,
+            "{} of {}",
+            few.records.len(),
+            few.total
+        );
         // The groups of a series cover every interval once.
         let g = r.interval_groups(None).unwrap();
         assert!(g.len() <= SERIES_POINTS);
         assert_eq!(g.iter().map(|g| g.dur_ns).sum::<u64>(), r.window.dur_ns);
-        let pk: u64 = g.iter().flat_map(|g| g.queues.iter()).filter(|q| q.dir == Dir::Rx).map(|q| q.packets).sum();
+        let pk: u64 = g
+            .iter()
+            .flat_map(|g| g.queues.iter())
+            .filter(|q| q.dir == Dir::Rx)
+            .map(|q| q.packets)
+            .sum();
         assert_eq!(pk, rx);
 
         // A window of the 2nd to 4th 200 ms interval: the same sums over those rows.
-        r.set_window(Some(TimeSpec::Offset(0.2)), Some(TimeSpec::Offset(0.8))).unwrap();
+        r.set_window(Some(TimeSpec::Offset(0.2)), Some(TimeSpec::Offset(0.8)))
+            .unwrap();
         let (a, b) = (r.window.first, r.window.last);
         assert_eq!(r.window.intervals, 3, "{:?}", r.window);
-        let rx: u64 = r.queue_totals().unwrap().iter().filter(|q| q.dir == Dir::Rx).map(|q| q.packets).sum();
+        let rx: u64 = r
+            .queue_totals()
+            .unwrap()
+            .iter()
+            .filter(|q| q.dir == Dir::Rx)
+            .map(|q| q.packets)
+            .sum();
         assert_eq!(rx as i64, one(&format!("SELECT SUM(packets) FROM queue_intervals WHERE dir='rx' AND interval BETWEEN {a} AND {b}")));
         let recs = r.packet_records(100_000).unwrap();
-        assert_eq!(recs.total as i64, one(&format!("SELECT COUNT(*) FROM samples WHERE interval BETWEEN {a} AND {b}")));
+        assert_eq!(
+            recs.total as i64,
+            one(&format!(
+                "SELECT COUNT(*) FROM samples WHERE interval BETWEEN {a} AND {b}"
+            ))
+        );
         assert!((r.duration_s() - 0.6).abs() < 0.01, "{}", r.duration_s());
         // Nothing there: one line saying what the recording covers.
-        let err = r.set_window(Some(TimeSpec::Offset(100.0)), None).unwrap_err().to_string();
-        assert!(err.contains("no interval") && err.contains("covers 0 to 3.0 s"), "{err}");
+        let err = r
+            .set_window(Some(TimeSpec::Offset(100.0)), None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("no interval") && err.contains("covers 0 to 3.0 s"),
+            "{err}"
+        );
     }
 }

@@ -8,13 +8,15 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Result};
 
 use super::meta::StoppedBy;
-use crate::topology::presence::Gone;
 use super::writer::CounterRow;
 use super::{RecordingMeta, Writer};
 use crate::probe::features::HookChoice;
-use crate::session::{windows, DetailArgs, DetailMode, MissArgs, Session, SessionArgs, SessionOptions};
+use crate::session::{
+    windows, DetailArgs, DetailMode, MissArgs, Session, SessionArgs, SessionOptions,
+};
 use crate::snapshot::{Dir, EventCounters, Snapshot};
 use crate::sys::{monotonic_ns, progress_line, stop_flag};
+use crate::topology::presence::Gone;
 
 /// `ddioscope record`'s flags.
 #[derive(Debug, Clone, clap::Args)]
@@ -127,12 +129,20 @@ pub fn record(args: &RecordArgs) -> Result<RecordSummary> {
 
     let mut progress = Progress::new(args);
     progress.started(&live, args);
-    let end = args.duration.map(|d| live.started + Duration::from_secs_f64(d));
+    let end = args
+        .duration
+        .map(|d| live.started + Duration::from_secs_f64(d));
     let mut totals = Totals::default();
-    let write_error = write_intervals(&mut live, &mut writer, &stop, end, |live, snap, finishing| {
-        totals.add(snap);
-        progress.interval(live, &totals, finishing);
-    })?;
+    let write_error = write_intervals(
+        &mut live,
+        &mut writer,
+        &stop,
+        end,
+        |live, snap, finishing| {
+            totals.add(snap);
+            progress.interval(live, &totals, finishing);
+        },
+    )?;
     progress.finished();
     let stopped_by_signal = stop.load(Ordering::Relaxed);
     let intervals = live.index();
@@ -206,19 +216,28 @@ fn session_meta(live: &Session) -> Result<RecordingMeta> {
     let windowed = live.detail_mode == DetailMode::Windows;
     let (cycle, spans) = if windowed {
         let cycle = windows::cycle(Duration::from_millis(live.interval_ms()));
-        (Some(cycle), Some(windows::spans(cycle, live.duty, live.has_miss_sampler())))
+        (
+            Some(cycle),
+            Some(windows::spans(cycle, live.duty, live.has_miss_sampler())),
+        )
     } else {
         (None, None)
     };
     let attributing = windowed && live.has_miss_sampler();
     // Whole microseconds: the windows are drawn no finer.
     let ms = |d: Duration| (d.as_secs_f64() * 1e6).round() / 1e3;
-    let hooks: &[crate::probe::pktlife::AttachedHook] = live.detail.as_ref().map_or(&[], |d| d.hooks.as_slice());
+    let hooks: &[crate::probe::pktlife::AttachedHook] =
+        live.detail.as_ref().map_or(&[], |d| d.hooks.as_slice());
     let l3 = live.l3.as_ref();
     Ok(RecordingMeta {
         host: Some(live.host.clone()),
         // LLC from sysfs and IIO LLC WAYS from MSR 0xC8B (read only), as the model will use them.
-        geometry: crate::model::geometry::LlcGeometry::detect(std::path::Path::new("/sys"), std::path::Path::new("/dev"), 0).ok(),
+        geometry: crate::model::geometry::LlcGeometry::detect(
+            std::path::Path::new("/sys"),
+            std::path::Path::new("/dev"),
+            0,
+        )
+        .ok(),
         hooks: Some(serde_json::to_value(hooks)?),
         detail: Some(live.detail_mode),
         rx_counts: Some(live.count_sources().0),
@@ -227,7 +246,14 @@ fn session_meta(live: &Session) -> Result<RecordingMeta> {
         hook_plan: Some(live.hook_plan()),
         flow_sample_bytes: Some(live.flow_sample),
         flow_window_sample_bytes: live.flow_windows().map(|_| live.window_flow_sample),
-        napi_counts: Some(if live.napi_windowed() { "windows" } else { "exact" }.to_string()),
+        napi_counts: Some(
+            if live.napi_windowed() {
+                "windows"
+            } else {
+                "exact"
+            }
+            .to_string(),
+        ),
         window_cycle_ms: cycle.map(|c| c.as_millis() as f64),
         window_duty: windowed.then_some(live.duty),
         window_ms: spans.map(|s| ms(s.window)),
@@ -249,7 +275,9 @@ fn session_meta(live: &Session) -> Result<RecordingMeta> {
         miss_window_ms: spans.filter(|_| attributing).map(|s| ms(s.window)),
         miss_warmup_ms: spans.filter(|_| attributing).map(|s| ms(s.warmup)),
         buffer_join: Some(live.buffer_join.clone()),
-        miss_throttle: l3.and_then(|l| l.throttle_unavailable()).map(|why| format!("not measured: {why}")),
+        miss_throttle: l3
+            .and_then(|l| l.throttle_unavailable())
+            .map(|why| format!("not measured: {why}")),
         miss_sampler_cpus: l3.and_then(|l| l.sampler_cpus()).map(|n| n as u64),
         buf_pages_capacity: live
             .detail
@@ -258,7 +286,12 @@ fn session_meta(live: &Session) -> Result<RecordingMeta> {
             .map(|d| d.buf_pages_capacity() as u64),
         prog_ids: Some(live.prog_ids()),
         start_ns: Some(live.start_ns),
-        start_unix_ms: Some(SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)),
+        start_unix_ms: Some(
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
+        ),
         ..Default::default()
     })
 }
@@ -267,7 +300,9 @@ fn session_meta(live: &Session) -> Result<RecordingMeta> {
 /// rename into place).
 fn is_disk_full(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
-        c.is::<super::writer::DiskFull>() || c.downcast_ref::<std::io::Error>().is_some_and(|io| io.raw_os_error() == Some(libc::ENOSPC))
+        c.is::<super::writer::DiskFull>()
+            || c.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.raw_os_error() == Some(libc::ENOSPC))
     })
 }
 
@@ -303,8 +338,16 @@ fn write_intervals(
     loop {
         let (snap, finishing) = live.next(stop, end)?;
         let source = live.counters_source.as_str();
-        let rows: Vec<CounterRow> = snap.counters.iter().map(|r| CounterRow::from_reading(r, source)).collect();
-        if let Err(e) = writer.check_room().and_then(|()| writer.write_snapshot(&snap)).and_then(|()| writer.write_counters(snap.index, &rows)) {
+        let rows: Vec<CounterRow> = snap
+            .counters
+            .iter()
+            .map(|r| CounterRow::from_reading(r, source))
+            .collect();
+        if let Err(e) = writer
+            .check_room()
+            .and_then(|()| writer.write_snapshot(&snap))
+            .and_then(|()| writer.write_counters(snap.index, &rows))
+        {
             return Ok(Some(e));
         }
         if live.counter_notes.len() != notes_len {
@@ -369,8 +412,17 @@ impl Progress {
     }
 
     fn started(&self, live: &Session, args: &RecordArgs) {
-        let detail_hooks = live.detail.as_ref().map_or(0, |d| d.hooks.iter().filter(|h| h.flavor.is_some()).count());
-        let attached = detail_hooks + live.tier0.hooks.iter().filter(|h| h.error.is_none()).count();
+        let detail_hooks = live
+            .detail
+            .as_ref()
+            .map_or(0, |d| d.hooks.iter().filter(|h| h.flavor.is_some()).count());
+        let attached = detail_hooks
+            + live
+                .tier0
+                .hooks
+                .iter()
+                .filter(|h| h.error.is_none())
+                .count();
         let iface = &live.iface;
         if self.json {
             // Each program with whose packets it sees and when it runs.
@@ -384,13 +436,20 @@ impl Progress {
             };
             let tier0 = live.tier0.plan();
             let detail = live.detail_plan();
-            let mut progs: Vec<serde_json::Value> = live.tier0.attached_progs().iter().map(|p| label(p, &tier0)).collect();
+            let mut progs: Vec<serde_json::Value> = live
+                .tier0
+                .attached_progs()
+                .iter()
+                .map(|p| label(p, &tier0))
+                .collect();
             if let Some(d) = &live.detail {
                 progs.extend(d.hook_progs().iter().map(|p| label(p, &detail)));
             }
-            progress_line(serde_json::json!({"event": "attached", "iface": iface.name, "ifindex": iface.ifindex,
+            progress_line(
+                serde_json::json!({"event": "attached", "iface": iface.name, "ifindex": iface.ifindex,
                 "hooks": attached, "output": args.output.display().to_string(), "prog_ids": live.prog_ids(),
-                "progs": progs, "detail": live.detail_mode.as_str(), "rx_counts": live.tier0.rx_source.as_str()}));
+                "progs": progs, "detail": live.detail_mode.as_str(), "rx_counts": live.tier0.rx_source.as_str()}),
+            );
             return;
         }
         let windows = match live.detail_mode {
@@ -401,25 +460,35 @@ impl Progress {
         eprintln!(
             "recording {}{} ({} hooks, counters: {}{windows}) into {}{}; Ctrl-C to stop",
             iface.name,
-            iface.netns.as_deref().map(|n| format!(" in netns {n}")).unwrap_or_default(),
+            iface
+                .netns
+                .as_deref()
+                .map(|n| format!(" in netns {n}"))
+                .unwrap_or_default(),
             attached,
             live.counters_source,
             args.output.display(),
-            self.duration.map(|d| format!(" for {d} s")).unwrap_or_default()
+            self.duration
+                .map(|d| format!(" for {d} s"))
+                .unwrap_or_default()
         );
     }
 
     fn interval(&mut self, live: &Session, t: &Totals, finishing: bool) {
         let elapsed = live.started.elapsed().as_secs_f64();
         if self.json {
-            progress_line(serde_json::json!({"event": "interval", "index": live.index(), "elapsed_s": elapsed,
-                "rx_packets": t.rx_packets, "tx_packets": t.tx_packets, "sampled": t.events.sampled, "lost": t.events.lost}));
+            progress_line(
+                serde_json::json!({"event": "interval", "index": live.index(), "elapsed_s": elapsed,
+                "rx_packets": t.rx_packets, "tx_packets": t.tx_packets, "sampled": t.events.sampled, "lost": t.events.lost}),
+            );
         } else if self.tty && (self.last.elapsed() >= Duration::from_millis(500) || finishing) {
             self.last = Instant::now();
             eprint!(
                 "\r  {:6.1} s{}  rx {:>10} pkts  tx {:>10} pkts  samples {}  lost {}   ",
                 elapsed,
-                self.duration.map(|d| format!(" / {d} s")).unwrap_or_default(),
+                self.duration
+                    .map(|d| format!(" / {d} s"))
+                    .unwrap_or_default(),
                 t.rx_packets,
                 t.tx_packets,
                 t.events.sampled,
@@ -437,7 +506,9 @@ impl Progress {
 
     fn done(&self, args: &RecordArgs, s: &RecordSummary) {
         if self.json {
-            progress_line(serde_json::json!({"event": "done", "intervals": s.intervals, "output": args.output.display().to_string()}));
+            progress_line(
+                serde_json::json!({"event": "done", "intervals": s.intervals, "output": args.output.display().to_string()}),
+            );
         } else {
             eprintln!(
                 "wrote {} ({} intervals, rx {} / tx {} packets, {} sampled, {} lost){}",
@@ -447,7 +518,11 @@ impl Progress {
                 s.tx_packets,
                 s.events.sampled,
                 s.events.lost,
-                if s.stopped_by_signal { "; stopped by signal" } else { "" }
+                if s.stopped_by_signal {
+                    "; stopped by signal"
+                } else {
+                    ""
+                }
             );
         }
     }
@@ -467,13 +542,26 @@ mod tests {
         std::fs::write(&p, b"someone else's").unwrap();
         let e = w.write_snapshot(&Snapshot::default()).unwrap_err();
         let line = format!("{:#}", write_failure(e, &p, &w));
-        assert!(line.contains("before its first interval was written") && line.contains("was left as it was"), "{line}");
+        assert!(
+            line.contains("before its first interval was written")
+                && line.contains("was left as it was"),
+            "{line}"
+        );
         assert!(!line.contains("holds everything"), "{line}");
 
         let q = d.path().join("q.ddio");
         let w = Writer::create(&q, false).unwrap();
-        let line = format!("{:#}", write_failure(anyhow::anyhow!("the disk is full"), &q, &w));
-        assert!(line.ends_with(&format!("{} was not created: the disk is full", q.display())), "{line}");
+        let line = format!(
+            "{:#}",
+            write_failure(anyhow::anyhow!("the disk is full"), &q, &w)
+        );
+        assert!(
+            line.ends_with(&format!(
+                "{} was not created: the disk is full",
+                q.display()
+            )),
+            "{line}"
+        );
     }
 
     #[test]
@@ -482,8 +570,19 @@ mod tests {
         let p = d.path().join("r.ddio");
         let mut w = Writer::create(&p, false).unwrap();
         w.write_snapshot(&Snapshot::default()).unwrap();
-        w.write_snapshot(&Snapshot { index: 1, ..Default::default() }).unwrap();
-        let line = format!("{:#}", write_failure(anyhow::anyhow!("the disk is full"), &p, &w));
-        assert!(line.contains("stopped after 2 intervals") && line.contains("holds everything up to the last completed interval"), "{line}");
+        w.write_snapshot(&Snapshot {
+            index: 1,
+            ..Default::default()
+        })
+        .unwrap();
+        let line = format!(
+            "{:#}",
+            write_failure(anyhow::anyhow!("the disk is full"), &p, &w)
+        );
+        assert!(
+            line.contains("stopped after 2 intervals")
+                && line.contains("holds everything up to the last completed interval"),
+            "{line}"
+        );
     }
 }

@@ -26,7 +26,10 @@ const ROOM_MARGIN: u64 = 64 * 1024;
 
 /// Bytes an unprivileged writer may still use on the file system holding `path`.
 fn free_bytes(path: &Path) -> Option<u64> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).ok()?;
     // SAFETY: statvfs is plain data, zero a valid value.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
@@ -97,8 +100,12 @@ pub fn explain_sqlite(e: &rusqlite::Error, path: &Path) -> String {
         Some(ErrorCode::ReadOnly) | Some(ErrorCode::PermissionDenied) => {
             format!("writing recording {p}: permission denied (choose another -o path)")
         }
-        Some(ErrorCode::CannotOpen) => format!("cannot create recording {p}: the directory does not exist or is not writable"),
-        Some(ErrorCode::NotADatabase) => format!("{p} is not a ddioscope recording (not an SQLite database)"),
+        Some(ErrorCode::CannotOpen) => {
+            format!("cannot create recording {p}: the directory does not exist or is not writable")
+        }
+        Some(ErrorCode::NotADatabase) => {
+            format!("{p} is not a ddioscope recording (not an SQLite database)")
+        }
         _ => format!("recording {p}: {e}"),
     }
 }
@@ -113,7 +120,15 @@ impl Writer {
         let (tmp, lock) = outfile::create_temp(path)?;
         let temp = Temp(Some((tmp.clone(), lock)));
         let conn = Connection::open(&tmp).map_err(|e| sqlite_error(&e, path))?;
-        let w = Writer { conn, path: path.to_path_buf(), force, intervals: 0, temp, used_before: None, largest_interval: 0 };
+        let w = Writer {
+            conn,
+            path: path.to_path_buf(),
+            force,
+            intervals: 0,
+            temp,
+            used_before: None,
+            largest_interval: 0,
+        };
         w.conn
             .execute_batch(&format!(
                 "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};
@@ -128,14 +143,19 @@ impl Writer {
     /// final name: a SIGKILL in a later interval then leaves the hot journal beside the
     /// recording, where the next reader finds it and rolls the cut interval back.
     fn publish(&mut self) -> Result<()> {
-        let Some((tmp, _)) = &self.temp.0 else { return Ok(()) };
+        let Some((tmp, _)) = &self.temp.0 else {
+            return Ok(());
+        };
         outfile::publish(tmp, &self.path, self.force)?;
         // Renamed: nothing to remove any more, and the lock goes with the File.
         self.temp.0 = None;
         remove_stale_companions(&self.path);
-        self.conn = Connection::open_with_flags(&self.path, rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE)
-            .map_err(|e| sqlite_error(&e, &self.path))?;
-        self.conn.execute_batch(LIVE_PRAGMAS).map_err(|e| self.err(e))?;
+        self.conn =
+            Connection::open_with_flags(&self.path, rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE)
+                .map_err(|e| sqlite_error(&e, &self.path))?;
+        self.conn
+            .execute_batch(LIVE_PRAGMAS)
+            .map_err(|e| self.err(e))?;
         Ok(())
     }
 
@@ -143,7 +163,15 @@ impl Writer {
     pub fn open_existing(path: &Path) -> Result<Writer> {
         let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE)
             .map_err(|e| sqlite_error(&e, path))?;
-        let w = Writer { conn, path: path.to_path_buf(), force: false, intervals: 0, temp: Temp(None), used_before: None, largest_interval: 0 };
+        let w = Writer {
+            conn,
+            path: path.to_path_buf(),
+            force: false,
+            intervals: 0,
+            temp: Temp(None),
+            used_before: None,
+            largest_interval: 0,
+        };
         // As the recorder's: a rollback journal (a SIGKILL leaves it hot, and the next
         // reader rolls the cut transaction back) and no fsync of our own.
         w.conn.execute_batch(PRAGMAS).map_err(|e| w.err(e))?;
@@ -154,8 +182,15 @@ impl Writer {
     /// takes the write lock at once, so a recorder still writing the file makes this fail
     /// before anything is staged.
     pub fn in_transaction<T>(&self, f: impl FnOnce(&Writer) -> Result<T>) -> Result<T> {
-        self.conn.execute_batch("BEGIN IMMEDIATE").map_err(|e| self.err(e))?;
-        let done = f(self).and_then(|v| self.conn.execute_batch("COMMIT").map(|()| v).map_err(|e| self.err(e)));
+        self.conn
+            .execute_batch("BEGIN IMMEDIATE")
+            .map_err(|e| self.err(e))?;
+        let done = f(self).and_then(|v| {
+            self.conn
+                .execute_batch("COMMIT")
+                .map(|()| v)
+                .map_err(|e| self.err(e))
+        });
         if done.is_err() {
             // A failed rollback leaves the journal for the next reader, which rolls it back.
             let _ = self.conn.execute_batch("ROLLBACK");
@@ -173,8 +208,13 @@ impl Writer {
         then: impl FnOnce(&Writer) -> Result<()>,
     ) -> Result<usize> {
         self.in_transaction(|w| {
-            w.conn.execute("DELETE FROM counters WHERE source = ?1", params![source]).map_err(|e| w.err(e))?;
-            let mut st = w.conn.prepare_cached(INSERT_COUNTER).map_err(|e| w.err(e))?;
+            w.conn
+                .execute("DELETE FROM counters WHERE source = ?1", params![source])
+                .map_err(|e| w.err(e))?;
+            let mut st = w
+                .conn
+                .prepare_cached(INSERT_COUNTER)
+                .map_err(|e| w.err(e))?;
             let mut n = 0;
             for (interval, r) in rows {
                 insert_counter(&mut st, interval, &r).map_err(|e| w.err(e))?;
@@ -192,7 +232,10 @@ impl Writer {
 
     pub fn set_meta(&self, key: &str, value: &str) -> Result<()> {
         self.conn
-            .execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)", params![key, value])
+            .execute(
+                "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)",
+                params![key, value],
+            )
             .map_err(|e| self.err(e))?;
         Ok(())
     }
@@ -204,7 +247,10 @@ impl Writer {
     /// One interval, all or nothing.
     pub fn write_snapshot(&mut self, s: &Snapshot) -> Result<()> {
         let path = self.path.clone();
-        let tx = self.conn.transaction().map_err(|e| sqlite_error(&e, &path))?;
+        let tx = self
+            .conn
+            .transaction()
+            .map_err(|e| sqlite_error(&e, &path))?;
         write_snapshot_tx(&tx, s).map_err(|e| sqlite_error(&e, &path))?;
         tx.commit().map_err(|e| sqlite_error(&e, &path))?;
         self.intervals += 1;
@@ -219,7 +265,9 @@ impl Writer {
         if let Some(before) = self.used_before.replace(used) {
             self.largest_interval = self.largest_interval.max(used.saturating_sub(before));
         }
-        let Some(free) = free_bytes(&self.path) else { return Ok(()) };
+        let Some(free) = free_bytes(&self.path) else {
+            return Ok(());
+        };
         let need = 2 * self.largest_interval + ROOM_MARGIN;
         if free < need {
             return Err(anyhow::Error::new(DiskFull(format!(
@@ -233,10 +281,18 @@ impl Writer {
     /// The recording's bytes on disk with its log (or its temporary file's, before it is
     /// published).
     fn bytes_used(&self) -> u64 {
-        let file = self.temp.0.as_ref().map_or(self.path.as_path(), |(t, _)| t.as_path());
+        let file = self
+            .temp
+            .0
+            .as_ref()
+            .map_or(self.path.as_path(), |(t, _)| t.as_path());
         let mut wal = file.as_os_str().to_owned();
         wal.push("-wal");
-        [file.as_os_str().to_owned(), wal].iter().filter_map(|p| std::fs::metadata(p).ok()).map(|m| m.len()).sum()
+        [file.as_os_str().to_owned(), wal]
+            .iter()
+            .filter_map(|p| std::fs::metadata(p).ok())
+            .map(|m| m.len())
+            .sum()
     }
 
     /// Whether the recording is at its path: false until the first interval is committed
@@ -253,9 +309,14 @@ impl Writer {
     /// Counter readings of one interval (any source).
     pub fn write_counters(&mut self, interval: u64, rows: &[CounterRow]) -> Result<()> {
         let path = self.path.clone();
-        let tx = self.conn.transaction().map_err(|e| sqlite_error(&e, &path))?;
+        let tx = self
+            .conn
+            .transaction()
+            .map_err(|e| sqlite_error(&e, &path))?;
         {
-            let mut st = tx.prepare_cached(INSERT_COUNTER).map_err(|e| sqlite_error(&e, &path))?;
+            let mut st = tx
+                .prepare_cached(INSERT_COUNTER)
+                .map_err(|e| sqlite_error(&e, &path))?;
             for r in rows {
                 insert_counter(&mut st, interval, r).map_err(|e| sqlite_error(&e, &path))?;
             }
@@ -269,13 +330,18 @@ impl Writer {
     }
 }
 
-const INSERT_COUNTER: &str = "INSERT INTO counters(interval,t_ns,socket,pmu,event,value,raw,enabled_ns,running_ns,source)
+const INSERT_COUNTER: &str =
+    "INSERT INTO counters(interval,t_ns,socket,pmu,event,value,raw,enabled_ns,running_ns,source)
      VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)";
 
 /// One counter row. Its counts are stored as SQLite's signed integers: one past 2^63 - 1
 /// (which the importer refuses and live readings cannot reach) is capped rather than
 /// stored as a negative that no reader takes.
-fn insert_counter(st: &mut rusqlite::CachedStatement<'_>, interval: u64, r: &CounterRow) -> rusqlite::Result<()> {
+fn insert_counter(
+    st: &mut rusqlite::CachedStatement<'_>,
+    interval: u64,
+    r: &CounterRow,
+) -> rusqlite::Result<()> {
     let n = |v: u64| v.min(i64::MAX as u64) as i64;
     st.execute(params![
         n(interval),
@@ -306,11 +372,18 @@ fn remove_stale_companions(path: &Path) {
             continue;
         }
         let mut head = [0u8; 8];
-        let Ok(n) = std::fs::File::open(&companion).and_then(|mut f| std::io::Read::read(&mut f, &mut head)) else { continue };
+        let Ok(n) = std::fs::File::open(&companion)
+            .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
+        else {
+            continue;
+        };
         let sqlite = n == 0
             || match suffix {
                 "-journal" => head == JOURNAL_MAGIC,
-                "-wal" => matches!(u32::from_be_bytes([head[0], head[1], head[2], head[3]]), 0x377f_0682 | 0x377f_0683),
+                "-wal" => matches!(
+                    u32::from_be_bytes([head[0], head[1], head[2], head[3]]),
+                    0x377f_0682 | 0x377f_0683
+                ),
                 // The log's index has no magic of its own; it is nothing without its log.
                 _ => true,
             };
@@ -404,7 +477,9 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
     let mut h_st = tx.prepare_cached(
         "INSERT INTO stage_hist(interval,dir,queue,stage,bucket,count) VALUES (?1,?2,?3,?4,?5,?6)",
     )?;
-    let mut n_st = tx.prepare_cached("INSERT INTO napi_hist(interval,queue,bucket,count) VALUES (?1,?2,?3,?4)")?;
+    let mut n_st = tx.prepare_cached(
+        "INSERT INTO napi_hist(interval,queue,bucket,count) VALUES (?1,?2,?3,?4)",
+    )?;
     for q in s.queues.iter().filter(|q| !q.is_zero()) {
         let dir = q.dir.as_str();
         q_st.execute(params![
@@ -437,7 +512,14 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
             ])?;
             for b in 0..NBUCKETS {
                 if q.stage_hist[st][b] > 0 {
-                    h_st.execute(params![i, dir, q.queue, name, b as i64, q.stage_hist[st][b] as i64])?;
+                    h_st.execute(params![
+                        i,
+                        dir,
+                        q.queue,
+                        name,
+                        b as i64,
+                        q.stage_hist[st][b] as i64
+                    ])?;
                 }
             }
         }
@@ -543,11 +625,14 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
                 b.pages_over_cap as i64
             ],
         )?;
-        let mut q = tx.prepare_cached("INSERT INTO miss_queues(interval,dir,queue,addr_join,cpu_ctx) VALUES (?1,?2,?3,?4,?5)")?;
+        let mut q = tx.prepare_cached(
+            "INSERT INTO miss_queues(interval,dir,queue,addr_join,cpu_ctx) VALUES (?1,?2,?3,?4,?5)",
+        )?;
         for (dir, queue, a, c) in &m.queues {
             q.execute(params![i, dir.as_str(), queue, *a as i64, *c as i64])?;
         }
-        let mut h = tx.prepare_cached("INSERT INTO miss_age_hist(interval,bucket,count) VALUES (?1,?2,?3)")?;
+        let mut h = tx
+            .prepare_cached("INSERT INTO miss_age_hist(interval,bucket,count) VALUES (?1,?2,?3)")?;
         for (b, c) in m.age_hist.iter().enumerate().filter(|(_, c)| **c > 0) {
             h.execute(params![i, b as i64, *c as i64])?;
         }
@@ -555,9 +640,19 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
             "INSERT OR REPLACE INTO miss_flows(dir,proto,src,sport,dst,dport,addr_join,cpu_ctx) VALUES (?1,?2,?3,?4,?5,?6,?7,?8)",
         )?;
         for (k, a, c) in &m.flows {
-            f.execute(params![k.dir.as_str(), k.proto, k.src, k.sport, k.dst, k.dport, *a as i64, *c as i64])?;
+            f.execute(params![
+                k.dir.as_str(),
+                k.proto,
+                k.src,
+                k.sport,
+                k.dst,
+                k.dport,
+                *a as i64,
+                *c as i64
+            ])?;
         }
-        let mut r = tx.prepare_cached("INSERT OR REPLACE INTO miss_regions(region,samples) VALUES (?1,?2)")?;
+        let mut r = tx
+            .prepare_cached("INSERT OR REPLACE INTO miss_regions(region,samples) VALUES (?1,?2)")?;
         for (region, n) in &m.regions {
             r.execute(params![*region as i64, *n as i64])?;
         }
@@ -566,7 +661,13 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
         let mut o_st = tx.prepare_cached("INSERT OR REPLACE INTO flow_overflow(dir,queue,packets,bytes,unparsed) VALUES (?1,?2,?3,?4,?5)")?;
         let n = |v: u64| v.min(i64::MAX as u64) as i64;
         for o in &s.flow_overflow {
-            o_st.execute(params![o.dir.as_str(), o.queue, n(o.packets), n(o.bytes), n(o.unparsed)])?;
+            o_st.execute(params![
+                o.dir.as_str(),
+                o.queue,
+                n(o.packets),
+                n(o.bytes),
+                n(o.unparsed)
+            ])?;
         }
     }
     if !s.page_pools.is_empty() {
@@ -594,7 +695,8 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
             ])?;
         }
     }
-    let mut d_st = tx.prepare_cached("INSERT OR REPLACE INTO drop_reasons(reason,count) VALUES (?1,?2)")?;
+    let mut d_st =
+        tx.prepare_cached("INSERT OR REPLACE INTO drop_reasons(reason,count) VALUES (?1,?2)")?;
     for (r, c) in &s.drop_reasons {
         d_st.execute(params![r, *c as i64])?;
     }
@@ -606,8 +708,10 @@ mod tests {
     use super::*;
 
     fn dir_names(d: &Path) -> Vec<String> {
-        let mut v: Vec<String> =
-            std::fs::read_dir(d).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
         v.sort();
         v
     }
@@ -637,12 +741,18 @@ mod tests {
         // Later transactions journal beside the final name, where a reader looks.
         let opened = std::fs::canonicalize(w.conn.path().unwrap()).unwrap();
         assert_eq!(opened, std::fs::canonicalize(&p).unwrap());
-        w.write_snapshot(&Snapshot { index: 1, ..Default::default() }).unwrap();
+        w.write_snapshot(&Snapshot {
+            index: 1,
+            ..Default::default()
+        })
+        .unwrap();
         w.set_meta("complete", "true").unwrap();
         drop(w);
         assert_eq!(dir_names(d.path()), ["r.ddio"]);
         let conn = Connection::open(&p).unwrap();
-        let n: i64 = conn.query_row("SELECT count(*) FROM intervals", [], |r| r.get(0)).unwrap();
+        let n: i64 = conn
+            .query_row("SELECT count(*) FROM intervals", [], |r| r.get(0))
+            .unwrap();
         assert_eq!(n, 2);
     }
 
@@ -652,13 +762,19 @@ mod tests {
         let p = d.path().join("r.ddio");
         let mut w = Writer::create(&p, false).unwrap();
         for index in 0..3 {
-            w.write_snapshot(&Snapshot { index, ..Default::default() }).unwrap();
+            w.write_snapshot(&Snapshot {
+                index,
+                ..Default::default()
+            })
+            .unwrap();
         }
         // As SIGKILL: nothing closes the connection or folds the log back.
         std::mem::forget(w);
         assert!(d.path().join("r.ddio-wal").exists());
         let conn = Connection::open(&p).unwrap();
-        let n: i64 = conn.query_row("SELECT count(*) FROM intervals", [], |r| r.get(0)).unwrap();
+        let n: i64 = conn
+            .query_row("SELECT count(*) FROM intervals", [], |r| r.get(0))
+            .unwrap();
         assert_eq!(n, 3);
     }
 
@@ -677,11 +793,17 @@ mod tests {
         std::fs::write(d.path().join("r.ddio-notes"), b"not SQLite's").unwrap();
         let mut w = Writer::create(&p, true).unwrap();
         w.write_snapshot(&Snapshot::default()).unwrap();
-        w.write_snapshot(&Snapshot { index: 1, ..Default::default() }).unwrap();
+        w.write_snapshot(&Snapshot {
+            index: 1,
+            ..Default::default()
+        })
+        .unwrap();
         drop(w);
         assert_eq!(dir_names(d.path()), ["r.ddio", "r.ddio-notes"]);
         let conn = Connection::open(&p).unwrap();
-        let n: i64 = conn.query_row("SELECT count(*) FROM intervals", [], |r| r.get(0)).unwrap();
+        let n: i64 = conn
+            .query_row("SELECT count(*) FROM intervals", [], |r| r.get(0))
+            .unwrap();
         assert_eq!(n, 2);
     }
 
@@ -702,7 +824,10 @@ mod tests {
         assert!(!w.published());
         // Another program creates the path meanwhile: without --force it is not replaced.
         std::fs::write(&p, b"someone else's").unwrap();
-        let e = w.write_snapshot(&Snapshot::default()).unwrap_err().to_string();
+        let e = w
+            .write_snapshot(&Snapshot::default())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("already exists"), "{e}");
         assert!(!w.published());
         drop(w);

@@ -10,21 +10,23 @@ use std::fmt::Write as _;
 use std::time::Instant;
 
 use super::{queue_cells, queue_columns};
-use crate::units::{fmt_bytes, fmt_count, fmt_duration, fmt_ns, fmt_pct};
+use crate::advise::Recommendation;
 use crate::analysis::answer::{Answer, NoChange, QueueVerdict};
 use crate::analysis::{AttributionReport, Outcome, Summary};
-use crate::advise::Recommendation;
 use crate::model::geometry::WaysSource;
 use crate::model::spec::{GridPoint, SimSpec, Source};
 use crate::recording::Recording;
 use crate::snapshot::{Dir, QueueCounters, NBUCKETS};
+use crate::units::{fmt_bytes, fmt_count, fmt_duration, fmt_ns, fmt_pct};
 
 /// Ring sizes and DDIO way counts of the what-if curves.
 pub const WHATIF_RINGS: [u32; 7] = [64, 128, 256, 512, 1024, 2048, 4096];
 pub const WHATIF_WAYS: [u32; 6] = [1, 2, 3, 4, 5, 6];
 const TOP_FLOWS: usize = 20;
 /// Colour-blind-friendly (Tableau 10) series colours.
-const PALETTE: [&str; 8] = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#b07aa1", "#9c755f", "#edc948"];
+const PALETTE: [&str; 8] = [
+    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#b07aa1", "#9c755f", "#edc948",
+];
 
 /// Everything the what-if section shows: the spec built from the recording, where each of
 /// its inputs came from, and the two curves.
@@ -41,8 +43,18 @@ pub fn render_html(rec: &Recording, report: &Summary, outcome: &Outcome) -> anyh
     let mut o = String::with_capacity(256 * 1024);
     let m = &report.meta;
     let answer = crate::analysis::answer::answer(report, outcome);
-    let (verdicts, attribution, recs, no_change): (&[QueueVerdict], &AttributionReport, &[Recommendation], Option<&NoChange>) = match outcome {
-        Outcome::Advised(a) => (&a.verdicts, &a.attribution, &a.recommendations, answer.no_change.as_ref()),
+    let (verdicts, attribution, recs, no_change): (
+        &[QueueVerdict],
+        &AttributionReport,
+        &[Recommendation],
+        Option<&NoChange>,
+    ) = match outcome {
+        Outcome::Advised(a) => (
+            &a.verdicts,
+            &a.attribution,
+            &a.recommendations,
+            answer.no_change.as_ref(),
+        ),
         Outcome::NoModel { attribution, .. } => (&[], attribution, &[], answer.no_change.as_ref()),
     };
     let _ = writeln!(
@@ -88,29 +100,62 @@ fn qname(dir: impl std::fmt::Display, queue: u32) -> String {
 
 /// The answer first: what leaks, how sure, what to change (the same words as the text report).
 fn answer_section(o: &mut String, a: &Answer, verdicts: &[QueueVerdict]) {
-    let _ = writeln!(o, "<section id=\"answer\">\n<h2>Answer</h2>\n<dl class=\"meta answer\">");
-    let reason = |d: Dir, q: u32| verdicts.iter().find(|v| v.dir == d && v.queue == q).map(|v| v.reason.clone()).unwrap_or_default();
+    let _ = writeln!(
+        o,
+        "<section id=\"answer\">\n<h2>Answer</h2>\n<dl class=\"meta answer\">"
+    );
+    let reason = |d: Dir, q: u32| {
+        verdicts
+            .iter()
+            .find(|v| v.dir == d && v.queue == q)
+            .map(|v| v.reason.clone())
+            .unwrap_or_default()
+    };
     let leaking = if let Some(why) = &a.model_unavailable {
         format!("unknown: the DDIO model could not run: {}", esc(why))
     } else if a.leaking.is_empty() {
-        if a.unknown > 0 { format!("none known; {} queues have no verdict", a.unknown) } else { "none: every modelled queue fits".into() }
+        if a.unknown > 0 {
+            format!("none known; {} queues have no verdict", a.unknown)
+        } else {
+            "none: every modelled queue fits".into()
+        }
     } else {
         let f = &a.leaking[0];
         // The text report's words, each queue marked for tools and tests.
-        let mark = |d: Dir, q: u32| format!("<b class=\"leak\" data-queue=\"{0}\">{0}</b>", qname(d, q));
+        let mark =
+            |d: Dir, q: u32| format!("<b class=\"leak\" data-queue=\"{0}\">{0}</b>", qname(d, q));
         crate::report::text::leaking_line(a, &esc(&reason(f.dir, f.queue)), mark)
     };
-    let _ = write!(o, "<dt>Leaking</dt><dd id=\"answer-leaking\">{leaking}</dd>");
-    let shares: Vec<String> = a.leaking.iter().filter_map(|l| l.share_pct.map(|s| format!("{} {s:.1}%", qname(l.dir, l.queue)))).collect();
+    let _ = write!(
+        o,
+        "<dt>Leaking</dt><dd id=\"answer-leaking\">{leaking}</dd>"
+    );
+    let shares: Vec<String> = a
+        .leaking
+        .iter()
+        .filter_map(|l| {
+            l.share_pct
+                .map(|s| format!("{} {s:.1}%", qname(l.dir, l.queue)))
+        })
+        .collect();
     if !shares.is_empty() {
-        let of = if a.method == crate::attribution::Method::ModelPrior { "of the predicted misses" } else { "of the attributed misses" };
+        let of = if a.method == crate::attribution::Method::ModelPrior {
+            "of the predicted misses"
+        } else {
+            "of the attributed misses"
+        };
         let _ = write!(o, "<dt>Misses</dt><dd>{} {of}</dd>", shares.join(", "));
     }
     if !a.top_flows.is_empty() {
         let f: Vec<String> = a
             .top_flows
             .iter()
-            .map(|f| esc(&format!("{} {}:{} -> {}:{} {:.1}%", f.proto, f.src, f.sport, f.dst, f.dport, f.share_pct)))
+            .map(|f| {
+                esc(&format!(
+                    "{} {}:{} -> {}:{} {:.1}%",
+                    f.proto, f.src, f.sport, f.dst, f.dport, f.share_pct
+                ))
+            })
             .collect();
         let _ = write!(o, "<dt>Flows</dt><dd>{}</dd>", f.join("; "));
     }
@@ -122,13 +167,23 @@ fn answer_section(o: &mut String, a: &Answer, verdicts: &[QueueVerdict]) {
         c = a.confidence
     );
     if a.changes.is_empty() {
-        let why = a.no_change.as_ref().map_or_else(String::new, |n| n.reasons.join("; "));
-        let _ = write!(o, "<dt>Change</dt><dd id=\"answer-change\">nothing to run: {}</dd>", esc(&why));
+        let why = a
+            .no_change
+            .as_ref()
+            .map_or_else(String::new, |n| n.reasons.join("; "));
+        let _ = write!(
+            o,
+            "<dt>Change</dt><dd id=\"answer-change\">nothing to run: {}</dd>",
+            esc(&why)
+        );
     } else {
         o.push_str("<dt>Change</dt><dd id=\"answer-change\"><ul>");
         for c in &a.changes {
             let pred = match (c.predicted_before, c.predicted_after) {
-                (Some(b), Some(af)) => format!(" <span class=\"pred\">predicted {}: {b:.1}% → {af:.1}%</span>", esc(c.predicted_metric.as_deref().unwrap_or("hit rate"))),
+                (Some(b), Some(af)) => format!(
+                    " <span class=\"pred\">predicted {}: {b:.1}% → {af:.1}%</span>",
+                    esc(c.predicted_metric.as_deref().unwrap_or("hit rate"))
+                ),
                 _ => String::new(),
             };
             let _ = write!(o, "<li><code>{}</code>{pred}</li>", esc(&c.command));
@@ -190,9 +245,18 @@ fn attribution_section(o: &mut String, a: &AttributionReport, duration_s: f64) {
     } else {
         "misses/s"
     };
-    let per = |m: f64| if at.counts_are_samples { format!("{m:.0}") } else { fmt_count(m / duration_s.max(1e-9)) };
+    let per = |m: f64| {
+        if at.counts_are_samples {
+            format!("{m:.0}")
+        } else {
+            fmt_count(m / duration_s.max(1e-9))
+        }
+    };
     if at.queues.is_empty() {
-        let _ = writeln!(o, "<p class=\"note\">No shares: no method has evidence enough.</p>");
+        let _ = writeln!(
+            o,
+            "<p class=\"note\">No shares: no method has evidence enough.</p>"
+        );
     } else {
         let _ = writeln!(
             o,
@@ -204,7 +268,8 @@ fn attribution_section(o: &mut String, a: &AttributionReport, duration_s: f64) {
                 "<tr><td class=\"l\">{}</td><td>{:.1}%</td><td>{}</td><td>{}</td></tr>",
                 qname(&q.dir, q.queue),
                 q.share_pct,
-                q.ci_pct.map_or_else(String::new, |(lo, hi)| format!("{lo:.0}–{hi:.0}%")),
+                q.ci_pct
+                    .map_or_else(String::new, |(lo, hi)| format!("{lo:.0}–{hi:.0}%")),
                 per(q.misses)
             );
         }
@@ -219,7 +284,10 @@ fn attribution_section(o: &mut String, a: &AttributionReport, duration_s: f64) {
             let _ = writeln!(
                 o,
                 "<tr><td class=\"l\">{}</td><td>{:.1}%</td><td>{}</td></tr>",
-                esc(&format!("{} {}:{} -> {}:{}", f.proto, f.src, f.sport, f.dst, f.dport)),
+                esc(&format!(
+                    "{} {}:{} -> {}:{}",
+                    f.proto, f.src, f.sport, f.dst, f.dport
+                )),
                 f.share_pct,
                 per(f.misses)
             );
@@ -230,7 +298,11 @@ fn attribution_section(o: &mut String, a: &AttributionReport, duration_s: f64) {
         let _ = writeln!(o, "<p class=\"note\">{}</p>", esc(n));
     }
     if !a.not_used.is_empty() {
-        let _ = writeln!(o, "<p class=\"note\">Not available: {}</p>", esc(&a.not_used.join("; ")));
+        let _ = writeln!(
+            o,
+            "<p class=\"note\">Not available: {}</p>",
+            esc(&a.not_used.join("; "))
+        );
     }
     o.push_str("</section>\n");
 }
@@ -239,8 +311,18 @@ fn attribution_section(o: &mut String, a: &AttributionReport, duration_s: f64) {
 fn provenance_section(o: &mut String, r: &Summary) {
     let t = &r.tiers;
     let _ = writeln!(o, "<section id=\"evidence\">\n<h2>Evidence: where the numbers come from</h2>\n<dl class=\"meta\" id=\"tiers\">");
-    for (k, p) in [("Counts", &t.counts), ("Flows", &t.flows), ("Stages", &t.stages), ("Records", &t.records)] {
-        let _ = write!(o, "<dt>{k}</dt><dd data-kind=\"{}\">{}</dd>", p.kind, esc(&p.text));
+    for (k, p) in [
+        ("Counts", &t.counts),
+        ("Flows", &t.flows),
+        ("Stages", &t.stages),
+        ("Records", &t.records),
+    ] {
+        let _ = write!(
+            o,
+            "<dt>{k}</dt><dd data-kind=\"{}\">{}</dd>",
+            p.kind,
+            esc(&p.text)
+        );
     }
     o.push_str("</dl>\n");
     host_details(o, r);
@@ -268,7 +350,12 @@ fn header(o: &mut String, r: &Summary) {
     let status = if m.complete {
         use crate::recording::meta::StoppedBy;
         match m.stopped_by {
-            Some(s @ (StoppedBy::DeviceRemoved | StoppedBy::DeviceMoved | StoppedBy::NetnsDeleted | StoppedBy::DiskFull)) => {
+            Some(
+                s @ (StoppedBy::DeviceRemoved
+                | StoppedBy::DeviceMoved
+                | StoppedBy::NetnsDeleted
+                | StoppedBy::DiskFull),
+            ) => {
                 format!("<span class=\"badge ok\">complete</span> {}", s.describe())
             }
             _ => "<span class=\"badge ok\">complete</span>".to_string(),
@@ -309,23 +396,46 @@ fn host_details(o: &mut String, r: &Summary) {
         .unwrap_or_else(|| "unknown".into());
     let rows: [(&str, String); 8] = [
         ("Interface", format!("{}, ifindex {}", m.iface, m.ifindex)),
-        ("Namespace", m.netns.clone().unwrap_or_else(|| "the initial one".into())),
-        ("Driver", m.driver.clone().unwrap_or_else(|| "unknown".into())),
+        (
+            "Namespace",
+            m.netns.clone().unwrap_or_else(|| "the initial one".into()),
+        ),
+        (
+            "Driver",
+            m.driver.clone().unwrap_or_else(|| "unknown".into()),
+        ),
         (
             "Queues",
             format!(
                 "rx {} · tx {} · rings rx {} tx {} · {} · NIC NUMA node {}",
                 m.rx_queues,
                 m.tx_queues,
-                m.rx_ring.map(|v| v.to_string()).unwrap_or_else(|| "unknown".into()),
-                m.tx_ring.map(|v| v.to_string()).unwrap_or_else(|| "unknown".into()),
-                if m.irqs == 0 { "no IRQs: a virtual device".to_string() } else { format!("{} IRQs", m.irqs) },
-                m.numa_node.map(|n| n.to_string()).unwrap_or_else(|| "unknown".into())
+                m.rx_ring
+                    .map(|v| v.to_string())
+                    .unwrap_or_else(|| "unknown".into()),
+                m.tx_ring
+                    .map(|v| v.to_string())
+                    .unwrap_or_else(|| "unknown".into()),
+                if m.irqs == 0 {
+                    "no IRQs: a virtual device".to_string()
+                } else {
+                    format!("{} IRQs", m.irqs)
+                },
+                m.numa_node
+                    .map(|n| n.to_string())
+                    .unwrap_or_else(|| "unknown".into())
             ),
         ),
         ("Host", m.host.clone()),
         ("Kernel", m.kernel.clone()),
-        ("CPU", if m.cpu_model.is_empty() { "unknown".into() } else { m.cpu_model.clone() }),
+        (
+            "CPU",
+            if m.cpu_model.is_empty() {
+                "unknown".into()
+            } else {
+                m.cpu_model.clone()
+            },
+        ),
         ("LLC", llc),
     ];
     for (k, v) in rows {
@@ -336,14 +446,26 @@ fn host_details(o: &mut String, r: &Summary) {
         let _ = write!(o, "<span class=\"chip\">{}</span>", esc(h));
     }
     for h in &m.hooks_missing {
-        let _ = write!(o, "<span class=\"chip missing\" title=\"not attached\">{} ✗</span>", esc(h));
+        let _ = write!(
+            o,
+            "<span class=\"chip missing\" title=\"not attached\">{} ✗</span>",
+            esc(h)
+        );
     }
     let _ = writeln!(o, "</dd></dl>");
 }
 
 fn queue_tables(o: &mut String, r: &Summary) {
-    let _ = writeln!(o, "<section id=\"queues\">\n<h2>Per-queue packets, rates and stage latencies</h2>");
-    let _ = writeln!(o, "<p class=\"note\">Counts: {}. Stages: {}.</p>", esc(&r.tiers.counts.text), esc(&r.tiers.stages.text));
+    let _ = writeln!(
+        o,
+        "<section id=\"queues\">\n<h2>Per-queue packets, rates and stage latencies</h2>"
+    );
+    let _ = writeln!(
+        o,
+        "<p class=\"note\">Counts: {}. Stages: {}.</p>",
+        esc(&r.tiers.counts.text),
+        esc(&r.tiers.stages.text)
+    );
     for dir in [Dir::Rx, Dir::Tx] {
         let qs: Vec<_> = r.queues.iter().filter(|q| q.dir == dir).collect();
         let _ = writeln!(o, "<h3>{} queues</h3>", dir.as_str().to_uppercase());
@@ -351,7 +473,11 @@ fn queue_tables(o: &mut String, r: &Summary) {
             let _ = writeln!(o, "<p class=\"note\">None.</p>");
             continue;
         }
-        let _ = write!(o, "<div class=\"scroll\"><table class=\"num\" id=\"queues-{}\"><thead><tr>", dir.as_str());
+        let _ = write!(
+            o,
+            "<div class=\"scroll\"><table class=\"num\" id=\"queues-{}\"><thead><tr>",
+            dir.as_str()
+        );
         for c in queue_columns(dir, true) {
             // "driver_to_stack p50/p99/max" → name over a small unit line.
             match c.split_once(' ') {
@@ -365,7 +491,11 @@ fn queue_tables(o: &mut String, r: &Summary) {
         }
         let _ = writeln!(o, "</tr></thead><tbody>");
         for q in qs {
-            o.push_str(if q.packets == 0 { "<tr class=\"idle\">" } else { "<tr>" });
+            o.push_str(if q.packets == 0 {
+                "<tr class=\"idle\">"
+            } else {
+                "<tr>"
+            });
             for c in queue_cells(q, true) {
                 let _ = write!(o, "<td>{}</td>", esc(&c));
             }
@@ -378,7 +508,10 @@ fn queue_tables(o: &mut String, r: &Summary) {
 
 /// The same queues the report lists (traffic or NAPI activity), with their histograms.
 fn active_totals(r: &Summary) -> Vec<&QueueCounters> {
-    r.totals.iter().filter(|q| q.packets > 0 || q.napi_polls > 0).collect()
+    r.totals
+        .iter()
+        .filter(|q| q.packets > 0 || q.napi_polls > 0)
+        .collect()
 }
 
 /// Points on a chart over time at most: a longer recording's intervals are summed in groups.
@@ -394,13 +527,24 @@ fn latency_section(o: &mut String, r: &Summary) {
     let totals = active_totals(r);
     let mut charts = 0;
     for dir in [Dir::Rx, Dir::Tx] {
-        let qs: Vec<&QueueCounters> = totals.iter().copied().filter(|q| q.dir == dir && q.stage_count.iter().any(|&c| c > 0)).collect();
+        let qs: Vec<&QueueCounters> = totals
+            .iter()
+            .copied()
+            .filter(|q| q.dir == dir && q.stage_count.iter().any(|&c| c > 0))
+            .collect();
         if qs.is_empty() {
             continue;
         }
-        let _ = writeln!(o, "<h3>{}</h3>\n<div class=\"grid\">", dir.as_str().to_uppercase());
+        let _ = writeln!(
+            o,
+            "<h3>{}</h3>\n<div class=\"grid\">",
+            dir.as_str().to_uppercase()
+        );
         for q in qs {
-            let qr = r.queues.iter().find(|x| x.dir == q.dir && x.queue == q.queue);
+            let qr = r
+                .queues
+                .iter()
+                .find(|x| x.dir == q.dir && x.queue == q.queue);
             for (s, name) in dir.stage_names().iter().enumerate() {
                 if q.stage_count[s] == 0 {
                     continue;
@@ -437,7 +581,9 @@ fn latency_section(o: &mut String, r: &Summary) {
 
 /// Seconds since the recording started for a CLOCK_MONOTONIC timestamp.
 fn rel_s(t_ns: u64, start_ns: Option<u64>) -> Option<f64> {
-    start_ns.filter(|s| t_ns >= *s).map(|s| (t_ns - s) as f64 / 1e9)
+    start_ns
+        .filter(|s| t_ns >= *s)
+        .map(|s| (t_ns - s) as f64 / 1e9)
 }
 
 fn rates_section(o: &mut String, rec: &Recording, r: &Summary) -> anyhow::Result<()> {
@@ -457,7 +603,12 @@ fn rates_section(o: &mut String, rec: &Recording, r: &Summary) -> anyhow::Result
     let mut any = false;
     o.push_str("<div class=\"grid two\">\n");
     for dir in [Dir::Rx, Dir::Tx] {
-        let queues: Vec<u32> = r.queues.iter().filter(|q| q.dir == dir && q.packets > 0).map(|q| q.queue).collect();
+        let queues: Vec<u32> = r
+            .queues
+            .iter()
+            .filter(|q| q.dir == dir && q.packets > 0)
+            .map(|q| q.queue)
+            .collect();
         if queues.is_empty() || groups.is_empty() {
             continue;
         }
@@ -479,7 +630,10 @@ fn rates_section(o: &mut String, rec: &Recording, r: &Summary) -> anyhow::Result
                     .collect(),
             })
             .collect();
-        let ymax = series.iter().flat_map(|s| s.points.iter().flatten().map(|p| p.1)).fold(0.0, f64::max);
+        let ymax = series
+            .iter()
+            .flat_map(|s| s.points.iter().flatten().map(|p| p.1))
+            .fold(0.0, f64::max);
         let xmax = xs.iter().copied().fold(0.0, f64::max);
         let x = time_axis(xmax);
         let y = count_axis(ymax, "packets/s");
@@ -514,10 +668,14 @@ pub fn miss_series(rec: &Recording, source: &str) -> anyhow::Result<BTreeMap<u32
     let start_ns = rec.meta.start_ns;
     let mut out: BTreeMap<u32, MissPoints> = BTreeMap::new();
     for p in rec.counter_series(source, MAX_POINTS)? {
-        let Some(t) = rel_s(p.t_ns, start_ns) else { continue };
+        let Some(t) = rel_s(p.t_ns, start_ns) else {
+            continue;
+        };
         // Miss % is a ratio and does not depend on the duration; bandwidths would.
         for s in crate::counters::socket_metrics(&p.readings, p.dur_s.max(1e-3)) {
-            out.entry(s.socket).or_default().push((t, s.write_miss_pct, s.read_miss_pct));
+            out.entry(s.socket)
+                .or_default()
+                .push((t, s.write_miss_pct, s.read_miss_pct));
         }
     }
     Ok(out)
@@ -539,7 +697,9 @@ fn counters_section(o: &mut String, rec: &Recording, r: &Summary) -> anyhow::Res
             o,
             "<p class=\"note\" id=\"counters-absent\">No miss ratios over time: {}.{}</p>",
             esc(why),
-            c.next_step.as_ref().map_or(String::new(), |n| format!("<br>Next: {}.", esc(n)))
+            c.next_step
+                .as_ref()
+                .map_or(String::new(), |n| format!("<br>Next: {}.", esc(n)))
         );
         for n in c.notes.iter().skip(1) {
             let _ = writeln!(o, "<p class=\"note\">{}</p>", esc(n));
@@ -558,7 +718,11 @@ fn counters_section(o: &mut String, rec: &Recording, r: &Summary) -> anyhow::Res
             let _ = writeln!(
                 o,
                 "<td>{}</td></tr>",
-                if s.write_allocation_disabled { "<b class=\"bad\">DDIO write allocation disabled</b>" } else { "" }
+                if s.write_allocation_disabled {
+                    "<b class=\"bad\">DDIO write allocation disabled</b>"
+                } else {
+                    ""
+                }
             );
         }
         o.push_str("</tbody></table>\n");
@@ -587,8 +751,18 @@ fn counters_section(o: &mut String, rec: &Recording, r: &Summary) -> anyhow::Res
                  (at least 1000) for a ratio; the totals above cover the whole run.</p>"
             );
         } else {
-            let xmax = series.iter().flat_map(|s| s.points.iter().flatten().map(|p| p.0)).fold(0.0, f64::max);
-            let y = Axis { min: 0.0, max: 100.0, ticks: (0..=4).map(|i| (i as f64 * 25.0, format!("{}%", i * 25))).collect(), label: "miss %".into() };
+            let xmax = series
+                .iter()
+                .flat_map(|s| s.points.iter().flatten().map(|p| p.0))
+                .fold(0.0, f64::max);
+            let y = Axis {
+                min: 0.0,
+                max: 100.0,
+                ticks: (0..=4)
+                    .map(|i| (i as f64 * 25.0, format!("{}%", i * 25)))
+                    .collect(),
+                label: "miss %".into(),
+            };
             let _ = writeln!(
                 o,
                 "<figure class=\"card wide\" id=\"miss-over-time\"><figcaption><b>DDIO miss ratios per interval</b> — solid: inbound \
@@ -611,9 +785,13 @@ fn counters_section(o: &mut String, rec: &Recording, r: &Summary) -> anyhow::Res
 pub fn what_if_for(outcome: &Outcome) -> Result<WhatIf, String> {
     let a = match outcome {
         Outcome::Advised(a) => a,
-        Outcome::NoModel { why, .. } => return Err(format!("the DDIO model is not available: {why}")),
+        Outcome::NoModel { why, .. } => {
+            return Err(format!("the DDIO model is not available: {why}"))
+        }
     };
-    let spec = a.run.spec().cloned().ok_or_else(|| "no RX traffic in this recording, so there is nothing to model".to_string())?;
+    let spec = a.run.spec().cloned().ok_or_else(|| {
+        "no RX traffic in this recording, so there is nothing to model".to_string()
+    })?;
     let t0 = Instant::now();
     let (by_ring, by_ways) = a.run.what_if(&WHATIF_RINGS, &WHATIF_WAYS);
     let g = &spec.geometry;
@@ -624,7 +802,9 @@ pub fn what_if_for(outcome: &Outcome) -> Result<WhatIf, String> {
             g.size_bytes as f64 / 1048576.0,
             g.ways,
             g.sets,
-            g.slices.map(|s| format!(", {s} slices")).unwrap_or_default(),
+            g.slices
+                .map(|s| format!(", {s} slices"))
+                .unwrap_or_default(),
         ),
     )];
     inputs.push((
@@ -635,19 +815,33 @@ pub fn what_if_for(outcome: &Outcome) -> Result<WhatIf, String> {
             match g.ddio_ways_source {
                 WaysSource::Measured => "read from MSR 0xC8B",
                 WaysSource::Override => "set explicitly",
-                WaysSource::Assumed => "assumed (power-on default; the recording does not carry MSR 0xC8B)",
+                WaysSource::Assumed =>
+                    "assumed (power-on default; the recording does not carry MSR 0xC8B)",
             }
         ),
     ));
-    for i in a.model_inputs.iter().filter(|i| !matches!(i.name.as_str(), "ddio_ways" | "llc")) {
+    for i in a
+        .model_inputs
+        .iter()
+        .filter(|i| !matches!(i.name.as_str(), "ddio_ways" | "llc"))
+    {
         let src = match i.source {
             Source::Measured => "measured",
             Source::Assumed => "assumed",
         };
         inputs.push((i.name.clone(), format!("{} — {src}", i.value)));
     }
-    inputs.push(("Calibration".into(), crate::report::text::calibration_words(a.calibration.as_ref())));
-    Ok(WhatIf { spec, inputs, by_ring, by_ways, elapsed_s: t0.elapsed().as_secs_f64() })
+    inputs.push((
+        "Calibration".into(),
+        crate::report::text::calibration_words(a.calibration.as_ref()),
+    ));
+    Ok(WhatIf {
+        spec,
+        inputs,
+        by_ring,
+        by_ways,
+        elapsed_s: t0.elapsed().as_secs_f64(),
+    })
 }
 
 fn whatif_section(o: &mut String, outcome: &Outcome) {
@@ -661,7 +855,11 @@ fn whatif_section(o: &mut String, outcome: &Outcome) {
     let wi = match what_if_for(outcome) {
         Ok(w) => w,
         Err(why) => {
-            let _ = writeln!(o, "<p class=\"note\" id=\"whatif-absent\">No prediction: {}.</p>\n</section>", esc(&why));
+            let _ = writeln!(
+                o,
+                "<p class=\"note\" id=\"whatif-absent\">No prediction: {}.</p>\n</section>",
+                esc(&why)
+            );
             return;
         }
     };
@@ -669,7 +867,12 @@ fn whatif_section(o: &mut String, outcome: &Outcome) {
     for (k, v) in &wi.inputs {
         let _ = write!(o, "<dt>{}</dt><dd>{}</dd>", esc(k), esc(v));
     }
-    let _ = writeln!(o, "<dt>Run time</dt><dd>{:.1} s for {} points</dd></dl></details>", wi.elapsed_s, wi.by_ring.len() + wi.by_ways.len());
+    let _ = writeln!(
+        o,
+        "<dt>Run time</dt><dd>{:.1} s for {} points</dd></dl></details>",
+        wi.elapsed_s,
+        wi.by_ring.len() + wi.by_ways.len()
+    );
     o.push_str("<div class=\"grid two\">\n");
     let curves = |pts: &[GridPoint]| -> Vec<Series> {
         let mut v = vec![
@@ -677,29 +880,51 @@ fn whatif_section(o: &mut String, outcome: &Outcome) {
                 name: "I/O write hit %".into(),
                 color: PALETTE[0],
                 dashed: false,
-                points: pts.iter().enumerate().map(|(i, p)| p.io_write_hit_pct.map(|h| (i as f64, h))).collect(),
+                points: pts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| p.io_write_hit_pct.map(|h| (i as f64, h)))
+                    .collect(),
             },
             Series {
                 name: "CPU read hit %".into(),
                 color: PALETTE[1],
                 dashed: false,
-                points: pts.iter().enumerate().map(|(i, p)| p.cpu_read_hit_pct.map(|h| (i as f64, h))).collect(),
+                points: pts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| p.cpu_read_hit_pct.map(|h| (i as f64, h)))
+                    .collect(),
             },
             Series {
                 name: "NIC read hit %".into(),
                 color: PALETTE[2],
                 dashed: true,
-                points: pts.iter().enumerate().map(|(i, p)| p.io_read_hit_pct.map(|h| (i as f64, h))).collect(),
+                points: pts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| p.io_read_hit_pct.map(|h| (i as f64, h)))
+                    .collect(),
             },
         ];
         v.retain(|s| s.points.iter().any(Option::is_some));
         v
     };
-    let pct_axis = || Axis { min: 0.0, max: 100.0, ticks: (0..=4).map(|i| (i as f64 * 25.0, format!("{}%", i * 25))).collect(), label: "hit rate".into() };
+    let pct_axis = || Axis {
+        min: 0.0,
+        max: 100.0,
+        ticks: (0..=4)
+            .map(|i| (i as f64 * 25.0, format!("{}%", i * 25)))
+            .collect(),
+        label: "hit rate".into(),
+    };
     for (id, title, pts, xlabel, cur) in [
         (
             "whatif-ring",
-            format!("Hit rate vs RX ring size ({} DDIO ways)", wi.spec.geometry.ddio_ways),
+            format!(
+                "Hit rate vs RX ring size ({} DDIO ways)",
+                wi.spec.geometry.ddio_ways
+            ),
             &wi.by_ring,
             "RX descriptors per queue",
             wi.by_ring.iter().position(|p| p.ring == wi.spec.ring),
@@ -709,7 +934,9 @@ fn whatif_section(o: &mut String, outcome: &Outcome) {
             format!("Hit rate vs DDIO ways (ring {})", wi.spec.ring),
             &wi.by_ways,
             "DDIO (IIO LLC) ways",
-            wi.by_ways.iter().position(|p| p.ddio_ways == wi.spec.geometry.ddio_ways),
+            wi.by_ways
+                .iter()
+                .position(|p| p.ddio_ways == wi.spec.geometry.ddio_ways),
         ),
     ] {
         let x = Axis {
@@ -718,7 +945,16 @@ fn whatif_section(o: &mut String, outcome: &Outcome) {
             ticks: pts
                 .iter()
                 .enumerate()
-                .map(|(i, p)| (i as f64, if id == "whatif-ring" { p.ring.to_string() } else { p.ddio_ways.to_string() }))
+                .map(|(i, p)| {
+                    (
+                        i as f64,
+                        if id == "whatif-ring" {
+                            p.ring.to_string()
+                        } else {
+                            p.ddio_ways.to_string()
+                        },
+                    )
+                })
                 .collect(),
             label: xlabel.into(),
         };
@@ -757,14 +993,23 @@ fn whatif_section(o: &mut String, outcome: &Outcome) {
 }
 
 fn recommendations_section(o: &mut String, recs: &[Recommendation], no_change: Option<&NoChange>) {
-    let _ = writeln!(o, "<section id=\"recommendations\">\n<h2>Recommendations</h2>");
+    let _ = writeln!(
+        o,
+        "<section id=\"recommendations\">\n<h2>Recommendations</h2>"
+    );
     if recs.is_empty() {
-        let _ = writeln!(o, "<div class=\"note\" id=\"no-recommendations\"><p>No recommendations:</p><ul>");
+        let _ = writeln!(
+            o,
+            "<div class=\"note\" id=\"no-recommendations\"><p>No recommendations:</p><ul>"
+        );
         for r in no_change.map(|n| n.reasons.as_slice()).unwrap_or_default() {
             let _ = writeln!(o, "<li>{}</li>", esc(r));
         }
         o.push_str("</ul>");
-        for s in no_change.map(|n| n.next_steps.as_slice()).unwrap_or_default() {
+        for s in no_change
+            .map(|n| n.next_steps.as_slice())
+            .unwrap_or_default()
+        {
             let _ = writeln!(o, "<p>Next: <code>{}</code></p>", esc(s));
         }
         o.push_str("</div>\n");
@@ -805,7 +1050,11 @@ fn recommendations_section(o: &mut String, recs: &[Recommendation], no_change: O
 }
 
 fn flows_section(o: &mut String, r: &Summary) {
-    let _ = writeln!(o, "<section id=\"flows\">\n<h2>Top flows by bytes</h2>\n<p class=\"note\">{}</p>", esc(&r.tiers.flows.text));
+    let _ = writeln!(
+        o,
+        "<section id=\"flows\">\n<h2>Top flows by bytes</h2>\n<p class=\"note\">{}</p>",
+        esc(&r.tiers.flows.text)
+    );
     if r.flows.is_empty() {
         let _ = writeln!(o, "<p class=\"note\">No flows.</p>\n</section>");
         return;
@@ -814,7 +1063,13 @@ fn flows_section(o: &mut String, r: &Summary) {
         "<div class=\"scroll\"><table class=\"num\"><thead><tr><th>dir</th><th>proto</th><th class=\"l\">source</th><th class=\"l\">destination</th>\
          <th>queue</th><th>packets</th><th>bytes</th><th>payload bytes</th><th>±95%</th><th>skbs sampled</th></tr></thead><tbody>\n",
     );
-    let ep = |a: &str, p: u16| if a.contains(':') { format!("[{a}]:{p}") } else { format!("{a}:{p}") };
+    let ep = |a: &str, p: u16| {
+        if a.contains(':') {
+            format!("[{a}]:{p}")
+        } else {
+            format!("{a}:{p}")
+        }
+    };
     for f in r.flows.iter().take(TOP_FLOWS) {
         let q = match (f.rx_queue, f.tx_queue) {
             (Some(q), _) => qname("rx", q),
@@ -842,7 +1097,11 @@ fn flows_section(o: &mut String, r: &Summary) {
     }
     o.push_str("</tbody></table></div>\n");
     if r.flows.len() > TOP_FLOWS {
-        let _ = writeln!(o, "<p class=\"note\">And {} more flows: see <code>ddioscope report --json</code>.</p>", r.flows.len() - TOP_FLOWS);
+        let _ = writeln!(
+            o,
+            "<p class=\"note\">And {} more flows: see <code>ddioscope report --json</code>.</p>",
+            r.flows.len() - TOP_FLOWS
+        );
     }
     o.push_str("</section>\n");
 }
@@ -881,7 +1140,10 @@ fn events_section(o: &mut String, r: &Summary) {
             let _ = writeln!(
                 o,
                 "<tr><td class=\"l\">{}</td><td>{}</td></tr>",
-                esc(&d.name.clone().unwrap_or_else(|| format!("reason {}", d.reason))),
+                esc(&d
+                    .name
+                    .clone()
+                    .unwrap_or_else(|| format!("reason {}", d.reason))),
                 d.count
             );
         }
@@ -909,26 +1171,58 @@ struct Axis {
 
 /// A 1/2/2.5/5 × 10^k step giving about `n` ticks up to `max`.
 fn nice_step(max: f64, n: usize) -> f64 {
-    let max = if max.is_finite() && max > 0.0 { max } else { 1.0 };
+    let max = if max.is_finite() && max > 0.0 {
+        max
+    } else {
+        1.0
+    };
     let raw = max / n.max(1) as f64;
     let mag = 10f64.powf(raw.log10().floor());
-    [1.0, 2.0, 2.5, 5.0, 10.0].iter().map(|m| m * mag).find(|s| *s >= raw).unwrap_or(10.0 * mag)
+    [1.0, 2.0, 2.5, 5.0, 10.0]
+        .iter()
+        .map(|m| m * mag)
+        .find(|s| *s >= raw)
+        .unwrap_or(10.0 * mag)
 }
 
 fn linear_axis(max: f64, label: &str, fmt: impl Fn(f64) -> String) -> Axis {
     let step = nice_step(max, 5);
     let top = ((if max > 0.0 { max } else { 1.0 }) / step).ceil().max(1.0) * step;
     let n = (top / step).round() as usize;
-    Axis { min: 0.0, max: top, ticks: (0..=n).map(|i| (i as f64 * step, fmt(i as f64 * step))).collect(), label: label.into() }
+    Axis {
+        min: 0.0,
+        max: top,
+        ticks: (0..=n)
+            .map(|i| (i as f64 * step, fmt(i as f64 * step)))
+            .collect(),
+        label: label.into(),
+    }
 }
 
 /// Seconds from 0 to the last point exactly (a rounded-up end would look like missing data).
 fn time_axis(max_s: f64) -> Axis {
-    let max = if max_s.is_finite() && max_s > 0.0 { max_s } else { 1.0 };
+    let max = if max_s.is_finite() && max_s > 0.0 {
+        max_s
+    } else {
+        1.0
+    };
     let step = nice_step(max, 6);
     let n = (max / step + 1e-9).floor() as usize;
-    let fmt = |v: f64| if step < 1.0 { format!("{v:.1}") } else { format!("{v:.0}") };
-    Axis { min: 0.0, max, ticks: (0..=n).map(|i| (i as f64 * step, fmt(i as f64 * step))).collect(), label: "seconds since start".into() }
+    let fmt = |v: f64| {
+        if step < 1.0 {
+            format!("{v:.1}")
+        } else {
+            format!("{v:.0}")
+        }
+    };
+    Axis {
+        min: 0.0,
+        max,
+        ticks: (0..=n)
+            .map(|i| (i as f64 * step, fmt(i as f64 * step)))
+            .collect(),
+        label: "seconds since start".into(),
+    }
 }
 
 fn count_axis(max: f64, label: &str) -> Axis {
@@ -961,7 +1255,10 @@ fn line_chart(aria: &str, x: &Axis, y: &Axis, series: &[Series], mark_x: Option<
     let yspan = (y.max - y.min).max(1e-12);
     let px = |v: f64| L + (v - x.min) / xspan * (W - L - R);
     let py = |v: f64| H - B - (v.clamp(y.min, y.max) - y.min) / yspan * (H - T - B);
-    let mut o = format!("<svg class=\"chart line\" viewBox=\"0 0 {W} {H}\" role=\"img\" aria-label=\"{}\">", esc(aria));
+    let mut o = format!(
+        "<svg class=\"chart line\" viewBox=\"0 0 {W} {H}\" role=\"img\" aria-label=\"{}\">",
+        esc(aria)
+    );
     for (v, label) in &y.ticks {
         let yy = py(*v);
         let _ = write!(
@@ -1002,7 +1299,11 @@ fn line_chart(aria: &str, x: &Axis, y: &Axis, series: &[Series], mark_x: Option<
         let _ = write!(o, "<line class=\"mark\" x1=\"{xx:.1}\" x2=\"{xx:.1}\" y1=\"{T}\" y2=\"{:.1}\"><title>recorded configuration</title></line>", H - B);
     }
     for s in series {
-        let dash = if s.dashed { " stroke-dasharray=\"6 4\"" } else { "" };
+        let dash = if s.dashed {
+            " stroke-dasharray=\"6 4\""
+        } else {
+            ""
+        };
         // Split into runs of consecutive values: a missing interval is a gap, not a zero.
         let mut runs: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
         for p in &s.points {
@@ -1016,7 +1317,10 @@ fn line_chart(aria: &str, x: &Axis, y: &Axis, series: &[Series], mark_x: Option<
             }
         }
         for run in runs.iter().filter(|r| r.len() > 1) {
-            let pts: Vec<String> = run.iter().map(|(a, b)| format!("{:.1},{:.1}", px(*a), py(*b))).collect();
+            let pts: Vec<String> = run
+                .iter()
+                .map(|(a, b)| format!("{:.1},{:.1}", px(*a), py(*b)))
+                .collect();
             let _ = write!(
                 o,
                 "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.8\"{dash} points=\"{}\"><title>{}</title></polyline>",
@@ -1057,7 +1361,12 @@ fn hist_chart(hist: &[u64], p50: Option<u64>, p99: Option<u64>, aria: &str) -> S
     const T: f64 = 14.0;
     const B: f64 = 22.0;
     const MIN_BUCKETS: usize = 6;
-    let nz: Vec<usize> = hist.iter().enumerate().filter(|(_, c)| **c > 0).map(|(b, _)| b).collect();
+    let nz: Vec<usize> = hist
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| **c > 0)
+        .map(|(b, _)| b)
+        .collect();
     let (Some(&first), Some(&last)) = (nz.first(), nz.last()) else {
         return String::new();
     };
@@ -1075,7 +1384,10 @@ fn hist_chart(hist: &[u64], p50: Option<u64>, p99: Option<u64>, aria: &str) -> S
     let maxc = hist[lo..=hi].iter().copied().max().unwrap_or(1).max(1);
     let bw = (W - L - R) / n as f64;
     let ph = H - T - B;
-    let mut o = format!("<svg class=\"chart hist\" viewBox=\"0 0 {W} {H}\" role=\"img\" aria-label=\"{}\">", esc(aria));
+    let mut o = format!(
+        "<svg class=\"chart hist\" viewBox=\"0 0 {W} {H}\" role=\"img\" aria-label=\"{}\">",
+        esc(aria)
+    );
     let _ = write!(
         o,
         "<line class=\"grid\" x1=\"{L}\" x2=\"{:.1}\" y1=\"{T}\" y2=\"{T}\"/><text class=\"tick\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{:.0}%</text>\
@@ -1120,12 +1432,22 @@ fn hist_chart(hist: &[u64], p50: Option<u64>, p99: Option<u64>, aria: &str) -> S
             fmt_duration(bucket_lo(b))
         );
     }
-    let _ = write!(o, "<line class=\"axis\" x1=\"{L}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\"/>", W - R, H - B, H - B);
+    let _ = write!(
+        o,
+        "<line class=\"axis\" x1=\"{L}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\"/>",
+        W - R,
+        H - B,
+        H - B
+    );
     // Percentile markers at their log2 position inside the bucket range. Labels are centred
     // on their lines, pushed apart when the lines are close and kept inside the chart.
     const LABEL_W: f64 = 19.0;
     let xpos = |v: u64| {
-        let pos = if v < 2 { v as f64 / 2.0 } else { (v as f64).log2() };
+        let pos = if v < 2 {
+            v as f64 / 2.0
+        } else {
+            (v as f64).log2()
+        };
         (L + (pos - lo as f64) * bw).clamp(L, W - R)
     };
     let (x50, x99) = (p50.map(xpos), p99.map(xpos));
@@ -1136,7 +1458,10 @@ fn hist_chart(hist: &[u64], p50: Option<u64>, p99: Option<u64>, aria: &str) -> S
         c99 = mid + LABEL_W / 2.0;
     }
     let shift = (W - LABEL_W / 2.0 - c99).min(0.0) + (L + LABEL_W / 2.0 - c50).max(0.0);
-    for (name, v, x, c) in [("p50", p50, x50, c50 + shift), ("p99", p99, x99, c99 + shift)] {
+    for (name, v, x, c) in [
+        ("p50", p50, x50, c50 + shift),
+        ("p99", p99, x99, c99 + shift),
+    ] {
         let (Some(v), Some(x)) = (v, x) else { continue };
         let c = c.clamp(LABEL_W / 2.0, W - LABEL_W / 2.0);
         let _ = write!(

@@ -100,7 +100,12 @@ struct AdviceJson<'a> {
 }
 
 pub fn advice_json(summary: &Summary, a: &Advice) -> serde_json::Result<String> {
-    to_json(&AdviceJson { schema_version: SCHEMA_VERSION, ddioscope_version: env!("CARGO_PKG_VERSION"), answer: answer_for_advice(summary, a), advice: a })
+    to_json(&AdviceJson {
+        schema_version: SCHEMA_VERSION,
+        ddioscope_version: env!("CARGO_PKG_VERSION"),
+        answer: answer_for_advice(summary, a),
+        advice: a,
+    })
 }
 
 /// Significant digits a float keeps: measured rates, shares and times are good to a few
@@ -115,13 +120,19 @@ pub fn round_meaningful(x: f64) -> f64 {
     let scale = 10f64.powi(SIGNIFICANT - 1 - x.abs().log10().floor() as i32);
     let r = (x * scale).round() / scale;
     // Decimal scales are not exact in binary: print the shortest float that rounds there.
-    format!("{r:.*e}", (SIGNIFICANT - 1) as usize).parse().unwrap_or(r)
+    format!("{r:.*e}", (SIGNIFICANT - 1) as usize)
+        .parse()
+        .unwrap_or(r)
 }
 
 fn round_floats(v: &mut serde_json::Value) {
     match v {
         serde_json::Value::Number(n) if n.is_f64() => {
-            if let Some(r) = n.as_f64().map(round_meaningful).and_then(serde_json::Number::from_f64) {
+            if let Some(r) = n
+                .as_f64()
+                .map(round_meaningful)
+                .and_then(serde_json::Number::from_f64)
+            {
                 *n = r;
             }
         }
@@ -145,14 +156,23 @@ fn mark(n: usize) -> String {
 /// A long array field (a recording's flows: 25,000 of them took over 100 MB as tree nodes).
 /// Inside `to_json` each element is written out at once and the tree holds a mark in the
 /// array's place; elsewhere it serializes as it is.
-pub fn deferred_field<T: Serialize, S: serde::Serializer>(items: &[T], s: S) -> Result<S::Ok, S::Error> {
+pub fn deferred_field<T: Serialize, S: serde::Serializer>(
+    items: &[T],
+    s: S,
+) -> Result<S::Ok, S::Error> {
     let deferred = DEFERRED.with(|d| {
         let mut d = d.borrow_mut();
         let out = d.as_mut()?;
-        Some(items.iter().map(pretty).collect::<serde_json::Result<Vec<String>>>().map(|v| {
-            out.push(v);
-            out.len() - 1
-        }))
+        Some(
+            items
+                .iter()
+                .map(pretty)
+                .collect::<serde_json::Result<Vec<String>>>()
+                .map(|v| {
+                    out.push(v);
+                    out.len() - 1
+                }),
+        )
     });
     match deferred {
         None => items.serialize(s),
@@ -182,10 +202,17 @@ fn to_json<T: Serialize>(v: &T) -> serde_json::Result<String> {
 /// `tree` with the mark replaced by the array of `items`, indented as the tree's pretty
 /// printer would have put it.
 fn splice(tree: &str, mark: &str, items: &[String]) -> String {
-    let Some(at) = tree.find(mark) else { return tree.to_string() };
-    let indent = tree[..at].rsplit('\n').next().map_or(0, |l| l.len() - l.trim_start().len());
+    let Some(at) = tree.find(mark) else {
+        return tree.to_string();
+    };
+    let indent = tree[..at]
+        .rsplit('\n')
+        .next()
+        .map_or(0, |l| l.len() - l.trim_start().len());
     let pad = " ".repeat(indent + 2);
-    let mut out = String::with_capacity(tree.len() + items.iter().map(|f| f.len() + 8 * pad.len()).sum::<usize>());
+    let mut out = String::with_capacity(
+        tree.len() + items.iter().map(|f| f.len() + 8 * pad.len()).sum::<usize>(),
+    );
     out.push_str(&tree[..at]);
     if items.is_empty() {
         out.push_str("[]");
@@ -254,15 +281,47 @@ mod tests {
 
     #[test]
     fn long_arrays_written_element_by_element_print_as_one_tree_would() {
-        let items: Vec<Item> = (0..3).map(|i| Item { name: format!("f{i}"), share_pct: 12.345_678 * i as f64, inner: vec![i, 7] }).collect();
-        let deep = vec![Item { name: "d".into(), share_pct: 0.000_123_456, inner: vec![] }];
-        let doc = Doc { zeta: 1, items: items.clone(), nested: Nested { deep: deep.clone(), alpha: 2.718_281_9_f64.sqrt() }, none: vec![] };
-        let plain = Plain { zeta: 1, items, nested: PlainNested { deep, alpha: 2.718_281_9_f64.sqrt() }, none: vec![] };
+        let items: Vec<Item> = (0..3)
+            .map(|i| Item {
+                name: format!("f{i}"),
+                share_pct: 12.345_678 * i as f64,
+                inner: vec![i, 7],
+            })
+            .collect();
+        let deep = vec![Item {
+            name: "d".into(),
+            share_pct: 0.000_123_456,
+            inner: vec![],
+        }];
+        let doc = Doc {
+            zeta: 1,
+            items: items.clone(),
+            nested: Nested {
+                deep: deep.clone(),
+                alpha: 2.718_281_9_f64.sqrt(),
+            },
+            none: vec![],
+        };
+        let plain = Plain {
+            zeta: 1,
+            items,
+            nested: PlainNested {
+                deep,
+                alpha: 2.718_281_9_f64.sqrt(),
+            },
+            none: vec![],
+        };
         let out = to_json(&doc).expect("serializes");
         assert_eq!(out, pretty(&plain).expect("serializes"));
-        assert!(out.contains("\"share_pct\": 12.35") && !out.contains("deferred"), "{out}");
+        assert!(
+            out.contains("\"share_pct\": 12.35") && !out.contains("deferred"),
+            "{out}"
+        );
         // Outside to_json the arrays serialize as they are.
-        assert_eq!(serde_json::to_value(&doc).expect("serializes")["items"][1]["name"], "f1");
+        assert_eq!(
+            serde_json::to_value(&doc).expect("serializes")["items"][1]["name"],
+            "f1"
+        );
     }
 
     #[test]

@@ -87,9 +87,15 @@ fn sampler_throttling_sums_over_intervals() {
     assert_eq!((t.throttles, t.records_lost), (6, 0));
     assert!((t.stopped_ms - 80.0).abs() < 1e-9);
     let want = 100.0 * 0.080 / (2.0 * r.duration_s());
-    assert!((t.stopped_pct.expect("cpus known") - want).abs() < 1e-9, "{t:?} vs {want}");
+    assert!(
+        (t.stopped_pct.expect("cpus known") - want).abs() < 1e-9,
+        "{t:?} vs {want}"
+    );
     let text = evidence_text(&s);
-    assert!(text.contains("sampler throttled by the kernel 6 times, stopped 80.0 ms"), "{text}");
+    assert!(
+        text.contains("sampler throttled by the kernel 6 times, stopped 80.0 ms"),
+        "{text}"
+    );
 
     let (_dir2, path) = fixture_altered(&format!(
         "{table}
@@ -99,7 +105,11 @@ fn sampler_throttling_sums_over_intervals() {
          FROM intervals ORDER BY idx LIMIT 2;"
     ));
     let r = Recording::open(&path).expect("opens");
-    assert!(analysis::summary::build(&r).unwrap().l3miss.throttle.is_none());
+    assert!(analysis::summary::build(&r)
+        .unwrap()
+        .l3miss
+        .throttle
+        .is_none());
 }
 
 /// A recording made in attribution windows: the joins from before their window are summed,
@@ -123,15 +133,37 @@ fn windowed_recordings_report_their_windows() {
     let r = Recording::open(&path).expect("opens");
     let s = analysis::summary::build(&r).unwrap();
     let l = &s.l3miss;
-    assert_eq!((l.duty, l.before_window, l.window_ms, l.cycle_ms), (16, 4, Some(62.5), Some(1000.0)));
+    assert_eq!(
+        (l.duty, l.before_window, l.window_ms, l.cycle_ms),
+        (16, 4, Some(62.5), Some(1000.0))
+    );
     // The two intervals sampled 1/20 of their time each (not the nominal 1/16).
     let c = rusqlite::Connection::open(&path).unwrap();
-    let span: i64 = c.query_row("SELECT SUM(dur_ns) FROM (SELECT dur_ns FROM intervals ORDER BY idx LIMIT 2)", [], |r| r.get(0)).unwrap();
-    assert!((l.duty_measured.expect("measured") - 20.0).abs() < 0.01, "{:?}", l.duty_measured);
+    let span: i64 = c
+        .query_row(
+            "SELECT SUM(dur_ns) FROM (SELECT dur_ns FROM intervals ORDER BY idx LIMIT 2)",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(
+        (l.duty_measured.expect("measured") - 20.0).abs() < 0.01,
+        "{:?}",
+        l.duty_measured
+    );
     let sampled_s = l.sampled_ms.expect("measured") / 1e3;
     assert!((sampled_s - span as f64 / 20.0 / 1e9).abs() < 1e-6);
     let want = 100.0 * 0.002 / (2.0 * sampled_s);
-    assert!((l.throttle.as_ref().expect("measured").stopped_pct.expect("cpus known") - want).abs() < 1e-6);
+    assert!(
+        (l.throttle
+            .as_ref()
+            .expect("measured")
+            .stopped_pct
+            .expect("cpus known")
+            - want)
+            .abs()
+            < 1e-6
+    );
     let text = evidence_text(&s);
     assert!(
         text.contains("attribution in windows, --duty 16: sampler 62.5 ms of every 1.00 s after a 10.0 ms warm-up")
@@ -162,7 +194,11 @@ fn paren_depth(line: &str) -> i32 {
 fn assert_hygiene(text: &str) {
     let mut prev = "";
     for line in text.lines() {
-        assert!(line.chars().count() <= WIDTH, "{} columns: {line}", line.chars().count());
+        assert!(
+            line.chars().count() <= WIDTH,
+            "{} columns: {line}",
+            line.chars().count()
+        );
         assert!(paren_depth(line) <= 1, "nested parentheses: {line}");
         assert!(line.trim().is_empty() || line != prev, "said twice: {line}");
         // Durations come from units::fmt_duration: "14.5 µs", never "14.5us" or "7242.0us".
@@ -174,7 +210,8 @@ fn assert_hygiene(text: &str) {
 /// A number directly followed by "us" or "ns" with no space: the old duration styles.
 fn has_ascii_micro(line: &str) -> bool {
     let b = line.as_bytes();
-    b.windows(3).any(|w| w[0].is_ascii_digit() && (w[1..] == *b"us" || w[1..] == *b"ns"))
+    b.windows(3)
+        .any(|w| w[0].is_ascii_digit() && (w[1..] == *b"us" || w[1..] == *b"ns"))
 }
 
 /// On a host without DDIO and a driver without rings (the fixture: AMD, veth) the report
@@ -185,43 +222,84 @@ fn the_answer_comes_first_and_says_what_it_rests_on() {
     let raw = render_report(&s, &outcome, &TextOptions::default());
     assert_hygiene(&raw);
     let text = flat(&raw);
-    let at = |needle: &str| raw.find(needle).unwrap_or_else(|| panic!("no {needle:?} in\n{raw}"));
+    let at = |needle: &str| {
+        raw.find(needle)
+            .unwrap_or_else(|| panic!("no {needle:?} in\n{raw}"))
+    };
     // The answer, then the verdicts, then the evidence.
-    assert!(at("\nAnswer\n") < at("\nPer-queue verdicts") && at("\nPer-queue verdicts") < at("\nEvidence\n"), "{raw}");
+    assert!(
+        at("\nAnswer\n") < at("\nPer-queue verdicts")
+            && at("\nPer-queue verdicts") < at("\nEvidence\n"),
+        "{raw}"
+    );
     assert!(at("\nEvidence\n") < at("\nRX queues"), "{raw}");
     // Enum values as the JSON spells them.
-    assert!(!text.contains("Leaky") && !text.contains("Rx queue") && !text.contains("AtRisk"), "{raw}");
+    assert!(
+        !text.contains("Leaky") && !text.contains("Rx queue") && !text.contains("AtRisk"),
+        "{raw}"
+    );
     // No DDIO here: said, and no suggestion of a script that refuses this CPU.
     assert!(text.contains("no DDIO on this CPU; model only"), "{raw}");
     // The platform's reason is said once in the counters section, not in its heading too.
     let counters = &raw[at("\nSocket DDIO counters")..at("\nL3-miss samples")];
-    assert_eq!(counters.matches("no DDIO uncore events").count(), 1, "{counters}");
+    assert_eq!(
+        counters.matches("no DDIO uncore events").count(),
+        1,
+        "{counters}"
+    );
     assert!(!text.contains("capture-counters.sh"), "{raw}");
     // Model-prior attribution: shares and predicted misses per second, and no note about a
     // measured total when nothing was measured.
-    assert!(text.contains("predicted misses/s") && text.contains("of the predicted misses"), "{raw}");
+    assert!(
+        text.contains("predicted misses/s") && text.contains("of the predicted misses"),
+        "{raw}"
+    );
     assert!(!text.contains("measured total includes"), "{raw}");
     // The answer's changes are the recommendations, each with its predicted effect.
-    let Outcome::Advised(a) = &outcome else { panic!("the fixture has a geometry") };
+    let Outcome::Advised(a) = &outcome else {
+        panic!("the fixture has a geometry")
+    };
     for r in &a.recommendations {
         assert!(text.contains(&format!("Change {}", r.command)), "{raw}");
     }
     // A drops column, the in-flight states explained in one line.
-    assert!(raw.lines().any(|l| l.contains("queue") && l.contains("drops") && l.contains("pkt/s")), "{raw}");
-    assert!(text.contains("in-flight states evicted") && text.contains("took the state's slot"), "{raw}");
+    assert!(
+        raw.lines()
+            .any(|l| l.contains("queue") && l.contains("drops") && l.contains("pkt/s")),
+        "{raw}"
+    );
+    assert!(
+        text.contains("in-flight states evicted") && text.contains("took the state's slot"),
+        "{raw}"
+    );
     // Where each number comes from: an old recording counted everything, all the time.
-    assert!(text.contains("exact: every packet") && text.contains("exact: every skb counted"), "{raw}");
+    assert!(
+        text.contains("exact: every packet") && text.contains("exact: every skb counted"),
+        "{raw}"
+    );
     assert!(text.contains("timed all the time"), "{raw}");
     // Every verdict has its reason.
     assert!(!a.verdicts.is_empty() && a.verdicts.iter().all(|v| !v.reason.is_empty()));
     // TX queues on a device with no rings and no prediction: unknown, not leaky.
-    for v in a.verdicts.iter().filter(|v| v.dir == crate::snapshot::Dir::Tx) {
+    for v in a
+        .verdicts
+        .iter()
+        .filter(|v| v.dir == crate::snapshot::Dir::Tx)
+    {
         assert_eq!(v.verdict, VerdictKind::Unknown, "{v:?}");
         assert!(v.reason.contains("no TX ring size"), "{v:?}");
     }
     // An RX verdict names the socket's rings together, the cause of "leaky" when one ring fits.
-    let rx = a.verdicts.iter().find(|v| v.dir == crate::snapshot::Dir::Rx).expect("rx verdicts");
-    assert!(rx.reason.contains("the socket's RX rings together need"), "{}", rx.reason);
+    let rx = a
+        .verdicts
+        .iter()
+        .find(|v| v.dir == crate::snapshot::Dir::Rx)
+        .expect("rx verdicts");
+    assert!(
+        rx.reason.contains("the socket's RX rings together need"),
+        "{}",
+        rx.reason
+    );
 }
 
 /// No recommendation: the report says why, and what to do next.
@@ -229,29 +307,60 @@ fn the_answer_comes_first_and_says_what_it_rests_on() {
 fn empty_recommendations_are_explained() {
     let (_dir, path) = fixture_altered(BALANCED);
     let (_rec, s, outcome) = reported(&path);
-    let Outcome::Advised(a) = &outcome else { panic!("the fixture has a geometry") };
+    let Outcome::Advised(a) = &outcome else {
+        panic!("the fixture has a geometry")
+    };
     assert!(a.recommendations.is_empty(), "{:?}", a.recommendations);
-    let n = a.no_change.as_ref().expect("no recommendations, so a reason");
+    let n = a
+        .no_change
+        .as_ref()
+        .expect("no recommendations, so a reason");
     assert!(n.reasons.iter().any(|r| r.contains("has no DDIO")), "{n:?}");
-    assert!(n.reasons.iter().any(|r| r.contains("veth reports no RX ring size")), "{n:?}");
-    assert!(n.next_steps.iter().any(|s| s.contains("ddioscope simulate")) && n.next_steps.iter().any(|s| s.contains("--llc-mib")), "{n:?}");
+    assert!(
+        n.reasons
+            .iter()
+            .any(|r| r.contains("veth reports no RX ring size")),
+        "{n:?}"
+    );
+    assert!(
+        n.next_steps
+            .iter()
+            .any(|s| s.contains("ddioscope simulate"))
+            && n.next_steps.iter().any(|s| s.contains("--llc-mib")),
+        "{n:?}"
+    );
     let raw = render_report(&s, &outcome, &TextOptions::default());
     assert_hygiene(&raw);
     let text = flat(&raw);
-    assert!(text.contains("Change nothing to run: this CPU has no DDIO"), "{raw}");
-    assert!(text.contains("none: veth reports no RX ring size") && text.contains("next: see the model's hit rate"), "{raw}");
+    assert!(
+        text.contains("Change nothing to run: this CPU has no DDIO"),
+        "{raw}"
+    );
+    assert!(
+        text.contains("none: veth reports no RX ring size")
+            && text.contains("next: see the model's hit rate"),
+        "{raw}"
+    );
 }
 
 /// `recommend` leads with the same answer and gives the attribution one line.
 #[test]
 fn recommend_does_not_repeat_the_attribution() {
     let (_rec, s, outcome) = reported(Path::new(FIXTURE));
-    let Outcome::Advised(a) = &outcome else { panic!("the fixture has a geometry") };
+    let Outcome::Advised(a) = &outcome else {
+        panic!("the fixture has a geometry")
+    };
     let raw = render_advice(&s, a);
     assert_hygiene(&raw);
     let text = flat(&raw);
-    assert!(raw.contains("\nAnswer\n") && text.contains("Attribution: model_prior, low confidence"), "{raw}");
-    assert!(!text.contains("95% interval") && !text.contains("predicted misses/s"), "{text}");
+    assert!(
+        raw.contains("\nAnswer\n") && text.contains("Attribution: model_prior, low confidence"),
+        "{raw}"
+    );
+    assert!(
+        !text.contains("95% interval") && !text.contains("predicted misses/s"),
+        "{text}"
+    );
     assert_eq!(text.matches("not available").count(), 0, "{text}");
 }
 
@@ -262,23 +371,46 @@ fn intel_hosts_are_pointed_at_the_counters() {
     let (_dir, path) = fixture_altered(INTEL_NIC);
     let (_rec, s, outcome) = reported(&path);
     assert_eq!(s.counters.cpu_has_ddio, None);
-    assert!(s.counters.next_step.as_deref().is_some_and(|n| n.contains("capture-counters.sh")), "{:?}", s.counters);
+    assert!(
+        s.counters
+            .next_step
+            .as_deref()
+            .is_some_and(|n| n.contains("capture-counters.sh")),
+        "{:?}",
+        s.counters
+    );
     let raw = render_report(&s, &outcome, &TextOptions::default());
     assert_hygiene(&raw);
     let text = flat(&raw);
     assert!(!text.contains("no DDIO on this CPU"), "{text}");
-    let Outcome::Advised(a) = &outcome else { panic!("geometry") };
+    let Outcome::Advised(a) = &outcome else {
+        panic!("geometry")
+    };
     let answer = analysis::answer(&s, &outcome);
     assert_eq!(
-        answer.changes.iter().map(|c| c.command.as_str()).collect::<Vec<_>>(),
-        a.recommendations.iter().map(|r| r.command.as_str()).collect::<Vec<_>>()
+        answer
+            .changes
+            .iter()
+            .map(|c| c.command.as_str())
+            .collect::<Vec<_>>(),
+        a.recommendations
+            .iter()
+            .map(|r| r.command.as_str())
+            .collect::<Vec<_>>()
     );
     assert_eq!(answer.no_change.is_some(), a.recommendations.is_empty());
     for c in &answer.changes {
-        assert!(text.contains(c.command.lines().next().unwrap_or_default()), "{text}");
+        assert!(
+            text.contains(c.command.lines().next().unwrap_or_default()),
+            "{text}"
+        );
     }
     // Rings known: no TX queue is unknown for want of one.
-    assert!(a.verdicts.iter().all(|v| v.verdict != VerdictKind::Unknown), "{:?}", a.verdicts);
+    assert!(
+        a.verdicts.iter().all(|v| v.verdict != VerdictKind::Unknown),
+        "{:?}",
+        a.verdicts
+    );
     assert!(a.verdicts.iter().all(|v| !v.ring_assumed));
 }
 
@@ -292,12 +424,20 @@ fn idle_queues_are_shown() {
     let r = Recording::open(&path).unwrap();
     let s = analysis::summary::build(&r).unwrap();
     for dir in [crate::snapshot::Dir::Rx, crate::snapshot::Dir::Tx] {
-        let q0 = s.queues.iter().find(|q| q.dir == dir && q.queue == 0).expect("queue 0 listed");
+        let q0 = s
+            .queues
+            .iter()
+            .find(|q| q.dir == dir && q.queue == 0)
+            .expect("queue 0 listed");
         assert_eq!(q0.packets, 0);
     }
     let mut raw = String::new();
     render_evidence(&mut raw, &s, &TextOptions::default());
-    assert!(raw.lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["0", "idle"]), "{raw}");
+    assert!(
+        raw.lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["0", "idle"]),
+        "{raw}"
+    );
 }
 
 /// A recording from the tiered recorder says which tier each number came from: counts exact
@@ -315,17 +455,40 @@ fn every_number_says_where_it_came_from() {
     let r = Recording::open(&path).unwrap();
     let s = analysis::summary::build(&r).unwrap();
     let t = &s.tiers;
-    assert_eq!((t.counts.kind, t.flows.kind, t.stages.kind), ("exact", "estimated", "windowed"));
-    assert!(t.counts.text.contains("tier 0") && t.counts.text.contains("tcx"), "{}", t.counts.text);
-    assert!(t.flows.text.contains("probability d/65536") && t.flows.every == Some(65536), "{}", t.flows.text);
-    assert!(t.stages.text.contains("in windows of 62.5 ms every 1.00 s") && t.stages.text.contains("1 in 4 packets"), "{}", t.stages.text);
+    assert_eq!(
+        (t.counts.kind, t.flows.kind, t.stages.kind),
+        ("exact", "estimated", "windowed")
+    );
+    assert!(
+        t.counts.text.contains("tier 0") && t.counts.text.contains("tcx"),
+        "{}",
+        t.counts.text
+    );
+    assert!(
+        t.flows.text.contains("probability d/65536") && t.flows.every == Some(65536),
+        "{}",
+        t.flows.text
+    );
+    assert!(
+        t.stages.text.contains("in windows of 62.5 ms every 1.00 s")
+            && t.stages.text.contains("1 in 4 packets"),
+        "{}",
+        t.stages.text
+    );
     // 15 intervals × 12.5 ms of detail.
-    assert!(t.stages.text.contains("188 ms of 3.00 s"), "{}", t.stages.text);
+    assert!(
+        t.stages.text.contains("188 ms of 3.00 s"),
+        "{}",
+        t.stages.text
+    );
     let big = s.flows.iter().max_by_key(|f| f.bytes).unwrap();
     let err = 100.0 * big.bytes_error.expect("estimated") as f64 / big.bytes as f64;
     assert!(err > 0.0 && big.samples.is_some(), "{big:?}");
     let text = evidence_text(&s);
-    assert!(text.contains("±95%") && text.contains(&format!("±{err:.1}%")), "{text}");
+    assert!(
+        text.contains("±95%") && text.contains(&format!("±{err:.1}%")),
+        "{text}"
+    );
 }
 
 /// `report --from/--to`: the window's numbers, and the report says which part it covers.
@@ -334,16 +497,30 @@ fn a_window_reports_its_part() {
     use crate::recording::window::TimeSpec;
     let mut r = Recording::open(Path::new(FIXTURE)).unwrap();
     let whole = analysis::summary::build(&r).unwrap();
-    r.set_window(Some(TimeSpec::Offset(1.0)), Some(TimeSpec::Offset(2.0))).unwrap();
+    r.set_window(Some(TimeSpec::Offset(1.0)), Some(TimeSpec::Offset(2.0)))
+        .unwrap();
     let part = analysis::summary::build(&r).unwrap();
-    assert!(!part.window.whole && part.meta.intervals == 5, "{:?}", part.window);
-    let rx = |s: &Summary| s.queues.iter().filter(|q| q.dir == crate::snapshot::Dir::Rx).map(|q| q.packets).sum::<u64>();
+    assert!(
+        !part.window.whole && part.meta.intervals == 5,
+        "{:?}",
+        part.window
+    );
+    let rx = |s: &Summary| {
+        s.queues
+            .iter()
+            .filter(|q| q.dir == crate::snapshot::Dir::Rx)
+            .map(|q| q.packets)
+            .sum::<u64>()
+    };
     assert!(rx(&part) > 0 && rx(&part) < rx(&whole));
     let mut o = String::new();
     crate::report::text::render_evidence(&mut o, &part, &TextOptions::default());
     let outcome = analysis::advise_or_explain(&r, &part, Default::default()).unwrap();
     let text = flat(&render_report(&part, &outcome, &TextOptions::default()));
-    assert!(text.contains("window: 1.00 s to 2.00 s from the start"), "{text}");
+    assert!(
+        text.contains("window: 1.00 s to 2.00 s from the start"),
+        "{text}"
+    );
 }
 
 /// The JSON a tool reads: versions, rounded floats, units as suffixes, and the answer
@@ -352,14 +529,18 @@ fn a_window_reports_its_part() {
 fn json_for_tools() {
     let (_dir, path) = fixture_altered(INTEL_NIC);
     let (_rec, s, outcome) = reported(&path);
-    let text = crate::report::json::FullReport::new(&s, &outcome).to_json().unwrap();
+    let text = crate::report::json::FullReport::new(&s, &outcome)
+        .to_json()
+        .unwrap();
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(v["schema_version"], crate::report::json::SCHEMA_VERSION);
     assert_eq!(v["ddioscope_version"], env!("CARGO_PKG_VERSION"));
     fn walk(v: &serde_json::Value, path: &str, f: &mut dyn FnMut(&str, &serde_json::Value)) {
         f(path, v);
         match v {
-            serde_json::Value::Object(o) => o.iter().for_each(|(k, x)| walk(x, &format!("{path}.{k}"), f)),
+            serde_json::Value::Object(o) => o
+                .iter()
+                .for_each(|(k, x)| walk(x, &format!("{path}.{k}"), f)),
             serde_json::Value::Array(a) => a.iter().for_each(|x| walk(x, &format!("{path}[]"), f)),
             _ => {}
         }
@@ -367,32 +548,63 @@ fn json_for_tools() {
     walk(&v, "", &mut |path, x| {
         let key = path.rsplit('.').next().unwrap_or_default();
         // Units are lower-case suffixes: no MBps next to mbps.
-        assert!(!key.chars().any(|c| c.is_ascii_uppercase()) || key.contains(':'), "{path}");
+        assert!(
+            !key.chars().any(|c| c.is_ascii_uppercase()) || key.contains(':'),
+            "{path}"
+        );
         assert!(!key.ends_with("mbps") && key != "pps", "{path}");
         if let Some(f) = x.as_f64().filter(|_| x.is_f64()) {
             if f.fract() != 0.0 {
-                let digits = format!("{:e}", f.abs()).split('e').next().unwrap().replace('.', "").len();
+                let digits = format!("{:e}", f.abs())
+                    .split('e')
+                    .next()
+                    .unwrap()
+                    .replace('.', "")
+                    .len();
                 assert!(digits <= 4, "{path} = {f}: more digits than it can mean");
             }
         }
     });
     let q = &v["queues"][0];
-    assert!(q.get("packets_per_s").is_some() && q.get("mbit_per_s").is_some(), "{q}");
-    let changes: Vec<&str> = v["answer"]["changes"].as_array().unwrap().iter().map(|c| c["command"].as_str().unwrap()).collect();
-    let recs: Vec<&str> = v["recommendations"].as_array().unwrap().iter().map(|c| c["command"].as_str().unwrap()).collect();
+    assert!(
+        q.get("packets_per_s").is_some() && q.get("mbit_per_s").is_some(),
+        "{q}"
+    );
+    let changes: Vec<&str> = v["answer"]["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["command"].as_str().unwrap())
+        .collect();
+    let recs: Vec<&str> = v["recommendations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["command"].as_str().unwrap())
+        .collect();
     assert_eq!(changes, recs);
     let leaking: Vec<(String, u64)> = v["answer"]["leaking"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|l| (l["dir"].as_str().unwrap().to_string(), l["queue"].as_u64().unwrap()))
+        .map(|l| {
+            (
+                l["dir"].as_str().unwrap().to_string(),
+                l["queue"].as_u64().unwrap(),
+            )
+        })
         .collect();
     let mut want: Vec<(String, u64)> = v["verdicts"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|x| matches!(x["verdict"].as_str(), Some("leaky" | "at_risk")))
-        .map(|x| (x["dir"].as_str().unwrap().to_string(), x["queue"].as_u64().unwrap()))
+        .map(|x| {
+            (
+                x["dir"].as_str().unwrap().to_string(),
+                x["queue"].as_u64().unwrap(),
+            )
+        })
         .collect();
     let mut got = leaking.clone();
     got.sort();
@@ -408,7 +620,12 @@ fn json_for_tools() {
 fn leaking_queues_say_their_verdicts() {
     use crate::analysis::answer::{Answer, LeakingQueue};
     use crate::snapshot::Dir;
-    let q = |queue, verdict| LeakingQueue { dir: Dir::Rx, queue, verdict, share_pct: None };
+    let q = |queue, verdict| LeakingQueue {
+        dir: Dir::Rx,
+        queue,
+        verdict,
+        share_pct: None,
+    };
     let mut a = Answer {
         leaking: vec![q(1, VerdictKind::Leaky), q(0, VerdictKind::Leaky)],
         unknown: 0,
@@ -421,9 +638,15 @@ fn leaking_queues_say_their_verdicts() {
         model_unavailable: None,
     };
     let name = |d: Dir, n: u32| format!("{d} {n}");
-    assert_eq!(crate::report::text::leaking_line(&a, "WHY", name), "rx 1, rx 0: leaky, WHY");
+    assert_eq!(
+        crate::report::text::leaking_line(&a, "WHY", name),
+        "rx 1, rx 0: leaky, WHY"
+    );
     a.leaking.push(q(2, VerdictKind::AtRisk));
-    assert_eq!(crate::report::text::leaking_line(&a, "WHY", name), "rx 1 leaky, rx 0 leaky, rx 2 at_risk; rx 1: WHY");
+    assert_eq!(
+        crate::report::text::leaking_line(&a, "WHY", name),
+        "rx 1 leaky, rx 0 leaky, rx 2 at_risk; rx 1: WHY"
+    );
 }
 
 /// One computation, one answer: the per-queue predictions, the what-if rows at the recorded
@@ -431,28 +654,63 @@ fn leaking_queues_say_their_verdicts() {
 /// are the same simulation, and the what-if footprint is the per-queue view's socket total.
 #[test]
 fn per_queue_what_if_and_recommendations_give_one_answer() {
-    for (name, sql) in [("as recorded", ""), ("an Intel NIC with 4096-entry rings", INTEL_NIC)] {
+    for (name, sql) in [
+        ("as recorded", ""),
+        ("an Intel NIC with 4096-entry rings", INTEL_NIC),
+    ] {
         let (_dir, path) = fixture_altered(sql);
         let (_rec, s, o) = reported(&path);
-        let Outcome::Advised(a) = &o else { panic!("{name}: no model") };
+        let Outcome::Advised(a) = &o else {
+            panic!("{name}: no model")
+        };
         let spec = a.run.spec().expect("RX traffic").clone();
-        let (by_ring, by_ways) = a.run.what_if(&crate::report::html::WHATIF_RINGS, &crate::report::html::WHATIF_WAYS);
+        let (by_ring, by_ways) = a.run.what_if(
+            &crate::report::html::WHATIF_RINGS,
+            &crate::report::html::WHATIF_WAYS,
+        );
         let at = |pts: &[crate::model::spec::GridPoint]| {
-            pts.iter().find(|p| p.ring == spec.ring && p.ddio_ways == spec.geometry.ddio_ways).cloned().expect("the recorded point")
+            pts.iter()
+                .find(|p| p.ring == spec.ring && p.ddio_ways == spec.geometry.ddio_ways)
+                .cloned()
+                .expect("the recorded point")
         };
         let point = at(&by_ring);
         assert_eq!(point, at(&by_ways), "{name}");
-        assert_eq!(vec![point.clone()], a.run.grid(&[], &[]), "{name}: simulate FILE");
-        assert_eq!(point.footprint_bytes, a.model.socket.rx_footprint_bytes, "{name}");
+        assert_eq!(
+            vec![point.clone()],
+            a.run.grid(&[], &[]),
+            "{name}: simulate FILE"
+        );
+        assert_eq!(
+            point.footprint_bytes, a.model.socket.rx_footprint_bytes,
+            "{name}"
+        );
         // The per-queue write hits, weighted by each queue's packets, are the point's total.
         let (mut sum, mut n) = (0.0, 0.0);
-        for q in a.model.queues.iter().filter(|q| q.predicted_write_hit_pct.is_some()) {
-            let pk = s.totals.iter().find(|t| (t.dir == crate::snapshot::Dir::Rx) == (q.dir == crate::model::analytic::Dir::Rx) && t.queue == q.queue).map_or(0, |t| t.packets) as f64;
+        for q in a
+            .model
+            .queues
+            .iter()
+            .filter(|q| q.predicted_write_hit_pct.is_some())
+        {
+            let pk = s
+                .totals
+                .iter()
+                .find(|t| {
+                    (t.dir == crate::snapshot::Dir::Rx)
+                        == (q.dir == crate::model::analytic::Dir::Rx)
+                        && t.queue == q.queue
+                })
+                .map_or(0, |t| t.packets) as f64;
             sum += pk * q.predicted_write_hit_pct.unwrap_or(0.0);
             n += pk;
         }
         let total = point.io_write_hit_pct.expect("write hit");
-        assert!(n > 0.0 && (sum / n - total).abs() < 0.3, "{name}: per-queue {:.2} vs what-if {total:.2}", sum / n);
+        assert!(
+            n > 0.0 && (sum / n - total).abs() < 0.3,
+            "{name}: per-queue {:.2} vs what-if {total:.2}",
+            sum / n
+        );
         let mut compared = 0;
         for r in &a.recommendations {
             let metric = r.predicted_metric.as_deref().unwrap_or("");
@@ -461,9 +719,18 @@ fn per_queue_what_if_and_recommendations_give_one_answer() {
                 "spread_load" if metric.starts_with("cpu_read") => point.cpu_read_hit_pct,
                 _ => continue,
             };
-            assert_eq!(r.predicted_before, want.map(|v| (v * 10.0).round() / 10.0), "{name}: {} before", r.kind);
+            assert_eq!(
+                r.predicted_before,
+                want.map(|v| (v * 10.0).round() / 10.0),
+                "{name}: {} before",
+                r.kind
+            );
             compared += 1;
         }
-        assert!(sql.is_empty() || compared > 0, "{name}: no recommendation to compare: {:?}", a.recommendations);
+        assert!(
+            sql.is_empty() || compared > 0,
+            "{name}: no recommendation to compare: {:?}",
+            a.recommendations
+        );
     }
 }

@@ -30,14 +30,20 @@ pub struct TextOptions {
 
 impl Default for TextOptions {
     fn default() -> Self {
-        TextOptions { top_flows: 10, wide: false }
+        TextOptions {
+            top_flows: 10,
+            wide: false,
+        }
     }
 }
 
 /// One socket's DDIO numbers as display cells: write miss, partial write
 /// miss, read miss, inbound write/read, DRAM read/write, L3 misses/s.
 pub fn socket_cells(s: &crate::counters::SocketMetrics) -> [String; 8] {
-    let mbs = |v: Option<f64>| v.map(|v| format!("{v:.0} MB/s")).unwrap_or_else(|| "-".into());
+    let mbs = |v: Option<f64>| {
+        v.map(|v| format!("{v:.0} MB/s"))
+            .unwrap_or_else(|| "-".into())
+    };
     [
         fmt_pct(s.write_miss_pct),
         fmt_pct(s.partial_write_miss_pct),
@@ -46,7 +52,9 @@ pub fn socket_cells(s: &crate::counters::SocketMetrics) -> [String; 8] {
         mbs(s.inbound_read_mbps),
         mbs(s.dram_read_mbps),
         mbs(s.dram_write_mbps),
-        s.l3_miss_per_s.map(|v| format!("{v:.3e}")).unwrap_or_else(|| "-".into()),
+        s.l3_miss_per_s
+            .map(|v| format!("{v:.3e}"))
+            .unwrap_or_else(|| "-".into()),
     ]
 }
 
@@ -58,7 +66,10 @@ fn life_stage(dir: Dir) -> &'static str {
 /// Column headers of a direction's queue table (text and HTML share them); `wide` adds
 /// every stage's p50/p99/max.
 pub fn queue_columns(dir: Dir, wide: bool) -> Vec<String> {
-    let mut c: Vec<String> = ["queue", "packets", "pkt/s", "Mbit/s", "avg B", "drops"].iter().map(|s| s.to_string()).collect();
+    let mut c: Vec<String> = ["queue", "packets", "pkt/s", "Mbit/s", "avg B", "drops"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     if dir == Dir::Rx {
         c.extend(["polls", "batch", "full"].iter().map(|s| s.to_string()));
     }
@@ -77,19 +88,29 @@ pub fn queue_cells(q: &QueueReport, wide: bool) -> Vec<String> {
         fmt_count(q.packets as f64),
         fmt_count(q.packets_per_s),
         format!("{:.1}", q.mbit_per_s),
-        q.avg_pkt_bytes.map_or_else(|| "-".into(), |v| format!("{v:.0}")),
+        q.avg_pkt_bytes
+            .map_or_else(|| "-".into(), |v| format!("{v:.0}")),
         q.drops.to_string(),
     ];
     if q.dir == Dir::Rx {
         match &q.napi {
-            Some(n) => c.extend([fmt_count(n.polls as f64), format!("{:.1}", n.avg_work.unwrap_or(0.0)), n.budget_exhausted.to_string()]),
+            Some(n) => c.extend([
+                fmt_count(n.polls as f64),
+                format!("{:.1}", n.avg_work.unwrap_or(0.0)),
+                n.budget_exhausted.to_string(),
+            ]),
             None => c.extend(["-".to_string(), "-".to_string(), "-".to_string()]),
         }
     }
     if wide {
         for n in q.dir.stage_names() {
             c.push(match q.stage(n) {
-                Some(s) => format!("{}/{}/{}", fmt_ns(s.p50_ns), fmt_ns(s.p99_ns), fmt_ns(Some(s.max_ns))),
+                Some(s) => format!(
+                    "{}/{}/{}",
+                    fmt_ns(s.p50_ns),
+                    fmt_ns(s.p99_ns),
+                    fmt_ns(Some(s.max_ns))
+                ),
                 None => "-".into(),
             });
         }
@@ -172,7 +193,11 @@ fn overflow_lines(o: &mut String, buckets: &[crate::probe::qcount::FlowOverflow]
     }
     let unparsed: u64 = buckets.iter().map(|b| b.unparsed).sum();
     if unparsed > 0 {
-        let _ = writeln!(o, "  and {} sampled packets of no TCP/UDP flow", fmt_count(unparsed as f64));
+        let _ = writeln!(
+            o,
+            "  and {} sampled packets of no TCP/UDP flow",
+            fmt_count(unparsed as f64)
+        );
     }
 }
 
@@ -189,7 +214,11 @@ fn runs(qs: &[u32]) -> Vec<String> {
         while j + 1 < qs.len() && qs[j + 1] == qs[j] + 1 {
             j += 1;
         }
-        out.push(if i == j { qs[i].to_string() } else { format!("{}–{}", qs[i], qs[j]) });
+        out.push(if i == j {
+            qs[i].to_string()
+        } else {
+            format!("{}–{}", qs[i], qs[j])
+        });
         i = j + 1;
     }
     out
@@ -197,7 +226,10 @@ fn runs(qs: &[u32]) -> Vec<String> {
 
 fn predicted(metric: Option<&str>, before: Option<f64>, after: Option<f64>) -> String {
     match (before, after) {
-        (Some(b), Some(a)) => format!("; predicted {}: {b:.1}% → {a:.1}%", metric.unwrap_or("hit rate")),
+        (Some(b), Some(a)) => format!(
+            "; predicted {}: {b:.1}% → {a:.1}%",
+            metric.unwrap_or("hit rate")
+        ),
         (None, Some(a)) => format!("; predicted {}: {a:.1}%", metric.unwrap_or("hit rate")),
         _ => String::new(),
     }
@@ -212,41 +244,101 @@ pub fn leaking_line(a: &Answer, why: &str, name: impl Fn(Dir, u32) -> String) ->
         let names: Vec<String> = a.leaking.iter().map(|l| name(l.dir, l.queue)).collect();
         format!("{}: {}, {why}", names.join(", "), first.verdict)
     } else {
-        let names: Vec<String> = a.leaking.iter().map(|l| format!("{} {}", name(l.dir, l.queue), l.verdict)).collect();
-        format!("{}; {}: {why}", names.join(", "), qname(first.dir, first.queue))
+        let names: Vec<String> = a
+            .leaking
+            .iter()
+            .map(|l| format!("{} {}", name(l.dir, l.queue), l.verdict))
+            .collect();
+        format!(
+            "{}; {}: {why}",
+            names.join(", "),
+            qname(first.dir, first.queue)
+        )
     }
 }
 
 /// The answer block every report and `recommend` lead with.
 pub fn render_answer(o: &mut String, a: &Answer, verdicts: &[QueueVerdict]) {
     let _ = writeln!(o, "Answer");
-    let reason_of = |d: Dir, q: u32| verdicts.iter().find(|v| v.dir == d && v.queue == q).map(|v| v.reason.clone());
+    let reason_of = |d: Dir, q: u32| {
+        verdicts
+            .iter()
+            .find(|v| v.dir == d && v.queue == q)
+            .map(|v| v.reason.clone())
+    };
     if let Some(why) = &a.model_unavailable {
-        wrapped(o, "  Leaking   ", &format!("unknown: the DDIO model could not run: {why}"));
+        wrapped(
+            o,
+            "  Leaking   ",
+            &format!("unknown: the DDIO model could not run: {why}"),
+        );
     } else if a.leaking.is_empty() {
-        let what = if a.unknown > 0 { format!("none known; {} queues have no verdict", a.unknown) } else { "none: every modelled queue fits".into() };
+        let what = if a.unknown > 0 {
+            format!("none known; {} queues have no verdict", a.unknown)
+        } else {
+            "none: every modelled queue fits".into()
+        };
         wrapped(o, "  Leaking   ", &what);
     } else {
         let first = &a.leaking[0];
         let why = reason_of(first.dir, first.queue).unwrap_or_default();
         wrapped(o, "  Leaking   ", &leaking_line(a, &why, qname));
     }
-    let shares: Vec<String> = a.leaking.iter().filter_map(|l| l.share_pct.map(|s| format!("{} {s:.1}%", qname(l.dir, l.queue)))).collect();
+    let shares: Vec<String> = a
+        .leaking
+        .iter()
+        .filter_map(|l| {
+            l.share_pct
+                .map(|s| format!("{} {s:.1}%", qname(l.dir, l.queue)))
+        })
+        .collect();
     if !shares.is_empty() {
-        let of = if a.method == Method::ModelPrior { "of the predicted misses" } else { "of the attributed misses" };
+        let of = if a.method == Method::ModelPrior {
+            "of the predicted misses"
+        } else {
+            "of the attributed misses"
+        };
         wrapped(o, "  Misses    ", &format!("{} {of}", shares.join(", ")));
     }
     if !a.top_flows.is_empty() {
-        let f: Vec<String> = a.top_flows.iter().map(|f| format!("{} {}:{} -> {}:{} {:.1}%", f.proto, f.src, f.sport, f.dst, f.dport, f.share_pct)).collect();
+        let f: Vec<String> = a
+            .top_flows
+            .iter()
+            .map(|f| {
+                format!(
+                    "{} {}:{} -> {}:{} {:.1}%",
+                    f.proto, f.src, f.sport, f.dst, f.dport, f.share_pct
+                )
+            })
+            .collect();
         wrapped(o, "  Flows     ", &f.join("; "));
     }
-    wrapped(o, "  How sure  ", &format!("{} confidence, {}: {}", a.confidence, a.method, a.evidence));
+    wrapped(
+        o,
+        "  How sure  ",
+        &format!("{} confidence, {}: {}", a.confidence, a.method, a.evidence),
+    );
     if a.changes.is_empty() {
-        let why = a.no_change.as_ref().map_or_else(String::new, |n| n.reasons.join("; "));
+        let why = a
+            .no_change
+            .as_ref()
+            .map_or_else(String::new, |n| n.reasons.join("; "));
         wrapped(o, "  Change    ", &format!("nothing to run: {why}"));
     }
     for c in &a.changes {
-        wrapped(o, "  Change    ", &format!("{}{}", c.command.replace('\n', "; "), predicted(c.predicted_metric.as_deref(), c.predicted_before, c.predicted_after)));
+        wrapped(
+            o,
+            "  Change    ",
+            &format!(
+                "{}{}",
+                c.command.replace('\n', "; "),
+                predicted(
+                    c.predicted_metric.as_deref(),
+                    c.predicted_before,
+                    c.predicted_after
+                )
+            ),
+        );
     }
     if let Some(NoChange { next_steps, .. }) = &a.no_change {
         for n in next_steps {
@@ -268,15 +360,25 @@ pub fn render_verdicts(o: &mut String, verdicts: &[QueueVerdict]) {
             vec![
                 qname(v.dir, v.queue),
                 v.verdict.to_string(),
-                v.footprint_bytes.map_or_else(|| "-".into(), |b| fmt_bytes(b as f64)),
+                v.footprint_bytes
+                    .map_or_else(|| "-".into(), |b| fmt_bytes(b as f64)),
                 v.inflight_bytes.map_or_else(|| "-".into(), fmt_bytes),
                 fmt_pct(v.predicted_write_hit_pct),
                 fmt_pct(v.predicted_read_hit_pct),
             ]
         })
         .collect();
-    let header: Vec<String> =
-        ["queue", "verdict", "ring needs", "in flight", "write hit", "read hit"].iter().map(|s| s.to_string()).collect();
+    let header: Vec<String> = [
+        "queue",
+        "verdict",
+        "ring needs",
+        "in flight",
+        "write hit",
+        "read hit",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     table(o, 2, &header, &rows, &[0, 1]);
     let mut reasons: Vec<(&str, Vec<&QueueVerdict>)> = Vec::new();
     for v in verdicts {
@@ -288,7 +390,11 @@ pub fn render_verdicts(o: &mut String, verdicts: &[QueueVerdict]) {
     for (reason, qs) in reasons {
         let mut names = Vec::new();
         for dir in [Dir::Rx, Dir::Tx] {
-            let nums: Vec<u32> = qs.iter().filter(|v| v.dir == dir).map(|v| v.queue).collect();
+            let nums: Vec<u32> = qs
+                .iter()
+                .filter(|v| v.dir == dir)
+                .map(|v| v.queue)
+                .collect();
             if !nums.is_empty() {
                 names.push(format!("{dir} {}", runs(&nums).join(", ")));
             }
@@ -312,15 +418,28 @@ fn render_header(o: &mut String, r: &Summary) {
         o,
         "ddioscope report: {}{}, {} · {} in {} intervals{}{}",
         m.iface,
-        m.netns.as_deref().map(|n| format!(" @ netns {n}")).unwrap_or_default(),
+        m.netns
+            .as_deref()
+            .map(|n| format!(" @ netns {n}"))
+            .unwrap_or_default(),
         m.driver.as_deref().unwrap_or("unknown driver"),
         fmt_duration(m.duration_s * 1e9),
         m.intervals,
-        m.interval_ms.map(|v| format!(" of {v} ms")).unwrap_or_default(),
+        m.interval_ms
+            .map(|v| format!(" of {v} ms"))
+            .unwrap_or_default(),
         match (m.complete, m.stopped_by) {
             (false, _) => " · INCOMPLETE: the recording was cut off".to_string(),
             // Ended early by something other than the user: say what.
-            (true, Some(s @ (StoppedBy::DeviceRemoved | StoppedBy::DeviceMoved | StoppedBy::NetnsDeleted | StoppedBy::DiskFull))) => {
+            (
+                true,
+                Some(
+                    s @ (StoppedBy::DeviceRemoved
+                    | StoppedBy::DeviceMoved
+                    | StoppedBy::NetnsDeleted
+                    | StoppedBy::DiskFull),
+                ),
+            ) => {
                 format!(" · {}", s.describe())
             }
             (true, _) => String::new(),
@@ -353,9 +472,17 @@ pub fn render_evidence(o: &mut String, r: &Summary, opt: &TextOptions) {
             "{} · kernel {} · {} · LLC {} · NIC NUMA node {}",
             m.host,
             m.kernel,
-            if m.cpu_model.is_empty() { "unknown CPU" } else { &m.cpu_model },
-            m.llc_bytes.map(|b| format!("{}, {} ways", fmt_bytes(b as f64), m.llc_ways.unwrap_or(0))).unwrap_or_else(|| "unknown".into()),
-            m.numa_node.map(|n| n.to_string()).unwrap_or_else(|| "unknown".into())
+            if m.cpu_model.is_empty() {
+                "unknown CPU"
+            } else {
+                &m.cpu_model
+            },
+            m.llc_bytes
+                .map(|b| format!("{}, {} ways", fmt_bytes(b as f64), m.llc_ways.unwrap_or(0)))
+                .unwrap_or_else(|| "unknown".into()),
+            m.numa_node
+                .map(|n| n.to_string())
+                .unwrap_or_else(|| "unknown".into())
         ),
     );
     wrapped(
@@ -365,9 +492,17 @@ pub fn render_evidence(o: &mut String, r: &Summary, opt: &TextOptions) {
             "{} RX and {} TX queues · rings RX {}, TX {} · {}",
             m.rx_queues,
             m.tx_queues,
-            m.rx_ring.map(|v| v.to_string()).unwrap_or_else(|| "unknown".into()),
-            m.tx_ring.map(|v| v.to_string()).unwrap_or_else(|| "unknown".into()),
-            if m.irqs == 0 { "no IRQs: a virtual device".to_string() } else { format!("{} IRQs", m.irqs) }
+            m.rx_ring
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "unknown".into()),
+            m.tx_ring
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "unknown".into()),
+            if m.irqs == 0 {
+                "no IRQs: a virtual device".to_string()
+            } else {
+                format!("{} IRQs", m.irqs)
+            }
         ),
     );
     render_provenance(o, r);
@@ -378,7 +513,12 @@ pub fn render_evidence(o: &mut String, r: &Summary, opt: &TextOptions) {
 
     for dir in [Dir::Rx, Dir::Tx] {
         let qs: Vec<&QueueReport> = r.queues.iter().filter(|q| q.dir == dir).collect();
-        let _ = writeln!(o, "\n{} queues · {}", dir.as_str().to_uppercase(), r.tiers.counts.kind);
+        let _ = writeln!(
+            o,
+            "\n{} queues · {}",
+            dir.as_str().to_uppercase(),
+            r.tiers.counts.kind
+        );
         if qs.is_empty() {
             let _ = writeln!(o, "  none");
             continue;
@@ -402,7 +542,11 @@ pub fn render_evidence(o: &mut String, r: &Summary, opt: &TextOptions) {
         }
         flush(&mut idle, &mut rows);
         table(o, 2, &header, &rows, &[]);
-        let _ = writeln!(o, "  life: {}, the stage a packet buffer lives through", life_stage(dir));
+        let _ = writeln!(
+            o,
+            "  life: {}, the stage a packet buffer lives through",
+            life_stage(dir)
+        );
     }
 
     if !opt.wide {
@@ -425,8 +569,16 @@ pub fn render_evidence(o: &mut String, r: &Summary, opt: &TextOptions) {
             if rows.is_empty() {
                 continue;
             }
-            let _ = writeln!(o, "\n{} stage latencies · {}", dir.as_str().to_uppercase(), r.tiers.stages.kind);
-            let header: Vec<String> = ["queue", "stage", "timed", "p50", "p99", "max"].iter().map(|s| s.to_string()).collect();
+            let _ = writeln!(
+                o,
+                "\n{} stage latencies · {}",
+                dir.as_str().to_uppercase(),
+                r.tiers.stages.kind
+            );
+            let header: Vec<String> = ["queue", "stage", "timed", "p50", "p99", "max"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
             table(o, 2, &header, &rows, &[1]);
         }
     }
@@ -435,7 +587,11 @@ pub fn render_evidence(o: &mut String, r: &Summary, opt: &TextOptions) {
         o,
         "\nFlows, top {} by bytes · {}",
         opt.top_flows.min(r.flows.len()),
-        if r.tiers.flows.kind == "exact" { "exact" } else { "estimated, ± at 95%" }
+        if r.tiers.flows.kind == "exact" {
+            "exact"
+        } else {
+            "estimated, ± at 95%"
+        }
     );
     if r.flows.is_empty() {
         let _ = writeln!(o, "  none");
@@ -463,33 +619,55 @@ pub fn render_evidence(o: &mut String, r: &Summary, opt: &TextOptions) {
                     row.push(match (&f.source, f.bytes_error) {
                         (Some(src), _) => src.clone(),
                         (None, None) => "-".into(),
-                        (None, Some(e)) => format!("±{:.1}%", 100.0 * e as f64 / f.bytes.max(1) as f64),
+                        (None, Some(e)) => {
+                            format!("±{:.1}%", 100.0 * e as f64 / f.bytes.max(1) as f64)
+                        }
                     });
                     row.push(f.samples.map_or_else(|| "-".into(), |s| s.to_string()));
                 }
                 row
             })
             .collect();
-        let mut header: Vec<String> = ["dir", "proto", "endpoints", "queue", "packets", "bytes"].iter().map(|s| s.to_string()).collect();
+        let mut header: Vec<String> = ["dir", "proto", "endpoints", "queue", "packets", "bytes"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         if estimated {
             header.extend(["±95%".to_string(), "skbs".to_string()]);
         }
         table(o, 2, &header, &rows, &[0, 1, 2, 3]);
         if r.flows.len() > opt.top_flows {
-            let _ = writeln!(o, "  and {} more: see --json", r.flows.len() - opt.top_flows);
+            let _ = writeln!(
+                o,
+                "  and {} more: see --json",
+                r.flows.len() - opt.top_flows
+            );
         }
     }
     overflow_lines(o, &r.flow_overflow);
 
     let e = &r.events;
-    let _ = writeln!(o, "\nPacket records and in-flight states · {}", r.tiers.records.kind);
+    let _ = writeln!(
+        o,
+        "\nPacket records and in-flight states · {}",
+        r.tiers.records.kind
+    );
     let _ = writeln!(
         o,
         "  {} packet records sent{}, {} lost in the ring buffer{}",
         e.sampled,
-        m.sample_every.map(|v| format!(", 1 in {v} packets")).unwrap_or_default(),
+        m.sample_every
+            .map(|v| format!(", 1 in {v} packets"))
+            .unwrap_or_default(),
         e.lost,
-        if e.queue_clamped > 0 { format!("; {} packets on queues past 63 counted on queue 63", e.queue_clamped) } else { String::new() }
+        if e.queue_clamped > 0 {
+            format!(
+                "; {} packets on queues past 63 counted on queue 63",
+                e.queue_clamped
+            )
+        } else {
+            String::new()
+        }
     );
     wrapped(
         o,
@@ -519,7 +697,14 @@ pub fn render_evidence(o: &mut String, r: &Summary, opt: &TextOptions) {
     render_misses(o, r);
     let _ = write!(o, "\nDrops: {}", r.drops.total);
     for d in &r.drops.reasons {
-        let _ = write!(o, "  {}={}", d.name.clone().unwrap_or_else(|| format!("reason{}", d.reason)), d.count);
+        let _ = write!(
+            o,
+            "  {}={}",
+            d.name
+                .clone()
+                .unwrap_or_else(|| format!("reason{}", d.reason)),
+            d.count
+        );
     }
     let _ = writeln!(o);
 }
@@ -532,10 +717,17 @@ fn render_counters(o: &mut String, r: &Summary) {
             let _ = writeln!(o, "\nSocket DDIO counters · {}", c.source);
         }
         None => {
-            let _ = writeln!(o, "\nSocket DDIO counters · {}, platform {}", c.source, c.platform);
+            let _ = writeln!(
+                o,
+                "\nSocket DDIO counters · {}, platform {}",
+                c.source, c.platform
+            );
         }
     }
-    let mbs = |v: Option<f64>| v.map(|v| format!("{v:.0} MB/s")).unwrap_or_else(|| "-".into());
+    let mbs = |v: Option<f64>| {
+        v.map(|v| format!("{v:.0} MB/s"))
+            .unwrap_or_else(|| "-".into())
+    };
     match &c.absent_why {
         Some(why) => {
             wrapped(o, "  ", why);
@@ -559,7 +751,16 @@ fn render_counters(o: &mut String, r: &Summary) {
         }
     }
     if let Some(p) = &c.nic_port {
-        wrapped(o, "  NIC port: ", &format!("{}; inbound write {}, read {}", p.note, mbs(p.inbound_write_mbps), mbs(p.inbound_read_mbps)));
+        wrapped(
+            o,
+            "  NIC port: ",
+            &format!(
+                "{}; inbound write {}, read {}",
+                p.note,
+                mbs(p.inbound_write_mbps),
+                mbs(p.inbound_read_mbps)
+            ),
+        );
     }
     for w in &c.warnings {
         wrapped(o, "  warning: ", w);
@@ -661,7 +862,13 @@ fn render_misses(o: &mut String, r: &Summary) {
             );
         }
         for q in &l.queues {
-            let _ = writeln!(o, "  {}: {} by address, {} by CPU context", qname(q.dir, q.queue), q.addr_join, q.cpu_ctx);
+            let _ = writeln!(
+                o,
+                "  {}: {} by address, {} by CPU context",
+                qname(q.dir, q.queue),
+                q.addr_join,
+                q.cpu_ctx
+            );
         }
     }
     if l.buffer_map.capacity.is_some() {
@@ -709,11 +916,26 @@ fn attribution_unit(a: &AttributionReport) -> &'static str {
 }
 
 /// The attributed misses: every queue, and the first `top_flows` flows.
-pub fn render_attribution(o: &mut String, a: &AttributionReport, duration_s: f64, top_flows: usize) {
+pub fn render_attribution(
+    o: &mut String,
+    a: &AttributionReport,
+    duration_s: f64,
+    top_flows: usize,
+) {
     let at = &a.chosen;
-    let _ = writeln!(o, "\nAttribution · {}, {} confidence", at.method, at.confidence);
+    let _ = writeln!(
+        o,
+        "\nAttribution · {}, {} confidence",
+        at.method, at.confidence
+    );
     let unit = attribution_unit(a);
-    let per = |m: f64| if at.counts_are_samples { format!("{m:.0}") } else { fmt_count(m / duration_s.max(1e-9)) };
+    let per = |m: f64| {
+        if at.counts_are_samples {
+            format!("{m:.0}")
+        } else {
+            fmt_count(m / duration_s.max(1e-9))
+        }
+    };
     if !at.queues.is_empty() {
         let rows: Vec<Vec<String>> = at
             .queues
@@ -722,12 +944,16 @@ pub fn render_attribution(o: &mut String, a: &AttributionReport, duration_s: f64
                 vec![
                     qname(&q.dir, q.queue),
                     format!("{:.1}%", q.share_pct),
-                    q.ci_pct.map_or_else(String::new, |(lo, hi)| format!("{lo:.0}–{hi:.0}%")),
+                    q.ci_pct
+                        .map_or_else(String::new, |(lo, hi)| format!("{lo:.0}–{hi:.0}%")),
                     per(q.misses),
                 ]
             })
             .collect();
-        let header: Vec<String> = ["queue", "share", "95% interval", unit].iter().map(|s| s.to_string()).collect();
+        let header: Vec<String> = ["queue", "share", "95% interval", unit]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         table(o, 2, &header, &rows, &[0]);
     }
     if !at.flows.is_empty() {
@@ -735,9 +961,18 @@ pub fn render_attribution(o: &mut String, a: &AttributionReport, duration_s: f64
             .flows
             .iter()
             .take(top_flows)
-            .map(|f| vec![format!("{} {}:{} -> {}:{}", f.proto, f.src, f.sport, f.dst, f.dport), format!("{:.1}%", f.share_pct), per(f.misses)])
+            .map(|f| {
+                vec![
+                    format!("{} {}:{} -> {}:{}", f.proto, f.src, f.sport, f.dst, f.dport),
+                    format!("{:.1}%", f.share_pct),
+                    per(f.misses),
+                ]
+            })
             .collect();
-        let header: Vec<String> = ["flow", "share", unit].iter().map(|s| s.to_string()).collect();
+        let header: Vec<String> = ["flow", "share", unit]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         table(o, 2, &header, &rows, &[0]);
         if at.flows.len() > top_flows {
             let _ = writeln!(o, "  and {} more flows", at.flows.len() - top_flows);
@@ -779,7 +1014,10 @@ fn render_model_notes(o: &mut String, a: &Advice) {
 
 /// The recommendations with their evidence, or why there are none.
 fn render_recommendations(o: &mut String, a: &Advice) {
-    let _ = writeln!(o, "\nRecommendations · commands to run yourself; nothing is applied");
+    let _ = writeln!(
+        o,
+        "\nRecommendations · commands to run yourself; nothing is applied"
+    );
     if a.recommendations.is_empty() {
         if let Some(n) = &a.no_change {
             for r in &n.reasons {
@@ -799,7 +1037,11 @@ fn render_recommendations(o: &mut String, a: &Advice) {
             wrapped(o, "      · ", e);
         }
         if let (Some(b), Some(af)) = (r.predicted_before, r.predicted_after) {
-            let _ = writeln!(o, "      predicted {}: {b:.1} → {af:.1}", r.predicted_metric.as_deref().unwrap_or("hit %"));
+            let _ = writeln!(
+                o,
+                "      predicted {}: {b:.1} → {af:.1}",
+                r.predicted_metric.as_deref().unwrap_or("hit %")
+            );
         }
     }
 }
@@ -810,12 +1052,21 @@ pub fn render_advice(summary: &Summary, a: &Advice) -> String {
     let mut o = String::new();
     render_header(&mut o, summary);
     let _ = writeln!(o);
-    render_answer(&mut o, &crate::analysis::answer::answer_for_advice(summary, a), &a.verdicts);
+    render_answer(
+        &mut o,
+        &crate::analysis::answer::answer_for_advice(summary, a),
+        &a.verdicts,
+    );
     render_verdicts(&mut o, &a.verdicts);
     render_model_notes(&mut o, a);
     render_recommendations(&mut o, a);
     let at = &a.attribution.chosen;
-    let shares: Vec<String> = at.queues.iter().filter(|q| q.share_pct > 0.0).map(|q| format!("{} {:.1}%", qname(&q.dir, q.queue), q.share_pct)).collect();
+    let shares: Vec<String> = at
+        .queues
+        .iter()
+        .filter(|q| q.share_pct > 0.0)
+        .map(|q| format!("{} {:.1}%", qname(&q.dir, q.queue), q.share_pct))
+        .collect();
     wrapped(
         &mut o,
         "\nAttribution: ",
@@ -823,7 +1074,11 @@ pub fn render_advice(summary: &Summary, a: &Advice) -> String {
             "{}, {} confidence{}; `ddioscope report` shows every queue, flow and note",
             at.method,
             at.confidence,
-            if shares.is_empty() { String::new() } else { format!(": {}", shares.join(", ")) }
+            if shares.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", shares.join(", "))
+            }
         ),
     );
     o
@@ -841,7 +1096,12 @@ pub fn render_report(summary: &Summary, outcome: &Outcome, opt: &TextOptions) ->
             render_answer(&mut o, &answer, &a.verdicts);
             render_verdicts(&mut o, &a.verdicts);
             render_evidence(&mut o, summary, opt);
-            render_attribution(&mut o, &a.attribution, summary.meta.duration_s, opt.top_flows);
+            render_attribution(
+                &mut o,
+                &a.attribution,
+                summary.meta.duration_s,
+                opt.top_flows,
+            );
             render_model_notes(&mut o, a);
             render_recommendations(&mut o, a);
         }
@@ -859,10 +1119,22 @@ pub fn render_report(summary: &Summary, outcome: &Outcome, opt: &TextOptions) ->
 pub fn render_what_if(grid: &[GridPoint]) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "model-only prediction: simulated, not measured");
-    let header: Vec<String> = ["ring", "ways", "mask", "queues", "pkt B", "footprint", "DDIO cap", "verdict", "write hit", "CPU read hit", "NIC read hit"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let header: Vec<String> = [
+        "ring",
+        "ways",
+        "mask",
+        "queues",
+        "pkt B",
+        "footprint",
+        "DDIO cap",
+        "verdict",
+        "write hit",
+        "CPU read hit",
+        "NIC read hit",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     let rows: Vec<Vec<String>> = grid
         .iter()
         .map(|p| {
@@ -886,9 +1158,19 @@ pub fn render_what_if(grid: &[GridPoint]) -> String {
 }
 
 /// The model's inputs, measured ones first, and its calibration: what a prediction rests on.
-pub fn render_model_inputs(inputs: &[crate::model::spec::Input], cal: Option<&crate::advise::CalibrationReport>) -> String {
+pub fn render_model_inputs(
+    inputs: &[crate::model::spec::Input],
+    cal: Option<&crate::advise::CalibrationReport>,
+) -> String {
     use crate::model::spec::Source;
-    let list = |src: Source| inputs.iter().filter(|i| i.source == src).map(|i| format!("{} {}", i.name, i.value)).collect::<Vec<_>>().join(", ");
+    let list = |src: Source| {
+        inputs
+            .iter()
+            .filter(|i| i.source == src)
+            .map(|i| format!("{} {}", i.name, i.value))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     let mut o = String::new();
     let _ = writeln!(o, "model inputs  measured: {}", list(Source::Measured));
     let _ = writeln!(o, "              assumed: {}", list(Source::Assumed));
@@ -898,7 +1180,9 @@ pub fn render_model_inputs(inputs: &[crate::model::spec::Input], cal: Option<&cr
 
 /// The model's calibration in one sentence, for the text report, `simulate` and the HTML page.
 pub fn calibration_words(cal: Option<&crate::advise::CalibrationReport>) -> String {
-    let Some(c) = cal else { return "none: no DDIO counters in the recording to fit the model to".to_string() };
+    let Some(c) = cal else {
+        return "none: no DDIO counters in the recording to fit the model to".to_string();
+    };
     let pct = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.1}%"));
     format!(
         "to the {} counters: write hit measured {}, uncalibrated {}, calibrated {} (residual {}){}",
@@ -906,7 +1190,8 @@ pub fn calibration_words(cal: Option<&crate::advise::CalibrationReport>) -> Stri
         pct(c.measured_write_hit_pct),
         pct(c.uncalibrated_write_hit_pct),
         pct(c.calibrated_write_hit_pct),
-        c.residual_write_pct.map_or_else(|| "-".to_string(), |v| format!("{v:+.1} pp")),
+        c.residual_write_pct
+            .map_or_else(|| "-".to_string(), |v| format!("{v:+.1} pp")),
         match (c.measured_read_hit_pct, c.calibrated_read_hit_pct) {
             (Some(m), Some(k)) => format!("; NIC read hit measured {m:.1}%, calibrated {k:.1}%"),
             _ => String::new(),

@@ -154,20 +154,47 @@ impl WindowFlows {
     /// queue's driver counts when the run began.
     pub fn new(dirs: [bool; 2], start: &[QueueCounters]) -> WindowFlows {
         let scaled = start.iter().filter(|q| dirs[usize::from(q.dir == Dir::Tx)]);
-        let queues = scaled.clone().map(|q| ((q.dir, q.queue), QueueMark { program: 0, driver: q.packets, rate: None })).collect();
+        let queues = scaled
+            .clone()
+            .map(|q| {
+                (
+                    (q.dir, q.queue),
+                    QueueMark {
+                        program: 0,
+                        driver: q.packets,
+                        rate: None,
+                    },
+                )
+            })
+            .collect();
         let last_read = scaled.map(|q| ((q.dir, q.queue), q.packets)).collect();
-        WindowFlows { dirs, queues, last_read, ..Default::default() }
+        WindowFlows {
+            dirs,
+            queues,
+            last_read,
+            ..Default::default()
+        }
     }
 
     /// The driver's cumulative counts at `at` (seconds since the start): a new piece.
     pub fn driver_read(&mut self, at: f64, driver: &[QueueCounters]) {
         let mut packets = HashMap::new();
         let dirs = self.dirs;
-        for q in driver.iter().filter(|q| dirs[usize::from(q.dir == Dir::Tx)]) {
-            let before = self.last_read.insert((q.dir, q.queue), q.packets).unwrap_or(0);
+        for q in driver
+            .iter()
+            .filter(|q| dirs[usize::from(q.dir == Dir::Tx)])
+        {
+            let before = self
+                .last_read
+                .insert((q.dir, q.queue), q.packets)
+                .unwrap_or(0);
             packets.insert((q.dir, q.queue), grown(q.packets, before));
         }
-        self.pieces.push(Piece { mid: (self.last_read_at + at) / 2.0, seconds: (at - self.last_read_at).max(0.0), packets });
+        self.pieces.push(Piece {
+            mid: (self.last_read_at + at) / 2.0,
+            seconds: (at - self.last_read_at).max(0.0),
+            packets,
+        });
         self.last_read_at = at;
     }
 
@@ -220,9 +247,13 @@ impl WindowFlows {
             if stretch.contains_key(&k) {
                 continue;
             }
-            let find = |l: &[QueueCounters]| l.iter().find(|q| (q.dir, q.queue) == k).map(|q| q.packets);
+            let find =
+                |l: &[QueueCounters]| l.iter().find(|q| (q.dir, q.queue) == k).map(|q| q.packets);
             let mark = self.queues.entry(k).or_default();
-            let (p, d) = (find(program).unwrap_or(mark.program), find(driver).unwrap_or(mark.driver));
+            let (p, d) = (
+                find(program).unwrap_or(mark.program),
+                find(driver).unwrap_or(mark.driver),
+            );
             let seen = grown(p, mark.program);
             stretch.insert(k, (seen, grown(d, mark.driver)));
             let rate = (seen > 0).then(|| seen as f64 / window_s);
@@ -235,25 +266,45 @@ impl WindowFlows {
                     .map(|piece| {
                         let n = piece.packets.get(&k).copied().unwrap_or(0) as f64;
                         let u = match prev_at {
-                            Some(a) if window_at > a => ((piece.mid - a) / (window_at - a)).clamp(0.0, 1.0),
+                            Some(a) if window_at > a => {
+                                ((piece.mid - a) / (window_at - a)).clamp(0.0, 1.0)
+                            }
                             _ => 1.0,
                         };
-                        let piece_rate = if piece.seconds > 0.0 { n / piece.seconds } else { 0.0 };
+                        let piece_rate = if piece.seconds > 0.0 {
+                            n / piece.seconds
+                        } else {
+                            0.0
+                        };
                         // How far the piece's rate is from a window's, 0 (the same) to 1 (off by
                         // RATE_SLACK or more): a piece that holds a switch sits between the two.
                         let misfit = |r: Option<f64>| {
-                            r.filter(|&r| r > 0.0 && piece_rate > 0.0)
-                                .map_or(1.0, |r| ((piece_rate / r).ln().abs() / RATE_SLACK.ln()).min(1.0))
+                            r.filter(|&r| r > 0.0 && piece_rate > 0.0).map_or(1.0, |r| {
+                                ((piece_rate / r).ln().abs() / RATE_SLACK.ln()).min(1.0)
+                            })
                         };
                         match (fits(rate, piece_rate), fits(before_rate, piece_rate)) {
-                            (true, false) => Choice { this_window: true, doubt: misfit(rate) },
-                            (false, true) => Choice { this_window: false, doubt: misfit(before_rate) },
-                            _ => Choice { this_window: u >= 0.5, doubt: 2.0 * u.min(1.0 - u) },
+                            (true, false) => Choice {
+                                this_window: true,
+                                doubt: misfit(rate),
+                            },
+                            (false, true) => Choice {
+                                this_window: false,
+                                doubt: misfit(before_rate),
+                            },
+                            _ => Choice {
+                                this_window: u >= 0.5,
+                                doubt: 2.0 * u.min(1.0 - u),
+                            },
                         }
                     })
                     .collect(),
             );
-            *mark = QueueMark { program: p, driver: d, rate: rate.or(mark.rate) };
+            *mark = QueueMark {
+                program: p,
+                driver: d,
+                rate: rate.or(mark.rate),
+            };
         }
         let first_window = self.windows == 1;
         let mut seen = std::collections::HashSet::new();
@@ -271,14 +322,31 @@ impl WindowFlows {
                 },
                 _ => f.clone(),
             };
-            let s = self.flows.entry(id).or_insert_with(|| FlowSums { first_ns: f.first_ns, ..Default::default() });
+            let s = self.flows.entry(id).or_insert_with(|| FlowSums {
+                first_ns: f.first_ns,
+                ..Default::default()
+            });
             s.queue = f.queue;
-            let (o, _) = stretch.get(&(f.key.dir, s.queue)).copied().unwrap_or((0, 0));
+            let (o, _) = stretch
+                .get(&(f.key.dir, s.queue))
+                .copied()
+                .unwrap_or((0, 0));
             let o = o as f64;
-            let d: f64 = pieces.iter().map(|p| p.packets.get(&(f.key.dir, s.queue)).copied().unwrap_or(0) as f64).sum();
-            let seen_now = [delta.packets as f64, delta.bytes as f64, delta.payload_bytes as f64];
+            let d: f64 = pieces
+                .iter()
+                .map(|p| p.packets.get(&(f.key.dir, s.queue)).copied().unwrap_or(0) as f64)
+                .sum();
+            let seen_now = [
+                delta.packets as f64,
+                delta.bytes as f64,
+                delta.payload_bytes as f64,
+            ];
             // Nothing seen on the queue in this window: its share as last seen.
-            let share = if o > 0.0 { seen_now.map(|x| x / o) } else { s.share };
+            let share = if o > 0.0 {
+                seen_now.map(|x| x / o)
+            } else {
+                s.share
+            };
             if o > 0.0 {
                 s.var_size += delta.bytes_var as f64 * (d / o).powi(2);
             }
@@ -295,8 +363,12 @@ impl WindowFlows {
             // rate there): a piece can have charged it wrongly (or missed it) for no more of the
             // queue's packets than RATE_SLACK times that pace allows, however busy others kept
             // the queue when it was gone, or while it ran beside them in a window.
-            let (r_now, r_before) = rates.get(&(f.key.dir, s.queue)).copied().unwrap_or((None, None));
-            let flow_rate = (share[0] * r_now.unwrap_or(0.0)).max(before[0] * r_before.unwrap_or(0.0));
+            let (r_now, r_before) = rates
+                .get(&(f.key.dir, s.queue))
+                .copied()
+                .unwrap_or((None, None));
+            let flow_rate =
+                (share[0] * r_now.unwrap_or(0.0)).max(before[0] * r_before.unwrap_or(0.0));
             // The stretch's packets that took a share of this flow: those the scatter of its share
             // can be wrong on (a piece that took a window's share 0 is wrong only by a switch,
             // which `mismatch` weighs).
@@ -310,7 +382,11 @@ impl WindowFlows {
                 if x[1] > 0.0 {
                     charged += n;
                 }
-                let exposed = if flow_rate > 0.0 && p.seconds > 0.0 { n.min(RATE_SLACK * flow_rate * p.seconds) } else { n };
+                let exposed = if flow_rate > 0.0 && p.seconds > 0.0 {
+                    n.min(RATE_SLACK * flow_rate * p.seconds)
+                } else {
+                    n
+                };
                 mismatch += (share[1] - before[1]).abs() * exposed * c.doubt;
             }
             s.var_time += mismatch * mismatch / 2.0;
@@ -333,7 +409,11 @@ impl WindowFlows {
         // of the run (probe::flowdrain), so this state grows with the run's distinct flows.
         self.flows.retain(|k, _| seen.contains(k));
         self.given.retain(|k, _| seen.contains(k));
-        self.prev_flows = flows.iter().filter(|f| scaled(f.key.dir)).map(|f| ((f.key.clone(), f.queue), f.clone())).collect();
+        self.prev_flows = flows
+            .iter()
+            .filter(|f| scaled(f.key.dir))
+            .map(|f| ((f.key.clone(), f.queue), f.clone()))
+            .collect();
     }
 
     /// Every flow of the scaled directions, estimated for the run so far: `driver` holds each
@@ -344,28 +424,49 @@ impl WindowFlows {
             .iter()
             .filter(|(_, s)| s.samples > 0)
             .map(|((key, _), s)| {
-                let mark = self.queues.get(&(key.dir, s.queue)).copied().unwrap_or_default();
-                let now = driver.iter().find(|q| q.dir == key.dir && q.queue == s.queue).map_or(mark.driver, |q| q.packets);
+                let mark = self
+                    .queues
+                    .get(&(key.dir, s.queue))
+                    .copied()
+                    .unwrap_or_default();
+                let now = driver
+                    .iter()
+                    .find(|q| q.dir == key.dir && q.queue == s.queue)
+                    .map_or(mark.driver, |q| q.packets);
                 // Since the last window, only the pieces whose rate fits the one it saw take its
                 // share: traffic of another pace (a flow that came after it) waits for the next
                 // window to say whose it is, rather than be charged to the last one's flows
                 // (which `merge` could then never take back).
-                let pieced: u64 = self.pieces.iter().map(|p| p.packets.get(&(key.dir, s.queue)).copied().unwrap_or(0)).sum();
+                let pieced: u64 = self
+                    .pieces
+                    .iter()
+                    .map(|p| p.packets.get(&(key.dir, s.queue)).copied().unwrap_or(0))
+                    .sum();
                 let unpieced = grown(now, mark.driver).saturating_sub(pieced) as f64;
                 let trailing = unpieced
                     + self
                         .pieces
                         .iter()
-                        .map(|p| (p.packets.get(&(key.dir, s.queue)).copied().unwrap_or(0) as f64, p.seconds))
+                        .map(|p| {
+                            (
+                                p.packets.get(&(key.dir, s.queue)).copied().unwrap_or(0) as f64,
+                                p.seconds,
+                            )
+                        })
                         .filter(|&(n, secs)| n == 0.0 || secs <= 0.0 || fits(mark.rate, n / secs))
                         .map(|(n, _)| n)
                         .sum::<f64>();
                 let est = [0, 1, 2].map(|i| s.est[i] + s.share[i] * trailing);
                 // A stretch takes one window's share for each half: a share that scatters by
                 // sd across windows is that far off on each, independently.
-                let spread = if s.share_n >= 2.0 { s.share_m2 / (s.share_n - 1.0) } else { 0.0 };
+                let spread = if s.share_n >= 2.0 {
+                    s.share_m2 / (s.share_n - 1.0)
+                } else {
+                    0.0
+                };
                 let trailing_charged = if s.share[1] > 0.0 { trailing } else { 0.0 };
-                let var_spread = spread * (s.stretch_sq + trailing_charged * trailing_charged) / 2.0;
+                let var_spread =
+                    spread * (s.stretch_sq + trailing_charged * trailing_charged) / 2.0;
                 SampledFlow {
                     key: key.clone(),
                     queue: s.queue,
@@ -373,7 +474,8 @@ impl WindowFlows {
                     packets: est[0].round() as u64,
                     bytes: est[1].round() as u64,
                     payload_bytes: est[2].round() as u64,
-                    bytes_var: (s.var_size + s.var_time.max(var_spread)).min(u64::MAX as f64) as u64,
+                    bytes_var: (s.var_size + s.var_time.max(var_spread)).min(u64::MAX as f64)
+                        as u64,
                     first_ns: s.first_ns,
                     last_ns: s.last_ns,
                 }
@@ -384,18 +486,33 @@ impl WindowFlows {
     /// The program's own flows, with those of the scaled directions replaced by estimates.
     /// An estimate never falls below the one given before (a window where a flow's share
     /// dipped would otherwise lower it), so counters made of them (`serve`) only grow.
-    pub fn merge(&mut self, program: Vec<SampledFlow>, driver: &[QueueCounters]) -> Vec<SampledFlow> {
-        let mut out: Vec<SampledFlow> = program.into_iter().filter(|f| !self.scaled(f.key.dir)).collect();
+    pub fn merge(
+        &mut self,
+        program: Vec<SampledFlow>,
+        driver: &[QueueCounters],
+    ) -> Vec<SampledFlow> {
+        let mut out: Vec<SampledFlow> = program
+            .into_iter()
+            .filter(|f| !self.scaled(f.key.dir))
+            .collect();
         // A direction scaled until the program took over: its flows stay at least where they
         // were.
         for f in out.iter_mut() {
             if let Some(g) = self.given.get(&(f.key.clone(), f.queue)) {
-                [f.packets, f.bytes, f.payload_bytes] = [f.packets.max(g[0]), f.bytes.max(g[1]), f.payload_bytes.max(g[2])];
+                [f.packets, f.bytes, f.payload_bytes] = [
+                    f.packets.max(g[0]),
+                    f.bytes.max(g[1]),
+                    f.payload_bytes.max(g[2]),
+                ];
             }
         }
         for mut e in self.estimates(driver) {
             let g = self.given.entry((e.key.clone(), e.queue)).or_default();
-            *g = [g[0].max(e.packets), g[1].max(e.bytes), g[2].max(e.payload_bytes)];
+            *g = [
+                g[0].max(e.packets),
+                g[1].max(e.bytes),
+                g[2].max(e.payload_bytes),
+            ];
             [e.packets, e.bytes, e.payload_bytes] = *g;
             out.push(e);
         }
@@ -408,7 +525,14 @@ mod tests {
     use super::*;
 
     fn key(sport: u16) -> FlowKey {
-        FlowKey { dir: Dir::Rx, proto: "tcp".into(), src: "10.0.0.1".into(), sport, dst: "10.0.0.2".into(), dport: 5201 }
+        FlowKey {
+            dir: Dir::Rx,
+            proto: "tcp".into(),
+            src: "10.0.0.1".into(),
+            sport,
+            dst: "10.0.0.2".into(),
+            dport: 5201,
+        }
     }
 
     fn flow(sport: u16, queue: u32, packets: u64) -> SampledFlow {
@@ -426,7 +550,10 @@ mod tests {
     }
 
     fn queue(q: u32, packets: u64) -> QueueCounters {
-        QueueCounters { packets, ..QueueCounters::new(Dir::Rx, q) }
+        QueueCounters {
+            packets,
+            ..QueueCounters::new(Dir::Rx, q)
+        }
     }
 
     /// A light flow's last window, then a flow ten times as heavy on its queue before the next
@@ -439,7 +566,13 @@ mod tests {
         for t in 1..=5 {
             wf.driver_read(t as f64 * 0.1, &[queue(0, 100 * t)]);
         }
-        wf.window_ended(&[flow(1, 0, 100)], &[queue(0, 100)], &[queue(0, 600)], (0.45, 0.55), 0.6);
+        wf.window_ended(
+            &[flow(1, 0, 100)],
+            &[queue(0, 100)],
+            &[queue(0, 600)],
+            (0.45, 0.55),
+            0.6,
+        );
         // Then 10,000 a second of a flow no window has seen yet, for 0.4 s.
         for t in 1..=4 {
             wf.driver_read(0.6 + t as f64 * 0.1, &[queue(0, 600 + 1000 * t)]);
@@ -447,7 +580,10 @@ mod tests {
         let est = wf.merge(vec![], &[queue(0, 4600)]);
         let f1 = est.iter().find(|f| f.key.sport == 1).unwrap();
         assert!(f1.packets <= 700, "{f1:?}");
-        assert!(1.96 * (f1.bytes_var as f64).sqrt() < 0.5 * f1.bytes as f64, "{f1:?}");
+        assert!(
+            1.96 * (f1.bytes_var as f64).sqrt() < 0.5 * f1.bytes as f64,
+            "{f1:?}"
+        );
     }
 
     /// A flow that moved from queue 0 to queue 1 (veth's RX queue follows the sending CPU)
@@ -457,9 +593,21 @@ mod tests {
     fn a_flow_that_moves_between_queues_takes_each_queues_share() {
         let mut wf = WindowFlows::new([true, false], &[queue(0, 0), queue(1, 0)]);
         // Window 1: flow 1 alone on queue 0 with flow 2 (half each). Then it moves to queue 1.
-        wf.window_ended(&[flow(1, 0, 50), flow(2, 0, 50)], &[queue(0, 100)], &[queue(0, 1000), queue(1, 0)], (0.45, 0.55), 1.0);
+        wf.window_ended(
+            &[flow(1, 0, 50), flow(2, 0, 50)],
+            &[queue(0, 100)],
+            &[queue(0, 1000), queue(1, 0)],
+            (0.45, 0.55),
+            1.0,
+        );
         // Window 2: flow 1 alone on queue 1, flow 2 alone on queue 0.
-        wf.window_ended(&[flow(1, 0, 50), flow(2, 0, 100), flow(1, 1, 80)], &[queue(0, 150), queue(1, 80)], &[queue(0, 1500), queue(1, 800)], (1.45, 1.55), 2.0);
+        wf.window_ended(
+            &[flow(1, 0, 50), flow(2, 0, 100), flow(1, 1, 80)],
+            &[queue(0, 150), queue(1, 80)],
+            &[queue(0, 1500), queue(1, 800)],
+            (1.45, 1.55),
+            2.0,
+        );
         let est = by_flow(wf.merge(vec![], &[queue(0, 1500), queue(1, 800)]));
         assert_eq!(est.iter().filter(|f| f.key.sport == 1).count(), 1);
         let f1 = est.iter().find(|f| f.key.sport == 1).unwrap();
@@ -475,7 +623,11 @@ mod tests {
     /// end), one of them the window; `rates(slice, rng)` gives the three flows' packets in a
     /// slice (counted from the start) (flows 1 and 2 share queue 0, flow 3 has queue 1). Returns the estimates and the
     /// truth.
-    fn simulate(seconds: usize, seed: u64, rates: impl Fn(usize, &mut fastrand::Rng) -> [u64; 3]) -> (Vec<SampledFlow>, [u64; 3]) {
+    fn simulate(
+        seconds: usize,
+        seed: u64,
+        rates: impl Fn(usize, &mut fastrand::Rng) -> [u64; 3],
+    ) -> (Vec<SampledFlow>, [u64; 3]) {
         let mut rng = fastrand::Rng::with_seed(seed);
         let mut wf = WindowFlows::new([true, false], &[queue(0, 0), queue(1, 0)]);
         let (mut seen, mut truth) = ([0u64; 3], [0u64; 3]);
@@ -492,8 +644,12 @@ mod tests {
                     for i in 0..3 {
                         seen[i] += r[i];
                     }
-                    let flows: Vec<SampledFlow> =
-                        [(1, 0), (2, 0), (3, 1)].iter().zip(seen).filter(|(_, n)| *n > 0).map(|(&(p, q), n)| flow(p, q, n)).collect();
+                    let flows: Vec<SampledFlow> = [(1, 0), (2, 0), (3, 1)]
+                        .iter()
+                        .zip(seen)
+                        .filter(|(_, n)| *n > 0)
+                        .map(|(&(p, q), n)| flow(p, q, n))
+                        .collect();
                     let program = [queue(0, seen[0] + seen[1]), queue(1, seen[2])];
                     wf.window_ended(&flows, &program, &driver(&truth), (end - 0.1, end), end);
                 } else {
@@ -517,9 +673,22 @@ mod tests {
                 let e = est.iter().find(|f| f.key.sport == i as u16 + 1).unwrap();
                 let err = (e.bytes as f64 - *t as f64 * 1500.0).abs();
                 let bound = 1.96 * (e.bytes_var as f64).sqrt();
-                assert!(err / (*t as f64 * 1500.0) < 0.03, "seed {seed} flow {}: {} against {t}", i + 1, e.packets);
-                assert!(err <= 2.0 * bound + 1500.0, "seed {seed} flow {}: error {err} outside twice its bound {bound}", i + 1);
-                assert!(bound / (*t as f64 * 1500.0) < 0.1, "seed {seed} flow {}: bound too wide", i + 1);
+                assert!(
+                    err / (*t as f64 * 1500.0) < 0.03,
+                    "seed {seed} flow {}: {} against {t}",
+                    i + 1,
+                    e.packets
+                );
+                assert!(
+                    err <= 2.0 * bound + 1500.0,
+                    "seed {seed} flow {}: error {err} outside twice its bound {bound}",
+                    i + 1
+                );
+                assert!(
+                    bound / (*t as f64 * 1500.0) < 0.1,
+                    "seed {seed} flow {}: bound too wide",
+                    i + 1
+                );
             }
         }
     }
@@ -530,15 +699,28 @@ mod tests {
     #[test]
     fn flows_that_come_and_go_are_followed_by_the_stretches() {
         let (est, truth) = simulate(20, 3, |slice, rng| {
-            let a = if slice < 100 { 1000 + rng.u64(0..50) } else { 0 };
-            let b = if slice >= 100 { 1000 + rng.u64(0..50) } else { 0 };
+            let a = if slice < 100 {
+                1000 + rng.u64(0..50)
+            } else {
+                0
+            };
+            let b = if slice >= 100 {
+                1000 + rng.u64(0..50)
+            } else {
+                0
+            };
             [a, b, 500]
         });
         for (i, t) in truth.iter().enumerate() {
             let e = est.iter().find(|f| f.key.sport == i as u16 + 1).unwrap();
             let err = (e.bytes as f64 - *t as f64 * 1500.0).abs();
             let bound = 1.96 * (e.bytes_var as f64).sqrt();
-            assert!(err <= bound + 1500.0, "flow {}: {} against {t}, bound {bound}", i + 1, e.packets);
+            assert!(
+                err <= bound + 1500.0,
+                "flow {}: {} against {t}, bound {bound}",
+                i + 1,
+                e.packets
+            );
         }
         let steady = est.iter().find(|f| f.key.sport == 3).unwrap();
         let switched = est.iter().find(|f| f.key.sport == 1).unwrap();
@@ -558,7 +740,10 @@ mod tests {
         let mean = errors.iter().sum::<f64>() / errors.len() as f64;
         let worst = errors.iter().fold(0.0f64, |m, e| m.max(e.abs()));
         eprintln!("bursty: mean {mean:.3} worst {worst:.3}");
-        assert!(mean.abs() < 0.03 && worst < 0.1, "mean {mean}, worst {worst}");
+        assert!(
+            mean.abs() < 0.03 && worst < 0.1,
+            "mean {mean}, worst {worst}"
+        );
     }
 
     /// A light flow followed on its queue by one ten times as heavy, the switch anywhere in
@@ -597,9 +782,16 @@ mod tests {
         }
         errors.sort_by(f64::total_cmp);
         let mean = errors.iter().sum::<f64>() / errors.len() as f64;
-        eprintln!("mean {mean:.3} median {:.3} max {:.3} inside {inside} widest bound {widest:.3}", errors[errors.len() / 2], errors[errors.len() - 1]);
+        eprintln!(
+            "mean {mean:.3} median {:.3} max {:.3} inside {inside} widest bound {widest:.3}",
+            errors[errors.len() / 2],
+            errors[errors.len() - 1]
+        );
         assert!(mean < 0.15, "mean error {mean}");
-        assert!(inside as f64 >= 0.9 * runs as f64, "{inside} of {runs} inside their bound");
+        assert!(
+            inside as f64 >= 0.9 * runs as f64,
+            "{inside} of {runs} inside their bound"
+        );
         // Nor so wide as to say nothing where a window caught the switch: the heavy traffic
         // after it took the light flow's share nowhere, so its scatter is not charged on it
         // (it was, up to a bound of 2.4 times the flow).
@@ -611,17 +803,41 @@ mod tests {
         let mut wf = WindowFlows::new([true, false], &[queue(0, 0)]);
         let mut tx = flow(9, 0, 10);
         tx.key.dir = Dir::Tx;
-        assert_eq!(wf.merge(vec![tx.clone(), flow(1, 0, 5)], &[queue(0, 100)]), vec![tx.clone()]);
+        assert_eq!(
+            wf.merge(vec![tx.clone(), flow(1, 0, 5)], &[queue(0, 100)]),
+            vec![tx.clone()]
+        );
         // Flow 1 has the queue to itself, then shares it with flow 2 at a lower share.
-        wf.window_ended(&[flow(1, 0, 10)], &[queue(0, 10)], &[queue(0, 100)], (0.4, 0.5), 1.0);
+        wf.window_ended(
+            &[flow(1, 0, 10)],
+            &[queue(0, 10)],
+            &[queue(0, 100)],
+            (0.4, 0.5),
+            1.0,
+        );
         let first = wf.merge(vec![], &[queue(0, 100)]);
         assert_eq!(first[0].packets, 100);
-        wf.window_ended(&[flow(1, 0, 11), flow(2, 0, 9)], &[queue(0, 20)], &[queue(0, 101)], (1.4, 1.5), 2.0);
+        wf.window_ended(
+            &[flow(1, 0, 11), flow(2, 0, 9)],
+            &[queue(0, 20)],
+            &[queue(0, 101)],
+            (1.4, 1.5),
+            2.0,
+        );
         let second = wf.merge(vec![], &[queue(0, 101)]);
         let f1 = second.iter().find(|f| f.key.sport == 1).unwrap();
         assert!(f1.packets >= 100);
         // A flow the program's table let go is dropped from the state.
-        wf.window_ended(&[flow(2, 0, 19)], &[queue(0, 30)], &[queue(0, 200)], (2.4, 2.5), 3.0);
-        assert!(wf.merge(vec![], &[queue(0, 200)]).iter().all(|f| f.key.sport == 2));
+        wf.window_ended(
+            &[flow(2, 0, 19)],
+            &[queue(0, 30)],
+            &[queue(0, 200)],
+            (2.4, 2.5),
+            3.0,
+        );
+        assert!(wf
+            .merge(vec![], &[queue(0, 200)])
+            .iter()
+            .all(|f| f.key.sport == 2));
     }
 }

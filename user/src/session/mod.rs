@@ -10,15 +10,15 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::counters::{self, CounterSource, CountersMode};
-use crate::probe::features::HookChoice;
-use crate::probe::l3miss::MissSource;
-use crate::sys::{is_root, monotonic_ns};
 use crate::probe::features::Features;
+use crate::probe::features::HookChoice;
 use crate::probe::l3miss::L3missProbe;
+use crate::probe::l3miss::MissSource;
 use crate::probe::pktlife::{rx_queue_offset_for_driver, PktlifeProbe, ProbeConfig};
 use crate::probe::qcount::{QcountConfig, QcountProbe, RxChoice};
 use crate::probe::qcount_skel::types::qc_counter;
 use crate::snapshot::{Dir, EventCounters, FlowCounters, QueueCounters, Snapshot, NSTAGES};
+use crate::sys::{is_root, monotonic_ns};
 use crate::topology::presence::LinkTotals;
 use crate::topology::{self, HostInfo, IfaceInfo};
 
@@ -50,7 +50,17 @@ pub struct SessionArgs {
 const SOCKET_PATIENCE: Duration = Duration::from_millis(300);
 
 /// How much per-packet detail a live session takes, beyond tier 0's exact counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    clap::ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum DetailMode {
     /// Tier 0 only: exact per-queue counts and sampled flows (no stages, records or attribution).
@@ -158,7 +168,12 @@ pub struct MissArgs {
     /// software-clock / software-faults / software-copy (stand-ins on hosts
     /// without a PMU; software-copy gives clock samples inside a socket copy
     /// the address of the buffer being copied), off.
-    #[arg(long = "miss-sampling", value_name = "MISS_SAMPLING", value_enum, default_value = "auto")]
+    #[arg(
+        long = "miss-sampling",
+        value_name = "MISS_SAMPLING",
+        value_enum,
+        default_value = "auto"
+    )]
     pub source: MissSource,
     /// Sample period: 1 in N L3 misses (default 2000), N ns for software-clock
     /// and software-copy (default 1 ms), 1 in N page faults for software-faults (default 1).
@@ -182,7 +197,13 @@ pub struct MissArgs {
 impl MissArgs {
     /// No sampler: the live surfaces (attribution belongs to recordings).
     pub fn off() -> MissArgs {
-        MissArgs { source: MissSource::Off, period: None, join_sample: 1, duty: None, flow_slots: None }
+        MissArgs {
+            source: MissSource::Off,
+            period: None,
+            join_sample: 1,
+            duty: None,
+            flow_slots: None,
+        }
     }
 
     /// The period asked for, else the source's default.
@@ -201,7 +222,9 @@ fn parse_join_sample(s: &str) -> std::result::Result<u32, String> {
     let max = crate::probe::pktlife::MAX_JOIN_SAMPLE;
     match s.parse::<u32>() {
         Ok(n) if n.is_power_of_two() && n <= max => Ok(n),
-        _ => Err(format!("must be a power of two from 1 to {max} (1, 2, 4, ...)")),
+        _ => Err(format!(
+            "must be a power of two from 1 to {max} (1, 2, 4, ...)"
+        )),
     }
 }
 
@@ -263,7 +286,10 @@ pub enum MissSampling {
 impl MissSampling {
     /// A software event standing in for L3-miss samples: its counts are samples, not misses.
     pub fn is_stand_in(self) -> bool {
-        matches!(self, MissSampling::SoftwareClock | MissSampling::SoftwareFaults | MissSampling::SoftwareCopy)
+        matches!(
+            self,
+            MissSampling::SoftwareClock | MissSampling::SoftwareFaults | MissSampling::SoftwareCopy
+        )
     }
 
     /// The sampler that runs for `source` once its event opened.
@@ -384,9 +410,14 @@ impl Session {
             bail!("--interval must be at least 10 ms");
         }
         if opts.duty() == 0 || opts.duty() > windows::MAX_DUTY {
-            bail!("--duty must be from 1 to {}, not {}", windows::MAX_DUTY, opts.duty());
+            bail!(
+                "--duty must be from 1 to {}, not {}",
+                windows::MAX_DUTY,
+                opts.duty()
+            );
         }
-        if opts.detail.mode == DetailMode::Counts && !matches!(opts.miss.source, MissSource::Auto | MissSource::Off)
+        if opts.detail.mode == DetailMode::Counts
+            && !matches!(opts.miss.source, MissSource::Auto | MissSource::Off)
         {
             bail!("--miss-sampling needs the detail hooks' buffer map: use --detail windows or full, not counts");
         }
@@ -414,7 +445,9 @@ impl Session {
         give_up: impl Fn() -> bool,
     ) -> Result<Option<(Features, IfaceInfo)>> {
         while !stop.load(Ordering::Relaxed) && !give_up() {
-            if let Ok(mut i) = topology::resolve_iface_live(&opts.args.iface, opts.args.netns.as_deref()) {
+            if let Ok(mut i) =
+                topology::resolve_iface_live(&opts.args.iface, opts.args.netns.as_deref())
+            {
                 crate::counters::sysfs::place_on_iio(&mut i, std::path::Path::new("/sys"));
                 let f = Features::detect();
                 if let Some(why) = f.fatal() {
@@ -436,14 +469,28 @@ impl Session {
         use crate::probe::l3miss::{event_attr, L3missConfig};
         let detection = counters::platform::detect_host();
         let platform = detection.platform();
-        let netns_path = opts.args.netns.as_deref().map(|n| std::path::Path::new(topology::NETNS_RUN_DIR).join(n));
+        let netns_path = opts
+            .args
+            .netns
+            .as_deref()
+            .map(|n| std::path::Path::new(topology::NETNS_RUN_DIR).join(n));
         let netns_held = match &netns_path {
-            Some(p) => Some(std::fs::File::open(p).with_context(|| format!("opening network namespace {}", p.display()))?),
+            Some(p) => Some(
+                std::fs::File::open(p)
+                    .with_context(|| format!("opening network namespace {}", p.display()))?,
+            ),
             None => None,
         };
         // The driver's own per-queue counters, where it keeps them: exact at no per-packet
         // cost. A direction they cover needs no counting program unless flows are sampled.
-        let mut kstats = crate::probe::kstats::KernelStats::open(netns_path.as_deref(), iface.ifindex, &iface.name, iface.driver.as_deref()).ok().flatten();
+        let mut kstats = crate::probe::kstats::KernelStats::open(
+            netns_path.as_deref(),
+            iface.ifindex,
+            &iface.name,
+            iface.driver.as_deref(),
+        )
+        .ok()
+        .flatten();
         let first = kstats.as_mut().map(|k| k.queues()).unwrap_or_default();
         // Without a watch (no netlink socket could be made) a vanished device goes unnoticed:
         // said once, the session goes on.
@@ -456,7 +503,8 @@ impl Session {
         };
         let mut kernel_notes = Vec::new();
         let mut kernel_counts = [
-            crate::probe::kstats::covers(&first, Dir::Rx) && opts.detail.rx_counts == RxChoice::Auto,
+            crate::probe::kstats::covers(&first, Dir::Rx)
+                && opts.detail.rx_counts == RxChoice::Auto,
             crate::probe::kstats::covers(&first, Dir::Tx),
         ];
         // Windows of duty 1 are the whole run: full detail.
@@ -464,10 +512,20 @@ impl Session {
         // Counters that exist need not count every path (veth counts its NAPI path only):
         // what the device has carried so far must add up to the interface's own totals.
         if let Some(link) = watch.as_mut().and_then(|w| w.link_packets()) {
-            let src = kstats.as_ref().and_then(|k| k.source()).map_or("kernel", |k| k.as_str());
+            let src = kstats
+                .as_ref()
+                .and_then(|k| k.source())
+                .map_or("kernel", |k| k.as_str());
             for (d, dir) in [(0, Dir::Rx), (1, Dir::Tx)] {
-                let by_queues: u64 = first.iter().filter(|q| q.dir == dir).filter_map(|q| q.packets).sum();
-                if kernel_counts[d] && link[d] >= MIN_CHECKED_PACKETS && by_queues.abs_diff(link[d]) > link[d] / 20 {
+                let by_queues: u64 = first
+                    .iter()
+                    .filter(|q| q.dir == dir)
+                    .filter_map(|q| q.packets)
+                    .sum();
+                if kernel_counts[d]
+                    && link[d] >= MIN_CHECKED_PACKETS
+                    && by_queues.abs_diff(link[d]) > link[d] / 20
+                {
                     kernel_counts[d] = false;
                     let what = dir.as_str().to_uppercase();
                     let instead = if dir == Dir::Tx && windowed {
@@ -493,7 +551,8 @@ impl Session {
         // the TX split, and learning which queue a NAPI instance serves): with windows and
         // --flows windows (the default) it runs inside the windows alone, and flows are scaled
         // by the counts.
-        let window_only = [0, 1].map(|d| covered[d] && windowed && (!flows || opts.detail.flows_in_windows()));
+        let window_only =
+            [0, 1].map(|d| covered[d] && windowed && (!flows || opts.detail.flows_in_windows()));
         // A window-only direction samples 1/duty of the time, so it samples by size duty times
         // as densely inside its windows: as many samples per second as a program running all
         // the time would take. Every skb there would cost a header parse and a flow update per
@@ -512,7 +571,13 @@ impl Session {
                 netns_path: netns_path.clone(),
                 rx_queue_offset: rx_queue_offset_for_driver(iface.driver.as_deref()),
                 link_hdr_len: iface.link_hdr_len(),
-                flow_bytes: window_only.map(|w| if w { window_flow_bytes } else { opts.detail.flow_sample() }),
+                flow_bytes: window_only.map(|w| {
+                    if w {
+                        window_flow_bytes
+                    } else {
+                        opts.detail.flow_sample()
+                    }
+                }),
                 rx: opts.detail.rx_counts,
                 count_rx: !covered[0] || flows || (napi_window_only && napi_known.is_empty()),
                 // With windows the TX program is there in them even without flows: a driver's
@@ -532,14 +597,22 @@ impl Session {
         if learn_first {
             tier0.set_window_hooks(true)?;
         }
-        let miss_period = windows::window_period(opts.miss.period(), if windowed { opts.duty() } else { 1 });
+        let miss_period =
+            windows::window_period(opts.miss.period(), if windowed { opts.duty() } else { 1 });
         let miss_attr = match opts.detail.mode {
             DetailMode::Counts => None,
-            _ => event_attr(opts.miss.source, platform, miss_period, std::path::Path::new("/sys"))?,
+            _ => event_attr(
+                opts.miss.source,
+                platform,
+                miss_period,
+                std::path::Path::new("/sys"),
+            )?,
         };
         // Frag pages need the page-to-address layout; without one, the join
         // covers linear data only and the recording says why.
-        let layout = miss_attr.as_ref().map(|_| crate::probe::memlayout::resolve_live());
+        let layout = miss_attr
+            .as_ref()
+            .map(|_| crate::probe::memlayout::resolve_live());
         let buffer_join = match &layout {
             None => "off (no L3-miss sampler)".to_string(),
             Some(Ok(m)) => format!("linear data and page frags; page addresses: {}", m.source),
@@ -589,7 +662,12 @@ impl Session {
             },
         };
         let windows = if windowed {
-            WindowDriver::new(windows::cycle(Duration::from_millis(opts.interval_ms)), opts.duty(), l3.as_ref().is_some_and(L3missProbe::has_sampler)).map(|mut w| {
+            WindowDriver::new(
+                windows::cycle(Duration::from_millis(opts.interval_ms)),
+                opts.duty(),
+                l3.as_ref().is_some_and(L3missProbe::has_sampler),
+            )
+            .map(|mut w| {
                 if learn_first {
                     w.opened_at = Some(Duration::ZERO);
                     w.learning = true;
@@ -606,7 +684,15 @@ impl Session {
                 eprintln!("counters: {n}");
             }
             for h in &tier0.hooks {
-                eprintln!("tier 0: {} as {}{}", h.hook, h.attach, h.error.as_deref().map(|e| format!(" ({e})")).unwrap_or_default());
+                eprintln!(
+                    "tier 0: {} as {}{}",
+                    h.hook,
+                    h.attach,
+                    h.error
+                        .as_deref()
+                        .map(|e| format!(" ({e})"))
+                        .unwrap_or_default()
+                );
             }
         }
         let mut sampler = sampler;
@@ -623,7 +709,11 @@ impl Session {
             tier0,
             detail,
             l3,
-            detail_mode: if windowed || opts.detail.mode == DetailMode::Counts { opts.detail.mode } else { DetailMode::Full },
+            detail_mode: if windowed || opts.detail.mode == DetailMode::Counts {
+                opts.detail.mode
+            } else {
+                DetailMode::Full
+            },
             duty: if windowed { opts.duty() } else { 1 },
             join_sample: opts.miss.join_sample,
             flow_sample: opts.detail.flow_sample(),
@@ -685,7 +775,12 @@ impl Session {
         live.start_link = after;
         if split_tx {
             let link = after.unwrap_or_default();
-            live.tx_split = Some(txsplit::TxSplit::new(&live.prev_q, &live.prev_q, (link.packets[1], link.bytes[1]), live.iface.tx_queues));
+            live.tx_split = Some(txsplit::TxSplit::new(
+                &live.prev_q,
+                &live.prev_q,
+                (link.packets[1], link.bytes[1]),
+                live.iface.tx_queues,
+            ));
         }
         if live.tier0.napi_window_only() {
             live.napi_windows = Some(napiscale::WindowNapi::default());
@@ -715,14 +810,23 @@ impl Session {
     /// The detail hooks attached, and when they run.
     pub fn detail_plan(&self) -> Vec<crate::probe::HookPlan> {
         use crate::probe::{HookPlan, When};
-        let when = if self.windows.is_some() { When::Windows } else { When::Always };
-        let Some(d) = self.detail.as_ref() else { return Vec::new() };
+        let when = if self.windows.is_some() {
+            When::Windows
+        } else {
+            When::Always
+        };
+        let Some(d) = self.detail.as_ref() else {
+            return Vec::new();
+        };
         let progs = d.hook_progs();
         d.hooks
             .iter()
             .filter(|h| h.error.is_none() && h.flavor.is_some())
             .map(|h| HookPlan {
-                prog_id: progs.iter().find(|p| p.tracepoint == h.tracepoint).map(|p| p.id),
+                prog_id: progs
+                    .iter()
+                    .find(|p| p.tracepoint == h.tracepoint)
+                    .map(|p| p.id),
                 ..HookPlan::of_section(&format!("tp/{}", h.tracepoint), when)
             })
             .collect()
@@ -750,7 +854,10 @@ impl Session {
             (true, _) => RxSource::Qstats,
             (false, _) => self.tier0.rx_source,
         };
-        let tx = match (&self.tx_split, self.kstats.as_ref().and_then(|k| k.tx_source())) {
+        let tx = match (
+            &self.tx_split,
+            self.kstats.as_ref().and_then(|k| k.tx_source()),
+        ) {
             (Some(s), _) if s.exact() => "link",
             (Some(_), _) => "link_split",
             (None, Some(k)) if self.kernel_counts[1] => k,
@@ -772,15 +879,27 @@ impl Session {
     /// The windows the flows of a driver-counted direction were sampled in so far (None: flows
     /// are not time-sampled).
     pub fn flow_windows(&self) -> Option<u64> {
-        self.flow_windows.as_ref().map(flowscale::WindowFlows::windows)
+        self.flow_windows
+            .as_ref()
+            .map(flowscale::WindowFlows::windows)
     }
 
     /// Put the local TCP sockets' own counts in place of the estimates of the flows that end
     /// in them; returns those flows. A read that fails (the namespace went away) ends them,
     /// said once in the notes.
-    fn socket_counts(&mut self, flows: &mut [crate::probe::qcount::SampledFlow], last: bool) -> std::collections::HashSet<crate::snapshot::FlowKey> {
-        let Some(s) = self.sockets.as_mut() else { return Default::default() };
-        let read = if last { s.read_last(SOCKET_PATIENCE) } else { s.read() };
+    fn socket_counts(
+        &mut self,
+        flows: &mut [crate::probe::qcount::SampledFlow],
+        last: bool,
+    ) -> std::collections::HashSet<crate::snapshot::FlowKey> {
+        let Some(s) = self.sockets.as_mut() else {
+            return Default::default();
+        };
+        let read = if last {
+            s.read_last(SOCKET_PATIENCE)
+        } else {
+            s.read()
+        };
         if let Err(e) = read {
             self.counter_notes.push(format!(
                 "interval {}: TCP sockets could not be read any more ({e:#}); their flows are estimates from here on",
@@ -805,26 +924,50 @@ impl Session {
     /// A window of the window-only flow programs ended: its flows and counts, with the
     /// driver's counts of the stretch it stands for.
     fn flow_window_ended(&mut self, (from, to): (Duration, Duration)) -> Result<()> {
-        let Some(f) = self.flow_windows.as_mut() else { return Ok(()) };
+        let Some(f) = self.flow_windows.as_mut() else {
+            return Ok(());
+        };
         let program = self.tier0.read_queues()?;
         let mut driver = Vec::new();
         if let Some(k) = self.kstats.as_mut() {
             overlay_kernel_counts(&mut driver, &k.queues(), self.kernel_counts);
         }
-        if let (Some(s), Some(link)) = (self.tx_split.as_mut(), self.watch.as_mut().and_then(|w| w.link_totals())) {
-            overlay_kernel_counts(&mut driver, &s.interval(&program, (link.packets[1], link.bytes[1])), [false, true]);
+        if let (Some(s), Some(link)) = (
+            self.tx_split.as_mut(),
+            self.watch.as_mut().and_then(|w| w.link_totals()),
+        ) {
+            overlay_kernel_counts(
+                &mut driver,
+                &s.interval(&program, (link.packets[1], link.bytes[1])),
+                [false, true],
+            );
         }
-        let now = Instant::now().saturating_duration_since(self.started).as_secs_f64();
-        f.window_ended(&self.tier0.read_flows()?, &program, &driver, (from.as_secs_f64(), to.as_secs_f64()), now);
+        let now = Instant::now()
+            .saturating_duration_since(self.started)
+            .as_secs_f64();
+        f.window_ended(
+            &self.tier0.read_flows()?,
+            &program,
+            &driver,
+            (from.as_secs_f64(), to.as_secs_f64()),
+            now,
+        );
         Ok(())
     }
 
     /// Check the driver's per-queue counts of this interval against the interface's own
     /// totals: a driver whose queue counters miss a path (veth counts its NAPI path only) is
     /// found by trying, and its direction is counted by the program from then on.
-    fn check_kernel_counts(&mut self, link: Option<(LinkTotals, LinkTotals)>, cur_q: &mut [QueueCounters], interval: &[QueueCounters]) -> Result<()> {
+    fn check_kernel_counts(
+        &mut self,
+        link: Option<(LinkTotals, LinkTotals)>,
+        cur_q: &mut [QueueCounters],
+        interval: &[QueueCounters],
+    ) -> Result<()> {
         let Some(link) = link else { return Ok(()) };
-        let Some(prev) = self.prev_link.replace(link) else { return Ok(()) };
+        let Some(prev) = self.prev_link.replace(link) else {
+            return Ok(());
+        };
         let (before, after) = (link.0.packets, link.1.packets);
         for (d, dir) in [(0, Dir::Rx), (1, Dir::Tx)] {
             if !self.kernel_counts[d] {
@@ -835,7 +978,12 @@ impl Session {
             // (a receiver's ACKs) is judged too.
             let (span_before, span_after, counted) =
                 self.check_spans[d].unwrap_or((prev.0.packets[d], prev.1.packets[d], 0));
-            let by_queues = counted + interval.iter().filter(|q| q.dir == dir).map(|q| q.packets).sum::<u64>();
+            let by_queues = counted
+                + interval
+                    .iter()
+                    .filter(|q| q.dir == dir)
+                    .map(|q| q.packets)
+                    .sum::<u64>();
             if before[d].saturating_sub(span_after) < MIN_CHECKED_PACKETS {
                 self.check_spans[d] = Some((span_before, span_after, by_queues));
                 continue;
@@ -854,7 +1002,11 @@ impl Session {
             if self.kernel_misses[d] < 2 {
                 continue;
             }
-            let src = self.kstats.as_ref().and_then(|k| k.source()).map_or("kernel", |k| k.as_str());
+            let src = self
+                .kstats
+                .as_ref()
+                .and_then(|k| k.source())
+                .map_or("kernel", |k| k.as_str());
             let what = dir.as_str().to_uppercase();
             if dir == Dir::Tx && self.windows.is_some() && self.tier0.window_only(Dir::Tx) {
                 // The interface's totals from here, split by the TX program the windows run
@@ -862,13 +1014,25 @@ impl Session {
                 let program = self.tier0.read_queues()?;
                 // What the counters missed since the recording began goes to the queues with
                 // the first split, so the recording's TX adds up to the interface's.
-                let so_far = cur_q.iter().filter(|q| q.dir == Dir::Tx).fold((0, 0), |a, q| (a.0 + q.packets, a.1 + q.bytes));
+                let so_far = cur_q
+                    .iter()
+                    .filter(|q| q.dir == Dir::Tx)
+                    .fold((0, 0), |a, q| (a.0 + q.packets, a.1 + q.bytes));
                 let start = self.start_link.unwrap_or_default();
                 let missed = (
-                    link.1.packets[1].saturating_sub(start.packets[1]).saturating_sub(so_far.0),
-                    link.1.bytes[1].saturating_sub(start.bytes[1]).saturating_sub(so_far.1),
+                    link.1.packets[1]
+                        .saturating_sub(start.packets[1])
+                        .saturating_sub(so_far.0),
+                    link.1.bytes[1]
+                        .saturating_sub(start.bytes[1])
+                        .saturating_sub(so_far.1),
                 );
-                let mut split = txsplit::TxSplit::new(cur_q, &program, (link.1.packets[1], link.1.bytes[1]), self.iface.tx_queues);
+                let mut split = txsplit::TxSplit::new(
+                    cur_q,
+                    &program,
+                    (link.1.packets[1], link.1.bytes[1]),
+                    self.iface.tx_queues,
+                );
                 split.add_unsplit(missed);
                 self.tx_split = Some(split);
                 self.kernel_counts[d] = false;
@@ -896,11 +1060,18 @@ impl Session {
             }
             // What the counters missed since the recording began goes to the queues of the
             // next interval, so the recording's totals add up to the interface's.
-            let so_far = cur_q.iter().filter(|q| q.dir == dir).fold((0, 0), |a, q| (a.0 + q.packets, a.1 + q.bytes));
+            let so_far = cur_q
+                .iter()
+                .filter(|q| q.dir == dir)
+                .fold((0, 0), |a, q| (a.0 + q.packets, a.1 + q.bytes));
             let start = self.start_link.unwrap_or_default();
             self.missed[d] = Some((
-                link.1.packets[d].saturating_sub(start.packets[d]).saturating_sub(so_far.0),
-                link.1.bytes[d].saturating_sub(start.bytes[d]).saturating_sub(so_far.1),
+                link.1.packets[d]
+                    .saturating_sub(start.packets[d])
+                    .saturating_sub(so_far.0),
+                link.1.bytes[d]
+                    .saturating_sub(start.bytes[d])
+                    .saturating_sub(so_far.1),
             ));
             // From here the program's cumulative counts are the direction's: the next interval
             // is their difference from now.
@@ -923,11 +1094,18 @@ impl Session {
     /// After an interval (`interval`; `cumulative`, every queue since the start): whether the
     /// device is idle, windows opened at once for what needs timing or splitting, and the
     /// first window's learning ended early on an idle device.
-    fn plan_windows(&mut self, interval: &[QueueCounters], cumulative: &[QueueCounters]) -> Result<()> {
-        let Some(w) = self.windows.as_mut() else { return Ok(()) };
+    fn plan_windows(
+        &mut self,
+        interval: &[QueueCounters],
+        cumulative: &[QueueCounters],
+    ) -> Result<()> {
+        let Some(w) = self.windows.as_mut() else {
+            return Ok(());
+        };
         let at = Instant::now().saturating_duration_since(self.started);
         let unsplit = self.tx_split.as_ref().map_or(0, txsplit::TxSplit::unsplit);
-        w.device_idle = interval.iter().map(|q| q.packets).sum::<u64>() + unsplit < IDLE_BELOW_PACKETS;
+        w.device_idle =
+            interval.iter().map(|q| q.packets).sum::<u64>() + unsplit < IDLE_BELOW_PACKETS;
         w.time_untimed_queues(interval, cumulative, at);
         if self.tx_split.is_some() {
             if unsplit < OPEN_FOR_PACKETS {
@@ -977,7 +1155,9 @@ impl Session {
         }
         while !stop.load(Ordering::Relaxed) {
             let now = Instant::now();
-            let mut wait = deadline.saturating_duration_since(now).min(Duration::from_millis(200));
+            let mut wait = deadline
+                .saturating_duration_since(now)
+                .min(Duration::from_millis(200));
             if let (Some(w), Some(d)) = (self.windows.as_mut(), self.detail.as_mut()) {
                 let at = now.saturating_duration_since(self.started);
                 let tier0_windows = self.tier0.has_window_hooks();
@@ -985,7 +1165,9 @@ impl Session {
                 // Attaching and detaching take time (a tcx link waits for an RCU grace period),
                 // and the schedule may have moved by it: the next change is reckoned from now.
                 let now = Instant::now();
-                wait = deadline.saturating_duration_since(now).min(Duration::from_millis(200));
+                wait = deadline
+                    .saturating_duration_since(now)
+                    .min(Duration::from_millis(200));
                 let at = now.saturating_duration_since(self.started);
                 if let Some(c) = w.next_change(at) {
                     wait = wait.min(c - at);
@@ -1011,7 +1193,8 @@ impl Session {
                 None => std::thread::sleep(wait),
             }
         }
-        let mut finishing = stop.load(Ordering::Relaxed) || end.is_some_and(|e| Instant::now() >= e);
+        let mut finishing =
+            stop.load(Ordering::Relaxed) || end.is_some_and(|e| Instant::now() >= e);
         if let Some(w) = self.watch.as_mut() {
             // A check the kernel cannot answer says nothing: the next interval asks again.
             if let Ok(topology::presence::Presence::Gone(how, why)) = w.check() {
@@ -1031,7 +1214,10 @@ impl Session {
                 Ok(r) => counters = r,
                 Err(e) => {
                     // Keep the software view going; say why counters stopped.
-                    self.counter_notes.push(format!("counter reads stopped at interval {}: {e:#}", self.index));
+                    self.counter_notes.push(format!(
+                        "counter reads stopped at interval {}: {e:#}",
+                        self.index
+                    ));
                     self.sampler = None;
                 }
             }
@@ -1040,11 +1226,19 @@ impl Session {
         // The interface's totals just before and just after, to check the driver's counts
         // against (the counts were taken somewhere between the two) and to split TX by.
         let check = self.kstats.is_some() && self.kernel_counts.iter().any(|&c| c);
-        let before = if check { self.watch.as_mut().and_then(|w| w.link_totals()) } else { None };
+        let before = if check {
+            self.watch.as_mut().and_then(|w| w.link_totals())
+        } else {
+            None
+        };
         if let Some(k) = self.kstats.as_mut() {
             overlay_kernel_counts(&mut cur_q, &k.queues(), self.kernel_counts);
         }
-        let after = if check || self.tx_split.is_some() { self.watch.as_mut().and_then(|w| w.link_totals()) } else { None };
+        let after = if check || self.tx_split.is_some() {
+            self.watch.as_mut().and_then(|w| w.link_totals())
+        } else {
+            None
+        };
         if let (Some(s), Some(a)) = (self.tx_split.as_mut(), after) {
             let split = s.interval(&cur_q, (a.packets[1], a.bytes[1]));
             overlay_kernel_counts(&mut cur_q, &split, [false, true]);
@@ -1053,12 +1247,22 @@ impl Session {
         // The window under way when the run ends is a window too.
         if finishing {
             let now = Instant::now().saturating_duration_since(self.started);
-            if let Some(from) = self.windows.as_ref().filter(|w| w.phase != windows::Phase::Off).and_then(|w| w.opened_at) {
+            if let Some(from) = self
+                .windows
+                .as_ref()
+                .filter(|w| w.phase != windows::Phase::Off)
+                .and_then(|w| w.opened_at)
+            {
                 self.flow_window_ended((from, now))?;
             }
         }
         if let Some(f) = self.flow_windows.as_mut() {
-            f.driver_read(Instant::now().saturating_duration_since(self.started).as_secs_f64(), &cur_q);
+            f.driver_read(
+                Instant::now()
+                    .saturating_duration_since(self.started)
+                    .as_secs_f64(),
+                &cur_q,
+            );
         }
         let (cur_s, mut cur_e, samples) = match self.detail.as_mut() {
             Some(d) => {
@@ -1100,7 +1304,12 @@ impl Session {
             self.plan_windows(&snap.queues, &cur_q)?;
         }
         if finishing {
-            if let Some(n) = self.tx_split.as_ref().map(txsplit::TxSplit::unsplit).filter(|&n| n > 0) {
+            if let Some(n) = self
+                .tx_split
+                .as_ref()
+                .map(txsplit::TxSplit::unsplit)
+                .filter(|&n| n > 0)
+            {
                 self.counter_notes.push(format!(
                     "interval {}: {n} TX packets the interface counted at the end were in no window's split: they are in no TX queue",
                     self.index
@@ -1165,7 +1374,8 @@ impl Session {
             };
             let mut m = cur.delta(&self.prev_m);
             if let Some(w) = self.windows.as_mut() {
-                m.sampled_ns = Some(w.take_sampled(Instant::now().saturating_duration_since(self.started)));
+                m.sampled_ns =
+                    Some(w.take_sampled(Instant::now().saturating_duration_since(self.started)));
             }
             m.flows = cur.flows.clone();
             m.regions = cur.regions.clone();
@@ -1192,15 +1402,28 @@ const MIN_CHECKED_PACKETS: u64 = 1000;
 
 /// The driver's packets and bytes in place of the programs' in the directions they cover
 /// (NAPI and drop counts stay the programs').
-fn overlay_kernel_counts(q: &mut Vec<QueueCounters>, kernel: &[crate::probe::kstats::QueueStat], covered: [bool; 2]) {
-    for k in kernel.iter().filter(|k| covered[usize::from(k.dir == Dir::Tx)]) {
-        let (Some(packets), Some(bytes)) = (k.packets, k.bytes) else { continue };
+fn overlay_kernel_counts(
+    q: &mut Vec<QueueCounters>,
+    kernel: &[crate::probe::kstats::QueueStat],
+    covered: [bool; 2],
+) {
+    for k in kernel
+        .iter()
+        .filter(|k| covered[usize::from(k.dir == Dir::Tx)])
+    {
+        let (Some(packets), Some(bytes)) = (k.packets, k.bytes) else {
+            continue;
+        };
         match q.iter_mut().find(|c| c.dir == k.dir && c.queue == k.queue) {
             Some(c) => {
                 c.packets = packets;
                 c.bytes = bytes;
             }
-            None => q.push(QueueCounters { packets, bytes, ..QueueCounters::new(k.dir, k.queue) }),
+            None => q.push(QueueCounters {
+                packets,
+                bytes,
+                ..QueueCounters::new(k.dir, k.queue)
+            }),
         }
     }
 }
@@ -1208,17 +1431,36 @@ fn overlay_kernel_counts(q: &mut Vec<QueueCounters>, kernel: &[crate::probe::kst
 /// Packets and bytes counters missed, `missed`, given to the queues of `dir` that carried
 /// traffic this interval (`interval`) in proportion to it, and to their cumulative counts
 /// alike; None once given, else what is left for the next interval (none carried any).
-fn add_missed(interval: &mut [QueueCounters], cumulative: &mut [QueueCounters], dir: Dir, missed: (u64, u64)) -> Option<(u64, u64)> {
-    let busy: Vec<usize> = (0..interval.len()).filter(|&i| interval[i].dir == dir && interval[i].packets > 0).collect();
+fn add_missed(
+    interval: &mut [QueueCounters],
+    cumulative: &mut [QueueCounters],
+    dir: Dir,
+    missed: (u64, u64),
+) -> Option<(u64, u64)> {
+    let busy: Vec<usize> = (0..interval.len())
+        .filter(|&i| interval[i].dir == dir && interval[i].packets > 0)
+        .collect();
     if busy.is_empty() {
         return Some(missed);
     }
-    let packets = txsplit::largest_remainder(missed.0, &busy.iter().map(|&i| interval[i].packets).collect::<Vec<_>>());
-    let bytes = txsplit::largest_remainder(missed.1, &busy.iter().map(|&i| interval[i].bytes).collect::<Vec<_>>());
+    let packets = txsplit::largest_remainder(
+        missed.0,
+        &busy
+            .iter()
+            .map(|&i| interval[i].packets)
+            .collect::<Vec<_>>(),
+    );
+    let bytes = txsplit::largest_remainder(
+        missed.1,
+        &busy.iter().map(|&i| interval[i].bytes).collect::<Vec<_>>(),
+    );
     for ((&i, p), b) in busy.iter().zip(packets).zip(bytes) {
         interval[i].packets += p;
         interval[i].bytes += b;
-        if let Some(c) = cumulative.iter_mut().find(|c| c.dir == dir && c.queue == interval[i].queue) {
+        if let Some(c) = cumulative
+            .iter_mut()
+            .find(|c| c.dir == dir && c.queue == interval[i].queue)
+        {
             c.packets += p;
             c.bytes += b;
         }
@@ -1230,7 +1472,10 @@ fn add_missed(interval: &mut [QueueCounters], cumulative: &mut [QueueCounters], 
 fn combine(counts: Vec<QueueCounters>, stages: &[QueueCounters]) -> Vec<QueueCounters> {
     let mut out = counts;
     for s in stages {
-        match out.iter_mut().find(|q| q.dir == s.dir && q.queue == s.queue) {
+        match out
+            .iter_mut()
+            .find(|q| q.dir == s.dir && q.queue == s.queue)
+        {
             Some(q) => q.add(s),
             None => out.push(s.clone()),
         }
@@ -1243,10 +1488,12 @@ fn combine(counts: Vec<QueueCounters>, stages: &[QueueCounters]) -> Vec<QueueCou
 fn interval_queues(cur: &[QueueCounters], prev: &[QueueCounters]) -> Vec<QueueCounters> {
     let mut out: Vec<QueueCounters> = cur
         .iter()
-        .map(|q| match prev.iter().find(|p| p.dir == q.dir && p.queue == q.queue) {
-            Some(p) => q.delta(p),
-            None => q.clone(),
-        })
+        .map(
+            |q| match prev.iter().find(|p| p.dir == q.dir && p.queue == q.queue) {
+                Some(p) => q.delta(p),
+                None => q.clone(),
+            },
+        )
         .filter(|d| !d.is_zero())
         .collect();
     out.sort_by_key(|q| (q.dir, q.queue));
@@ -1315,7 +1562,12 @@ struct Drain {
 
 impl Drain {
     fn new(began: Duration, left: u64) -> Drain {
-        Drain { began, left, idle: 0, held: false }
+        Drain {
+            began,
+            left,
+            idle: 0,
+            held: false,
+        }
     }
 
     /// A look at `at` found `left` of the window's lives in flight: until when the drain goes
@@ -1324,7 +1576,10 @@ impl Drain {
         self.idle = if left < self.left { 0 } else { self.idle + 1 };
         self.left = left;
         let until = at + windows::DRAIN_STEP;
-        (left > 0 && self.idle < windows::DRAIN_PATIENCE && until <= self.began + windows::LONGEST_DRAIN).then_some(until)
+        (left > 0
+            && self.idle < windows::DRAIN_PATIENCE
+            && until <= self.began + windows::LONGEST_DRAIN)
+            .then_some(until)
     }
 }
 
@@ -1375,17 +1630,27 @@ impl WindowDriver {
     /// not asked for (a forwarding host copies nothing to sockets); one that others have is (a
     /// queue whose few timed packets were all coalesced away before their copy). Linear in
     /// the queues: this runs every interval.
-    fn time_untimed_queues(&mut self, interval: &[QueueCounters], cumulative: &[QueueCounters], at: Duration) {
+    fn time_untimed_queues(
+        &mut self,
+        interval: &[QueueCounters],
+        cumulative: &[QueueCounters],
+        at: Duration,
+    ) {
         let stages_of = |c: &QueueCounters| c.stage_count.map(|n| n > 0);
         // Per direction, the stages some queue has timed.
         let mut seen = [[false; NSTAGES]; 2];
         for c in cumulative {
-            for (s, t) in seen[usize::from(c.dir == Dir::Tx)].iter_mut().zip(stages_of(c)) {
+            for (s, t) in seen[usize::from(c.dir == Dir::Tx)]
+                .iter_mut()
+                .zip(stages_of(c))
+            {
                 *s |= t;
             }
         }
-        let own: std::collections::HashMap<(Dir, u32), [bool; NSTAGES]> =
-            cumulative.iter().map(|c| ((c.dir, c.queue), stages_of(c))).collect();
+        let own: std::collections::HashMap<(Dir, u32), [bool; NSTAGES]> = cumulative
+            .iter()
+            .map(|c| ((c.dir, c.queue), stages_of(c)))
+            .collect();
         let untimed: Vec<(Dir, u32)> = interval
             .iter()
             .filter(|q| q.packets >= OPEN_FOR_PACKETS)
@@ -1393,7 +1658,11 @@ impl WindowDriver {
             .filter(|k| self.opened_for.get(k).copied().unwrap_or(0) < OPENED_PER_QUEUE)
             .filter(|k| {
                 let own = own.get(k).copied().unwrap_or_default();
-                !own.contains(&true) || seen[usize::from(k.0 == Dir::Tx)].iter().zip(own).any(|(&s, o)| s && !o)
+                !own.contains(&true)
+                    || seen[usize::from(k.0 == Dir::Tx)]
+                        .iter()
+                        .zip(own)
+                        .any(|(&s, o)| s && !o)
             })
             .collect();
         if untimed.is_empty() || !self.schedule.open_at(at) {
@@ -1446,8 +1715,12 @@ impl WindowDriver {
     /// is not at its longest. Those left when it stops are either waiting on a reader that has
     /// stalled or were freed where no hook sees, and are counted as cut.
     fn drain_goes_on(&mut self, detail: &mut PktlifeProbe, at: Duration) -> bool {
-        let Some(drain) = self.drain.as_mut() else { return false };
-        let Some(until) = drain.look(detail.lives_in_flight(), at) else { return false };
+        let Some(drain) = self.drain.as_mut() else {
+            return false;
+        };
+        let Some(until) = drain.look(detail.lives_in_flight(), at) else {
+            return false;
+        };
         if !drain.held {
             detail.keep_ends();
             drain.held = true;
@@ -1547,9 +1820,24 @@ impl WindowDriver {
         if is == Phase::Off {
             self.learning = false;
         }
-        let flow_span = self.opened_at.filter(|_| tier0_windows && is == Phase::Off).map(|from| (from, at));
-        Self::track(&mut self.sampled, &mut self.sampling_since, was == Phase::Window, is == Phase::Window, at);
-        Self::track(&mut self.detailed, &mut self.detail_since, was != Phase::Off, is != Phase::Off, at);
+        let flow_span = self
+            .opened_at
+            .filter(|_| tier0_windows && is == Phase::Off)
+            .map(|from| (from, at));
+        Self::track(
+            &mut self.sampled,
+            &mut self.sampling_since,
+            was == Phase::Window,
+            is == Phase::Window,
+            at,
+        );
+        Self::track(
+            &mut self.detailed,
+            &mut self.detail_since,
+            was != Phase::Off,
+            is != Phase::Off,
+            at,
+        );
         self.phase = phase;
         Ok(flow_span)
     }
@@ -1573,7 +1861,11 @@ mod tests {
         assert_eq!(d.look(60, at), Some(at + step));
         for _ in 1..windows::DRAIN_PATIENCE {
             at += step;
-            assert_eq!(d.look(60, at), Some(at + step), "a pause shorter than the patience");
+            assert_eq!(
+                d.look(60, at),
+                Some(at + step),
+                "a pause shorter than the patience"
+            );
         }
         at += step;
         assert_eq!(d.look(40, at), Some(at + step), "lives end again");
@@ -1582,7 +1874,11 @@ mod tests {
             assert!(d.look(40, at).is_some());
         }
         at += step;
-        assert_eq!(d.look(40, at), None, "no life ended for the patience: the rest are cut");
+        assert_eq!(
+            d.look(40, at),
+            None,
+            "no life ended for the patience: the rest are cut"
+        );
         // None left: over at once.
         assert_eq!(Drain::new(ms(0), 100).look(0, windows::MAX_DRAIN), None);
         // Lives ending steadily: held until the longest drain, not past it.
@@ -1621,18 +1917,44 @@ mod tests {
     /// of two such reads, and a queue with nothing new is left out.
     #[test]
     fn counts_and_stages_combine_and_difference() {
-        let counts = |p: u64| vec![QueueCounters { packets: p, bytes: p * 100, ..QueueCounters::new(Dir::Rx, 1) }];
+        let counts = |p: u64| {
+            vec![QueueCounters {
+                packets: p,
+                bytes: p * 100,
+                ..QueueCounters::new(Dir::Rx, 1)
+            }]
+        };
         let mut st = QueueCounters::new(Dir::Rx, 1);
         st.handups = 5;
         st.stage_count[0] = 3;
         st.stage_max_ns[0] = 900;
         let a = combine(counts(10), &[st.clone()]);
-        assert_eq!((a[0].packets, a[0].handups, a[0].stage_count[0]), (10, 5, 3));
+        assert_eq!(
+            (a[0].packets, a[0].handups, a[0].stage_count[0]),
+            (10, 5, 3)
+        );
         st.stage_count[0] = 4;
-        let b = combine(counts(25), &[st.clone(), QueueCounters { handups: 1, ..QueueCounters::new(Dir::Tx, 0) }]);
+        let b = combine(
+            counts(25),
+            &[
+                st.clone(),
+                QueueCounters {
+                    handups: 1,
+                    ..QueueCounters::new(Dir::Tx, 0)
+                },
+            ],
+        );
         let d = interval_queues(&b, &a);
         assert_eq!(d.len(), 2);
-        assert_eq!((d[0].packets, d[0].bytes, d[0].stage_count[0], d[0].stage_max_ns[0]), (15, 1500, 1, 900));
+        assert_eq!(
+            (
+                d[0].packets,
+                d[0].bytes,
+                d[0].stage_count[0],
+                d[0].stage_max_ns[0]
+            ),
+            (15, 1500, 1, 900)
+        );
         assert_eq!((d[1].dir, d[1].handups), (Dir::Tx, 1));
         assert!(interval_queues(&b, &b).is_empty());
     }
@@ -1642,7 +1964,9 @@ mod tests {
     /// 1/32 of a second.
     fn quiet(w: &mut super::WindowDriver, mut t: std::time::Duration) -> std::time::Duration {
         let window = std::time::Duration::from_secs(1) / 32;
-        while w.schedule.phase_at(t) != super::windows::Phase::Off || w.schedule.next_change(t).is_some_and(|c| c <= t + window) {
+        while w.schedule.phase_at(t) != super::windows::Phase::Off
+            || w.schedule.next_change(t).is_some_and(|c| c <= t + window)
+        {
             t += std::time::Duration::from_millis(1);
         }
         t
@@ -1655,12 +1979,20 @@ mod tests {
         use super::{windows::Phase, WindowDriver, OPENED_PER_QUEUE, OPEN_FOR_PACKETS};
         use std::time::Duration;
         let ms = Duration::from_millis;
-        let busy = |q: u32, n: u64| QueueCounters { packets: n, ..QueueCounters::new(Dir::Rx, q) };
+        let busy = |q: u32, n: u64| QueueCounters {
+            packets: n,
+            ..QueueCounters::new(Dir::Rx, q)
+        };
         let mut timed = busy(1, 5000);
         timed.stage_count[0] = 7;
-        let mut w = WindowDriver::new(Duration::from_secs(1), 32, false).expect("duty 32 has windows");
+        let mut w =
+            WindowDriver::new(Duration::from_secs(1), 32, false).expect("duty 32 has windows");
         let t = quiet(&mut w, ms(0));
-        w.time_untimed_queues(&[busy(0, OPEN_FOR_PACKETS - 1), timed.clone()], &[timed.clone()], t);
+        w.time_untimed_queues(
+            &[busy(0, OPEN_FOR_PACKETS - 1), timed.clone()],
+            &[timed.clone()],
+            t,
+        );
         assert_eq!(w.opened, 0);
         w.time_untimed_queues(&[busy(0, 500)], &[busy(0, 500)], t);
         assert_eq!(w.opened, 1);
@@ -1684,13 +2016,17 @@ mod tests {
         use std::time::Duration;
         let ms = Duration::from_millis;
         let queue = |q: u32, stages: &[usize]| {
-            let mut c = QueueCounters { packets: 5000, ..QueueCounters::new(Dir::Rx, q) };
+            let mut c = QueueCounters {
+                packets: 5000,
+                ..QueueCounters::new(Dir::Rx, q)
+            };
             for &s in stages {
                 c.stage_count[s] = 3;
             }
             c
         };
-        let mut w = WindowDriver::new(Duration::from_secs(1), 32, false).expect("duty 32 has windows");
+        let mut w =
+            WindowDriver::new(Duration::from_secs(1), 32, false).expect("duty 32 has windows");
         let t = quiet(&mut w, ms(0));
         // Forwarding: no queue has a copy stage, so stages 0 and 3 are all there is.
         let forwarded = [queue(0, &[0, 3]), queue(1, &[0, 3])];

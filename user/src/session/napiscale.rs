@@ -45,7 +45,11 @@ impl WindowNapi {
                 }
                 self.per_packet.insert(
                     q.queue,
-                    PerPacket { polls: q.napi_polls as f64 / w, exhausted: q.napi_budget_exhausted as f64 / w, hist },
+                    PerPacket {
+                        polls: q.napi_polls as f64 / w,
+                        exhausted: q.napi_budget_exhausted as f64 / w,
+                        hist,
+                    },
                 );
             }
             let Some(p) = self.per_packet.get(&q.queue).copied() else {
@@ -56,9 +60,16 @@ impl WindowNapi {
                 q.napi_work_hist = [0; NAPI_BUCKETS];
                 continue;
             };
-            let r = self.running.entry(q.queue).or_insert(Running { est: [0.0; 2 + NAPI_BUCKETS], given: [0; 2 + NAPI_BUCKETS] });
+            let r = self.running.entry(q.queue).or_insert(Running {
+                est: [0.0; 2 + NAPI_BUCKETS],
+                given: [0; 2 + NAPI_BUCKETS],
+            });
             let n = q.packets as f64;
-            let add: Vec<f64> = [p.polls, p.exhausted].into_iter().chain(p.hist).map(|x| x * n).collect();
+            let add: Vec<f64> = [p.polls, p.exhausted]
+                .into_iter()
+                .chain(p.hist)
+                .map(|x| x * n)
+                .collect();
             let mut out = [0u64; 2 + NAPI_BUCKETS];
             for i in 0..out.len() {
                 r.est[i] += add[i];
@@ -79,7 +90,13 @@ mod tests {
     use super::*;
 
     fn rx(packets: u64, polls: u64, work: u64, exhausted: u64) -> QueueCounters {
-        let mut q = QueueCounters { packets, napi_polls: polls, napi_work: work, napi_budget_exhausted: exhausted, ..QueueCounters::new(Dir::Rx, 0) };
+        let mut q = QueueCounters {
+            packets,
+            napi_polls: polls,
+            napi_work: work,
+            napi_budget_exhausted: exhausted,
+            ..QueueCounters::new(Dir::Rx, 0)
+        };
         q.napi_work_hist[1] = polls;
         q
     }
@@ -91,10 +108,17 @@ mod tests {
         let mut n = WindowNapi::default();
         let mut before = [rx(1000, 0, 0, 0)];
         n.estimate(&mut before);
-        assert_eq!((before[0].napi_polls, before[0].napi_work), (0, 0), "unknown before any window");
+        assert_eq!(
+            (before[0].napi_polls, before[0].napi_work),
+            (0, 0),
+            "unknown before any window"
+        );
         let mut w = [rx(1000, 25, 100, 1)];
         n.estimate(&mut w);
-        assert_eq!((w[0].napi_polls, w[0].napi_work, w[0].napi_budget_exhausted), (250, 1000, 10));
+        assert_eq!(
+            (w[0].napi_polls, w[0].napi_work, w[0].napi_budget_exhausted),
+            (250, 1000, 10)
+        );
         let mut total = 0;
         for _ in 0..1000 {
             let mut q = [rx(3, 0, 0, 0)];

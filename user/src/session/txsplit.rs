@@ -35,9 +35,17 @@ pub struct TxSplit {
 impl TxSplit {
     /// From now on: the queues' counts so far (`so_far`, cumulative, as the recording has them),
     /// the program's and the interface's cumulative counts now.
-    pub fn new(so_far: &[QueueCounters], program: &[QueueCounters], link: (u64, u64), tx_queues: u32) -> TxSplit {
+    pub fn new(
+        so_far: &[QueueCounters],
+        program: &[QueueCounters],
+        link: (u64, u64),
+        tx_queues: u32,
+    ) -> TxSplit {
         let tx = |q: &[QueueCounters]| -> BTreeMap<u32, (u64, u64)> {
-            q.iter().filter(|c| c.dir == Dir::Tx).map(|c| (c.queue, (c.packets, c.bytes))).collect()
+            q.iter()
+                .filter(|c| c.dir == Dir::Tx)
+                .map(|c| (c.queue, (c.packets, c.bytes)))
+                .collect()
         };
         TxSplit {
             program: tx(program),
@@ -88,10 +96,17 @@ impl TxSplit {
             self.shares = BTreeMap::from([(0, (1, 1))]);
         }
         if !self.shares.is_empty() && self.pending != (0, 0) {
-            let weights: Vec<(u32, (u64, u64))> = self.shares.iter().map(|(&q, &w)| (q, w)).collect();
-            let packets = largest_remainder(self.pending.0, &weights.iter().map(|(_, w)| w.0).collect::<Vec<_>>());
+            let weights: Vec<(u32, (u64, u64))> =
+                self.shares.iter().map(|(&q, &w)| (q, w)).collect();
+            let packets = largest_remainder(
+                self.pending.0,
+                &weights.iter().map(|(_, w)| w.0).collect::<Vec<_>>(),
+            );
             // A queue's bytes go by its bytes in the window (packet sizes differ by queue).
-            let bytes = largest_remainder(self.pending.1, &weights.iter().map(|(_, w)| w.1).collect::<Vec<_>>());
+            let bytes = largest_remainder(
+                self.pending.1,
+                &weights.iter().map(|(_, w)| w.1).collect::<Vec<_>>(),
+            );
             for (((q, _), p), b) in weights.iter().zip(packets).zip(bytes) {
                 let g = self.given.entry(*q).or_insert((0, 0));
                 g.0 += p;
@@ -101,7 +116,14 @@ impl TxSplit {
         }
         self.given
             .iter()
-            .map(|(&queue, &(p, b))| QueueStat { dir: Dir::Tx, queue, packets: Some(p), bytes: Some(b), hw_drops: None, alloc_fail: None })
+            .map(|(&queue, &(p, b))| QueueStat {
+                dir: Dir::Tx,
+                queue,
+                packets: Some(p),
+                bytes: Some(b),
+                hw_drops: None,
+                alloc_fail: None,
+            })
             .collect()
     }
 }
@@ -135,11 +157,17 @@ mod tests {
     use super::*;
 
     fn tx(q: u32, packets: u64, bytes: u64) -> QueueCounters {
-        QueueCounters { packets, bytes, ..QueueCounters::new(Dir::Tx, q) }
+        QueueCounters {
+            packets,
+            bytes,
+            ..QueueCounters::new(Dir::Tx, q)
+        }
     }
 
     fn counts(v: &[QueueStat]) -> Vec<(u32, u64, u64)> {
-        v.iter().map(|q| (q.queue, q.packets.unwrap_or(0), q.bytes.unwrap_or(0))).collect()
+        v.iter()
+            .map(|q| (q.queue, q.packets.unwrap_or(0), q.bytes.unwrap_or(0)))
+            .collect()
     }
 
     #[test]
@@ -147,7 +175,13 @@ mod tests {
         assert_eq!(largest_remainder(10, &[1, 1, 1]), vec![4, 3, 3]);
         assert_eq!(largest_remainder(7, &[0, 5, 0]), vec![0, 7, 0]);
         assert_eq!(largest_remainder(5, &[0, 0]), vec![0, 0]);
-        assert_eq!(largest_remainder(u64::MAX, &[u64::MAX, u64::MAX]).iter().map(|&x| u128::from(x)).sum::<u128>(), u128::from(u64::MAX));
+        assert_eq!(
+            largest_remainder(u64::MAX, &[u64::MAX, u64::MAX])
+                .iter()
+                .map(|&x| u128::from(x))
+                .sum::<u128>(),
+            u128::from(u64::MAX)
+        );
     }
 
     /// Totals are the interface's at every interval; the split follows the latest window, and
@@ -166,8 +200,14 @@ mod tests {
         let v = s.interval(&[tx(1, 10, 5000), tx(3, 30, 5000)], (2200, 220_000));
         assert_eq!(counts(&v), vec![(1, 300, 60_000), (3, 900, 60_000)]);
         // The next window moved everything to queue 0.
-        let v = s.interval(&[tx(0, 50, 6000), tx(1, 10, 5000), tx(3, 30, 5000)], (2300, 230_000));
-        assert_eq!(counts(&v), vec![(0, 100, 10_000), (1, 300, 60_000), (3, 900, 60_000)]);
+        let v = s.interval(
+            &[tx(0, 50, 6000), tx(1, 10, 5000), tx(3, 30, 5000)],
+            (2300, 230_000),
+        );
+        assert_eq!(
+            counts(&v),
+            vec![(0, 100, 10_000), (1, 300, 60_000), (3, 900, 60_000)]
+        );
         let total: u64 = v.iter().map(|q| q.packets.unwrap_or(0)).sum();
         assert_eq!(total, 2300 - 1000);
     }
@@ -176,7 +216,12 @@ mod tests {
     /// TX queue is exact without a window.
     #[test]
     fn a_split_continues_the_counts_so_far_and_one_queue_is_exact() {
-        let mut s = TxSplit::new(&[tx(0, 70, 7000), tx(1, 30, 3000)], &[tx(0, 5, 500)], (100, 10_000), 2);
+        let mut s = TxSplit::new(
+            &[tx(0, 70, 7000), tx(1, 30, 3000)],
+            &[tx(0, 5, 500)],
+            (100, 10_000),
+            2,
+        );
         let v = s.interval(&[tx(0, 5, 500), tx(1, 5, 500)], (200, 20_000));
         assert_eq!(counts(&v), vec![(0, 70, 7000), (1, 130, 13_000)]);
         let mut one = TxSplit::new(&[], &[], (0, 0), 1);

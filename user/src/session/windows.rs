@@ -71,9 +71,17 @@ pub struct Spans {
 /// window beyond 1/duty.
 pub fn spans(cycle: Duration, duty: u32, sampled: bool) -> Spans {
     let window = cycle / duty.max(1);
-    let warmup = if sampled { MAX_WARMUP.min(cycle - window) } else { Duration::ZERO };
+    let warmup = if sampled {
+        MAX_WARMUP.min(cycle - window)
+    } else {
+        Duration::ZERO
+    };
     let drain = MAX_DRAIN.min(cycle - window - warmup);
-    Spans { window, warmup, drain }
+    Spans {
+        window,
+        warmup,
+        drain,
+    }
 }
 
 /// The sampler's period inside windows: `period` (the period asked for, as if always on)
@@ -136,7 +144,14 @@ impl<F: FnMut() -> f64> Schedule<F> {
         if duty <= 1 || cycle.is_zero() {
             return None;
         }
-        Some(Schedule { cycle, spans: spans(cycle, duty, sampled), draw, planned: 0, windows: VecDeque::new(), held_until: None })
+        Some(Schedule {
+            cycle,
+            spans: spans(cycle, duty, sampled),
+            draw,
+            planned: 0,
+            windows: VecDeque::new(),
+            held_until: None,
+        })
     }
 
     /// Draw windows up to the cycle after the one holding `t` (its warm-up may begin in this
@@ -166,13 +181,26 @@ impl<F: FnMut() -> f64> Schedule<F> {
     pub fn open_at(&mut self, t: Duration) -> bool {
         self.plan_through(t);
         let soon = t + self.spans.window;
-        if self.windows.iter().any(|w| w.warm_on <= soon && w.drained > t) {
+        if self
+            .windows
+            .iter()
+            .any(|w| w.warm_on <= soon && w.drained > t)
+        {
             return false;
         }
         let window_on = t + self.spans.warmup;
         let off = window_on + self.spans.window;
-        let opened = Window { warm_on: t, window_on, off, drained: off + self.spans.drain };
-        let at = self.windows.iter().position(|w| w.warm_on > t).unwrap_or(self.windows.len());
+        let opened = Window {
+            warm_on: t,
+            window_on,
+            off,
+            drained: off + self.spans.drain,
+        };
+        let at = self
+            .windows
+            .iter()
+            .position(|w| w.warm_on > t)
+            .unwrap_or(self.windows.len());
         self.windows.insert(at, opened);
         true
     }
@@ -180,7 +208,11 @@ impl<F: FnMut() -> f64> Schedule<F> {
     /// Push the rest of the windows on at `t` later by `by`: what opens them took that long
     /// before the detail hooks came on, and each still runs its full span.
     pub fn postpone(&mut self, t: Duration, by: Duration) {
-        for w in self.windows.iter_mut().filter(|w| w.phase_at(t) != Phase::Off) {
+        for w in self
+            .windows
+            .iter_mut()
+            .filter(|w| w.phase_at(t) != Phase::Off)
+        {
             if w.window_on > t {
                 w.window_on += by;
             }
@@ -199,8 +231,17 @@ impl<F: FnMut() -> f64> Schedule<F> {
     /// active phase of any window there (overlapping windows run as one), or a held drain.
     pub fn phase_at(&mut self, t: Duration) -> Phase {
         self.plan_through(t);
-        let held = if self.held_until.is_some_and(|h| h > t) { Phase::Drain } else { Phase::Off };
-        self.windows.iter().map(|w| w.phase_at(t)).max().unwrap_or(Phase::Off).max(held)
+        let held = if self.held_until.is_some_and(|h| h > t) {
+            Phase::Drain
+        } else {
+            Phase::Off
+        };
+        self.windows
+            .iter()
+            .map(|w| w.phase_at(t))
+            .max()
+            .unwrap_or(Phase::Off)
+            .max(held)
     }
 
     /// The next instant after `t` at which the phase may change.
@@ -316,7 +357,11 @@ mod tests {
         for (b, &h) in hits.iter().enumerate() {
             let p = h as f64 / (intervals - 1) as f64;
             // 1/4, less the overlap of two windows (≤ 1/4 × 1/4 near an edge); 4σ ≈ 0.03.
-            assert!((0.19..=0.28).contains(&p), "offset {} ms sampled {p:.3} of intervals", 50 + 100 * b);
+            assert!(
+                (0.19..=0.28).contains(&p),
+                "offset {} ms sampled {p:.3} of intervals",
+                50 + 100 * b
+            );
         }
     }
 
@@ -365,10 +410,38 @@ mod tests {
 
     #[test]
     fn spans_cap_the_warmup_by_what_the_interval_leaves() {
-        assert_eq!(spans(SEC, 16, true), Spans { window: ms(62) + Duration::from_micros(500), warmup: MAX_WARMUP, drain: MAX_DRAIN });
-        assert_eq!(spans(ms(10), 2, true), Spans { window: ms(5), warmup: ms(5), drain: ms(0) });
-        assert_eq!(spans(ms(30), 2, true), Spans { window: ms(15), warmup: ms(10), drain: ms(5) });
+        assert_eq!(
+            spans(SEC, 16, true),
+            Spans {
+                window: ms(62) + Duration::from_micros(500),
+                warmup: MAX_WARMUP,
+                drain: MAX_DRAIN
+            }
+        );
+        assert_eq!(
+            spans(ms(10), 2, true),
+            Spans {
+                window: ms(5),
+                warmup: ms(5),
+                drain: ms(0)
+            }
+        );
+        assert_eq!(
+            spans(ms(30), 2, true),
+            Spans {
+                window: ms(15),
+                warmup: ms(10),
+                drain: ms(5)
+            }
+        );
         // No sampler, no warm-up: the drain takes its full span.
-        assert_eq!(spans(ms(30), 2, false), Spans { window: ms(15), warmup: ms(0), drain: ms(10) });
+        assert_eq!(
+            spans(ms(30), 2, false),
+            Spans {
+                window: ms(15),
+                warmup: ms(0),
+                drain: ms(10)
+            }
+        );
     }
 }

@@ -47,7 +47,14 @@ pub struct CappedSeries<K, const N: usize> {
 
 impl<K: Clone + Ord + Hash, const N: usize> CappedSeries<K, N> {
     pub fn new(cap: usize) -> Self {
-        CappedSeries { cap, prev: HashMap::new(), estimates: Increases::default(), exported: BTreeMap::new(), other: [0; N], other_used: false }
+        CappedSeries {
+            cap,
+            prev: HashMap::new(),
+            estimates: Increases::default(),
+            exported: BTreeMap::new(),
+            other: [0; N],
+            other_used: false,
+        }
     }
 
     /// One reading of the kernel's table: every key present with its cumulative counts. A
@@ -94,12 +101,20 @@ impl<K: Clone + Ord + Hash, const N: usize> CappedSeries<K, N> {
             }
         });
         // Waiting keys, largest increase first.
-        let mut waiting: Vec<&(K, Values<N>)> =
-            deltas.iter().filter(|(k, d)| d[0] > 0 && !self.exported.contains_key(k)).collect();
+        let mut waiting: Vec<&(K, Values<N>)> = deltas
+            .iter()
+            .filter(|(k, d)| d[0] > 0 && !self.exported.contains_key(k))
+            .collect();
         waiting.sort_by(|a, b| b.1[0].cmp(&a.1[0]).then_with(|| a.0.cmp(&b.0)));
         for (k, d) in waiting {
             if self.exported.len() < self.cap {
-                self.exported.insert(k.clone(), Exported { total: [0; N], idle: 0 });
+                self.exported.insert(
+                    k.clone(),
+                    Exported {
+                        total: [0; N],
+                        idle: 0,
+                    },
+                );
                 continue;
             }
             let smallest = self
@@ -111,7 +126,13 @@ impl<K: Clone + Ord + Hash, const N: usize> CappedSeries<K, N> {
                 Some((small, e)) if d[0] > small.saturating_mul(DISPLACE_FACTOR) => {
                     let e = e.clone();
                     self.exported.remove(&e);
-                    self.exported.insert(k.clone(), Exported { total: [0; N], idle: 0 });
+                    self.exported.insert(
+                        k.clone(),
+                        Exported {
+                            total: [0; N],
+                            idle: 0,
+                        },
+                    );
                 }
                 // Sorted: no later key can displace either.
                 _ => break,
@@ -135,7 +156,11 @@ impl<K: Clone + Ord + Hash, const N: usize> CappedSeries<K, N> {
 
     /// The exported keys with their counts since they were exported, largest first.
     pub fn exported(&self) -> Vec<(K, Values<N>)> {
-        let mut v: Vec<(K, Values<N>)> = self.exported.iter().map(|(k, e)| (k.clone(), e.total)).collect();
+        let mut v: Vec<(K, Values<N>)> = self
+            .exported
+            .iter()
+            .map(|(k, e)| (k.clone(), e.total))
+            .collect();
         v.sort_by(|a, b| b.1[0].cmp(&a.1[0]).then_with(|| a.0.cmp(&b.0)));
         v
     }
@@ -235,7 +260,12 @@ mod tests {
         impl Scraper {
             fn read(&mut self, reading: &[(&'static str, u64, [u64; 1])]) -> u64 {
                 self.c.update_estimates(reading);
-                let cur: HashMap<&str, u64> = self.c.exported().into_iter().map(|(k, v)| (k, v[0])).collect();
+                let cur: HashMap<&str, u64> = self
+                    .c
+                    .exported()
+                    .into_iter()
+                    .map(|(k, v)| (k, v[0]))
+                    .collect();
                 for (k, v) in &self.last {
                     if cur.get(k).is_none_or(|c| c < v) {
                         self.ended += v;
@@ -245,7 +275,11 @@ mod tests {
                 self.ended + self.last.values().sum::<u64>() + self.c.other().map_or(0, |o| o[0])
             }
         }
-        let mut s = Scraper { c: CappedSeries::new(1), last: HashMap::new(), ended: 0 };
+        let mut s = Scraper {
+            c: CappedSeries::new(1),
+            last: HashMap::new(),
+            ended: 0,
+        };
         assert_eq!(s.read(&[("a", 1, [100]), ("b", 1, [10])]), 110);
         // a is left out of two readings (no window saw it), then comes back with its total
         // carried on: only the 50 above what was read is new.

@@ -37,7 +37,10 @@ fn cap_for(nofile: u64) -> usize {
 }
 
 fn nofile_soft_limit() -> u64 {
-    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: getrlimit writes one rlimit into the struct it is given.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0 {
         r.rlim_cur
@@ -90,7 +93,10 @@ pub async fn accept_loop(listener: tokio::net::TcpListener, app: Router, cap: us
             Ok(p) => p,
             Err(_) => {
                 lock(&conns).close_oldest_idle();
-                Arc::clone(&permits).acquire_owned().await.context("the connection permits closed")?
+                Arc::clone(&permits)
+                    .acquire_owned()
+                    .await
+                    .context("the connection permits closed")?
             }
         };
         let stream = match listener.accept().await {
@@ -109,7 +115,13 @@ pub async fn accept_loop(listener: tokio::net::TcpListener, app: Router, cap: us
             let mut c = lock(&conns);
             let id = c.next;
             c.next += 1;
-            c.open.insert(id, Open { busy: Arc::clone(&busy), close });
+            c.open.insert(
+                id,
+                Open {
+                    busy: Arc::clone(&busy),
+                    close,
+                },
+            );
             id
         };
         let (app, conns) = (app.clone(), Arc::clone(&conns));
@@ -124,7 +136,12 @@ pub async fn accept_loop(listener: tokio::net::TcpListener, app: Router, cap: us
 
 /// One connection, until the client is done, its headers are late, or it is closed to
 /// make room.
-async fn serve_one(stream: tokio::net::TcpStream, app: Router, busy: Arc<AtomicBool>, closed: oneshot::Receiver<()>) {
+async fn serve_one(
+    stream: tokio::net::TcpStream,
+    app: Router,
+    busy: Arc<AtomicBool>,
+    closed: oneshot::Receiver<()>,
+) {
     let inner = TowerToHyperService::new(app);
     let svc = hyper::service::service_fn(move |req| {
         busy.store(true, Ordering::Relaxed);
@@ -165,7 +182,13 @@ mod tests {
             let (close, closed) = oneshot::channel();
             let id = c.next;
             c.next += 1;
-            c.open.insert(id, Open { busy: Arc::new(AtomicBool::new(busy)), close });
+            c.open.insert(
+                id,
+                Open {
+                    busy: Arc::new(AtomicBool::new(busy)),
+                    close,
+                },
+            );
             rx.push(closed);
         }
         c.close_oldest_idle();

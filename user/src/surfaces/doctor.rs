@@ -44,7 +44,13 @@ pub struct Doctor {
 
 fn check(name: &str, ok: bool, detail: impl Into<String>, impact: &str) -> Check {
     let status = if ok { Status::Ok } else { Status::Missing };
-    Check { name: name.into(), ok, status, detail: detail.into(), impact: if ok { String::new() } else { impact.into() } }
+    Check {
+        name: name.into(),
+        ok,
+        status,
+        detail: detail.into(),
+        impact: if ok { String::new() } else { impact.into() },
+    }
 }
 
 /// The page → address layout for frag pages. Bases read from kernel
@@ -76,7 +82,11 @@ fn frag_layout_check(layout: &Result<crate::probe::memlayout::MemLayout, String>
 /// PMUs registered with perf under a sysfs root.
 pub fn list_pmus(sys_root: &Path) -> Vec<String> {
     let mut v: Vec<String> = fs::read_dir(sys_root.join("bus/event_source/devices"))
-        .map(|rd| rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
         .unwrap_or_default();
     v.sort();
     v
@@ -88,25 +98,62 @@ pub fn run() -> Doctor {
     let has = |prefix: &str| pmus.iter().filter(|p| p.starts_with(prefix)).count();
     let root = crate::sys::is_root();
     let mut checks = vec![
-        check("root", root, if root { "running as root" } else { "not root" }, "cannot load BPF programs: run with sudo"),
+        check(
+            "root",
+            root,
+            if root { "running as root" } else { "not root" },
+            "cannot load BPF programs: run with sudo",
+        ),
         check(
             "kernel BTF",
             features.vmlinux_btf,
-            features.btf_error.clone().unwrap_or_else(|| "/sys/kernel/btf/vmlinux".into()),
+            features
+                .btf_error
+                .clone()
+                .unwrap_or_else(|| "/sys/kernel/btf/vmlinux".into()),
             "no CO-RE probes at all: recording cannot work",
         ),
-        check("tp_btf programs", features.tracing_prog, "a tp_btf program loads", "hooks fall back to raw_tp (same data, slightly costlier reads)"),
-        check("fentry programs", features.fentry_prog, "an fentry program loads", "not needed: every hook has a tracepoint (driver-function hooks unavailable)"),
-        check("raw_tp programs", features.raw_tracepoint_prog, "BPF_PROG_TYPE_RAW_TRACEPOINT loads", "no fallback when tp_btf is refused"),
-        check("ring buffer", features.ringbuf_map, "BPF_MAP_TYPE_RINGBUF", "no sampled packet records"),
-        check("perf_event programs", features.perf_event_prog, "BPF_PROG_TYPE_PERF_EVENT loads", "no in-kernel L3-miss sample joining"),
+        check(
+            "tp_btf programs",
+            features.tracing_prog,
+            "a tp_btf program loads",
+            "hooks fall back to raw_tp (same data, slightly costlier reads)",
+        ),
+        check(
+            "fentry programs",
+            features.fentry_prog,
+            "an fentry program loads",
+            "not needed: every hook has a tracepoint (driver-function hooks unavailable)",
+        ),
+        check(
+            "raw_tp programs",
+            features.raw_tracepoint_prog,
+            "BPF_PROG_TYPE_RAW_TRACEPOINT loads",
+            "no fallback when tp_btf is refused",
+        ),
+        check(
+            "ring buffer",
+            features.ringbuf_map,
+            "BPF_MAP_TYPE_RINGBUF",
+            "no sampled packet records",
+        ),
+        check(
+            "perf_event programs",
+            features.perf_event_prog,
+            "BPF_PROG_TYPE_PERF_EVENT loads",
+            "no in-kernel L3-miss sample joining",
+        ),
     ];
     for h in PKTLIFE_HOOKS {
         let btf = features.btf_tracepoints.iter().any(|t| t == h.tracepoint);
         checks.push(check(
             &format!("hook {}", h.tracepoint),
             btf || features.raw_tracepoint_prog,
-            format!("attaches as {}{}", features.preferred(h).as_str(), if btf { "" } else { " (no BTF type for tp_btf)" }),
+            format!(
+                "attaches as {}{}",
+                features.preferred(h).as_str(),
+                if btf { "" } else { " (no BTF type for tp_btf)" }
+            ),
             h.without,
         ));
     }
@@ -125,7 +172,11 @@ pub fn run() -> Doctor {
     checks.push(check(
         "core PMU",
         core,
-        if core { "cpu PMU present".to_string() } else { "no hardware core PMU (a VM or a container without PMU passthrough)".to_string() },
+        if core {
+            "cpu PMU present".to_string()
+        } else {
+            "no hardware core PMU (a VM or a container without PMU passthrough)".to_string()
+        },
         "no MEM_LOAD_RETIRED.L3_MISS sampling: attribution falls back to regression/model",
     ));
     for (kind, what) in [
@@ -140,13 +191,26 @@ pub fn run() -> Doctor {
     checks.push(check(
         "MSR 0xC8B (IIO LLC WAYS)",
         msr,
-        if msr { "/dev/cpu/0/msr present (read only)" } else { "/dev/cpu/*/msr absent (msr module not loaded)" },
+        if msr {
+            "/dev/cpu/0/msr present (read only)"
+        } else {
+            "/dev/cpu/*/msr absent (msr module not loaded)"
+        },
         "DDIO ways assumed to be the default 2 (a simulate spec can set ddio_ways)",
     ));
-    let fatal = features.fatal().or_else(|| (!root).then(|| "not running as root".to_string()));
+    let fatal = features
+        .fatal()
+        .or_else(|| (!root).then(|| "not running as root".to_string()));
     let detection = crate::counters::platform::detect_host();
     let counters = crate::counters::doctor(Path::new("/sys"), &detection, true);
-    Doctor { can_record: fatal.is_none(), fatal, checks, features, pmus, counters }
+    Doctor {
+        can_record: fatal.is_none(),
+        fatal,
+        checks,
+        features,
+        pmus,
+        counters,
+    }
 }
 
 pub fn render_text(d: &Doctor) -> String {
@@ -172,7 +236,11 @@ fn render_check(c: &Check) -> String {
         Status::Missing => "MISS",
         Status::Assumed => " ?? ",
     };
-    let impact = if c.impact.is_empty() { String::new() } else { format!("\n         → {}", c.impact) };
+    let impact = if c.impact.is_empty() {
+        String::new()
+    } else {
+        format!("\n         → {}", c.impact)
+    };
     format!("  [{tag}] {:<36} {}{impact}\n", c.name, c.detail)
 }
 
@@ -183,22 +251,42 @@ mod tests {
     use std::path::PathBuf;
 
     fn fixture(name: &str) -> String {
-        let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/memlayout").join(name);
+        let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/memlayout")
+            .join(name);
         std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
     }
 
     fn layout(kallsyms: &str) -> Result<crate::probe::memlayout::MemLayout, String> {
-        resolve("x86_64", &fixture(kallsyms), &fixture("cpuinfo_4level.txt"), &fixture("zoneinfo.txt"))
+        resolve(
+            "x86_64",
+            &fixture(kallsyms),
+            &fixture("cpuinfo_4level.txt"),
+            &fixture("zoneinfo.txt"),
+        )
     }
 
     #[test]
     fn default_layout_is_assumed_not_ok() {
         let c = frag_layout_check(&layout("kallsyms_plain.txt"));
         assert_eq!((c.status, c.ok), (Status::Assumed, false));
-        assert!(c.detail.starts_with("assumed, not verified here: x86-64 defaults"), "{}", c.detail);
-        assert!(c.impact.contains("at record time") && c.impact.contains("linear packet data only"), "{}", c.impact);
+        assert!(
+            c.detail
+                .starts_with("assumed, not verified here: x86-64 defaults"),
+            "{}",
+            c.detail
+        );
+        assert!(
+            c.impact.contains("at record time") && c.impact.contains("linear packet data only"),
+            "{}",
+            c.impact
+        );
         let text = render_check(&c);
-        assert!(text.starts_with("  [ ?? ] frag page addresses ") && text.contains("\n         → if this host randomises"), "{text}");
+        assert!(
+            text.starts_with("  [ ?? ] frag page addresses ")
+                && text.contains("\n         → if this host randomises"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -208,7 +296,10 @@ mod tests {
         assert!(c.impact.is_empty() && render_check(&c).starts_with("  [ ok ] "));
         let c = frag_layout_check(&layout("kallsyms_hidden.txt"));
         assert_eq!((c.status, c.ok), (Status::Missing, false));
-        assert!(render_check(&c).starts_with("  [MISS] ") && c.impact.contains("linear packet data only"));
+        assert!(
+            render_check(&c).starts_with("  [MISS] ")
+                && c.impact.contains("linear packet data only")
+        );
         let js = serde_json::to_value(&c).unwrap_or_default();
         assert_eq!(js["status"], "missing");
     }

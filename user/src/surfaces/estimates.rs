@@ -37,16 +37,25 @@ pub struct Increases<K, const N: usize> {
 
 impl<K, const N: usize> Default for Increases<K, N> {
     fn default() -> Self {
-        Increases { seen: HashMap::new() }
+        Increases {
+            seen: HashMap::new(),
+        }
     }
 }
 
 impl<K: Clone + Eq + Hash, const N: usize> Increases<K, N> {
     /// One reading: (key, incarnation, cumulative totals) → each key's increase, in order.
-    pub fn read(&mut self, reading: impl IntoIterator<Item = (K, u64, [u64; N])>) -> Vec<(K, [u64; N])> {
+    pub fn read(
+        &mut self,
+        reading: impl IntoIterator<Item = (K, u64, [u64; N])>,
+    ) -> Vec<(K, [u64; N])> {
         let mut out = Vec::new();
         for (k, inc, v) in reading {
-            let s = self.seen.entry(k.clone()).or_insert(Seen { highest: [0; N], incarnation: inc, absent: 0 });
+            let s = self.seen.entry(k.clone()).or_insert(Seen {
+                highest: [0; N],
+                incarnation: inc,
+                absent: 0,
+            });
             if inc > s.incarnation {
                 if v[0] < s.highest[0] {
                     s.highest = [0; N];
@@ -69,7 +78,12 @@ impl<K: Clone + Eq + Hash, const N: usize> Increases<K, N> {
             s.absent <= FORGET_READINGS
         });
         if self.seen.len() > MAX_KEYS {
-            let mut absent: Vec<(u32, K)> = self.seen.iter().filter(|(_, s)| s.absent > 0).map(|(k, s)| (s.absent, k.clone())).collect();
+            let mut absent: Vec<(u32, K)> = self
+                .seen
+                .iter()
+                .filter(|(_, s)| s.absent > 0)
+                .map(|(k, s)| (s.absent, k.clone()))
+                .collect();
             absent.sort_unstable_by_key(|(a, _)| std::cmp::Reverse(*a));
             for (_, k) in absent.into_iter().take(self.seen.len() - MAX_KEYS) {
                 self.seen.remove(&k);

@@ -22,7 +22,12 @@ pub fn geometry(host: &HostInfo) -> Option<LlcGeometry> {
 }
 
 /// One verdict per queue that carried packets in the interval (`queues` are its deltas).
-pub fn verdicts(geom: &LlcGeometry, iface: &IfaceInfo, queues: &[QueueCounters], dur_ns: u64) -> Vec<(Dir, u32, Verdict)> {
+pub fn verdicts(
+    geom: &LlcGeometry,
+    iface: &IfaceInfo,
+    queues: &[QueueCounters],
+    dur_ns: u64,
+) -> Vec<(Dir, u32, Verdict)> {
     let dur_s = dur_ns as f64 / 1e9;
     if dur_s <= 0.0 {
         return Vec::new();
@@ -42,14 +47,21 @@ pub fn verdicts(geom: &LlcGeometry, iface: &IfaceInfo, queues: &[QueueCounters],
                 pkts_per_s: q.packets as f64 / dur_s,
                 bytes_per_s: q.bytes as f64 / dur_s,
                 avg_pkt_bytes: q.bytes as f64 / q.packets as f64,
-                residence_ns: hist_percentile(&q.stage_hist[stage], 50.0, q.stage_max_ns[stage]).map(|v| v as f64),
+                residence_ns: hist_percentile(&q.stage_hist[stage], 50.0, q.stage_max_ns[stage])
+                    .map(|v| v as f64),
             }
         })
         .collect();
     analyse_socket(geom, &loads)
         .queues
         .into_iter()
-        .map(|q| (if q.dir == MDir::Rx { Dir::Rx } else { Dir::Tx }, q.queue, q.verdict))
+        .map(|q| {
+            (
+                if q.dir == MDir::Rx { Dir::Rx } else { Dir::Tx },
+                q.queue,
+                q.verdict,
+            )
+        })
         .collect()
 }
 
@@ -71,11 +83,24 @@ mod tests {
         let g = LlcGeometry::skx_gold_6140();
         let quiet = QueueCounters::new(Dir::Rx, 1);
         let busy = rx(0, 100_000, 100_000 * 1500, 12); // ~4-8 µs residence
-        let small = IfaceInfo { rx_ring: Some(256), ..Default::default() };
+        let small = IfaceInfo {
+            rx_ring: Some(256),
+            ..Default::default()
+        };
         let v = verdicts(&g, &small, &[busy.clone(), quiet], 1_000_000_000);
-        assert_eq!(v, vec![(Dir::Rx, 0, Verdict::Fits)], "queues without packets get no verdict");
+        assert_eq!(
+            v,
+            vec![(Dir::Rx, 0, Verdict::Fits)],
+            "queues without packets get no verdict"
+        );
         // 8192 entries x 1.5 KiB = 13 MiB against 4.5 MiB of DDIO capacity.
-        let huge = IfaceInfo { rx_ring: Some(8192), ..Default::default() };
-        assert_eq!(verdicts(&g, &huge, &[busy], 1_000_000_000), vec![(Dir::Rx, 0, Verdict::Leaky)]);
+        let huge = IfaceInfo {
+            rx_ring: Some(8192),
+            ..Default::default()
+        };
+        assert_eq!(
+            verdicts(&g, &huge, &[busy], 1_000_000_000),
+            vec![(Dir::Rx, 0, Verdict::Leaky)]
+        );
     }
 }

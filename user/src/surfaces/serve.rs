@@ -89,7 +89,10 @@ fn session_options(opts: &ServeArgs) -> SessionOptions {
     let flow_every = (1000 / opts.interval.max(1)).max(1);
     let mut live_opts = SessionOptions::surface(&opts.session, opts.interval, flow_every);
     // Tier 0 and the default detail windows, the sampler (when asked for) inside them.
-    live_opts.miss = MissArgs { source: opts.miss_sampling, ..MissArgs::off() };
+    live_opts.miss = MissArgs {
+        source: opts.miss_sampling,
+        ..MissArgs::off()
+    };
     live_opts
 }
 
@@ -135,9 +138,9 @@ pub fn openmetrics_to_classic(om: &str) -> String {
 /// Listen address, refusing non-loopback ones unless asked: the metrics name
 /// hosts, ports and queue layout, which is not for every network by default.
 pub fn listen_addr(listen: &str, allow_remote: bool) -> Result<SocketAddr> {
-    let addr: SocketAddr = listen
-        .parse()
-        .map_err(|_| anyhow::anyhow!("--listen {listen}: expected IP:PORT, e.g. 127.0.0.1:9436 or [::1]:9436"))?;
+    let addr: SocketAddr = listen.parse().map_err(|_| {
+        anyhow::anyhow!("--listen {listen}: expected IP:PORT, e.g. 127.0.0.1:9436 or [::1]:9436")
+    })?;
     if !addr.ip().is_loopback() && !allow_remote {
         bail!("--listen {addr} is not a loopback address: add --allow-remote to serve metrics beyond this host");
     }
@@ -185,11 +188,19 @@ pub struct Accumulator {
     flows: [CappedSeries<FlowKey, 2>; 2],
     miss_flows: [CappedSeries<FlowKey, 3>; 2],
     /// The model's inputs (None: no LLC described, no verdicts).
-    model: Option<(crate::model::geometry::LlcGeometry, crate::topology::IfaceInfo)>,
+    model: Option<(
+        crate::model::geometry::LlcGeometry,
+        crate::topology::IfaceInfo,
+    )>,
 }
 
 impl Accumulator {
-    pub fn new(device: &str, ddio_capacity_bytes: Option<u64>, top_flows: usize, info: Vec<(&'static str, String)>) -> Self {
+    pub fn new(
+        device: &str,
+        ddio_capacity_bytes: Option<u64>,
+        top_flows: usize,
+        info: Vec<(&'static str, String)>,
+    ) -> Self {
         Accumulator {
             current: Published {
                 device: device.to_string(),
@@ -212,7 +223,11 @@ impl Accumulator {
     }
 
     /// Publish the model's per-queue verdicts, computed on each interval with traffic.
-    pub fn with_model(mut self, geom: crate::model::geometry::LlcGeometry, iface: crate::topology::IfaceInfo) -> Self {
+    pub fn with_model(
+        mut self,
+        geom: crate::model::geometry::LlcGeometry,
+        iface: crate::topology::IfaceInfo,
+    ) -> Self {
         self.model = Some((geom, iface));
         self
     }
@@ -221,7 +236,10 @@ impl Accumulator {
         let p = &mut self.current;
         p.intervals += 1;
         for d in &snap.queues {
-            p.queues.entry((d.dir, d.queue)).or_insert_with(|| QueueCounters::new(d.dir, d.queue)).add(d);
+            p.queues
+                .entry((d.dir, d.queue))
+                .or_insert_with(|| QueueCounters::new(d.dir, d.queue))
+                .add(d);
         }
         p.inflight.clear();
         for v in view::queue_views(&snap.queues, snap.dur_ns) {
@@ -261,8 +279,12 @@ impl Accumulator {
             }
             if !m.flows.is_empty() {
                 for (i, dir) in [Dir::Rx, Dir::Tx].into_iter().enumerate() {
-                    let reading: Vec<(FlowKey, [u64; 3])> =
-                        m.flows.iter().filter(|f| f.0.dir == dir).map(|(k, a, c)| (k.clone(), [a + c, *a, *c])).collect();
+                    let reading: Vec<(FlowKey, [u64; 3])> = m
+                        .flows
+                        .iter()
+                        .filter(|f| f.0.dir == dir)
+                        .map(|(k, a, c)| (k.clone(), [a + c, *a, *c]))
+                        .collect();
                     self.miss_flows[i].update(&reading);
                 }
                 (p.miss_flows, p.miss_flows_other) = exported(&self.miss_flows);
@@ -274,13 +296,21 @@ impl Accumulator {
             }
         }
         for r in snap.counters.iter().filter(|r| r.is_socket_total()) {
-            *p.counter_totals.entry((r.socket, r.pmu.clone(), r.event.clone())).or_default() += r.value;
+            *p.counter_totals
+                .entry((r.socket, r.pmu.clone(), r.event.clone()))
+                .or_default() += r.value;
         }
         let dur_s = snap.dur_ns as f64 / 1e9;
         if !snap.counters.is_empty() && dur_s > 0.0 {
             p.miss_ratios = crate::counters::socket_metrics(&snap.counters, dur_s)
                 .into_iter()
-                .map(|m| (m.socket, m.write_miss_pct.map(|v| v / 100.0), m.read_miss_pct.map(|v| v / 100.0)))
+                .map(|m| {
+                    (
+                        m.socket,
+                        m.write_miss_pct.map(|v| v / 100.0),
+                        m.read_miss_pct.map(|v| v / 100.0),
+                    )
+                })
                 .collect();
         }
     }
@@ -317,9 +347,15 @@ impl Accumulator {
 
 /// The exported keys of both directions, and each direction's "other" when it has one.
 #[allow(clippy::type_complexity)]
-fn exported<const N: usize>(per_dir: &[CappedSeries<FlowKey, N>; 2]) -> (Vec<(FlowKey, [u64; N])>, Vec<(Dir, [u64; N])>) {
+fn exported<const N: usize>(
+    per_dir: &[CappedSeries<FlowKey, N>; 2],
+) -> (Vec<(FlowKey, [u64; N])>, Vec<(Dir, [u64; N])>) {
     let keys = per_dir.iter().flat_map(|c| c.exported()).collect();
-    let other = [Dir::Rx, Dir::Tx].into_iter().zip(per_dir).filter_map(|(d, c)| c.other().map(|o| (d, o))).collect();
+    let other = [Dir::Rx, Dir::Tx]
+        .into_iter()
+        .zip(per_dir)
+        .filter_map(|(d, c)| c.other().map(|o| (d, o)))
+        .collect();
     (keys, other)
 }
 
@@ -335,7 +371,10 @@ impl Shared {
         *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = Some(p);
     }
     pub fn get(&self) -> Option<Arc<Published>> {
-        self.latest.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.latest
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 
@@ -360,7 +399,12 @@ where
     Ok(())
 }
 
-fn gauge(enc: &mut DescriptorEncoder, name: &str, help: &str, series: &[(Labels, f64)]) -> Result<(), std::fmt::Error> {
+fn gauge(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: &[(Labels, f64)],
+) -> Result<(), std::fmt::Error> {
     let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
     for (labels, v) in series {
         ConstGauge::new(*v).encode(m.encode_family(labels)?)?;
@@ -373,7 +417,11 @@ fn gauge(enc: &mut DescriptorEncoder, name: &str, help: &str, series: &[(Labels,
 /// Returns non-cumulative (upper bound, count) pairs ending with +Inf (the
 /// encoder accumulates) and the count that makes `_count` match them.
 pub fn log2_buckets(hist: &[u64; NBUCKETS], count: u64) -> (Vec<(f64, u64)>, u64) {
-    let mut out: Vec<(f64, u64)> = hist.iter().enumerate().map(|(b, &c)| ((1u64 << (b + 1)) as f64 / 1e9, c)).collect();
+    let mut out: Vec<(f64, u64)> = hist
+        .iter()
+        .enumerate()
+        .map(|(b, &c)| ((1u64 << (b + 1)) as f64 / 1e9, c))
+        .collect();
     let in_buckets: u64 = hist.iter().sum();
     let total = count.max(in_buckets);
     out.push((f64::INFINITY, total - in_buckets));
@@ -384,29 +432,70 @@ impl Collector for SnapshotCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let Some(p) = self.0.get() else { return Ok(()) };
         let dev = || ("device", p.device.clone());
-        let qlabels = |q: &QueueCounters| -> Labels { vec![dev(), ("direction", q.dir.as_str().into()), ("queue", q.queue.to_string())] };
+        let qlabels = |q: &QueueCounters| -> Labels {
+            vec![
+                dev(),
+                ("direction", q.dir.as_str().into()),
+                ("queue", q.queue.to_string()),
+            ]
+        };
         let rx: Vec<&QueueCounters> = p.queues.values().filter(|q| q.dir == Dir::Rx).collect();
         let rxl = |q: &QueueCounters| -> Labels { vec![dev(), ("queue", q.queue.to_string())] };
 
         {
-            let mut m = enc.encode_descriptor("ddioscope", "What ddioscope observes and how.", None, MetricType::Info)?;
+            let mut m = enc.encode_descriptor(
+                "ddioscope",
+                "What ddioscope observes and how.",
+                None,
+                MetricType::Info,
+            )?;
             let mut labels: Labels = vec![dev()];
             labels.extend(p.info.iter().cloned());
             m.encode_info(&labels)?;
         }
         let qs: Vec<&QueueCounters> = p.queues.values().collect();
-        counter(&mut enc, "ddioscope_packets", "Packets per queue and direction (frames as the interface counts them).",
-            &qs.iter().map(|q| (qlabels(q), q.packets)).collect::<Vec<_>>())?;
-        counter(&mut enc, "ddioscope_bytes", "Frame bytes (L2 header included) per queue and direction.",
-            &qs.iter().map(|q| (qlabels(q), q.bytes)).collect::<Vec<_>>())?;
-        counter(&mut enc, "ddioscope_drops", "Packets of the queue freed through kfree_skb (dropped).",
-            &qs.iter().map(|q| (qlabels(q), q.drops)).collect::<Vec<_>>())?;
-        counter(&mut enc, "ddioscope_napi_polls", "NAPI polls of the RX queue.",
-            &rx.iter().map(|q| (rxl(q), q.napi_polls)).collect::<Vec<_>>())?;
-        counter(&mut enc, "ddioscope_napi_packets", "Packets handled by the RX queue's NAPI polls (work).",
-            &rx.iter().map(|q| (rxl(q), q.napi_work)).collect::<Vec<_>>())?;
-        counter(&mut enc, "ddioscope_napi_budget_exhausted_polls", "NAPI polls that used their whole budget.",
-            &rx.iter().map(|q| (rxl(q), q.napi_budget_exhausted)).collect::<Vec<_>>())?;
+        counter(
+            &mut enc,
+            "ddioscope_packets",
+            "Packets per queue and direction (frames as the interface counts them).",
+            &qs.iter()
+                .map(|q| (qlabels(q), q.packets))
+                .collect::<Vec<_>>(),
+        )?;
+        counter(
+            &mut enc,
+            "ddioscope_bytes",
+            "Frame bytes (L2 header included) per queue and direction.",
+            &qs.iter().map(|q| (qlabels(q), q.bytes)).collect::<Vec<_>>(),
+        )?;
+        counter(
+            &mut enc,
+            "ddioscope_drops",
+            "Packets of the queue freed through kfree_skb (dropped).",
+            &qs.iter().map(|q| (qlabels(q), q.drops)).collect::<Vec<_>>(),
+        )?;
+        counter(
+            &mut enc,
+            "ddioscope_napi_polls",
+            "NAPI polls of the RX queue.",
+            &rx.iter()
+                .map(|q| (rxl(q), q.napi_polls))
+                .collect::<Vec<_>>(),
+        )?;
+        counter(
+            &mut enc,
+            "ddioscope_napi_packets",
+            "Packets handled by the RX queue's NAPI polls (work).",
+            &rx.iter().map(|q| (rxl(q), q.napi_work)).collect::<Vec<_>>(),
+        )?;
+        counter(
+            &mut enc,
+            "ddioscope_napi_budget_exhausted_polls",
+            "NAPI polls that used their whole budget.",
+            &rx.iter()
+                .map(|q| (rxl(q), q.napi_budget_exhausted))
+                .collect::<Vec<_>>(),
+        )?;
 
         if let Some(mode) = p.stage_histograms {
             let mut m = enc.encode_descriptor(
@@ -436,10 +525,19 @@ impl Collector for SnapshotCollector {
                     if q.stage_count[s] == 0 {
                         continue;
                     }
-                    let mut labels = if per_queue { qlabels(q) } else { vec![dev(), ("direction", q.dir.as_str().into())] };
+                    let mut labels = if per_queue {
+                        qlabels(q)
+                    } else {
+                        vec![dev(), ("direction", q.dir.as_str().into())]
+                    };
                     labels.push(("stage", stage.to_string()));
                     let (buckets, count) = log2_buckets(&q.stage_hist[s], q.stage_count[s]);
-                    m.encode_family(&labels)?.encode_histogram::<NoLabelSet>(q.stage_sum_ns[s] as f64 / 1e9, count, &buckets, None)?;
+                    m.encode_family(&labels)?.encode_histogram::<NoLabelSet>(
+                        q.stage_sum_ns[s] as f64 / 1e9,
+                        count,
+                        &buckets,
+                        None,
+                    )?;
                 }
             }
         }
@@ -447,9 +545,14 @@ impl Collector for SnapshotCollector {
         gauge(&mut enc, "ddioscope_rx_inflight_bytes",
             "RX bytes alive in the last interval by Little's law: bytes/s x mean driver_to_free residence.",
             &p.inflight.iter().map(|(q, b)| (vec![dev(), ("queue", q.to_string())], *b)).collect::<Vec<_>>())?;
-        gauge(&mut enc, "ddioscope_ddio_capacity_bytes",
+        gauge(
+            &mut enc,
+            "ddioscope_ddio_capacity_bytes",
             "LLC bytes DDIO may allocate into: LLC size x 2 / ways (assumed 2 DDIO ways).",
-            &p.ddio_capacity_bytes.map(|c| vec![(vec![dev()], c as f64)]).unwrap_or_default())?;
+            &p.ddio_capacity_bytes
+                .map(|c| vec![(vec![dev()], c as f64)])
+                .unwrap_or_default(),
+        )?;
 
         let flow_labels = |k: &FlowKey| -> Labels {
             vec![
@@ -469,7 +572,11 @@ impl Collector for SnapshotCollector {
             l
         };
         let flow_series = |i: usize| -> Vec<(Labels, u64)> {
-            p.flows.iter().map(|(k, v)| (flow_labels(k), v[i])).chain(p.flows_other.iter().map(|(d, v)| (other_labels(*d), v[i]))).collect()
+            p.flows
+                .iter()
+                .map(|(k, v)| (flow_labels(k), v[i]))
+                .chain(p.flows_other.iter().map(|(d, v)| (other_labels(*d), v[i])))
+                .collect()
         };
         counter(&mut enc, "ddioscope_flow_bytes",
             "Frame bytes per flow, counted from when the flow entered the exported set (at most --top-flows per direction); the rest under proto=\"other\".",
@@ -485,7 +592,12 @@ impl Collector for SnapshotCollector {
             .iter()
             .flat_map(|&(d, q, v)| {
                 [Verdict::Fits, Verdict::AtRisk, Verdict::Leaky].map(|state| {
-                    let labels = vec![dev(), ("direction", d.as_str().into()), ("queue", q.to_string()), ("verdict", state.as_str().into())];
+                    let labels = vec![
+                        dev(),
+                        ("direction", d.as_str().into()),
+                        ("queue", q.to_string()),
+                        ("verdict", state.as_str().into()),
+                    ];
                     (labels, if state == v { 1.0 } else { 0.0 })
                 })
             })
@@ -497,9 +609,19 @@ impl Collector for SnapshotCollector {
         if let Some((all, on_buffers)) = p.miss_totals {
             counter(&mut enc, "ddioscope_miss_samples", "L3-miss samples taken (or the software stand-in's, see ddioscope_info's miss_sampling).",
                 &[(vec![dev()], all)])?;
-            counter(&mut enc, "ddioscope_miss_samples_on_packet_buffers", "L3-miss samples whose data address was on a packet buffer.",
-                &[(vec![dev()], on_buffers)])?;
-            let method = |i: usize| if i == 0 { "address_join" } else { "cpu_context" };
+            counter(
+                &mut enc,
+                "ddioscope_miss_samples_on_packet_buffers",
+                "L3-miss samples whose data address was on a packet buffer.",
+                &[(vec![dev()], on_buffers)],
+            )?;
+            let method = |i: usize| {
+                if i == 0 {
+                    "address_join"
+                } else {
+                    "cpu_context"
+                }
+            };
             counter(&mut enc, "ddioscope_attributed_miss_samples",
                 "L3-miss samples charged to the queue, by method (samples, not scaled by the period).",
                 &p.miss_queues
@@ -528,7 +650,12 @@ impl Collector for SnapshotCollector {
                     .collect::<Vec<_>>())?;
         }
 
-        counter(&mut enc, "ddioscope_intervals", "Snapshot intervals taken since start.", &[(vec![dev()], p.intervals)])?;
+        counter(
+            &mut enc,
+            "ddioscope_intervals",
+            "Snapshot intervals taken since start.",
+            &[(vec![dev()], p.intervals)],
+        )?;
         gauge(&mut enc, "ddioscope_device_up",
             "1 while the observed interface exists, 0 while it (or its namespace) is gone; the counters keep their totals.",
             &[(vec![dev()], if p.device_up { 1.0 } else { 0.0 })])?;
@@ -536,16 +663,42 @@ impl Collector for SnapshotCollector {
             "In-flight packet states overwritten in the kernel's direct-mapped table by a newer packet's (their stages go uncounted).",
             &[(vec![dev()], p.events.state_evicted)])?;
 
-        counter(&mut enc, "ddioscope_counter_events",
+        counter(
+            &mut enc,
+            "ddioscope_counter_events",
             "Hardware (or software) counter events per socket, scaled for multiplexing.",
             &p.counter_totals
                 .iter()
-                .map(|((s, pmu, ev), v)| (vec![("socket", s.to_string()), ("pmu", pmu.clone()), ("event", ev.clone())], *v))
-                .collect::<Vec<_>>())?;
-        gauge(&mut enc, "ddioscope_ddio_write_miss_ratio", "Share of full-line inbound writes (ItoM) that missed the LLC, last interval.",
-            &p.miss_ratios.iter().filter_map(|(s, w, _)| w.map(|w| (vec![("socket", s.to_string())], w))).collect::<Vec<_>>())?;
-        gauge(&mut enc, "ddioscope_ddio_read_miss_ratio", "Share of inbound reads (PCIRdCur) that missed the LLC, last interval.",
-            &p.miss_ratios.iter().filter_map(|(s, _, r)| r.map(|r| (vec![("socket", s.to_string())], r))).collect::<Vec<_>>())?;
+                .map(|((s, pmu, ev), v)| {
+                    (
+                        vec![
+                            ("socket", s.to_string()),
+                            ("pmu", pmu.clone()),
+                            ("event", ev.clone()),
+                        ],
+                        *v,
+                    )
+                })
+                .collect::<Vec<_>>(),
+        )?;
+        gauge(
+            &mut enc,
+            "ddioscope_ddio_write_miss_ratio",
+            "Share of full-line inbound writes (ItoM) that missed the LLC, last interval.",
+            &p.miss_ratios
+                .iter()
+                .filter_map(|(s, w, _)| w.map(|w| (vec![("socket", s.to_string())], w)))
+                .collect::<Vec<_>>(),
+        )?;
+        gauge(
+            &mut enc,
+            "ddioscope_ddio_read_miss_ratio",
+            "Share of inbound reads (PCIRdCur) that missed the LLC, last interval.",
+            &p.miss_ratios
+                .iter()
+                .filter_map(|(s, _, r)| r.map(|r| (vec![("socket", s.to_string())], r)))
+                .collect::<Vec<_>>(),
+        )?;
         Ok(())
     }
 }
@@ -557,15 +710,25 @@ struct AppState {
 }
 
 async fn metrics(State(s): State<AppState>, headers: axum::http::HeaderMap) -> Response {
-    let wants_openmetrics = headers
-        .get_all(header::ACCEPT)
-        .iter()
-        .any(|v| v.to_str().is_ok_and(|v| v.contains("application/openmetrics-text")));
+    let wants_openmetrics = headers.get_all(header::ACCEPT).iter().any(|v| {
+        v.to_str()
+            .is_ok_and(|v| v.contains("application/openmetrics-text"))
+    });
     let mut body = String::new();
     match prometheus_client::encoding::text::encode(&mut body, &s.registry) {
-        Ok(()) if wants_openmetrics => ([(header::CONTENT_TYPE, OPENMETRICS)], body).into_response(),
-        Ok(()) => ([(header::CONTENT_TYPE, PROMETHEUS_TEXT)], openmetrics_to_classic(&body)).into_response(),
-        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "encoding the metrics failed\n").into_response(),
+        Ok(()) if wants_openmetrics => {
+            ([(header::CONTENT_TYPE, OPENMETRICS)], body).into_response()
+        }
+        Ok(()) => (
+            [(header::CONTENT_TYPE, PROMETHEUS_TEXT)],
+            openmetrics_to_classic(&body),
+        )
+            .into_response(),
+        Err(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "encoding the metrics failed\n",
+        )
+            .into_response(),
     }
 }
 
@@ -574,21 +737,31 @@ async fn metrics(State(s): State<AppState>, headers: axum::http::HeaderMap) -> R
 async fn healthz(State(s): State<AppState>) -> Response {
     match s.shared.get() {
         Some(p) if p.device_up => (StatusCode::OK, "ok\n").into_response(),
-        Some(p) => (StatusCode::SERVICE_UNAVAILABLE, format!("device {} is gone: waiting for it to return\n", p.device))
+        Some(p) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("device {} is gone: waiting for it to return\n", p.device),
+        )
             .into_response(),
         None => (StatusCode::SERVICE_UNAVAILABLE, "starting\n").into_response(),
     }
 }
 
 async fn not_found() -> Response {
-    (StatusCode::NOT_FOUND, "not found: try /metrics or /healthz\n").into_response()
+    (
+        StatusCode::NOT_FOUND,
+        "not found: try /metrics or /healthz\n",
+    )
+        .into_response()
 }
 
 /// Every route `serve` answers, over the latest published value.
 pub fn router(shared: Arc<Shared>) -> Router {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(SnapshotCollector(Arc::clone(&shared))));
-    let state = AppState { registry: Arc::new(registry), shared };
+    let state = AppState {
+        registry: Arc::new(registry),
+        shared,
+    };
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
@@ -603,7 +776,10 @@ fn http_thread(
     app: Router,
     shutdown: tokio::sync::oneshot::Receiver<()>,
 ) -> Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the HTTP runtime")?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the HTTP runtime")?;
     let result = rt.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(listener).context("registering the listener")?;
         tokio::select! {
@@ -618,13 +794,18 @@ fn http_thread(
 pub fn run(opts: &ServeArgs) -> Result<()> {
     let addr = listen_addr(&opts.listen, opts.allow_remote)?;
     if opts.top_flows > 1000 {
-        bail!("--top-flows {} is too many series: use at most 1000", opts.top_flows);
+        bail!(
+            "--top-flows {} is too many series: use at most 1000",
+            opts.top_flows
+        );
     }
     let live_opts = session_options(opts);
     let (features, iface) = Session::preflight(&live_opts)?;
     // Bind before attaching: a taken port fails without anything loaded.
     let listener = std::net::TcpListener::bind(addr).with_context(|| format!("--listen {addr}"))?;
-    listener.set_nonblocking(true).context("making the listener non-blocking")?;
+    listener
+        .set_nonblocking(true)
+        .context("making the listener non-blocking")?;
     let stop = crate::sys::stop_flag()?;
 
     let shared = Arc::new(Shared::default());
@@ -637,7 +818,9 @@ pub fn run(opts: &ServeArgs) -> Result<()> {
 
     let result = sample_loop(opts, &live_opts, features, iface, &shared, &stop, &http);
     let _ = shutdown_tx.send(());
-    let http_result = http.join().map_err(|_| anyhow::anyhow!("the HTTP thread panicked"))?;
+    let http_result = http
+        .join()
+        .map_err(|_| anyhow::anyhow!("the HTTP thread panicked"))?;
     result.and(http_result)
 }
 
@@ -652,7 +835,9 @@ fn sample_loop(
 ) -> Result<()> {
     let addr = listen_addr(&opts.listen, opts.allow_remote)?;
     let mut live = Session::start(live_opts, features, iface)?;
-    let end = opts.duration.map(|d| Instant::now() + Duration::from_secs_f64(d));
+    let end = opts
+        .duration
+        .map(|d| Instant::now() + Duration::from_secs_f64(d));
     if opts.session.verbose {
         let ids: Vec<String> = live.prog_ids().iter().map(|i| i.to_string()).collect();
         eprintln!("attached: prog ids {}", ids.join(","));
@@ -662,13 +847,21 @@ fn sample_loop(
         ("driver", live.iface.driver.clone().unwrap_or_default()),
         ("counters", live.counters_source.to_string()),
         ("miss_sampling", live.miss_label.clone()),
-        ("stage_histograms", opts.stage_histograms.as_str().to_string()),
+        (
+            "stage_histograms",
+            opts.stage_histograms.as_str().to_string(),
+        ),
         ("version", crate::build_info::VERSION.to_string()),
         ("git_commit", crate::build_info::GIT_COMMIT.to_string()),
         ("bpf_build_id", crate::build_info::BPF_BUILD_ID.to_string()),
     ];
-    let mut acc = Accumulator::new(&live.iface.name, view::ddio_capacity_bytes(&live.host), opts.top_flows, info)
-        .with_stage_histograms(opts.stage_histograms);
+    let mut acc = Accumulator::new(
+        &live.iface.name,
+        view::ddio_capacity_bytes(&live.host),
+        opts.top_flows,
+        info,
+    )
+    .with_stage_histograms(opts.stage_histograms);
     if let Some(g) = super::live_model::geometry(&live.host) {
         acc = acc.with_model(g, live.iface.clone());
     }
@@ -678,7 +871,11 @@ fn sample_loop(
         "serving http://{}/metrics for {}{} (counters: {}); Ctrl-C to stop",
         addr,
         live.iface.name,
-        live.iface.netns.as_deref().map(|n| format!(" in netns {n}")).unwrap_or_default(),
+        live.iface
+            .netns
+            .as_deref()
+            .map(|n| format!(" in netns {n}"))
+            .unwrap_or_default(),
         live.counters_source
     );
     loop {
@@ -690,14 +887,22 @@ fn sample_loop(
             drop(live);
             acc.set_device_up(false);
             shared.set(acc.publish());
-            eprintln!("ddioscope serve: {why}; serving the totals so far, waiting for it to return");
-            let Some((features, back)) = Session::await_return(live_opts, stop, || http.is_finished() || end.is_some_and(|e| Instant::now() >= e))? else {
+            eprintln!(
+                "ddioscope serve: {why}; serving the totals so far, waiting for it to return"
+            );
+            let Some((features, back)) = Session::await_return(live_opts, stop, || {
+                http.is_finished() || end.is_some_and(|e| Instant::now() >= e)
+            })?
+            else {
                 return Ok(());
             };
             live = Session::start(live_opts, features, back)?;
             acc.set_device_up(true);
             shared.set(acc.publish());
-            eprintln!("ddioscope serve: {} is back; observing it again", live.iface.name);
+            eprintln!(
+                "ddioscope serve: {} is back; observing it again",
+                live.iface.name
+            );
             continue;
         }
         shared.set(acc.publish());
@@ -752,7 +957,14 @@ mod tests {
         q.stage_sum_ns[0] = 10_000;
         q.stage_hist[0][9] = 10;
         let flow = |sport, bytes| FlowCounters {
-            key: FlowKey { dir: Dir::Rx, proto: "tcp".into(), src: "10.0.0.1".into(), sport, dst: "10.0.0.2".into(), dport: 80 },
+            key: FlowKey {
+                dir: Dir::Rx,
+                proto: "tcp".into(),
+                src: "10.0.0.1".into(),
+                sport,
+                dst: "10.0.0.2".into(),
+                dport: 80,
+            },
             queue: 3,
             packets: 1,
             bytes,
@@ -763,16 +975,27 @@ mod tests {
             bytes_var: None,
             source: None,
         };
-        let snap = Snapshot { dur_ns: 1_000_000_000, queues: vec![q.clone()], flows: vec![flow(1, 50), flow(2, 70)], ..Default::default() };
+        let snap = Snapshot {
+            dur_ns: 1_000_000_000,
+            queues: vec![q.clone()],
+            flows: vec![flow(1, 50), flow(2, 70)],
+            ..Default::default()
+        };
         acc.add(&snap);
-        acc.add(&Snapshot { flows: vec![flow(1, 500), flow(2, 70)], ..snap.clone() });
+        acc.add(&Snapshot {
+            flows: vec![flow(1, 500), flow(2, 70)],
+            ..snap.clone()
+        });
         let shared = Arc::new(Shared::default());
         shared.set(acc.publish());
         let mut reg = Registry::default();
         reg.register_collector(Box::new(SnapshotCollector(Arc::clone(&shared))));
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &reg).unwrap();
-        assert!(text.contains(r#"ddioscope_packets_total{device="eth9",direction="rx",queue="3"} 20"#), "{text}");
+        assert!(
+            text.contains(r#"ddioscope_packets_total{device="eth9",direction="rx",queue="3"} 20"#),
+            "{text}"
+        );
         // Bucket 9 holds [512, 1024) ns: le = 1024 ns; 2^9 ns is still below it.
         assert!(text.contains(r#"bucket{le="0.000001024",device="eth9",direction="rx",queue="3",stage="driver_to_stack"} 20"#), "{text}");
         assert!(text.contains(r#"bucket{le="5.12e-7",device="eth9",direction="rx",queue="3",stage="driver_to_stack"} 0"#), "{text}");
@@ -782,18 +1005,39 @@ mod tests {
         assert!(text.contains(r#"ddioscope_flow_bytes_total{device="eth9",direction="rx",proto="tcp",src="10.0.0.1",sport="1",dst="10.0.0.2",dport="80"} 450"#), "{text}");
         assert!(!text.contains(r#"sport="2""#), "{text}");
         assert!(text.contains(r#"ddioscope_flow_bytes_total{device="eth9",direction="rx",proto="other",src="other",sport="other",dst="other",dport="other"} 50"#), "{text}");
-        assert!(text.contains("ddioscope_ddio_capacity_bytes{device=\"eth9\"} 1048576.0"), "{text}");
+        assert!(
+            text.contains("ddioscope_ddio_capacity_bytes{device=\"eth9\"} 1048576.0"),
+            "{text}"
+        );
         assert!(text.ends_with("# EOF\n"));
 
         // No LLC in the test accumulator: no verdicts; no sampler: no miss series.
-        assert!(!text.contains("ddioscope_model_verdict{") && !text.contains("miss_samples"), "{text}");
+        assert!(
+            !text.contains("ddioscope_model_verdict{") && !text.contains("miss_samples"),
+            "{text}"
+        );
 
         let classic = openmetrics_to_classic(&text);
-        assert!(!classic.contains("# EOF") && !classic.contains(" info\n"), "{classic}");
-        assert!(classic.contains("# HELP ddioscope_packets_total Packets per queue"), "{classic}");
-        assert!(classic.contains("# TYPE ddioscope_packets_total counter\n"), "{classic}");
-        assert!(classic.contains("# TYPE ddioscope_info gauge\nddioscope_info{device=\"eth9\"} 1\n"), "{classic}");
-        assert!(classic.contains("# TYPE ddioscope_stage_duration_seconds histogram\n"), "{classic}");
+        assert!(
+            !classic.contains("# EOF") && !classic.contains(" info\n"),
+            "{classic}"
+        );
+        assert!(
+            classic.contains("# HELP ddioscope_packets_total Packets per queue"),
+            "{classic}"
+        );
+        assert!(
+            classic.contains("# TYPE ddioscope_packets_total counter\n"),
+            "{classic}"
+        );
+        assert!(
+            classic.contains("# TYPE ddioscope_info gauge\nddioscope_info{device=\"eth9\"} 1\n"),
+            "{classic}"
+        );
+        assert!(
+            classic.contains("# TYPE ddioscope_stage_duration_seconds histogram\n"),
+            "{classic}"
+        );
     }
 
     fn encode(acc: &Accumulator) -> String {
@@ -816,13 +1060,18 @@ mod tests {
             q.stage_hist[3][12] = 1000;
             q
         };
-        Snapshot { dur_ns: 1_000_000_000, queues: vec![q(0), q(1)], ..Default::default() }
+        Snapshot {
+            dur_ns: 1_000_000_000,
+            queues: vec![q(0), q(1)],
+            ..Default::default()
+        }
     }
 
     #[test]
     fn stage_histograms_per_direction_sum_the_queues_and_off_drops_them() {
         let per_dir = {
-            let mut acc = Accumulator::new("eth9", None, 10, vec![]).with_stage_histograms(StageHistograms::PerDirection);
+            let mut acc = Accumulator::new("eth9", None, 10, vec![])
+                .with_stage_histograms(StageHistograms::PerDirection);
             acc.add(&two_queues());
             encode(&acc)
         };
@@ -830,9 +1079,15 @@ mod tests {
         assert!(per_dir.contains(line), "{per_dir}");
         assert!(!per_dir.contains(r#"queue="0",stage"#), "{per_dir}");
         // Packet counters stay per queue.
-        assert!(per_dir.contains(r#"ddioscope_packets_total{device="eth9",direction="rx",queue="1"} 1000"#), "{per_dir}");
+        assert!(
+            per_dir.contains(
+                r#"ddioscope_packets_total{device="eth9",direction="rx",queue="1"} 1000"#
+            ),
+            "{per_dir}"
+        );
         let off = {
-            let mut acc = Accumulator::new("eth9", None, 10, vec![]).with_stage_histograms(StageHistograms::Off);
+            let mut acc = Accumulator::new("eth9", None, 10, vec![])
+                .with_stage_histograms(StageHistograms::Off);
             acc.add(&two_queues());
             encode(&acc)
         };
@@ -842,19 +1097,31 @@ mod tests {
             acc.add(&two_queues());
             encode(&acc)
         };
-        assert_eq!(per_queue.matches("ddioscope_stage_duration_seconds_count{").count(), 2, "{per_queue}");
+        assert_eq!(
+            per_queue
+                .matches("ddioscope_stage_duration_seconds_count{")
+                .count(),
+            2,
+            "{per_queue}"
+        );
     }
 
     #[test]
     fn verdicts_are_a_state_set_per_busy_queue() {
-        let iface = crate::topology::IfaceInfo { rx_ring: Some(8192), ..Default::default() };
-        let mut acc = Accumulator::new("eth9", None, 10, vec![]).with_model(crate::model::geometry::LlcGeometry::skx_gold_6140(), iface);
+        let iface = crate::topology::IfaceInfo {
+            rx_ring: Some(8192),
+            ..Default::default()
+        };
+        let mut acc = Accumulator::new("eth9", None, 10, vec![])
+            .with_model(crate::model::geometry::LlcGeometry::skx_gold_6140(), iface);
         acc.add(&two_queues());
         let text = encode(&acc);
         // Two rings of 8192 x 1.5 KiB: 26 MiB against 4.5 MiB of DDIO capacity.
         for q in ["0", "1"] {
             for (v, x) in [("fits", "0.0"), ("at-risk", "0.0"), ("leaky", "1.0")] {
-                let l = format!(r#"ddioscope_model_verdict{{device="eth9",direction="rx",queue="{q}",verdict="{v}"}} {x}"#);
+                let l = format!(
+                    r#"ddioscope_model_verdict{{device="eth9",direction="rx",queue="{q}",verdict="{v}"}} {x}"#
+                );
                 assert!(text.contains(&l), "{l}\n{text}");
             }
         }
@@ -863,7 +1130,14 @@ mod tests {
     #[test]
     fn miss_samples_by_queue_and_flow_with_other() {
         use crate::snapshot::MissSnapshot;
-        let key = |sport| FlowKey { dir: Dir::Rx, proto: "udp".into(), src: "10.0.0.1".into(), sport, dst: "10.0.0.2".into(), dport: 9 };
+        let key = |sport| FlowKey {
+            dir: Dir::Rx,
+            proto: "udp".into(),
+            src: "10.0.0.1".into(),
+            sport,
+            dst: "10.0.0.2".into(),
+            dport: 9,
+        };
         let mut acc = Accumulator::new("eth9", None, 1, vec![]);
         let m = MissSnapshot {
             samples: 10,
@@ -872,7 +1146,10 @@ mod tests {
             flows: vec![(key(1), 4, 1), (key(2), 1, 1)],
             ..Default::default()
         };
-        acc.add(&Snapshot { misses: Some(m), ..two_queues() });
+        acc.add(&Snapshot {
+            misses: Some(m),
+            ..two_queues()
+        });
         let text = encode(&acc);
         for l in [
             r#"ddioscope_miss_samples_total{device="eth9"} 10"#,

@@ -11,10 +11,10 @@ use anyhow::{Context, Result};
 use crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 use crossterm::{cursor, queue, style, terminal};
 
+use super::view::{self, fmt_bytes, fmt_ns, FlowRate, FlowRates, QueueView};
 use crate::counters::socket_metrics;
 use crate::session::{Session, SessionArgs, SessionOptions};
 use crate::snapshot::{Dir, Snapshot};
-use super::view::{self, fmt_bytes, fmt_ns, FlowRate, FlowRates, QueueView};
 
 /// `ddioscope top`'s flags.
 #[derive(Debug, Clone, clap::Args)]
@@ -41,14 +41,20 @@ pub fn run(args: &TopArgs) -> Result<()> {
     // (an SSH session going away) stops too.
     let stop = crate::sys::stop_flag()?;
     let mut live = Session::start(&opts, features, iface)?;
-    let end = args.duration.map(|d| Instant::now() + Duration::from_secs_f64(d));
+    let end = args
+        .duration
+        .map(|d| Instant::now() + Duration::from_secs_f64(d));
     let over = || end.is_some_and(|e| Instant::now() >= e);
     loop {
         if args.session.verbose {
             let ids: Vec<String> = live.prog_ids().iter().map(|i| i.to_string()).collect();
             eprintln!("attached: prog ids {}", ids.join(","));
         }
-        let result = if io::stdout().is_terminal() { run_tty(&mut live, &stop, end) } else { run_plain(&mut live, &stop, end) };
+        let result = if io::stdout().is_terminal() {
+            run_tty(&mut live, &stop, end)
+        } else {
+            run_plain(&mut live, &stop, end)
+        };
         let gone = live.gone().map(str::to_string);
         // Detach (drop the links) before the caller prints anything.
         drop(live);
@@ -56,7 +62,9 @@ pub fn run(args: &TopArgs) -> Result<()> {
         result?;
         // The view goes on once an interface of that name is back.
         eprintln!("ddioscope top: {why}; waiting for it to return (Ctrl-C quits)");
-        let Some((features, back)) = Session::await_return(&opts, &stop, over)? else { return Ok(()) };
+        let Some((features, back)) = Session::await_return(&opts, &stop, over)? else {
+            return Ok(());
+        };
         eprintln!("ddioscope top: {} is back", back.name);
         live = Session::start(&opts, features, back)?;
     }
@@ -77,7 +85,10 @@ fn frame(live: &Session, snap: &Snapshot, flows: &mut FlowRates) -> Frame {
     let ddio = if snap.counters.is_empty() || dur_s <= 0.0 {
         Vec::new()
     } else {
-        socket_metrics(&snap.counters, dur_s).into_iter().map(|m| (m.socket, m.write_miss_pct, m.read_miss_pct)).collect()
+        socket_metrics(&snap.counters, dur_s)
+            .into_iter()
+            .map(|m| (m.socket, m.write_miss_pct, m.read_miss_pct))
+            .collect()
     };
     Frame {
         dur_s,
@@ -102,7 +113,12 @@ fn run_plain(live: &mut Session, stop: &AtomicBool, end: Option<Instant>) -> Res
             text.push('\n');
         }
         // A reader that went away (`| head`) ends the view, cleanly.
-        if out.write_all(text.as_bytes()).and_then(|()| out.flush()).is_err() || finishing {
+        if out
+            .write_all(text.as_bytes())
+            .and_then(|()| out.flush())
+            .is_err()
+            || finishing
+        {
             return Ok(());
         }
     }
@@ -125,7 +141,10 @@ fn plain_line(f: &Frame, q: &QueueView) -> String {
         );
     }
     for (name, p) in q.dir.stage_names().iter().zip(q.p99_ns) {
-        s += &format!(" p99_{name}_us={}", p.map_or("-".into(), |n| format!("{:.1}", n as f64 / 1e3)));
+        s += &format!(
+            " p99_{name}_us={}",
+            p.map_or("-".into(), |n| format!("{:.1}", n as f64 / 1e3))
+        );
     }
     if let Some(b) = q.inflight_bytes {
         s += &format!(" inflight_bytes={b:.0}");
@@ -145,14 +164,20 @@ impl TerminalGuard {
         // From here on the guard exists, so a failure below still restores.
         let g = TerminalGuard;
         let mut out = io::stdout();
-        crossterm::execute!(out, terminal::EnterAlternateScreen, cursor::Hide).context("entering the alternate screen")?;
+        crossterm::execute!(out, terminal::EnterAlternateScreen, cursor::Hide)
+            .context("entering the alternate screen")?;
         Ok(g)
     }
 }
 
 fn restore_terminal() {
     let mut out = io::stdout();
-    let _ = crossterm::execute!(out, style::ResetColor, cursor::Show, terminal::LeaveAlternateScreen);
+    let _ = crossterm::execute!(
+        out,
+        style::ResetColor,
+        cursor::Show,
+        terminal::LeaveAlternateScreen
+    );
     let _ = terminal::disable_raw_mode();
 }
 
@@ -178,8 +203,11 @@ fn spawn_keys(stop: Arc<AtomicBool>, done: Arc<AtomicBool>) -> std::thread::Join
                 if k.kind == KeyEventKind::Release {
                     continue;
                 }
-                let quit = matches!(k.code, KeyCode::Char('q') | KeyCode::Char('Q') | KeyCode::Esc)
-                    || (k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL));
+                let quit = matches!(
+                    k.code,
+                    KeyCode::Char('q') | KeyCode::Char('Q') | KeyCode::Esc
+                ) || (k.code == KeyCode::Char('c')
+                    && k.modifiers.contains(KeyModifiers::CONTROL));
                 if quit {
                     stop.store(true, Ordering::Relaxed);
                 }
@@ -232,7 +260,10 @@ fn header_lines(live: &Session, f: Option<&Frame>) -> Vec<String> {
     let mut h = vec![format!(
         "ddioscope top — {}{} ({}, {} rx / {} tx queues)  {}   q: quit",
         i.name,
-        i.netns.as_deref().map(|n| format!(" in netns {n}")).unwrap_or_default(),
+        i.netns
+            .as_deref()
+            .map(|n| format!(" in netns {n}"))
+            .unwrap_or_default(),
         i.driver.as_deref().unwrap_or("unknown driver"),
         i.rx_queues,
         i.tx_queues,
@@ -241,30 +272,39 @@ fn header_lines(live: &Session, f: Option<&Frame>) -> Vec<String> {
             None => "waiting for the first interval…".into(),
         }
     )];
-    h.push(match (&live.host.llc, view::ddio_capacity_bytes(&live.host)) {
-        (Some(llc), Some(cap)) => format!(
-            "LLC {} / {} ways → DDIO capacity {} (assumed {} DDIO ways)",
-            fmt_bytes(llc.size_bytes as f64),
-            llc.ways,
-            fmt_bytes(cap as f64),
-            view::ASSUMED_DDIO_WAYS
-        ),
-        _ => "LLC geometry unknown: no DDIO capacity".into(),
-    });
+    h.push(
+        match (&live.host.llc, view::ddio_capacity_bytes(&live.host)) {
+            (Some(llc), Some(cap)) => format!(
+                "LLC {} / {} ways → DDIO capacity {} (assumed {} DDIO ways)",
+                fmt_bytes(llc.size_bytes as f64),
+                llc.ways,
+                fmt_bytes(cap as f64),
+                view::ASSUMED_DDIO_WAYS
+            ),
+            _ => "LLC geometry unknown: no DDIO capacity".into(),
+        },
+    );
     let ddio = match f {
         Some(f) if !f.ddio.is_empty() => f
             .ddio
             .iter()
             .map(|(s, w, r)| {
                 let pct = |v: &Option<f64>| v.map_or("-".into(), |p| format!("{p:.1} %"));
-                format!("socket {s}: DDIO write miss {}, read miss {}", pct(w), pct(r))
+                format!(
+                    "socket {s}: DDIO write miss {}, read miss {}",
+                    pct(w),
+                    pct(r)
+                )
             })
             .collect::<Vec<_>>()
             .join("   "),
         _ => format!(
             "DDIO counters: {}{}",
             live.counters_source,
-            live.counter_notes.first().map(|n| format!(" ({n})")).unwrap_or_default()
+            live.counter_notes
+                .first()
+                .map(|n| format!(" ({n})"))
+                .unwrap_or_default()
         ),
     };
     h.push(ddio);
@@ -276,7 +316,13 @@ fn body_lines(live: &Session, f: &Frame) -> Vec<String> {
     let mut out = vec![String::new()];
     for dir in [Dir::Rx, Dir::Tx] {
         let names = dir.stage_names();
-        let mut hdr = format!("{:<3} {:>3} {:>11} {:>10}", dir.as_str().to_uppercase(), "Q", "PKTS/S", "MBIT/S");
+        let mut hdr = format!(
+            "{:<3} {:>3} {:>11} {:>10}",
+            dir.as_str().to_uppercase(),
+            "Q",
+            "PKTS/S",
+            "MBIT/S"
+        );
         if dir == Dir::Rx {
             hdr += &format!(" {:>7} {:>8}", "BATCH", "BUDGET");
         }
@@ -293,7 +339,10 @@ fn body_lines(live: &Session, f: &Frame) -> Vec<String> {
         }
         let mut inflight_sum = 0.0;
         for q in qs {
-            let mut l = format!("{:<3} {:>3} {:>11.0} {:>10.1}", "", q.queue, q.packets_per_s, q.mbit_per_s);
+            let mut l = format!(
+                "{:<3} {:>3} {:>11.0} {:>10.1}",
+                "", q.queue, q.packets_per_s, q.mbit_per_s
+            );
             if dir == Dir::Rx {
                 l += &format!(
                     " {:>7} {:>8}",
@@ -323,7 +372,10 @@ fn body_lines(live: &Session, f: &Frame) -> Vec<String> {
         }
         out.push(String::new());
     }
-    out.push(format!("{:<3} {:<5} {:>41} {:>41} {:>4} {:>10} {:>10}", "DIR", "PROTO", "SOURCE", "DESTINATION", "Q", "MBIT/S", "PKTS/S"));
+    out.push(format!(
+        "{:<3} {:<5} {:>41} {:>41} {:>4} {:>10} {:>10}",
+        "DIR", "PROTO", "SOURCE", "DESTINATION", "Q", "MBIT/S", "PKTS/S"
+    ));
     if f.flows.is_empty() {
         out.push("    (no flow traffic this interval)".into());
     }
@@ -364,7 +416,12 @@ fn draw(header: &[String], body: &[String]) -> Result<()> {
     let mut out = io::stdout().lock();
     for (row, line) in header.iter().chain(body).take(h as usize).enumerate() {
         let cut: String = line.chars().take(w as usize).collect();
-        queue!(out, cursor::MoveTo(0, row as u16), style::Print(cut), terminal::Clear(terminal::ClearType::UntilNewLine))?;
+        queue!(
+            out,
+            cursor::MoveTo(0, row as u16),
+            style::Print(cut),
+            terminal::Clear(terminal::ClearType::UntilNewLine)
+        )?;
     }
     queue!(out, terminal::Clear(terminal::ClearType::FromCursorDown))?;
     out.flush().context("writing to the terminal")?;

@@ -2,7 +2,9 @@
 //! `serve`): rates, NAPI batch, stage p99s, Little's-law in-flight bytes and the
 //! assumed DDIO capacity. One place, so the terminal and the metrics agree.
 
-use crate::snapshot::{hist_percentile, Dir, FlowCounters, FlowKey, QueueCounters, NSTAGES, RX_DRIVER_TO_FREE};
+use crate::snapshot::{
+    hist_percentile, Dir, FlowCounters, FlowKey, QueueCounters, NSTAGES, RX_DRIVER_TO_FREE,
+};
 use crate::topology::HostInfo;
 
 /// Ways Intel assigns to I/O by default (IIO LLC WAYS = 0x600 on SKX..SPR).
@@ -68,7 +70,10 @@ impl QueueView {
 /// Views of a snapshot's queues, RX first, each direction by queue.
 pub fn queue_views(queues: &[QueueCounters], dur_ns: u64) -> Vec<QueueView> {
     let dur_s = dur_ns as f64 / 1e9;
-    let mut v: Vec<QueueView> = queues.iter().map(|q| QueueView::from_delta(q, dur_s)).collect();
+    let mut v: Vec<QueueView> = queues
+        .iter()
+        .map(|q| QueueView::from_delta(q, dur_s))
+        .collect();
     v.sort_by_key(|q| (q.dir, q.queue));
     v
 }
@@ -93,12 +98,20 @@ impl FlowRates {
     /// let the flow go and it came back) counts from zero ([`super::estimates`]).
     pub fn update(&mut self, flows: &[FlowCounters], dur_ns: u64) -> Vec<FlowRate> {
         let dur_s = dur_ns as f64 / 1e9;
-        let deltas = self.prev.read(flows.iter().map(|f| (f.key.clone(), f.first_ns, [f.bytes, f.packets])));
+        let deltas = self.prev.read(
+            flows
+                .iter()
+                .map(|f| (f.key.clone(), f.first_ns, [f.bytes, f.packets])),
+        );
         let mut out: Vec<FlowRate> = flows
             .iter()
             .zip(deltas)
             .filter(|(_, (_, d))| d[0] > 0 && dur_s > 0.0)
-            .map(|(f, (_, d))| FlowRate { flow: f.clone(), bytes_per_s: d[0] as f64 / dur_s, packets_per_s: d[1] as f64 / dur_s })
+            .map(|(f, (_, d))| FlowRate {
+                flow: f.clone(),
+                bytes_per_s: d[0] as f64 / dur_s,
+                packets_per_s: d[1] as f64 / dur_s,
+            })
             .collect();
         out.sort_by(|a, b| b.bytes_per_s.total_cmp(&a.bytes_per_s));
         out
@@ -132,26 +145,63 @@ mod tests {
 
         let mut host = HostInfo::default();
         assert_eq!(ddio_capacity_bytes(&host), None);
-        host.llc = Some(CacheInfo { level: 3, size_bytes: 11 * 1024 * 1024, ways: 11, ..Default::default() });
+        host.llc = Some(CacheInfo {
+            level: 3,
+            size_bytes: 11 * 1024 * 1024,
+            ways: 11,
+            ..Default::default()
+        });
         assert_eq!(ddio_capacity_bytes(&host), Some(2 * 1024 * 1024));
     }
 
     #[test]
     fn flow_rates_are_deltas_busiest_first() {
-        let key = |sport| FlowKey { dir: Dir::Rx, proto: "tcp".into(), src: "a".into(), sport, dst: "b".into(), dport: 1 };
-        let f = |sport, bytes| FlowCounters { key: key(sport), queue: 0, packets: bytes / 100, bytes, payload_bytes: 0, first_ns: 0, last_ns: 0, samples: None, bytes_var: None, source: None };
+        let key = |sport| FlowKey {
+            dir: Dir::Rx,
+            proto: "tcp".into(),
+            src: "a".into(),
+            sport,
+            dst: "b".into(),
+            dport: 1,
+        };
+        let f = |sport, bytes| FlowCounters {
+            key: key(sport),
+            queue: 0,
+            packets: bytes / 100,
+            bytes,
+            payload_bytes: 0,
+            first_ns: 0,
+            last_ns: 0,
+            samples: None,
+            bytes_var: None,
+            source: None,
+        };
         let mut r = FlowRates::default();
         let first = r.update(&[f(1, 1000), f(2, 5000)], 1_000_000_000);
-        assert_eq!(first.iter().map(|x| x.flow.key.sport).collect::<Vec<_>>(), vec![2, 1]);
+        assert_eq!(
+            first.iter().map(|x| x.flow.key.sport).collect::<Vec<_>>(),
+            vec![2, 1]
+        );
         let second = r.update(&[f(1, 9000), f(2, 5000)], 1_000_000_000);
         assert_eq!(second.len(), 1);
         assert_eq!(second[0].bytes_per_s, 8000.0);
         // Left out, then back with its total carried on; revised down: nothing new twice.
         assert!(r.update(&[f(2, 5000)], 1_000_000_000).is_empty());
         let back = r.update(&[f(1, 9500), f(2, 4000)], 1_000_000_000);
-        assert_eq!(back.iter().map(|x| (x.flow.key.sport, x.bytes_per_s)).collect::<Vec<_>>(), vec![(1, 500.0)]);
+        assert_eq!(
+            back.iter()
+                .map(|x| (x.flow.key.sport, x.bytes_per_s))
+                .collect::<Vec<_>>(),
+            vec![(1, 500.0)]
+        );
         // A later first sighting is a new entry.
-        let again = r.update(&[FlowCounters { first_ns: 7, ..f(1, 300) }], 1_000_000_000);
+        let again = r.update(
+            &[FlowCounters {
+                first_ns: 7,
+                ..f(1, 300)
+            }],
+            1_000_000_000,
+        );
         assert_eq!(again[0].bytes_per_s, 300.0);
     }
 }

@@ -64,11 +64,20 @@ struct IfReq {
 /// Why an interface name was not found: where it was looked for and what is there.
 fn not_found(name: &str, netns: Option<&str>, present: &[String]) -> String {
     const SHOWN: usize = 8;
-    let mut there = present.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", ");
+    let mut there = present
+        .iter()
+        .take(SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
     if present.len() > SHOWN {
         there += &format!(" and {} more", present.len() - SHOWN);
     }
-    let there = if present.is_empty() { "no interfaces".to_string() } else { there };
+    let there = if present.is_empty() {
+        "no interfaces".to_string()
+    } else {
+        there
+    };
     match netns {
         Some(ns) => format!("interface '{name}' not found in network namespace '{ns}', which has {there}; check the name, or the namespace"),
         None => format!("interface '{name}' not found in this network namespace, which has {there}; check the name, or pass --netns NS for one in another namespace"),
@@ -86,7 +95,11 @@ fn names() -> Vec<String> {
         let mut out = Vec::new();
         let mut p = list;
         while (*p).if_index != 0 && !(*p).if_name.is_null() {
-            out.push(std::ffi::CStr::from_ptr((*p).if_name).to_string_lossy().into_owned());
+            out.push(
+                std::ffi::CStr::from_ptr((*p).if_name)
+                    .to_string_lossy()
+                    .into_owned(),
+            );
             p = p.add(1);
         }
         libc::if_freenameindex(list);
@@ -103,7 +116,11 @@ impl Drop for Sock {
 }
 
 fn ioctl<T>(sock: &Sock, name: &str, data: &mut T) -> bool {
-    let mut req = IfReq { name: [0; libc::IFNAMSIZ], data: (data as *mut T).cast(), _pad: [0; 16] };
+    let mut req = IfReq {
+        name: [0; libc::IFNAMSIZ],
+        data: (data as *mut T).cast(),
+        _pad: [0; 16],
+    };
     req.name[..name.len()].copy_from_slice(name.as_bytes());
     // SAFETY: req points at a live, correctly laid out ethtool command.
     unsafe { libc::ioctl(sock.0, SIOCETHTOOL as _, &mut req) == 0 }
@@ -125,7 +142,11 @@ pub fn query(name: &str, netns: Option<&str>) -> Result<IfaceInfo> {
     }
     // SAFETY: plain socket creation.
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    let mut info = IfaceInfo { name: name.to_string(), ifindex, ..Default::default() };
+    let mut info = IfaceInfo {
+        name: name.to_string(),
+        ifindex,
+        ..Default::default()
+    };
     if fd < 0 {
         return Ok(info);
     }
@@ -137,7 +158,10 @@ pub fn query(name: &str, netns: Option<&str>) -> Result<IfaceInfo> {
         info.driver = Some(cstr(&drv.driver)).filter(|s| !s.is_empty());
         info.bus_info = Some(cstr(&drv.bus_info)).filter(|s| !s.is_empty());
     }
-    let mut ring = RingParam { cmd: ETHTOOL_GRINGPARAM, ..Default::default() };
+    let mut ring = RingParam {
+        cmd: ETHTOOL_GRINGPARAM,
+        ..Default::default()
+    };
     if ioctl(&sock, name, &mut ring) {
         info.rx_ring = Some(ring.rx_pending).filter(|&v| v > 0);
         info.tx_ring = Some(ring.tx_pending).filter(|&v| v > 0);
@@ -147,7 +171,11 @@ pub fn query(name: &str, netns: Option<&str>) -> Result<IfaceInfo> {
     // SAFETY: an ifreq is plain old data; SIOCGIFHWADDR fills ifr_hwaddr (a sockaddr whose
     // family is the ARPHRD link type).
     let mut hw: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, s) in hw.ifr_name.iter_mut().zip(name.bytes().take(libc::IFNAMSIZ - 1)) {
+    for (d, s) in hw
+        .ifr_name
+        .iter_mut()
+        .zip(name.bytes().take(libc::IFNAMSIZ - 1))
+    {
         *d = s as libc::c_char;
     }
     // SAFETY: a valid socket and a NUL-terminated ifreq of ours.
@@ -155,7 +183,10 @@ pub fn query(name: &str, netns: Option<&str>) -> Result<IfaceInfo> {
         // SAFETY: SIOCGIFHWADDR wrote the ifru_hwaddr member.
         info.link_type = Some(unsafe { hw.ifr_ifru.ifru_hwaddr.sa_family });
     }
-    let mut ch = Channels { cmd: ETHTOOL_GCHANNELS, ..Default::default() };
+    let mut ch = Channels {
+        cmd: ETHTOOL_GCHANNELS,
+        ..Default::default()
+    };
     if ioctl(&sock, name, &mut ch) {
         info.rx_queues = ch.rx_count + ch.combined_count;
         info.tx_queues = ch.tx_count + ch.combined_count;
@@ -189,7 +220,11 @@ impl DriverStats {
         if fd < 0 {
             return None;
         }
-        let mut s = DriverStats { sock: Sock(fd), name: name.to_string(), names: Vec::new() };
+        let mut s = DriverStats {
+            sock: Sock(fd),
+            name: name.to_string(),
+            names: Vec::new(),
+        };
         s.names = s.read_names()?;
         (!s.names.is_empty()).then_some(s)
     }
@@ -203,7 +238,12 @@ impl DriverStats {
             mask: u64,
             data: [u32; 1],
         }
-        let mut info = SsetInfo { cmd: ETHTOOL_GSSET_INFO, reserved: 0, mask: 1 << ETH_SS_STATS, data: [0] };
+        let mut info = SsetInfo {
+            cmd: ETHTOOL_GSSET_INFO,
+            reserved: 0,
+            mask: 1 << ETH_SS_STATS,
+            data: [0],
+        };
         (ioctl(&self.sock, &self.name, &mut info) && info.mask & (1 << ETH_SS_STATS) != 0)
             .then_some(info.data[0])
             .filter(|&n| n > 0 && n <= MAX_STATS)
@@ -220,7 +260,12 @@ impl DriverStats {
             return None;
         }
         let got = (u32::from_ne_bytes(buf[8..12].try_into().ok()?) as usize).min(n);
-        Some(buf[12..12 + got * ETH_GSTRING_LEN].chunks(ETH_GSTRING_LEN).map(cstr).collect())
+        Some(
+            buf[12..12 + got * ETH_GSTRING_LEN]
+                .chunks(ETH_GSTRING_LEN)
+                .map(cstr)
+                .collect(),
+        )
     }
 
     /// Every named statistic's value now; None: the device could not be asked.
@@ -229,9 +274,14 @@ impl DriverStats {
         // struct ethtool_stats: cmd, n_stats, then n_stats u64 (8-byte aligned at offset 8).
         let mut buf = vec![0u64; 1 + n];
         let head = (u64::from(ETHTOOL_GSTATS)) | (u64::from(n as u32) << 32);
-        buf[0] = if cfg!(target_endian = "little") { head } else { head.rotate_left(32) };
+        buf[0] = if cfg!(target_endian = "little") {
+            head
+        } else {
+            head.rotate_left(32)
+        };
         // SAFETY: a u64 buffer seen as bytes, of its own length.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<u8>(), buf.len() * 8) };
+        let bytes =
+            unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<u8>(), buf.len() * 8) };
         if !ioctl_buf(&self.sock, &self.name, bytes) {
             return None;
         }
@@ -241,13 +291,24 @@ impl DriverStats {
             self.names = self.read_names().unwrap_or_default();
             return None;
         }
-        Some(self.names.iter().map(String::as_str).zip(buf[1..].iter().copied()).collect())
+        Some(
+            self.names
+                .iter()
+                .map(String::as_str)
+                .zip(buf[1..].iter().copied())
+                .collect(),
+        )
     }
 }
 
 fn ioctl_buf(sock: &Sock, name: &str, buf: &mut [u8]) -> bool {
-    let mut req = IfReq { name: [0; libc::IFNAMSIZ], data: buf.as_mut_ptr().cast(), _pad: [0; 16] };
-    req.name[..name.len().min(libc::IFNAMSIZ - 1)].copy_from_slice(&name.as_bytes()[..name.len().min(libc::IFNAMSIZ - 1)]);
+    let mut req = IfReq {
+        name: [0; libc::IFNAMSIZ],
+        data: buf.as_mut_ptr().cast(),
+        _pad: [0; 16],
+    };
+    req.name[..name.len().min(libc::IFNAMSIZ - 1)]
+        .copy_from_slice(&name.as_bytes()[..name.len().min(libc::IFNAMSIZ - 1)]);
     // SAFETY: req points at a live buffer laid out as the ethtool command in its first word.
     unsafe { libc::ioctl(sock.0, SIOCETHTOOL as _, &mut req) == 0 }
 }
@@ -263,7 +324,10 @@ mod tests {
         assert_eq!(e, "interface 'ddsnd' not found in network namespace 'ddio-ux-rcv', which has lo, ddrcv; check the name, or the namespace");
         assert!(!e.contains("pass --netns"));
         let e = not_found("ddrcv", None, &["lo".to_string(), "eth0".to_string()]);
-        assert!(e.contains("this network namespace, which has lo, eth0") && e.contains("pass --netns"), "{e}");
+        assert!(
+            e.contains("this network namespace, which has lo, eth0") && e.contains("pass --netns"),
+            "{e}"
+        );
         let many: Vec<String> = (0..10).map(|i| format!("v{i}")).collect();
         assert!(not_found("x", None, &many).contains("v7 and 2 more"));
         // This host's own namespace has at least loopback.

@@ -152,13 +152,23 @@ pub fn llc_from_sysfs(sys_root: &Path) -> Option<CacheInfo> {
         if kind != "Unified" && kind != "Data" {
             continue;
         }
-        let level: u32 = read_trim(&p.join("level")).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let level: u32 = read_trim(&p.join("level"))
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
         let info = CacheInfo {
             level,
-            size_bytes: read_trim(&p.join("size")).and_then(|s| parse_size(&s)).unwrap_or(0),
-            ways: read_trim(&p.join("ways_of_associativity")).and_then(|s| s.parse().ok()).unwrap_or(0),
-            sets: read_trim(&p.join("number_of_sets")).and_then(|s| s.parse().ok()).unwrap_or(0),
-            line_bytes: read_trim(&p.join("coherency_line_size")).and_then(|s| s.parse().ok()).unwrap_or(64),
+            size_bytes: read_trim(&p.join("size"))
+                .and_then(|s| parse_size(&s))
+                .unwrap_or(0),
+            ways: read_trim(&p.join("ways_of_associativity"))
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0),
+            sets: read_trim(&p.join("number_of_sets"))
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0),
+            line_bytes: read_trim(&p.join("coherency_line_size"))
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(64),
             shared_cpus: read_trim(&p.join("shared_cpu_list")).unwrap_or_default(),
         };
         if best.as_ref().is_none_or(|b| level > b.level) {
@@ -175,7 +185,9 @@ pub fn parse_cpuinfo(text: &str) -> (String, String, Option<u32>, Option<u32>, O
     let (mut fam, mut model, mut step) = (None, None, None);
     let mut ncpus = 0;
     for line in text.lines() {
-        let Some((k, v)) = line.split_once(':') else { continue };
+        let Some((k, v)) = line.split_once(':') else {
+            continue;
+        };
         let (k, v) = (k.trim(), v.trim());
         match k {
             "processor" => ncpus += 1,
@@ -194,11 +206,18 @@ pub fn parse_cpuinfo(text: &str) -> (String, String, Option<u32>, Option<u32>, O
 pub fn parse_irqs(interrupts: &str, iface: &str, bus_info: Option<&str>) -> Vec<(u32, String)> {
     let mut out = Vec::new();
     for line in interrupts.lines().skip(1) {
-        let Some((num, rest)) = line.split_once(':') else { continue };
-        let Ok(irq) = num.trim().parse::<u32>() else { continue };
+        let Some((num, rest)) = line.split_once(':') else {
+            continue;
+        };
+        let Ok(irq) = num.trim().parse::<u32>() else {
+            continue;
+        };
         let name = rest.split_whitespace().last().unwrap_or("");
         let matches_iface = name.starts_with(iface)
-            && name[iface.len()..].chars().next().is_none_or(|c| c == '-' || c == '_' || c == '@');
+            && name[iface.len()..]
+                .chars()
+                .next()
+                .is_none_or(|c| c == '-' || c == '_' || c == '@');
         let matches_bus = bus_info.is_some_and(|b| !b.is_empty() && name.contains(b));
         if matches_iface || matches_bus {
             out.push((irq, name.to_string()));
@@ -209,13 +228,16 @@ pub fn parse_irqs(interrupts: &str, iface: &str, bus_info: Option<&str>) -> Vec<
 
 pub fn host_live() -> HostInfo {
     let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let (cpu_model, cpu_vendor, cpu_family, cpu_model_id, cpu_stepping, ncpus) = parse_cpuinfo(&cpuinfo);
+    let (cpu_model, cpu_vendor, cpu_family, cpu_model_id, cpu_stepping, ncpus) =
+        parse_cpuinfo(&cpuinfo);
     let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
     // SAFETY: uname fills the struct it is given.
     let (hostname, kernel) = if unsafe { libc::uname(&mut uts) } == 0 {
         let f = |b: &[libc::c_char]| {
             // SAFETY: uname NUL-terminates every field.
-            unsafe { std::ffi::CStr::from_ptr(b.as_ptr()) }.to_string_lossy().into_owned()
+            unsafe { std::ffi::CStr::from_ptr(b.as_ptr()) }
+                .to_string_lossy()
+                .into_owned()
         };
         (f(&uts.nodename), f(&uts.release))
     } else {
@@ -241,7 +263,12 @@ pub fn cpu_nodes(sys_root: &Path) -> BTreeMap<u32, i32> {
     if let Ok(rd) = fs::read_dir(sys_root.join("devices/system/node")) {
         for e in rd.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            let Some(n) = name.strip_prefix("node").and_then(|n| n.parse::<i32>().ok()) else { continue };
+            let Some(n) = name
+                .strip_prefix("node")
+                .and_then(|n| n.parse::<i32>().ok())
+            else {
+                continue;
+            };
             if let Some(list) = read_trim(&e.path().join("cpulist")) {
                 for c in parse_cpu_list(&list) {
                     map.insert(c, n);
@@ -257,11 +284,13 @@ pub fn cpu_nodes(sys_root: &Path) -> BTreeMap<u32, i32> {
 pub fn package_of_node(sys_root: &Path, node: i32) -> Option<u32> {
     let cpus = read_trim(&sys_root.join(format!("devices/system/node/node{node}/cpulist")))?;
     let cpu = *parse_cpu_list(&cpus).first()?;
-    read_trim(&sys_root.join(format!("devices/system/cpu/cpu{cpu}/topology/physical_package_id")))?
-        .parse::<i64>()
-        .ok()
-        .filter(|p| *p >= 0)
-        .map(|p| p as u32)
+    read_trim(&sys_root.join(format!(
+        "devices/system/cpu/cpu{cpu}/topology/physical_package_id"
+    )))?
+    .parse::<i64>()
+    .ok()
+    .filter(|p| *p >= 0)
+    .map(|p| p as u32)
 }
 
 impl IfaceInfo {
@@ -269,7 +298,8 @@ impl IfaceInfo {
     /// stored name the NUMA node only, which is the package on hosts without sub-NUMA
     /// clustering; 0 when nothing is known.
     pub fn counter_socket(&self) -> u32 {
-        self.socket.unwrap_or_else(|| self.numa_node.unwrap_or(0).max(0) as u32)
+        self.socket
+            .unwrap_or_else(|| self.numa_node.unwrap_or(0).max(0) as u32)
     }
 }
 
@@ -278,7 +308,10 @@ impl IfaceInfo {
 pub fn pci_root_of(device_path: &str) -> Option<(u16, u8)> {
     let comp = device_path.split('/').find_map(|c| c.strip_prefix("pci"))?;
     let (seg, bus) = comp.split_once(':')?;
-    Some((u16::from_str_radix(seg, 16).ok()?, u8::from_str_radix(bus, 16).ok()?))
+    Some((
+        u16::from_str_radix(seg, 16).ok()?,
+        u8::from_str_radix(bus, 16).ok()?,
+    ))
 }
 
 /// Where named network namespaces live (iproute2's convention).
@@ -303,12 +336,17 @@ pub fn resolve_iface_live(iface: &str, netns: Option<&str>) -> Result<IfaceInfo>
         bail!("'{iface}' is not a valid interface name");
     }
     let ns_file = match netns {
-        Some(n) => Some(fs::File::open(netns_path(n)?).with_context(|| format!("opening network namespace '{n}'"))?),
+        Some(n) => Some(
+            fs::File::open(netns_path(n)?)
+                .with_context(|| format!("opening network namespace '{n}'"))?,
+        ),
         None => None,
     };
     let netns_inode = match &ns_file {
         Some(f) => f.metadata()?.ino() as u32,
-        None => fs::metadata("/proc/self/ns/net").context("reading /proc/self/ns/net")?.ino() as u32,
+        None => fs::metadata("/proc/self/ns/net")
+            .context("reading /proc/self/ns/net")?
+            .ino() as u32,
     };
     let name = iface.to_string();
     let ns_fd = ns_file.as_ref().map(|f| f.as_raw_fd());
@@ -318,7 +356,10 @@ pub fn resolve_iface_live(iface: &str, netns: Option<&str>) -> Result<IfaceInfo>
                 // SAFETY: fd is an open nsfs file; setns only affects this thread.
                 if unsafe { libc::setns(fd, libc::CLONE_NEWNET) } != 0 {
                     let e = std::io::Error::last_os_error();
-                    bail!("entering the network namespace: {} (need root / CAP_SYS_ADMIN)", e);
+                    bail!(
+                        "entering the network namespace: {} (need root / CAP_SYS_ADMIN)",
+                        e
+                    );
                 }
             }
             ethtool::query(&name, netns)
@@ -335,30 +376,49 @@ pub fn resolve_iface_live(iface: &str, netns: Option<&str>) -> Result<IfaceInfo>
     }
     if let Some(bus) = info.bus_info.clone().filter(|b| !b.is_empty()) {
         let dev = Path::new("/sys/bus/pci/devices").join(&bus);
-        info.numa_node = read_trim(&dev.join("numa_node")).and_then(|s| s.parse().ok()).filter(|n: &i32| *n >= 0);
-        if let Some((seg, rb)) = fs::canonicalize(&dev).ok().and_then(|p| pci_root_of(&p.to_string_lossy())) {
+        info.numa_node = read_trim(&dev.join("numa_node"))
+            .and_then(|s| s.parse().ok())
+            .filter(|n: &i32| *n >= 0);
+        if let Some((seg, rb)) = fs::canonicalize(&dev)
+            .ok()
+            .and_then(|p| pci_root_of(&p.to_string_lossy()))
+        {
             // The IIO stack behind this root bus (and its die) is the counters' to find:
             // `counters::sysfs::place_on_iio`.
             info.pci_root = Some(format!("{seg:04x}:{rb:02x}"));
         }
         if info.socket.is_none() {
-            info.socket = info.numa_node.and_then(|n| package_of_node(Path::new("/sys"), n));
+            info.socket = info
+                .numa_node
+                .and_then(|n| package_of_node(Path::new("/sys"), n));
         }
     }
     let interrupts = fs::read_to_string("/proc/interrupts").unwrap_or_default();
     for (irq, irq_name) in parse_irqs(&interrupts, iface, info.bus_info.as_deref()) {
-        let cpus = read_trim(Path::new(&format!("/proc/irq/{irq}/effective_affinity_list")))
-            .or_else(|| read_trim(Path::new(&format!("/proc/irq/{irq}/smp_affinity_list"))))
-            .map(|s| parse_cpu_list(&s))
-            .unwrap_or_default();
-        info.irqs.insert(irq, IrqInfo { name: irq_name, cpus });
+        let cpus = read_trim(Path::new(&format!(
+            "/proc/irq/{irq}/effective_affinity_list"
+        )))
+        .or_else(|| read_trim(Path::new(&format!("/proc/irq/{irq}/smp_affinity_list"))))
+        .map(|s| parse_cpu_list(&s))
+        .unwrap_or_default();
+        info.irqs.insert(
+            irq,
+            IrqInfo {
+                name: irq_name,
+                cpus,
+            },
+        );
     }
     Ok(info)
 }
 
 fn count_queues(sys_root: &Path, iface: &str, prefix: &str) -> u32 {
     fs::read_dir(sys_root.join("class/net").join(iface).join("queues"))
-        .map(|rd| rd.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(prefix)).count() as u32)
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+                .count() as u32
+        })
         .unwrap_or(0)
 }
 
@@ -372,7 +432,12 @@ mod tests {
     fn nic_socket_is_the_package_of_its_node() {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path();
-        for (node, cpus, pkg) in [(0, "0-3", 0), (1, "4-7", 0), (2, "8-11", 1), (3, "12-15", 1)] {
+        for (node, cpus, pkg) in [
+            (0, "0-3", 0),
+            (1, "4-7", 0),
+            (2, "8-11", 1),
+            (3, "12-15", 1),
+        ] {
             let nd = root.join(format!("devices/system/node/node{node}"));
             fs::create_dir_all(&nd).expect("node dir");
             fs::write(nd.join("cpulist"), format!("{cpus}\n")).expect("cpulist");
@@ -388,7 +453,11 @@ mod tests {
         let got: Vec<Option<u32>> = (0..6).map(|n| package_of_node(root, n)).collect();
         assert_eq!(got, vec![Some(0), Some(0), Some(1), Some(1), None, None]);
 
-        let on_node = |numa_node: Option<i32>, socket: Option<u32>| IfaceInfo { numa_node, socket, ..Default::default() };
+        let on_node = |numa_node: Option<i32>, socket: Option<u32>| IfaceInfo {
+            numa_node,
+            socket,
+            ..Default::default()
+        };
         // Recorded package first (here node 2 sits on package 1); older recordings: the node.
         assert_eq!(on_node(Some(2), Some(1)).counter_socket(), 1);
         assert_eq!(on_node(Some(1), None).counter_socket(), 1);
@@ -396,13 +465,21 @@ mod tests {
     }
 
     fn fixture(p: &str) -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/topology").join(p)
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/topology")
+            .join(p)
     }
 
     #[test]
     fn root_bus_of_a_nic() {
-        assert_eq!(pci_root_of("/sys/devices/pci0000:5d/0000:5d:00.0/0000:5e:00.0"), Some((0, 0x5d)));
-        assert_eq!(pci_root_of("/sys/devices/pci0001:a0/0001:a0:02.0/0001:a1:00.1"), Some((1, 0xa0)));
+        assert_eq!(
+            pci_root_of("/sys/devices/pci0000:5d/0000:5d:00.0/0000:5e:00.0"),
+            Some((0, 0x5d))
+        );
+        assert_eq!(
+            pci_root_of("/sys/devices/pci0001:a0/0001:a0:02.0/0001:a1:00.1"),
+            Some((1, 0xa0))
+        );
         assert_eq!(pci_root_of("/sys/devices/virtual/net/veth0"), None);
     }
 
@@ -412,7 +489,10 @@ mod tests {
         assert_eq!(parse_cpu_list(""), Vec::<u32>::new());
         // Damaged lists (found by fuzzing): no CPU past any kernel's count, no unbounded list.
         assert_eq!(parse_cpu_list("0-3333333333,5"), vec![5]);
-        assert_eq!(parse_cpu_list(&"0-65535,".repeat(100)).len(), MAX_CPUS as usize);
+        assert_eq!(
+            parse_cpu_list(&"0-65535,".repeat(100)).len(),
+            MAX_CPUS as usize
+        );
         assert_eq!(parse_size("99999999999999999999G"), None);
         assert_eq!(parse_size("99999999999G"), None);
         assert_eq!(parse_size("36608K"), Some(36608 * 1024));
@@ -444,7 +524,17 @@ mod tests {
         let text = fs::read_to_string(fixture("interrupts-mlx5")).expect("fixture");
         let irqs = parse_irqs(&text, "ens1f0", Some("0000:5e:00.0"));
         let names: Vec<_> = irqs.iter().map(|(_, n)| n.as_str()).collect();
-        assert_eq!(names, vec!["mlx5_comp0@pci:0000:5e:00.0", "mlx5_comp1@pci:0000:5e:00.0", "ens1f0-TxRx-2"]);
-        assert!(parse_irqs(&text, "ens1", None).is_empty(), "a prefix of another name must not match");
+        assert_eq!(
+            names,
+            vec![
+                "mlx5_comp0@pci:0000:5e:00.0",
+                "mlx5_comp1@pci:0000:5e:00.0",
+                "ens1f0-TxRx-2"
+            ]
+        );
+        assert!(
+            parse_irqs(&text, "ens1", None).is_empty(),
+            "a prefix of another name must not match"
+        );
     }
 }

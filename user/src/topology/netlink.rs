@@ -66,7 +66,10 @@ impl Netlink {
     /// stall the caller.
     pub fn open(protocol: i32, netns: Option<&Path>) -> Result<Netlink> {
         let file = match netns {
-            Some(p) => Some(std::fs::File::open(p).with_context(|| format!("opening network namespace {}", p.display()))?),
+            Some(p) => Some(
+                std::fs::File::open(p)
+                    .with_context(|| format!("opening network namespace {}", p.display()))?,
+            ),
             None => None,
         };
         let fd = file.as_ref().map(|f| f.as_raw_fd());
@@ -75,13 +78,25 @@ impl Netlink {
                 if let Some(fd) = fd {
                     // SAFETY: fd is an open nsfs file; setns affects this thread only.
                     if unsafe { libc::setns(fd, libc::CLONE_NEWNET) } != 0 {
-                        bail!("entering the network namespace: {}", std::io::Error::last_os_error());
+                        bail!(
+                            "entering the network namespace: {}",
+                            std::io::Error::last_os_error()
+                        );
                     }
                 }
                 // SAFETY: plain socket creation; the fd is owned right after.
-                let raw = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, protocol) };
+                let raw = unsafe {
+                    libc::socket(
+                        libc::AF_NETLINK,
+                        libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                        protocol,
+                    )
+                };
                 if raw < 0 {
-                    bail!("opening a netlink socket: {}", std::io::Error::last_os_error());
+                    bail!(
+                        "opening a netlink socket: {}",
+                        std::io::Error::last_os_error()
+                    );
                 }
                 // SAFETY: raw is a socket this thread just created.
                 Ok(unsafe { OwnedFd::from_raw_fd(raw) })
@@ -89,7 +104,10 @@ impl Netlink {
             .join()
             .map_err(|_| anyhow::anyhow!("netlink thread panicked"))?
         })?;
-        let tv = libc::timeval { tv_sec: 1, tv_usec: 0 };
+        let tv = libc::timeval {
+            tv_sec: 1,
+            tv_usec: 0,
+        };
         // SAFETY: a valid socket and a timeval of the size given.
         unsafe {
             libc::setsockopt(
@@ -105,7 +123,12 @@ impl Netlink {
 
     /// A socket like `open`'s that also listens to the multicast `groups` (a bitmask, group n
     /// at bit n - 1), with a receive buffer of at least `rcvbuf` bytes where the kernel allows.
-    pub fn subscribe(protocol: i32, netns: Option<&Path>, groups: u32, rcvbuf: usize) -> Result<Netlink> {
+    pub fn subscribe(
+        protocol: i32,
+        netns: Option<&Path>,
+        groups: u32,
+        rcvbuf: usize,
+    ) -> Result<Netlink> {
         let nl = Netlink::open(protocol, netns)?;
         // SAFETY: sockaddr_nl is plain data; zero is a valid value for every field.
         let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
@@ -120,13 +143,22 @@ impl Netlink {
             )
         };
         if bound != 0 {
-            bail!("listening to netlink groups {groups:#x}: {}", std::io::Error::last_os_error());
+            bail!(
+                "listening to netlink groups {groups:#x}: {}",
+                std::io::Error::last_os_error()
+            );
         }
         let size = rcvbuf as libc::c_int;
         for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
             // SAFETY: a valid socket and an int option of the size given.
             let set = unsafe {
-                libc::setsockopt(nl.sock.as_raw_fd(), libc::SOL_SOCKET, opt, (&size as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as u32)
+                libc::setsockopt(
+                    nl.sock.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    opt,
+                    (&size as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as u32,
+                )
             };
             if set == 0 {
                 break;
@@ -143,7 +175,14 @@ impl Netlink {
         let mut buf = vec![0u8; 64 * 1024];
         loop {
             // SAFETY: a valid socket and a buffer of the length given.
-            let n = unsafe { libc::recv(self.sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+            let n = unsafe {
+                libc::recv(
+                    self.sock.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
             if n < 0 {
                 match std::io::Error::last_os_error().raw_os_error() {
                     Some(libc::ENOBUFS) => {
@@ -156,7 +195,8 @@ impl Netlink {
             }
             let mut b = &buf[..n as usize];
             while b.len() >= NLMSG_HDR {
-                let len = (u32::from_ne_bytes([b[0], b[1], b[2], b[3]]) as usize).clamp(NLMSG_HDR, b.len());
+                let len = (u32::from_ne_bytes([b[0], b[1], b[2], b[3]]) as usize)
+                    .clamp(NLMSG_HDR, b.len());
                 let t = u16::from_ne_bytes([b[4], b[5]]);
                 if t != NLMSG_DONE && t != NLMSG_ERROR {
                     out.push(b[NLMSG_HDR..len].to_vec());
@@ -187,13 +227,15 @@ impl Netlink {
         let mut buf = vec![0u8; 64 * 1024];
         loop {
             // SAFETY: a valid socket and a buffer of the length given.
-            let n = unsafe { libc::recv(self.sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+            let n =
+                unsafe { libc::recv(self.sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
             if n < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             let mut b = &buf[..n as usize];
             while b.len() >= NLMSG_HDR {
-                let len = (u32::from_ne_bytes([b[0], b[1], b[2], b[3]]) as usize).clamp(NLMSG_HDR, b.len());
+                let len = (u32::from_ne_bytes([b[0], b[1], b[2], b[3]]) as usize)
+                    .clamp(NLMSG_HDR, b.len());
                 let t = u16::from_ne_bytes([b[4], b[5]]);
                 let seq = u32::from_ne_bytes([b[8], b[9], b[10], b[11]]);
                 let msg = &b[..len];
@@ -205,7 +247,9 @@ impl Netlink {
                 match t {
                     NLMSG_DONE => return Ok(out),
                     NLMSG_ERROR => {
-                        let errno = msg.get(NLMSG_HDR..NLMSG_HDR + 4).map_or(0, |e| -i32::from_ne_bytes([e[0], e[1], e[2], e[3]]));
+                        let errno = msg
+                            .get(NLMSG_HDR..NLMSG_HDR + 4)
+                            .map_or(0, |e| -i32::from_ne_bytes([e[0], e[1], e[2], e[3]]));
                         if errno != 0 {
                             return Err(std::io::Error::from_raw_os_error(errno));
                         }
@@ -231,7 +275,11 @@ impl Netlink {
         match self.request(GENL_ID_CTRL, 0, &body) {
             Ok(msgs) => Ok(msgs
                 .first()
-                .and_then(|m| attrs(m.get(4..)?).into_iter().find(|(k, _)| *k == CTRL_ATTR_FAMILY_ID))
+                .and_then(|m| {
+                    attrs(m.get(4..)?)
+                        .into_iter()
+                        .find(|(k, _)| *k == CTRL_ATTR_FAMILY_ID)
+                })
                 .and_then(|(_, v)| uint(v))
                 .map(|v| v as u16)),
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),

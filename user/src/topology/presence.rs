@@ -69,14 +69,25 @@ pub struct LinkTotals {
 /// The link's totals in an RTM_NEWLINK answer (struct rtnl_link_stats64 opens with
 /// rx_packets, tx_packets, rx_bytes, tx_bytes).
 fn link_totals(body: &[u8]) -> Option<LinkTotals> {
-    let (_, v) = attrs(body.get(IFINFOMSG..)?).into_iter().find(|(k, _)| *k == IFLA_STATS64)?;
-    let word = |i: usize| v.get(i * 8..i * 8 + 8).and_then(|b| b.try_into().ok()).map(u64::from_ne_bytes);
-    Some(LinkTotals { packets: [word(0)?, word(1)?], bytes: [word(2)?, word(3)?] })
+    let (_, v) = attrs(body.get(IFINFOMSG..)?)
+        .into_iter()
+        .find(|(k, _)| *k == IFLA_STATS64)?;
+    let word = |i: usize| {
+        v.get(i * 8..i * 8 + 8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_ne_bytes)
+    };
+    Some(LinkTotals {
+        packets: [word(0)?, word(1)?],
+        bytes: [word(2)?, word(3)?],
+    })
 }
 
 /// The link's name in an RTM_NEWLINK answer (its body after the netlink header).
 pub(crate) fn link_name_of(body: &[u8]) -> Option<String> {
-    let (_, v) = attrs(body.get(IFINFOMSG..)?).into_iter().find(|(k, _)| *k == IFLA_IFNAME)?;
+    let (_, v) = attrs(body.get(IFINFOMSG..)?)
+        .into_iter()
+        .find(|(k, _)| *k == IFLA_IFNAME)?;
     let v = v.split(|&b| b == 0).next().unwrap_or(v);
     Some(String::from_utf8_lossy(v).into_owned())
 }
@@ -84,20 +95,40 @@ pub(crate) fn link_name_of(body: &[u8]) -> Option<String> {
 impl DeviceWatch {
     /// Watch `iface` (resolved with `resolve_iface_live`, in its namespace if it has one).
     pub fn open(iface: &IfaceInfo) -> Result<DeviceWatch> {
-        let netns = iface.netns.as_ref().map(|n| (n.clone(), std::path::Path::new(super::NETNS_RUN_DIR).join(n), iface.netns_inode));
+        let netns = iface.netns.as_ref().map(|n| {
+            (
+                n.clone(),
+                std::path::Path::new(super::NETNS_RUN_DIR).join(n),
+                iface.netns_inode,
+            )
+        });
         let path = netns.as_ref().map(|(_, p, _)| p.as_path());
         let nl = Netlink::open(libc::NETLINK_ROUTE, path)?;
         // Without it a move reads as a removal: worth a watch, not worth failing over.
         let events = Netlink::subscribe(libc::NETLINK_ROUTE, path, RTMGRP_LINK, 256 * 1024).ok();
-        Ok(DeviceWatch { nl, events, name: iface.name.clone(), ifindex: iface.ifindex, netns })
+        Ok(DeviceWatch {
+            nl,
+            events,
+            name: iface.name.clone(),
+            ifindex: iface.ifindex,
+            netns,
+        })
     }
 
     /// Whether a queued link notification says our device left for another namespace.
     fn moved(&mut self) -> bool {
-        let Some(events) = self.events.as_mut() else { return false };
-        let ours = |body: &[u8]| body.get(4..8).is_some_and(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]) == self.ifindex);
+        let Some(events) = self.events.as_mut() else {
+            return false;
+        };
+        let ours = |body: &[u8]| {
+            body.get(4..8)
+                .is_some_and(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]) == self.ifindex)
+        };
         events.drain().0.iter().any(|body| {
-            ours(body) && body.get(IFINFOMSG..).is_some_and(|a| attrs(a).iter().any(|(k, _)| *k == IFLA_NEW_NETNSID))
+            ours(body)
+                && body
+                    .get(IFINFOMSG..)
+                    .is_some_and(|a| attrs(a).iter().any(|(k, _)| *k == IFLA_NEW_NETNSID))
         })
     }
 
@@ -108,7 +139,10 @@ impl DeviceWatch {
 
     /// The interface's own packet and byte totals now (None: it could not be asked).
     pub fn link_totals(&mut self) -> Option<LinkTotals> {
-        let msgs = self.nl.request(RTM_GETLINK, 0, &getlink_body(self.ifindex)).ok()?;
+        let msgs = self
+            .nl
+            .request(RTM_GETLINK, 0, &getlink_body(self.ifindex))
+            .ok()?;
         msgs.first().and_then(|m| link_totals(m))
     }
 
@@ -118,22 +152,43 @@ impl DeviceWatch {
             match std::fs::metadata(path) {
                 Ok(m) if m.ino() as u32 == *inode => {}
                 Ok(_) => {
-                    return Ok(Presence::Gone(Gone::NetnsDeleted, format!("network namespace '{name}' was deleted and made anew")))
+                    return Ok(Presence::Gone(
+                        Gone::NetnsDeleted,
+                        format!("network namespace '{name}' was deleted and made anew"),
+                    ))
                 }
-                Err(_) => return Ok(Presence::Gone(Gone::NetnsDeleted, format!("network namespace '{name}' was deleted"))),
+                Err(_) => {
+                    return Ok(Presence::Gone(
+                        Gone::NetnsDeleted,
+                        format!("network namespace '{name}' was deleted"),
+                    ))
+                }
             }
         }
         match self.nl.request(RTM_GETLINK, 0, &getlink_body(self.ifindex)) {
             Err(e) if e.raw_os_error() == Some(libc::ENODEV) => Ok(if self.moved() {
-                Presence::Gone(Gone::Moved, format!("interface {} was moved to another network namespace", self.name))
+                Presence::Gone(
+                    Gone::Moved,
+                    format!(
+                        "interface {} was moved to another network namespace",
+                        self.name
+                    ),
+                )
             } else {
-                Presence::Gone(Gone::Removed, format!("interface {} was removed", self.name))
+                Presence::Gone(
+                    Gone::Removed,
+                    format!("interface {} was removed", self.name),
+                )
             }),
             Err(e) => bail!("asking netlink for interface {}: {e}", self.name),
             Ok(msgs) => Ok(match msgs.first().and_then(|m| link_name_of(m)) {
-                Some(n) if !n.is_empty() && n != self.name => {
-                    Presence::Gone(Gone::Removed, format!("interface {} was removed (its index now names {n})", self.name))
-                }
+                Some(n) if !n.is_empty() && n != self.name => Presence::Gone(
+                    Gone::Removed,
+                    format!(
+                        "interface {} was removed (its index now names {n})",
+                        self.name
+                    ),
+                ),
                 _ => Presence::Present,
             }),
         }
@@ -159,6 +214,12 @@ mod tests {
             stats[i * 8..i * 8 + 8].copy_from_slice(&v.to_ne_bytes());
         }
         body.extend(attr(IFLA_STATS64, &stats));
-        assert_eq!(link_totals(&body), Some(LinkTotals { packets: [11, 22], bytes: [1100, 2200] }));
+        assert_eq!(
+            link_totals(&body),
+            Some(LinkTotals {
+                packets: [11, 22],
+                bytes: [1100, 2200]
+            })
+        );
     }
 }

@@ -33,28 +33,60 @@ struct Qdisc<'a> {
 }
 
 fn parse(msg: &[u8], ifindex: u32) -> Option<Qdisc<'_>> {
-    let word = |i: usize| msg.get(i..i + 4).and_then(|b| b.try_into().ok()).map(u32::from_ne_bytes);
+    let word = |i: usize| {
+        msg.get(i..i + 4)
+            .and_then(|b| b.try_into().ok())
+            .map(u32::from_ne_bytes)
+    };
     if word(4)? != ifindex {
         return None;
     }
     let parent = word(12)?;
     let a = attrs(msg.get(TCMSG..)?);
-    let kind = a.iter().find(|(t, _)| *t == TCA_KIND).map(|(_, v)| v.split(|&b| b == 0).next().unwrap_or(v))?;
-    let stats = a.iter().find(|(t, _)| *t == TCA_STATS2).map(|(_, v)| attrs(v)).unwrap_or_default();
+    let kind = a
+        .iter()
+        .find(|(t, _)| *t == TCA_KIND)
+        .map(|(_, v)| v.split(|&b| b == 0).next().unwrap_or(v))?;
+    let stats = a
+        .iter()
+        .find(|(t, _)| *t == TCA_STATS2)
+        .map(|(_, v)| attrs(v))
+        .unwrap_or_default();
     // gnet_stats_basic: u64 bytes, u32 packets (which wraps); the 64-bit count where the
     // kernel gives it.
-    let basic = stats.iter().find(|(t, _)| *t == TCA_STATS_BASIC).map(|(_, v)| *v)?;
-    let bytes = basic.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_ne_bytes)?;
-    let packets32 = basic.get(8..12).and_then(|b| b.try_into().ok()).map(u32::from_ne_bytes).map(u64::from)?;
-    let packets = stats.iter().find(|(t, _)| *t == TCA_STATS_PKT64).and_then(|(_, v)| uint(v)).unwrap_or(packets32);
-    Some(Qdisc { parent, kind, bytes, packets })
+    let basic = stats
+        .iter()
+        .find(|(t, _)| *t == TCA_STATS_BASIC)
+        .map(|(_, v)| *v)?;
+    let bytes = basic
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_ne_bytes)?;
+    let packets32 = basic
+        .get(8..12)
+        .and_then(|b| b.try_into().ok())
+        .map(u32::from_ne_bytes)
+        .map(u64::from)?;
+    let packets = stats
+        .iter()
+        .find(|(t, _)| *t == TCA_STATS_PKT64)
+        .and_then(|(_, v)| uint(v))
+        .unwrap_or(packets32);
+    Some(Qdisc {
+        parent,
+        kind,
+        bytes,
+        packets,
+    })
 }
 
 /// The per-queue TX counts of `ifindex` in a qdisc dump: the children of an `mq` root, whose
 /// parent's minor number is the queue's number plus one. Empty without an `mq` root.
 pub fn tx_queues(msgs: &[Vec<u8>], ifindex: u32) -> Vec<QueueStat> {
     let all: Vec<Qdisc> = msgs.iter().filter_map(|m| parse(m, ifindex)).collect();
-    let Some(root) = all.iter().find(|q| q.parent == TC_H_ROOT) else { return Vec::new() };
+    let Some(root) = all.iter().find(|q| q.parent == TC_H_ROOT) else {
+        return Vec::new();
+    };
     if root.kind != b"mq" {
         return Vec::new();
     }
@@ -79,7 +111,14 @@ mod tests {
     use super::*;
     use crate::topology::netlink::attr;
 
-    fn qdisc(ifindex: u32, parent: u32, kind: &str, bytes: u64, packets: u32, pkt64: Option<u64>) -> Vec<u8> {
+    fn qdisc(
+        ifindex: u32,
+        parent: u32,
+        kind: &str,
+        bytes: u64,
+        packets: u32,
+        pkt64: Option<u64>,
+    ) -> Vec<u8> {
         let mut m = vec![0u8; TCMSG];
         m[4..8].copy_from_slice(&ifindex.to_ne_bytes());
         m[12..16].copy_from_slice(&parent.to_ne_bytes());
@@ -105,8 +144,13 @@ mod tests {
         ];
         let q = tx_queues(&dump, 5);
         assert_eq!(
-            q.iter().map(|q| (q.queue, q.packets, q.bytes)).collect::<Vec<_>>(),
-            [(0, Some(5_000_000_000), Some(5000)), (1, Some(40), Some(4000))]
+            q.iter()
+                .map(|q| (q.queue, q.packets, q.bytes))
+                .collect::<Vec<_>>(),
+            [
+                (0, Some(5_000_000_000), Some(5000)),
+                (1, Some(40), Some(4000))
+            ]
         );
         // One root for all queues, or noqueue: nothing per queue.
         assert!(tx_queues(&[qdisc(5, TC_H_ROOT, "fq_codel", 1, 1, None)], 5).is_empty());

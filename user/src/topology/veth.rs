@@ -37,8 +37,11 @@ fn link_of(body: &[u8]) -> Option<(u32, Option<i32>, Option<String>)> {
     let a = attrs(body.get(IFINFOMSG..)?);
     let get = |k: u16| a.iter().find(|(t, _)| *t == k).map(|(_, v)| *v);
     let link = get(IFLA_LINK).and_then(uint)? as u32;
-    let nsid = get(IFLA_LINK_NETNSID).and_then(|v| v.get(..4)).map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
-    let name = get(IFLA_IFNAME).map(|v| String::from_utf8_lossy(v.split(|&b| b == 0).next().unwrap_or(v)).into_owned());
+    let nsid = get(IFLA_LINK_NETNSID)
+        .and_then(|v| v.get(..4))
+        .map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
+    let name = get(IFLA_IFNAME)
+        .map(|v| String::from_utf8_lossy(v.split(|&b| b == 0).next().unwrap_or(v)).into_owned());
     Some((link, nsid, name))
 }
 
@@ -62,20 +65,34 @@ pub fn peer(netns: Option<&Path>, ifindex: u32) -> Option<Peer> {
     let msgs = nl.request(RTM_GETLINK, 0, &getlink_body(ifindex)).ok()?;
     let (peer_ifindex, nsid, _) = link_of(msgs.first()?)?;
     let Some(nsid) = nsid else {
-        let msgs = nl.request(RTM_GETLINK, 0, &getlink_body(peer_ifindex)).ok()?;
+        let msgs = nl
+            .request(RTM_GETLINK, 0, &getlink_body(peer_ifindex))
+            .ok()?;
         let name = super::presence::link_name_of(msgs.first()?)?;
-        return Some(Peer { netns: netns.map(Path::to_path_buf), ifindex: peer_ifindex, name });
+        return Some(Peer {
+            netns: netns.map(Path::to_path_buf),
+            ifindex: peer_ifindex,
+            name,
+        });
     };
     let mut candidates: Vec<PathBuf> = std::fs::read_dir(super::NETNS_RUN_DIR)
         .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
         .unwrap_or_default();
     candidates.sort();
     candidates.push(PathBuf::from("/proc/self/ns/net"));
-    let found = candidates.into_iter().find(|c| nsid_of(&mut nl, c) == Some(nsid))?;
+    let found = candidates
+        .into_iter()
+        .find(|c| nsid_of(&mut nl, c) == Some(nsid))?;
     let mut there = Netlink::open(libc::NETLINK_ROUTE, Some(&found)).ok()?;
-    let msgs = there.request(RTM_GETLINK, 0, &getlink_body(peer_ifindex)).ok()?;
+    let msgs = there
+        .request(RTM_GETLINK, 0, &getlink_body(peer_ifindex))
+        .ok()?;
     let name = super::presence::link_name_of(msgs.first()?)?;
-    Some(Peer { netns: Some(found), ifindex: peer_ifindex, name })
+    Some(Peer {
+        netns: Some(found),
+        ifindex: peer_ifindex,
+        name,
+    })
 }
 
 #[cfg(test)]

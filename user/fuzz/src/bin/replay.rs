@@ -5,7 +5,10 @@ fn main() {
     let name = args.next().unwrap_or_default();
     let Some((_, target)) = ddioscope_fuzz::TARGETS.iter().find(|(n, _)| *n == name) else {
         let names: Vec<_> = ddioscope_fuzz::TARGETS.iter().map(|(n, _)| *n).collect();
-        eprintln!("usage: replay TARGET FILE...  (targets: {})", names.join(", "));
+        eprintln!(
+            "usage: replay TARGET FILE...  (targets: {})",
+            names.join(", ")
+        );
         std::process::exit(2);
     };
     for f in args {

@@ -64,7 +64,14 @@ fn synthetic_file(llc: bool, counters: bool, rx: bool) -> (tempfile::TempDir, Pa
         cpu_model: "Test CPU".into(),
         cpu_vendor: "GenuineIntel".into(),
         ncpus: 4,
-        llc: llc.then(|| CacheInfo { level: 3, size_bytes: 8 << 20, ways: 16, sets: 8192, line_bytes: 64, shared_cpus: "0-3".into() }),
+        llc: llc.then(|| CacheInfo {
+            level: 3,
+            size_bytes: 8 << 20,
+            ways: 16,
+            sets: 8192,
+            line_bytes: 64,
+            shared_cpus: "0-3".into(),
+        }),
         ..Default::default()
     };
     let meta: Vec<(&str, String)> = vec![
@@ -78,7 +85,14 @@ fn synthetic_file(llc: bool, counters: bool, rx: bool) -> (tempfile::TempDir, Pa
         ("counters_source", if counters { "imported" } else { "absent" }.into()),
     ];
     let flow = FlowCounters {
-        key: FlowKey { dir: Dir::Rx, proto: "tcp".into(), src: "fd77::1".into(), sport: 40000, dst: "fd77::2".into(), dport: 5201 },
+        key: FlowKey {
+            dir: Dir::Rx,
+            proto: "tcp".into(),
+            src: "fd77::1".into(),
+            sport: 40000,
+            dst: "fd77::2".into(),
+            dport: 5201,
+        },
         queue: 1,
         packets: 1000,
         bytes: 1_514_000,
@@ -100,8 +114,16 @@ fn synthetic_file(llc: bool, counters: bool, rx: bool) -> (tempfile::TempDir, Pa
                 t_ns: START_NS + (i + 1) * IV_NS,
                 dur_ns: IV_NS,
                 queues,
-                events: EventCounters { sampled: 10, received: 10, ..Default::default() },
-                flows: if i == 4 { vec![flow.clone()] } else { Vec::new() },
+                events: EventCounters {
+                    sampled: 10,
+                    received: 10,
+                    ..Default::default()
+                },
+                flows: if i == 4 {
+                    vec![flow.clone()]
+                } else {
+                    Vec::new()
+                },
                 drop_reasons: if i == 4 { vec![(2, 5)] } else { Vec::new() },
                 ..Default::default()
             }
@@ -111,8 +133,16 @@ fn synthetic_file(llc: bool, counters: bool, rx: bool) -> (tempfile::TempDir, Pa
     if counters {
         for iv in 0..5 {
             rows.push(tor(iv, "UNC_CHA_TOR_INSERTS.IO_ITOM", 100_000.0));
-            rows.push(tor(iv, "UNC_CHA_TOR_INSERTS.IO_HIT_ITOM", 100_000.0 - 10_000.0 * iv as f64));
-            rows.push(tor(iv, "UNC_CHA_TOR_INSERTS.IO_MISS_ITOM", 10_000.0 * iv as f64));
+            rows.push(tor(
+                iv,
+                "UNC_CHA_TOR_INSERTS.IO_HIT_ITOM",
+                100_000.0 - 10_000.0 * iv as f64,
+            ));
+            rows.push(tor(
+                iv,
+                "UNC_CHA_TOR_INSERTS.IO_MISS_ITOM",
+                10_000.0 * iv as f64,
+            ));
         }
     }
     crate::recording::reader::fixture::write_recording(&meta, &snapshots, &rows)
@@ -134,7 +164,11 @@ fn assert_self_contained(html: &str) {
         let before = &rest[..i];
         let after = &rest[i..];
         let is_url = after.starts_with("http://") || after.starts_with("https://");
-        assert!(!is_url || before.ends_with("xmlns=\"") || before.ends_with("xmlns:xlink=\""), "URL in page: {}", &after[..after.len().min(80)]);
+        assert!(
+            !is_url || before.ends_with("xmlns=\"") || before.ends_with("xmlns:xlink=\""),
+            "URL in page: {}",
+            &after[..after.len().min(80)]
+        );
         rest = &after[4..];
     }
     assert!(!html.contains("<script"), "the page needs no script");
@@ -152,20 +186,43 @@ fn renders_every_section_with_charts() {
     assert!(h.starts_with("<!DOCTYPE html>") && h.trim_end().ends_with("</html>"));
     assert_self_contained(&h);
     for id in [
-        "summary", "answer", "verdicts", "verdicts-table", "attribution", "evidence", "tiers", "queues", "latency", "rates",
-        "rates-rx", "rates-tx", "counters", "miss-over-time", "whatif", "whatif-ring", "whatif-ways", "recommendations", "flows",
+        "summary",
+        "answer",
+        "verdicts",
+        "verdicts-table",
+        "attribution",
+        "evidence",
+        "tiers",
+        "queues",
+        "latency",
+        "rates",
+        "rates-rx",
+        "rates-tx",
+        "counters",
+        "miss-over-time",
+        "whatif",
+        "whatif-ring",
+        "whatif-ways",
+        "recommendations",
+        "flows",
         "events",
     ] {
         assert!(h.contains(&format!("id=\"{id}\"")), "missing {id}");
     }
     // The answer comes before the evidence.
-    assert!(h.find("id=\"answer\"") < h.find("id=\"evidence\"") && h.find("id=\"verdicts\"") < h.find("id=\"queues\""));
+    assert!(
+        h.find("id=\"answer\"") < h.find("id=\"evidence\"")
+            && h.find("id=\"verdicts\"") < h.find("id=\"queues\"")
+    );
     // 3 queues x 3 stages with data, 2 rate charts, 1 miss chart, 2 what-if curves.
     assert_eq!(count(&h, "<svg"), 9 + 2 + 1 + 2);
     assert_eq!(count(&h, "<svg"), count(&h, "</svg>"));
     assert_eq!(count(&h, "class=\"card hist\""), 9);
     assert!(h.contains("id=\"lat-rx-1-stack_to_copy\""));
-    assert!(!h.contains("lat-rx-0-driver_to_free"), "a stage without data gets no chart");
+    assert!(
+        !h.contains("lat-rx-0-driver_to_free"),
+        "a stage without data gets no chart"
+    );
     assert!(h.contains("<polyline"));
     assert!(h.contains("model-only prediction"));
     // Escaped host-supplied strings, IPv6 endpoints bracketed.
@@ -178,7 +235,11 @@ fn renders_every_section_with_charts() {
     }
     assert!(h.contains(&fmt_count(q.packets_per_s)));
     assert!(h.contains("µs") && !h.contains("0us<"));
-    std::fs::write(std::env::temp_dir().join("ddioscope-html-synthetic.html"), &h).unwrap();
+    std::fs::write(
+        std::env::temp_dir().join("ddioscope-html-synthetic.html"),
+        &h,
+    )
+    .unwrap();
 }
 
 #[test]
@@ -204,7 +265,11 @@ fn says_why_when_counters_and_llc_are_missing() {
     assert!(h.contains("no counters in this recording") && h.contains("capture-counters.sh"));
     assert!(!h.contains("id=\"miss-over-time\""));
     // No geometry, no model: no curves for an invented LLC either.
-    assert!(h.contains("id=\"whatif-absent\"") && h.contains("the DDIO model is not available") && !h.contains("id=\"whatif-ring\""));
+    assert!(
+        h.contains("id=\"whatif-absent\"")
+            && h.contains("the DDIO model is not available")
+            && !h.contains("id=\"whatif-ring\"")
+    );
     // No geometry, no model: the answer says so, and there are no verdicts.
     assert!(h.contains("the DDIO model could not run") && h.contains("No verdicts"));
 }
@@ -220,20 +285,38 @@ fn what_if_uses_the_observed_workload() {
     assert_eq!(w.spec.pkt_bytes, 1514);
     assert_eq!(w.spec.geometry.size_bytes, 8 << 20);
     assert_eq!(w.spec.consumer, crate::model::spec::Consumer::Copy);
-    let rx_pk: u64 = r.queues.iter().filter(|q| q.dir == Dir::Rx).map(|q| q.packets).sum();
+    let rx_pk: u64 = r
+        .queues
+        .iter()
+        .filter(|q| q.dir == Dir::Rx)
+        .map(|q| q.packets)
+        .sum();
     assert!((w.spec.pps - rx_pk as f64 / r.meta.duration_s).abs() < 1e-6);
-    assert_eq!(w.by_ring.iter().map(|p| p.ring).collect::<Vec<_>>(), WHATIF_RINGS.to_vec());
-    assert_eq!(w.by_ways.iter().map(|p| p.ddio_ways).collect::<Vec<_>>(), WHATIF_WAYS.to_vec());
+    assert_eq!(
+        w.by_ring.iter().map(|p| p.ring).collect::<Vec<_>>(),
+        WHATIF_RINGS.to_vec()
+    );
+    assert_eq!(
+        w.by_ways.iter().map(|p| p.ddio_ways).collect::<Vec<_>>(),
+        WHATIF_WAYS.to_vec()
+    );
     // More ring, less DDIO hit; more ways, more hit (monotone up to sampling noise).
     let hit = |p: &GridPoint| p.io_write_hit_pct.unwrap_or(0.0);
     assert!(hit(&w.by_ring[0]) >= hit(&w.by_ring[6]));
     assert!(hit(&w.by_ways[5]) >= hit(&w.by_ways[0]));
-    println!("what-if: {:.2} s for {} points", w.elapsed_s, w.by_ring.len() + w.by_ways.len());
+    println!(
+        "what-if: {:.2} s for {} points",
+        w.elapsed_s,
+        w.by_ring.len() + w.by_ways.len()
+    );
 
     let (_dir2, none) = synthetic_file(true, false, false);
     let rec = Recording::open(&none).unwrap();
     let r = crate::analysis::summary::build(&rec).unwrap();
-    assert!(what_if_for(&crate::analysis::advise_or_explain(&rec, &r, Default::default()).unwrap()).is_err());
+    assert!(what_if_for(
+        &crate::analysis::advise_or_explain(&rec, &r, Default::default()).unwrap()
+    )
+    .is_err());
     let (_rec, _r, h) = page(&none);
     assert!(h.contains("id=\"whatif-absent\""));
     // Nothing to size, and the page says so rather than "nothing to change".
@@ -246,7 +329,9 @@ fn recommendation_cards_and_the_answer_agree() {
     let rec = Recording::open(&path).unwrap();
     let r = crate::analysis::summary::build(&rec).unwrap();
     let mut outcome = crate::analysis::advise_or_explain(&rec, &r, Default::default()).unwrap();
-    let crate::analysis::Outcome::Advised(a) = &mut outcome else { panic!("geometry") };
+    let crate::analysis::Outcome::Advised(a) = &mut outcome else {
+        panic!("geometry")
+    };
     a.recommendations = vec![Recommendation {
         kind: "ring_size".into(),
         target: "rx queues of <eth1>".into(),
@@ -261,7 +346,10 @@ fn recommendation_cards_and_the_answer_agree() {
     assert!(h.contains("class=\"card rec\""));
     assert!(h.contains("&lt;eth1&gt;"));
     let answer = &h[h.find("id=\"answer\"").unwrap()..h.find("id=\"verdicts\"").unwrap()];
-    assert!(answer.contains("<code>ethtool -G eth1 rx 512</code>") && answer.contains("61.0% → 98.5%"), "{answer}");
+    assert!(
+        answer.contains("<code>ethtool -G eth1 rx 512</code>") && answer.contains("61.0% → 98.5%"),
+        "{answer}"
+    );
     assert!(!h.contains("No recommendations"));
 }
 
@@ -283,15 +371,25 @@ fn histogram_chart_labels_and_markers() {
 /// section, and the verdicts and attribution as the JSON gives them.
 #[test]
 fn renders_a_testbed_recording() {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/recordings/veth-tcp.ddio");
+    let p =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/recordings/veth-tcp.ddio");
     let (rec, r, h) = page(&p);
     assert_self_contained(&h);
-    let rx: Vec<_> = r.queues.iter().filter(|q| q.dir == Dir::Rx && q.packets > 0).collect();
+    let rx: Vec<_> = r
+        .queues
+        .iter()
+        .filter(|q| q.dir == Dir::Rx && q.packets > 0)
+        .collect();
     assert!(!rx.is_empty());
     let stage_charts: usize = r.queues.iter().map(|q| q.stages.len()).sum();
     assert_eq!(count(&h, "class=\"card hist\""), stage_charts);
     assert!(count(&h, "<svg") >= stage_charts + 2 + 2);
-    for id in ["id=\"rates-rx\"", "id=\"whatif-ring\"", "id=\"whatif-ways\"", "id=\"counters-absent\""] {
+    for id in [
+        "id=\"rates-rx\"",
+        "id=\"whatif-ring\"",
+        "id=\"whatif-ways\"",
+        "id=\"counters-absent\"",
+    ] {
         assert!(h.contains(id), "missing {id}");
     }
     for q in &rx {
@@ -300,19 +398,37 @@ fn renders_a_testbed_recording() {
     // AMD: no suggestion of a script that refuses it; the reason once.
     assert!(!h.contains("capture-counters.sh") && h.contains("no DDIO on this CPU; model only"));
     let outcome = crate::analysis::advise_or_explain(&rec, &r, Default::default()).unwrap();
-    let crate::analysis::Outcome::Advised(a) = &outcome else { panic!("geometry") };
+    let crate::analysis::Outcome::Advised(a) = &outcome else {
+        panic!("geometry")
+    };
     // The recommendation cards, or why there are none.
-    assert_eq!(h.contains("id=\"no-recommendations\""), a.recommendations.is_empty());
+    assert_eq!(
+        h.contains("id=\"no-recommendations\""),
+        a.recommendations.is_empty()
+    );
     assert_eq!(count(&h, "class=\"card rec\""), a.recommendations.len());
     let verdicts = &h[h.find("id=\"verdicts-table\"").unwrap()..];
     for v in &a.verdicts {
-        assert!(verdicts.contains(&format!("<td class=\"l\">{} {}</td><td class=\"l v-{}\">{}</td>", v.dir, v.queue, v.verdict, v.verdict)));
+        assert!(verdicts.contains(&format!(
+            "<td class=\"l\">{} {}</td><td class=\"l v-{}\">{}</td>",
+            v.dir, v.queue, v.verdict, v.verdict
+        )));
         assert!(verdicts.contains(&esc(&v.reason)));
     }
-    let attribution = &h[h.find("id=\"attribution\"").unwrap()..h.find("id=\"recommendations\"").unwrap()];
-    assert!(attribution.contains("predicted misses/s") && attribution.contains("model_prior, low confidence"));
+    let attribution =
+        &h[h.find("id=\"attribution\"").unwrap()..h.find("id=\"recommendations\"").unwrap()];
+    assert!(
+        attribution.contains("predicted misses/s")
+            && attribution.contains("model_prior, low confidence")
+    );
     for q in &a.attribution.chosen.queues {
-        assert!(attribution.contains(&format!("{} {}</td><td>{:.1}%", q.dir, q.queue, q.share_pct)), "{q:?}");
+        assert!(
+            attribution.contains(&format!(
+                "{} {}</td><td>{:.1}%",
+                q.dir, q.queue, q.share_pct
+            )),
+            "{q:?}"
+        );
     }
 }
 
@@ -325,17 +441,36 @@ fn counters_calibrate_the_model_the_report_uses() {
     let rec = Recording::open(&path).unwrap();
     let r = crate::analysis::summary::build(&rec).unwrap();
     let outcome = crate::analysis::advise_or_explain(&rec, &r, Default::default()).unwrap();
-    let crate::analysis::Outcome::Advised(a) = &outcome else { panic!("no model") };
-    let c = a.calibration.as_ref().expect("calibrated from the imported counters");
-    let (m, u, k) = (c.measured_write_hit_pct.unwrap(), c.uncalibrated_write_hit_pct.unwrap(), c.calibrated_write_hit_pct.unwrap());
+    let crate::analysis::Outcome::Advised(a) = &outcome else {
+        panic!("no model")
+    };
+    let c = a
+        .calibration
+        .as_ref()
+        .expect("calibrated from the imported counters");
+    let (m, u, k) = (
+        c.measured_write_hit_pct.unwrap(),
+        c.uncalibrated_write_hit_pct.unwrap(),
+        c.calibrated_write_hit_pct.unwrap(),
+    );
     println!("measured {m:.1}, uncalibrated {u:.1}, calibrated {k:.1}");
-    assert!((k - m).abs() <= (u - m).abs() + 0.5, "calibration moved away: {m} {u} {k}");
+    assert!(
+        (k - m).abs() <= (u - m).abs() + 0.5,
+        "calibration moved away: {m} {u} {k}"
+    );
     assert!((c.residual_write_pct.unwrap() - (k - m)).abs() < 1e-9);
     let w = what_if_for(&outcome).unwrap();
     let cur = w.by_ring.iter().find(|p| p.ring == w.spec.ring).unwrap();
-    assert_eq!(cur.io_write_hit_pct, Some(k), "the what-if is the calibrated model");
+    assert_eq!(
+        cur.io_write_hit_pct,
+        Some(k),
+        "the what-if is the calibrated model"
+    );
     let text = crate::report::text::render_report(&r, &outcome, &Default::default());
-    assert!(text.contains("calibration   to the imported counters"), "{text}");
+    assert!(
+        text.contains("calibration   to the imported counters"),
+        "{text}"
+    );
     let h = render_html(&rec, &r, &outcome).unwrap();
     assert!(h.contains("to the imported counters: write hit measured"));
 }
