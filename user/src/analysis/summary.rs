@@ -558,6 +558,8 @@ fn tiers(
                     crate::probe::qcount::RxSource::Handup => "the driver hand-up tracepoints",
                     crate::probe::qcount::RxSource::Qstats => "the driver's own per-queue counters, netdev qstats",
                     crate::probe::qcount::RxSource::Ethtool => "the driver's own per-queue counters, ethtool -S",
+                    crate::probe::qcount::RxSource::Link => "the interface's own counters (one RX queue)",
+                    crate::probe::qcount::RxSource::LinkSplit => "the interface's own counters in total, split across queues by the detail windows (per-queue RX estimated)",
                 },
                 if m.napi_counts.as_deref() == Some("windows") {
                     "; NAPI polls estimated from the detail windows (polls per packet there times the exact packets)"

@@ -77,6 +77,12 @@ pub enum RxSource {
     Qstats,
     /// The driver's named per-queue statistics (`ethtool -S`): no per-packet program.
     Ethtool,
+    /// The interface's own totals, the device having one RX queue: exact, no per-packet
+    /// program outside the detail windows.
+    Link,
+    /// The interface's own totals split across queues by what the RX program counted in the
+    /// detail windows: exact in total, estimated per queue.
+    LinkSplit,
 }
 
 impl RxSource {
@@ -86,6 +92,8 @@ impl RxSource {
             RxSource::Handup => "handup",
             RxSource::Qstats => "qstats",
             RxSource::Ethtool => "ethtool",
+            RxSource::Link => "link",
+            RxSource::LinkSplit => "link_split",
         }
     }
 }

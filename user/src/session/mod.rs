@@ -23,8 +23,8 @@ use crate::topology::presence::LinkTotals;
 use crate::topology::{self, HostInfo, IfaceInfo};
 
 mod flowscale;
+mod linksplit;
 mod napiscale;
-mod txsplit;
 pub mod windows;
 
 /// The flags `record`, `top` and `serve` share: which interface, where, and what else to open.
@@ -371,9 +371,9 @@ pub struct Session {
     /// The interface's own totals, read just before and just after the driver's per-queue
     /// counters at the last interval's end, against which those are checked.
     prev_link: Option<(LinkTotals, LinkTotals)>,
-    /// TX from the interface's totals, split across queues by the windows' TX program (the
-    /// driver's counters do not count every TX path, and detail runs in windows).
-    tx_split: Option<txsplit::TxSplit>,
+    /// Per direction, the interface's totals split across queues by the windows' program (the
+    /// driver's counters do not count every path, and detail runs in windows).
+    splits: [Option<linksplit::LinkSplit>; 2],
     /// Spans in a row whose driver counts missed the interface's [RX, TX].
     kernel_misses: [u32; 2],
     /// [RX, TX]: the span being checked: the interface's totals (before, after) at its start,
@@ -528,8 +528,8 @@ impl Session {
                 {
                     kernel_counts[d] = false;
                     let what = dir.as_str().to_uppercase();
-                    let instead = if dir == Dir::Tx && windowed {
-                        TX_SPLIT_WORDS.to_string()
+                    let instead = if windowed && splittable(dir, opts.detail.rx_counts) {
+                        split_words(dir)
                     } else {
                         format!("a program counts {what} instead")
                     };
@@ -542,11 +542,15 @@ impl Session {
             }
         }
         let flows = opts.detail.flow_sample() > 0;
-        // TX that the driver does not count on every path: the one hook that knows a packet's
-        // TX queue fires for every device on the host, so with windows it runs in them alone
-        // and the interface's own totals are split by what it counted there.
-        let split_tx = windowed && !kernel_counts[1];
-        let covered = [kernel_counts[0], kernel_counts[1] || split_tx];
+        // A direction the driver does not count on every path: with windows its program runs
+        // in them alone (TX's hook fires for every device on the host; RX's runs per skb) and
+        // the interface's own totals are split by what it counted there.
+        let split = [Dir::Rx, Dir::Tx].map(|dir| {
+            windowed
+                && !kernel_counts[usize::from(dir == Dir::Tx)]
+                && splittable(dir, opts.detail.rx_counts)
+        });
+        let covered = [0, 1].map(|d| kernel_counts[d] || split[d]);
         // Where a direction is counted without a program, its program is there for flows (and
         // the TX split, and learning which queue a NAPI instance serves): with windows and
         // --flows windows (the default) it runs inside the windows alone, and flows are scaled
@@ -735,7 +739,7 @@ impl Session {
             sockets: None,
             socket_overflows: 0,
             prev_link: None,
-            tx_split: None,
+            splits: [None, None],
             kernel_misses: [0; 2],
             check_spans: [None; 2],
             start_link: None,
@@ -773,14 +777,17 @@ impl Session {
         let after = live.watch.as_mut().and_then(|w| w.link_totals());
         live.prev_link = before.zip(after);
         live.start_link = after;
-        if split_tx {
-            let link = after.unwrap_or_default();
-            live.tx_split = Some(txsplit::TxSplit::new(
-                &live.prev_q,
-                &live.prev_q,
-                (link.packets[1], link.bytes[1]),
-                live.iface.tx_queues,
-            ));
+        for (d, dir) in [(0, Dir::Rx), (1, Dir::Tx)] {
+            if split[d] {
+                let link = after.unwrap_or_default();
+                live.splits[d] = Some(linksplit::LinkSplit::new(
+                    dir,
+                    &live.prev_q,
+                    &live.prev_q,
+                    (link.packets[d], link.bytes[d]),
+                    live.iface.queues(dir),
+                ));
+            }
         }
         if live.tier0.napi_window_only() {
             live.napi_windows = Some(napiscale::WindowNapi::default());
@@ -849,13 +856,15 @@ impl Session {
         use crate::probe::kstats::KernelSource;
         use crate::probe::qcount::RxSource;
         let kernel = self.kstats.as_ref().and_then(|k| k.source());
-        let rx = match (self.kernel_counts[0], kernel) {
-            (true, Some(KernelSource::Ethtool)) => RxSource::Ethtool,
-            (true, _) => RxSource::Qstats,
-            (false, _) => self.tier0.rx_source,
+        let rx = match (&self.splits[0], self.kernel_counts[0], kernel) {
+            (Some(s), _, _) if s.exact() => RxSource::Link,
+            (Some(_), _, _) => RxSource::LinkSplit,
+            (None, true, Some(KernelSource::Ethtool)) => RxSource::Ethtool,
+            (None, true, _) => RxSource::Qstats,
+            (None, false, _) => self.tier0.rx_source,
         };
         let tx = match (
-            &self.tx_split,
+            &self.splits[1],
             self.kstats.as_ref().and_then(|k| k.tx_source()),
         ) {
             (Some(s), _) if s.exact() => "link",
@@ -932,15 +941,18 @@ impl Session {
         if let Some(k) = self.kstats.as_mut() {
             overlay_kernel_counts(&mut driver, &k.queues(), self.kernel_counts);
         }
-        if let (Some(s), Some(link)) = (
-            self.tx_split.as_mut(),
-            self.watch.as_mut().and_then(|w| w.link_totals()),
-        ) {
-            overlay_kernel_counts(
-                &mut driver,
-                &s.interval(&program, (link.packets[1], link.bytes[1])),
-                [false, true],
-            );
+        let link = match self.splits.iter().any(Option::is_some) {
+            true => self.watch.as_mut().and_then(|w| w.link_totals()),
+            false => None,
+        };
+        for (d, split) in self.splits.iter_mut().enumerate() {
+            if let (Some(s), Some(link)) = (split.as_mut(), link) {
+                overlay_kernel_counts(
+                    &mut driver,
+                    &s.interval(&program, (link.packets[d], link.bytes[d])),
+                    [d == 0, d == 1],
+                );
+            }
         }
         let now = Instant::now()
             .saturating_duration_since(self.started)
@@ -1008,38 +1020,39 @@ impl Session {
                 .and_then(|k| k.source())
                 .map_or("kernel", |k| k.as_str());
             let what = dir.as_str().to_uppercase();
-            if dir == Dir::Tx && self.windows.is_some() && self.tier0.window_only(Dir::Tx) {
-                // The interface's totals from here, split by the TX program the windows run
+            if self.windows.is_some() && self.tier0.window_only(dir) {
+                // The interface's totals from here, split by the program the windows run
                 // anyway; its flows stay window-sampled, scaled by the split.
                 let program = self.tier0.read_queues()?;
                 // What the counters missed since the recording began goes to the queues with
                 // the first split, so the recording's TX adds up to the interface's.
                 let so_far = cur_q
                     .iter()
-                    .filter(|q| q.dir == Dir::Tx)
+                    .filter(|q| q.dir == dir)
                     .fold((0, 0), |a, q| (a.0 + q.packets, a.1 + q.bytes));
                 let start = self.start_link.unwrap_or_default();
                 let missed = (
-                    link.1.packets[1]
-                        .saturating_sub(start.packets[1])
+                    link.1.packets[d]
+                        .saturating_sub(start.packets[d])
                         .saturating_sub(so_far.0),
-                    link.1.bytes[1]
-                        .saturating_sub(start.bytes[1])
+                    link.1.bytes[d]
+                        .saturating_sub(start.bytes[d])
                         .saturating_sub(so_far.1),
                 );
-                let mut split = txsplit::TxSplit::new(
+                let mut split = linksplit::LinkSplit::new(
+                    dir,
                     cur_q,
                     &program,
-                    (link.1.packets[1], link.1.bytes[1]),
-                    self.iface.tx_queues,
+                    (link.1.packets[d], link.1.bytes[d]),
+                    self.iface.queues(dir),
                 );
                 split.add_unsplit(missed);
-                self.tx_split = Some(split);
+                self.splits[d] = Some(split);
                 self.kernel_counts[d] = false;
                 self.counter_notes.push(format!(
-                    "interval {}: the driver's per-queue TX counters ({src}) counted {by_queues} packets where the interface counted {by_link}; \
-                     from the next interval on, {TX_SPLIT_WORDS}; the {} packets they missed before are in the first interval split",
-                    self.index, missed.0
+                    "interval {}: the driver's per-queue {what} counters ({src}) counted {by_queues} packets where the interface counted {by_link}; \
+                     from the next interval on, {}; the {} packets they missed before are in the first interval split",
+                    self.index, split_words(dir), missed.0
                 ));
                 continue;
             }
@@ -1103,11 +1116,16 @@ impl Session {
             return Ok(());
         };
         let at = Instant::now().saturating_duration_since(self.started);
-        let unsplit = self.tx_split.as_ref().map_or(0, txsplit::TxSplit::unsplit);
+        let unsplit: u64 = self
+            .splits
+            .iter()
+            .flatten()
+            .map(linksplit::LinkSplit::unsplit)
+            .sum();
         w.device_idle =
             interval.iter().map(|q| q.packets).sum::<u64>() + unsplit < IDLE_BELOW_PACKETS;
         w.time_untimed_queues(interval, cumulative, at);
-        if self.tx_split.is_some() {
+        if self.splits.iter().any(Option::is_some) {
             if unsplit < OPEN_FOR_PACKETS {
                 w.opened_for_split = 0;
             } else if w.opened_for_split < OPENED_FOR_SPLIT && w.schedule.open_at(at) {
@@ -1234,14 +1252,16 @@ impl Session {
         if let Some(k) = self.kstats.as_mut() {
             overlay_kernel_counts(&mut cur_q, &k.queues(), self.kernel_counts);
         }
-        let after = if check || self.tx_split.is_some() {
+        let after = if check || self.splits.iter().any(Option::is_some) {
             self.watch.as_mut().and_then(|w| w.link_totals())
         } else {
             None
         };
-        if let (Some(s), Some(a)) = (self.tx_split.as_mut(), after) {
-            let split = s.interval(&cur_q, (a.packets[1], a.bytes[1]));
-            overlay_kernel_counts(&mut cur_q, &split, [false, true]);
+        for (d, split) in self.splits.iter_mut().enumerate() {
+            if let (Some(s), Some(a)) = (split.as_mut(), after) {
+                let split = s.interval(&cur_q, (a.packets[d], a.bytes[d]));
+                overlay_kernel_counts(&mut cur_q, &split, [d == 0, d == 1]);
+            }
         }
         let link = before.zip(after);
         // The window under way when the run ends is a window too.
@@ -1304,16 +1324,18 @@ impl Session {
             self.plan_windows(&snap.queues, &cur_q)?;
         }
         if finishing {
-            if let Some(n) = self
-                .tx_split
-                .as_ref()
-                .map(txsplit::TxSplit::unsplit)
-                .filter(|&n| n > 0)
-            {
-                self.counter_notes.push(format!(
-                    "interval {}: {n} TX packets the interface counted at the end were in no window's split: they are in no TX queue",
-                    self.index
-                ));
+            for (dir, split) in [Dir::Rx, Dir::Tx].into_iter().zip(&self.splits) {
+                if let Some(n) = split
+                    .as_ref()
+                    .map(linksplit::LinkSplit::unsplit)
+                    .filter(|&n| n > 0)
+                {
+                    let what = dir.as_str().to_uppercase();
+                    self.counter_notes.push(format!(
+                        "interval {}: {n} {what} packets the interface counted at the end were in no window's split: they are in no {what} queue",
+                        self.index
+                    ));
+                }
             }
         }
         if let Some(n) = self.napi_windows.as_mut() {
@@ -1391,10 +1413,32 @@ impl Session {
     }
 }
 
-/// How the recording's notes say TX is counted once the interface's totals are split.
-const TX_SPLIT_WORDS: &str = "TX totals come from the interface's own counters (exact), split across its queues by what the \
-     net_dev_start_xmit program counted in the detail windows (estimated): that hook fires for every device on the host, \
-     so it runs in the windows alone";
+/// Whether a direction's totals can be split by its program in the windows: TX always (its
+/// hook is there in every window); RX where the program is tier 0's choice, since a hook asked
+/// for by `--rx-counts` is asked for to count.
+fn splittable(dir: Dir, rx: RxChoice) -> bool {
+    dir == Dir::Tx || rx == RxChoice::Auto
+}
+
+/// How the recording's notes say a direction is counted once the interface's totals are split.
+fn split_words(dir: Dir) -> String {
+    let (what, program, why) = match dir {
+        Dir::Rx => (
+            "RX",
+            "RX",
+            "run all the time it would cost every received skb",
+        ),
+        Dir::Tx => (
+            "TX",
+            "net_dev_start_xmit",
+            "that hook fires for every device on the host",
+        ),
+    };
+    format!(
+        "{what} totals come from the interface's own counters (exact), split across its queues by what the \
+         {program} program counted in the detail windows (estimated): {why}, so it runs in the windows alone"
+    )
+}
 
 /// Fewer packets than this on the interface say nothing about whether the driver's per-queue
 /// counters count them all (reads a moment apart already differ by a few).
@@ -1443,14 +1487,14 @@ fn add_missed(
     if busy.is_empty() {
         return Some(missed);
     }
-    let packets = txsplit::largest_remainder(
+    let packets = linksplit::largest_remainder(
         missed.0,
         &busy
             .iter()
             .map(|&i| interval[i].packets)
             .collect::<Vec<_>>(),
     );
-    let bytes = txsplit::largest_remainder(
+    let bytes = linksplit::largest_remainder(
         missed.1,
         &busy.iter().map(|&i| interval[i].bytes).collect::<Vec<_>>(),
     );

@@ -53,6 +53,14 @@ pub struct IfaceInfo {
 }
 
 impl IfaceInfo {
+    /// How many queues the device has in a direction.
+    pub fn queues(&self, dir: crate::snapshot::Dir) -> u32 {
+        match dir {
+            crate::snapshot::Dir::Rx => self.rx_queues,
+            crate::snapshot::Dir::Tx => self.tx_queues,
+        }
+    }
+
     /// Link-layer header bytes per frame: Ethernet's 14 (and where the type is unknown, the
     /// common case), none on L3 devices (tun, WireGuard, IP tunnels).
     pub fn link_hdr_len(&self) -> u32 {

@@ -1,84 +1,96 @@
-//! TX counts of a device whose driver keeps no per-queue TX counters that see every path
-//! (tun, a veth whose frames skip its peer's NAPI, many virtual and some NIC drivers): the
-//! interface's own TX totals, exact, split across its queues by the shares a TX program
-//! counted in the detail windows, estimated.
+//! Per-queue counts of a direction whose driver keeps no per-queue counters that see every
+//! path (tun, a veth whose frames skip its NAPI, many virtual and some NIC drivers): the
+//! interface's own totals, exact, split across its queues by the shares the direction's
+//! program counted in the detail windows, estimated.
 //!
 //! The queue a packet leaves by is chosen only just before the driver's xmit, and the one
 //! hook that sees it there (`net_dev_start_xmit`) fires for every device on the host: run all
-//! the time it bills every neighbour's packets (a container node's pods). In the windows alone
-//! it costs them 1/duty of that, and the interface's counters, read once an interval, keep the
-//! totals exact. Each interval's totals are split by the latest window that saw TX, by the
-//! largest remainder, so the queues add up to the interface's totals at every interval.
+//! the time it bills every neighbour's packets (a container node's pods). RX's tcx program is
+//! the device's own, but runs once per skb: all the time it is most of what the default costs
+//! a busy device. In the windows alone each costs 1/duty of that, and the interface's
+//! counters, read once an interval, keep the totals exact. Each interval's totals are split by
+//! the latest window that saw the direction, by the largest remainder, so the queues add up to
+//! the interface's totals at every interval.
+//!
+//! The shares are the windows' counts with each older window's weight decayed by
+//! `SHARE_DECAY`: a window of a few tens of ms holds few packets of a light direction (a
+//! receiver's ACKs: tens), so one window alone splits by noise, while a mix that changes still
+//! shows within a few windows.
 use std::collections::BTreeMap;
 
 use crate::probe::kstats::QueueStat;
 use crate::snapshot::{Dir, QueueCounters};
 
-/// The split so far: what the TX program counted per queue, what the interface counted, and
+/// The split so far: what the direction's program counted per queue, what the interface counted, and
 /// what each queue was given.
 #[derive(Debug, Clone)]
-pub struct TxSplit {
+pub struct LinkSplit {
+    dir: Dir,
     /// The program's cumulative (packets, bytes) per queue at the last interval.
     program: BTreeMap<u32, (u64, u64)>,
-    /// The latest window's packets and bytes per queue: the shares the next totals go by.
+    /// The windows' packets and bytes per queue, older windows decayed (in 1/`SHARE_ONE`
+    /// units): the shares the next totals go by.
     shares: BTreeMap<u32, (u64, u64)>,
-    /// The interface's cumulative TX (packets, bytes) at the last interval.
+    /// The interface's cumulative (packets, bytes) at the last interval.
     link: (u64, u64),
-    /// The interface's TX since the last split that no window has shares for yet.
+    /// The interface's packets since the last split that no window has shares for yet.
     pending: (u64, u64),
     /// Each queue's cumulative (packets, bytes) as given out.
     given: BTreeMap<u32, (u64, u64)>,
-    /// Only one TX queue: the totals are its own, exactly.
+    /// Only one queue: the totals are its own, exactly.
     single: bool,
 }
 
-impl TxSplit {
-    /// From now on: the queues' counts so far (`so_far`, cumulative, as the recording has them),
-    /// the program's and the interface's cumulative counts now.
+impl LinkSplit {
+    /// From now on, for `dir`: the queues' counts so far (`so_far`, cumulative, as the
+    /// recording has them), the program's and the interface's cumulative counts now, and how
+    /// many queues the direction has.
     pub fn new(
+        dir: Dir,
         so_far: &[QueueCounters],
         program: &[QueueCounters],
         link: (u64, u64),
-        tx_queues: u32,
-    ) -> TxSplit {
+        queues: u32,
+    ) -> LinkSplit {
         let tx = |q: &[QueueCounters]| -> BTreeMap<u32, (u64, u64)> {
             q.iter()
-                .filter(|c| c.dir == Dir::Tx)
+                .filter(|c| c.dir == dir)
                 .map(|c| (c.queue, (c.packets, c.bytes)))
                 .collect()
         };
-        TxSplit {
+        LinkSplit {
+            dir,
             program: tx(program),
             shares: BTreeMap::new(),
             link,
             pending: (0, 0),
             given: tx(so_far),
-            single: tx_queues <= 1,
+            single: queues <= 1,
         }
     }
 
-    /// TX the interface counted that no queue was given yet (packets and bytes the driver's
+    /// Packets the interface counted that no queue was given yet (packets and bytes the driver's
     /// counters missed before the split took over): it goes with the next split.
     pub fn add_unsplit(&mut self, (packets, bytes): (u64, u64)) {
         self.pending.0 += packets;
         self.pending.1 += bytes;
     }
 
-    /// Whether the split is exact (one TX queue) rather than estimated.
+    /// Whether the split is exact (one queue) rather than estimated.
     pub fn exact(&self) -> bool {
         self.single
     }
 
-    /// TX the interface counted that no window has split yet (packets).
+    /// Packets the interface counted that no window has split yet.
     pub fn unsplit(&self) -> u64 {
         self.pending.0
     }
 
-    /// One interval: the program's cumulative TX counts (they move only in windows) and the
-    /// interface's cumulative TX totals; out, every queue's cumulative TX counts.
+    /// One interval: the program's cumulative counts (they move only in windows) and the
+    /// interface's cumulative totals of the direction; out, every queue's cumulative counts.
     pub fn interval(&mut self, program: &[QueueCounters], link: (u64, u64)) -> Vec<QueueStat> {
         let mut window = BTreeMap::new();
-        for c in program.iter().filter(|c| c.dir == Dir::Tx) {
+        for c in program.iter().filter(|c| c.dir == self.dir) {
             let (p0, b0) = self.program.get(&c.queue).copied().unwrap_or((0, 0));
             let d = (c.packets.saturating_sub(p0), c.bytes.saturating_sub(b0));
             if d.0 > 0 {
@@ -87,7 +99,15 @@ impl TxSplit {
             self.program.insert(c.queue, (c.packets, c.bytes));
         }
         if !window.is_empty() {
-            self.shares = window;
+            for s in self.shares.values_mut() {
+                *s = (decay(s.0), decay(s.1));
+            }
+            for (q, (p, b)) in window {
+                let s = self.shares.entry(q).or_insert((0, 0));
+                s.0 = s.0.saturating_add(p.saturating_mul(SHARE_ONE));
+                s.1 = s.1.saturating_add(b.saturating_mul(SHARE_ONE));
+            }
+            self.shares.retain(|_, s| *s != (0, 0));
         }
         self.pending.0 += link.0.saturating_sub(self.link.0);
         self.pending.1 += link.1.saturating_sub(self.link.1);
@@ -117,7 +137,7 @@ impl TxSplit {
         self.given
             .iter()
             .map(|(&queue, &(p, b))| QueueStat {
-                dir: Dir::Tx,
+                dir: self.dir,
                 queue,
                 packets: Some(p),
                 bytes: Some(b),
@@ -126,6 +146,17 @@ impl TxSplit {
             })
             .collect()
     }
+}
+
+/// The weight an older window keeps each time a newer one comes: about nine windows (nine
+/// seconds at the default cycle) weigh in, (1 + d) / (1 - d) as many as one alone.
+const SHARE_DECAY: (u64, u64) = (4, 5);
+
+/// A window's packet counts in share units (fractions survive the decay).
+const SHARE_ONE: u64 = 1 << 10;
+
+fn decay(x: u64) -> u64 {
+    x / SHARE_DECAY.1 * SHARE_DECAY.0 + x % SHARE_DECAY.1 * SHARE_DECAY.0 / SHARE_DECAY.1
 }
 
 /// `total` split in proportion to `weights`, whole numbers that add up to it exactly (the
@@ -184,11 +215,11 @@ mod tests {
         );
     }
 
-    /// Totals are the interface's at every interval; the split follows the latest window, and
+    /// Totals are the interface's at every interval; the split follows the windows, and
     /// what came before any window waits for one rather than going to a queue by guess.
     #[test]
-    fn totals_stay_the_interfaces_and_the_split_follows_the_latest_window() {
-        let mut s = TxSplit::new(&[], &[], (1000, 100_000), 4);
+    fn totals_stay_the_interfaces_and_the_split_follows_the_windows() {
+        let mut s = LinkSplit::new(Dir::Tx, &[], &[], (1000, 100_000), 4);
         // No window yet: nothing split, nothing lost.
         assert!(s.interval(&[], (1400, 140_000)).is_empty());
         assert_eq!(s.unsplit(), 400);
@@ -199,14 +230,15 @@ mod tests {
         // Between windows the program stands still: the last shares hold.
         let v = s.interval(&[tx(1, 10, 5000), tx(3, 30, 5000)], (2200, 220_000));
         assert_eq!(counts(&v), vec![(1, 300, 60_000), (3, 900, 60_000)]);
-        // The next window moved everything to queue 0.
+        // The next window saw queue 0 alone: it weighs in beside the older one, decayed to
+        // 4/5 (packets 50 : 8 : 24, bytes 6000 : 4000 : 4000).
         let v = s.interval(
             &[tx(0, 50, 6000), tx(1, 10, 5000), tx(3, 30, 5000)],
             (2300, 230_000),
         );
         assert_eq!(
             counts(&v),
-            vec![(0, 100, 10_000), (1, 300, 60_000), (3, 900, 60_000)]
+            vec![(0, 61, 4286), (1, 310, 62_857), (3, 929, 62_857)]
         );
         let total: u64 = v.iter().map(|q| q.packets.unwrap_or(0)).sum();
         assert_eq!(total, 2300 - 1000);
@@ -216,7 +248,8 @@ mod tests {
     /// TX queue is exact without a window.
     #[test]
     fn a_split_continues_the_counts_so_far_and_one_queue_is_exact() {
-        let mut s = TxSplit::new(
+        let mut s = LinkSplit::new(
+            Dir::Tx,
             &[tx(0, 70, 7000), tx(1, 30, 3000)],
             &[tx(0, 5, 500)],
             (100, 10_000),
@@ -224,7 +257,7 @@ mod tests {
         );
         let v = s.interval(&[tx(0, 5, 500), tx(1, 5, 500)], (200, 20_000));
         assert_eq!(counts(&v), vec![(0, 70, 7000), (1, 130, 13_000)]);
-        let mut one = TxSplit::new(&[], &[], (0, 0), 1);
+        let mut one = LinkSplit::new(Dir::Tx, &[], &[], (0, 0), 1);
         assert!(one.exact());
         assert_eq!(counts(&one.interval(&[], (9, 900))), vec![(0, 9, 900)]);
     }
