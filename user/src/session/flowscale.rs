@@ -232,80 +232,8 @@ impl WindowFlows {
         self.windows += 1;
         let dirs = self.dirs;
         let scaled = move |d: Dir| dirs[usize::from(d == Dir::Tx)];
-        // Each queue's packets in the window (program) and in the stretch (driver).
-        let mut stretch: HashMap<(Dir, u32), (u64, u64)> = HashMap::new();
-        let keys: Vec<(Dir, u32)> = program
-            .iter()
-            .chain(driver)
-            .filter(|q| scaled(q.dir))
-            .map(|q| (q.dir, q.queue))
-            .collect();
-        let mut choices: HashMap<(Dir, u32), Vec<Choice>> = HashMap::new();
-        // Each queue's packet rate in this window and in the one before.
-        let mut rates: HashMap<(Dir, u32), (Option<f64>, Option<f64>)> = HashMap::new();
-        for k in keys {
-            if stretch.contains_key(&k) {
-                continue;
-            }
-            let find =
-                |l: &[QueueCounters]| l.iter().find(|q| (q.dir, q.queue) == k).map(|q| q.packets);
-            let mark = self.queues.entry(k).or_default();
-            let (p, d) = (
-                find(program).unwrap_or(mark.program),
-                find(driver).unwrap_or(mark.driver),
-            );
-            let seen = grown(p, mark.program);
-            stretch.insert(k, (seen, grown(d, mark.driver)));
-            let rate = (seen > 0).then(|| seen as f64 / window_s);
-            let before_rate = if prev_at.is_some() { mark.rate } else { rate };
-            rates.insert(k, (rate, before_rate));
-            choices.insert(
-                k,
-                pieces
-                    .iter()
-                    .map(|piece| {
-                        let n = piece.packets.get(&k).copied().unwrap_or(0) as f64;
-                        let u = match prev_at {
-                            Some(a) if window_at > a => {
-                                ((piece.mid - a) / (window_at - a)).clamp(0.0, 1.0)
-                            }
-                            _ => 1.0,
-                        };
-                        let piece_rate = if piece.seconds > 0.0 {
-                            n / piece.seconds
-                        } else {
-                            0.0
-                        };
-                        // How far the piece's rate is from a window's, 0 (the same) to 1 (off by
-                        // RATE_SLACK or more): a piece that holds a switch sits between the two.
-                        let misfit = |r: Option<f64>| {
-                            r.filter(|&r| r > 0.0 && piece_rate > 0.0).map_or(1.0, |r| {
-                                ((piece_rate / r).ln().abs() / RATE_SLACK.ln()).min(1.0)
-                            })
-                        };
-                        match (fits(rate, piece_rate), fits(before_rate, piece_rate)) {
-                            (true, false) => Choice {
-                                this_window: true,
-                                doubt: misfit(rate),
-                            },
-                            (false, true) => Choice {
-                                this_window: false,
-                                doubt: misfit(before_rate),
-                            },
-                            _ => Choice {
-                                this_window: u >= 0.5,
-                                doubt: 2.0 * u.min(1.0 - u),
-                            },
-                        }
-                    })
-                    .collect(),
-            );
-            *mark = QueueMark {
-                program: p,
-                driver: d,
-                rate: rate.or(mark.rate),
-            };
-        }
+        let (stretch, choices, rates) =
+            self.queue_window(program, driver, &pieces, prev_at, (window_at, window_s));
         let first_window = self.windows == 1;
         let mut seen = std::collections::HashSet::new();
         for f in flows.iter().filter(|f| scaled(f.key.dir)) {
@@ -414,6 +342,101 @@ impl WindowFlows {
             .filter(|f| scaled(f.key.dir))
             .map(|f| ((f.key.clone(), f.queue), f.clone()))
             .collect();
+    }
+
+    /// Each scaled queue's packets in the window (program) and in the stretch since the last
+    /// (driver), which window each piece of the stretch takes its shares from and how sure
+    /// that is, and the queue's packet rate in this window and the one before.
+    #[allow(clippy::type_complexity)]
+    fn queue_window(
+        &mut self,
+        program: &[QueueCounters],
+        driver: &[QueueCounters],
+        pieces: &[Piece],
+        prev_at: Option<f64>,
+        (window_at, window_s): (f64, f64),
+    ) -> (
+        HashMap<(Dir, u32), (u64, u64)>,
+        HashMap<(Dir, u32), Vec<Choice>>,
+        HashMap<(Dir, u32), (Option<f64>, Option<f64>)>,
+    ) {
+        let dirs = self.dirs;
+        let scaled = move |d: Dir| dirs[usize::from(d == Dir::Tx)];
+        // Each queue's packets in the window (program) and in the stretch (driver).
+        let mut stretch: HashMap<(Dir, u32), (u64, u64)> = HashMap::new();
+        let keys: Vec<(Dir, u32)> = program
+            .iter()
+            .chain(driver)
+            .filter(|q| scaled(q.dir))
+            .map(|q| (q.dir, q.queue))
+            .collect();
+        let mut choices: HashMap<(Dir, u32), Vec<Choice>> = HashMap::new();
+        // Each queue's packet rate in this window and in the one before.
+        let mut rates: HashMap<(Dir, u32), (Option<f64>, Option<f64>)> = HashMap::new();
+        for k in keys {
+            if stretch.contains_key(&k) {
+                continue;
+            }
+            let find =
+                |l: &[QueueCounters]| l.iter().find(|q| (q.dir, q.queue) == k).map(|q| q.packets);
+            let mark = self.queues.entry(k).or_default();
+            let (p, d) = (
+                find(program).unwrap_or(mark.program),
+                find(driver).unwrap_or(mark.driver),
+            );
+            let seen = grown(p, mark.program);
+            stretch.insert(k, (seen, grown(d, mark.driver)));
+            let rate = (seen > 0).then(|| seen as f64 / window_s);
+            let before_rate = if prev_at.is_some() { mark.rate } else { rate };
+            rates.insert(k, (rate, before_rate));
+            choices.insert(
+                k,
+                pieces
+                    .iter()
+                    .map(|piece| {
+                        let n = piece.packets.get(&k).copied().unwrap_or(0) as f64;
+                        let u = match prev_at {
+                            Some(a) if window_at > a => {
+                                ((piece.mid - a) / (window_at - a)).clamp(0.0, 1.0)
+                            }
+                            _ => 1.0,
+                        };
+                        let piece_rate = if piece.seconds > 0.0 {
+                            n / piece.seconds
+                        } else {
+                            0.0
+                        };
+                        // How far the piece's rate is from a window's, 0 (the same) to 1 (off by
+                        // RATE_SLACK or more): a piece that holds a switch sits between the two.
+                        let misfit = |r: Option<f64>| {
+                            r.filter(|&r| r > 0.0 && piece_rate > 0.0).map_or(1.0, |r| {
+                                ((piece_rate / r).ln().abs() / RATE_SLACK.ln()).min(1.0)
+                            })
+                        };
+                        match (fits(rate, piece_rate), fits(before_rate, piece_rate)) {
+                            (true, false) => Choice {
+                                this_window: true,
+                                doubt: misfit(rate),
+                            },
+                            (false, true) => Choice {
+                                this_window: false,
+                                doubt: misfit(before_rate),
+                            },
+                            _ => Choice {
+                                this_window: u >= 0.5,
+                                doubt: 2.0 * u.min(1.0 - u),
+                            },
+                        }
+                    })
+                    .collect(),
+            );
+            *mark = QueueMark {
+                program: p,
+                driver: d,
+                rate: rate.or(mark.rate),
+            };
+        }
+        (stretch, choices, rates)
     }
 
     /// Every flow of the scaled directions, estimated for the run so far: `driver` holds each
