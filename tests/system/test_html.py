@@ -164,13 +164,15 @@ def answer_agrees_with_recommend(dom, path, *args):
     risk, its method and confidence. Returns recommend's answer."""
     adv = json.loads(run(BIN, "recommend", path, "--json", *args).stdout)
     recs = adv["recommendations"]
-    change = " ".join(dom.texts["answer-change"])
+    # Words as the page shows them: a command's words are elements of their own.
+    words = lambda chunks: " ".join(" ".join(chunks).split())
+    change = words(dom.texts["answer-change"])
     if recs:
         assert all(r["command"] in change for r in recs), (change, recs)
-        assert all(r["command"] in text_of(dom) and r["kind"] in text_of(dom) for r in recs), recs
+        assert all(r["command"] in words(dom.text) and r["kind"] in text_of(dom) for r in recs), recs
     else:
         assert "nothing to run" in change and all(w in change for w in adv["no_change"]["reasons"]), (change, adv["no_change"])
-        none = " ".join(dom.texts["no-recommendations"])
+        none = words(dom.texts["no-recommendations"])
         assert all(w in none for w in adv["no_change"]["reasons"] + adv["no_change"]["next_steps"]), none
     leaking = {a["data-queue"] for t, a in dom.attrs if t == "b" and "leak" in (a.get("class") or "")}
     want = {f"{v['dir']} {v['queue']}" for v in adv["verdicts"] if v["verdict"] in ("leaky", "at_risk")}
@@ -246,9 +248,13 @@ def test_html_report_in_chromium(testbed, recorder, tmp_path):
     ringed_dom = Dom(p2.stdout, texts=("answer", "answer-leaking", "answer-change", "answer-confidence", "no-recommendations"))
     assert answer_agrees_with_recommend(ringed_dom, ringed, "--ddio-ways", "1")["recommendations"]
 
-    # The verdict section: one row per queue, with the verdict and reason recommend gives.
+    # The verdict section: one row per queue, with the verdict and reason recommend gives; a
+    # reason the next queues share is given once, in the first row of their run.
     rows = dom.tables["verdicts-table"]
-    assert [(r[0], r[1], r[-1]) for r in rows] == [(f"{v['dir']} {v['queue']}", v["verdict"], v["reason"]) for v in adv["verdicts"]]
+    verdicts = adv["verdicts"]
+    assert [(r[0], r[1]) for r in rows] == [(f"{v['dir']} {v['queue']}", v["verdict"]) for v in verdicts]
+    runs = [v["reason"] for i, v in enumerate(verdicts) if i == 0 or verdicts[i - 1]["reason"] != v["reason"]]
+    assert [r[6] for r in rows if len(r) == 7] == runs, rows
     # The attribution section: every queue's share as recommend gives it.
     att = dom.tables["attribution-queues"] if adv["attribution"]["queues"] else []
     # The page prints the share to 0.1 from the unrounded value, the JSON keeps 4 significant
@@ -306,3 +312,65 @@ def test_html_report_in_chromium(testbed, recorder, tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
     shutil.copy(html, OUT / "report.html")
+
+
+# Run in a copy of the page only (the page itself has no script): for every command in code
+# font, where the browser laid out each character; a line break anywhere but at a space
+# splits the command inside a word (a flag at its hyphen, a path).
+LAYOUT_PROBE = """<script>
+addEventListener('load', () => {
+  const broken = [], plain = [];
+  for (const c of document.querySelectorAll('code')) {
+    if (!/monospace/.test(getComputedStyle(c).fontFamily)) plain.push(c.textContent);
+    const w = document.createTreeWalker(c, NodeFilter.SHOW_TEXT);
+    let prev = null;
+    while (w.nextNode()) {
+      const t = w.currentNode;
+      for (let i = 0; i < t.length; i++) {
+        const r = document.createRange(); r.setStart(t, i); r.setEnd(t, i + 1);
+        const box = r.getClientRects()[0];
+        const ch = t.data[i];
+        // A space the line broke at may have no box of its own: still a break at a space.
+        if (!box) { if (prev) prev.ch = ch; continue; }
+        if (prev && box.top > prev.top + 2 && prev.ch !== ' ' && ch !== ' ') broken.push(c.textContent);
+        prev = {top: box.top, ch};
+      }
+    }
+  }
+  const next = [...document.querySelectorAll('#answer dd')].filter(
+    d => /ddioscope |ethtool |ip netns /.test(d.textContent) && !d.querySelector('code')).map(d => d.textContent);
+  document.body.setAttribute('data-probe', JSON.stringify({broken, plain, next,
+    codes: document.querySelectorAll('#answer code').length,
+    width: document.documentElement.getBoundingClientRect().width}));
+});
+</script></body>"""
+
+
+def test_answer_commands_are_code_and_whole_at_420px(tmp_path):
+    """At a phone's 420 px the answer's commands are in code font and wrap only between
+    words: the fixture's answer (a Change command), and the fixture with two RX queues of
+    equal load left (nothing to spread: Next lines with a `ddioscope recommend` command)."""
+    import sqlite3
+    shutil.copy(ROOT / "tests/fixtures/recordings/veth-tcp.ddio", tmp_path / "run.ddio")
+    shutil.copy(ROOT / "tests/fixtures/recordings/veth-tcp.ddio", tmp_path / "balanced-run-of-tuesday.ddio")
+    db = sqlite3.connect(tmp_path / "balanced-run-of-tuesday.ddio")
+    db.executescript("DELETE FROM queue_intervals WHERE dir = 'rx' AND queue IN (0, 1);"
+                     "DELETE FROM stage_stats WHERE dir = 'rx' AND queue IN (0, 1);")
+    db.commit()
+    db.close()
+    for name, words in (("run.ddio", "ethtool"), ("balanced-run-of-tuesday.ddio", "ddioscope recommend")):
+        page = run(BIN, "report", name, "--html", "-", cwd=tmp_path).stdout
+        probe = tmp_path / "probe.html"
+        # Headless Chromium keeps its window at least 500 px wide: the page is laid out 420 px
+        # wide by its root element instead (it has no media query a viewport would trigger).
+        probe.write_text(page.replace("</head>", "<style>html{width:420px}</style></head>", 1)
+                         .replace("</body>", LAYOUT_PROBE, 1))
+        p, _ = chromium(probe.as_uri(), "--dump-dom", "--window-size=420,3000", "--virtual-time-budget=5000")
+        assert p.returncode == 0, p.stderr[-2000:]
+        m = re.search(r'data-probe="([^"]*)"', p.stdout)
+        assert m, p.stdout[:2000]
+        r = json.loads(m.group(1).replace("&quot;", '"').replace("&lt;", "<").replace("&gt;", ">")
+                       .replace("&#39;", "'").replace("&amp;", "&"))
+        assert r["width"] == 420, r
+        assert r["codes"] >= 1 and r["broken"] == [] and r["plain"] == [] and r["next"] == [], (name, r)
+        assert words in re.sub(r"<[^>]+>", "", page), name

@@ -54,6 +54,13 @@ pub enum Cmd {
         /// The checks as one JSON object instead of text.
         #[arg(long)]
         json: bool,
+        /// Also check this interface: its ring size, RSS table, IRQs, per-queue counters and
+        /// page pools, and which hooks a recording of it puts on the device and on the host.
+        #[arg(short, long, value_name = "IFACE")]
+        iface: Option<String>,
+        /// Named network namespace (from `ip netns list`) the interface lives in.
+        #[arg(long, value_name = "NS", requires = "iface")]
+        netns: Option<String>,
     },
     /// Print the shell completion script for SHELL on stdout (`make install` installs them).
     #[command(hide = true)]
@@ -120,13 +127,14 @@ pub struct ReportArgs {
     /// Recording file written by `ddioscope record`.
     #[arg(default_value = DEFAULT_RECORDING)]
     pub file: PathBuf,
-    /// One JSON object instead of text (its schema: docs/report.md).
-    #[arg(long)]
-    pub json: bool,
+    /// One JSON object instead of text (its schema: docs/report.md), on stdout, or with
+    /// `--json=OUT` written to the file OUT (`--json=-`: stdout).
+    #[arg(long, value_name = "OUT", num_args = 0..=1, require_equals = true, default_missing_value = "-")]
+    pub json: Option<PathBuf>,
     /// How many flows the text report lists.
     #[arg(long, default_value_t = 10)]
     pub top: usize,
-    /// Text tables with every stage's latencies in the queue rows (wider than 120 columns).
+    /// Text tables with every stage's latencies in the queue rows (wider than the terminal).
     #[arg(long, conflicts_with_all = ["json", "html"])]
     pub wide: bool,
     #[command(flatten)]
@@ -135,9 +143,9 @@ pub struct ReportArgs {
     /// to stdout for `-`.
     #[arg(long, value_name = "OUT", conflicts_with = "json")]
     pub html: Option<PathBuf>,
-    /// Replace the --html file if it exists (a regular file only: never a device, FIFO,
-    /// socket or symlink).
-    #[arg(long, requires = "html")]
+    /// Replace the --html or --json file if it exists (a regular file only: never a device,
+    /// FIFO, socket or symlink).
+    #[arg(long)]
     pub force: bool,
     #[command(flatten)]
     pub geometry: GeometryOverrides,
@@ -149,9 +157,14 @@ pub struct RecommendArgs {
     /// Recording file written by `ddioscope record`.
     #[arg(default_value = DEFAULT_RECORDING)]
     pub file: PathBuf,
-    /// One JSON object (the answer, the model, the attribution and the recommendations) instead of text.
+    /// One JSON object (the answer, the model, the attribution and the recommendations)
+    /// instead of text, on stdout, or with `--json=OUT` written to the file OUT (`--json=-`:
+    /// stdout).
+    #[arg(long, value_name = "OUT", num_args = 0..=1, require_equals = true, default_missing_value = "-")]
+    pub json: Option<PathBuf>,
+    /// Replace the --json file if it exists (a regular file only).
     #[arg(long)]
-    pub json: bool,
+    pub force: bool,
     #[command(flatten)]
     pub window: WindowArgs,
     #[command(flatten)]
@@ -187,6 +200,46 @@ pub struct SimulateArgs {
     pub bench: bool,
     #[command(flatten)]
     pub geometry: GeometryOverrides,
+}
+
+/// The options `record -i IFACE [--netns NS]` runs with (every other flag at its default),
+/// without the L3-miss sampler: `doctor -i` attaches what a recording would, to report it.
+pub fn record_defaults(
+    iface: &str,
+    netns: Option<&str>,
+) -> anyhow::Result<crate::session::SessionOptions> {
+    let mut args = vec!["ddioscope", "record", "-i", iface];
+    if let Some(ns) = netns {
+        args.extend(["--netns", ns]);
+    }
+    match Cli::try_parse_from(args) {
+        Ok(Cli {
+            cmd: Cmd::Record(r),
+        }) => {
+            let mut opts = r.session_options();
+            opts.miss = crate::session::MissArgs::off();
+            Ok(opts)
+        }
+        Ok(_) => anyhow::bail!("record's options did not parse as record's"),
+        Err(e) => anyhow::bail!("{}", usage_error_line(&e)),
+    }
+}
+
+/// The columns text output is wrapped to: `COLUMNS` when it is a positive number, else the
+/// width of the terminal on stdout, else `report::text::DEFAULT_WIDTH` (a pipe or a file).
+pub fn text_width() -> usize {
+    width_from(
+        std::env::var("COLUMNS").ok().as_deref(),
+        crate::sys::stdout_columns(),
+    )
+}
+
+fn width_from(columns: Option<&str>, tty: Option<usize>) -> usize {
+    columns
+        .and_then(|c| c.trim().parse::<usize>().ok())
+        .filter(|c| *c > 0)
+        .or(tty)
+        .unwrap_or(crate::report::text::DEFAULT_WIDTH)
 }
 
 /// Write a command's output to stdout. A reader that went away shows as an error of kind
@@ -310,6 +363,49 @@ mod tests {
             .map(|e| usage_error_line(&e))
             .unwrap_or_default();
         assert!(e.contains("required") && e.contains("--iface"), "{e}");
+    }
+
+    #[test]
+    fn text_width_is_columns_else_the_terminal_else_100() {
+        assert_eq!(width_from(Some("80"), Some(132)), 80);
+        assert_eq!(width_from(Some(" 72 "), None), 72);
+        assert_eq!(width_from(Some("0"), Some(132)), 132);
+        assert_eq!(width_from(Some("wide"), Some(132)), 132);
+        assert_eq!(width_from(None, Some(132)), 132);
+        assert_eq!(width_from(None, None), 100);
+        assert_eq!(width_from(Some(""), None), 100);
+    }
+
+    #[test]
+    fn json_output_takes_an_optional_file_and_dash_is_stdout() {
+        let json = |args: &[&str]| match Cli::try_parse_from(args).map(|c| c.cmd) {
+            Ok(Cmd::Report(a)) => a.json.map(|p| p.display().to_string()),
+            Ok(Cmd::Recommend(a)) => a.json.map(|p| p.display().to_string()),
+            Ok(_) => panic!("{args:?}"),
+            Err(e) => Some(format!("error: {}", usage_error_line(&e))),
+        };
+        // The recording after a bare --json stays the recording.
+        assert_eq!(
+            json(&["ddioscope", "report", "--json", "r.ddio"]).as_deref(),
+            Some("-")
+        );
+        assert_eq!(
+            json(&["ddioscope", "report", "r.ddio", "--json=-"]).as_deref(),
+            Some("-")
+        );
+        assert_eq!(
+            json(&["ddioscope", "report", "r.ddio", "--json=o.json"]).as_deref(),
+            Some("o.json")
+        );
+        assert_eq!(
+            json(&["ddioscope", "recommend", "--json", "r.ddio"]).as_deref(),
+            Some("-")
+        );
+        assert_eq!(
+            json(&["ddioscope", "recommend", "r.ddio", "--json=a.json"]).as_deref(),
+            Some("a.json")
+        );
+        assert_eq!(json(&["ddioscope", "report", "r.ddio"]), None);
     }
 
     #[test]

@@ -89,12 +89,16 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
                     .collect::<String>(),
             )?;
         }
-        Cmd::Doctor { json } => {
-            let d = doctor::run();
+        Cmd::Doctor { json, iface, netns } => {
+            let device = iface
+                .as_deref()
+                .map(|i| ddioscope::cli::record_defaults(i, netns.as_deref()))
+                .transpose()?;
+            let d = doctor::run(device.as_ref())?;
             print(&if json {
                 serde_json::to_string_pretty(&d)? + "\n"
             } else {
-                doctor::render_text(&d)
+                doctor::render_text(&d, ddioscope::cli::text_width())
             })?;
             return Ok(if d.can_record {
                 ExitCode::SUCCESS
@@ -113,29 +117,50 @@ fn open(file: &Path, w: WindowArgs) -> Result<Recording> {
     Ok(rec)
 }
 
-fn report_cmd(args: ReportArgs) -> Result<()> {
-    let to_stdout = args
-        .html
-        .as_deref()
-        .is_some_and(ddioscope::outfile::is_stdout);
-    // Refuse before the (slower) model runs: the answer does not depend on it.
-    if let Some(out) = args.html.as_deref().filter(|_| !to_stdout) {
-        ddioscope::outfile::check(out, args.force)?;
+/// Where a whole-text output goes: stdout for none or `-`, else the file, refused before
+/// any work when it may not be written.
+fn output_target(out: Option<&Path>, force: bool) -> Result<Option<&Path>> {
+    match out.filter(|p| !ddioscope::outfile::is_stdout(p)) {
+        Some(p) => {
+            ddioscope::outfile::check(p, force)?;
+            Ok(Some(p))
+        }
+        None => Ok(None),
     }
+}
+
+fn emit(target: Option<&Path>, force: bool, text: &str) -> Result<()> {
+    match target {
+        None => print(text),
+        Some(p) => {
+            ddioscope::outfile::write_whole(p, force, text.as_bytes())?;
+            eprintln!("wrote {}", p.display());
+            Ok(())
+        }
+    }
+}
+
+fn report_cmd(args: ReportArgs) -> Result<()> {
+    // Refuse before the (slower) model runs: the answer does not depend on it.
+    let html = output_target(args.html.as_deref(), args.force)?;
+    let json = output_target(args.json.as_deref(), args.force)?;
     let rec = open(&args.file, args.window)?;
     let summary: Summary = analysis::summary::build(&rec)?;
     // The model needs an LLC geometry; without one the report still prints, and says why.
     let outcome = analysis::advise_or_explain(&rec, &summary, args.geometry)?;
-    if let Some(out) = args.html {
-        let page = report::html::render_html(&rec, &summary, &outcome)?;
-        if to_stdout {
-            print(&page)?;
-        } else {
-            ddioscope::outfile::write_whole(&out, args.force, page.as_bytes())?;
-            eprintln!("wrote {}", out.display());
-        }
-    } else if args.json {
-        print(&(FullReport::new(&summary, &outcome).to_json()? + "\n"))?;
+    if args.html.is_some() {
+        let charts = analysis::charts(&rec, &summary, &outcome)?;
+        emit(
+            html,
+            args.force,
+            &report::html::render_html(&summary, &outcome, &charts),
+        )
+    } else if args.json.is_some() {
+        emit(
+            json,
+            args.force,
+            &(FullReport::new(&summary, &outcome).to_json()? + "\n"),
+        )
     } else {
         print(&report::text::render_report(
             &summary,
@@ -143,21 +168,30 @@ fn report_cmd(args: ReportArgs) -> Result<()> {
             &report::text::TextOptions {
                 top_flows: args.top,
                 wide: args.wide,
+                width: ddioscope::cli::text_width(),
             },
-        ))?;
+        ))
     }
-    Ok(())
 }
 
 fn recommend(args: RecommendArgs) -> Result<()> {
+    let json = output_target(args.json.as_deref(), args.force)?;
     let rec = open(&args.file, args.window)?;
     let summary = analysis::summary::build(&rec)?;
     let a = analysis::advise(&rec, &summary, args.geometry)?;
-    print(&if args.json {
-        report::json::advice_json(&summary, &a)? + "\n"
+    if args.json.is_some() {
+        emit(
+            json,
+            args.force,
+            &(report::json::advice_json(&summary, &a)? + "\n"),
+        )
     } else {
-        report::text::render_advice(&summary, &a)
-    })
+        print(&report::text::render_advice(
+            &summary,
+            &a,
+            ddioscope::cli::text_width(),
+        ))
+    }
 }
 
 /// The recorded run's (ring, ways) points, each in range and all within the command's cost
@@ -240,7 +274,11 @@ fn simulate(args: SimulateArgs) -> Result<()> {
             if args.queues.is_empty() && args.pkt_bytes.is_empty() {
                 check_recorded_grid(&run, &args.ring, &args.ways).map_err(|e| anyhow!("{e}"))?;
                 // The recording's own computation: its points are the report's and recommend's.
-                head = report::text::render_model_inputs(&run.inputs(), run.calibration.as_ref());
+                head = report::text::render_model_inputs(
+                    &run.inputs(),
+                    run.calibration.as_ref(),
+                    ddioscope::cli::text_width(),
+                );
                 run.grid(&args.ring, &args.ways)
             } else {
                 spec::try_what_if(spec, &axes, &mut |_, _| {}).map_err(|e| anyhow!("{e}"))?
@@ -266,6 +304,6 @@ fn simulate(args: SimulateArgs) -> Result<()> {
     print(&if args.json {
         serde_json::to_string_pretty(&grid)? + "\n"
     } else {
-        head + &report::text::render_what_if(&grid)
+        head + &report::text::render_what_if(&grid, ddioscope::cli::text_width())
     })
 }

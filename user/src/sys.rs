@@ -26,6 +26,24 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// The columns of the terminal stdout writes to; None when stdout is no terminal (a pipe,
+/// a file) or the terminal reports no size.
+pub fn stdout_columns() -> Option<usize> {
+    // SAFETY: isatty only inspects the descriptor.
+    if unsafe { libc::isatty(libc::STDOUT_FILENO) } != 1 {
+        return None;
+    }
+    let mut ws = libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCGWINSZ writes one winsize into the struct given.
+    let rc = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) };
+    (rc == 0 && ws.ws_col > 0).then_some(usize::from(ws.ws_col))
+}
+
 /// SIGINT/SIGTERM/SIGHUP set the returned flag instead of killing the process,
 /// so every consumer detaches cleanly.
 pub fn stop_flag() -> Result<Arc<AtomicBool>> {

@@ -4,6 +4,7 @@
 //! report agree.
 pub mod advice;
 pub mod answer;
+pub mod charts;
 pub mod evidence;
 pub mod geometry;
 pub mod observation;
@@ -16,3 +17,10 @@ pub use evidence::{attribution, evidence, other_stacks_bytes, AttributionReport}
 pub use geometry::{geometry, GeometryOverrides};
 pub use observation::observation;
 pub use summary::Summary;
+
+// The model's and the recording's vocabulary the renderers print, named here so that no
+// renderer reaches past this layer.
+pub use crate::model::geometry::LlcGeometry;
+pub use crate::model::spec::{GridPoint, Input, Source as InputSource};
+pub use crate::recording::meta::StoppedBy;
+pub use charts::{charts, Charts};

@@ -336,6 +336,25 @@ impl KernelStats {
             .unwrap_or_default()
     }
 
+    /// The device's page pools, or why the kernel cannot say: it has no netdev family, or
+    /// keeps no page_pool statistics (Ok(empty): it keeps them, and the device has no pool).
+    pub fn page_pools_or_why(&mut self) -> Result<Vec<PagePoolStat>, String> {
+        if self.netdev.is_none() {
+            return Err("the kernel has no netdev netlink family".into());
+        }
+        let ifindex = self.ifindex;
+        self.dump(CMD_PAGE_POOL_STATS_GET, &[])
+            .map(|m| parse_page_pool_stats(&m, ifindex))
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::EOPNOTSUPP) => {
+                    "the kernel keeps no page_pool statistics (CONFIG_PAGE_POOL_STATS is off)"
+                        .into()
+                }
+                Some(libc::EPERM) => "reading them was not permitted".into(),
+                _ => format!("the kernel refused the request ({})", e.kind()),
+            })
+    }
+
     /// The device's page pools (empty: none, or no page_pool statistics in this kernel).
     pub fn page_pools(&mut self) -> Vec<PagePoolStat> {
         let ifindex = self.ifindex;

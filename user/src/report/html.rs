@@ -2,44 +2,27 @@
 //! fetched) with the report's tables, per-queue stage latency histograms, rates and miss ratios
 //! over time, the simulator's what-if curves and recommendation cards.
 //!
-//! Charts are hand-written SVG: a bar chart for log2 histograms and a line chart for everything
-//! else. Hover text comes from SVG `<title>` elements, so the page needs no JavaScript and opens
-//! the same from a mail attachment, a CI artifact or paper.
-use std::collections::BTreeMap;
+//! The page draws what `analysis` computed (the summary, the outcome and the charts' series);
+//! it reads no recording and runs no model. The charts come from `svg`.
 use std::fmt::Write as _;
-use std::time::Instant;
 
-use super::{queue_cells, queue_columns};
+use super::svg::{
+    count_axis, esc, hist_chart, legend, line_chart, time_axis, Axis, Series, PALETTE,
+};
+use super::words::socket_cells;
+use super::words::{calibration_words, leaking_line, qname, queue_cells, queue_columns};
 use crate::advise::Recommendation;
 use crate::analysis::answer::{Answer, NoChange, QueueVerdict};
-use crate::analysis::{AttributionReport, Outcome, Summary};
-use crate::model::geometry::WaysSource;
-use crate::model::spec::{GridPoint, SimSpec, Source};
-use crate::recording::Recording;
-use crate::snapshot::{Dir, QueueCounters, NBUCKETS};
+use crate::analysis::charts::{Charts, QueueRates};
+use crate::analysis::{AttributionReport, GridPoint, Outcome, StoppedBy, Summary};
+use crate::snapshot::{Dir, QueueCounters};
 use crate::units::{fmt_bytes, fmt_count, fmt_duration, fmt_ns, fmt_pct};
 
-/// Ring sizes and DDIO way counts of the what-if curves.
-pub const WHATIF_RINGS: [u32; 7] = [64, 128, 256, 512, 1024, 2048, 4096];
-pub const WHATIF_WAYS: [u32; 6] = [1, 2, 3, 4, 5, 6];
 const TOP_FLOWS: usize = 20;
-/// Colour-blind-friendly (Tableau 10) series colours.
-const PALETTE: [&str; 8] = [
-    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#b07aa1", "#9c755f", "#edc948",
-];
 
-/// Everything the what-if section shows: the spec built from the recording, where each of
-/// its inputs came from, and the two curves.
-pub struct WhatIf {
-    pub spec: SimSpec,
-    /// (input, value and its source)
-    pub inputs: Vec<(String, String)>,
-    pub by_ring: Vec<GridPoint>,
-    pub by_ways: Vec<GridPoint>,
-    pub elapsed_s: f64,
-}
-
-pub fn render_html(rec: &Recording, report: &Summary, outcome: &Outcome) -> anyhow::Result<String> {
+/// The page for `report`'s summary and outcome, with the series and what-if curves
+/// `analysis::charts` computed for them.
+pub fn render_html(report: &Summary, outcome: &Outcome, charts: &Charts) -> String {
     let mut o = String::with_capacity(256 * 1024);
     let m = &report.meta;
     let answer = crate::analysis::answer::answer(report, outcome);
@@ -76,12 +59,12 @@ pub fn render_html(rec: &Recording, report: &Summary, outcome: &Outcome) -> anyh
     verdicts_section(&mut o, verdicts);
     attribution_section(&mut o, attribution, report.meta.duration_s);
     recommendations_section(&mut o, recs, no_change);
-    whatif_section(&mut o, outcome);
+    whatif_section(&mut o, charts);
     provenance_section(&mut o, report);
     queue_tables(&mut o, report);
     latency_section(&mut o, report);
-    rates_section(&mut o, rec, report)?;
-    counters_section(&mut o, rec, report)?;
+    rates_section(&mut o, charts, report);
+    counters_section(&mut o, charts, report);
     flows_section(&mut o, report);
     events_section(&mut o, report);
     let _ = writeln!(
@@ -90,12 +73,69 @@ pub fn render_html(rec: &Recording, report: &Summary, outcome: &Outcome) -> anyh
         env!("CARGO_PKG_VERSION"),
         esc(&m.file)
     );
-    Ok(o)
+    o
 }
 
-/// "rx 3", as the JSON spells a queue.
-fn qname(dir: impl std::fmt::Display, queue: u32) -> String {
-    format!("{dir} {queue}")
+/// Words that begin a command in the answer's and the recommendations' sentences.
+const COMMAND_WORDS: [&str; 8] = [
+    "ddioscope",
+    "ethtool",
+    "ip",
+    "sudo",
+    "echo",
+    "sysctl",
+    "taskset",
+    "wrmsr",
+];
+
+/// A command in code font, broken only between its words: each word is kept whole, so a
+/// narrow screen never splits a flag at its hyphen (`--llc-` / `mib`).
+fn code(cmd: &str) -> String {
+    cmd.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            let words: Vec<String> = line
+                .split_whitespace()
+                .map(|w| format!("<span class=\"w\">{}</span>", esc(w)))
+                .collect();
+            format!("<code class=\"cmd\">{}</code>", words.join(" "))
+        })
+        .collect::<Vec<_>>()
+        .join("<br>")
+}
+
+/// A sentence with the commands in it in code font: a command starts at a command word (or
+/// a script path, or a flag) and runs to a word that ends the clause (`,` or `;`) or to the
+/// end.
+fn with_commands(text: &str) -> String {
+    let starts =
+        |w: &str| COMMAND_WORDS.contains(&w) || w.starts_with("scripts/") || w.starts_with("--");
+    let words: Vec<&str> = text.split(' ').collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < words.len() {
+        if !starts(words[i]) {
+            out.push(esc(words[i]));
+            i += 1;
+            continue;
+        }
+        let mut j = i;
+        while j + 1 < words.len() && !words[j].ends_with([',', ';']) {
+            j += 1;
+        }
+        let mut cmd = words[i..=j].join(" ");
+        let tail = match cmd.pop() {
+            Some(c @ (',' | ';')) => c.to_string(),
+            Some(c) => {
+                cmd.push(c);
+                String::new()
+            }
+            None => String::new(),
+        };
+        out.push(format!("{}{tail}", code(&cmd)));
+        i = j + 1;
+    }
+    out.join(" ")
 }
 
 /// The answer first: what leaks, how sure, what to change (the same words as the text report).
@@ -124,7 +164,7 @@ fn answer_section(o: &mut String, a: &Answer, verdicts: &[QueueVerdict]) {
         // The text report's words, each queue marked for tools and tests.
         let mark =
             |d: Dir, q: u32| format!("<b class=\"leak\" data-queue=\"{0}\">{0}</b>", qname(d, q));
-        crate::report::text::leaking_line(a, &esc(&reason(f.dir, f.queue)), mark)
+        leaking_line(a, &esc(&reason(f.dir, f.queue)), mark)
     };
     let _ = write!(
         o,
@@ -186,19 +226,19 @@ fn answer_section(o: &mut String, a: &Answer, verdicts: &[QueueVerdict]) {
                 ),
                 _ => String::new(),
             };
-            let _ = write!(o, "<li><code>{}</code>{pred}</li>", esc(&c.command));
+            let _ = write!(o, "<li>{}{pred}</li>", code(&c.command));
         }
         o.push_str("</ul></dd>");
     }
     if let Some(n) = &a.no_change {
         for s in &n.next_steps {
-            let _ = write!(o, "<dt>Next</dt><dd>{}</dd>", esc(s));
+            let _ = write!(o, "<dt>Next</dt><dd>{}</dd>", with_commands(s));
         }
     }
     o.push_str("</dl>\n</section>\n");
 }
 
-/// Each modelled queue's verdict with its reason.
+/// Each modelled queue's verdict, with its reason once for each run of rows that share it.
 fn verdicts_section(o: &mut String, verdicts: &[QueueVerdict]) {
     let _ = writeln!(
         o,
@@ -212,16 +252,27 @@ fn verdicts_section(o: &mut String, verdicts: &[QueueVerdict]) {
         "<div class=\"scroll\"><table class=\"num\" id=\"verdicts-table\"><thead><tr><th class=\"l\">queue</th><th class=\"l\">verdict</th>\
          <th>ring needs</th><th>in flight</th><th>write hit</th><th>read hit</th><th class=\"l\">why</th></tr></thead><tbody>\n",
     );
-    for v in verdicts {
+    for (i, v) in verdicts.iter().enumerate() {
+        let why = if i > 0 && verdicts[i - 1].reason == v.reason {
+            String::new()
+        } else {
+            let rows = verdicts[i..]
+                .iter()
+                .take_while(|w| w.reason == v.reason)
+                .count();
+            format!(
+                "<td class=\"l why\" rowspan=\"{rows}\">{}</td>",
+                esc(&v.reason)
+            )
+        };
         let _ = writeln!(
             o,
-            "<tr><td class=\"l\">{}</td><td class=\"l v-{v}\">{v}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l why\">{}</td></tr>",
+            "<tr><td class=\"l\">{}</td><td class=\"l v-{v}\">{v}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>{why}</tr>",
             qname(v.dir, v.queue),
             v.footprint_bytes.map_or_else(|| "-".into(), |b| fmt_bytes(b as f64)),
             v.inflight_bytes.map_or_else(|| "-".into(), fmt_bytes),
             fmt_pct(v.predicted_write_hit_pct),
             fmt_pct(v.predicted_read_hit_pct),
-            esc(&v.reason),
             v = v.verdict,
         );
     }
@@ -329,26 +380,9 @@ fn provenance_section(o: &mut String, r: &Summary) {
     o.push_str("</section>\n");
 }
 
-/// HTML-escape text and attribute values (recordings carry host-supplied strings).
-fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            _ => out.push(c),
-        }
-    }
-    out
-}
-
 fn header(o: &mut String, r: &Summary) {
     let m = &r.meta;
     let status = if m.complete {
-        use crate::recording::meta::StoppedBy;
         match m.stopped_by {
             Some(
                 s @ (StoppedBy::DeviceRemoved
@@ -514,9 +548,6 @@ fn active_totals(r: &Summary) -> Vec<&QueueCounters> {
         .collect()
 }
 
-/// Points on a chart over time at most: a longer recording's intervals are summed in groups.
-const MAX_POINTS: usize = crate::recording::reader::SERIES_POINTS;
-
 fn latency_section(o: &mut String, r: &Summary) {
     let _ = writeln!(
         o,
@@ -579,62 +610,35 @@ fn latency_section(o: &mut String, r: &Summary) {
     o.push_str("</section>\n");
 }
 
-/// Seconds since the recording started for a CLOCK_MONOTONIC timestamp.
-fn rel_s(t_ns: u64, start_ns: Option<u64>) -> Option<f64> {
-    start_ns
-        .filter(|s| t_ns >= *s)
-        .map(|s| (t_ns - s) as f64 / 1e9)
-}
-
-fn rates_section(o: &mut String, rec: &Recording, r: &Summary) -> anyhow::Result<()> {
+fn rates_section(o: &mut String, charts: &Charts, r: &Summary) {
     let _ = writeln!(o, "<section id=\"rates\">\n<h2>Packet rates over time</h2>");
-    let start_ns = rec.meta.start_ns;
-    let groups = rec.interval_groups(None)?;
-    // Group ends in seconds: from the BPF clock when the start is known, else summed durations.
-    let mut acc = 0.0;
-    let xs: Vec<f64> = groups
-        .iter()
-        .map(|g| {
-            acc += g.dur_ns as f64 / 1e9;
-            rel_s(g.t_ns, start_ns).unwrap_or(acc)
-        })
-        .collect();
-    let per = groups.first().map_or(1, |g| g.last - g.first + 1);
+    let per = charts.intervals_per_point;
     let mut any = false;
     o.push_str("<div class=\"grid two\">\n");
     for dir in [Dir::Rx, Dir::Tx] {
-        let queues: Vec<u32> = r
-            .queues
-            .iter()
-            .filter(|q| q.dir == dir && q.packets > 0)
-            .map(|q| q.queue)
-            .collect();
-        if queues.is_empty() || groups.is_empty() {
+        let queues: Vec<&QueueRates> = charts.rates.iter().filter(|q| q.dir == dir).collect();
+        if queues.is_empty() {
             continue;
         }
         any = true;
         let series: Vec<Series> = queues
             .iter()
             .enumerate()
-            .map(|(i, &qn)| Series {
-                name: format!("{} q{qn}", dir.as_str()),
+            .map(|(i, q)| Series {
+                name: format!("{} q{}", dir.as_str(), q.queue),
                 color: PALETTE[i % PALETTE.len()],
                 dashed: false,
-                points: groups
-                    .iter()
-                    .zip(&xs)
-                    .map(|(g, &x)| {
-                        let pk = g.queue(dir, qn).map_or(0, |q| q.packets);
-                        (g.dur_ns > 0).then(|| (x, pk as f64 / (g.dur_ns as f64 / 1e9)))
-                    })
-                    .collect(),
+                points: q.points.clone(),
             })
             .collect();
         let ymax = series
             .iter()
             .flat_map(|s| s.points.iter().flatten().map(|p| p.1))
             .fold(0.0, f64::max);
-        let xmax = xs.iter().copied().fold(0.0, f64::max);
+        let xmax = series
+            .iter()
+            .flat_map(|s| s.points.iter().flatten().map(|p| p.0))
+            .fold(0.0, f64::max);
         let x = time_axis(xmax);
         let y = count_axis(ymax, "packets/s");
         let _ = writeln!(
@@ -656,32 +660,9 @@ fn rates_section(o: &mut String, rec: &Recording, r: &Summary) -> anyhow::Result
         let _ = writeln!(o, "<p class=\"note\">No traffic was recorded.</p>");
     }
     o.push_str("</section>\n");
-    Ok(())
 }
 
-/// (seconds since start, write miss %, read miss %) per counter interval.
-pub type MissPoints = Vec<(f64, Option<f64>, Option<f64>)>;
-
-/// Write and read miss % per socket over time from the counter readings of the report's
-/// source, at most `MAX_POINTS` points. Returns (socket, [(t_s, write_miss, read_miss)]).
-pub fn miss_series(rec: &Recording, source: &str) -> anyhow::Result<BTreeMap<u32, MissPoints>> {
-    let start_ns = rec.meta.start_ns;
-    let mut out: BTreeMap<u32, MissPoints> = BTreeMap::new();
-    for p in rec.counter_series(source, MAX_POINTS)? {
-        let Some(t) = rel_s(p.t_ns, start_ns) else {
-            continue;
-        };
-        // Miss % is a ratio and does not depend on the duration; bandwidths would.
-        for s in crate::counters::socket_metrics(&p.readings, p.dur_s.max(1e-3)) {
-            out.entry(s.socket)
-                .or_default()
-                .push((t, s.write_miss_pct, s.read_miss_pct));
-        }
-    }
-    Ok(out)
-}
-
-fn counters_section(o: &mut String, rec: &Recording, r: &Summary) -> anyhow::Result<()> {
+fn counters_section(o: &mut String, charts: &Charts, r: &Summary) {
     let c = &r.counters;
     let _ = writeln!(
         o,
@@ -712,7 +693,7 @@ fn counters_section(o: &mut String, rec: &Recording, r: &Summary) -> anyhow::Res
         );
         for s in &c.sockets {
             let _ = write!(o, "<tr><td>{}</td>", s.socket);
-            for cell in super::socket_cells(s) {
+            for cell in socket_cells(s) {
                 let _ = write!(o, "<td>{}</td>", esc(&cell));
             }
             let _ = writeln!(
@@ -726,9 +707,8 @@ fn counters_section(o: &mut String, rec: &Recording, r: &Summary) -> anyhow::Res
             );
         }
         o.push_str("</tbody></table>\n");
-        let per = miss_series(rec, &c.source)?;
         let mut series = Vec::new();
-        for (i, (sock, pts)) in per.iter().enumerate() {
+        for (i, (sock, pts)) in charts.misses.iter().enumerate() {
             let color = PALETTE[i % PALETTE.len()];
             series.push(Series {
                 name: format!("socket {sock} write miss %"),
@@ -776,75 +756,11 @@ fn counters_section(o: &mut String, rec: &Recording, r: &Summary) -> anyhow::Res
         let _ = writeln!(o, "<p class=\"warn\">warning: {}</p>", esc(w));
     }
     o.push_str("</section>\n");
-    Ok(())
 }
 
-/// The what-if curves of the recording's one model computation (the same [`ModelRun`] the
-/// per-queue verdicts and the recommendations came from), with the model's inputs and what
-/// was measured of them. Err is the reason nothing can be modelled (shown as such).
-pub fn what_if_for(outcome: &Outcome) -> Result<WhatIf, String> {
-    let a = match outcome {
-        Outcome::Advised(a) => a,
-        Outcome::NoModel { why, .. } => {
-            return Err(format!("the DDIO model is not available: {why}"))
-        }
-    };
-    let spec = a.run.spec().cloned().ok_or_else(|| {
-        "no RX traffic in this recording, so there is nothing to model".to_string()
-    })?;
-    let t0 = Instant::now();
-    let (by_ring, by_ways) = a.run.what_if(&WHATIF_RINGS, &WHATIF_WAYS);
-    let g = &spec.geometry;
-    let mut inputs: Vec<(String, String)> = vec![(
-        "LLC".into(),
-        format!(
-            "{:.2} MiB, {} ways, {} sets{} — from the recording host's sysfs",
-            g.size_bytes as f64 / 1048576.0,
-            g.ways,
-            g.sets,
-            g.slices
-                .map(|s| format!(", {s} slices"))
-                .unwrap_or_default(),
-        ),
-    )];
-    inputs.push((
-        "DDIO ways".into(),
-        format!(
-            "{} — {}",
-            g.ddio_ways,
-            match g.ddio_ways_source {
-                WaysSource::Measured => "read from MSR 0xC8B",
-                WaysSource::Override => "set explicitly",
-                WaysSource::Assumed =>
-                    "assumed (power-on default; the recording does not carry MSR 0xC8B)",
-            }
-        ),
-    ));
-    for i in a
-        .model_inputs
-        .iter()
-        .filter(|i| !matches!(i.name.as_str(), "ddio_ways" | "llc"))
-    {
-        let src = match i.source {
-            Source::Measured => "measured",
-            Source::Assumed => "assumed",
-        };
-        inputs.push((i.name.clone(), format!("{} — {src}", i.value)));
-    }
-    inputs.push((
-        "Calibration".into(),
-        crate::report::text::calibration_words(a.calibration.as_ref()),
-    ));
-    Ok(WhatIf {
-        spec,
-        inputs,
-        by_ring,
-        by_ways,
-        elapsed_s: t0.elapsed().as_secs_f64(),
-    })
-}
-
-fn whatif_section(o: &mut String, outcome: &Outcome) {
+/// The what-if curves of the recording's one model computation, with the model's inputs and
+/// what was measured of them, or why there are none.
+fn whatif_section(o: &mut String, charts: &Charts) {
     let _ = writeln!(
         o,
         "<section id=\"whatif\">\n<h2>What-if: DDIO hit rate vs ring size and DDIO ways <span class=\"badge model\">model-only prediction</span></h2>\n\
@@ -852,13 +768,13 @@ fn whatif_section(o: &mut String, outcome: &Outcome) {
          <b>I/O write hit</b>: NIC writes that found or allocated their line in the LLC; <b>CPU read hit</b>: the copy found the packet still cached \
          (DDIO's benefit). Validation against published measurements: docs/model.md.</p>"
     );
-    let wi = match what_if_for(outcome) {
+    let wi = match &charts.what_if {
         Ok(w) => w,
         Err(why) => {
             let _ = writeln!(
                 o,
                 "<p class=\"note\" id=\"whatif-absent\">No prediction: {}.</p>\n</section>",
-                esc(&why)
+                esc(why)
             );
             return;
         }
@@ -867,6 +783,11 @@ fn whatif_section(o: &mut String, outcome: &Outcome) {
     for (k, v) in &wi.inputs {
         let _ = write!(o, "<dt>{}</dt><dd>{}</dd>", esc(k), esc(v));
     }
+    let _ = write!(
+        o,
+        "<dt>Calibration</dt><dd>{}</dd>",
+        esc(&calibration_words(wi.calibration.as_ref()))
+    );
     let _ = writeln!(
         o,
         "<dt>Run time</dt><dd>{:.1} s for {} points</dd></dl></details>",
@@ -921,22 +842,17 @@ fn whatif_section(o: &mut String, outcome: &Outcome) {
     for (id, title, pts, xlabel, cur) in [
         (
             "whatif-ring",
-            format!(
-                "Hit rate vs RX ring size ({} DDIO ways)",
-                wi.spec.geometry.ddio_ways
-            ),
+            format!("Hit rate vs RX ring size ({} DDIO ways)", wi.ddio_ways),
             &wi.by_ring,
             "RX descriptors per queue",
-            wi.by_ring.iter().position(|p| p.ring == wi.spec.ring),
+            wi.by_ring.iter().position(|p| p.ring == wi.ring),
         ),
         (
             "whatif-ways",
-            format!("Hit rate vs DDIO ways (ring {})", wi.spec.ring),
+            format!("Hit rate vs DDIO ways (ring {})", wi.ring),
             &wi.by_ways,
             "DDIO (IIO LLC) ways",
-            wi.by_ways
-                .iter()
-                .position(|p| p.ddio_ways == wi.spec.geometry.ddio_ways),
+            wi.by_ways.iter().position(|p| p.ddio_ways == wi.ddio_ways),
         ),
     ] {
         let x = Axis {
@@ -978,7 +894,7 @@ fn whatif_section(o: &mut String, outcome: &Outcome) {
         let _ = writeln!(
             o,
             "<tr{}><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"v-{v}\">{v}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            if p.ring == wi.spec.ring && p.ddio_ways == wi.spec.geometry.ddio_ways { " class=\"cur\" title=\"recorded configuration\"" } else { "" },
+            if p.ring == wi.ring && p.ddio_ways == wi.ddio_ways { " class=\"cur\" title=\"recorded configuration\"" } else { "" },
             p.ring,
             p.ddio_ways,
             fmt_bytes(p.footprint_bytes as f64),
@@ -1010,7 +926,7 @@ fn recommendations_section(o: &mut String, recs: &[Recommendation], no_change: O
             .map(|n| n.next_steps.as_slice())
             .unwrap_or_default()
         {
-            let _ = writeln!(o, "<p>Next: <code>{}</code></p>", esc(s));
+            let _ = writeln!(o, "<p>Next: {}</p>", with_commands(s));
         }
         o.push_str("</div>\n");
     } else {
@@ -1152,331 +1068,6 @@ fn events_section(o: &mut String, r: &Summary) {
     o.push_str("</section>\n");
 }
 
-// ---- SVG charts -------------------------------------------------------------------------
-
-struct Series {
-    name: String,
-    color: &'static str,
-    dashed: bool,
-    /// None breaks the line (no value in that interval).
-    points: Vec<Option<(f64, f64)>>,
-}
-
-struct Axis {
-    min: f64,
-    max: f64,
-    ticks: Vec<(f64, String)>,
-    label: String,
-}
-
-/// A 1/2/2.5/5 × 10^k step giving about `n` ticks up to `max`.
-fn nice_step(max: f64, n: usize) -> f64 {
-    let max = if max.is_finite() && max > 0.0 {
-        max
-    } else {
-        1.0
-    };
-    let raw = max / n.max(1) as f64;
-    let mag = 10f64.powf(raw.log10().floor());
-    [1.0, 2.0, 2.5, 5.0, 10.0]
-        .iter()
-        .map(|m| m * mag)
-        .find(|s| *s >= raw)
-        .unwrap_or(10.0 * mag)
-}
-
-fn linear_axis(max: f64, label: &str, fmt: impl Fn(f64) -> String) -> Axis {
-    let step = nice_step(max, 5);
-    let top = ((if max > 0.0 { max } else { 1.0 }) / step).ceil().max(1.0) * step;
-    let n = (top / step).round() as usize;
-    Axis {
-        min: 0.0,
-        max: top,
-        ticks: (0..=n)
-            .map(|i| (i as f64 * step, fmt(i as f64 * step)))
-            .collect(),
-        label: label.into(),
-    }
-}
-
-/// Seconds from 0 to the last point exactly (a rounded-up end would look like missing data).
-fn time_axis(max_s: f64) -> Axis {
-    let max = if max_s.is_finite() && max_s > 0.0 {
-        max_s
-    } else {
-        1.0
-    };
-    let step = nice_step(max, 6);
-    let n = (max / step + 1e-9).floor() as usize;
-    let fmt = |v: f64| {
-        if step < 1.0 {
-            format!("{v:.1}")
-        } else {
-            format!("{v:.0}")
-        }
-    };
-    Axis {
-        min: 0.0,
-        max,
-        ticks: (0..=n)
-            .map(|i| (i as f64 * step, fmt(i as f64 * step)))
-            .collect(),
-        label: "seconds since start".into(),
-    }
-}
-
-fn count_axis(max: f64, label: &str) -> Axis {
-    linear_axis(max, label, fmt_count)
-}
-
-fn legend(series: &[Series]) -> String {
-    let mut o = String::from("<div class=\"legend\">");
-    for s in series {
-        let _ = write!(
-            o,
-            "<span><i style=\"border-top:3px {} {}\"></i>{}</span>",
-            if s.dashed { "dashed" } else { "solid" },
-            s.color,
-            esc(&s.name)
-        );
-    }
-    o.push_str("</div>");
-    o
-}
-
-fn line_chart(aria: &str, x: &Axis, y: &Axis, series: &[Series], mark_x: Option<f64>) -> String {
-    const W: f64 = 640.0;
-    const H: f64 = 240.0;
-    const L: f64 = 56.0;
-    const R: f64 = 14.0;
-    const T: f64 = 10.0;
-    const B: f64 = 40.0;
-    let xspan = (x.max - x.min).max(1e-12);
-    let yspan = (y.max - y.min).max(1e-12);
-    let px = |v: f64| L + (v - x.min) / xspan * (W - L - R);
-    let py = |v: f64| H - B - (v.clamp(y.min, y.max) - y.min) / yspan * (H - T - B);
-    let mut o = format!(
-        "<svg class=\"chart line\" viewBox=\"0 0 {W} {H}\" role=\"img\" aria-label=\"{}\">",
-        esc(aria)
-    );
-    for (v, label) in &y.ticks {
-        let yy = py(*v);
-        let _ = write!(
-            o,
-            "<line class=\"grid\" x1=\"{L}\" x2=\"{:.1}\" y1=\"{yy:.1}\" y2=\"{yy:.1}\"/><text class=\"tick\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
-            W - R,
-            L - 5.0,
-            yy + 3.5,
-            esc(label)
-        );
-    }
-    for (v, label) in &x.ticks {
-        let xx = px(*v);
-        let _ = write!(
-            o,
-            "<line class=\"axis\" x1=\"{xx:.1}\" x2=\"{xx:.1}\" y1=\"{:.1}\" y2=\"{:.1}\"/><text class=\"tick\" x=\"{xx:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
-            H - B,
-            H - B + 4.0,
-            H - B + 15.0,
-            esc(label)
-        );
-    }
-    let _ = write!(
-        o,
-        "<line class=\"axis\" x1=\"{L}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\"/><text class=\"label\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>\
-         <text class=\"label\" transform=\"translate(13 {:.1}) rotate(-90)\" text-anchor=\"middle\">{}</text>",
-        W - R,
-        H - B,
-        H - B,
-        (L + W - R) / 2.0,
-        H - 6.0,
-        esc(&x.label),
-        (T + H - B) / 2.0,
-        esc(&y.label)
-    );
-    if let Some(mx) = mark_x {
-        let xx = px(mx);
-        let _ = write!(o, "<line class=\"mark\" x1=\"{xx:.1}\" x2=\"{xx:.1}\" y1=\"{T}\" y2=\"{:.1}\"><title>recorded configuration</title></line>", H - B);
-    }
-    for s in series {
-        let dash = if s.dashed {
-            " stroke-dasharray=\"6 4\""
-        } else {
-            ""
-        };
-        // Split into runs of consecutive values: a missing interval is a gap, not a zero.
-        let mut runs: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
-        for p in &s.points {
-            match p {
-                Some(p) => {
-                    if let Some(run) = runs.last_mut() {
-                        run.push(*p);
-                    }
-                }
-                None => runs.push(Vec::new()),
-            }
-        }
-        for run in runs.iter().filter(|r| r.len() > 1) {
-            let pts: Vec<String> = run
-                .iter()
-                .map(|(a, b)| format!("{:.1},{:.1}", px(*a), py(*b)))
-                .collect();
-            let _ = write!(
-                o,
-                "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.8\"{dash} points=\"{}\"><title>{}</title></polyline>",
-                s.color,
-                pts.join(" "),
-                esc(&s.name)
-            );
-        }
-        // Markers where they stay readable, and always for isolated points (a run of one).
-        let few = s.points.len() <= 40;
-        for run in &runs {
-            if !(few || run.len() == 1) {
-                continue;
-            }
-            for (a, b) in run {
-                let _ = write!(
-                    o,
-                    "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"2.6\" fill=\"{}\"><title>{}: {}</title></circle>",
-                    px(*a),
-                    py(*b),
-                    s.color,
-                    esc(&s.name),
-                    if b.abs() >= 1000.0 { fmt_count(*b) } else { format!("{b:.1}") }
-                );
-            }
-        }
-    }
-    o.push_str("</svg>");
-    o
-}
-
-/// Bar chart of a log2 latency histogram, bucket b = [2^b, 2^(b+1)) ns.
-fn hist_chart(hist: &[u64], p50: Option<u64>, p99: Option<u64>, aria: &str) -> String {
-    const W: f64 = 300.0;
-    const H: f64 = 120.0;
-    const L: f64 = 32.0;
-    const R: f64 = 6.0;
-    const T: f64 = 14.0;
-    const B: f64 = 22.0;
-    const MIN_BUCKETS: usize = 6;
-    let nz: Vec<usize> = hist
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| **c > 0)
-        .map(|(b, _)| b)
-        .collect();
-    let (Some(&first), Some(&last)) = (nz.first(), nz.last()) else {
-        return String::new();
-    };
-    let top_bucket = hist.len().min(NBUCKETS).saturating_sub(1);
-    let (mut lo, mut hi) = (first, last.min(top_bucket));
-    // Keep a few empty buckets around narrow distributions so their position reads on the axis.
-    while hi - lo + 1 < MIN_BUCKETS && (lo > 0 || hi < top_bucket) {
-        lo = lo.saturating_sub(1);
-        if hi - lo + 1 < MIN_BUCKETS && hi < top_bucket {
-            hi += 1;
-        }
-    }
-    let n = hi - lo + 1;
-    let total: u64 = hist.iter().sum();
-    let maxc = hist[lo..=hi].iter().copied().max().unwrap_or(1).max(1);
-    let bw = (W - L - R) / n as f64;
-    let ph = H - T - B;
-    let mut o = format!(
-        "<svg class=\"chart hist\" viewBox=\"0 0 {W} {H}\" role=\"img\" aria-label=\"{}\">",
-        esc(aria)
-    );
-    let _ = write!(
-        o,
-        "<line class=\"grid\" x1=\"{L}\" x2=\"{:.1}\" y1=\"{T}\" y2=\"{T}\"/><text class=\"tick\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{:.0}%</text>\
-         <text class=\"tick\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">0</text>",
-        W - R,
-        L - 3.0,
-        T + 3.5,
-        maxc as f64 / total.max(1) as f64 * 100.0,
-        L - 3.0,
-        H - B + 3.5
-    );
-    let bucket_lo = |b: usize| if b == 0 { 0.0 } else { (1u64 << b) as f64 };
-    for (b, &c) in hist.iter().enumerate().take(hi + 1).skip(lo) {
-        let x = L + (b - lo) as f64 * bw;
-        if c > 0 {
-            let h = (c as f64 / maxc as f64 * ph).max(1.0);
-            let _ = write!(
-                o,
-                "<rect class=\"bar\" x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{h:.1}\"><title>[{}, {}): {} packets ({:.1}%)</title></rect>",
-                x + 0.5,
-                H - B - h,
-                (bw - 1.0).max(0.5),
-                fmt_duration(bucket_lo(b)),
-                fmt_duration((1u64 << (b + 1)) as f64),
-                c,
-                c as f64 / total.max(1) as f64 * 100.0
-            );
-        }
-    }
-    let every = n.div_ceil(5).max(1);
-    for b in (lo..=hi + 1).step_by(every) {
-        let x = L + (b - lo) as f64 * bw;
-        // A label centred on the right edge would be clipped by the viewBox.
-        let anchor = if x > W - R - 12.0 { "end" } else { "middle" };
-        let _ = write!(
-            o,
-            "<line class=\"axis\" x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"{:.1}\" y2=\"{:.1}\"/><text class=\"tick\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"{anchor}\">{}</text>",
-            H - B,
-            H - B + 3.0,
-            x.min(W - 1.0),
-            H - B + 13.0,
-            fmt_duration(bucket_lo(b))
-        );
-    }
-    let _ = write!(
-        o,
-        "<line class=\"axis\" x1=\"{L}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\"/>",
-        W - R,
-        H - B,
-        H - B
-    );
-    // Percentile markers at their log2 position inside the bucket range. Labels are centred
-    // on their lines, pushed apart when the lines are close and kept inside the chart.
-    const LABEL_W: f64 = 19.0;
-    let xpos = |v: u64| {
-        let pos = if v < 2 {
-            v as f64 / 2.0
-        } else {
-            (v as f64).log2()
-        };
-        (L + (pos - lo as f64) * bw).clamp(L, W - R)
-    };
-    let (x50, x99) = (p50.map(xpos), p99.map(xpos));
-    let (mut c50, mut c99) = (x50.unwrap_or(L), x99.unwrap_or(W - R));
-    if x50.is_some() && x99.is_some() && c99 - c50 < LABEL_W {
-        let mid = (c50 + c99) / 2.0;
-        c50 = mid - LABEL_W / 2.0;
-        c99 = mid + LABEL_W / 2.0;
-    }
-    let shift = (W - LABEL_W / 2.0 - c99).min(0.0) + (L + LABEL_W / 2.0 - c50).max(0.0);
-    for (name, v, x, c) in [
-        ("p50", p50, x50, c50 + shift),
-        ("p99", p99, x99, c99 + shift),
-    ] {
-        let (Some(v), Some(x)) = (v, x) else { continue };
-        let c = c.clamp(LABEL_W / 2.0, W - LABEL_W / 2.0);
-        let _ = write!(
-            o,
-            "<line class=\"pct\" x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"{:.1}\" y2=\"{:.1}\"><title>{name} {}</title></line><text class=\"pctl\" x=\"{c:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{name}</text>",
-            T - 2.0,
-            H - B,
-            fmt_duration(v as f64),
-            T - 4.0,
-        );
-    }
-    o.push_str("</svg>");
-    o
-}
-
 const CSS: &str = r#"
 :root{--fg:#1f2328;--muted:#5b6470;--line:#d8dee4;--bg:#fff;--card:#f8f9fb;--accent:#4e79a7;--bad:#c0392b;--ok:#2e7d32}
 *{box-sizing:border-box}
@@ -1529,6 +1120,7 @@ svg .pctl{font-size:9px;fill:var(--bad)}svg .mark{stroke:#333;stroke-width:1;str
 .pred b{font-size:15px}
 details summary{cursor:pointer;color:var(--muted)}
 code{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12.5px}
+code.cmd{background:#f3f5f8;border-radius:3px;padding:0 3px}code.cmd .w{white-space:nowrap}
 footer{color:var(--muted);font-size:12px;padding-top:24px;padding-bottom:24px}
 @media print{
   body{font-size:10pt}nav{display:none}

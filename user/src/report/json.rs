@@ -6,9 +6,7 @@ use serde::Serialize;
 
 use crate::advise::{CalibrationReport, ModelView, Recommendation};
 use crate::analysis::answer::{answer, answer_for_advice, Answer, QueueVerdict};
-use crate::analysis::{Advice, AttributionReport, Outcome, Summary};
-use crate::model::geometry::LlcGeometry;
-use crate::model::spec::Input;
+use crate::analysis::{Advice, AttributionReport, Input, LlcGeometry, Outcome, Summary};
 
 /// The JSON layout's version: a tool checks it before reading. Raised when a key changes
 /// meaning or goes away; new keys do not raise it.

@@ -1,11 +1,14 @@
 //! Rendering for people and tools: the text report, the one JSON object of `report --json`,
-//! and the self-contained HTML page. Everything here formats; the numbers come from
-//! `analysis`.
+//! and the self-contained HTML page. Everything here formats what `analysis` built; no
+//! renderer reads a recording or runs the model (a test holds them to that).
 pub mod html;
 pub mod json;
+pub mod svg;
 pub mod text;
+pub mod words;
 
-pub use text::{queue_cells, queue_columns, render_report, socket_cells, TextOptions};
+pub use text::{render_report, TextOptions};
+pub use words::{queue_cells, queue_columns, socket_cells};
 
 #[cfg(test)]
 mod tests;

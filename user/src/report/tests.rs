@@ -6,12 +6,13 @@ use std::path::Path;
 use crate::analysis::{self, Outcome, Summary, VerdictKind};
 use crate::recording::reader::fixture::{fixture_altered, FIXTURE};
 use crate::recording::Recording;
-use crate::report::text::{render_advice, render_evidence, render_report, TextOptions, WIDTH};
+use crate::report::text::{render_advice, render_evidence, render_report, TextOptions};
+use crate::report::text::{Out, DEFAULT_WIDTH};
 
 /// The evidence section of the text report, its wrapped lines joined: what it says, not
 /// where it breaks lines.
 fn evidence_text(r: &Summary) -> String {
-    let mut o = String::new();
+    let mut o = Out::new(DEFAULT_WIDTH);
     render_evidence(&mut o, r, &TextOptions::default());
     flat(&o)
 }
@@ -189,13 +190,17 @@ fn paren_depth(line: &str) -> i32 {
     max
 }
 
-/// The rules every text report keeps: 120 columns, no nested parentheses, no line said twice
-/// in a row, one duration style.
+/// The rules every text report keeps: the default width, no nested parentheses, no line said
+/// twice in a row, one duration style.
 fn assert_hygiene(text: &str) {
+    assert_hygiene_at(text, DEFAULT_WIDTH)
+}
+
+fn assert_hygiene_at(text: &str, width: usize) {
     let mut prev = "";
     for line in text.lines() {
         assert!(
-            line.chars().count() <= WIDTH,
+            line.chars().count() <= width,
             "{} columns: {line}",
             line.chars().count()
         );
@@ -350,7 +355,7 @@ fn recommend_does_not_repeat_the_attribution() {
     let Outcome::Advised(a) = &outcome else {
         panic!("the fixture has a geometry")
     };
-    let raw = render_advice(&s, a);
+    let raw = render_advice(&s, a, DEFAULT_WIDTH);
     assert_hygiene(&raw);
     let text = flat(&raw);
     assert!(
@@ -431,12 +436,13 @@ fn idle_queues_are_shown() {
             .expect("queue 0 listed");
         assert_eq!(q0.packets, 0);
     }
-    let mut raw = String::new();
+    let mut raw = Out::new(DEFAULT_WIDTH);
     render_evidence(&mut raw, &s, &TextOptions::default());
     assert!(
         raw.lines()
             .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["0", "idle"]),
-        "{raw}"
+        "{}",
+        raw.as_str()
     );
 }
 
@@ -513,7 +519,7 @@ fn a_window_reports_its_part() {
             .sum::<u64>()
     };
     assert!(rx(&part) > 0 && rx(&part) < rx(&whole));
-    let mut o = String::new();
+    let mut o = Out::new(DEFAULT_WIDTH);
     crate::report::text::render_evidence(&mut o, &part, &TextOptions::default());
     let outcome = analysis::advise_or_explain(&r, &part, Default::default()).unwrap();
     let text = flat(&render_report(&part, &outcome, &TextOptions::default()));
@@ -639,12 +645,12 @@ fn leaking_queues_say_their_verdicts() {
     };
     let name = |d: Dir, n: u32| format!("{d} {n}");
     assert_eq!(
-        crate::report::text::leaking_line(&a, "WHY", name),
+        crate::report::words::leaking_line(&a, "WHY", name),
         "rx 1, rx 0: leaky, WHY"
     );
     a.leaking.push(q(2, VerdictKind::AtRisk));
     assert_eq!(
-        crate::report::text::leaking_line(&a, "WHY", name),
+        crate::report::words::leaking_line(&a, "WHY", name),
         "rx 1 leaky, rx 0 leaky, rx 2 at_risk; rx 1: WHY"
     );
 }
@@ -665,8 +671,8 @@ fn per_queue_what_if_and_recommendations_give_one_answer() {
         };
         let spec = a.run.spec().expect("RX traffic").clone();
         let (by_ring, by_ways) = a.run.what_if(
-            &crate::report::html::WHATIF_RINGS,
-            &crate::report::html::WHATIF_WAYS,
+            &crate::analysis::charts::WHATIF_RINGS,
+            &crate::analysis::charts::WHATIF_WAYS,
         );
         let at = |pts: &[crate::model::spec::GridPoint]| {
             pts.iter()
@@ -733,4 +739,76 @@ fn per_queue_what_if_and_recommendations_give_one_answer() {
             a.recommendations
         );
     }
+}
+
+/// Every line of `report` and `recommend` fits the width asked for (the terminal's), not a
+/// fixed 120 columns, and says the same words at any width.
+#[test]
+fn text_fits_the_width_it_is_given() {
+    let (_rec, s, outcome) = reported(Path::new(FIXTURE));
+    let Outcome::Advised(a) = &outcome else {
+        panic!("the fixture has a geometry")
+    };
+    for width in [80, 100, 132] {
+        let opt = TextOptions {
+            width,
+            ..Default::default()
+        };
+        let report = render_report(&s, &outcome, &opt);
+        assert_hygiene_at(&report, width);
+        assert_hygiene_at(&render_advice(&s, a, width), width);
+        // Wrapping moves words, never drops them.
+        assert_eq!(
+            flat(&report),
+            flat(&render_report(
+                &s,
+                &outcome,
+                &TextOptions {
+                    width: 400,
+                    ..Default::default()
+                }
+            ))
+            .replace(" \\ ", " "),
+        );
+    }
+}
+
+/// Renderers format what `analysis` built: no renderer module names the model or the
+/// recording (the HTML page's series and what-if curves come from `analysis::charts`).
+#[test]
+fn renderers_reach_neither_the_model_nor_the_recording() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/report");
+    let mut files = vec![dir.clone()];
+    let mut checked = 0;
+    while let Some(p) = files.pop() {
+        if p.is_dir() {
+            for e in std::fs::read_dir(&p).unwrap().flatten() {
+                files.push(e.path());
+            }
+            continue;
+        }
+        // Tests open recordings to build what they render.
+        if p.file_name().is_some_and(|n| n == "tests.rs") || p.extension().is_none_or(|x| x != "rs")
+        {
+            continue;
+        }
+        let text = std::fs::read_to_string(&p).unwrap();
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for (n, line) in code.lines().enumerate() {
+            let l = line.trim_start();
+            if l.starts_with("//") {
+                continue;
+            }
+            for banned in ["crate::model", "crate::recording", "Recording", "ModelRun"] {
+                assert!(
+                    !l.contains(banned),
+                    "{}:{}: a renderer names {banned}: {line}",
+                    p.display(),
+                    n + 1
+                );
+            }
+        }
+        checked += 1;
+    }
+    assert!(checked >= 6, "{checked} renderer files");
 }

@@ -1,31 +1,37 @@
 //! The text report for people: the answer first (what leaks, how sure, what to change), each
 //! queue's verdict with its reason, then the evidence (where each number comes from, the
 //! queue and stage tables, flows, events, counters, L3-miss samples, drops) and the
-//! attribution. Lines fit 120 columns unless `--wide` asks for every stage in the queue rows.
-//! The cells the HTML report shares with it live here too.
+//! attribution. Lines fit the width the caller gives (the terminal's) unless `--wide` asks
+//! for every stage in the queue rows, or a table or a single word is wider than it.
 use std::fmt::Write as _;
+use std::ops::{Deref, DerefMut};
 
+use super::words::{calibration_words, leaking_line, life_stage, qname, queue_cells};
+use super::words::{queue_columns, socket_cells};
 use crate::analysis::answer::{Answer, NoChange, QueueVerdict};
 use crate::analysis::summary::{QueueReport, Summary};
-use crate::analysis::{Advice, AttributionReport, Outcome};
+use crate::analysis::StoppedBy;
+use crate::analysis::{Advice, AttributionReport, GridPoint, Input, InputSource, Outcome};
 use crate::attribution::Method;
-use crate::model::spec::GridPoint;
-use crate::recording::meta::StoppedBy;
 use crate::snapshot::Dir;
 use crate::units::{fmt_bytes, fmt_count, fmt_duration, fmt_ns, fmt_pct};
 
 /// Below this share of frees seen the report explains where the others went.
 const FREES_SEEN_NOTE_PCT: f64 = 50.0;
-/// The width every line of the default report fits.
-pub const WIDTH: usize = 120;
+/// The width text is laid out for when the caller knows no terminal's.
+pub const DEFAULT_WIDTH: usize = 100;
+/// Narrower than this, wrapping would leave a word or two a line: text is laid out this wide.
+pub const MIN_WIDTH: usize = 40;
 
 /// How the text report is laid out.
 #[derive(Debug, Clone, Copy)]
 pub struct TextOptions {
     /// Flows listed.
     pub top_flows: usize,
-    /// Every stage's p50/p99/max in the queue rows (wider than `WIDTH`).
+    /// Every stage's p50/p99/max in the queue rows (wider than `width`).
     pub wide: bool,
+    /// Columns every line fits (at least `MIN_WIDTH`).
+    pub width: usize,
 }
 
 impl Default for TextOptions {
@@ -33,98 +39,53 @@ impl Default for TextOptions {
         TextOptions {
             top_flows: 10,
             wide: false,
+            width: DEFAULT_WIDTH,
         }
     }
 }
 
-/// One socket's DDIO numbers as display cells: write miss, partial write
-/// miss, read miss, inbound write/read, DRAM read/write, L3 misses/s.
-pub fn socket_cells(s: &crate::counters::SocketMetrics) -> [String; 8] {
-    let mbs = |v: Option<f64>| {
-        v.map(|v| format!("{v:.0} MB/s"))
-            .unwrap_or_else(|| "-".into())
-    };
-    [
-        fmt_pct(s.write_miss_pct),
-        fmt_pct(s.partial_write_miss_pct),
-        fmt_pct(s.read_miss_pct),
-        mbs(s.inbound_write_mbps),
-        mbs(s.inbound_read_mbps),
-        mbs(s.dram_read_mbps),
-        mbs(s.dram_write_mbps),
-        s.l3_miss_per_s
-            .map(|v| format!("{v:.3e}"))
-            .unwrap_or_else(|| "-".into()),
-    ]
+/// Text being laid out `width` columns wide: `wrapped` and `table` read the width from it.
+pub struct Out {
+    text: String,
+    width: usize,
 }
 
-/// The stage that spans a packet buffer's life, by direction.
-fn life_stage(dir: Dir) -> &'static str {
-    dir.stage_names()[dir.lifetime_stage()]
-}
-
-/// Column headers of a direction's queue table (text and HTML share them); `wide` adds
-/// every stage's p50/p99/max.
-pub fn queue_columns(dir: Dir, wide: bool) -> Vec<String> {
-    let mut c: Vec<String> = ["queue", "packets", "pkt/s", "Mbit/s", "avg B", "drops"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    if dir == Dir::Rx {
-        c.extend(["polls", "batch", "full"].iter().map(|s| s.to_string()));
-    }
-    if wide {
-        c.extend(dir.stage_names().iter().map(|n| format!("{n} p50/p99/max")));
-    } else {
-        c.extend(["life p50", "life p99"].iter().map(|s| s.to_string()));
-    }
-    c
-}
-
-/// One queue's row, formatted once for every surface that shows it.
-pub fn queue_cells(q: &QueueReport, wide: bool) -> Vec<String> {
-    let mut c = vec![
-        q.queue.to_string(),
-        fmt_count(q.packets as f64),
-        fmt_count(q.packets_per_s),
-        format!("{:.1}", q.mbit_per_s),
-        q.avg_pkt_bytes
-            .map_or_else(|| "-".into(), |v| format!("{v:.0}")),
-        q.drops.to_string(),
-    ];
-    if q.dir == Dir::Rx {
-        match &q.napi {
-            Some(n) => c.extend([
-                fmt_count(n.polls as f64),
-                format!("{:.1}", n.avg_work.unwrap_or(0.0)),
-                n.budget_exhausted.to_string(),
-            ]),
-            None => c.extend(["-".to_string(), "-".to_string(), "-".to_string()]),
+impl Out {
+    pub fn new(width: usize) -> Out {
+        Out {
+            text: String::new(),
+            width: width.max(MIN_WIDTH),
         }
     }
-    if wide {
-        for n in q.dir.stage_names() {
-            c.push(match q.stage(n) {
-                Some(s) => format!(
-                    "{}/{}/{}",
-                    fmt_ns(s.p50_ns),
-                    fmt_ns(s.p99_ns),
-                    fmt_ns(Some(s.max_ns))
-                ),
-                None => "-".into(),
-            });
-        }
-    } else {
-        let life = q.stage(life_stage(q.dir));
-        c.push(fmt_ns(life.and_then(|s| s.p50_ns)));
-        c.push(fmt_ns(life.and_then(|s| s.p99_ns)));
+
+    pub fn into_string(self) -> String {
+        self.text
     }
-    c
+}
+
+impl std::fmt::Write for Out {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.text.push_str(s);
+        Ok(())
+    }
+}
+
+impl Deref for Out {
+    type Target = String;
+    fn deref(&self) -> &String {
+        &self.text
+    }
+}
+
+impl DerefMut for Out {
+    fn deref_mut(&mut self) -> &mut String {
+        &mut self.text
+    }
 }
 
 /// A table: a header row and rows, right-aligned but for the `left` columns, each column as
-/// wide as its widest cell.
-fn table(o: &mut String, indent: usize, header: &[String], rows: &[Vec<String>], left: &[usize]) {
+/// wide as its widest cell, two spaces apart, or one when two would not fit the width.
+fn table(o: &mut Out, indent: usize, header: &[String], rows: &[Vec<String>], left: &[usize]) {
     let n = header.len();
     let mut w = vec![0usize; n];
     for r in std::iter::once(header).chain(rows.iter().map(|r| r.as_slice())) {
@@ -132,12 +93,18 @@ fn table(o: &mut String, indent: usize, header: &[String], rows: &[Vec<String>],
             w[i] = w[i].max(c.chars().count());
         }
     }
+    let cells: usize = indent + w.iter().sum::<usize>();
+    let gap = if cells + 2 * n.saturating_sub(1) <= o.width {
+        "  "
+    } else {
+        " "
+    };
     for r in std::iter::once(header).chain(rows.iter().map(|r| r.as_slice())) {
         let mut line = " ".repeat(indent);
         for (i, c) in r.iter().enumerate().take(n) {
             let pad = w[i].saturating_sub(c.chars().count());
             if i > 0 {
-                line.push_str("  ");
+                line.push_str(gap);
             }
             if left.contains(&i) {
                 line.push_str(c);
@@ -153,17 +120,30 @@ fn table(o: &mut String, indent: usize, header: &[String], rows: &[Vec<String>],
     }
 }
 
-/// `text` after `head`, wrapped at `WIDTH` with continuation lines indented to where the
-/// text starts.
-fn wrapped(o: &mut String, head: &str, text: &str) {
-    let indent = head.chars().count();
+/// `text` after `head`, wrapped at the width with continuation lines indented to where the
+/// text starts (a `head` may begin with blank lines).
+fn wrapped(o: &mut Out, head: &str, text: &str) {
+    fill(o, head, text, "");
+}
+
+/// A command to paste, after `head`: broken only between words, each line but the last
+/// ending in ` \` so that the shell reads the lines as one command.
+fn command(o: &mut Out, head: &str, cmd: &str) {
+    fill(o, head, cmd, " \\");
+}
+
+/// The words of `text` after `head`, as many a line as fit the width with `cont` (the
+/// continuation mark) after them.
+fn fill(o: &mut Out, head: &str, text: &str, cont: &str) {
+    let indent = head.rsplit('\n').next().unwrap_or(head).chars().count();
+    let room = o.width.saturating_sub(cont.chars().count());
     let mut line = head.to_string();
     let mut len = indent;
     let mut first = true;
     for word in text.split(' ').filter(|w| !w.is_empty()) {
         let wl = word.chars().count();
-        if !first && len + 1 + wl > WIDTH {
-            let _ = writeln!(o, "{}", line.trim_end());
+        if !first && len + 1 + wl > room {
+            let _ = writeln!(o, "{}{cont}", line.trim_end());
             line = " ".repeat(indent);
             len = indent;
             first = true;
@@ -179,16 +159,17 @@ fn wrapped(o: &mut String, head: &str, text: &str) {
     let _ = writeln!(o, "{}", line.trim_end());
 }
 
-/// "rx 3", as the JSON spells a queue.
 /// Each queue's flow overflow bucket, where one holds anything: what the flows above miss.
-fn overflow_lines(o: &mut String, buckets: &[crate::probe::qcount::FlowOverflow]) {
+fn overflow_lines(o: &mut Out, buckets: &[crate::probe::qcount::FlowOverflow]) {
     for b in buckets.iter().filter(|b| b.packets > 0) {
-        let _ = writeln!(
+        wrapped(
             o,
-            "  overflow {}: {} packets, {} in no flow above: the BPF flow table was full when they came",
-            qname(b.dir.as_str(), b.queue),
-            fmt_count(b.packets as f64),
-            fmt_bytes(b.bytes as f64)
+            &format!("  overflow {}: ", qname(b.dir.as_str(), b.queue)),
+            &format!(
+                "{} packets, {} in no flow above: the BPF flow table was full when they came",
+                fmt_count(b.packets as f64),
+                fmt_bytes(b.bytes as f64)
+            ),
         );
     }
     let unparsed: u64 = buckets.iter().map(|b| b.unparsed).sum();
@@ -199,10 +180,6 @@ fn overflow_lines(o: &mut String, buckets: &[crate::probe::qcount::FlowOverflow]
             fmt_count(unparsed as f64)
         );
     }
-}
-
-fn qname(dir: impl std::fmt::Display, queue: u32) -> String {
-    format!("{dir} {queue}")
 }
 
 /// Runs of queue numbers as "1", "1–3".
@@ -235,30 +212,8 @@ fn predicted(metric: Option<&str>, before: Option<f64>, after: Option<f64>) -> S
     }
 }
 
-/// "rx 3, rx 0: leaky, REASON" when the leaking queues share a verdict; "rx 3 leaky, rx 0
-/// at_risk; rx 3: REASON" when they do not. The reason is the most-missed queue's; `name`
-/// writes a queue (the HTML marks it up).
-pub fn leaking_line(a: &Answer, why: &str, name: impl Fn(Dir, u32) -> String) -> String {
-    let first = &a.leaking[0];
-    if a.leaking.iter().all(|l| l.verdict == first.verdict) {
-        let names: Vec<String> = a.leaking.iter().map(|l| name(l.dir, l.queue)).collect();
-        format!("{}: {}, {why}", names.join(", "), first.verdict)
-    } else {
-        let names: Vec<String> = a
-            .leaking
-            .iter()
-            .map(|l| format!("{} {}", name(l.dir, l.queue), l.verdict))
-            .collect();
-        format!(
-            "{}; {}: {why}",
-            names.join(", "),
-            qname(first.dir, first.queue)
-        )
-    }
-}
-
 /// The answer block every report and `recommend` lead with.
-pub fn render_answer(o: &mut String, a: &Answer, verdicts: &[QueueVerdict]) {
+pub fn render_answer(o: &mut Out, a: &Answer, verdicts: &[QueueVerdict]) {
     let _ = writeln!(o, "Answer");
     let reason_of = |d: Dir, q: u32| {
         verdicts
@@ -348,7 +303,7 @@ pub fn render_answer(o: &mut String, a: &Answer, verdicts: &[QueueVerdict]) {
 }
 
 /// Each queue's verdict: a table, then the reasons, each once for the queues it covers.
-pub fn render_verdicts(o: &mut String, verdicts: &[QueueVerdict]) {
+pub fn render_verdicts(o: &mut Out, verdicts: &[QueueVerdict]) {
     let _ = writeln!(o, "\nPer-queue verdicts · model-only prediction");
     if verdicts.is_empty() {
         let _ = writeln!(o, "  none: no queue carried traffic");
@@ -404,7 +359,7 @@ pub fn render_verdicts(o: &mut String, verdicts: &[QueueVerdict]) {
 }
 
 /// Where each kind of number comes from.
-fn render_provenance(o: &mut String, r: &Summary) {
+fn render_provenance(o: &mut Out, r: &Summary) {
     let t = &r.tiers;
     wrapped(o, "  counts    ", &t.counts.text);
     wrapped(o, "  flows     ", &t.flows.text);
@@ -412,22 +367,17 @@ fn render_provenance(o: &mut String, r: &Summary) {
     wrapped(o, "  records   ", &t.records.text);
 }
 
-fn render_header(o: &mut String, r: &Summary) {
+fn render_header(o: &mut Out, r: &Summary) {
     let m = &r.meta;
-    let _ = writeln!(
-        o,
-        "ddioscope report: {}{}, {} · {} in {} intervals{}{}",
+    let line = format!(
+        // How it ended comes before its length: on the first line at any width.
+        "{}{}, {}{} · {} in {} intervals{}",
         m.iface,
         m.netns
             .as_deref()
             .map(|n| format!(" @ netns {n}"))
             .unwrap_or_default(),
         m.driver.as_deref().unwrap_or("unknown driver"),
-        fmt_duration(m.duration_s * 1e9),
-        m.intervals,
-        m.interval_ms
-            .map(|v| format!(" of {v} ms"))
-            .unwrap_or_default(),
         match (m.complete, m.stopped_by) {
             (false, _) => " · INCOMPLETE: the recording was cut off".to_string(),
             // Ended early by something other than the user: say what.
@@ -443,8 +393,14 @@ fn render_header(o: &mut String, r: &Summary) {
                 format!(" · {}", s.describe())
             }
             (true, _) => String::new(),
-        }
+        },
+        fmt_duration(m.duration_s * 1e9),
+        m.intervals,
+        m.interval_ms
+            .map(|v| format!(" of {v} ms"))
+            .unwrap_or_default(),
     );
+    wrapped(o, "ddioscope report: ", &line);
     let w = &r.window;
     if !w.whole {
         wrapped(
@@ -462,7 +418,7 @@ fn render_header(o: &mut String, r: &Summary) {
 }
 
 /// The queue tables, the stage latencies, flows, events, counters, L3-miss samples and drops.
-pub fn render_evidence(o: &mut String, r: &Summary, opt: &TextOptions) {
+pub fn render_evidence(o: &mut Out, r: &Summary, opt: &TextOptions) {
     let m = &r.meta;
     let _ = writeln!(o, "\nEvidence");
     wrapped(
@@ -652,22 +608,25 @@ pub fn render_evidence(o: &mut String, r: &Summary, opt: &TextOptions) {
         "\nPacket records and in-flight states · {}",
         r.tiers.records.kind
     );
-    let _ = writeln!(
+    wrapped(
         o,
-        "  {} packet records sent{}, {} lost in the ring buffer{}",
-        e.sampled,
-        m.sample_every
-            .map(|v| format!(", 1 in {v} packets"))
-            .unwrap_or_default(),
-        e.lost,
-        if e.queue_clamped > 0 {
-            format!(
-                "; {} packets on queues past 63 counted on queue 63",
-                e.queue_clamped
-            )
-        } else {
-            String::new()
-        }
+        "  ",
+        &format!(
+            "{} packet records sent{}, {} lost in the ring buffer{}",
+            e.sampled,
+            m.sample_every
+                .map(|v| format!(", 1 in {v} packets"))
+                .unwrap_or_default(),
+            e.lost,
+            if e.queue_clamped > 0 {
+                format!(
+                    "; {} packets on queues past 63 counted on queue 63",
+                    e.queue_clamped
+                )
+            } else {
+                String::new()
+            }
+        ),
     );
     wrapped(
         o,
@@ -695,10 +654,10 @@ pub fn render_evidence(o: &mut String, r: &Summary, opt: &TextOptions) {
     }
     render_counters(o, r);
     render_misses(o, r);
-    let _ = write!(o, "\nDrops: {}", r.drops.total);
+    let mut drops = r.drops.total.to_string();
     for d in &r.drops.reasons {
         let _ = write!(
-            o,
+            drops,
             "  {}={}",
             d.name
                 .clone()
@@ -706,10 +665,10 @@ pub fn render_evidence(o: &mut String, r: &Summary, opt: &TextOptions) {
             d.count
         );
     }
-    let _ = writeln!(o);
+    wrapped(o, "\nDrops: ", &drops);
 }
 
-fn render_counters(o: &mut String, r: &Summary) {
+fn render_counters(o: &mut Out, r: &Summary) {
     let c = &r.counters;
     // The platform line says why there is no DDIO when there is none: said once, below.
     match &c.absent_why {
@@ -767,7 +726,7 @@ fn render_counters(o: &mut String, r: &Summary) {
     }
 }
 
-fn render_misses(o: &mut String, r: &Summary) {
+fn render_misses(o: &mut Out, r: &Summary) {
     let l = &r.l3miss;
     let _ = writeln!(o, "\nL3-miss samples");
     wrapped(o, "  source: ", &l.source);
@@ -894,10 +853,13 @@ fn render_misses(o: &mut String, r: &Summary) {
             ),
         );
         if p.copy_linear_joined + p.copy_frag_joined > 0 {
-            let _ = writeln!(
+            wrapped(
                 o,
-                "  copy stand-in: {} joined samples drawn from linear data, {} from page frags",
-                p.copy_linear_joined, p.copy_frag_joined
+                "  copy stand-in: ",
+                &format!(
+                    "{} joined samples drawn from linear data, {} from page frags",
+                    p.copy_linear_joined, p.copy_frag_joined
+                ),
             );
         }
     }
@@ -916,12 +878,7 @@ fn attribution_unit(a: &AttributionReport) -> &'static str {
 }
 
 /// The attributed misses: every queue, and the first `top_flows` flows.
-pub fn render_attribution(
-    o: &mut String,
-    a: &AttributionReport,
-    duration_s: f64,
-    top_flows: usize,
-) {
+pub fn render_attribution(o: &mut Out, a: &AttributionReport, duration_s: f64, top_flows: usize) {
     let at = &a.chosen;
     let _ = writeln!(
         o,
@@ -987,7 +944,7 @@ pub fn render_attribution(
 }
 
 /// The DDIO model's capacity line and its notes.
-fn render_model_notes(o: &mut String, a: &Advice) {
+fn render_model_notes(o: &mut Out, a: &Advice) {
     let g = &a.geometry;
     let _ = writeln!(o, "\nDDIO model · model-only prediction");
     wrapped(
@@ -1003,9 +960,8 @@ fn render_model_notes(o: &mut String, a: &Advice) {
             fmt_bytes(a.model.usable_ddio_bytes as f64)
         ),
     );
-    for line in render_model_inputs(&a.model_inputs, a.calibration.as_ref()).lines() {
-        let (head, rest) = line.split_at(line.len().min(14));
-        wrapped(o, &format!("  {head}"), rest);
+    for (head, text) in model_input_lines(&a.model_inputs, a.calibration.as_ref()) {
+        wrapped(o, &format!("  {head}"), &text);
     }
     for n in &a.notes {
         wrapped(o, "  note: ", n);
@@ -1013,7 +969,7 @@ fn render_model_notes(o: &mut String, a: &Advice) {
 }
 
 /// The recommendations with their evidence, or why there are none.
-fn render_recommendations(o: &mut String, a: &Advice) {
+fn render_recommendations(o: &mut Out, a: &Advice) {
     let _ = writeln!(
         o,
         "\nRecommendations · commands to run yourself; nothing is applied"
@@ -1029,9 +985,9 @@ fn render_recommendations(o: &mut String, a: &Advice) {
         }
     }
     for r in &a.recommendations {
-        let _ = writeln!(o, "  [{}] {}", r.kind, r.target);
+        wrapped(o, &format!("  [{}] ", r.kind), &r.target);
         for line in r.command.lines() {
-            let _ = writeln!(o, "      $ {line}");
+            command(o, "      $ ", line);
         }
         for e in &r.evidence {
             wrapped(o, "      · ", e);
@@ -1048,8 +1004,8 @@ fn render_recommendations(o: &mut String, a: &Advice) {
 
 /// `recommend`: the answer, the verdicts, the model and the recommendations; the attribution
 /// as one line (`report` shows all of it).
-pub fn render_advice(summary: &Summary, a: &Advice) -> String {
-    let mut o = String::new();
+pub fn render_advice(summary: &Summary, a: &Advice, width: usize) -> String {
+    let mut o = Out::new(width);
     render_header(&mut o, summary);
     let _ = writeln!(o);
     render_answer(
@@ -1081,13 +1037,13 @@ pub fn render_advice(summary: &Summary, a: &Advice) -> String {
             }
         ),
     );
-    o
+    o.into_string()
 }
 
 /// `report`: the answer, the verdicts, the evidence, the attribution and the model, or why
 /// there is no model.
 pub fn render_report(summary: &Summary, outcome: &Outcome, opt: &TextOptions) -> String {
-    let mut o = String::new();
+    let mut o = Out::new(opt.width);
     render_header(&mut o, summary);
     let _ = writeln!(o);
     let answer = crate::analysis::answer::answer(summary, outcome);
@@ -1112,12 +1068,12 @@ pub fn render_report(summary: &Summary, outcome: &Outcome, opt: &TextOptions) ->
             wrapped(&mut o, "\nDDIO model: ", &format!("not available: {why}"));
         }
     }
-    o
+    o.into_string()
 }
 
 /// `simulate`: the what-if grid as a table.
-pub fn render_what_if(grid: &[GridPoint]) -> String {
-    let mut o = String::new();
+pub fn render_what_if(grid: &[GridPoint], width: usize) -> String {
+    let mut o = Out::new(width);
     let _ = writeln!(o, "model-only prediction: simulated, not measured");
     let header: Vec<String> = [
         "ring",
@@ -1154,16 +1110,15 @@ pub fn render_what_if(grid: &[GridPoint]) -> String {
         })
         .collect();
     table(&mut o, 0, &header, &rows, &[]);
-    o
+    o.into_string()
 }
 
-/// The model's inputs, measured ones first, and its calibration: what a prediction rests on.
-pub fn render_model_inputs(
-    inputs: &[crate::model::spec::Input],
+/// The model's inputs, measured ones first, and its calibration, as (head, text) lines.
+fn model_input_lines(
+    inputs: &[Input],
     cal: Option<&crate::advise::CalibrationReport>,
-) -> String {
-    use crate::model::spec::Source;
-    let list = |src: Source| {
+) -> [(&'static str, String); 3] {
+    let list = |src: InputSource| {
         inputs
             .iter()
             .filter(|i| i.source == src)
@@ -1171,30 +1126,79 @@ pub fn render_model_inputs(
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let mut o = String::new();
-    let _ = writeln!(o, "model inputs  measured: {}", list(Source::Measured));
-    let _ = writeln!(o, "              assumed: {}", list(Source::Assumed));
-    let _ = writeln!(o, "calibration   {}", calibration_words(cal));
-    o
+    [
+        (
+            "model inputs  ",
+            format!("measured: {}", list(InputSource::Measured)),
+        ),
+        (
+            "              ",
+            format!("assumed: {}", list(InputSource::Assumed)),
+        ),
+        ("calibration   ", calibration_words(cal)),
+    ]
 }
 
-/// The model's calibration in one sentence, for the text report, `simulate` and the HTML page.
-pub fn calibration_words(cal: Option<&crate::advise::CalibrationReport>) -> String {
-    let Some(c) = cal else {
-        return "none: no DDIO counters in the recording to fit the model to".to_string();
-    };
-    let pct = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.1}%"));
-    format!(
-        "to the {} counters: write hit measured {}, uncalibrated {}, calibrated {} (residual {}){}",
-        c.source,
-        pct(c.measured_write_hit_pct),
-        pct(c.uncalibrated_write_hit_pct),
-        pct(c.calibrated_write_hit_pct),
-        c.residual_write_pct
-            .map_or_else(|| "-".to_string(), |v| format!("{v:+.1} pp")),
-        match (c.measured_read_hit_pct, c.calibrated_read_hit_pct) {
-            (Some(m), Some(k)) => format!("; NIC read hit measured {m:.1}%, calibrated {k:.1}%"),
-            _ => String::new(),
-        }
-    )
+/// The model's inputs, measured ones first, and its calibration: what a prediction rests on
+/// (`simulate` prints them above its grid).
+pub fn render_model_inputs(
+    inputs: &[Input],
+    cal: Option<&crate::advise::CalibrationReport>,
+    width: usize,
+) -> String {
+    let mut o = Out::new(width);
+    for (head, text) in model_input_lines(inputs, cal) {
+        wrapped(&mut o, head, &text);
+    }
+    o.into_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A command too long for the line is broken between words, each line but the last
+    /// ending in ` \\`: pasted, the shell reads one command.
+    #[test]
+    fn long_commands_break_between_words_and_paste_as_one() {
+        let cmd = "ip netns exec ddio-htmlfx-rcv ethtool -X ddrcv equal 4 hfunc toeplitz";
+        let mut o = Out::new(MIN_WIDTH);
+        command(&mut o, "      $ ", cmd);
+        let lines: Vec<&str> = o.lines().collect();
+        assert!(lines.len() > 1, "{lines:?}");
+        assert!(
+            lines.iter().all(|l| l.chars().count() <= MIN_WIDTH),
+            "{lines:?}"
+        );
+        assert!(lines[..lines.len() - 1].iter().all(|l| l.ends_with(" \\")));
+        let words: Vec<&str> = lines
+            .iter()
+            .flat_map(|l| l.split_whitespace())
+            .filter(|w| !matches!(*w, "$" | "\\"))
+            .collect();
+        assert_eq!(words.join(" "), cmd);
+        // The width never goes below MIN_WIDTH.
+        assert_eq!(Out::new(10).width, MIN_WIDTH);
+    }
+
+    /// A table wider than the line closes up to one space between its columns.
+    #[test]
+    fn tables_close_up_before_they_overflow() {
+        let header: Vec<String> = ["queue", "packets", "pkt/s", "Mbit/s", "avg B", "drops"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let rows = vec![["0", "627.8k", "209.3k", "2530.9", "1512", "3082"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()];
+        let widest = |width| {
+            let mut o = Out::new(width);
+            table(&mut o, 2, &header, &rows, &[]);
+            o.lines().map(|l| l.chars().count()).max().unwrap_or(0)
+        };
+        // Cells 5+7+6+6+5+5 = 34, indent 2: 46 with two spaces, 41 with one.
+        assert_eq!(widest(100), 46);
+        assert_eq!(widest(MIN_WIDTH + 4), 41);
+    }
 }

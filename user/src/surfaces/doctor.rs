@@ -1,11 +1,18 @@
 //! `ddioscope doctor`: what this host offers each part of ddioscope, and what
-//! every missing piece costs the user.
+//! every missing piece costs the user; with `-i IFACE`, what the device offers a recording
+//! of it (its ring, RSS table, IRQs, per-queue counters and page pools) and which hooks the
+//! recorder would put on it. Run without root it says what root would get.
 use std::fs;
 use std::path::Path;
 
+use anyhow::Result;
 use serde::Serialize;
 
 use crate::probe::features::{Features, PKTLIFE_HOOKS};
+use crate::probe::{HookPlan, Scope, When};
+use crate::session::{Session, SessionOptions};
+use crate::snapshot::Dir;
+use crate::topology::IfaceInfo;
 
 /// What doctor knows about one piece.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -17,6 +24,8 @@ pub enum Status {
     /// Taken for granted: nothing doctor can read confirms it; it is put to
     /// the test only at record time.
     Assumed,
+    /// Not checked: only root can (the detail says what root would find out).
+    Unchecked,
 }
 
 #[derive(Debug, Serialize)]
@@ -40,6 +49,31 @@ pub struct Doctor {
     pub pmus: Vec<String>,
     /// Which uncore/core events of this platform would open here, and why others would not.
     pub counters: crate::counters::DoctorReport,
+    /// With `-i`: the device's checks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<DeviceChecks>,
+}
+
+/// What one device offers a recording of it.
+#[derive(Debug, Serialize)]
+pub struct DeviceChecks {
+    pub iface: String,
+    pub netns: Option<String>,
+    pub checks: Vec<Check>,
+    /// The hooks the recorder attached for this device, as it would for `record -i`
+    /// (None: not known without root).
+    pub hooks: Option<Vec<HookPlan>>,
+}
+
+/// A check only root can make: what root would find out, and what is lost without it.
+fn unchecked(name: &str, as_root: impl Into<String>, impact: &str) -> Check {
+    Check {
+        name: name.into(),
+        ok: false,
+        status: Status::Unchecked,
+        detail: format!("needs root: {}", as_root.into()),
+        impact: impact.into(),
+    }
 }
 
 fn check(name: &str, ok: bool, detail: impl Into<String>, impact: &str) -> Check {
@@ -92,10 +126,11 @@ pub fn list_pmus(sys_root: &Path) -> Vec<String> {
     v
 }
 
-pub fn run() -> Doctor {
+/// The host's checks, and with `device` (the options `record -i IFACE [--netns NS]` would
+/// run with) the device's. An interface or namespace that does not exist is an error.
+pub fn run(device: Option<&SessionOptions>) -> Result<Doctor> {
     let features = Features::detect();
     let pmus = list_pmus(Path::new("/sys"));
-    let has = |prefix: &str| pmus.iter().filter(|p| p.starts_with(prefix)).count();
     let root = crate::sys::is_root();
     let mut checks = vec![
         check(
@@ -113,52 +148,116 @@ pub fn run() -> Doctor {
                 .unwrap_or_else(|| "/sys/kernel/btf/vmlinux".into()),
             "no CO-RE probes at all: recording cannot work",
         ),
-        check(
+    ];
+    checks.extend(program_checks(&features, root));
+    checks.push(hook_scope_check());
+    checks.push(frag_layout_check(&crate::probe::memlayout::resolve_live()));
+    checks.extend(pmu_checks(&pmus));
+    let fatal = if root {
+        features.fatal()
+    } else {
+        Some("not running as root: run it with sudo".to_string())
+    };
+    let detection = crate::counters::platform::detect_host();
+    let counters = crate::counters::doctor(Path::new("/sys"), &detection, true);
+    let device = match device {
+        Some(opts) => Some(device_checks(opts, root, fatal.is_none())?),
+        None => None,
+    };
+    Ok(Doctor {
+        can_record: fatal.is_none(),
+        fatal,
+        checks,
+        features,
+        pmus,
+        counters,
+        device,
+    })
+}
+
+/// What loading BPF programs of each kind shows, and how each packet hook would attach.
+/// Without root nothing loads: the rows say what root would find out instead.
+fn program_checks(features: &Features, root: bool) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let programs = [
+        (
             "tp_btf programs",
             features.tracing_prog,
             "a tp_btf program loads",
             "hooks fall back to raw_tp (same data, slightly costlier reads)",
         ),
-        check(
+        (
             "fentry programs",
             features.fentry_prog,
             "an fentry program loads",
             "not needed: every hook has a tracepoint (driver-function hooks unavailable)",
         ),
-        check(
+        (
             "raw_tp programs",
             features.raw_tracepoint_prog,
             "BPF_PROG_TYPE_RAW_TRACEPOINT loads",
             "no fallback when tp_btf is refused",
         ),
-        check(
+        (
             "ring buffer",
             features.ringbuf_map,
             "BPF_MAP_TYPE_RINGBUF",
             "no sampled packet records",
         ),
-        check(
+        (
             "perf_event programs",
             features.perf_event_prog,
             "BPF_PROG_TYPE_PERF_EVENT loads",
             "no in-kernel L3-miss sample joining",
         ),
     ];
+    for (name, ok, what, impact) in programs {
+        checks.push(if root {
+            check(name, ok, what, impact)
+        } else {
+            unchecked(
+                name,
+                format!("as root, doctor tries whether {what}"),
+                impact,
+            )
+        });
+    }
     for h in PKTLIFE_HOOKS {
         let btf = features.btf_tracepoints.iter().any(|t| t == h.tracepoint);
-        checks.push(check(
-            &format!("hook {}", h.tracepoint),
-            btf || features.raw_tracepoint_prog,
-            format!(
-                "attaches as {}{}",
-                features.preferred(h).as_str(),
-                if btf { "" } else { " (no BTF type for tp_btf)" }
-            ),
-            h.without,
-        ));
+        let name = format!("hook {}", h.tracepoint);
+        checks.push(if root {
+            check(
+                &name,
+                btf || features.raw_tracepoint_prog,
+                format!(
+                    "attaches as {}{}",
+                    features.preferred(h).as_str(),
+                    if btf { "" } else { " (no BTF type for tp_btf)" }
+                ),
+                h.without,
+            )
+        } else if btf {
+            unchecked(
+                &name,
+                "as root it attaches as tp_btf where the kernel loads tp_btf programs (its BTF has the \
+                 tracepoint's type), else as raw_tp",
+                h.without,
+            )
+        } else {
+            unchecked(
+                &name,
+                "as root it attaches as raw_tp (no BTF type for tp_btf) where the kernel loads raw_tp programs",
+                h.without,
+            )
+        });
     }
-    // What a recording costs the host's other devices: the hooks that see their packets too.
-    checks.push(check(
+    checks
+}
+
+/// What a recording costs the host's other devices in general: the hooks that see their
+/// packets too (`-i` gives one device's own plan).
+fn hook_scope_check() -> Check {
+    check(
         "hook scope",
         true,
         "device-scoped, all the time: tcx ingress (RX counts and flows where the driver counts no RX queue); \
@@ -166,8 +265,12 @@ pub fn run() -> Doctor {
          (1/32 of the time by default, and only while the recorded device carries traffic): net_dev_start_xmit \
          (TX split and flows), napi_poll, and the detail hooks above",
         "",
-    ));
-    checks.push(frag_layout_check(&crate::probe::memlayout::resolve_live()));
+    )
+}
+
+fn pmu_checks(pmus: &[String]) -> Vec<Check> {
+    let has = |prefix: &str| pmus.iter().filter(|p| p.starts_with(prefix)).count();
+    let mut checks = Vec::new();
     let core = pmus.iter().any(|p| p == "cpu" || p == "cpu_core");
     checks.push(check(
         "core PMU",
@@ -198,50 +301,416 @@ pub fn run() -> Doctor {
         },
         "DDIO ways assumed to be the default 2 (a simulate spec can set ddio_ways)",
     ));
-    let fatal = features
-        .fatal()
-        .or_else(|| (!root).then(|| "not running as root".to_string()));
-    let detection = crate::counters::platform::detect_host();
-    let counters = crate::counters::doctor(Path::new("/sys"), &detection, true);
-    Doctor {
-        can_record: fatal.is_none(),
-        fatal,
-        checks,
-        features,
-        pmus,
-        counters,
-    }
+    checks
 }
 
-pub fn render_text(d: &Doctor) -> String {
+const RING_LOST: &str =
+    "the model assumes 1024 descriptors per RX queue, and recommend makes no ring-size change";
+const RING_SET_LOST: &str =
+    "recommend offers no ring-size command: `ethtool -G` needs a driver that sets its rings";
+const RSS_LOST: &str =
+    "recommend offers no `ethtool -X`: flows cannot be moved between RX queues on this device";
+const IRQ_LOST: &str = "no IRQ affinity or NUMA placement advice (a virtual device has no IRQs)";
+const COUNTS_LOST: &str = "a BPF program counts every packet of that direction: exact, at a per-packet cost \
+                           (docs/cost.md), where the driver's counters would cost nothing per packet";
+const POOL_LOST: &str = "no page_pool allocation and recycling numbers in the recording";
+
+/// The device's rows: each thing a recording of it uses, and what is lost without it.
+fn device_checks(opts: &SessionOptions, root: bool, can_record: bool) -> Result<DeviceChecks> {
+    let (name, netns) = (opts.args.iface.as_str(), opts.args.netns.as_deref());
+    if let Some(ns) = netns {
+        // An unknown namespace is refused the same with and without root.
+        crate::topology::netns_path(ns)?;
+    }
+    let mut out = DeviceChecks {
+        iface: name.to_string(),
+        netns: netns.map(str::to_string),
+        checks: Vec::new(),
+        hooks: None,
+    };
+    if !root && netns.is_some() {
+        // Looking into another namespace takes CAP_SYS_ADMIN: every row is what root would read.
+        let ns = netns.unwrap_or_default();
+        for (row, what, impact) in [
+            (
+                "ring size readable",
+                "the RX and TX ring sizes (ethtool -g)",
+                RING_LOST,
+            ),
+            (
+                "ring size settable",
+                "the rings' maximum (ethtool -g)",
+                RING_SET_LOST,
+            ),
+            ("RSS indirection table", "its size (ethtool -x)", RSS_LOST),
+            (
+                "IRQs",
+                "the device's IRQs and their CPUs (/proc/interrupts)",
+                IRQ_LOST,
+            ),
+            (
+                "per-queue counters",
+                "the driver's per-queue counts (qstats, ethtool -S)",
+                COUNTS_LOST,
+            ),
+            (
+                "page_pool statistics",
+                "the device's page pools (netdev page-pool-stats)",
+                POOL_LOST,
+            ),
+        ] {
+            out.checks.push(unchecked(
+                row,
+                format!("as root, doctor enters namespace {ns} and reads {what}"),
+                impact,
+            ));
+        }
+        out.checks.push(hook_plan_unchecked(name));
+        return Ok(out);
+    }
+    let iface = crate::topology::resolve_iface_live(name, netns)?;
+    out.checks.push(check(
+        "device",
+        true,
+        format!(
+            "{name}{}: {}, {} RX and {} TX queues",
+            netns.map(|n| format!(" in {n}")).unwrap_or_default(),
+            iface.driver.as_deref().unwrap_or("unknown driver"),
+            iface.rx_queues,
+            iface.tx_queues
+        ),
+        "",
+    ));
+    out.checks.extend(ring_checks(&iface));
+    out.checks.push(rss_check(&iface, netns));
+    out.checks.push(irq_check(&iface));
+    out.checks.extend(kernel_stats_checks(&iface, netns));
+    if root && can_record {
+        let (check, plan) = hook_plan_check(opts);
+        out.checks.push(check);
+        out.hooks = plan;
+    } else if !root {
+        out.checks.push(hook_plan_unchecked(name));
+    }
+    Ok(out)
+}
+
+fn ring_checks(i: &IfaceInfo) -> [Check; 2] {
+    let or = |v: Option<u32>| v.map_or_else(|| "none".to_string(), |v| v.to_string());
+    let readable = i.rx_ring.is_some();
+    let settable = readable && i.rx_ring_max.is_some();
+    [
+        check(
+            "ring size readable",
+            readable,
+            if readable {
+                format!(
+                    "RX {}, TX {} descriptors per queue",
+                    or(i.rx_ring),
+                    or(i.tx_ring)
+                )
+            } else {
+                format!(
+                    "{} reports no ring size (ethtool -g)",
+                    i.driver.as_deref().unwrap_or("the driver")
+                )
+            },
+            RING_LOST,
+        ),
+        check(
+            "ring size settable",
+            settable,
+            if settable {
+                format!(
+                    "the driver reports maxima RX {}, TX {} (ethtool -G; doctor changes nothing)",
+                    or(i.rx_ring_max),
+                    or(i.tx_ring_max)
+                )
+            } else {
+                "the driver reports no ring maximum, so ethtool -G has nothing to set".to_string()
+            },
+            RING_SET_LOST,
+        ),
+    ]
+}
+
+fn rss_check(i: &IfaceInfo, netns: Option<&str>) -> Check {
+    let name = i.name.clone();
+    let path = netns.and_then(|n| crate::topology::netns_path(n).ok());
+    let size = crate::probe::qcount::in_netns(path.as_deref(), move || {
+        Ok(crate::topology::ethtool::rss_table_size(&name))
+    });
+    let (ok, detail) = match size {
+        Ok(Ok(n)) if n > 0 => (
+            true,
+            format!("{n} entries over {} RX queues (ethtool -X)", i.rx_queues),
+        ),
+        Ok(Ok(_)) => (false, "the driver reports an empty table".to_string()),
+        Ok(Err(e)) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => (
+            false,
+            format!(
+                "{} has none (ethtool -x: not supported)",
+                i.driver.as_deref().unwrap_or("the driver")
+            ),
+        ),
+        Ok(Err(e)) => (false, format!("could not be read ({})", e.kind())),
+        Err(e) => (false, format!("could not be read ({e:#})")),
+    };
+    check("RSS indirection table", ok, detail, RSS_LOST)
+}
+
+fn irq_check(i: &IfaceInfo) -> Check {
+    let mut cpus: Vec<u32> = i
+        .irqs
+        .values()
+        .flat_map(|q| q.cpus.iter().copied())
+        .collect();
+    cpus.sort_unstable();
+    cpus.dedup();
+    check(
+        "IRQs",
+        !i.irqs.is_empty(),
+        if i.irqs.is_empty() {
+            "none in /proc/interrupts: a virtual device, or one that polls".to_string()
+        } else {
+            format!(
+                "{} IRQs on CPUs {}",
+                i.irqs.len(),
+                cpus.iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )
+        },
+        IRQ_LOST,
+    )
+}
+
+/// The driver's per-queue counters (by direction) and its page pools.
+fn kernel_stats_checks(i: &IfaceInfo, netns: Option<&str>) -> [Check; 2] {
+    let path = netns.and_then(|n| crate::topology::netns_path(n).ok());
+    let mut k = crate::probe::kstats::KernelStats::open(
+        path.as_deref(),
+        i.ifindex,
+        &i.name,
+        i.driver.as_deref(),
+    )
+    .ok()
+    .flatten();
+    let counts = match k.as_mut() {
+        Some(k) => {
+            let q = k.queues();
+            let src = k.source().map_or("none", |s| s.as_str());
+            let covers = |d: Dir| crate::probe::kstats::covers(&q, d);
+            let (rx, tx) = (covers(Dir::Rx), covers(Dir::Tx));
+            let dirs = match (rx, tx) {
+                (true, true) => "RX and TX".to_string(),
+                (true, false) => "RX only (TX by a program)".to_string(),
+                (false, true) => "TX only (RX by a program)".to_string(),
+                (false, false) => "no direction".to_string(),
+            };
+            check(
+                "per-queue counters",
+                rx && tx,
+                format!(
+                    "{dirs} from the kernel (RX from {src}, TX from {}); the recorder checks them against the interface's totals at start",
+                    k.tx_source().unwrap_or("none")
+                ),
+                COUNTS_LOST,
+            )
+        }
+        None => check(
+            "per-queue counters",
+            false,
+            "neither qstats nor ethtool -S could be asked",
+            COUNTS_LOST,
+        ),
+    };
+    let pools = match k.as_mut().map(|k| k.page_pools_or_why()) {
+        Some(Ok(p)) if !p.is_empty() => check(
+            "page_pool statistics",
+            true,
+            format!("{} page pools", p.len()),
+            POOL_LOST,
+        ),
+        Some(Ok(_)) => check(
+            "page_pool statistics",
+            false,
+            "the kernel keeps them, but this device has no page pool",
+            POOL_LOST,
+        ),
+        Some(Err(why)) => check("page_pool statistics", false, why, POOL_LOST),
+        None => check(
+            "page_pool statistics",
+            false,
+            "the kernel's netdev family could not be asked",
+            POOL_LOST,
+        ),
+    };
+    [counts, pools]
+}
+
+fn hook_plan_unchecked(iface: &str) -> Check {
+    unchecked(
+        "hooks for this device",
+        format!(
+            "as root, doctor attaches the recorder's hooks to {iface} for a moment, as `record -i {iface}` \
+             would, lists which are device-scoped and which host-wide and when each runs, and detaches them"
+        ),
+        "",
+    )
+}
+
+/// The recorder's own decision: a session started with `record`'s options (no L3-miss
+/// sampler), its hook plan read, and the session dropped, which detaches every hook.
+fn hook_plan_check(opts: &SessionOptions) -> (Check, Option<Vec<HookPlan>>) {
+    const NAME: &str = "hooks for this device";
+    let started = Session::preflight(opts)
+        .and_then(|(features, iface)| Session::start(opts, features, iface));
+    let session = match started {
+        Ok(s) => s,
+        Err(e) => {
+            return (
+                check(
+                    NAME,
+                    false,
+                    format!("the recorder could not attach: {e:#}"),
+                    "recording this device fails the same way",
+                ),
+                None,
+            )
+        }
+    };
+    let plan = session.hook_plan();
+    let (rx, tx) = session.count_sources();
+    drop(session);
+    (
+        check(NAME, true, plan_words(&plan, rx.as_str(), tx), ""),
+        Some(plan),
+    )
+}
+
+/// The plan in words: device-scoped hooks, host-wide ones all the time, host-wide ones in
+/// the detail windows only; and where the packet counts come from.
+pub fn plan_words(plan: &[HookPlan], rx: &str, tx: &str) -> String {
+    let list = |scope: Scope, when: When| {
+        let mut v: Vec<&str> = plan
+            .iter()
+            .filter(|h| h.scope == scope && h.when == when)
+            .map(|h| h.hook.as_str())
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v.join(", ")
+    };
+    let mut parts = Vec::new();
+    for (scope, when, words) in [
+        (Scope::Device, When::Always, "device-scoped, all the time"),
+        (
+            Scope::Device,
+            When::Windows,
+            "device-scoped, in the detail windows only",
+        ),
+        (
+            Scope::Host,
+            When::Always,
+            "host-wide (every device's packets), all the time",
+        ),
+        (
+            Scope::Host,
+            When::Windows,
+            "host-wide, in the detail windows only",
+        ),
+    ] {
+        let l = list(scope, when);
+        if !l.is_empty() {
+            parts.push(format!("{words}: {l}"));
+        }
+    }
+    if parts.is_empty() {
+        parts.push("no packet hook".into());
+    }
+    format!("{}; RX counts from {rx}, TX from {tx}", parts.join("; "))
+}
+
+/// The checks as text `width` columns wide: the host's, then the device's with `-i`.
+pub fn render_text(d: &Doctor, width: usize) -> String {
     let mut o = String::new();
     for c in &d.checks {
-        o.push_str(&render_check(c));
+        o.push_str(&render_check(c, width));
     }
-    o.push_str(&format!("  perf PMUs: {}\n", d.pmus.join(" ")));
+    o.push_str(&fill("  perf PMUs: ", &d.pmus.join(" "), width));
     o.push_str("  counters:\n");
     for l in &d.counters.lines {
-        o.push_str(&format!("    {l}\n"));
+        o.push_str(&fill("    ", l, width));
+    }
+    if let Some(dev) = &d.device {
+        o.push_str(&format!(
+            "device {}{}:\n",
+            dev.iface,
+            dev.netns
+                .as_deref()
+                .map(|n| format!(" in namespace {n}"))
+                .unwrap_or_default()
+        ));
+        for c in &dev.checks {
+            o.push_str(&render_check(c, width));
+        }
     }
     match &d.fatal {
         None => o.push_str("recording: possible\n"),
-        Some(f) => o.push_str(&format!("recording: NOT possible — {f}\n")),
+        Some(f) => o.push_str(&fill("recording: NOT possible — ", f, width)),
     }
     o
 }
 
-fn render_check(c: &Check) -> String {
+/// `text` after `head`, in lines of at most `width` columns (a longer word stands alone),
+/// continuation lines indented to where the text starts.
+fn fill(head: &str, text: &str, width: usize) -> String {
+    let indent = head.chars().count();
+    let mut out = String::new();
+    let mut line = head.to_string();
+    let mut len = indent;
+    let mut empty = true;
+    for w in text.split_whitespace() {
+        let wl = w.chars().count();
+        if !empty && len + 1 + wl > width {
+            out.push_str(line.trim_end());
+            out.push('\n');
+            line = " ".repeat(indent);
+            len = indent;
+            empty = true;
+        }
+        if !empty {
+            line.push(' ');
+            len += 1;
+        }
+        line.push_str(w);
+        len += wl;
+        empty = false;
+    }
+    out.push_str(line.trim_end());
+    out.push('\n');
+    out
+}
+
+fn render_check(c: &Check, width: usize) -> String {
     let tag = match c.status {
         Status::Ok => " ok ",
         Status::Missing => "MISS",
         Status::Assumed => " ?? ",
+        Status::Unchecked => " -- ",
     };
-    let impact = if c.impact.is_empty() {
-        String::new()
-    } else {
-        format!("\n         → {}", c.impact)
-    };
-    format!("  [{tag}] {:<36} {}{impact}\n", c.name, c.detail)
+    let mut o = fill(&format!("  [{tag}] {:<24} ", c.name), &c.detail, width);
+    if !c.impact.is_empty() {
+        let head = if c.status == Status::Unchecked {
+            "         → without it: "
+        } else {
+            "         → "
+        };
+        o.push_str(&fill(head, &c.impact, width));
+    }
+    o
 }
 
 #[cfg(test)]
@@ -281,7 +750,7 @@ mod tests {
             "{}",
             c.impact
         );
-        let text = render_check(&c);
+        let text = render_check(&c, 100);
         assert!(
             text.starts_with("  [ ?? ] frag page addresses ")
                 && text.contains("\n         → if this host randomises"),
@@ -293,11 +762,11 @@ mod tests {
     fn kernel_bases_are_ok_and_refusals_missing() {
         let c = frag_layout_check(&layout("kallsyms_kaslr.txt"));
         assert_eq!((c.status, c.ok), (Status::Ok, true));
-        assert!(c.impact.is_empty() && render_check(&c).starts_with("  [ ok ] "));
+        assert!(c.impact.is_empty() && render_check(&c, 100).starts_with("  [ ok ] "));
         let c = frag_layout_check(&layout("kallsyms_hidden.txt"));
         assert_eq!((c.status, c.ok), (Status::Missing, false));
         assert!(
-            render_check(&c).starts_with("  [MISS] ")
+            render_check(&c, 100).starts_with("  [MISS] ")
                 && c.impact.contains("linear packet data only")
         );
         let js = serde_json::to_value(&c).unwrap_or_default();

@@ -194,6 +194,37 @@ pub fn query(name: &str, netns: Option<&str>) -> Result<IfaceInfo> {
     Ok(info)
 }
 
+const ETHTOOL_GRXFHINDIR: u32 = 0x38;
+
+/// `struct ethtool_rxfh_indir` asked with no room for entries: the kernel answers the size.
+#[repr(C)]
+#[derive(Default)]
+struct RxfhIndir {
+    cmd: u32,
+    size: u32,
+}
+
+/// The entries of the device's RSS indirection table (`ethtool -x`), asked in the calling
+/// thread's namespace: Ok(0) or an error of kind Unsupported when the driver has none
+/// (`ethtool -X` then fails the same way).
+pub fn rss_table_size(name: &str) -> std::io::Result<u32> {
+    // SAFETY: plain socket creation.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let sock = Sock(fd);
+    let mut ind = RxfhIndir {
+        cmd: ETHTOOL_GRXFHINDIR,
+        size: 0,
+    };
+    if ioctl(&sock, name, &mut ind) {
+        Ok(ind.size)
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 const ETHTOOL_GSTRINGS: u32 = 0x1b;
 const ETHTOOL_GSTATS: u32 = 0x1d;
 const ETHTOOL_GSSET_INFO: u32 = 0x37;

@@ -325,7 +325,7 @@ pub fn pci_root_of(device_path: &str) -> Option<(u16, u8)> {
 /// Where named network namespaces live (iproute2's convention).
 pub const NETNS_RUN_DIR: &str = "/run/netns";
 
-fn netns_path(name: &str) -> Result<PathBuf> {
+pub fn netns_path(name: &str) -> Result<PathBuf> {
     if name.contains('/') || name.is_empty() {
         bail!("network namespace name '{name}' is not valid (use a name from `ip netns list`)");
     }

@@ -3,7 +3,11 @@
 use std::path::{Path, PathBuf};
 
 use super::*;
+use crate::analysis::charts::{miss_series, what_if, WHATIF_RINGS, WHATIF_WAYS};
 use crate::recording::writer::CounterRow;
+use crate::recording::Recording;
+use crate::report::svg::{esc, hist_chart};
+use crate::snapshot::NBUCKETS;
 use crate::snapshot::{EventCounters, FlowCounters, FlowKey, Snapshot};
 use crate::topology::{CacheInfo, HostInfo, IfaceInfo};
 
@@ -153,7 +157,8 @@ fn page(path: &Path) -> (Recording, crate::analysis::Summary, String) {
     let rec = Recording::open(path).unwrap();
     let r = crate::analysis::summary::build(&rec).unwrap();
     let outcome = crate::analysis::advise_or_explain(&rec, &r, Default::default()).unwrap();
-    let h = render_html(&rec, &r, &outcome).unwrap();
+    let charts = crate::analysis::charts(&rec, &r, &outcome).unwrap();
+    let h = render_html(&r, &outcome, &charts);
     (rec, r, h)
 }
 
@@ -280,7 +285,7 @@ fn what_if_uses_the_observed_workload() {
     let rec = Recording::open(&path).unwrap();
     let r = crate::analysis::summary::build(&rec).unwrap();
     let outcome = crate::analysis::advise_or_explain(&rec, &r, Default::default()).unwrap();
-    let w = what_if_for(&outcome).unwrap();
+    let w = what_if(&outcome).unwrap();
     assert_eq!(w.spec.queues, 2);
     assert_eq!(w.spec.pkt_bytes, 1514);
     assert_eq!(w.spec.geometry.size_bytes, 8 << 20);
@@ -313,10 +318,10 @@ fn what_if_uses_the_observed_workload() {
     let (_dir2, none) = synthetic_file(true, false, false);
     let rec = Recording::open(&none).unwrap();
     let r = crate::analysis::summary::build(&rec).unwrap();
-    assert!(what_if_for(
-        &crate::analysis::advise_or_explain(&rec, &r, Default::default()).unwrap()
-    )
-    .is_err());
+    assert!(
+        what_if(&crate::analysis::advise_or_explain(&rec, &r, Default::default()).unwrap())
+            .is_err()
+    );
     let (_rec, _r, h) = page(&none);
     assert!(h.contains("id=\"whatif-absent\""));
     // Nothing to size, and the page says so rather than "nothing to change".
@@ -342,12 +347,16 @@ fn recommendation_cards_and_the_answer_agree() {
         predicted_after: Some(98.5),
     }];
     a.no_change = None;
-    let h = render_html(&rec, &r, &outcome).unwrap();
+    let h = render_html(
+        &r,
+        &outcome,
+        &crate::analysis::charts(&rec, &r, &outcome).unwrap(),
+    );
     assert!(h.contains("class=\"card rec\""));
     assert!(h.contains("&lt;eth1&gt;"));
     let answer = &h[h.find("id=\"answer\"").unwrap()..h.find("id=\"verdicts\"").unwrap()];
     assert!(
-        answer.contains("<code>ethtool -G eth1 rx 512</code>") && answer.contains("61.0% → 98.5%"),
+        answer.contains(&code("ethtool -G eth1 rx 512")) && answer.contains("61.0% → 98.5%"),
         "{answer}"
     );
     assert!(!h.contains("No recommendations"));
@@ -459,7 +468,7 @@ fn counters_calibrate_the_model_the_report_uses() {
         "calibration moved away: {m} {u} {k}"
     );
     assert!((c.residual_write_pct.unwrap() - (k - m)).abs() < 1e-9);
-    let w = what_if_for(&outcome).unwrap();
+    let w = what_if(&outcome).unwrap();
     let cur = w.by_ring.iter().find(|p| p.ring == w.spec.ring).unwrap();
     assert_eq!(
         cur.io_write_hit_pct,
@@ -471,6 +480,127 @@ fn counters_calibrate_the_model_the_report_uses() {
         text.contains("calibration   to the imported counters"),
         "{text}"
     );
-    let h = render_html(&rec, &r, &outcome).unwrap();
+    let h = render_html(
+        &r,
+        &outcome,
+        &crate::analysis::charts(&rec, &r, &outcome).unwrap(),
+    );
     assert!(h.contains("to the imported counters: write hit measured"));
+}
+
+/// The page is drawn from what `analysis` computed: with the recording closed and its file
+/// gone, it renders the same.
+#[test]
+fn renders_with_no_recording_open() {
+    let (dir, path) = synthetic_file(true, true, true);
+    let rec = Recording::open(&path).unwrap();
+    let r = crate::analysis::summary::build(&rec).unwrap();
+    let outcome = crate::analysis::advise_or_explain(&rec, &r, Default::default()).unwrap();
+    let charts = crate::analysis::charts(&rec, &r, &outcome).unwrap();
+    let before = render_html(&r, &outcome, &charts);
+    drop(rec);
+    drop(dir);
+    assert!(!path.exists());
+    let after = render_html(&r, &outcome, &charts);
+    // The what-if's run time is the one thing measured, not recorded.
+    let strip = |h: &str| {
+        h.lines()
+            .filter(|l| !l.contains("Run time"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(strip(&before), strip(&after));
+    assert!(after.contains("id=\"miss-over-time\"") && after.contains("id=\"rates-rx\""));
+}
+
+/// Commands in the answer are in code font, each word kept whole (a narrow screen breaks
+/// between words, never inside a flag); the sentence around them stays text.
+#[test]
+fn commands_in_the_answer_are_code_kept_whole() {
+    let c = code("ddioscope recommend r.ddio --llc-mib 24.75");
+    assert_eq!(
+        c,
+        "<code class=\"cmd\"><span class=\"w\">ddioscope</span> <span class=\"w\">recommend</span> \
+         <span class=\"w\">r.ddio</span> <span class=\"w\">--llc-mib</span> <span class=\"w\">24.75</span></code>"
+    );
+    assert!(CSS.contains("code.cmd .w{white-space:nowrap}"));
+    let s = with_commands(
+        "capture DDIO counters to measure the misses: scripts/capture-counters.sh, then ddioscope import-counters",
+    );
+    assert_eq!(
+        s,
+        format!(
+            "capture DDIO counters to measure the misses: {}, then {}",
+            code("scripts/capture-counters.sh"),
+            code("ddioscope import-counters")
+        )
+    );
+    assert_eq!(
+        with_commands("record while <it> runs"),
+        "record while &lt;it&gt; runs"
+    );
+
+    // The page: a Next line's command and each Change command in code.
+    let (_dir, path) = synthetic_file(true, false, true);
+    let rec = Recording::open(&path).unwrap();
+    let r = crate::analysis::summary::build(&rec).unwrap();
+    let mut outcome = crate::analysis::advise_or_explain(&rec, &r, Default::default()).unwrap();
+    let crate::analysis::Outcome::Advised(a) = &mut outcome else {
+        panic!("geometry")
+    };
+    a.recommendations.clear();
+    a.no_change = Some(crate::analysis::answer::NoChange {
+        reasons: vec!["every queue fits".into()],
+        next_steps: vec!["see the model's hit rate at other ring sizes: ddioscope simulate r.ddio --ring 256,512".into()],
+    });
+    let h = render_html(
+        &r,
+        &outcome,
+        &crate::analysis::charts(&rec, &r, &outcome).unwrap(),
+    );
+    let answer = &h[h.find("id=\"answer\"").unwrap()..h.find("id=\"verdicts\"").unwrap()];
+    assert!(
+        answer.contains(&format!(
+            "<dt>Next</dt><dd>see the model&#39;s hit rate at other ring sizes: {}</dd>",
+            code("ddioscope simulate r.ddio --ring 256,512")
+        )),
+        "{answer}"
+    );
+}
+
+/// A reason several queues share is given once, for all their rows.
+#[test]
+fn verdict_reasons_are_given_once_per_run_of_rows() {
+    let (_dir, path) = synthetic_file(true, false, true);
+    let (_rec, _r, h) = page(&path);
+    let rec = Recording::open(&path).unwrap();
+    let r = crate::analysis::summary::build(&rec).unwrap();
+    let outcome = crate::analysis::advise_or_explain(&rec, &r, Default::default()).unwrap();
+    let crate::analysis::Outcome::Advised(a) = &outcome else {
+        panic!("geometry")
+    };
+    let table = &h[h.find("id=\"verdicts-table\"").unwrap()..];
+    let table = &table[..table.find("</table>").unwrap()];
+    let runs = a
+        .verdicts
+        .iter()
+        .enumerate()
+        .filter(|(i, v)| *i == 0 || a.verdicts[i - 1].reason != v.reason)
+        .count();
+    assert!(
+        a.verdicts.len() > runs,
+        "the synthetic queues share a reason"
+    );
+    assert_eq!(count(table, "class=\"l why\""), runs, "{table}");
+    for v in &a.verdicts {
+        assert_eq!(count(table, &format!(">{}</td>", esc(&v.reason))), {
+            let mut n = 0;
+            for (i, w) in a.verdicts.iter().enumerate() {
+                if w.reason == v.reason && (i == 0 || a.verdicts[i - 1].reason != w.reason) {
+                    n += 1;
+                }
+            }
+            n
+        });
+    }
 }

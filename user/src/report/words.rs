@@ -1,0 +1,140 @@
+//! The words and cells more than one renderer prints (the text report, the HTML page,
+//! `top`): a queue's table row, a socket's DDIO numbers, the answer's leaking line and the
+//! model's calibration sentence, so every surface says them the same way.
+use crate::analysis::answer::Answer;
+use crate::analysis::summary::QueueReport;
+use crate::snapshot::Dir;
+use crate::units::{fmt_count, fmt_ns, fmt_pct};
+
+/// "rx 3", as the JSON spells a queue.
+pub fn qname(dir: impl std::fmt::Display, queue: u32) -> String {
+    format!("{dir} {queue}")
+}
+
+/// One socket's DDIO numbers as display cells: write miss, partial write
+/// miss, read miss, inbound write/read, DRAM read/write, L3 misses/s.
+pub fn socket_cells(s: &crate::counters::SocketMetrics) -> [String; 8] {
+    let mbs = |v: Option<f64>| {
+        v.map(|v| format!("{v:.0} MB/s"))
+            .unwrap_or_else(|| "-".into())
+    };
+    [
+        fmt_pct(s.write_miss_pct),
+        fmt_pct(s.partial_write_miss_pct),
+        fmt_pct(s.read_miss_pct),
+        mbs(s.inbound_write_mbps),
+        mbs(s.inbound_read_mbps),
+        mbs(s.dram_read_mbps),
+        mbs(s.dram_write_mbps),
+        s.l3_miss_per_s
+            .map(|v| format!("{v:.3e}"))
+            .unwrap_or_else(|| "-".into()),
+    ]
+}
+
+/// The stage that spans a packet buffer's life, by direction.
+pub fn life_stage(dir: Dir) -> &'static str {
+    dir.stage_names()[dir.lifetime_stage()]
+}
+
+/// Column headers of a direction's queue table (text and HTML share them); `wide` adds
+/// every stage's p50/p99/max.
+pub fn queue_columns(dir: Dir, wide: bool) -> Vec<String> {
+    let mut c: Vec<String> = ["queue", "packets", "pkt/s", "Mbit/s", "avg B", "drops"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    if dir == Dir::Rx {
+        c.extend(["polls", "batch", "full"].iter().map(|s| s.to_string()));
+    }
+    if wide {
+        c.extend(dir.stage_names().iter().map(|n| format!("{n} p50/p99/max")));
+    } else {
+        c.extend(["life p50", "life p99"].iter().map(|s| s.to_string()));
+    }
+    c
+}
+
+/// One queue's row, formatted once for every surface that shows it.
+pub fn queue_cells(q: &QueueReport, wide: bool) -> Vec<String> {
+    let mut c = vec![
+        q.queue.to_string(),
+        fmt_count(q.packets as f64),
+        fmt_count(q.packets_per_s),
+        format!("{:.1}", q.mbit_per_s),
+        q.avg_pkt_bytes
+            .map_or_else(|| "-".into(), |v| format!("{v:.0}")),
+        q.drops.to_string(),
+    ];
+    if q.dir == Dir::Rx {
+        match &q.napi {
+            Some(n) => c.extend([
+                fmt_count(n.polls as f64),
+                format!("{:.1}", n.avg_work.unwrap_or(0.0)),
+                n.budget_exhausted.to_string(),
+            ]),
+            None => c.extend(["-".to_string(), "-".to_string(), "-".to_string()]),
+        }
+    }
+    if wide {
+        for n in q.dir.stage_names() {
+            c.push(match q.stage(n) {
+                Some(s) => format!(
+                    "{}/{}/{}",
+                    fmt_ns(s.p50_ns),
+                    fmt_ns(s.p99_ns),
+                    fmt_ns(Some(s.max_ns))
+                ),
+                None => "-".into(),
+            });
+        }
+    } else {
+        let life = q.stage(life_stage(q.dir));
+        c.push(fmt_ns(life.and_then(|s| s.p50_ns)));
+        c.push(fmt_ns(life.and_then(|s| s.p99_ns)));
+    }
+    c
+}
+
+/// "rx 3, rx 0: leaky, REASON" when the leaking queues share a verdict; "rx 3 leaky, rx 0
+/// at_risk; rx 3: REASON" when they do not. The reason is the most-missed queue's; `name`
+/// writes a queue (the HTML marks it up).
+pub fn leaking_line(a: &Answer, why: &str, name: impl Fn(Dir, u32) -> String) -> String {
+    let first = &a.leaking[0];
+    if a.leaking.iter().all(|l| l.verdict == first.verdict) {
+        let names: Vec<String> = a.leaking.iter().map(|l| name(l.dir, l.queue)).collect();
+        format!("{}: {}, {why}", names.join(", "), first.verdict)
+    } else {
+        let names: Vec<String> = a
+            .leaking
+            .iter()
+            .map(|l| format!("{} {}", name(l.dir, l.queue), l.verdict))
+            .collect();
+        format!(
+            "{}; {}: {why}",
+            names.join(", "),
+            qname(first.dir, first.queue)
+        )
+    }
+}
+
+/// The model's calibration in one sentence, for the text report, `simulate` and the HTML page.
+pub fn calibration_words(cal: Option<&crate::advise::CalibrationReport>) -> String {
+    let Some(c) = cal else {
+        return "none: no DDIO counters in the recording to fit the model to".to_string();
+    };
+    let pct = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.1}%"));
+    format!(
+        "to the {} counters: write hit measured {}, uncalibrated {}, calibrated {} (residual {}){}",
+        c.source,
+        pct(c.measured_write_hit_pct),
+        pct(c.uncalibrated_write_hit_pct),
+        pct(c.calibrated_write_hit_pct),
+        c.residual_write_pct
+            .map_or_else(|| "-".to_string(), |v| format!("{v:+.1} pp")),
+        match (c.measured_read_hit_pct, c.calibrated_read_hit_pct) {
+            (Some(m), Some(k)) => format!("; NIC read hit measured {m:.1}%, calibrated {k:.1}%"),
+            _ => String::new(),
+        }
+    )
+}
