@@ -4,7 +4,9 @@
 //! report agree.
 pub mod advice;
 pub mod answer;
+pub mod diff;
 pub mod evidence;
+pub mod filter;
 pub mod geometry;
 pub mod observation;
 pub mod summary;

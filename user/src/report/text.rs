@@ -1089,6 +1089,12 @@ pub fn render_advice(summary: &Summary, a: &Advice) -> String {
 pub fn render_report(summary: &Summary, outcome: &Outcome, opt: &TextOptions) -> String {
     let mut o = String::new();
     render_header(&mut o, summary);
+    if let Some(ex) = &summary.filter {
+        wrapped(&mut o, "", &ex.line());
+        for n in &ex.notes {
+            wrapped(&mut o, "  note: ", n);
+        }
+    }
     let _ = writeln!(o);
     let answer = crate::analysis::answer::answer(summary, outcome);
     match outcome {
