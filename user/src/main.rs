@@ -120,10 +120,10 @@ fn report_cmd(args: ReportArgs) -> Result<()> {
     let every_ns = args.every.map(|s| (s * 1e9) as u64);
     if args.intervals {
         let rec = open(&args.file, args.window)?;
-        if !filter.is_empty() {
-            if filter.flow.is_some() {
-                eprintln!("ddioscope: note: interval rows count whole queues: --flow selects none of them");
-            }
+        if filter.flow.is_some() {
+            eprintln!(
+                "ddioscope: note: interval rows count whole queues: --flow selects none of them"
+            );
         }
         if let Some(n) = report::series::counter_note(&rec) {
             eprintln!("ddioscope: note: {n}");

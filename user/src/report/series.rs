@@ -63,6 +63,11 @@ const SOCKET_COLUMNS: &[&str] = &[
     "l3_miss_per_s",
 ];
 
+/// Seconds from the recording's start, to the millisecond (intervals are ms-aligned).
+fn secs(v: f64) -> String {
+    format!("{v:.3}")
+}
+
 /// A number as a cell: four significant digits, as the JSON report.
 fn num(v: f64) -> String {
     if v.is_finite() {
@@ -116,8 +121,8 @@ fn queue_cells(step: &Step, q: &StepQueue) -> Vec<String> {
         }
     };
     vec![
-        num(step.from_s),
-        num(step.to_s),
+        secs(step.from_s),
+        secs(step.to_s),
         step.intervals.to_string(),
         q.dir.to_string(),
         q.queue.to_string(),
@@ -165,8 +170,8 @@ fn counter_cells(m: Option<&SocketMetrics>) -> Vec<String> {
 
 fn socket_cells(step: &Step, m: &SocketMetrics) -> Vec<String> {
     vec![
-        num(step.from_s),
-        num(step.to_s),
+        secs(step.from_s),
+        secs(step.to_s),
         m.socket.to_string(),
         opt(m.write_miss_pct),
         opt(m.partial_write_miss_pct),
@@ -181,14 +186,16 @@ fn socket_cells(step: &Step, m: &SocketMetrics) -> Vec<String> {
 
 /// How rows are written: CSV with a header (any one-byte separator), or plain columns.
 enum Sink<W: Write> {
-    Csv(csv::Writer<W>),
+    Csv(Box<csv::Writer<W>>),
     Plain(W, Vec<usize>),
 }
 
 impl<W: Write> Sink<W> {
     fn new(out: W, sep: Option<u8>, header: &[&str]) -> Result<Sink<W>> {
         let mut s = match sep {
-            Some(b) => Sink::Csv(csv::WriterBuilder::new().delimiter(b).from_writer(out)),
+            Some(b) => Sink::Csv(Box::new(
+                csv::WriterBuilder::new().delimiter(b).from_writer(out),
+            )),
             // Wide enough for a rate or a count of a busy queue; a longer value widens only
             // its own cell (the columns are fixed before the first row streams by).
             None => Sink::Plain(out, header.iter().map(|h| h.len().max(9)).collect()),
