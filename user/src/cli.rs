@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+use crate::analysis::filter::FilterArgs;
 use crate::analysis::GeometryOverrides;
 use crate::model::spec;
 use crate::recording::record::RecordArgs;
@@ -44,6 +45,9 @@ pub enum Cmd {
     },
     /// Print the report of a recording.
     Report(ReportArgs),
+    /// Compare two recordings of one device: what changed in configuration and traffic, the
+    /// measured deltas with 95 % intervals, and BEFORE's predictions beside what AFTER shows.
+    Diff(DiffArgs),
     /// Recommend ring sizes, IIO LLC ways and IRQ/NUMA placement from a recording
     /// (printed commands with evidence and predicted effect; nothing is applied).
     Recommend(RecommendArgs),
@@ -123,6 +127,7 @@ pub const DEFAULT_RECORDING: &str = "ddioscope.ddio";
 
 /// `ddioscope report`'s flags.
 #[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("files").args(["html", "csv"]).multiple(false)))]
 pub struct ReportArgs {
     /// Recording file written by `ddioscope record`.
     #[arg(default_value = DEFAULT_RECORDING)]
@@ -143,10 +148,52 @@ pub struct ReportArgs {
     /// to stdout for `-`.
     #[arg(long, value_name = "OUT", conflicts_with = "json")]
     pub html: Option<PathBuf>,
-    /// Replace the --html or --json file if it exists (a regular file only: never a device,
-    /// FIFO, socket or symlink).
+    /// Replace the --html or --json file, or --csv's files, if they exist (a regular file
+    /// only: never a device, FIFO, socket or symlink).
     #[arg(long)]
     pub force: bool,
+    /// One row per queue per interval (or per --every step): counts, rates, drops, NAPI,
+    /// the buffer life's p50/p99 and the NIC socket's counter metrics, as `perf stat -I`.
+    #[arg(long, conflicts_with_all = ["json", "html", "wide", "csv"])]
+    pub intervals: bool,
+    /// Sum the intervals into steps this long (1s, 500ms, 1m) for --intervals and --csv.
+    #[arg(long, value_name = "DURATION", value_parser = crate::units::duration_flag)]
+    pub every: Option<f64>,
+    /// --intervals as CSV with a header, fields separated by SEP (`-x ,`, as perf stat).
+    #[arg(short = 'x', long = "field-separator", value_name = "SEP", requires = "intervals",
+          value_parser = crate::export::separator)]
+    pub sep: Option<u8>,
+    /// Write one CSV per table (intervals, sockets, queues, stages, flows, drops, verdicts,
+    /// recommendations) into DIR, created if missing; --force replaces files of those names.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["json", "html", "wide"])]
+    pub csv: Option<PathBuf>,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    #[command(flatten)]
+    pub geometry: GeometryOverrides,
+}
+
+/// `ddioscope diff`'s flags.
+#[derive(clap::Args)]
+pub struct DiffArgs {
+    /// The recording before the change.
+    pub before: PathBuf,
+    /// The recording after it.
+    pub after: PathBuf,
+    /// One JSON object instead of text (its schema: docs/diff.schema.json).
+    #[arg(long)]
+    pub json: bool,
+    /// Write a self-contained HTML page to this file, or to stdout for `-`.
+    #[arg(long, value_name = "OUT", conflicts_with = "json")]
+    pub html: Option<PathBuf>,
+    /// Replace the --html file if it exists (a regular file only).
+    #[arg(long, requires = "html")]
+    pub force: bool,
+    /// The step whose per-step values give each delta's interval (1s, 500ms).
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = crate::units::duration_flag)]
+    pub every: f64,
+    #[command(flatten)]
+    pub filter: FilterArgs,
     #[command(flatten)]
     pub geometry: GeometryOverrides,
 }

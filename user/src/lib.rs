@@ -14,6 +14,7 @@ pub mod build_info;
 pub mod cli;
 pub mod counters;
 pub mod dist;
+pub mod export;
 pub mod model;
 pub mod outfile;
 pub mod probe;

@@ -8,9 +8,10 @@ use clap::{CommandFactory, Parser};
 
 use ddioscope::analysis::{self, Summary};
 use ddioscope::cli::{
-    error_line, is_broken_pipe, print, usage_error_line, Cli, Cmd, RecommendArgs, ReportArgs,
-    SimulateArgs, WindowArgs,
+    error_line, is_broken_pipe, print, usage_error_line, Cli, Cmd, DiffArgs, RecommendArgs,
+    ReportArgs, SimulateArgs, WindowArgs,
 };
+use ddioscope::export;
 use ddioscope::model::spec::{self, Axes};
 use ddioscope::recording::{self, record, Recording};
 use ddioscope::report::{self, json::FullReport};
@@ -64,6 +65,7 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
             );
         }
         Cmd::Report(args) => report_cmd(args)?,
+        Cmd::Diff(args) => diff_cmd(args)?,
         Cmd::Recommend(args) => recommend(args)?,
         Cmd::Simulate(args) => simulate(args)?,
         Cmd::BenchFloor {
@@ -141,14 +143,45 @@ fn emit(target: Option<&Path>, force: bool, text: &str) -> Result<()> {
 }
 
 fn report_cmd(args: ReportArgs) -> Result<()> {
+    use ddioscope::analysis::filter::{self, Filter};
+    let filter = Filter::from(&args.filter);
+    let every_ns = args.every.map(|s| (s * 1e9) as u64);
+    if args.intervals {
+        let rec = open(&args.file, args.window)?;
+        if filter.flow.is_some() {
+            eprintln!(
+                "ddioscope: note: interval rows count whole queues: --flow selects none of them"
+            );
+        }
+        if let Some(n) = export::counter_note(&rec) {
+            eprintln!("ddioscope: note: {n}");
+        }
+        let out = std::io::BufWriter::new(std::io::stdout().lock());
+        export::write_intervals(&rec, &filter, every_ns, args.sep, out)?;
+        return Ok(());
+    }
+    if args.every.is_some() && args.csv.is_none() {
+        anyhow::bail!("--every sums intervals for --intervals, --csv or diff; give one of them");
+    }
     // Refuse before the (slower) model runs: the answer does not depend on it.
     let html = output_target(args.html.as_deref(), args.force)?;
     let json = output_target(args.json.as_deref(), args.force)?;
     let rec = open(&args.file, args.window)?;
-    let summary: Summary = analysis::summary::build(&rec)?;
+    let mut summary: Summary = analysis::summary::build(&rec)?;
     // The model needs an LLC geometry; without one the report still prints, and says why.
-    let outcome = analysis::advise_or_explain(&rec, &summary, args.geometry)?;
-    if args.html.is_some() {
+    let mut outcome = analysis::advise_or_explain(&rec, &summary, args.geometry)?;
+    // The model and the attribution saw every queue; the filter hides rows after them.
+    filter::apply(&filter, &mut summary, Some(&mut outcome));
+    if let Some(dir) = args.csv {
+        let files = export::write_csv_dir(
+            &rec, &summary, &outcome, &filter, every_ns, &dir, args.force,
+        )?;
+        if let Some(ex) = &summary.filter {
+            eprintln!("{}", ex.line());
+        }
+        eprintln!("wrote {} files into {}", files.len(), dir.display());
+        Ok(())
+    } else if args.html.is_some() {
         let charts = analysis::charts(&rec, &summary, &outcome)?;
         emit(
             html,
@@ -306,4 +339,50 @@ fn simulate(args: SimulateArgs) -> Result<()> {
     } else {
         head + &report::text::render_what_if(&grid, ddioscope::cli::text_width())
     })
+}
+
+fn diff_cmd(args: DiffArgs) -> Result<()> {
+    use ddioscope::analysis::diff;
+    use ddioscope::analysis::filter::Filter;
+    let to_stdout = args
+        .html
+        .as_deref()
+        .is_some_and(ddioscope::outfile::is_stdout);
+    if let Some(out) = args.html.as_deref().filter(|_| !to_stdout) {
+        ddioscope::outfile::check(out, args.force)?;
+    }
+    let filter = Filter::from(&args.filter);
+    let before = Recording::open(&args.before)?;
+    let after = Recording::open(&args.after)?;
+    let sb = analysis::summary::build(&before)?;
+    let sa = analysis::summary::build(&after)?;
+    let every_ns = (args.every * 1e9) as u64;
+    let mut d = diff::diff(&before, &after, &sb, &sa, &filter, every_ns, args.geometry)?;
+    let ob = analysis::advise_or_explain(&before, &sb, args.geometry)?;
+    let oa = analysis::advise_or_explain(&after, &sa, args.geometry)?;
+    diff::predictions(
+        &mut d,
+        &after,
+        &sb,
+        &sa,
+        diff::Models {
+            before: &ob,
+            after: &oa,
+        },
+        args.geometry,
+    )?;
+    if let Some(out) = args.html {
+        let page = report::diff::render_html(&d);
+        if to_stdout {
+            print(&page)?;
+        } else {
+            ddioscope::outfile::write_whole(&out, args.force, page.as_bytes())?;
+            eprintln!("wrote {}", out.display());
+        }
+    } else if args.json {
+        print(&(report::diff::to_json(&d)? + "\n"))?;
+    } else {
+        print(&report::diff::render_text(&d))?;
+    }
+    Ok(())
 }

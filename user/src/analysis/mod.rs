@@ -5,7 +5,9 @@
 pub mod advice;
 pub mod answer;
 pub mod charts;
+pub mod diff;
 pub mod evidence;
+pub mod filter;
 pub mod geometry;
 pub mod observation;
 pub mod summary;

@@ -31,6 +31,9 @@ pub struct Summary {
     /// Every queue's totals with their histograms, for the charts and the model's input.
     #[serde(skip)]
     pub totals: Vec<QueueCounters>,
+    /// What `--queue`, `--dir` and `--flow` left out (absent without a filter).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filter: Option<super::filter::Excluded>,
 }
 
 /// The sampler stopped by the kernel (perf_event_max_sample_rate): misses in those windows
@@ -1016,6 +1019,7 @@ pub fn build(rec: &Recording) -> Result<Summary> {
         counters,
         l3miss,
         totals,
+        filter: None,
     })
 }
 

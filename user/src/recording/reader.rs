@@ -20,6 +20,9 @@ use crate::snapshot::{
 };
 use crate::topology::{HostInfo, IfaceInfo};
 
+mod stream;
+pub use stream::{Step, StepQueue};
+
 pub struct Recording {
     pub path: PathBuf,
     pub meta: RecordingMeta,

@@ -48,6 +48,12 @@ pub fn render_html(report: &Summary, outcome: &Outcome, charts: &Charts) -> Stri
         esc(&m.iface)
     );
     header(&mut o, report);
+    if let Some(ex) = &report.filter {
+        let _ = writeln!(o, "<p class=\"note\" id=\"filter\">{}</p>", esc(&ex.line()));
+        for n in &ex.notes {
+            let _ = writeln!(o, "<p class=\"note\">note: {}</p>", esc(n));
+        }
+    }
     let _ = writeln!(
         o,
         "<nav><a href=\"#answer\">Answer</a><a href=\"#verdicts\">Verdicts</a><a href=\"#attribution\">Attribution</a>\

@@ -186,7 +186,7 @@ fn pretty<T: Serialize>(v: &T) -> serde_json::Result<String> {
     serde_json::to_string_pretty(&value)
 }
 
-fn to_json<T: Serialize>(v: &T) -> serde_json::Result<String> {
+pub fn to_json<T: Serialize>(v: &T) -> serde_json::Result<String> {
     DEFERRED.with(|d| *d.borrow_mut() = Some(Vec::new()));
     let tree = pretty(v);
     let arrays = DEFERRED.with(|d| d.borrow_mut().take()).unwrap_or_default();

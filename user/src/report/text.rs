@@ -1045,6 +1045,12 @@ pub fn render_advice(summary: &Summary, a: &Advice, width: usize) -> String {
 pub fn render_report(summary: &Summary, outcome: &Outcome, opt: &TextOptions) -> String {
     let mut o = Out::new(opt.width);
     render_header(&mut o, summary);
+    if let Some(ex) = &summary.filter {
+        wrapped(&mut o, "", &ex.line());
+        for n in &ex.notes {
+            wrapped(&mut o, "  note: ", n);
+        }
+    }
     let _ = writeln!(o);
     let answer = crate::analysis::answer::answer(summary, outcome);
     match outcome {

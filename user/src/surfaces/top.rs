@@ -12,6 +12,7 @@ use crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 use crossterm::{cursor, queue, style, terminal};
 
 use super::view::{self, fmt_bytes, fmt_ns, FlowRate, FlowRates, QueueView};
+use crate::analysis::filter::{Filter, FlowView};
 use crate::counters::socket_metrics;
 use crate::session::{Session, SessionArgs, SessionOptions};
 use crate::snapshot::{Dir, Snapshot};
@@ -28,6 +29,8 @@ pub struct TopArgs {
     /// with exit status 0. Default: run until q, Esc or Ctrl-C.
     #[arg(long, value_name = "DURATION", value_parser = crate::units::duration_flag)]
     pub duration: Option<f64>,
+    #[command(flatten)]
+    pub filter: crate::analysis::filter::FilterArgs,
 }
 
 /// Flows listed on screen at most (fewer when the terminal is short).
@@ -50,10 +53,11 @@ pub fn run(args: &TopArgs) -> Result<()> {
             let ids: Vec<String> = live.prog_ids().iter().map(|i| i.to_string()).collect();
             eprintln!("attached: prog ids {}", ids.join(","));
         }
+        let filter = Filter::from(&args.filter);
         let result = if io::stdout().is_terminal() {
-            run_tty(&mut live, &stop, end)
+            run_tty(&mut live, &stop, end, &filter)
         } else {
-            run_plain(&mut live, &stop, end)
+            run_plain(&mut live, &stop, end, &filter)
         };
         let gone = live.gone().map(str::to_string);
         // Detach (drop the links) before the caller prints anything.
@@ -80,7 +84,7 @@ struct Frame {
     elapsed_s: f64,
 }
 
-fn frame(live: &Session, snap: &Snapshot, flows: &mut FlowRates) -> Frame {
+fn frame(live: &Session, snap: &Snapshot, flows: &mut FlowRates, filter: &Filter) -> Frame {
     let dur_s = snap.dur_ns as f64 / 1e9;
     let ddio = if snap.counters.is_empty() || dur_s <= 0.0 {
         Vec::new()
@@ -90,10 +94,27 @@ fn frame(live: &Session, snap: &Snapshot, flows: &mut FlowRates) -> Frame {
             .map(|m| (m.socket, m.write_miss_pct, m.read_miss_pct))
             .collect()
     };
+    let mut queues = view::queue_views(&snap.queues, snap.dur_ns);
+    queues.retain(|q| filter.queue(q.dir, q.queue));
+    let mut rates = flows.update(&snap.flows, snap.dur_ns);
+    rates.retain(|r| {
+        let k = &r.flow.key;
+        filter.flow(
+            k.dir,
+            Some(r.flow.queue),
+            &FlowView {
+                proto: &k.proto,
+                src: &k.src,
+                sport: k.sport,
+                dst: &k.dst,
+                dport: k.dport,
+            },
+        )
+    });
     Frame {
         dur_s,
-        queues: view::queue_views(&snap.queues, snap.dur_ns),
-        flows: flows.update(&snap.flows, snap.dur_ns),
+        queues,
+        flows: rates,
         ddio,
         elapsed_s: live.started.elapsed().as_secs_f64(),
     }
@@ -101,12 +122,17 @@ fn frame(live: &Session, snap: &Snapshot, flows: &mut FlowRates) -> Frame {
 
 // ---------------------------------------------------------------- plain lines
 
-fn run_plain(live: &mut Session, stop: &AtomicBool, end: Option<Instant>) -> Result<()> {
+fn run_plain(
+    live: &mut Session,
+    stop: &AtomicBool,
+    end: Option<Instant>,
+    filter: &Filter,
+) -> Result<()> {
     let mut flows = FlowRates::default();
     let mut out = io::stdout().lock();
     loop {
         let (snap, finishing) = live.next(stop, end)?;
-        let f = frame(live, &snap, &mut flows);
+        let f = frame(live, &snap, &mut flows, filter);
         let mut text = String::new();
         for q in &f.queues {
             text.push_str(&plain_line(&f, q));
@@ -216,7 +242,12 @@ fn spawn_keys(stop: Arc<AtomicBool>, done: Arc<AtomicBool>) -> std::thread::Join
     })
 }
 
-fn run_tty(live: &mut Session, stop: &Arc<AtomicBool>, end: Option<Instant>) -> Result<()> {
+fn run_tty(
+    live: &mut Session,
+    stop: &Arc<AtomicBool>,
+    end: Option<Instant>,
+    filter: &Filter,
+) -> Result<()> {
     // A panic prints its message after the terminal is back to normal.
     let prev_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -226,7 +257,7 @@ fn run_tty(live: &mut Session, stop: &Arc<AtomicBool>, end: Option<Instant>) -> 
     let guard = TerminalGuard::enter()?;
     let done = Arc::new(AtomicBool::new(false));
     let keys = spawn_keys(Arc::clone(stop), Arc::clone(&done));
-    let result = tty_loop(live, stop, end);
+    let result = tty_loop(live, stop, end, filter);
     done.store(true, Ordering::Relaxed);
     // The key thread wakes within its poll timeout; join it so it no longer reads the
     // terminal once it is restored. A terminal that hung up can hold it in a read that never
@@ -242,7 +273,12 @@ fn run_tty(live: &mut Session, stop: &Arc<AtomicBool>, end: Option<Instant>) -> 
     result
 }
 
-fn tty_loop(live: &mut Session, stop: &AtomicBool, end: Option<Instant>) -> Result<()> {
+fn tty_loop(
+    live: &mut Session,
+    stop: &AtomicBool,
+    end: Option<Instant>,
+    filter: &Filter,
+) -> Result<()> {
     let mut flows = FlowRates::default();
     draw(&header_lines(live, None), &[])?;
     loop {
@@ -250,7 +286,7 @@ fn tty_loop(live: &mut Session, stop: &AtomicBool, end: Option<Instant>) -> Resu
         if finishing {
             return Ok(());
         }
-        let f = frame(live, &snap, &mut flows);
+        let f = frame(live, &snap, &mut flows, filter);
         draw(&header_lines(live, Some(&f)), &body_lines(live, &f))?;
     }
 }
