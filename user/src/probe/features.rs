@@ -34,7 +34,7 @@ impl Flavor {
 /// degrades quietly; a named flavour is what the user asked for, so every hook
 /// is loaded with it or the recording fails, saying why (hooks the kernel does
 /// not have are skipped, as with auto).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum HookChoice {
     #[default]
     Auto,

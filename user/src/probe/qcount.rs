@@ -91,7 +91,7 @@ impl RxSource {
 }
 
 /// Which RX source to use: the cheapest that attaches (quietly), or one asked for (loudly).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RxChoice {
     #[default]
     Auto,
