@@ -11,8 +11,9 @@ use libbpf_cargo::SkeletonBuilder;
 use sha2::{Digest, Sha256};
 
 /// (name, directory under the repository): the probes, the bench's floor
-/// programs, and the test-only fragcheck object loaded by
-/// examples/fragcheck.rs (never by ddioscope).
+/// programs, and the test-only objects: fragcheck, loaded by
+/// examples/fragcheck.rs, and hashcheck, by the attribution ground-truth tests
+/// (never by ddioscope).
 const PROBES: &[(&str, &str)] = &[
     ("qcount", "bpf"),
     ("pktlife", "bpf"),
@@ -20,10 +21,11 @@ const PROBES: &[(&str, &str)] = &[
     ("features", "bpf"),
     ("floor", "bpf"),
     ("fragcheck", "tests/bpf"),
+    ("hashcheck", "tests/bpf"),
 ];
 
-/// Whether the ddioscope binary embeds a probe (every one under bpf/; fragcheck, under
-/// tests/bpf, is the example's alone): their bytes make the BPF build id.
+/// Whether the ddioscope binary embeds a probe (every one under bpf/; those under
+/// tests/bpf are the tests' alone): their bytes make the BPF build id.
 fn embedded(dir: &str) -> bool {
     dir == "bpf"
 }
