@@ -78,6 +78,8 @@ unit-test: deps
 	# --include-ignored: the tests that load BPF (ignored by a plain `cargo test`, which may lack root).
 	# model::validation::explore is a tool (it prints tables for a spec in DDIO_EXPLORE), not a test.
 	cd user && $(CARGO) test --release -- --skip ground_truth --skip model::validation::explore --include-ignored
+	# Every BPF object against each architecture's pinned vmlinux.h (bpf/VMLINUX.md).
+	scripts/bpf-arches.sh
 	cd user && $(CARGO) test --release --lib ground_truth -- --nocapture --test-threads 1
 	cd user && $(CARGO) test --release -p ddioscope-fuzz
 

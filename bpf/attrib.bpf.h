@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* SPDX-License-Identifier: LGPL-2.1-only OR BSD-2-Clause */
 /* The buffer-page map and the per-CPU work context: written by the packet
  * probes (pktlife.bpf.c), read by the L3-miss sample program (l3miss.bpf.c).
  * Both objects define the maps from this header; userspace loads pktlife

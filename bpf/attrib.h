@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* SPDX-License-Identifier: LGPL-2.1-only OR BSD-2-Clause */
 /* What the packet probes (pktlife.bpf.c) keep for L3-miss attribution and the
  * sample program (l3miss.bpf.c) reads: the buffer-page map and each CPU's
  * current network work. Shared with userspace (types generated from BTF). */

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* SPDX-License-Identifier: LGPL-2.1-only OR BSD-2-Clause */
 /* Small arithmetic shared by the probe families: log2 buckets and sampling
  * draws. */
 #ifndef __DDIO_BITS_BPF_H

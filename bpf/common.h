@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* SPDX-License-Identifier: LGPL-2.1-only OR BSD-2-Clause */
 /* Definitions every probe family shares with userspace (the Rust types and
  * enums are generated from the objects' BTF by libbpf-cargo, never copied). */
 #ifndef __DDIO_COMMON_H

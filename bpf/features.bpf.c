@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+// SPDX-License-Identifier: LGPL-2.1-only OR BSD-2-Clause
 /* features: one do-nothing program per attach type, loaded one at a time by
  * user/src/probe/features.rs to learn what this kernel accepts by trying. */
 #include "vmlinux.h"

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+// SPDX-License-Identifier: LGPL-2.1-only OR BSD-2-Clause
 /* floor: the measurement floor of `make bench` (user/src/probe/floor.rs).
  *
  * bpf_stats charges each program run the time between two sched_clock reads

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* SPDX-License-Identifier: LGPL-2.1-only OR BSD-2-Clause */
 /* The 5-tuple of a packet, parsed from a copy of its L3 and L4 headers. Every
  * hook gets the copy its own way (a probe read from an skb's buffer, a load
  * from a tc program's packet) and parses it here, so all of them see the same

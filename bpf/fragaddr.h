@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* SPDX-License-Identifier: LGPL-2.1-only OR BSD-2-Clause */
 /* Packet-buffer frags -> kernel virtual addresses, for the address join.
  *
  * An skb's frags name their memory by struct page (skb_frag_t.netmem in 6.x,

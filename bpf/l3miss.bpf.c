@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+// SPDX-License-Identifier: LGPL-2.1-only OR BSD-2-Clause
 /* l3miss: the L3-miss sample program. A perf_event program on one sampling
  * event per CPU (PEBS MEM_LOAD_RETIRED.L3_MISS on Intel; a software event
  * stands in where there is no PMU) charges each sample to a queue and flow:

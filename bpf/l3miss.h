@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* SPDX-License-Identifier: LGPL-2.1-only OR BSD-2-Clause */
 /* l3miss: what the L3-miss sample program counts. Shared with userspace
  * (user/src/probe/l3miss.rs; Rust types generated from this object's BTF). */
 #ifndef __L3MISS_H

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* SPDX-License-Identifier: LGPL-2.1-only OR BSD-2-Clause */
 /* Whether a struct net is the recorded namespace: a template the hook
  * templates include, with RD() and H() as theirs. Needs filter_netns (const
  * volatile, 0: any namespace), and net_seen_at() and net_other_at(), the

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+// SPDX-License-Identifier: LGPL-2.1-only OR BSD-2-Clause
 /* pktlife: the detail tiers of the recorder, per-queue packet lifetimes on one
  * network device, attached only inside the recorder's sampled windows (tier 1)
  * or for the whole recording (tier 2, `record --detail full`). Counts are not

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* SPDX-License-Identifier: LGPL-2.1-only OR BSD-2-Clause */
 /* pktlife (tiers 1 and 2): packet lifetimes, sampled packet records and the
  * buffer-page map. Structs shared between pktlife.bpf.c and userspace (Rust
  * types and enums are generated from this object's BTF, never hand-copied). */

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* SPDX-License-Identifier: LGPL-2.1-only OR BSD-2-Clause */
 /* pktlife hook bodies: a template that pktlife.bpf.c includes twice, once with
  * RD() as a direct BTF load (tp_btf: the verifier trusts typed pointers, so no
  * helper call per field) and once with RD() as a probe read (raw_tp fallback).

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+// SPDX-License-Identifier: LGPL-2.1-only OR BSD-2-Clause
 /* qcount: tier 0 of the recorder, always on, built to cost a packet at most
  * one program per direction.
  *

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* SPDX-License-Identifier: LGPL-2.1-only OR BSD-2-Clause */
 /* qcount (tier 0): exact per-queue counts, and flows from sampled packets.
  * Structs shared between qcount.bpf.c and userspace (user/src/probe/qcount.rs;
  * the Rust types are generated from this object's BTF). */

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* SPDX-License-Identifier: LGPL-2.1-only OR BSD-2-Clause */
 /* qcount's tracepoint hook bodies: a template qcount.bpf.c includes twice,
  * with RD() a typed BTF load (tp_btf) and a probe read (raw_tp); H(name)
  * appends the flavour suffix. Not a standalone header. */

@@ -11,8 +11,9 @@ use libbpf_cargo::SkeletonBuilder;
 use sha2::{Digest, Sha256};
 
 /// (name, directory under the repository): the probes, the bench's floor
-/// programs, and the test-only fragcheck object loaded by
-/// examples/fragcheck.rs (never by ddioscope).
+/// programs, and the test-only objects: fragcheck, loaded by
+/// examples/fragcheck.rs, and hashcheck, by the attribution ground-truth tests
+/// (never by ddioscope).
 const PROBES: &[(&str, &str)] = &[
     ("qcount", "bpf"),
     ("pktlife", "bpf"),
@@ -20,10 +21,11 @@ const PROBES: &[(&str, &str)] = &[
     ("features", "bpf"),
     ("floor", "bpf"),
     ("fragcheck", "tests/bpf"),
+    ("hashcheck", "tests/bpf"),
 ];
 
-/// Whether the ddioscope binary embeds a probe (every one under bpf/; fragcheck, under
-/// tests/bpf, is the example's alone): their bytes make the BPF build id.
+/// Whether the ddioscope binary embeds a probe (every one under bpf/; those under
+/// tests/bpf are the tests' alone): their bytes make the BPF build id.
 fn embedded(dir: &str) -> bool {
     dir == "bpf"
 }
@@ -79,12 +81,28 @@ fn git_commit(manifest: &Path) -> String {
     commit
 }
 
+/// The directory under bpf/ holding the vmlinux.h of the architecture Cargo
+/// builds for (libbpf-cargo defines the matching __TARGET_ARCH_ from the same
+/// variable).
+fn vmlinux_dir(bpf_dir: &Path) -> PathBuf {
+    let target = env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
+    let arch = match target.as_str() {
+        "x86_64" => "x86",
+        "aarch64" => "arm64",
+        other => panic!(
+            "no vmlinux.h for target architecture {other:?}: the probes build for x86_64 and \
+             aarch64 (bpf/VMLINUX.md says how each header was made)"
+        ),
+    };
+    bpf_dir.join(arch)
+}
+
 /// The local headers `src` pulls in with `#include "…"`, followed through the
 /// headers themselves, resolved as clang resolves them (next to the including
-/// file, then in the -I directory). Taken from the sources rather than listed
+/// file, then in the -I directories in order). Taken from the sources rather than listed
 /// by hand because cargo treats a rerun-if-changed path that does not exist as
 /// changed: one wrong name re-runs this script, and clang, on every build.
-fn local_headers(src: &Path, include_dir: &Path, found: &mut BTreeSet<PathBuf>) {
+fn local_headers(src: &Path, include_dirs: &[PathBuf], found: &mut BTreeSet<PathBuf>) {
     // An unreadable file is clang's to report; here it only means no headers to watch.
     let Ok(text) = fs::read_to_string(src) else {
         return;
@@ -106,13 +124,13 @@ fn local_headers(src: &Path, include_dir: &Path, found: &mut BTreeSet<PathBuf>) 
         let beside = src.parent().map(|d| d.join(name));
         let Some(header) = beside
             .into_iter()
-            .chain([include_dir.join(name)])
+            .chain(include_dirs.iter().map(|d| d.join(name)))
             .find(|p| p.is_file())
         else {
             continue;
         };
         if found.insert(header.clone()) {
-            local_headers(&header, include_dir, found);
+            local_headers(&header, include_dirs, found);
         }
     }
 }
@@ -121,6 +139,8 @@ fn main() {
     let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
     let bpf_dir = manifest.join("..").join("bpf");
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
+    // The target's vmlinux.h first, then the shared headers.
+    let include_dirs = [vmlinux_dir(&bpf_dir), bpf_dir.clone()];
     let mut headers = BTreeSet::new();
     let mut bpf_hash = Sha256::new();
     for (name, dir) in PROBES {
@@ -131,7 +151,9 @@ fn main() {
             .obj(&obj)
             .clang_args([
                 "-I".into(),
-                bpf_dir.clone().into_os_string(),
+                include_dirs[0].clone().into_os_string(),
+                "-I".into(),
+                include_dirs[1].clone().into_os_string(),
                 "-Wall".into(),
                 "-Wno-unused-function".into(),
             ])
@@ -145,7 +167,7 @@ fn main() {
             bpf_hash.update(&bytes);
         }
         println!("cargo:rerun-if-changed={}", src.display());
-        local_headers(&src, &bpf_dir, &mut headers);
+        local_headers(&src, &include_dirs, &mut headers);
     }
     for h in headers {
         println!("cargo:rerun-if-changed={}", h.display());

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+// SPDX-License-Identifier: LGPL-2.1-only OR BSD-2-Clause
 /* fragcheck (test only): is the page -> address conversion of bpf/fragaddr.h
  * right? At RX hand-up (the hook pktlife maps buffers at), for TCP segments to
  * one port, read the bytes at each frag's computed kernel virtual address and

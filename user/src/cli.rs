@@ -342,6 +342,51 @@ pub fn error_line(e: &anyhow::Error) -> String {
     chain.join(": ")
 }
 
+/// `clap::ValueEnum` for a lower layer's choice enum, here so that layer needs no clap: each
+/// variant's flag spelling and help line. The match is exhaustive, so a new variant must be
+/// named here before anything builds, and `value_variants` is the same list.
+macro_rules! value_enum {
+    ($ty:ty { $($variant:ident => $name:literal $(: $help:literal)?,)* }) => {
+        impl clap::ValueEnum for $ty {
+            fn value_variants<'a>() -> &'a [Self] {
+                &[$(<$ty>::$variant),*]
+            }
+            fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+                Some(match self {
+                    $(<$ty>::$variant => clap::builder::PossibleValue::new($name)$(.help($help))?,)*
+                })
+            }
+        }
+    };
+}
+
+value_enum!(crate::probe::features::HookChoice {
+    Auto => "auto",
+    TpBtf => "tp-btf",
+    RawTp => "raw-tp",
+});
+
+value_enum!(crate::probe::qcount::RxChoice {
+    Auto => "auto",
+    Tcx => "tcx",
+    Handup => "handup",
+});
+
+value_enum!(crate::counters::CountersMode {
+    Auto => "auto": "Uncore/core PMUs when the platform has them; otherwise none, quietly",
+    Software => "software": "Software perf events through the same read path (hosts without a PMU; tests)",
+    Off => "off": "No counters",
+});
+
+value_enum!(crate::probe::l3miss::MissSource {
+    Auto => "auto": "PEBS L3-miss samples where the platform has them; otherwise none, quietly",
+    Pebs => "pebs": "MEM_LOAD_RETIRED.L3_MISS with PEBS data addresses (Intel server cores)",
+    SoftwareClock => "software-clock": "cpu-clock samples: no addresses, exercises the CPU-context path",
+    SoftwareFaults => "software-faults": "page-fault samples: carry (user) data addresses, exercises the address path",
+    SoftwareCopy => "software-copy": "cpu-clock samples that, inside a socket copy, take an address in the buffers being copied: exercises the address join on real packet-buffer addresses (linear data and frags)",
+    Off => "off",
+});
+
 #[cfg(test)]
 mod tests {
     use super::*;

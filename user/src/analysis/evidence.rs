@@ -9,11 +9,16 @@ use serde::Serialize;
 use super::summary::Summary;
 use crate::advise::HostObservation;
 use crate::advise::ModelRun;
+use crate::attribution::{
+    Evidence, FlowId, Interval, ModelPrediction, QueueId, RegressionInput, SampledCounts,
+    SocketMisses,
+};
 use crate::counters::CounterSource;
 use crate::model::analytic::{self, Dir as MDir};
+use crate::model::sim::SimResult;
 use crate::recording::reader::{GroupQueue, IntervalGroup};
 use crate::recording::Recording;
-use crate::snapshot::Dir;
+use crate::snapshot::{Dir, FlowCounters};
 
 /// Per interval group, the inbound DMA (write, read) bytes of the socket's IIO stacks other than the
 /// NIC's: the driver of the I/O misses no queue causes. Trusted per direction only while the
@@ -100,6 +105,235 @@ fn queue_features(
     }
 }
 
+fn qid(d: Dir, q: u32) -> QueueId {
+    QueueId {
+        dir: d.as_str().to_string(),
+        queue: q,
+    }
+}
+
+fn fid(k: &crate::snapshot::FlowKey) -> FlowId {
+    FlowId {
+        proto: k.proto.clone(),
+        src: k.src.clone(),
+        sport: k.sport,
+        dst: k.dst.clone(),
+        dport: k.dport,
+    }
+}
+
+/// The socket's total of the named events (any of the names: one event under two platforms'
+/// spellings), if any reading has one.
+fn sum_of(
+    readings: &[crate::counters::CounterReading],
+    socket: u32,
+    names: &[&str],
+) -> Option<f64> {
+    let v: Vec<f64> = readings
+        .iter()
+        .filter(|r| {
+            r.socket == socket
+                && r.is_socket_total()
+                && names.iter().any(|n| r.event.eq_ignore_ascii_case(n))
+        })
+        .map(|r| r.value)
+        .collect();
+    (!v.is_empty()).then(|| v.iter().sum())
+}
+
+/// The L3-miss samples as one sampled method sees them: charged by address (`by_addr`) or by
+/// CPU context, with `other` samples charged to nothing. None without samples.
+fn sampled_counts(
+    rec: &Recording,
+    summary: &Summary,
+    by_addr: bool,
+    other: u64,
+) -> Option<SampledCounts> {
+    let m = &summary.l3miss;
+    if m.samples == 0 {
+        return None;
+    }
+    let period = rec.meta.miss_period.unwrap_or(0);
+    let stand_in = rec.meta.miss_stand_in();
+    Some(SampledCounts {
+        period,
+        stand_in,
+        queues: m
+            .queues
+            .iter()
+            .map(|q| {
+                (
+                    qid(q.dir, q.queue),
+                    if by_addr { q.addr_join } else { q.cpu_ctx },
+                )
+            })
+            .collect(),
+        flows: m
+            .flows
+            .iter()
+            .map(|f| {
+                (
+                    FlowId {
+                        proto: f.proto.clone(),
+                        src: f.src.clone(),
+                        sport: f.sport,
+                        dst: f.dst.clone(),
+                        dport: f.dport,
+                    },
+                    if by_addr { f.addr_join } else { f.cpu_ctx },
+                )
+            })
+            .collect(),
+        other_samples: other,
+        join_sample: if by_addr { m.join_sample } else { 1 },
+        // The measured share of the time the sampler ran, else the nominal one.
+        duty: m.duty_measured.unwrap_or(m.duty as f64),
+        before_window: if by_addr { m.before_window } else { 0 },
+        // (upper bound ns, samples) per log2 bucket; ages exist for joined samples only.
+        age_hist: if by_addr {
+            m.age_hist
+                .iter()
+                .enumerate()
+                .filter(|(_, &c)| c > 0)
+                .map(|(b, &c)| (1u64 << (b + 1), c))
+                .collect()
+        } else {
+            Vec::new()
+        },
+    })
+}
+
+/// The regression's input from live counters: every queue the recording saw, in each
+/// interval group, with the socket's miss counts and the other IIO stacks' bytes.
+fn regression_input(
+    rec: &Recording,
+    socket: u32,
+    flows: &[FlowCounters],
+) -> Result<RegressionInput> {
+    let groups = rec.interval_groups(Some(CounterSource::Live.as_str()))?;
+    let other_stacks = other_stacks_bytes(&groups, socket, rec.iface().iio_box.as_deref());
+    // Every queue the recording saw, in every interval (a group leaves idle queues out),
+    // with its mean packet over the recording, rounded up to whole bytes as the model does.
+    let mut seen: BTreeMap<(Dir, u32), (u64, u64)> = BTreeMap::new();
+    for q in groups.iter().flat_map(|g| g.queues.iter()) {
+        let e = seen.entry((q.dir, q.queue)).or_default();
+        e.0 += q.bytes;
+        e.1 += q.packets;
+    }
+    let mean_pkt = |d: Dir, q: u32| -> Option<u32> {
+        seen.get(&(d, q))
+            .filter(|e| e.1 > 0)
+            .map(|e| e.0.div_ceil(e.1).min(u32::MAX as u64) as u32)
+    };
+    Ok(RegressionInput {
+        intervals: groups
+            .iter()
+            .zip(&other_stacks)
+            .filter(|(g, _)| !g.counters.is_empty())
+            .map(
+                |(g, &(other_io_write_bytes, other_io_read_bytes))| Interval {
+                    duration_ns: g.dur_ns,
+                    queues: seen
+                        .keys()
+                        .map(|&(d, qn)| {
+                            let idle = GroupQueue {
+                                dir: d,
+                                queue: qn,
+                                packets: 0,
+                                bytes: 0,
+                                life_count: 0,
+                                life_sum_ns: 0,
+                            };
+                            let q = g.queue(d, qn).unwrap_or(&idle);
+                            let ring = if d == Dir::Rx {
+                                rec.iface().rx_ring
+                            } else {
+                                rec.iface().tx_ring
+                            };
+                            queue_features(q, g.dur_ns, ring, mean_pkt(d, qn))
+                        })
+                        .collect(),
+                    socket: SocketMisses {
+                        io_write: sum_of(
+                            &g.counters,
+                            socket,
+                            &["UNC_CHA_TOR_INSERTS.IO_MISS_ITOM"],
+                        ),
+                        io_read: sum_of(
+                            &g.counters,
+                            socket,
+                            &[
+                                "UNC_CHA_TOR_INSERTS.IO_MISS_PCIRDCUR",
+                                "UNC_CHA_TOR_INSERTS.IO_MISS_RDCUR",
+                            ],
+                        ),
+                        l3: sum_of(&g.counters, socket, &["MEM_LOAD_RETIRED.L3_MISS"]),
+                        other_io_write_bytes,
+                        other_io_read_bytes,
+                    },
+                },
+            )
+            .collect(),
+        flow_bytes: flows
+            .iter()
+            .map(|f| (fid(&f.key), qid(f.key.dir, f.queue), f.bytes as f64))
+            .collect(),
+    })
+}
+
+/// The model prior: the simulator's per-queue misses (sim queue i is the i-th RX queue by
+/// id), on the measured total's scale or else the window's, each split over its flows by
+/// bytes.
+fn model_prediction(
+    obs: &HostObservation,
+    r: &SimResult,
+    measured_total: Option<f64>,
+    dur: f64,
+    flows: &[FlowCounters],
+) -> ModelPrediction {
+    let mut rx: Vec<&crate::advise::QueueObservation> =
+        obs.queues.iter().filter(|q| q.dir == MDir::Rx).collect();
+    rx.sort_by_key(|q| q.queue);
+    let mut p = ModelPrediction::from_sim(r, None);
+    p.measured_total = measured_total;
+    for (i, (id, misses)) in p.queues.iter_mut().enumerate() {
+        let Some(q) = rx.get(i) else { continue };
+        id.queue = q.queue;
+        // Without a measured total to scale to, the simulator's counts have no time base:
+        // put them on the window's, as misses per DMA-written line times the lines the
+        // queue wrote (its packets in whole lines, and a descriptor each).
+        if p.measured_total.is_none() {
+            let sim_lines =
+                r.per_queue
+                    .get(i)
+                    .map_or(0, |h| h.io_write_hits + h.io_write_misses) as f64;
+            let pkt = q.avg_pkt_bytes.round().clamp(1.0, u32::MAX as f64) as u32;
+            let lines_per_pkt = (analytic::line_rounded(pkt) + analytic::DESC_BYTES_PER_PKT as u64)
+                as f64
+                / analytic::LINE as f64;
+            let written = q.pkts_per_s * dur * lines_per_pkt;
+            *misses = if sim_lines > 0.0 {
+                *misses / sim_lines * written
+            } else {
+                0.0
+            };
+        }
+    }
+    for (id, misses) in &p.queues {
+        let flows: Vec<_> = flows
+            .iter()
+            .filter(|f| f.key.dir == Dir::Rx && f.queue == id.queue)
+            .collect();
+        let total: f64 = flows.iter().map(|f| f.bytes as f64).sum();
+        if total > 0.0 {
+            for f in flows {
+                p.flows.push((fid(&f.key), misses * f.bytes as f64 / total));
+            }
+        }
+    }
+    p
+}
+
 /// Every piece of attribution evidence the recording holds, in the attribution module's terms:
 /// what each method is given. `summary`: the recording's, built once; `obs`: the host as the
 /// model sees it, for the model prior; without one (no LLC geometry) the measured methods
@@ -109,162 +343,19 @@ pub fn evidence(
     summary: &Summary,
     model: Option<(&HostObservation, &ModelRun)>,
 ) -> Result<crate::attribution::Evidence> {
-    use crate::attribution::{
-        Evidence, FlowId, Interval, ModelPrediction, QueueId, RegressionInput, SampledCounts,
-        SocketMisses,
-    };
-    let qid = |d: Dir, q: u32| QueueId {
-        dir: d.as_str().to_string(),
-        queue: q,
-    };
-    let fid = |k: &crate::snapshot::FlowKey| FlowId {
-        proto: k.proto.clone(),
-        src: k.src.clone(),
-        sport: k.sport,
-        dst: k.dst.clone(),
-        dport: k.dport,
-    };
     let m = &summary.l3miss;
-    let period = rec.meta.miss_period.unwrap_or(0);
-    let stand_in = rec.meta.miss_stand_in();
-    let sampled = |by_addr: bool, other: u64| -> Option<SampledCounts> {
-        if m.samples == 0 {
-            return None;
-        }
-        Some(SampledCounts {
-            period,
-            stand_in,
-            queues: m
-                .queues
-                .iter()
-                .map(|q| {
-                    (
-                        qid(q.dir, q.queue),
-                        if by_addr { q.addr_join } else { q.cpu_ctx },
-                    )
-                })
-                .collect(),
-            flows: m
-                .flows
-                .iter()
-                .map(|f| {
-                    (
-                        FlowId {
-                            proto: f.proto.clone(),
-                            src: f.src.clone(),
-                            sport: f.sport,
-                            dst: f.dst.clone(),
-                            dport: f.dport,
-                        },
-                        if by_addr { f.addr_join } else { f.cpu_ctx },
-                    )
-                })
-                .collect(),
-            other_samples: other,
-            join_sample: if by_addr { m.join_sample } else { 1 },
-            // The measured share of the time the sampler ran, else the nominal one.
-            duty: m.duty_measured.unwrap_or(m.duty as f64),
-            before_window: if by_addr { m.before_window } else { 0 },
-            // (upper bound ns, samples) per log2 bucket; ages exist for joined samples only.
-            age_hist: if by_addr {
-                m.age_hist
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, &c)| c > 0)
-                    .map(|(b, &c)| (1u64 << (b + 1), c))
-                    .collect()
-            } else {
-                Vec::new()
-            },
-        })
-    };
-    let address_join = sampled(true, m.other_addr);
-    let cpu_context = sampled(false, m.uncharged);
+    let address_join = sampled_counts(rec, summary, true, m.other_addr);
+    let cpu_context = sampled_counts(rec, summary, false, m.uncharged);
 
     // Regression needs socket miss counts in the recording's own intervals: live counters only.
     let socket = rec.iface().counter_socket();
     let live = rec.meta.counters_source == Some(CounterSource::Live);
-    let sum_of = |readings: &[crate::counters::CounterReading], names: &[&str]| -> Option<f64> {
-        let v: Vec<f64> = readings
-            .iter()
-            .filter(|r| {
-                r.socket == socket
-                    && r.is_socket_total()
-                    && names.iter().any(|n| r.event.eq_ignore_ascii_case(n))
-            })
-            .map(|r| r.value)
-            .collect();
-        (!v.is_empty()).then(|| v.iter().sum())
-    };
     let flows = rec.flows()?;
     // A longer recording's intervals come summed in groups of consecutive ones (reader::
     // SERIES_POINTS at most): misses and features are sums, so the model is unchanged and
     // only its time resolution drops, which keeps its cost and memory flat.
     let regression = if live {
-        let groups = rec.interval_groups(Some(CounterSource::Live.as_str()))?;
-        let other_stacks = other_stacks_bytes(&groups, socket, rec.iface().iio_box.as_deref());
-        // Every queue the recording saw, in every interval (a group leaves idle queues out),
-        // with its mean packet over the recording, rounded up to whole bytes as the model does.
-        let mut seen: BTreeMap<(Dir, u32), (u64, u64)> = BTreeMap::new();
-        for q in groups.iter().flat_map(|g| g.queues.iter()) {
-            let e = seen.entry((q.dir, q.queue)).or_default();
-            e.0 += q.bytes;
-            e.1 += q.packets;
-        }
-        let mean_pkt = |d: Dir, q: u32| -> Option<u32> {
-            seen.get(&(d, q))
-                .filter(|e| e.1 > 0)
-                .map(|e| e.0.div_ceil(e.1).min(u32::MAX as u64) as u32)
-        };
-        Some(RegressionInput {
-            intervals: groups
-                .iter()
-                .zip(&other_stacks)
-                .filter(|(g, _)| !g.counters.is_empty())
-                .map(
-                    |(g, &(other_io_write_bytes, other_io_read_bytes))| Interval {
-                        duration_ns: g.dur_ns,
-                        queues: seen
-                            .keys()
-                            .map(|&(d, qn)| {
-                                let idle = GroupQueue {
-                                    dir: d,
-                                    queue: qn,
-                                    packets: 0,
-                                    bytes: 0,
-                                    life_count: 0,
-                                    life_sum_ns: 0,
-                                };
-                                let q = g.queue(d, qn).unwrap_or(&idle);
-                                let ring = if d == Dir::Rx {
-                                    rec.iface().rx_ring
-                                } else {
-                                    rec.iface().tx_ring
-                                };
-                                queue_features(q, g.dur_ns, ring, mean_pkt(d, qn))
-                            })
-                            .collect(),
-                        socket: SocketMisses {
-                            io_write: sum_of(&g.counters, &["UNC_CHA_TOR_INSERTS.IO_MISS_ITOM"]),
-                            io_read: sum_of(
-                                &g.counters,
-                                &[
-                                    "UNC_CHA_TOR_INSERTS.IO_MISS_PCIRDCUR",
-                                    "UNC_CHA_TOR_INSERTS.IO_MISS_RDCUR",
-                                ],
-                            ),
-                            l3: sum_of(&g.counters, &["MEM_LOAD_RETIRED.L3_MISS"]),
-                            other_io_write_bytes,
-                            other_io_read_bytes,
-                        },
-                    },
-                )
-                .collect(),
-            flow_bytes: flows
-                .iter()
-                .map(|f| (fid(&f.key), qid(f.key.dir, f.queue), f.bytes as f64))
-                .collect(),
-        })
+        Some(regression_input(rec, socket, &flows)?)
     } else {
         None
     };
@@ -272,66 +363,22 @@ pub fn evidence(
     let measured_itom = match rec.meta.counters_source {
         Some(s @ (CounterSource::Live | CounterSource::Imported)) => sum_of(
             &rec.counter_totals(s.as_str())?.readings,
+            socket,
             &["UNC_CHA_TOR_INSERTS.IO_MISS_ITOM"],
         ),
         _ => None,
     };
-
-    // Model prior: the simulator's per-queue misses (sim queue i is the i-th RX
-    // queue by id), each split over its flows by bytes.
+    let measured_total = summary
+        .counters
+        .sockets
+        .iter()
+        .find(|s| s.socket == socket)
+        .and(measured_itom)
+        .filter(|v: &f64| *v > 0.0);
     let dur = rec.duration_s();
     let model = model
         .and_then(|(obs, run)| run.result(None, None).map(|r| (obs, r)))
-        .map(|(obs, r)| {
-            let mut rx: Vec<&crate::advise::QueueObservation> =
-                obs.queues.iter().filter(|q| q.dir == MDir::Rx).collect();
-            rx.sort_by_key(|q| q.queue);
-            let mut p = ModelPrediction::from_sim(&r, None);
-            let measured = summary
-                .counters
-                .sockets
-                .iter()
-                .find(|s| s.socket == socket)
-                .and(measured_itom);
-            p.measured_total = measured.filter(|v: &f64| *v > 0.0);
-            for (i, (id, misses)) in p.queues.iter_mut().enumerate() {
-                let Some(q) = rx.get(i) else { continue };
-                id.queue = q.queue;
-                // Without a measured total to scale to, the simulator's counts have no time base:
-                // put them on the window's, as misses per DMA-written line times the lines the
-                // queue wrote (its packets in whole lines, and a descriptor each).
-                if p.measured_total.is_none() {
-                    let sim_lines = r
-                        .per_queue
-                        .get(i)
-                        .map_or(0, |h| h.io_write_hits + h.io_write_misses)
-                        as f64;
-                    let pkt = q.avg_pkt_bytes.round().clamp(1.0, u32::MAX as f64) as u32;
-                    let lines_per_pkt =
-                        (analytic::line_rounded(pkt) + analytic::DESC_BYTES_PER_PKT as u64) as f64
-                            / analytic::LINE as f64;
-                    let written = q.pkts_per_s * dur * lines_per_pkt;
-                    *misses = if sim_lines > 0.0 {
-                        *misses / sim_lines * written
-                    } else {
-                        0.0
-                    };
-                }
-            }
-            for (id, misses) in &p.queues {
-                let flows: Vec<_> = flows
-                    .iter()
-                    .filter(|f| f.key.dir == Dir::Rx && f.queue == id.queue)
-                    .collect();
-                let total: f64 = flows.iter().map(|f| f.bytes as f64).sum();
-                if total > 0.0 {
-                    for f in flows {
-                        p.flows.push((fid(&f.key), misses * f.bytes as f64 / total));
-                    }
-                }
-            }
-            p
-        });
+        .map(|(obs, r)| model_prediction(obs, &r, measured_total, dur, &flows));
     Ok(Evidence {
         address_join,
         cpu_context,

@@ -35,8 +35,8 @@ use std::collections::BTreeSet;
 use super::nnls::{nnls, pivoted_qr, Mat, NnlsSolution};
 use super::sampled::Z95;
 use super::{
-    flow_share, merge, sort_flows, Attribution, Confidence, Interval, Method, QueueId, QueueShare,
-    RegressionInput,
+    flow_share, merge, sort_flows, Attribution, Confidence, FlowShare, Interval, Method, QueueId,
+    QueueShare, RegressionInput,
 };
 
 /// Residual degrees of freedom required beyond the fitted columns.
@@ -591,33 +591,27 @@ fn candidates(
         .collect()
 }
 
-pub fn regression(inp: &RegressionInput) -> Attribution {
-    let m = Method::Regression;
-    let t = Table::build(&inp.intervals);
-    let skip = usize::from(t.inflight.is_some() && !inp.intervals.is_empty());
-    let t = if skip == 1 { t.without_first() } else { t };
-    let iv = &inp.intervals[skip..];
-    let nq = t.queues.len();
-    if nq == 0 {
-        return Attribution::insufficient(m, "no per-queue features");
-    }
+/// One socket miss counter over the intervals, and the measured driver of its background.
+struct Series {
+    name: &'static str,
+    misses: Vec<f64>,
+    /// The measured background driver, if any.
+    background: Option<Vec<f64>>,
+}
+
+/// The socket miss counters present (finite) in every interval.
+fn miss_series(iv: &[Interval]) -> Vec<Series> {
     type Pick = fn(&super::SocketMisses) -> Option<f64>;
     // Each counter with the driver of its background, where one is measured: I/O misses of
     // other devices follow those devices' own DMA bytes (the other IIO stacks). Core load
     // misses of other work have no such measure.
-    let counters: [(&str, Pick, Pick); 3] = [
+    let counters: [(&'static str, Pick, Pick); 3] = [
         ("io_write", |s| s.io_write, |s| s.other_io_write_bytes),
         ("io_read", |s| s.io_read, |s| s.other_io_read_bytes),
         ("l3", |s| s.l3, |_| None),
     ];
     let finite = |v: Option<f64>| v.filter(|x| x.is_finite());
-    struct Series<'a> {
-        name: &'a str,
-        misses: Vec<f64>,
-        /// The measured background driver, if any.
-        background: Option<Vec<f64>>,
-    }
-    let series: Vec<Series> = counters
+    counters
         .iter()
         .filter_map(|(name, get, get_bg)| {
             let v: Option<Vec<f64>> = iv.iter().map(|i| finite(get(&i.socket))).collect();
@@ -631,7 +625,193 @@ pub fn regression(inp: &RegressionInput) -> Attribution {
                 background: bg,
             })
         })
+        .collect()
+}
+
+/// The counters' fits summed over the counters queue traffic explains.
+struct Fits {
+    /// Per queue: misses (counter units) and their covariance.
+    totals: Vec<f64>,
+    cov: Vec<Vec<f64>>,
+    worst_r2: f64,
+    background: f64,
+    /// Misses of the counters queue traffic does not explain, left unattributed.
+    unexplained: f64,
+    per_series: Vec<SeriesResult>,
+    notes: Vec<String>,
+}
+
+/// Fit each counter: its exposure feature, fill-pressure driver and background chosen for it.
+fn fit_counters(t: &Table, series: &[Series], active: &[usize], n: usize) -> Result<Fits, String> {
+    let nq = t.queues.len();
+    let total_bytes: Vec<f64> = t.bytes.iter().map(|r| r.iter().sum()).collect();
+    let mut f = Fits {
+        totals: vec![0.0; nq],
+        cov: vec![vec![0.0; nq]; nq],
+        worst_r2: f64::INFINITY,
+        background: 0.0,
+        unexplained: 0.0,
+        per_series: Vec::new(),
+        notes: Vec::new(),
+    };
+    for (
+        k,
+        Series {
+            name,
+            misses: y,
+            background: measured_bg,
+        },
+    ) in series.iter().enumerate()
+    {
+        // Fill pressure for the exposure features: the other miss counters (allocations into
+        // the LLC evict waiting lines); a series is never its own driver, which would make the
+        // fit circular. Without another counter, total inbound bytes.
+        let others: Vec<&Vec<f64>> = series
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != k)
+            .map(|(_, s)| &s.misses)
+            .collect();
+        let driver: Vec<f64> = if others.is_empty() {
+            total_bytes.clone()
+        } else {
+            (0..n)
+                .map(|i| others.iter().map(|v| v[i].max(0.0)).sum())
+                .collect()
+        };
+        // A DMA write misses when the line was evicted while its buffer waited in the ring
+        // (footprint); a read (core load, NIC TX read) when it was evicted between the write
+        // and the read (in-flight).
+        let exposure = if *name == "io_write" {
+            Feature::RingExposure
+        } else {
+            Feature::ReadExposure
+        };
+        // The background: other devices' measured DMA bytes (none at all when they were idle),
+        // else steady in time (an intercept, which a queue's steady misses cannot be told from).
+        // A full-line DMA write is one ItoM request, which misses at most once: at most one
+        // write miss per 64 bytes. Reads get no cap: a partial-line read is a request of its own.
+        let cap = (*name == "io_write").then_some(1.0 / 64.0);
+        let (bg_driver, cap, background_kind) = match measured_bg {
+            Some(b) if b.iter().any(|v| *v > 0.0) && cap.is_some() => (
+                b.clone(),
+                cap,
+                "∝ other devices' DMA bytes, ≤ 1 miss per line",
+            ),
+            Some(b) if b.iter().any(|v| *v > 0.0) => {
+                (b.clone(), None, "∝ other devices' DMA bytes")
+            }
+            Some(b) => (b.clone(), None, "none: other devices idle"),
+            None => (t.secs.clone(), None, "∝ time"),
+        };
+        let cands = candidates(t, &driver, active, n, exposure, &bg_driver, cap);
+        let s = fit_series(name, background_kind, t, active, y, &cands)?;
+        if s.r2 < MIN_R2 {
+            // Queue traffic does not explain this counter. Its misses are left out rather
+            // than spread by a meaningless fit; they could belong to any queue, so every
+            // share's interval widens by their part of all misses (queue_shares).
+            let m: f64 = y.iter().map(|v| v.max(0.0)).sum();
+            f.unexplained += m;
+            f.notes.push(format!("{}; not explained by queue traffic (R² < {MIN_R2}): its {m:.3e} misses are left unattributed", s.note));
+            continue;
+        }
+        for q in 0..nq {
+            f.totals[q] += s.totals[q];
+            for r in 0..nq {
+                f.cov[q][r] += s.cov[q][r];
+            }
+        }
+        f.worst_r2 = f.worst_r2.min(s.r2);
+        f.background += s.background;
+        f.notes.push(s.note.clone());
+        f.per_series.push(s);
+    }
+    Ok(f)
+}
+
+/// Each queue's share of the `sum` misses the fits attribute, with its interval: the delta
+/// method on the covariance, the spread of plausible feature sets, and the unattributed
+/// misses' part, added linearly (conservative). Also the widest half-width, in pp.
+fn queue_shares(t: &Table, f: &Fits, sum: f64) -> (Vec<QueueShare>, f64) {
+    let nq = t.queues.len();
+    let totals = &f.totals;
+    // Delta method: ∂s_q/∂T_j = (δ_qj − s_q)/S.
+    let shares: Vec<f64> = totals.iter().map(|v| v / sum).collect();
+    // Model spread: swap one counter's fit for a plausible alternative, see how shares move.
+    let mut spread = vec![0.0f64; nq];
+    for s in &f.per_series {
+        for alt in &s.alternatives {
+            let tot: Vec<f64> = (0..nq).map(|q| totals[q] - s.totals[q] + alt[q]).collect();
+            let ts: f64 = tot.iter().sum();
+            if ts > 0.0 {
+                for q in 0..nq {
+                    spread[q] = spread[q].max((tot[q] / ts - shares[q]).abs());
+                }
+            }
+        }
+    }
+    // Shares are of the queues' misses: the unattributed ones, all on one queue, would move a
+    // share by up to U/(S+U).
+    let unexplained_pp = 100.0 * f.unexplained / (sum + f.unexplained).max(f64::MIN_POSITIVE);
+    let mut worst_half = 0.0f64;
+    let queues = (0..nq)
+        .map(|q| {
+            let g: Vec<f64> = (0..nq)
+                .map(|j| (if j == q { 1.0 } else { 0.0 } - shares[q]) / sum)
+                .collect();
+            let var: f64 = (0..nq)
+                .map(|a| (0..nq).map(|b| g[a] * f.cov[a][b] * g[b]).sum::<f64>())
+                .sum();
+            // Statistical and model uncertainty added linearly (conservative).
+            let half = 100.0 * (Z95 * var.max(0.0).sqrt() + spread[q]) + unexplained_pp;
+            worst_half = worst_half.max(half);
+            let pct = 100.0 * shares[q];
+            QueueShare {
+                dir: t.queues[q].dir.clone(),
+                queue: t.queues[q].queue,
+                misses: totals[q],
+                share_pct: pct,
+                ci_pct: Some(((pct - half).max(0.0), (pct + half).min(100.0))),
+            }
+        })
         .collect();
+    (queues, worst_half)
+}
+
+/// Flows: a queue's misses split by its flows' byte shares (an assumption, noted).
+fn flow_shares(inp: &RegressionInput, t: &Table, totals: &[f64], sum: f64) -> Vec<FlowShare> {
+    let flow_bytes = merge(
+        &inp.flow_bytes
+            .iter()
+            .map(|(f, q, b)| ((q.clone(), f.clone()), b.max(0.0)))
+            .collect::<Vec<_>>(),
+    );
+    let mut flows = Vec::new();
+    for (q, qid) in t.queues.iter().enumerate() {
+        let fs: Vec<_> = flow_bytes.iter().filter(|((fq, _), _)| fq == qid).collect();
+        let tb: f64 = fs.iter().map(|(_, b)| *b).sum();
+        if tb > 0.0 {
+            flows.extend(
+                fs.iter()
+                    .map(|((_, f), b)| flow_share(f, totals[q] * b / tb, sum)),
+            );
+        }
+    }
+    sort_flows(&mut flows);
+    flows
+}
+
+pub fn regression(inp: &RegressionInput) -> Attribution {
+    let m = Method::Regression;
+    let t = Table::build(&inp.intervals);
+    let skip = usize::from(t.inflight.is_some() && !inp.intervals.is_empty());
+    let t = if skip == 1 { t.without_first() } else { t };
+    let iv = &inp.intervals[skip..];
+    let nq = t.queues.len();
+    if nq == 0 {
+        return Attribution::insufficient(m, "no per-queue features");
+    }
+    let series = miss_series(iv);
     if series.is_empty() {
         return Attribution::insufficient(m, "no socket miss counter present in every interval");
     }
@@ -670,181 +850,43 @@ pub fn regression(inp: &RegressionInput) -> Attribution {
             format!("per-queue traffic is collinear across intervals ({who}): their misses cannot be told apart"),
         );
     }
-    let total_bytes: Vec<f64> = t.bytes.iter().map(|r| r.iter().sum()).collect();
-    let mut notes = Vec::new();
-    let mut totals = vec![0.0; nq];
-    let mut cov = vec![vec![0.0; nq]; nq];
-    let mut worst_r2 = f64::INFINITY;
-    let mut background = 0.0;
-    let mut unexplained = 0.0;
-    let mut per_series: Vec<SeriesResult> = Vec::new();
-    for (
-        k,
-        Series {
-            name,
-            misses: y,
-            background: measured_bg,
-        },
-    ) in series.iter().enumerate()
-    {
-        // Fill pressure for the exposure features: the other miss counters (allocations into
-        // the LLC evict waiting lines); a series is never its own driver, which would make the
-        // fit circular. Without another counter, total inbound bytes.
-        let others: Vec<&Vec<f64>> = series
-            .iter()
-            .enumerate()
-            .filter(|(j, _)| *j != k)
-            .map(|(_, s)| &s.misses)
-            .collect();
-        let driver: Vec<f64> = if others.is_empty() {
-            total_bytes.clone()
-        } else {
-            (0..iv.len())
-                .map(|i| others.iter().map(|v| v[i].max(0.0)).sum())
-                .collect()
-        };
-        // A DMA write misses when the line was evicted while its buffer waited in the ring
-        // (footprint); a read (core load, NIC TX read) when it was evicted between the write
-        // and the read (in-flight).
-        let exposure = if *name == "io_write" {
-            Feature::RingExposure
-        } else {
-            Feature::ReadExposure
-        };
-        // The background: other devices' measured DMA bytes (none at all when they were idle),
-        // else steady in time (an intercept, which a queue's steady misses cannot be told from).
-        // A full-line DMA write is one ItoM request, which misses at most once: at most one
-        // write miss per 64 bytes. Reads get no cap: a partial-line read is a request of its own.
-        let cap = (*name == "io_write").then_some(1.0 / 64.0);
-        let (bg_driver, cap, background_kind) = match measured_bg {
-            Some(b) if b.iter().any(|v| *v > 0.0) && cap.is_some() => (
-                b.clone(),
-                cap,
-                "∝ other devices' DMA bytes, ≤ 1 miss per line",
-            ),
-            Some(b) if b.iter().any(|v| *v > 0.0) => {
-                (b.clone(), None, "∝ other devices' DMA bytes")
-            }
-            Some(b) => (b.clone(), None, "none: other devices idle"),
-            None => (t.secs.clone(), None, "∝ time"),
-        };
-        let cands = candidates(&t, &driver, &active, iv.len(), exposure, &bg_driver, cap);
-        match fit_series(name, background_kind, &t, &active, y, &cands) {
-            Ok(s) if s.r2 < MIN_R2 => {
-                // Queue traffic does not explain this counter. Its misses are left out rather
-                // than spread by a meaningless fit; they could belong to any queue, so every
-                // share's interval widens by their part of all misses (below).
-                let n: f64 = y.iter().map(|v| v.max(0.0)).sum();
-                unexplained += n;
-                notes.push(format!("{}; not explained by queue traffic (R² < {MIN_R2}): its {n:.3e} misses are left unattributed", s.note));
-            }
-            Ok(s) => {
-                for q in 0..nq {
-                    totals[q] += s.totals[q];
-                    for r in 0..nq {
-                        cov[q][r] += s.cov[q][r];
-                    }
-                }
-                worst_r2 = worst_r2.min(s.r2);
-                background += s.background;
-                notes.push(s.note.clone());
-                per_series.push(s);
-            }
-            Err(e) => return Attribution::insufficient(m, e),
-        }
-    }
-    if per_series.is_empty() {
+    let fits = match fit_counters(&t, &series, &active, iv.len()) {
+        Ok(f) => f,
+        Err(e) => return Attribution::insufficient(m, e),
+    };
+    if fits.per_series.is_empty() {
         // The reason first, then what each counter showed.
         let mut a = Attribution::insufficient(m, "no miss counter is explained by queue traffic");
-        a.notes.extend(notes);
+        a.notes.extend(fits.notes);
         return a;
     }
-    let sum: f64 = totals.iter().sum();
+    let sum: f64 = fits.totals.iter().sum();
     if sum.is_nan() || sum <= 0.0 {
         let mut a = Attribution::insufficient(
             m,
             "no miss variation is explained by queue traffic (all queue coefficients zero)",
         );
-        a.notes.extend(notes);
+        a.notes.extend(fits.notes);
         return a;
     }
-    // Delta method: ∂s_q/∂T_j = (δ_qj − s_q)/S.
-    let shares: Vec<f64> = totals.iter().map(|v| v / sum).collect();
-    // Model spread: swap one counter's fit for a plausible alternative, see how shares move.
-    let mut spread = vec![0.0f64; nq];
-    for (k, s) in per_series.iter().enumerate() {
-        for alt in &s.alternatives {
-            let tot: Vec<f64> = (0..nq)
-                .map(|q| totals[q] - per_series[k].totals[q] + alt[q])
-                .collect();
-            let ts: f64 = tot.iter().sum();
-            if ts > 0.0 {
-                for q in 0..nq {
-                    spread[q] = spread[q].max((tot[q] / ts - shares[q]).abs());
-                }
-            }
-        }
-    }
-    // Shares are of the queues' misses: the unattributed ones, all on one queue, would move a
-    // share by up to U/(S+U).
-    let unexplained_pp = 100.0 * unexplained / (sum + unexplained).max(f64::MIN_POSITIVE);
-    let mut worst_half = 0.0f64;
-    let queues: Vec<QueueShare> = (0..nq)
-        .map(|q| {
-            let g: Vec<f64> = (0..nq)
-                .map(|j| (if j == q { 1.0 } else { 0.0 } - shares[q]) / sum)
-                .collect();
-            let var: f64 = (0..nq)
-                .map(|a| (0..nq).map(|b| g[a] * cov[a][b] * g[b]).sum::<f64>())
-                .sum();
-            // Statistical and model uncertainty added linearly (conservative).
-            let half = 100.0 * (Z95 * var.max(0.0).sqrt() + spread[q]) + unexplained_pp;
-            worst_half = worst_half.max(half);
-            let pct = 100.0 * shares[q];
-            QueueShare {
-                dir: t.queues[q].dir.clone(),
-                queue: t.queues[q].queue,
-                misses: totals[q],
-                share_pct: pct,
-                ci_pct: Some(((pct - half).max(0.0), (pct + half).min(100.0))),
-            }
-        })
-        .collect();
+    let (queues, worst_half) = queue_shares(&t, &fits, sum);
+    let mut notes = fits.notes;
     notes.push(format!(
         "queues explain {:.3e} misses, background {:.3e}, unattributed {:.3e}; widest share interval ±{worst_half:.1} pp (95% statistical + spread of plausible feature sets + unattributed part)",
-        sum, background, unexplained
+        sum, fits.background, fits.unexplained
     ));
     // Counters with R² < MIN_R2 were left unattributed above, so only the width decides here.
     let confidence = if worst_half > MAX_HALF_WIDTH_PP {
-        notes.push(format!("no answer: share interval too wide (±{worst_half:.1} pp, above ±{MAX_HALF_WIDTH_PP} pp; worst attributed R² {worst_r2:.2})"));
+        notes.push(format!("no answer: share interval too wide (±{worst_half:.1} pp, above ±{MAX_HALF_WIDTH_PP} pp; worst attributed R² {:.2})", fits.worst_r2));
         return Attribution::insufficient(m, String::new()).with_notes(notes);
-    } else if worst_r2 >= MEDIUM_R2 && worst_half <= MEDIUM_HALF_WIDTH_PP {
+    } else if fits.worst_r2 >= MEDIUM_R2 && worst_half <= MEDIUM_HALF_WIDTH_PP {
         // Never High: a regression explains co-variation, not which buffer missed.
         Confidence::Medium
     } else {
         Confidence::Low
     };
-
-    // Flows: a queue's misses split by its flows' byte shares (an assumption, noted).
-    let flow_bytes = merge(
-        &inp.flow_bytes
-            .iter()
-            .map(|(f, q, b)| ((q.clone(), f.clone()), b.max(0.0)))
-            .collect::<Vec<_>>(),
-    );
-    let mut flows = Vec::new();
-    for (q, qid) in t.queues.iter().enumerate() {
-        let fs: Vec<_> = flow_bytes.iter().filter(|((fq, _), _)| fq == qid).collect();
-        let tb: f64 = fs.iter().map(|(_, b)| *b).sum();
-        if tb > 0.0 {
-            flows.extend(
-                fs.iter()
-                    .map(|((_, f), b)| flow_share(f, totals[q] * b / tb, sum)),
-            );
-        }
-    }
+    let flows = flow_shares(inp, &t, &fits.totals, sum);
     if !flows.is_empty() {
-        sort_flows(&mut flows);
         notes.push("flow misses are their queue's misses split by byte share (regression sees queues only)".into());
     }
     Attribution {

@@ -83,7 +83,6 @@ fn estimate(c: &SampledCounts, method: Method) -> Attribution {
     // Misses per sample. A stand-in's period is ns of CPU time or page faults:
     // multiplying by it would print numbers that look like misses and are not.
     let duty = c.duty.max(1.0);
-    let windows = duty > 1.0;
     let scale = if c.stand_in {
         1.0
     } else {
@@ -124,6 +123,29 @@ fn estimate(c: &SampledCounts, method: Method) -> Attribution {
     } else {
         Confidence::Low
     };
+    let counted = counted_note(c, n, total_misses, duty, pages);
+    let mut notes = vec![format!(
+        "{counted}; widest 95% share interval ±{worst_half:.1} pp"
+    )];
+    if method == Method::CpuContext {
+        confidence = confidence.weaker();
+        notes.push("charged to the network work running on the CPU at the sample (not the address): a proxy".into());
+    }
+    confidence = qualify(c, method, n, scale, confidence, &mut notes);
+    Attribution {
+        method,
+        confidence,
+        queues: qs,
+        flows,
+        notes,
+        counts_are_samples: c.stand_in,
+    }
+}
+
+/// What the samples count and how they scale to misses: the period, the windows' duty and
+/// the page subset of the join, each with the error the intervals leave out.
+fn counted_note(c: &SampledCounts, n: u64, total_misses: f64, duty: f64, pages: u64) -> String {
+    let windows = duty > 1.0;
     let counted = if c.stand_in {
         format!("{n} samples on packet buffers (stand-in; not scaled to misses)")
     } else if windows {
@@ -157,13 +179,20 @@ fn estimate(c: &SampledCounts, method: Method) -> Attribution {
     } else {
         counted
     };
-    let mut notes = vec![format!(
-        "{counted}; widest 95% share interval ±{worst_half:.1} pp"
-    )];
-    if method == Method::CpuContext {
-        confidence = confidence.weaker();
-        notes.push("charged to the network work running on the CPU at the sample (not the address): a proxy".into());
-    }
+    counted
+}
+
+/// The notes on what the shares leave out (samples off the packet buffers, without a flow
+/// key, on owners kept from an earlier window), and the confidence those last lower.
+fn qualify(
+    c: &SampledCounts,
+    method: Method,
+    n: u64,
+    scale: f64,
+    mut confidence: Confidence,
+    notes: &mut Vec<String>,
+) -> Confidence {
+    let total_samples = n + c.other_samples;
     if c.other_samples > 0 {
         let what = if method == Method::AddressJoin {
             "outside packet buffers"
@@ -210,14 +239,7 @@ fn estimate(c: &SampledCounts, method: Method) -> Attribution {
             ));
         }
     }
-    Attribution {
-        method,
-        confidence,
-        queues: qs,
-        flows,
-        notes,
-        counts_are_samples: c.stand_in,
-    }
+    confidence
 }
 
 /// Share of joined samples on owners kept from an earlier window (%) beyond which each step

@@ -72,7 +72,7 @@ impl std::fmt::Display for CounterSource {
 }
 
 /// Which hardware view a live session takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CountersMode {
     /// Uncore/core PMUs when the platform has them; otherwise none, quietly.
     Auto,

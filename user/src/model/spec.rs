@@ -316,6 +316,47 @@ const KEYS: &[&str] = &[
     "measured",
 ];
 
+/// A spec's keys and values as read (JSON, or `key=value` pairs), looked up by key and
+/// read as the type each key takes.
+struct Pairs<'a>(&'a [(String, serde_json::Value)]);
+
+impl Pairs<'_> {
+    fn get(&self, k: &str) -> Option<&serde_json::Value> {
+        self.0.iter().find(|(n, _)| n == k).map(|(_, v)| v)
+    }
+
+    fn num(&self, k: &str) -> Result<Option<f64>, SpecError> {
+        match self.get(k) {
+            None => Ok(None),
+            Some(v) => v
+                .as_f64()
+                .map(Some)
+                .ok_or_else(|| SpecError::Value(k.into(), v.to_string())),
+        }
+    }
+
+    fn int(&self, k: &str) -> Result<Option<u64>, SpecError> {
+        self.num(k)?.map(|x| whole_in_range(k, x)).transpose()
+    }
+
+    fn real(&self, k: &str) -> Result<Option<f64>, SpecError> {
+        self.num(k)?.map(|x| real_in_range(k, x)).transpose()
+    }
+
+    fn string(&self, k: &str) -> Option<String> {
+        self.get(k).and_then(|v| v.as_str().map(str::to_lowercase))
+    }
+
+    fn typed<T: serde::de::DeserializeOwned>(&self, k: &str) -> Result<Option<T>, SpecError> {
+        self.get(k)
+            .map(|v| {
+                serde_json::from_value(v.clone())
+                    .map_err(|e| SpecError::Value(k.into(), one_line(&e.to_string())))
+            })
+            .transpose()
+    }
+}
+
 impl SimSpec {
     /// Defaults: one queue at 100 Gb/s line rate of `pkt_bytes`, forwarding, DPDK buffers,
     /// the Gold 6140 testbed's per-queue service time.
@@ -446,47 +487,43 @@ impl SimSpec {
         if let Some((k, _)) = kv.iter().find(|(k, _)| !KEYS.contains(&k.as_str())) {
             return Err(SpecError::UnknownKey(k.clone()));
         }
-        let get = |k: &str| kv.iter().find(|(n, _)| n == k).map(|(_, v)| v);
-        let num = |k: &str| -> Result<Option<f64>, SpecError> {
-            match get(k) {
-                None => Ok(None),
-                Some(v) => v
-                    .as_f64()
-                    .map(Some)
-                    .ok_or_else(|| SpecError::Value(k.into(), v.to_string())),
-            }
-        };
-        let int = |k: &str| -> Result<Option<u64>, SpecError> {
-            num(k)?.map(|x| whole_in_range(k, x)).transpose()
-        };
-        let real = |k: &str| -> Result<Option<f64>, SpecError> {
-            num(k)?.map(|x| real_in_range(k, x)).transpose()
-        };
-        let string =
-            |k: &str| -> Option<String> { get(k).and_then(|v| v.as_str().map(str::to_lowercase)) };
+        let p = Pairs(kv);
+        let geom = Self::geometry_of(&p)?;
+        let queues = p.int("queues")?.unwrap_or(1) as u32;
+        let ring = p.int("ring")?.unwrap_or(1024) as u32;
+        let pkt = p.int("pkt_bytes")?.unwrap_or(1500) as u32;
+        let mut s = SimSpec::new(geom, queues, ring, pkt);
+        s.set_choices(&p)?;
+        s.set_numbers(&p)?;
+        s.set_lists(&p)?;
+        s.validate()?;
+        Ok(s)
+    }
 
-        let mut geom = match string("preset").as_deref() {
+    /// The LLC: a preset, then the keys that override it.
+    fn geometry_of(p: &Pairs) -> Result<LlcGeometry, SpecError> {
+        let mut geom = match p.string("preset").as_deref() {
             None | Some("skx6140") => LlcGeometry::skx_gold_6140(),
             Some("bdw2695v4") => LlcGeometry::bdw_e5_2695v4(),
             Some("emr8592") => LlcGeometry::emr_platinum_8592(),
-            Some(p) => {
+            Some(other) => {
                 return Err(SpecError::Value(
                     "preset".into(),
-                    format!("{p} (one of skx6140, bdw2695v4, emr8592)"),
+                    format!("{other} (one of skx6140, bdw2695v4, emr8592)"),
                 ))
             }
         };
-        let llc_mib = real("llc_mib")?;
-        let ways = int("ways")?;
+        let llc_mib = p.real("llc_mib")?;
+        let ways = p.int("ways")?;
         if llc_mib.is_some() || ways.is_some() {
             geom = geom
                 .with_overrides(llc_mib, ways.map(|w| w as u32), None)
                 .map_err(|e| SpecError::Value("geometry".into(), e.to_string()))?;
         }
-        if let Some(s) = int("slices")? {
+        if let Some(s) = p.int("slices")? {
             geom.slices = Some(s as u32);
         }
-        if let Some(d) = int("ddio_ways")? {
+        if let Some(d) = p.int("ddio_ways")? {
             let ways = geom.ways;
             geom = geom
                 .with_overrides(None, None, Some(d as u32))
@@ -495,11 +532,13 @@ impl SimSpec {
             // A spec describes a configuration, so its way count is an input, not a guess.
             geom.ddio_ways_source = WaysSource::Override;
         }
-        let queues = int("queues")?.unwrap_or(1) as u32;
-        let ring = int("ring")?.unwrap_or(1024) as u32;
-        let pkt = int("pkt_bytes")?.unwrap_or(1500) as u32;
-        let mut s = SimSpec::new(geom, queues, ring, pkt);
-        if let Some(c) = string("consumer") {
+        Ok(geom)
+    }
+
+    /// The keys that name one of a few choices.
+    fn set_choices(&mut self, p: &Pairs) -> Result<(), SpecError> {
+        let s = self;
+        if let Some(c) = p.string("consumer") {
             match c.as_str() {
                 "forward" => s.consumer = Consumer::Forward,
                 "copy" => s.set_copy_consumer(),
@@ -511,7 +550,7 @@ impl SimSpec {
                 }
             }
         }
-        if let Some(r) = string("reuse") {
+        if let Some(r) = p.string("reuse") {
             s.reuse = match r.as_str() {
                 "fifo" => Reuse::Fifo,
                 "recycle" => Reuse::Recycle,
@@ -524,7 +563,7 @@ impl SimSpec {
                 }
             };
         }
-        if let Some(l) = string("pool_layout") {
+        if let Some(l) = p.string("pool_layout") {
             s.pool_layout = Some(match l.as_str() {
                 "contiguous" => PoolLayout::Contiguous,
                 "scattered" => PoolLayout::Scattered,
@@ -536,7 +575,7 @@ impl SimSpec {
                 }
             });
         }
-        if let Some(r) = string("replacement") {
+        if let Some(r) = p.string("replacement") {
             s.replacement = match r.as_str() {
                 "lru" => Replacement::Lru,
                 "random" => Replacement::Random,
@@ -548,22 +587,28 @@ impl SimSpec {
                 }
             };
         }
-        if let Some(g) = real("rate_gbps")? {
+        Ok(())
+    }
+
+    /// The keys that set one number each.
+    fn set_numbers(&mut self, p: &Pairs) -> Result<(), SpecError> {
+        let s = self;
+        if let Some(g) = p.real("rate_gbps")? {
             s.pps = line_rate_pps(g, s.pkt_bytes);
         }
-        if let Some(p) = real("pps")? {
-            s.pps = p;
+        if let Some(pps) = p.real("pps")? {
+            s.pps = pps;
         }
         macro_rules! set_real {
             ($k:literal, $f:expr) => {
-                if let Some(v) = real($k)? {
+                if let Some(v) = p.real($k)? {
                     $f = v;
                 }
             };
         }
         macro_rules! set_int {
             ($k:literal, $f:expr, $t:ty) => {
-                if let Some(v) = int($k)? {
+                if let Some(v) = p.int($k)? {
                     $f = v as $t;
                 }
             };
@@ -590,38 +635,34 @@ impl SimSpec {
         set_int!("seed", s.seed, u64);
         set_int!("user_buf_bytes", s.user_buf_bytes, u32);
         set_int!("miss_log_cap", s.miss_log_cap, usize);
-        if let Some(m) = real("bg_working_set_mib")? {
+        if let Some(m) = p.real("bg_working_set_mib")? {
             s.background.working_set_bytes = (m * 1048576.0) as u64;
         }
-        fn typed<T: serde::de::DeserializeOwned>(
-            k: &str,
-            v: Option<&serde_json::Value>,
-        ) -> Result<Option<T>, SpecError> {
-            v.map(|v| {
-                serde_json::from_value(v.clone())
-                    .map_err(|e| SpecError::Value(k.into(), one_line(&e.to_string())))
-            })
-            .transpose()
-        }
-        if let Some(v) = typed("queue_weights", get("queue_weights"))? {
+        Ok(())
+    }
+
+    /// The per-queue lists, the flows, the measured values and the stack's inputs.
+    fn set_lists(&mut self, p: &Pairs) -> Result<(), SpecError> {
+        let s = self;
+        if let Some(v) = p.typed("queue_weights")? {
             s.queue_weights = v;
         }
-        if let Some(v) = typed("queue_residence_us", get("queue_residence_us"))? {
+        if let Some(v) = p.typed("queue_residence_us")? {
             s.queue_residence_us = v;
         }
-        if let Some(v) = typed("flows", get("flows"))? {
+        if let Some(v) = p.typed("flows")? {
             s.flows = v;
         }
-        if let Some(v) = typed("measured", get("measured"))? {
+        if let Some(v) = p.typed("measured")? {
             s.measured = v;
         }
-        let mut stack: Option<StackInputs> = typed("stack", get("stack"))?;
+        let mut stack: Option<StackInputs> = p.typed("stack")?;
         for (k, field) in [
             ("pp_cache_share", 0),
             ("pp_ring_share", 1),
             ("pp_fresh_share", 2),
         ] {
-            if let Some(x) = real(k)? {
+            if let Some(x) = p.real(k)? {
                 let st = stack.get_or_insert_with(StackInputs::default);
                 *[&mut st.cache_share, &mut st.ring_share, &mut st.fresh_share][field] = Some(x);
             }
@@ -631,7 +672,7 @@ impl SimSpec {
             ("pp_ring_size", 1),
             ("reused_bufs_per_queue", 2),
         ] {
-            if let Some(x) = int(k)? {
+            if let Some(x) = p.int(k)? {
                 let st = stack.get_or_insert_with(StackInputs::default);
                 *[
                     &mut st.cache_size,
@@ -641,13 +682,36 @@ impl SimSpec {
             }
         }
         s.stack = stack;
-        s.validate()?;
-        Ok(s)
+        Ok(())
     }
 
     /// Check every field against its physical range (one line naming the field and the
     /// range) and the whole spec against the work and memory bounds in [`bounds`].
     pub fn validate(&self) -> Result<(), SpecError> {
+        self.validate_scalars()?;
+        self.validate_per_queue()?;
+        self.validate_flows()?;
+        self.validate_stack()?;
+        let per_queue = match self.page_pool() {
+            Some(pp) => pp.universe as u64,
+            None => self.ring as u64 + self.pool_extra as u64,
+        };
+        let buffers = self.queues as u64 * per_queue;
+        if buffers > bounds::MAX_BUFFERS {
+            return Err(SpecError::Value(
+                "queues x ring".into(),
+                format!(
+                    "{} queues x {per_queue} buffers = {buffers} buffers (at most {})",
+                    self.queues,
+                    bounds::MAX_BUFFERS
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Each number in its range, and the buffer holding the largest packet at its offset.
+    fn validate_scalars(&self) -> Result<(), SpecError> {
         let g = &self.geometry;
         chk_int("queues", self.queues as u64)?;
         chk_int("ring", self.ring as u64)?;
@@ -725,6 +789,11 @@ impl SimSpec {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// The per-queue lists: one value a queue.
+    fn validate_per_queue(&self) -> Result<(), SpecError> {
         if !self.queue_weights.is_empty() && self.queue_weights.len() != self.queues as usize {
             return Err(SpecError::Value(
                 "queue_weights".into(),
@@ -763,6 +832,11 @@ impl SimSpec {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// The flows: on existing queues, with positive weights.
+    fn validate_flows(&self) -> Result<(), SpecError> {
         if self.flows.len() > 65_536 {
             return Err(SpecError::range(
                 "flows",
@@ -789,6 +863,11 @@ impl SimSpec {
             }
             chk_int("pkt_bytes", f.pkt_bytes as u64)?;
         }
+        Ok(())
+    }
+
+    /// The stack's recycling shares and sizes.
+    fn validate_stack(&self) -> Result<(), SpecError> {
         if let Some(st) = &self.stack {
             for (k, v) in [
                 ("pp_cache_share", st.cache_share),
@@ -818,21 +897,6 @@ impl SimSpec {
                     chk_int(k, x as u64)?;
                 }
             }
-        }
-        let per_queue = match self.page_pool() {
-            Some(pp) => pp.universe as u64,
-            None => self.ring as u64 + self.pool_extra as u64,
-        };
-        let buffers = self.queues as u64 * per_queue;
-        if buffers > bounds::MAX_BUFFERS {
-            return Err(SpecError::Value(
-                "queues x ring".into(),
-                format!(
-                    "{} queues x {per_queue} buffers = {buffers} buffers (at most {})",
-                    self.queues,
-                    bounds::MAX_BUFFERS
-                ),
-            ));
         }
         Ok(())
     }

@@ -34,7 +34,7 @@ impl Flavor {
 /// degrades quietly; a named flavour is what the user asked for, so every hook
 /// is loaded with it or the recording fails, saying why (hooks the kernel does
 /// not have are skipped, as with auto).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum HookChoice {
     #[default]
     Auto,
@@ -52,72 +52,72 @@ pub struct Hook {
 
 pub const PKTLIFE_HOOKS: &[Hook] = &[
     Hook {
-        tracepoint: "napi_gro_receive_entry",
+        tracepoint: super::hooks::NAPI_GRO_RECEIVE_ENTRY,
         required: false,
         without: "no per-frame RX hand-up from GRO drivers",
     },
     Hook {
-        tracepoint: "napi_gro_frags_entry",
+        tracepoint: super::hooks::NAPI_GRO_FRAGS_ENTRY,
         required: false,
         without: "no RX hand-up from page-frag GRO drivers",
     },
     Hook {
-        tracepoint: "napi_gro_receive_exit",
+        tracepoint: super::hooks::NAPI_GRO_RECEIVE_EXIT,
         required: false,
         without: "states of GRO-merged frames end only when found stale",
     },
     Hook {
-        tracepoint: "netif_receive_skb_entry",
+        tracepoint: super::hooks::NETIF_RECEIVE_SKB_ENTRY,
         required: false,
         without: "no RX hand-up from non-GRO drivers",
     },
     Hook {
-        tracepoint: "netif_receive_skb_list_entry",
+        tracepoint: super::hooks::NETIF_RECEIVE_SKB_LIST_ENTRY,
         required: false,
         without: "no RX hand-up from list-receive drivers",
     },
     Hook {
-        tracepoint: "netif_rx_entry",
+        tracepoint: super::hooks::NETIF_RX_ENTRY,
         required: false,
         without: "no RX hand-up from netif_rx (backlog) drivers",
     },
     Hook {
-        tracepoint: "netif_receive_skb",
+        tracepoint: super::hooks::NETIF_RECEIVE_SKB,
         required: true,
         without: "no RX stack-entry stage",
     },
     Hook {
-        tracepoint: "napi_poll",
+        tracepoint: super::hooks::NAPI_POLL,
         required: false,
         without: "no NAPI batch statistics",
     },
     Hook {
-        tracepoint: "skb_copy_datagram_iovec",
+        tracepoint: super::hooks::SKB_COPY_DATAGRAM_IOVEC,
         required: false,
         without: "no socket-copy stage",
     },
     Hook {
-        tracepoint: "consume_skb",
+        tracepoint: super::hooks::CONSUME_SKB,
         required: false,
         without: "no buffer free stage",
     },
     Hook {
-        tracepoint: "kfree_skb",
+        tracepoint: super::hooks::KFREE_SKB,
         required: false,
         without: "no drop counts or reasons",
     },
     Hook {
-        tracepoint: "net_dev_queue",
+        tracepoint: super::hooks::NET_DEV_QUEUE,
         required: false,
         without: "no TX enqueue stage",
     },
     Hook {
-        tracepoint: "net_dev_start_xmit",
+        tracepoint: super::hooks::NET_DEV_START_XMIT,
         required: true,
         without: "no TX per-queue counts",
     },
     Hook {
-        tracepoint: "net_dev_xmit",
+        tracepoint: super::hooks::NET_DEV_XMIT,
         required: false,
         without: "no TX driver-xmit duration",
     },

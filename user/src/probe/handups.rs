@@ -12,16 +12,10 @@
 //! another still runs (GRO turned off on some queues) is found within that many windows.
 
 /// The hand-up tracepoints, in the order of the tables below.
-pub const HANDUP_TPS: [&str; 5] = [
-    "napi_gro_receive_entry",
-    "napi_gro_frags_entry",
-    "netif_receive_skb_entry",
-    "netif_receive_skb_list_entry",
-    "netif_rx_entry",
-];
+pub const HANDUP_TPS: [&str; 5] = super::hooks::HANDUP;
 
 /// Goes on and off with napi_gro_receive_entry: it ends the lives that hook defers.
-pub const GRO_EXIT_TP: &str = "napi_gro_receive_exit";
+pub const GRO_EXIT_TP: &str = super::hooks::NAPI_GRO_RECEIVE_EXIT;
 
 /// Windows in a row a hook may time none of the device's frames and still be attached.
 pub const QUIET_WINDOWS: u32 = 3;

@@ -28,7 +28,7 @@ const _: () = assert!(
 );
 
 /// Which event drives the sampler.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum MissSource {
     /// PEBS L3-miss samples where the platform has them; otherwise none, quietly.

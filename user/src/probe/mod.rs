@@ -3,6 +3,7 @@ pub mod features;
 pub mod floor;
 pub mod flowdrain;
 pub mod handups;
+pub mod hooks;
 pub mod kstats;
 pub mod l3miss;
 pub mod memlayout;

@@ -94,18 +94,11 @@ pub struct AttachedHook {
 
 /// Hooks that start a packet's life: detached first at a window's end, so the lives begun
 /// inside it can still end (the other hooks stay for the drain).
-const START_HOOKS: &[&str] = &[
-    "napi_gro_receive_entry",
-    "napi_gro_frags_entry",
-    "netif_receive_skb_entry",
-    "netif_receive_skb_list_entry",
-    "netif_rx_entry",
-    "net_dev_queue",
-];
+const START_HOOKS: &[&str] = &super::hooks::PKTLIFE_START;
 
 /// Hooks that end a life that has reached its socket: all a drain held on needs (a reader
 /// copying the window's packets late), where the others pass every packet for nothing.
-const END_HOOKS: &[&str] = &["skb_copy_datagram_iovec", "consume_skb", "kfree_skb"];
+const END_HOOKS: &[&str] = &super::hooks::PKTLIFE_END;
 
 pub struct PktlifeProbe {
     skel: PktlifeSkel<'static>,

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::explain_bpf_error;
 use super::features::{Features, Flavor, HookChoice};
 use super::flowdrain::{quiescent, FlowTotals};
+use super::hooks;
 use super::qcount_skel::types::{
     pl_flow_key, qc_counter, qc_flow_slot, qc_flow_stats, qc_napi_slot, qc_queue_stats,
 };
@@ -99,7 +100,7 @@ impl RxSource {
 }
 
 /// Which RX source to use: the cheapest that attaches (quietly), or one asked for (loudly).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RxChoice {
     #[default]
     Auto,
@@ -278,7 +279,7 @@ fn load(
             Some((prefix, tp)) => {
                 let wanted =
                     (RX_HANDUP_TPS.contains(&tp) && cfg.rx != RxChoice::Tcx && cfg.count_rx)
-                        || (tp == "net_dev_start_xmit" && cfg.count_tx)
+                        || (tp == hooks::NET_DEV_START_XMIT && cfg.count_tx)
                         || ALWAYS_TPS.contains(&tp);
                 wanted && flavor_of(features, choice, tp).section_prefix() == format!("{prefix}/")
             }
@@ -302,9 +303,9 @@ fn role_of(section: &str) -> Option<Role> {
     let tp = section.split_once('/').map_or(section, |(_, t)| t);
     if section == "tcx/ingress" || RX_HANDUP_TPS.contains(&tp) {
         Some(Role::Count(Dir::Rx))
-    } else if tp == "net_dev_start_xmit" {
+    } else if tp == hooks::NET_DEV_START_XMIT {
         Some(Role::Count(Dir::Tx))
-    } else if tp == "napi_poll" {
+    } else if tp == hooks::NAPI_POLL {
         Some(Role::Napi)
     } else {
         None
@@ -313,7 +314,7 @@ fn role_of(section: &str) -> Option<Role> {
 
 /// The tracepoints tier 0 hooks, by role.
 const RX_HANDUP_TPS: &[&str] = &super::handups::HANDUP_TPS;
-const ALWAYS_TPS: &[&str] = &["napi_poll", "kfree_skb"];
+const ALWAYS_TPS: &[&str] = &hooks::QCOUNT_ALWAYS;
 
 /// A counting program that runs in windows only, and its link while it runs.
 struct WindowHook {
@@ -504,10 +505,10 @@ impl QcountProbe {
         let always = links.iter().map(|(s, _)| s.clone()).collect();
         let links = links.into_iter().map(|(_, l)| l).collect();
         let attached = |tp: &str| hooks.iter().any(|h| h.hook == tp && h.error.is_none());
-        if cfg.count_tx && !attached("net_dev_start_xmit") {
+        if cfg.count_tx && !attached(hooks::NET_DEV_START_XMIT) {
             let why = hooks
                 .iter()
-                .find(|h| h.hook == "net_dev_start_xmit")
+                .find(|h| h.hook == hooks::NET_DEV_START_XMIT)
                 .and_then(|h| h.error.clone())
                 .unwrap_or_default();
             bail!("the TX counting hook net_dev_start_xmit could not attach: {why}");

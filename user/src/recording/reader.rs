@@ -640,35 +640,7 @@ impl Recording {
                 }
                 last_q = qi;
                 if qi == iv {
-                    let t = scan
-                        .totals
-                        .entry((dir, queue))
-                        .or_insert_with(|| QueueCounters::new(dir, queue));
-                    // Saturating: a damaged file's counts must not wrap.
-                    for (f, x) in [
-                        (&mut t.packets, v[0]),
-                        (&mut t.bytes, v[1]),
-                        (&mut t.napi_polls, v[2]),
-                        (&mut t.napi_work, v[3]),
-                        (&mut t.napi_budget_exhausted, v[4]),
-                        (&mut t.copies, v[5]),
-                        (&mut t.frees, v[6]),
-                        (&mut t.drops, v[7]),
-                        (&mut t.handups, v[8]),
-                        (&mut t.unended, v[9]),
-                    ] {
-                        *f = f.saturating_add(x);
-                    }
-                    let gq = group_sums.entry((dir, queue)).or_insert(GroupQueue {
-                        dir,
-                        queue,
-                        packets: 0,
-                        bytes: 0,
-                        life_count: 0,
-                        life_sum_ns: 0,
-                    });
-                    gq.packets = gq.packets.saturating_add(v[0]);
-                    gq.bytes = gq.bytes.saturating_add(v[1]);
+                    add_queue_row(&mut scan, &mut group_sums, (dir, queue), &v);
                     packets.insert((dir, queue), v[0]);
                 }
                 q_ahead = next_q(&mut qrows)?;
@@ -679,36 +651,8 @@ impl Recording {
                 }
                 last_s = si_iv;
                 if let (true, Some(si)) = (si_iv == iv, si) {
-                    let t = scan
-                        .totals
-                        .entry((dir, queue))
-                        .or_insert_with(|| QueueCounters::new(dir, queue));
-                    t.stage_count[si] = t.stage_count[si].saturating_add(v[0]);
-                    t.stage_sum_ns[si] = t.stage_sum_ns[si].saturating_add(v[1]);
-                    t.stage_max_ns[si] = t.stage_max_ns[si].max(v[2]);
-                    if si == dir.lifetime_stage() {
-                        let gq = group_sums.entry((dir, queue)).or_insert(GroupQueue {
-                            dir,
-                            queue,
-                            packets: 0,
-                            bytes: 0,
-                            life_count: 0,
-                            life_sum_ns: 0,
-                        });
-                        gq.life_count = gq.life_count.saturating_add(v[0]);
-                        gq.life_sum_ns = gq.life_sum_ns.saturating_add(v[1]);
-                        // Peak in flight: this interval's packet rate × its mean lifetime.
-                        if let (Some(&pk), true, true) =
-                            (packets.get(&(dir, queue)), v[0] > 0, dur_ns > 0)
-                        {
-                            let inflight = (pk as f64 / (dur_ns as f64 / 1e9)
-                                * (v[1] as f64 / v[0] as f64)
-                                / 1e9)
-                                .ceil() as u64;
-                            let p = scan.peaks.entry((dir, queue)).or_insert(0);
-                            *p = (*p).max(inflight);
-                        }
-                    }
+                    let pk = packets.get(&(dir, queue)).copied();
+                    add_stage_row(&mut scan, &mut group_sums, (dir, queue), si, &v, pk, dur_ns);
                 }
                 s_ahead = next_s(&mut srows)?;
             }
@@ -979,6 +923,40 @@ impl Recording {
         Ok(t)
     }
 
+    /// The buffer map's counters over intervals a..=b, and its most entries in any interval.
+    fn buf_map_totals(&self, a: i64, b: i64) -> Result<(BufMapCounters, Option<u64>)> {
+        let e = |e| self.corrupt(e);
+        let c = &self.cols;
+        let sql = format!(
+            "SELECT SUM(linear_pages),SUM(frag_pages),SUM(frags_over_cap),SUM(frags_no_page),SUM(frags_no_layout),
+                    SUM(copy_linear_joined),SUM(copy_frag_joined),SUM({}),SUM({}),MAX(entries),
+                    (SELECT entries FROM buf_map_intervals WHERE entries IS NOT NULL AND interval BETWEEN ?1 AND ?2
+                     ORDER BY interval DESC LIMIT 1)
+             FROM buf_map_intervals WHERE interval BETWEEN ?1 AND ?2",
+            c.slots_replaced, c.pages_over_cap
+        );
+        self.conn
+            .query_row(&sql, params![a, b], |r| {
+                let g = |i: usize| -> rusqlite::Result<u64> { sum(r, i) };
+                Ok((
+                    BufMapCounters {
+                        linear_pages: g(0)?,
+                        frag_pages: g(1)?,
+                        frags_over_cap: g(2)?,
+                        frags_no_page: g(3)?,
+                        frags_no_layout: g(4)?,
+                        copy_linear_joined: g(5)?,
+                        copy_frag_joined: g(6)?,
+                        slots_replaced: g(7)?,
+                        pages_over_cap: g(8)?,
+                        entries: opt_count(r, 10)?,
+                    },
+                    opt_count(r, 9)?,
+                ))
+            })
+            .map_err(e)
+    }
+
     /// The L3-miss rows of the window, summed (None: no miss table, or no rows in the window).
     pub fn miss_totals(&self) -> Result<Option<MissTotals>> {
         if !self.cols.miss {
@@ -1050,37 +1028,7 @@ impl Recording {
         let m = &mut t.totals;
         m.age_hist = vec![0; NBUCKETS];
         if c.buf_map {
-            let sql = format!(
-                "SELECT SUM(linear_pages),SUM(frag_pages),SUM(frags_over_cap),SUM(frags_no_page),SUM(frags_no_layout),
-                        SUM(copy_linear_joined),SUM(copy_frag_joined),SUM({}),SUM({}),MAX(entries),
-                        (SELECT entries FROM buf_map_intervals WHERE entries IS NOT NULL AND interval BETWEEN ?1 AND ?2
-                         ORDER BY interval DESC LIMIT 1)
-                 FROM buf_map_intervals WHERE interval BETWEEN ?1 AND ?2",
-                c.slots_replaced, c.pages_over_cap
-            );
-            let (buf, max) = self
-                .conn
-                .query_row(&sql, params![a, b], |r| {
-                    let g = |i: usize| -> rusqlite::Result<u64> { sum(r, i) };
-                    Ok((
-                        BufMapCounters {
-                            linear_pages: g(0)?,
-                            frag_pages: g(1)?,
-                            frags_over_cap: g(2)?,
-                            frags_no_page: g(3)?,
-                            frags_no_layout: g(4)?,
-                            copy_linear_joined: g(5)?,
-                            copy_frag_joined: g(6)?,
-                            slots_replaced: g(7)?,
-                            pages_over_cap: g(8)?,
-                            entries: opt_count(r, 10)?,
-                        },
-                        opt_count(r, 9)?,
-                    ))
-                })
-                .map_err(e)?;
-            m.buf = buf;
-            t.entries_max = max;
+            (m.buf, t.entries_max) = self.buf_map_totals(a, b)?;
         }
         let mut st = self
             .conn
@@ -1475,6 +1423,85 @@ pub(crate) mod fixture {
                 .expect("counters");
         }
         (dir, path)
+    }
+}
+
+/// One queue_intervals row (packets, bytes, NAPI polls, work, budget-exhausted polls, copies,
+/// frees, drops, hand-ups, unended) into the totals and its group's sums. Saturating: a
+/// damaged file's counts must not wrap.
+fn add_queue_row(
+    scan: &mut Scan,
+    group_sums: &mut BTreeMap<(Dir, u32), GroupQueue>,
+    (dir, queue): (Dir, u32),
+    v: &[u64; 10],
+) {
+    let t = scan
+        .totals
+        .entry((dir, queue))
+        .or_insert_with(|| QueueCounters::new(dir, queue));
+    for (f, x) in [
+        (&mut t.packets, v[0]),
+        (&mut t.bytes, v[1]),
+        (&mut t.napi_polls, v[2]),
+        (&mut t.napi_work, v[3]),
+        (&mut t.napi_budget_exhausted, v[4]),
+        (&mut t.copies, v[5]),
+        (&mut t.frees, v[6]),
+        (&mut t.drops, v[7]),
+        (&mut t.handups, v[8]),
+        (&mut t.unended, v[9]),
+    ] {
+        *f = f.saturating_add(x);
+    }
+    let gq = group_sums.entry((dir, queue)).or_insert(GroupQueue {
+        dir,
+        queue,
+        packets: 0,
+        bytes: 0,
+        life_count: 0,
+        life_sum_ns: 0,
+    });
+    gq.packets = gq.packets.saturating_add(v[0]);
+    gq.bytes = gq.bytes.saturating_add(v[1]);
+}
+
+/// One stage_stats row (count, sum, max) of stage `si` into the totals; the lifetime stage
+/// also into its group's sums and the queue's peak in flight, from the interval's `packets`.
+fn add_stage_row(
+    scan: &mut Scan,
+    group_sums: &mut BTreeMap<(Dir, u32), GroupQueue>,
+    (dir, queue): (Dir, u32),
+    si: usize,
+    v: &[u64; 3],
+    packets: Option<u64>,
+    dur_ns: u64,
+) {
+    let t = scan
+        .totals
+        .entry((dir, queue))
+        .or_insert_with(|| QueueCounters::new(dir, queue));
+    t.stage_count[si] = t.stage_count[si].saturating_add(v[0]);
+    t.stage_sum_ns[si] = t.stage_sum_ns[si].saturating_add(v[1]);
+    t.stage_max_ns[si] = t.stage_max_ns[si].max(v[2]);
+    if si != dir.lifetime_stage() {
+        return;
+    }
+    let gq = group_sums.entry((dir, queue)).or_insert(GroupQueue {
+        dir,
+        queue,
+        packets: 0,
+        bytes: 0,
+        life_count: 0,
+        life_sum_ns: 0,
+    });
+    gq.life_count = gq.life_count.saturating_add(v[0]);
+    gq.life_sum_ns = gq.life_sum_ns.saturating_add(v[1]);
+    // Peak in flight: this interval's packet rate × its mean lifetime.
+    if let (Some(pk), true, true) = (packets, v[0] > 0, dur_ns > 0) {
+        let inflight =
+            (pk as f64 / (dur_ns as f64 / 1e9) * (v[1] as f64 / v[0] as f64) / 1e9).ceil() as u64;
+        let p = scan.peaks.entry((dir, queue)).or_insert(0);
+        *p = (*p).max(inflight);
     }
 }
 

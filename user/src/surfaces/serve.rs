@@ -431,276 +431,338 @@ pub fn log2_buckets(hist: &[u64; NBUCKETS], count: u64) -> (Vec<(f64, u64)>, u64
 impl Collector for SnapshotCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let Some(p) = self.0.get() else { return Ok(()) };
-        let dev = || ("device", p.device.clone());
-        let qlabels = |q: &QueueCounters| -> Labels {
-            vec![
-                dev(),
-                ("direction", q.dir.as_str().into()),
-                ("queue", q.queue.to_string()),
-            ]
+        encode_queues(&mut enc, &p)?;
+        encode_stages(&mut enc, &p)?;
+        encode_flows(&mut enc, &p)?;
+        encode_misses(&mut enc, &p)?;
+        encode_host(&mut enc, &p)
+    }
+}
+
+/// Every series' device label.
+fn dev(p: &Published) -> (&'static str, String) {
+    ("device", p.device.clone())
+}
+
+fn qlabels(p: &Published, q: &QueueCounters) -> Labels {
+    vec![
+        dev(p),
+        ("direction", q.dir.as_str().into()),
+        ("queue", q.queue.to_string()),
+    ]
+}
+
+/// An RX queue's labels (the NAPI series have no direction).
+fn rxl(p: &Published, q: &QueueCounters) -> Labels {
+    vec![dev(p), ("queue", q.queue.to_string())]
+}
+
+fn flow_labels(p: &Published, k: &FlowKey) -> Labels {
+    vec![
+        dev(p),
+        ("direction", k.dir.as_str().into()),
+        ("proto", k.proto.clone()),
+        ("src", k.src.clone()),
+        ("sport", k.sport.to_string()),
+        ("dst", k.dst.clone()),
+        ("dport", k.dport.to_string()),
+    ]
+}
+
+/// Every flow label "other": the flows not exported, per direction.
+fn other_labels(p: &Published, d: Dir) -> Labels {
+    let mut l = vec![dev(p), ("direction", d.as_str().into())];
+    l.extend(["proto", "src", "sport", "dst", "dport"].map(|n| (n, "other".to_string())));
+    l
+}
+
+/// The info series and the per-queue packet, byte, drop and NAPI counters.
+fn encode_queues(enc: &mut DescriptorEncoder, p: &Published) -> Result<(), std::fmt::Error> {
+    let rx: Vec<&QueueCounters> = p.queues.values().filter(|q| q.dir == Dir::Rx).collect();
+    {
+        let mut m = enc.encode_descriptor(
+            "ddioscope",
+            "What ddioscope observes and how.",
+            None,
+            MetricType::Info,
+        )?;
+        let mut labels: Labels = vec![dev(p)];
+        labels.extend(p.info.iter().cloned());
+        m.encode_info(&labels)?;
+    }
+    let qs: Vec<&QueueCounters> = p.queues.values().collect();
+    counter(
+        enc,
+        "ddioscope_packets",
+        "Packets per queue and direction (frames as the interface counts them).",
+        &qs.iter()
+            .map(|q| (qlabels(p, q), q.packets))
+            .collect::<Vec<_>>(),
+    )?;
+    counter(
+        enc,
+        "ddioscope_bytes",
+        "Frame bytes (L2 header included) per queue and direction.",
+        &qs.iter()
+            .map(|q| (qlabels(p, q), q.bytes))
+            .collect::<Vec<_>>(),
+    )?;
+    counter(
+        enc,
+        "ddioscope_drops",
+        "Packets of the queue freed through kfree_skb (dropped).",
+        &qs.iter()
+            .map(|q| (qlabels(p, q), q.drops))
+            .collect::<Vec<_>>(),
+    )?;
+    counter(
+        enc,
+        "ddioscope_napi_polls",
+        "NAPI polls of the RX queue.",
+        &rx.iter()
+            .map(|q| (rxl(p, q), q.napi_polls))
+            .collect::<Vec<_>>(),
+    )?;
+    counter(
+        enc,
+        "ddioscope_napi_packets",
+        "Packets handled by the RX queue's NAPI polls (work).",
+        &rx.iter()
+            .map(|q| (rxl(p, q), q.napi_work))
+            .collect::<Vec<_>>(),
+    )?;
+    counter(
+        enc,
+        "ddioscope_napi_budget_exhausted_polls",
+        "NAPI polls that used their whole budget.",
+        &rx.iter()
+            .map(|q| (rxl(p, q), q.napi_budget_exhausted))
+            .collect::<Vec<_>>(),
+    )?;
+
+    Ok(())
+}
+
+/// The stage-duration histograms, per queue or per direction.
+fn encode_stages(enc: &mut DescriptorEncoder, p: &Published) -> Result<(), std::fmt::Error> {
+    let qs: Vec<&QueueCounters> = p.queues.values().collect();
+    if let Some(mode) = p.stage_histograms {
+        let mut m = enc.encode_descriptor(
+            "ddioscope_stage_duration_seconds",
+            "Time packets spend in each stage of their life (kernel log2 buckets: le = 2^(b+1) ns).",
+            None,
+            MetricType::Histogram,
+        )?;
+        // Per direction: the queues' counters summed, labelled without the queue.
+        let summed: Vec<QueueCounters>;
+        let (hists, per_queue): (Vec<&QueueCounters>, bool) = match mode {
+            StageHistograms::PerDirection => {
+                summed = [Dir::Rx, Dir::Tx]
+                    .into_iter()
+                    .filter_map(|d| {
+                        let mut sum = QueueCounters::new(d, 0);
+                        qs.iter().filter(|q| q.dir == d).for_each(|q| sum.add(q));
+                        qs.iter().any(|q| q.dir == d).then_some(sum)
+                    })
+                    .collect();
+                (summed.iter().collect(), false)
+            }
+            _ => (qs.clone(), true),
         };
-        let rx: Vec<&QueueCounters> = p.queues.values().filter(|q| q.dir == Dir::Rx).collect();
-        let rxl = |q: &QueueCounters| -> Labels { vec![dev(), ("queue", q.queue.to_string())] };
-
-        {
-            let mut m = enc.encode_descriptor(
-                "ddioscope",
-                "What ddioscope observes and how.",
-                None,
-                MetricType::Info,
-            )?;
-            let mut labels: Labels = vec![dev()];
-            labels.extend(p.info.iter().cloned());
-            m.encode_info(&labels)?;
-        }
-        let qs: Vec<&QueueCounters> = p.queues.values().collect();
-        counter(
-            &mut enc,
-            "ddioscope_packets",
-            "Packets per queue and direction (frames as the interface counts them).",
-            &qs.iter()
-                .map(|q| (qlabels(q), q.packets))
-                .collect::<Vec<_>>(),
-        )?;
-        counter(
-            &mut enc,
-            "ddioscope_bytes",
-            "Frame bytes (L2 header included) per queue and direction.",
-            &qs.iter().map(|q| (qlabels(q), q.bytes)).collect::<Vec<_>>(),
-        )?;
-        counter(
-            &mut enc,
-            "ddioscope_drops",
-            "Packets of the queue freed through kfree_skb (dropped).",
-            &qs.iter().map(|q| (qlabels(q), q.drops)).collect::<Vec<_>>(),
-        )?;
-        counter(
-            &mut enc,
-            "ddioscope_napi_polls",
-            "NAPI polls of the RX queue.",
-            &rx.iter()
-                .map(|q| (rxl(q), q.napi_polls))
-                .collect::<Vec<_>>(),
-        )?;
-        counter(
-            &mut enc,
-            "ddioscope_napi_packets",
-            "Packets handled by the RX queue's NAPI polls (work).",
-            &rx.iter().map(|q| (rxl(q), q.napi_work)).collect::<Vec<_>>(),
-        )?;
-        counter(
-            &mut enc,
-            "ddioscope_napi_budget_exhausted_polls",
-            "NAPI polls that used their whole budget.",
-            &rx.iter()
-                .map(|q| (rxl(q), q.napi_budget_exhausted))
-                .collect::<Vec<_>>(),
-        )?;
-
-        if let Some(mode) = p.stage_histograms {
-            let mut m = enc.encode_descriptor(
-                "ddioscope_stage_duration_seconds",
-                "Time packets spend in each stage of their life (kernel log2 buckets: le = 2^(b+1) ns).",
-                None,
-                MetricType::Histogram,
-            )?;
-            // Per direction: the queues' counters summed, labelled without the queue.
-            let summed: Vec<QueueCounters>;
-            let (hists, per_queue): (Vec<&QueueCounters>, bool) = match mode {
-                StageHistograms::PerDirection => {
-                    summed = [Dir::Rx, Dir::Tx]
-                        .into_iter()
-                        .filter_map(|d| {
-                            let mut sum = QueueCounters::new(d, 0);
-                            qs.iter().filter(|q| q.dir == d).for_each(|q| sum.add(q));
-                            qs.iter().any(|q| q.dir == d).then_some(sum)
-                        })
-                        .collect();
-                    (summed.iter().collect(), false)
+        for q in hists {
+            for (s, stage) in q.dir.stage_names().iter().enumerate().take(NSTAGES) {
+                if q.stage_count[s] == 0 {
+                    continue;
                 }
-                _ => (qs.clone(), true),
-            };
-            for q in hists {
-                for (s, stage) in q.dir.stage_names().iter().enumerate().take(NSTAGES) {
-                    if q.stage_count[s] == 0 {
-                        continue;
-                    }
-                    let mut labels = if per_queue {
-                        qlabels(q)
-                    } else {
-                        vec![dev(), ("direction", q.dir.as_str().into())]
-                    };
-                    labels.push(("stage", stage.to_string()));
-                    let (buckets, count) = log2_buckets(&q.stage_hist[s], q.stage_count[s]);
-                    m.encode_family(&labels)?.encode_histogram::<NoLabelSet>(
-                        q.stage_sum_ns[s] as f64 / 1e9,
-                        count,
-                        &buckets,
-                        None,
-                    )?;
-                }
+                let mut labels = if per_queue {
+                    qlabels(p, q)
+                } else {
+                    vec![dev(p), ("direction", q.dir.as_str().into())]
+                };
+                labels.push(("stage", stage.to_string()));
+                let (buckets, count) = log2_buckets(&q.stage_hist[s], q.stage_count[s]);
+                m.encode_family(&labels)?.encode_histogram::<NoLabelSet>(
+                    q.stage_sum_ns[s] as f64 / 1e9,
+                    count,
+                    &buckets,
+                    None,
+                )?;
             }
         }
-
-        gauge(&mut enc, "ddioscope_rx_inflight_bytes",
-            "RX bytes alive in the last interval by Little's law: bytes/s x mean driver_to_free residence.",
-            &p.inflight.iter().map(|(q, b)| (vec![dev(), ("queue", q.to_string())], *b)).collect::<Vec<_>>())?;
-        gauge(
-            &mut enc,
-            "ddioscope_ddio_capacity_bytes",
-            "LLC bytes DDIO may allocate into: LLC size x 2 / ways (assumed 2 DDIO ways).",
-            &p.ddio_capacity_bytes
-                .map(|c| vec![(vec![dev()], c as f64)])
-                .unwrap_or_default(),
-        )?;
-
-        let flow_labels = |k: &FlowKey| -> Labels {
-            vec![
-                dev(),
-                ("direction", k.dir.as_str().into()),
-                ("proto", k.proto.clone()),
-                ("src", k.src.clone()),
-                ("sport", k.sport.to_string()),
-                ("dst", k.dst.clone()),
-                ("dport", k.dport.to_string()),
-            ]
-        };
-        // Every flow label "other": the flows not exported, per direction.
-        let other_labels = |d: Dir| -> Labels {
-            let mut l = vec![dev(), ("direction", d.as_str().into())];
-            l.extend(["proto", "src", "sport", "dst", "dport"].map(|n| (n, "other".to_string())));
-            l
-        };
-        let flow_series = |i: usize| -> Vec<(Labels, u64)> {
-            p.flows
-                .iter()
-                .map(|(k, v)| (flow_labels(k), v[i]))
-                .chain(p.flows_other.iter().map(|(d, v)| (other_labels(*d), v[i])))
-                .collect()
-        };
-        counter(&mut enc, "ddioscope_flow_bytes",
-            "Frame bytes per flow, counted from when the flow entered the exported set (at most --top-flows per direction); the rest under proto=\"other\".",
-            &flow_series(0))?;
-        counter(&mut enc, "ddioscope_flow_packets",
-            "Packets per flow, counted from when the flow entered the exported set (at most --top-flows per direction); the rest under proto=\"other\".",
-            &flow_series(1))?;
-        counter(&mut enc, "ddioscope_events_lost", "Per-packet records the BPF ring buffer had no room for. serve asks for none today (no per-packet sampling), so this stays 0; recordings count theirs too.",
-            &[(vec![dev()], p.events.lost)])?;
-
-        let verdict_series: Vec<(Labels, f64)> = p
-            .verdicts
-            .iter()
-            .flat_map(|&(d, q, v)| {
-                [Verdict::Fits, Verdict::AtRisk, Verdict::Leaky].map(|state| {
-                    let labels = vec![
-                        dev(),
-                        ("direction", d.as_str().into()),
-                        ("queue", q.to_string()),
-                        ("verdict", state.as_str().into()),
-                    ];
-                    (labels, if state == v { 1.0 } else { 0.0 })
-                })
-            })
-            .collect();
-        gauge(&mut enc, "ddioscope_model_verdict",
-            "The DDIO model's prediction for the queue on the last interval with traffic (1 for the current verdict): fits, at-risk or leaky. Model-only: 2 DDIO ways assumed, ring assumed 1024 entries when the driver reports none.",
-            &verdict_series)?;
-
-        if let Some((all, on_buffers)) = p.miss_totals {
-            counter(&mut enc, "ddioscope_miss_samples", "L3-miss samples taken (or the software stand-in's, see ddioscope_info's miss_sampling).",
-                &[(vec![dev()], all)])?;
-            counter(
-                &mut enc,
-                "ddioscope_miss_samples_on_packet_buffers",
-                "L3-miss samples whose data address was on a packet buffer.",
-                &[(vec![dev()], on_buffers)],
-            )?;
-            let method = |i: usize| {
-                if i == 0 {
-                    "address_join"
-                } else {
-                    "cpu_context"
-                }
-            };
-            counter(&mut enc, "ddioscope_attributed_miss_samples",
-                "L3-miss samples charged to the queue, by method (samples, not scaled by the period).",
-                &p.miss_queues
-                    .iter()
-                    .flat_map(|(&(d, q), v)| {
-                        (0..2).map(move |i| (vec![("direction", d.as_str().into()), ("queue", q.to_string()), ("method", method(i).into())], v[i]))
-                    })
-                    .map(|(mut l, v): (Labels, u64)| {
-                        l.insert(0, dev());
-                        (l, v)
-                    })
-                    .collect::<Vec<_>>())?;
-            let miss_flow = |l: Labels, v: [u64; 3]| {
-                (0..2).map(move |i| {
-                    let mut l = l.clone();
-                    l.push(("method", method(i).into()));
-                    (l, v[i + 1])
-                })
-            };
-            counter(&mut enc, "ddioscope_flow_attributed_miss_samples",
-                "L3-miss samples charged to the flow, by method, from when the flow entered the exported set (at most --top-flows per direction; the rest under proto=\"other\").",
-                &p.miss_flows
-                    .iter()
-                    .flat_map(|(k, v)| miss_flow(flow_labels(k), *v))
-                    .chain(p.miss_flows_other.iter().flat_map(|(d, v)| miss_flow(other_labels(*d), *v)))
-                    .collect::<Vec<_>>())?;
-        }
-
-        counter(
-            &mut enc,
-            "ddioscope_intervals",
-            "Snapshot intervals taken since start.",
-            &[(vec![dev()], p.intervals)],
-        )?;
-        gauge(&mut enc, "ddioscope_device_up",
-            "1 while the observed interface exists, 0 while it (or its namespace) is gone; the counters keep their totals.",
-            &[(vec![dev()], if p.device_up { 1.0 } else { 0.0 })])?;
-        counter(&mut enc, "ddioscope_state_evictions",
-            "In-flight packet states overwritten in the kernel's direct-mapped table by a newer packet's (their stages go uncounted).",
-            &[(vec![dev()], p.events.state_evicted)])?;
-
-        counter(
-            &mut enc,
-            "ddioscope_counter_events",
-            "Hardware (or software) counter events per socket, scaled for multiplexing.",
-            &p.counter_totals
-                .iter()
-                .map(|((s, pmu, ev), v)| {
-                    (
-                        vec![
-                            ("socket", s.to_string()),
-                            ("pmu", pmu.clone()),
-                            ("event", ev.clone()),
-                        ],
-                        *v,
-                    )
-                })
-                .collect::<Vec<_>>(),
-        )?;
-        gauge(
-            &mut enc,
-            "ddioscope_ddio_write_miss_ratio",
-            "Share of full-line inbound writes (ItoM) that missed the LLC, last interval.",
-            &p.miss_ratios
-                .iter()
-                .filter_map(|(s, w, _)| w.map(|w| (vec![("socket", s.to_string())], w)))
-                .collect::<Vec<_>>(),
-        )?;
-        gauge(
-            &mut enc,
-            "ddioscope_ddio_read_miss_ratio",
-            "Share of inbound reads (PCIRdCur) that missed the LLC, last interval.",
-            &p.miss_ratios
-                .iter()
-                .filter_map(|(s, _, r)| r.map(|r| (vec![("socket", s.to_string())], r)))
-                .collect::<Vec<_>>(),
-        )?;
-        Ok(())
     }
+
+    Ok(())
+}
+
+/// In-flight bytes, DDIO capacity, the flows, lost records and the model's verdicts.
+fn encode_flows(enc: &mut DescriptorEncoder, p: &Published) -> Result<(), std::fmt::Error> {
+    gauge(enc, "ddioscope_rx_inflight_bytes",
+        "RX bytes alive in the last interval by Little's law: bytes/s x mean driver_to_free residence.",
+        &p.inflight.iter().map(|(q, b)| (vec![dev(p), ("queue", q.to_string())], *b)).collect::<Vec<_>>())?;
+    gauge(
+        enc,
+        "ddioscope_ddio_capacity_bytes",
+        "LLC bytes DDIO may allocate into: LLC size x 2 / ways (assumed 2 DDIO ways).",
+        &p.ddio_capacity_bytes
+            .map(|c| vec![(vec![dev(p)], c as f64)])
+            .unwrap_or_default(),
+    )?;
+
+    let flow_series = |i: usize| -> Vec<(Labels, u64)> {
+        p.flows
+            .iter()
+            .map(|(k, v)| (flow_labels(p, k), v[i]))
+            .chain(
+                p.flows_other
+                    .iter()
+                    .map(|(d, v)| (other_labels(p, *d), v[i])),
+            )
+            .collect()
+    };
+    counter(enc, "ddioscope_flow_bytes",
+        "Frame bytes per flow, counted from when the flow entered the exported set (at most --top-flows per direction); the rest under proto=\"other\".",
+        &flow_series(0))?;
+    counter(enc, "ddioscope_flow_packets",
+        "Packets per flow, counted from when the flow entered the exported set (at most --top-flows per direction); the rest under proto=\"other\".",
+        &flow_series(1))?;
+    counter(enc, "ddioscope_events_lost", "Per-packet records the BPF ring buffer had no room for. serve asks for none today (no per-packet sampling), so this stays 0; recordings count theirs too.",
+        &[(vec![dev(p)], p.events.lost)])?;
+
+    let verdict_series: Vec<(Labels, f64)> = p
+        .verdicts
+        .iter()
+        .flat_map(|&(d, q, v)| {
+            [Verdict::Fits, Verdict::AtRisk, Verdict::Leaky].map(|state| {
+                let labels = vec![
+                    dev(p),
+                    ("direction", d.as_str().into()),
+                    ("queue", q.to_string()),
+                    ("verdict", state.as_str().into()),
+                ];
+                (labels, if state == v { 1.0 } else { 0.0 })
+            })
+        })
+        .collect();
+    gauge(enc, "ddioscope_model_verdict",
+        "The DDIO model's prediction for the queue on the last interval with traffic (1 for the current verdict): fits, at-risk or leaky. Model-only: 2 DDIO ways assumed, ring assumed 1024 entries when the driver reports none.",
+        &verdict_series)?;
+
+    Ok(())
+}
+
+/// The L3-miss samples and what they were charged to, when a sampler runs.
+fn encode_misses(enc: &mut DescriptorEncoder, p: &Published) -> Result<(), std::fmt::Error> {
+    if let Some((all, on_buffers)) = p.miss_totals {
+        counter(enc, "ddioscope_miss_samples", "L3-miss samples taken (or the software stand-in's, see ddioscope_info's miss_sampling).",
+            &[(vec![dev(p)], all)])?;
+        counter(
+            enc,
+            "ddioscope_miss_samples_on_packet_buffers",
+            "L3-miss samples whose data address was on a packet buffer.",
+            &[(vec![dev(p)], on_buffers)],
+        )?;
+        let method = |i: usize| {
+            if i == 0 {
+                "address_join"
+            } else {
+                "cpu_context"
+            }
+        };
+        counter(
+            enc,
+            "ddioscope_attributed_miss_samples",
+            "L3-miss samples charged to the queue, by method (samples, not scaled by the period).",
+            &p.miss_queues
+                .iter()
+                .flat_map(|(&(d, q), v)| {
+                    (0..2).map(move |i| {
+                        (
+                            vec![
+                                ("direction", d.as_str().into()),
+                                ("queue", q.to_string()),
+                                ("method", method(i).into()),
+                            ],
+                            v[i],
+                        )
+                    })
+                })
+                .map(|(mut l, v): (Labels, u64)| {
+                    l.insert(0, dev(p));
+                    (l, v)
+                })
+                .collect::<Vec<_>>(),
+        )?;
+        let miss_flow = |l: Labels, v: [u64; 3]| {
+            (0..2).map(move |i| {
+                let mut l = l.clone();
+                l.push(("method", method(i).into()));
+                (l, v[i + 1])
+            })
+        };
+        counter(enc, "ddioscope_flow_attributed_miss_samples",
+            "L3-miss samples charged to the flow, by method, from when the flow entered the exported set (at most --top-flows per direction; the rest under proto=\"other\").",
+            &p.miss_flows
+                .iter()
+                .flat_map(|(k, v)| miss_flow(flow_labels(p, k), *v))
+                .chain(p.miss_flows_other.iter().flat_map(|(d, v)| miss_flow(other_labels(p, *d), *v)))
+                .collect::<Vec<_>>())?;
+    }
+
+    Ok(())
+}
+
+/// Intervals, the device's presence, state evictions and the hardware counters.
+fn encode_host(enc: &mut DescriptorEncoder, p: &Published) -> Result<(), std::fmt::Error> {
+    counter(
+        enc,
+        "ddioscope_intervals",
+        "Snapshot intervals taken since start.",
+        &[(vec![dev(p)], p.intervals)],
+    )?;
+    gauge(enc, "ddioscope_device_up",
+        "1 while the observed interface exists, 0 while it (or its namespace) is gone; the counters keep their totals.",
+        &[(vec![dev(p)], if p.device_up { 1.0 } else { 0.0 })])?;
+    counter(enc, "ddioscope_state_evictions",
+        "In-flight packet states overwritten in the kernel's direct-mapped table by a newer packet's (their stages go uncounted).",
+        &[(vec![dev(p)], p.events.state_evicted)])?;
+
+    counter(
+        enc,
+        "ddioscope_counter_events",
+        "Hardware (or software) counter events per socket, scaled for multiplexing.",
+        &p.counter_totals
+            .iter()
+            .map(|((s, pmu, ev), v)| {
+                (
+                    vec![
+                        ("socket", s.to_string()),
+                        ("pmu", pmu.clone()),
+                        ("event", ev.clone()),
+                    ],
+                    *v,
+                )
+            })
+            .collect::<Vec<_>>(),
+    )?;
+    gauge(
+        enc,
+        "ddioscope_ddio_write_miss_ratio",
+        "Share of full-line inbound writes (ItoM) that missed the LLC, last interval.",
+        &p.miss_ratios
+            .iter()
+            .filter_map(|(s, w, _)| w.map(|w| (vec![("socket", s.to_string())], w)))
+            .collect::<Vec<_>>(),
+    )?;
+    gauge(
+        enc,
+        "ddioscope_ddio_read_miss_ratio",
+        "Share of inbound reads (PCIRdCur) that missed the LLC, last interval.",
+        &p.miss_ratios
+            .iter()
+            .filter_map(|(s, _, r)| r.map(|r| (vec![("socket", s.to_string())], r)))
+            .collect::<Vec<_>>(),
+    )?;
+    Ok(())
 }
 
 #[derive(Clone)]
