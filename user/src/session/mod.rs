@@ -769,6 +769,8 @@ impl Session {
         let before = live.watch.as_mut().and_then(|w| w.link_totals());
         if let Some(k) = live.kstats.as_mut() {
             overlay_kernel_counts(&mut live.prev_q, &k.queues(), live.kernel_counts);
+            // The NIC's drop counters count from here, as the queues do.
+            k.ring_drop_deltas();
         }
         let after = live.watch.as_mut().and_then(|w| w.link_totals());
         live.prev_link = before.zip(after);
@@ -1381,6 +1383,14 @@ impl Session {
             m.regions = cur.regions.clone();
             self.prev_m = cur;
             snap.misses = Some(m);
+        }
+        if let Some(k) = self.kstats.as_mut() {
+            let first = self.index == 0;
+            snap.nic_drops = k
+                .ring_drop_deltas()
+                .into_iter()
+                .filter(|d| first || d.count > 0)
+                .collect();
         }
         snap.counters = counters;
         self.prev_q = cur_q;
