@@ -54,6 +54,17 @@ pub enum Cmd {
         /// The checks as one JSON object instead of text.
         #[arg(long)]
         json: bool,
+        /// Write a bug-report bundle (doctor's JSON, the PMU sysfs tree, CPU and cache
+        /// topology, ethtool -i/-g/-l/-S, a 10-s recording and a perf stat capture) to
+        /// FILE.tar.gz; needs -i. See docs/bundle.md.
+        #[arg(long, value_name = "FILE.tar.gz", requires = "iface")]
+        bundle: Option<PathBuf>,
+        /// The interface the bundle records and asks ethtool about.
+        #[arg(short, long, value_name = "IFACE", requires = "bundle")]
+        iface: Option<String>,
+        /// Named network namespace (from `ip netns list`) the interface lives in.
+        #[arg(long, value_name = "NS", requires = "iface")]
+        netns: Option<String>,
     },
     /// Print the shell completion script for SHELL on stdout (`make install` installs them).
     #[command(hide = true)]

@@ -89,7 +89,30 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
                     .collect::<String>(),
             )?;
         }
-        Cmd::Doctor { json } => {
+        Cmd::Doctor {
+            json,
+            bundle: Some(out),
+            iface,
+            netns,
+        } => {
+            let d = doctor::run();
+            let m = ddioscope::surfaces::bundle::make(&ddioscope::surfaces::bundle::BundleArgs {
+                out: &out,
+                iface: iface.as_deref().unwrap_or_default(),
+                netns: netns.as_deref(),
+                doctor_json: serde_json::to_string_pretty(&d)? + "\n",
+            })?;
+            let mut text = format!("wrote {}\n", out.display());
+            for l in m.lines() {
+                text.push_str(&format!("  {l}\n"));
+            }
+            print(&if json {
+                serde_json::to_string_pretty(&m)? + "\n"
+            } else {
+                text
+            })?;
+        }
+        Cmd::Doctor { json, .. } => {
             let d = doctor::run();
             print(&if json {
                 serde_json::to_string_pretty(&d)? + "\n"
