@@ -424,7 +424,7 @@ impl SelfChecks {
             .iter()
             .map(|c| {
                 let mut causes = c.causes.clone();
-                causes.sort_by(|a, b| b.1.cmp(&a.1));
+                causes.sort_by_key(|c| std::cmp::Reverse(c.1));
                 format!(
                     "counters untrusted: {} failed in {} of {} intervals (worst ratio {}): {}",
                     c.description,
@@ -450,8 +450,11 @@ impl SelfChecks {
 mod tests {
     use super::*;
 
-    /// The fixture's intervals: each a list of readings and the NIC's RX.
-    fn case(name: &str) -> (Nic<'static>, Vec<(Vec<CounterReading>, Option<NicRx>)>) {
+    /// One interval of a fixture case: its readings and the NIC's RX.
+    type Interval = (Vec<CounterReading>, Option<NicRx>);
+
+    /// The fixture's intervals.
+    fn case(name: &str) -> (Nic<'static>, Vec<Interval>) {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../tests/fixtures/counters/selfcheck.json"

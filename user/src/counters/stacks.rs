@@ -67,25 +67,27 @@ pub fn stack_view(
         let Some(rest) = r.event.strip_prefix("UNC_IIO_DATA_REQ_OF_CPU.") else {
             continue;
         };
-        let e = boxes.entry((r.socket, r.pmu.clone())).or_default();
-        let slot = if rest.starts_with("MEM_WRITE.PART") {
-            &mut e.0
+        let write = if rest.starts_with("MEM_WRITE.PART") {
+            true
         } else if rest.starts_with("MEM_READ.PART") {
-            &mut e.1
+            false
         } else {
             continue;
         };
+        let e = boxes.entry((r.socket, r.pmu.clone())).or_default();
+        let slot = if write { &mut e.0 } else { &mut e.1 };
         *slot = Some(slot.unwrap_or(0.0) + r.value * IIO_BYTES);
     }
     let mut sockets: std::collections::BTreeMap<u32, (Option<f64>, Option<f64>)> =
         Default::default();
     for r in readings.iter().filter(|r| r.is_socket_total()) {
-        let s = sockets.entry(r.socket).or_default();
-        let slot = match r.event.as_str() {
-            "UNC_CHA_TOR_INSERTS.IO_ITOM" | "UNC_CHA_TOR_INSERTS.IO_ITOMCACHENEAR" => &mut s.0,
-            "UNC_CHA_TOR_INSERTS.IO_PCIRDCUR" | "UNC_CHA_TOR_INSERTS.IO_RDCUR" => &mut s.1,
+        let write = match r.event.as_str() {
+            "UNC_CHA_TOR_INSERTS.IO_ITOM" | "UNC_CHA_TOR_INSERTS.IO_ITOMCACHENEAR" => true,
+            "UNC_CHA_TOR_INSERTS.IO_PCIRDCUR" | "UNC_CHA_TOR_INSERTS.IO_RDCUR" => false,
             _ => continue,
         };
+        let s = sockets.entry(r.socket).or_default();
+        let slot = if write { &mut s.0 } else { &mut s.1 };
         *slot = Some(slot.unwrap_or(0.0) + r.value * LINE);
     }
     let mut out = Vec::new();
@@ -199,7 +201,8 @@ mod tests {
             r(0, "iio", "UNC_IIO_DATA_REQ_OF_CPU.MEM_WRITE.PART0", 2.51e8),
         ];
         let v = stack_view(&rs, 2.0, Some(Platform::Icx), Some((0, "uncore_iio_2")));
-        let rows: Vec<(u32, &str, Option<f64>, Option<f64>, bool)> = v
+        type Row<'a> = (u32, &'a str, Option<f64>, Option<f64>, bool);
+        let rows: Vec<Row> = v
             .iter()
             .map(|s| {
                 (
