@@ -52,7 +52,10 @@ def test_bundle_holds_what_it_says_and_replays(tmp_path):
     with sqlite3.connect(f"file:{root / 'recording.ddio'}?mode=ro", uri=True) as db:
         n, addrs = db.execute("select count(*), sum(skb_addr != 0 or data_addr != 0) from samples").fetchone()
         rx = db.execute("select sum(packets) from queue_intervals where dir='rx'").fetchone()[0]
-    assert n > 0 and addrs == 0, (n, addrs)
+    # Sampled packets come from the detail windows (none in some runs); any there are have no
+    # address (surfaces/bundle.rs::scrubbing_zeroes_every_sampled_address checks it on rows that had).
+    print(f"{n} sampled packets in the bundled recording")
+    assert not addrs, (n, addrs)
     # The replayed recording's RX lies within the interface's own count around the run.
     assert 0 < rx <= after["rx_packets"] - before["rx_packets"], (rx, before, after)
     assert "rx_queue_0_drops" in (root / "ethtool-S.txt").read_text()
