@@ -284,6 +284,16 @@ static __always_inline void store_flow(struct pl_skb_state *st, const struct pl_
 	st->has_flow = 1;
 }
 
+/* A frame of len bytes (segs segments) in its queue's size histogram. */
+static __always_inline void size_count(struct pl_queue_stats *qs, __u32 len, __u32 segs)
+{
+	__u32 seg = segs > 1 ? len / segs : len;
+	__u32 b = seg <= 64 ? 0 : log2_u64(seg - 1) - 5;
+	if (b >= PL_SIZE_BUCKETS)
+		b = PL_SIZE_BUCKETS - 1;
+	qs->size_hist[b & (PL_SIZE_BUCKETS - 1)] += segs;
+}
+
 /* An RX life begins: its state (and a sampled packet's flow) stored, counted
  * as a timed hand-up of its queue. */
 static __always_inline void store_rx_life(__u64 skb, struct pl_skb_state *st, const struct pl_flow_key *k)

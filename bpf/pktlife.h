@@ -66,6 +66,7 @@ enum pl_limits {
 	PL_NSTAGES = NSTAGES,
 	PL_MAX_JOIN_PAGES_ = PL_MAX_JOIN_PAGES,
 	PL_MAX_JOIN_FRAGS_ = PL_MAX_JOIN_FRAGS,
+	PL_SIZE_BUCKETS = 8,
 };
 
 /* One stage of one queue on one CPU: a timed stage updates its count, sum and
@@ -87,7 +88,12 @@ struct pl_queue_stats {
 	__u64 frees;
 	__u64 unended;          /* lives of this queue whose state a later packet took before
 				 * their free was seen (the rest are counted at the window's end) */
-	__u64 pad[4];
+	/* Timed frames by size, L2 header included (a GSO skb as its segments, each
+	 * of the mean segment size): bucket 0 holds up to 64 bytes, bucket b > 0
+	 * 2^(b+5)+1 .. 2^(b+6), the last everything above 4096. In the line the
+	 * hand-up touches anyway, so 32 bits: a count wraps after 4G timed frames
+	 * of one queue on one CPU, and that interval's sizes of the queue are lost. */
+	__u32 size_hist[PL_SIZE_BUCKETS];
 	struct pl_stage_stats stage[NSTAGES];
 };
 

@@ -138,6 +138,17 @@ static __always_inline int H(on_rx_handup)(const struct sk_buff *skb, bool in_na
 	if (!track)
 		return 0;
 	count(hook_counter);
+	/* The frame sizes the queue's descriptors held, counted at hand-up (GRO
+	 * may merge the frame away after). */
+	__u32 segs = 1;
+	if (RD(skb, data_len)) {
+		struct pl_shinfo sh;
+		H(shinfo)(skb, &sh);
+		segs = sh.segs;
+	}
+	struct pl_queue_stats *qs = qstats(PL_RX, queue);
+	if (qs)
+		size_count(qs, len, segs);
 	if (defer) {
 		/* GRO decides whether this frame lives on (on_gro_exit). */
 		struct pl_cpu_ctx *c = cpu_ctx_get();

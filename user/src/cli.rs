@@ -58,8 +58,14 @@ pub enum Cmd {
         /// The checks as one JSON object instead of text.
         #[arg(long)]
         json: bool,
+        /// Write a bug-report bundle (doctor's JSON, the PMU sysfs tree, CPU and cache
+        /// topology, ethtool -i/-g/-l/-S, a 10-s recording and a perf stat capture) to
+        /// FILE.tar.gz; needs -i. See docs/bundle.md.
+        #[arg(long, value_name = "FILE.tar.gz", requires = "iface")]
+        bundle: Option<PathBuf>,
         /// Also check this interface: its ring size, RSS table, IRQs, per-queue counters and
-        /// page pools, and which hooks a recording of it puts on the device and on the host.
+        /// page pools, and which hooks a recording of it puts on the device and on the host
+        /// (with --bundle: the interface the bundle records and asks ethtool about).
         #[arg(short, long, value_name = "IFACE")]
         iface: Option<String>,
         /// Named network namespace (from `ip netns list`) the interface lives in.

@@ -91,7 +91,36 @@ fn run(cmd: Cmd) -> Result<ExitCode> {
                     .collect::<String>(),
             )?;
         }
-        Cmd::Doctor { json, iface, netns } => {
+        Cmd::Doctor {
+            json,
+            bundle: Some(out),
+            iface,
+            netns,
+        } => {
+            let device = iface
+                .as_deref()
+                .map(|i| ddioscope::cli::record_defaults(i, netns.as_deref()))
+                .transpose()?;
+            let d = doctor::run(device.as_ref())?;
+            let m = ddioscope::surfaces::bundle::make(&ddioscope::surfaces::bundle::BundleArgs {
+                out: &out,
+                iface: iface.as_deref().unwrap_or_default(),
+                netns: netns.as_deref(),
+                doctor_json: serde_json::to_string_pretty(&d)? + "\n",
+            })?;
+            let mut text = format!("wrote {}\n", out.display());
+            for l in m.lines() {
+                text.push_str(&format!("  {l}\n"));
+            }
+            print(&if json {
+                serde_json::to_string_pretty(&m)? + "\n"
+            } else {
+                text
+            })?;
+        }
+        Cmd::Doctor {
+            json, iface, netns, ..
+        } => {
             let device = iface
                 .as_deref()
                 .map(|i| ddioscope::cli::record_defaults(i, netns.as_deref()))

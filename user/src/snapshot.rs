@@ -114,6 +114,19 @@ pub struct QueueCounters {
     pub stage_max_ns: [u64; NSTAGES],
     pub stage_hist: [[u64; NBUCKETS]; NSTAGES],
     pub napi_work_hist: [u64; NAPI_BUCKETS],
+    /// Timed RX frames by size (see [`SIZE_BUCKETS`]), from the detail windows.
+    #[serde(default)]
+    pub size_hist: [u64; SIZE_BUCKETS],
+}
+
+/// Frame-size buckets of [`QueueCounters::size_hist`]: bucket 0 holds frames of up to 64
+/// bytes, bucket b > 0 frames of 2^(b+5)+1 ..= 2^(b+6) bytes, the last everything above 4096
+/// (L2 header included; a GSO skb counts as its segments of the mean segment's size).
+pub const SIZE_BUCKETS: usize = 8;
+
+/// The largest frame of a size bucket (None: the open-ended last one).
+pub fn size_bucket_max(b: usize) -> Option<u32> {
+    (b + 1 < SIZE_BUCKETS).then(|| 1u32 << (b + 6))
 }
 
 impl QueueCounters {
@@ -136,6 +149,7 @@ impl QueueCounters {
             stage_max_ns: [0; NSTAGES],
             stage_hist: [[0; NBUCKETS]; NSTAGES],
             napi_work_hist: [0; NAPI_BUCKETS],
+            size_hist: [0; SIZE_BUCKETS],
         }
     }
 
@@ -147,6 +161,7 @@ impl QueueCounters {
             && self.handups == 0
             && self.unended == 0
             && self.stage_count.iter().all(|&c| c == 0)
+            && self.size_hist.iter().all(|&c| c == 0)
     }
 
     /// self - earlier, saturating: the kernel's counters only grow.
@@ -173,6 +188,9 @@ impl QueueCounters {
         }
         for b in 0..NAPI_BUCKETS {
             d.napi_work_hist[b] = self.napi_work_hist[b].saturating_sub(earlier.napi_work_hist[b]);
+        }
+        for b in 0..SIZE_BUCKETS {
+            d.size_hist[b] = self.size_hist[b].saturating_sub(earlier.size_hist[b]);
         }
         d
     }
@@ -202,6 +220,9 @@ impl QueueCounters {
         }
         for b in 0..NAPI_BUCKETS {
             self.napi_work_hist[b] = self.napi_work_hist[b].saturating_add(d.napi_work_hist[b]);
+        }
+        for b in 0..SIZE_BUCKETS {
+            self.size_hist[b] = self.size_hist[b].saturating_add(d.size_hist[b]);
         }
     }
 }
@@ -291,6 +312,17 @@ impl EventCounters {
     }
 }
 
+/// Packets the NIC dropped for want of RX descriptors or buffers, as one of its own counters
+/// counts them (cumulative when read, a delta in a Snapshot).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NicDrop {
+    /// The driver's name for it (`rx_out_of_buffer`, `rx_missed_errors`, qstats `rx-hw-drops`…).
+    pub counter: String,
+    /// The RX queue it counts, or None for the whole device.
+    pub queue: Option<u32>,
+    pub count: u64,
+}
+
 /// One interval.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Snapshot {
@@ -313,6 +345,10 @@ pub struct Snapshot {
     /// intervals where they were read, where the kernel keeps page_pool statistics).
     #[serde(default)]
     pub page_pools: Vec<PagePoolStat>,
+    /// The NIC's ring-drop counters over this interval: every counter the driver has on the
+    /// first interval (zero or not, so the recording says which exist), the nonzero ones after.
+    #[serde(default)]
+    pub nic_drops: Vec<NicDrop>,
     /// Counter deltas of this interval (any source), per socket.
     pub counters: Vec<crate::counters::CounterReading>,
     /// L3-miss samples of this interval, when a miss sampler is attached.

@@ -46,6 +46,23 @@ pub struct QueueObservation {
     pub napi_budget_exhausted: u64,
     pub peak_inflight_pkts: Option<u64>,
     pub drops: u64,
+    /// What the NIC's own counters say it dropped for want of descriptors or buffers (None:
+    /// the driver keeps no such counter, or the recording predates them).
+    #[serde(default)]
+    pub nic_ring_drops: Option<NicRingDrops>,
+    /// Timed frames by size (`crate::snapshot::SIZE_BUCKETS`); empty: not measured.
+    #[serde(default)]
+    pub size_hist: Vec<u64>,
+}
+
+/// The NIC's ring-full / no-buffer drops that bear on one queue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NicRingDrops {
+    pub count: u64,
+    /// The counters summed, as the driver names them.
+    pub counters: Vec<String>,
+    /// True: the counters are this queue's own; false: the device's, not tied to a queue.
+    pub per_queue: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -336,6 +353,30 @@ pub fn model_view(obs: &HostObservation, run: &ModelRun) -> ModelView {
     }
 }
 
+/// A queue's frame-size mix in words, "62% ≤ 128 B, 38% 1025–2048 B" (buckets of 5% or more;
+/// None: no frames sized).
+fn size_mix(hist: &[u64]) -> Option<String> {
+    let total: u64 = hist.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    let parts: Vec<String> = hist
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| **n * 20 >= total)
+        .map(|(b, n)| {
+            let pct = 100.0 * *n as f64 / total as f64;
+            let range = match (b, crate::snapshot::size_bucket_max(b)) {
+                (0, _) => "≤ 64 B".to_string(),
+                (_, Some(hi)) => format!("{}–{hi} B", hi / 2 + 1),
+                (_, None) => format!("> {} B", 1u32 << (b + 5)),
+            };
+            format!("{pct:.0}% {range}")
+        })
+        .collect();
+    Some(format!("{} ({total} timed frames)", parts.join(", ")))
+}
+
 /// Ring entries a queue needs to absorb what was observed on it.
 fn burst_floor(q: &QueueObservation) -> (u32, Vec<String>) {
     let mut need = MIN_RING as f64;
@@ -364,6 +405,33 @@ fn burst_floor(q: &QueueObservation) -> (u32, Vec<String>) {
         // Drops mean the ring overflowed: never shrink it, grow it one step.
         need = need.max(cur as f64 * 2.0);
         why.push(format!("rx{}: {} drops at ring {}", q.queue, q.drops, cur));
+    }
+    if let Some(n) = &q.nic_ring_drops {
+        let whose = if n.per_queue {
+            "its own"
+        } else {
+            "the device's, queue unknown"
+        };
+        if n.count > 0 && cur > 0 {
+            // The NIC found no free descriptor: a smaller ring would drop more, so never
+            // shrink; grow one step.
+            need = need.max(cur as f64 * 2.0);
+            why.push(format!(
+                "rx{}: the NIC dropped {} packets for want of descriptors or buffers at ring {cur} ({}, {whose}): not shrinking",
+                q.queue,
+                n.count,
+                n.counters.join(" + ")
+            ));
+        } else if n.count == 0 {
+            why.push(format!(
+                "rx{}: no NIC ring-full drops at ring {cur} ({}, {whose})",
+                q.queue,
+                n.counters.join(" + ")
+            ));
+        }
+    }
+    if let Some(mix) = size_mix(&q.size_hist) {
+        why.push(format!("rx{}: frame sizes {mix}", q.queue));
     }
     let r = (need.ceil() as u32)
         .next_power_of_two()

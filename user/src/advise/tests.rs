@@ -31,6 +31,8 @@ fn rxq(queue: u32, ring: u32, pps: f64, pkt: f64) -> QueueObservation {
         napi_budget_exhausted: 0,
         peak_inflight_pkts: None,
         drops: 0,
+        nic_ring_drops: None,
+        size_hist: Vec::new(),
     }
 }
 
@@ -462,4 +464,79 @@ fn steer_the_top_flow_off_the_hot_queue() {
     let mut one = obs.clone();
     one.queues.truncate(1);
     assert!(steer_flow(&one, &ModelRun::new(&one), &shares, &flows, "").is_none());
+}
+
+/// The EMR case above, where shrinking 8096-descriptor rings is recommended, once the NIC's
+/// own counters (the mlx5 and ice fixtures' `ethtool -S`) say a queue dropped for want of
+/// descriptors: no ring is shrunk, and the evidence names the counter.
+#[test]
+fn a_queue_the_nic_dropped_for_is_never_told_to_shrink() {
+    let c = CounterEvidence {
+        write_miss_pct: Some(85.0),
+        read_miss_pct: Some(10.0),
+        write_allocation_disabled: false,
+        source: "imported".into(),
+    };
+    let shrinks = |obs: &HostObservation| {
+        recommend_one(obs)
+            .iter()
+            .filter(|r| r.kind == "ring_size")
+            .filter_map(|r| r.command.rsplit(' ').next()?.parse::<u32>().ok())
+            .any(|n| n < 8096)
+    };
+    let base = emr_obs(8096, Some(c.clone()));
+    assert!(shrinks(&base), "the case shrinks without NIC drops");
+    for (file, driver) in [("mlx5.txt", "mlx5_core"), ("ice.txt", "ice")] {
+        let p = format!(
+            "{}/../tests/fixtures/topology/ethtool-S/{file}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let stats =
+            crate::probe::kstats::parse_ethtool_s_text(&std::fs::read_to_string(&p).unwrap());
+        let refs: Vec<(&str, u64)> = stats.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        let drops = crate::probe::kstats::ring_drops_from_ethtool(&refs, Some(driver));
+        let mut obs = base.clone();
+        for q in &mut obs.queues {
+            q.nic_ring_drops = crate::analysis::observation::nic_ring_drops(&drops, q.queue);
+        }
+        assert!(!shrinks(&obs), "{file}");
+        let recs = recommend_one(&obs);
+        show(file, &recs);
+        let ev: Vec<&String> = recs.iter().flat_map(|r| r.evidence.iter()).collect();
+        let counter = if driver == "ice" {
+            "rx_dropped"
+        } else {
+            "rx_out_of_buffer"
+        };
+        assert!(
+            ev.iter()
+                .any(|e| e.contains("for want of descriptors") && e.contains(counter)),
+            "{file}: {ev:?}"
+        );
+    }
+    // Counters that counted nothing leave the recommendation as it was, and say so.
+    let mut obs = base.clone();
+    for q in &mut obs.queues {
+        q.nic_ring_drops = Some(NicRingDrops {
+            count: 0,
+            counters: vec!["rx-hw-drops".into()],
+            per_queue: true,
+        });
+        q.size_hist = vec![0, 0, 0, 0, 0, 90, 0, 0];
+    }
+    assert!(shrinks(&obs));
+    let ev: Vec<String> = recommend_one(&obs)
+        .into_iter()
+        .flat_map(|r| r.evidence)
+        .collect();
+    assert!(
+        ev.iter()
+            .any(|e| e.contains("no NIC ring-full drops at ring 8096 (rx-hw-drops, its own)")),
+        "{ev:?}"
+    );
+    assert!(
+        ev.iter()
+            .any(|e| e.contains("frame sizes 100% 1025–2048 B (90 timed frames)")),
+        "{ev:?}"
+    );
 }

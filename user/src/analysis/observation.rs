@@ -45,6 +45,29 @@ fn irq_queue(name: &str) -> Option<u32> {
     digits.parse().ok()
 }
 
+/// The NIC's ring-full / no-buffer drops that bear on RX queue `queue`: its own counters,
+/// plus the device's (which no queue can be cleared of). None: the driver keeps none.
+pub fn nic_ring_drops(
+    drops: &[crate::snapshot::NicDrop],
+    queue: u32,
+) -> Option<crate::advise::NicRingDrops> {
+    let mine: Vec<_> = drops
+        .iter()
+        .filter(|d| d.queue.is_none_or(|q| q == queue))
+        .collect();
+    if mine.is_empty() {
+        return None;
+    }
+    let mut counters: Vec<String> = mine.iter().map(|d| d.counter.clone()).collect();
+    counters.dedup();
+    Some(crate::advise::NicRingDrops {
+        count: mine.iter().map(|d| d.count).sum(),
+        counters,
+        // The device's counters only settle a queue's drops when they counted none.
+        per_queue: mine.iter().all(|d| d.queue.is_some() || d.count == 0),
+    })
+}
+
 /// The host, the interface and each queue that carried traffic, as the model and the
 /// recommendation engine take them; `summary` is the recording's, built once.
 pub fn observation(
@@ -56,6 +79,7 @@ pub fn observation(
     let host = rec.host();
     let dur = rec.duration_s().max(1e-9);
     let records = rec.packet_records(MAX_PACKET_RECORDS)?;
+    let nic_drops = rec.nic_drop_totals()?;
     let peaks = rec.peak_inflight()?;
     let mut queues = Vec::new();
     for q in &summary.totals {
@@ -111,6 +135,17 @@ pub fn observation(
             napi_budget_exhausted: q.napi_budget_exhausted,
             peak_inflight_pkts: peak,
             drops: q.drops,
+            nic_ring_drops: match q.dir {
+                Dir::Rx => nic_drops
+                    .as_deref()
+                    .and_then(|d| nic_ring_drops(d, q.queue)),
+                Dir::Tx => None,
+            },
+            size_hist: if q.size_hist.iter().any(|&n| n > 0) {
+                q.size_hist.to_vec()
+            } else {
+                Vec::new()
+            },
         });
     }
     // Where each queue is processed: its IRQ's CPUs, else the CPUs that freed its sampled packets.

@@ -368,6 +368,69 @@ pub struct CountersReport {
     pub absent_why: Option<String>,
     /// How to get them, where this host can.
     pub next_step: Option<String>,
+    /// Counters that measure the same DMA checked against one another (None: no check could
+    /// be made: no DDIO counters).
+    pub self_checks: Option<SelfCheckReport>,
+    /// Inbound bandwidth per PCIe stack and per socket, as pcm-iio shows it (empty: no IIO or
+    /// CHA write/read counts).
+    pub stacks: Vec<crate::counters::stacks::StackRow>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SelfCheckReport {
+    /// False when a check failed in more than `selfcheck::UNTRUSTED_SHARE` of its intervals.
+    pub trusted: bool,
+    pub checks: Vec<crate::counters::selfcheck::CheckSummary>,
+    /// How the checks were made (per recording interval, or over an imported capture's span).
+    pub note: String,
+}
+
+/// The counter self-checks over the window: per group of recording intervals for live
+/// readings (with the NIC's RX from tier 0), over the whole span for an imported capture
+/// (whose intervals are not the recording's: no RX check then).
+fn self_checks(
+    rec: &Recording,
+    source: &str,
+    totals: &[crate::counters::CounterReading],
+) -> Result<Option<SelfCheckReport>> {
+    use crate::counters::selfcheck::{check_interval, Nic, NicRx, SelfChecks};
+    let iface = rec.iface();
+    let nic = Nic {
+        socket: iface.counter_socket(),
+        iio_box: iface.iio_box.as_deref(),
+    };
+    let mut checks = SelfChecks::default();
+    let note = if source == crate::counters::CounterSource::Live.as_str() {
+        for g in rec.interval_groups(Some(source))? {
+            if g.counters.is_empty() {
+                continue;
+            }
+            let rx = g
+                .queues
+                .iter()
+                .filter(|q| q.dir == crate::snapshot::Dir::Rx)
+                .fold(
+                    NicRx {
+                        bytes: 0.0,
+                        packets: 0.0,
+                    },
+                    |a, q| NicRx {
+                        bytes: a.bytes + q.bytes as f64,
+                        packets: a.packets + q.packets as f64,
+                    },
+                );
+            checks.add(g.first, &check_interval(&g.counters, nic, Some(rx)));
+        }
+        "each recording interval (or group of them), with the NIC's RX bytes from tier 0"
+    } else {
+        checks.add(0, &check_interval(totals, nic, None));
+        "over the imported capture's whole span; its intervals are not the recording's, so not against the NIC's RX"
+    };
+    Ok((!checks.checks.is_empty()).then(|| SelfCheckReport {
+        trusted: checks.trusted(),
+        note: note.into(),
+        checks: checks.checks.clone(),
+    }))
 }
 
 #[derive(Debug, Serialize)]
@@ -412,6 +475,13 @@ fn counters_report(rec: &Recording) -> Result<CountersReport> {
             if skipped > named.len() as u64 { "; …" } else { "" }
         ));
     }
+    let self_checks = self_checks(rec, &source, &readings)?;
+    if let Some(c) = &self_checks {
+        let sc = crate::counters::selfcheck::SelfChecks {
+            checks: c.checks.clone(),
+        };
+        warnings.extend(sc.lines());
+    }
     let iface = rec.iface();
     let nic_port = iface.pci_root.as_ref().map(|root| {
         let boxed = iface.iio_box.clone();
@@ -450,7 +520,21 @@ fn counters_report(rec: &Recording) -> Result<CountersReport> {
     } else {
         (Some(absent), next)
     };
+    let stacks = crate::counters::stacks::stack_view(
+        &readings,
+        dur,
+        rec.meta
+            .platform
+            .as_deref()
+            .and_then(crate::counters::Platform::from_name),
+        iface
+            .iio_box
+            .as_deref()
+            .map(|b| (iface.counter_socket(), b)),
+    );
     Ok(CountersReport {
+        stacks,
+        self_checks,
         cpu_has_ddio,
         absent_why,
         next_step,

@@ -1,12 +1,14 @@
 //! Hardware-counter view: platform detection, the uncore/core event table, sysfs PMU discovery, the live
-//! perf sampler (uncore or software events), `perf stat` CSV import, and the DDIO metrics computed from any
-//! of them.
+//! perf sampler (uncore or software events), `perf stat` CSV import, the DDIO metrics computed from any
+//! of them, and the self-checks that tell whether they can be trusted.
 
 pub mod events;
 pub mod import;
 pub mod live;
 pub mod metrics;
 pub mod platform;
+pub mod selfcheck;
+pub mod stacks;
 pub mod sysfs;
 
 use serde::Serialize;

@@ -11,7 +11,7 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::snapshot::Dir;
-pub use crate::snapshot::PagePoolStat;
+pub use crate::snapshot::{NicDrop, PagePoolStat};
 use crate::topology::netlink::{attr, attrs, uint, Netlink, NLM_F_DUMP};
 
 // The netdev family's commands and attributes (include/uapi/linux/netdev.h).
@@ -180,6 +180,9 @@ pub struct KernelStats {
     route: Option<Netlink>,
     /// TX per queue from the qdiscs under an mq root, where the source above has no TX.
     qdisc_tx: bool,
+    driver: Option<String>,
+    /// The NIC's drop counters at the last read, to difference the next one by.
+    ring_drops_prev: Vec<NicDrop>,
 }
 
 impl KernelStats {
@@ -222,7 +225,10 @@ impl KernelStats {
             source: None,
             route,
             qdisc_tx: false,
+            driver: driver.map(str::to_string),
+            ring_drops_prev: Vec::new(),
         };
+        k.ring_drops_prev = k.ring_drop_counters();
         let q = k.qstats();
         k.source = if !q.is_empty() {
             Some(KernelSource::Qstats)
@@ -355,6 +361,52 @@ impl KernelStats {
             })
     }
 
+    /// The NIC's own counters of packets it dropped for want of RX descriptors or buffers,
+    /// cumulative: the driver's named statistics that count them, and qstats' per-queue
+    /// `rx-hw-drops` / `rx-alloc-fail` where the driver reports them (empty: none).
+    pub fn ring_drop_counters(&mut self) -> Vec<NicDrop> {
+        let driver = self.driver.clone();
+        let mut out = self
+            .ethtool
+            .as_mut()
+            .and_then(|e| e.read())
+            .map(|v| ring_drops_from_ethtool(&v, driver.as_deref()))
+            .unwrap_or_default();
+        if self.netdev.is_some() {
+            out.extend(ring_drops_from_qstats(&self.qstats()));
+        }
+        out
+    }
+
+    /// What the NIC's drop counters counted since the last call (the first call: since
+    /// open). A counter that went backwards (a driver reset) counts from zero again.
+    pub fn ring_drop_deltas(&mut self) -> Vec<NicDrop> {
+        let cur = self.ring_drop_counters();
+        let d = cur
+            .iter()
+            .map(|c| {
+                let before = self
+                    .ring_drops_prev
+                    .iter()
+                    .find(|p| p.counter == c.counter && p.queue == c.queue)
+                    .map_or(0, |p| p.count);
+                NicDrop {
+                    count: if c.count >= before {
+                        c.count - before
+                    } else {
+                        c.count
+                    },
+                    ..c.clone()
+                }
+            })
+            .collect();
+        // A read that failed keeps the last good one to difference against.
+        if !cur.is_empty() {
+            self.ring_drops_prev = cur;
+        }
+        d
+    }
+
     /// The device's page pools (empty: none, or no page_pool statistics in this kernel).
     pub fn page_pools(&mut self) -> Vec<PagePoolStat> {
         let ifindex = self.ifindex;
@@ -440,6 +492,88 @@ pub fn parse_ethtool_stats(stats: &[(&str, u64)]) -> Vec<QueueStat> {
                 hw_drops: None,
                 alloc_fail: None,
             })
+        })
+        .collect()
+}
+
+/// The per-queue ring drops the netdev family reports (qstats `rx-hw-drops`: the device
+/// dropped the packet, most often for want of a posted descriptor; `rx-alloc-fail`: the
+/// driver could not allocate a buffer to refill a descriptor).
+pub fn ring_drops_from_qstats(q: &[QueueStat]) -> Vec<NicDrop> {
+    let mut out = Vec::new();
+    for s in q.iter().filter(|s| s.dir == Dir::Rx) {
+        for (name, v) in [("rx-hw-drops", s.hw_drops), ("rx-alloc-fail", s.alloc_fail)] {
+            if let Some(count) = v {
+                out.push(NicDrop {
+                    counter: name.into(),
+                    queue: Some(s.queue),
+                    count,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Which of a driver's named statistics count RX packets dropped for want of descriptors or
+/// buffers, and whether per queue (Some(queue)) or for the whole device (None). Only names
+/// whose meaning is documented by their driver: mlx5's `rx_out_of_buffer` (no receive WQE
+/// posted) and per-channel `rxN_buff_alloc_err`; Intel's `rx_missed_errors` (packet buffer
+/// full), `rx_no_buffer_count` (igb, e1000e: no descriptor), `rx_no_dma_resources` (ixgbe);
+/// ice/i40e's VSI `rx_dropped` (no descriptor) and port `rx_dropped.nic` / `port.rx_dropped`
+/// (packet buffer); veth's `rx_queue_N_drops` (no buffer for the frame).
+pub fn ring_drop_counter(name: &str, driver: Option<&str>) -> Option<Option<u32>> {
+    let num = |n: &str| {
+        (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| n.parse::<u32>().ok())
+            .flatten()
+    };
+    match name {
+        "rx_out_of_buffer"
+        | "rx_missed_errors"
+        | "rx_no_buffer_count"
+        | "rx_no_dma_resources"
+        | "rx_dropped.nic"
+        | "port.rx_dropped" => return Some(None),
+        "rx_dropped" if matches!(driver, Some("ice" | "i40e")) => return Some(None),
+        _ => {}
+    }
+    if let Some(n) = name
+        .strip_prefix("rx_queue_")
+        .and_then(|r| r.strip_suffix("_drops"))
+    {
+        return num(n).map(Some);
+    }
+    if let Some(n) = name
+        .strip_prefix("rx")
+        .and_then(|r| r.strip_suffix("_buff_alloc_err"))
+    {
+        return num(n).map(Some);
+    }
+    None
+}
+
+/// A driver's named statistics as its ring-drop counters.
+pub fn ring_drops_from_ethtool(stats: &[(&str, u64)], driver: Option<&str>) -> Vec<NicDrop> {
+    stats
+        .iter()
+        .filter_map(|(name, v)| {
+            ring_drop_counter(name, driver).map(|queue| NicDrop {
+                counter: (*name).to_string(),
+                queue,
+                count: *v,
+            })
+        })
+        .collect()
+}
+
+/// `ethtool -S` output as (name, value) pairs, for fixtures and bundles (lines "name: value";
+/// the "NIC statistics:" header and anything else is skipped).
+pub fn parse_ethtool_s_text(text: &str) -> Vec<(String, u64)> {
+    text.lines()
+        .filter_map(|l| {
+            let (k, v) = l.trim().rsplit_once(':')?;
+            Some((k.trim().to_string(), v.trim().parse().ok()?))
         })
         .collect()
 }
@@ -617,5 +751,87 @@ mod tests {
             (5, Some(8193), 90, 30)
         );
         assert_eq!(p[0].recycled_share(), Some(0.9));
+    }
+
+    fn fixture_drops(name: &str, driver: &str) -> Vec<NicDrop> {
+        let p = format!(
+            "{}/../tests/fixtures/topology/ethtool-S/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(&p).unwrap();
+        let stats = parse_ethtool_s_text(&text);
+        let refs: Vec<(&str, u64)> = stats.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        ring_drops_from_ethtool(&refs, Some(driver))
+    }
+
+    #[test]
+    fn mlx5_ring_drops_are_the_devices_out_of_buffer_and_each_channels_alloc_errors() {
+        let d = fixture_drops("mlx5.txt", "mlx5_core");
+        let got: Vec<(&str, Option<u32>, u64)> = d
+            .iter()
+            .map(|d| (d.counter.as_str(), d.queue, d.count))
+            .collect();
+        // rx_discards_phy (the port's buffer) and rx_buff_alloc_err (the channels' sum) are
+        // not ring drops of a queue; rx_out_of_buffer is (no WQE posted).
+        assert_eq!(
+            got,
+            vec![
+                ("rx_out_of_buffer", None, 48213),
+                ("rx0_buff_alloc_err", Some(0), 0),
+                ("rx1_buff_alloc_err", Some(1), 17),
+                ("rx2_buff_alloc_err", Some(2), 0),
+                ("rx3_buff_alloc_err", Some(3), 0),
+            ]
+        );
+    }
+
+    #[test]
+    fn ice_ring_drops_are_the_vsis_and_the_ports() {
+        let d = fixture_drops("ice.txt", "ice");
+        let got: Vec<(&str, Option<u32>, u64)> = d
+            .iter()
+            .map(|d| (d.counter.as_str(), d.queue, d.count))
+            .collect();
+        assert_eq!(
+            got,
+            vec![("rx_dropped", None, 3310), ("rx_dropped.nic", None, 0)]
+        );
+        // Another driver's plain rx_dropped is no ring counter.
+        assert_eq!(ring_drop_counter("rx_dropped", Some("virtio_net")), None);
+        assert_eq!(
+            ring_drop_counter("rx_queue_3_drops", Some("veth")),
+            Some(Some(3))
+        );
+        assert_eq!(ring_drop_counter("rx_queue_x_drops", None), None);
+    }
+
+    #[test]
+    fn qstats_hw_drops_and_alloc_failures_are_per_queue() {
+        let q = [
+            QueueStat {
+                dir: Dir::Rx,
+                queue: 2,
+                packets: Some(10),
+                bytes: Some(1000),
+                hw_drops: Some(5),
+                alloc_fail: None,
+            },
+            QueueStat {
+                dir: Dir::Tx,
+                queue: 2,
+                packets: Some(10),
+                bytes: Some(1000),
+                hw_drops: Some(9),
+                alloc_fail: None,
+            },
+        ];
+        assert_eq!(
+            ring_drops_from_qstats(&q),
+            vec![NicDrop {
+                counter: "rx-hw-drops".into(),
+                queue: Some(2),
+                count: 5
+            }]
+        );
     }
 }

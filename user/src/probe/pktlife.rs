@@ -35,6 +35,10 @@ const _: () = assert!(
     "bpf/pktlife.h and snapshot disagree on stages"
 );
 const _: () = assert!(
+    pl_limits::PL_SIZE_BUCKETS.0 as usize == crate::snapshot::SIZE_BUCKETS,
+    "bpf/pktlife.h and snapshot disagree on size buckets"
+);
+const _: () = assert!(
     std::mem::size_of::<pl_queue_stats>() == (8 + NSTAGES * (8 + NBUCKETS)) * 8 && NBUCKETS == 32,
     "pl_queue_stats has fields userspace does not read"
 );
@@ -523,6 +527,9 @@ impl PktlifeProbe {
                 q.copies += s.copies;
                 q.frees += s.frees;
                 q.unended += s.unended;
+                for (h, v) in q.size_hist.iter_mut().zip(s.size_hist.iter()) {
+                    *h += u64::from(*v);
+                }
                 for (st, c) in s.stage.iter().enumerate() {
                     q.stage_count[st] += c.count;
                     q.stage_sum_ns[st] += c.sum_ns;

@@ -85,6 +85,11 @@ CREATE TABLE buf_map_intervals (
     frags_over_cap INTEGER NOT NULL, frags_no_page INTEGER NOT NULL, frags_no_layout INTEGER NOT NULL,
     entries INTEGER, copy_linear_joined INTEGER NOT NULL, copy_frag_joined INTEGER NOT NULL,
     slots_replaced INTEGER NOT NULL DEFAULT 0, pages_over_cap INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE size_hist (
+    interval INTEGER NOT NULL, dir TEXT NOT NULL, queue INTEGER NOT NULL, bucket INTEGER NOT NULL,
+    count INTEGER NOT NULL, PRIMARY KEY (interval, dir, queue, bucket));
+CREATE TABLE nic_drops (
+    interval INTEGER NOT NULL, counter TEXT NOT NULL, queue INTEGER, count INTEGER NOT NULL);
 CREATE TABLE counters (
     interval INTEGER NOT NULL, t_ns INTEGER NOT NULL, socket INTEGER NOT NULL, pmu TEXT NOT NULL,
     event TEXT NOT NULL, value REAL NOT NULL, raw INTEGER NOT NULL,

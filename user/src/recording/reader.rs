@@ -74,6 +74,9 @@ struct Columns {
     before_window: &'static str,
     sampled_ns: &'static str,
     buf_map: bool,
+    /// Recordings from before the size histogram and the NIC's drop counters have neither.
+    size_hist: bool,
+    nic_drops: bool,
     slots_replaced: &'static str,
     pages_over_cap: &'static str,
 }
@@ -151,6 +154,8 @@ impl Columns {
             before_window: pick("miss_intervals", "before_window", "0"),
             sampled_ns: pick("miss_intervals", "sampled_ns", "NULL"),
             buf_map: table("buf_map_intervals"),
+            size_hist: table("size_hist"),
+            nic_drops: table("nic_drops"),
             slots_replaced: pick("buf_map_intervals", "slots_replaced", "0"),
             pages_over_cap: pick("buf_map_intervals", "pages_over_cap", "0"),
         }
@@ -718,7 +723,62 @@ impl Recording {
                 *slot = slot.saturating_add(n);
             }
         }
+        if self.cols.size_hist {
+            let mut st = self
+                .conn
+                .prepare(&format!(
+                    "SELECT dir,queue,bucket,count FROM size_hist {hint} {w}"
+                ))
+                .map_err(e)?;
+            let mut rows = st.query([]).map_err(e)?;
+            while let Some(r) = rows.next().map_err(e)? {
+                let dir = dir_of(r.get_ref(0).map_err(e)?.as_str().unwrap_or("rx"));
+                let queue: u32 = r.get(1).map_err(e)?;
+                let bucket = r.get::<_, i64>(2).map_err(e)?;
+                let n = count(r, 3).map_err(e)?;
+                let q = map
+                    .entry((dir, queue))
+                    .or_insert_with(|| QueueCounters::new(dir, queue));
+                if let Some(slot) = usize::try_from(bucket)
+                    .ok()
+                    .and_then(|b| q.size_hist.get_mut(b))
+                {
+                    *slot = slot.saturating_add(n);
+                }
+            }
+        }
         Ok(map.into_values().collect())
+    }
+
+    /// The NIC's ring-drop counters summed over the window, by counter and queue (None: the
+    /// device's), every counter the driver has, zero or not; None: the recording has no
+    /// such table (it predates it).
+    pub fn nic_drop_totals(&self) -> Result<Option<Vec<crate::snapshot::NicDrop>>> {
+        if !self.cols.nic_drops {
+            return Ok(None);
+        }
+        let e = |e| self.corrupt(e);
+        let (a, b) = self.range();
+        // Every counter appears on the first interval, so the names come from the whole run.
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT counter,queue,SUM(CASE WHEN interval BETWEEN ?1 AND ?2 THEN count ELSE 0 END)
+                 FROM nic_drops GROUP BY counter,queue ORDER BY counter,queue",
+            )
+            .map_err(e)?;
+        let rows = st
+            .query_map(params![a, b], |r| {
+                Ok(crate::snapshot::NicDrop {
+                    counter: r.get(0)?,
+                    queue: r.get(1)?,
+                    count: sum(r, 2)?,
+                })
+            })
+            .map_err(e)?;
+        rows.map(|r| r.map_err(e))
+            .collect::<Result<Vec<_>>>()
+            .map(Some)
     }
 
     pub fn event_totals(&self) -> Result<EventCounters> {

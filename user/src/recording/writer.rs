@@ -480,6 +480,9 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
     let mut n_st = tx.prepare_cached(
         "INSERT INTO napi_hist(interval,queue,bucket,count) VALUES (?1,?2,?3,?4)",
     )?;
+    let mut z_st = tx.prepare_cached(
+        "INSERT INTO size_hist(interval,dir,queue,bucket,count) VALUES (?1,?2,?3,?4,?5)",
+    )?;
     for q in s.queues.iter().filter(|q| !q.is_zero()) {
         let dir = q.dir.as_str();
         q_st.execute(params![
@@ -528,6 +531,15 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
                 n_st.execute(params![i, q.queue, b as i64, q.napi_work_hist[b] as i64])?;
             }
         }
+        for (b, &n) in q.size_hist.iter().enumerate().filter(|(_, n)| **n > 0) {
+            z_st.execute(params![i, dir, q.queue, b as i64, n as i64])?;
+        }
+    }
+    let mut d_st = tx.prepare_cached(
+        "INSERT INTO nic_drops(interval,counter,queue,count) VALUES (?1,?2,?3,?4)",
+    )?;
+    for d in &s.nic_drops {
+        d_st.execute(params![i, d.counter, d.queue, d.count as i64])?;
     }
     let mut sa_st = tx.prepare_cached(
         "INSERT INTO samples(interval,dir,queue,cpu,len,skb_addr,data_addr,ts0,ts1,ts2,ts3,free_ns,dropped,

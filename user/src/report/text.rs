@@ -721,6 +721,23 @@ fn render_counters(o: &mut Out, r: &Summary) {
             ),
         );
     }
+    for st in &c.stacks {
+        wrapped(
+            o,
+            "  ",
+            &format!(
+                "socket {} {}{}: inbound write {}, read {}{}",
+                st.socket,
+                st.stack,
+                if st.nic { " (NIC)" } else { "" },
+                mbs(st.inbound_write_mbps),
+                mbs(st.inbound_read_mbps),
+                st.perf_metrics
+                    .as_ref()
+                    .map_or(String::new(), |(w, r)| format!(" (perf stat -M {w},{r})"))
+            ),
+        );
+    }
     for w in &c.warnings {
         wrapped(o, "  warning: ", w);
     }

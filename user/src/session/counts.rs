@@ -297,6 +297,8 @@ impl Session {
         let before = self.watch.as_mut().and_then(|w| w.link_totals());
         if let Some(k) = self.kstats.as_mut() {
             overlay_kernel_counts(&mut self.prev_q, &k.queues(), self.kernel_counts);
+            // The NIC's drop counters count from here, as the queues do.
+            k.ring_drop_deltas();
         }
         let after = self.watch.as_mut().and_then(|w| w.link_totals());
         self.prev_link = before.zip(after);

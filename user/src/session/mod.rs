@@ -348,6 +348,14 @@ impl Session {
             self.read_flow_turn(&mut snap, &cur_q, finishing)?;
         }
         snap.misses = self.read_misses(finishing, flow_turn)?;
+        if let Some(k) = self.kstats.as_mut() {
+            let first = self.index == 0;
+            snap.nic_drops = k
+                .ring_drop_deltas()
+                .into_iter()
+                .filter(|d| first || d.count > 0)
+                .collect();
+        }
         snap.counters = counters;
         self.prev_q = cur_q;
         self.prev_e = cur_e;

@@ -2,6 +2,7 @@
 //! the metrics endpoint (`serve`) with its bounded flow series (`capped`) and the model's
 //! live verdicts (`live_model`), the per-interval numbers both show (`view`), and the
 //! host check (`doctor`).
+pub mod bundle;
 pub mod capped;
 pub mod conns;
 pub mod doctor;
