@@ -31,6 +31,7 @@ fn rxq(queue: u32, ring: u32, pps: f64, pkt: f64) -> QueueObservation {
         napi_budget_exhausted: 0,
         peak_inflight_pkts: None,
         drops: 0,
+        socket: None,
     }
 }
 
@@ -83,8 +84,12 @@ fn vtune_obs(case: &serde_json::Value) -> HostObservation {
             read_miss_pct: Some(f("inbound_read_l3_miss_pct")),
             write_allocation_disabled: false,
             source: "imported".into(),
+            dram_read_mbps: None,
+            dram_write_mbps: None,
         }),
         stack: None,
+        driver: None,
+        mtu: None,
     }
 }
 
@@ -148,6 +153,8 @@ fn emr_obs(ring: u32, counters: Option<CounterEvidence>) -> HostObservation {
         queues,
         counters,
         stack: None,
+        driver: None,
+        mtu: None,
     }
 }
 
@@ -178,6 +185,8 @@ fn emr_shrink_rings_and_allocation_disabled() {
         read_miss_pct: Some(rmiss),
         write_allocation_disabled: false,
         source: "imported".into(),
+        dram_read_mbps: None,
+        dram_write_mbps: None,
     };
     let obs = emr_obs(8096, Some(c));
     let recs = recommend_one(&obs);
@@ -230,6 +239,8 @@ fn emr_shrink_rings_and_allocation_disabled() {
         read_miss_pct: None,
         write_allocation_disabled: disabled,
         source: "imported".into(),
+        dram_read_mbps: None,
+        dram_write_mbps: None,
     };
     let recs = recommend_one(&emr_obs(2048, Some(c)));
     show("non_allocating_2048_desc", &recs);
@@ -266,8 +277,12 @@ fn resq_recommended_rings_fit() {
             read_miss_pct: None,
             write_allocation_disabled: false,
             source: "imported".into(),
+            dram_read_mbps: None,
+            dram_write_mbps: None,
         }),
         stack: None,
+        driver: None,
+        mtu: None,
     };
     let recs = recommend_one(&obs);
     show("resq 1518B", &recs);
@@ -303,6 +318,8 @@ fn ways_when_no_ring_fits_and_determinism() {
         queues: queues.clone(),
         counters: None,
         stack: None,
+        driver: None,
+        mtu: None,
     };
     let a = recommend_one(&obs);
     show("no ring fits", &a);
@@ -462,4 +479,48 @@ fn steer_the_top_flow_off_the_hot_queue() {
     let mut one = obs.clone();
     one.queues.truncate(1);
     assert!(steer_flow(&one, &ModelRun::new(&one), &shares, &flows, "").is_none());
+}
+
+/// Socket receive buffers: a slow reader's 6 MiB queues on a Gold 6140 (4.5 MiB of DDIO, 2 of
+/// it usable) get a cap, with a predicted gain; queues of 64 KiB do not.
+#[test]
+fn socket_buffer_cap_for_queues_beyond_ddio_and_none_for_small_ones() {
+    let obs = |queued: f64| {
+        let mut q = rxq(0, 1024, 10e9 / 8.0 / 1500.0, 1500.0);
+        q.residence_ns_p50 = Some(queued / (10e9 / 8.0) * 1e9);
+        q.socket = Some(SocketQueueObs {
+            sockets: 2,
+            queued_bytes: queued,
+            rmem_bytes: queued * 1.4,
+            rcvbuf_max: 6 << 20,
+            drain_bytes_per_s: 10e9 / 8.0,
+        });
+        HostObservation {
+            iface: "ens1f0".into(),
+            geometry: LlcGeometry::skx_gold_6140(),
+            nic_numa_node: None,
+            queue_cpus_numa: vec![],
+            queue_irqs: vec![],
+            node_cpulists: vec![],
+            root_port: None,
+            consumer: Some(Consumer::Copy),
+            queues: vec![q],
+            counters: None,
+            stack: None,
+            driver: Some("mlx5_core".into()),
+            mtu: Some(1500),
+        }
+    };
+    let big = recommend_one(&obs(2.0 * 6291456.0));
+    show("slow reader, 2 x 6 MiB queued", &big);
+    let r = big
+        .iter()
+        .find(|r| r.kind == "socket_buffer")
+        .expect("a socket_buffer recommendation");
+    assert!(r.command.starts_with("sysctl -w net.ipv4.tcp_rmem=\"4096 131072 "));
+    let (b, a) = (r.predicted_before.unwrap(), r.predicted_after.unwrap());
+    assert!(a > b, "read hit {b} -> {a}");
+    assert!(r.evidence.iter().any(|e| e.contains("GB/s")));
+    let small = recommend_one(&obs(2.0 * 65536.0));
+    assert!(!kinds(&small).contains(&"socket_buffer"), "{:?}", kinds(&small));
 }

@@ -26,6 +26,7 @@
 //!   ways), EMR 8592+ (ASSUMED 320 MiB per socket, 20 ways, 64 slices, 2 DDIO ways).
 
 pub mod analytic;
+pub mod buffers;
 pub mod cache;
 pub mod calibrate;
 pub mod drive;
@@ -41,7 +42,8 @@ pub use analytic::{Dir, Verdict};
 pub use calibrate::{calibrate, Calibration, CalibrationParams, Measured};
 pub use geometry::{LlcGeometry, WaysSource};
 pub use sim::{
-    bench_lines_per_sec, simulate_trace, AccessKind, Background, BufferAccess, HandUp, HitStats,
+    bench_lines_per_sec, simulate_trace, AccessKind, Background, BufferAccess, DramTraffic, HandUp,
+    HitStats,
     MissEvent, Replacement, SimOptions, SimResult,
 };
 pub use spec::{

@@ -210,17 +210,20 @@ fn verdicts_section(o: &mut String, verdicts: &[QueueVerdict]) {
     }
     o.push_str(
         "<div class=\"scroll\"><table class=\"num\" id=\"verdicts-table\"><thead><tr><th class=\"l\">queue</th><th class=\"l\">verdict</th>\
-         <th>ring needs</th><th>in flight</th><th>write hit</th><th>read hit</th><th class=\"l\">why</th></tr></thead><tbody>\n",
+         <th>ring needs</th><th>in flight</th><th>write hit</th><th>read hit</th><th>copy read miss</th><th>DRAM read GB/s</th><th>DRAM write GB/s</th><th class=\"l\">why</th></tr></thead><tbody>\n",
     );
     for v in verdicts {
         let _ = writeln!(
             o,
-            "<tr><td class=\"l\">{}</td><td class=\"l v-{v}\">{v}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l why\">{}</td></tr>",
+            "<tr><td class=\"l\">{}</td><td class=\"l v-{v}\">{v}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l why\">{}</td></tr>",
             qname(v.dir, v.queue),
             v.footprint_bytes.map_or_else(|| "-".into(), |b| fmt_bytes(b as f64)),
             v.inflight_bytes.map_or_else(|| "-".into(), fmt_bytes),
             fmt_pct(v.predicted_write_hit_pct),
             fmt_pct(v.predicted_read_hit_pct),
+            fmt_pct(v.predicted_cpu_read_miss_pct),
+            v.predicted_dram_read_gbps.map_or_else(|| "-".into(), |g| format!("{g:.2}")),
+            v.predicted_dram_write_gbps.map_or_else(|| "-".into(), |g| format!("{g:.2}")),
             esc(&v.reason),
             v = v.verdict,
         );
@@ -835,6 +838,9 @@ pub fn what_if_for(outcome: &Outcome) -> Result<WhatIf, String> {
         "Calibration".into(),
         crate::report::text::calibration_words(a.calibration.as_ref()),
     ));
+    if let Some(d) = crate::report::text::dram_words(&a.model) {
+        inputs.push(("DRAM traffic".into(), d));
+    }
     Ok(WhatIf {
         spec,
         inputs,

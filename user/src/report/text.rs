@@ -365,6 +365,9 @@ pub fn render_verdicts(o: &mut String, verdicts: &[QueueVerdict]) {
                 v.inflight_bytes.map_or_else(|| "-".into(), fmt_bytes),
                 fmt_pct(v.predicted_write_hit_pct),
                 fmt_pct(v.predicted_read_hit_pct),
+                fmt_pct(v.predicted_cpu_read_miss_pct),
+                fmt_gbps(v.predicted_dram_read_gbps),
+                fmt_gbps(v.predicted_dram_write_gbps),
             ]
         })
         .collect();
@@ -375,6 +378,9 @@ pub fn render_verdicts(o: &mut String, verdicts: &[QueueVerdict]) {
         "in flight",
         "write hit",
         "read hit",
+        "copy miss",
+        "DRAM rd GB/s",
+        "DRAM wr GB/s",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -1007,6 +1013,9 @@ fn render_model_notes(o: &mut String, a: &Advice) {
         let (head, rest) = line.split_at(line.len().min(14));
         wrapped(o, &format!("  {head}"), rest);
     }
+    if let Some(line) = dram_words(&a.model) {
+        wrapped(o, "  DRAM          ", &line);
+    }
     for n in &a.notes {
         wrapped(o, "  note: ", n);
     }
@@ -1131,6 +1140,8 @@ pub fn render_what_if(grid: &[GridPoint]) -> String {
         "write hit",
         "CPU read hit",
         "NIC read hit",
+        "DRAM rd GB/s",
+        "DRAM wr GB/s",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -1150,10 +1161,58 @@ pub fn render_what_if(grid: &[GridPoint]) -> String {
                 fmt_pct(p.io_write_hit_pct),
                 fmt_pct(p.cpu_read_hit_pct),
                 fmt_pct(p.io_read_hit_pct),
+                fmt_gbps(p.dram_read_gbps),
+                fmt_gbps(p.dram_write_gbps),
             ]
         })
         .collect();
     table(&mut o, 0, &header, &rows, &[]);
+    o
+}
+
+/// The socket's predicted DRAM traffic and copy read miss, beside what the memory
+/// controllers counted when the recording has them; None without a prediction.
+pub fn dram_words(m: &crate::advise::ModelView) -> Option<String> {
+    let (r, w) = (m.predicted_dram_read_gbps?, m.predicted_dram_write_gbps?);
+    let mut s = format!("the network's, predicted: read {r:.2} GB/s, write {w:.2} GB/s");
+    if let Some(x) = m.predicted_cpu_read_miss_pct {
+        let _ = write!(s, "; the copy's LLC read miss {x:.1}%");
+    }
+    match (m.measured_dram_read_gbps, m.measured_dram_write_gbps) {
+        (Some(mr), Some(mw)) => {
+            let _ = write!(
+                s,
+                "; memory controllers measured read {mr:.2} GB/s, write {mw:.2} GB/s (all traffic)"
+            );
+        }
+        _ => s.push_str("; no memory-controller counters in the recording to set beside it"),
+    }
+    Some(s)
+}
+
+/// A modelled bandwidth in GB/s, "-" where there is none.
+fn fmt_gbps(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |v| format!("{v:.2}"))
+}
+
+/// A synthetic spec's inputs: the keys given, and every other input with its default, so
+/// the output says which numbers the user chose and which the model assumed.
+pub fn render_spec_inputs(spec: &crate::model::spec::SimSpec, given: &[String]) -> String {
+    let inputs = spec.inputs();
+    let pick = |g: bool| {
+        inputs
+            .iter()
+            .filter(|i| given.iter().any(|k| k == &i.name) == g)
+            .map(|i| format!("{} {}", i.name, i.value))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut o = String::new();
+    let _ = writeln!(o, "model inputs  given: {}", pick(true));
+    let _ = writeln!(o, "              assumed: {}", pick(false));
+    if let Some(rule) = spec.layout_rule() {
+        let _ = writeln!(o, "buffer layout {rule}");
+    }
     o
 }
 
