@@ -3,8 +3,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::model::analytic::{self, Dir, QueueLoad, SocketAnalytic, Verdict, DESC_BYTES_PER_PKT};
-use crate::model::geometry::{ways_to_mask, LlcGeometry, WaysSource};
 use crate::model::buffers::Driver;
+use crate::model::geometry::{ways_to_mask, LlcGeometry, WaysSource};
 use crate::model::spec::{Consumer, Reuse, SimSpec, StackInputs};
 
 mod run;

@@ -517,10 +517,16 @@ fn socket_buffer_cap_for_queues_beyond_ddio_and_none_for_small_ones() {
         .iter()
         .find(|r| r.kind == "socket_buffer")
         .expect("a socket_buffer recommendation");
-    assert!(r.command.starts_with("sysctl -w net.ipv4.tcp_rmem=\"4096 131072 "));
+    assert!(r
+        .command
+        .starts_with("sysctl -w net.ipv4.tcp_rmem=\"4096 131072 "));
     let (b, a) = (r.predicted_before.unwrap(), r.predicted_after.unwrap());
     assert!(a > b, "read hit {b} -> {a}");
     assert!(r.evidence.iter().any(|e| e.contains("GB/s")));
     let small = recommend_one(&obs(2.0 * 65536.0));
-    assert!(!kinds(&small).contains(&"socket_buffer"), "{:?}", kinds(&small));
+    assert!(
+        !kinds(&small).contains(&"socket_buffer"),
+        "{:?}",
+        kinds(&small)
+    );
 }

@@ -170,7 +170,11 @@ pub fn layout(driver: Driver, mtu: u32, pkt_bytes: u32) -> BufLayout {
             // ceil(frame / buffer) descriptors (EOP chaining); each buffer's half page is
             // its truesize (ice_txrx.c ice_rx_buf_adjust_pg_offset flips halves), headroom
             // ICE_SKB_PAD (NET_SKB_PAD + NET_IP_ALIGN) for build_skb.
-            let (buf, half) = if mtu <= 1500 { (1536, 2048) } else { (3072, 4096) };
+            let (buf, half) = if mtu <= 1500 {
+                (1536, 2048)
+            } else {
+                (3072, 4096)
+            };
             let n = pkt.div_ceil(buf).max(1);
             BufLayout {
                 bytes_per_pkt: n * half,
@@ -249,7 +253,10 @@ mod tests {
     fn mlx5_striding_rq_at_1500_and_9000() {
         // 64 + 1522 → 1600 + 320 = 1920: one 2 KiB stride per frame.
         let l = layout(Driver::Mlx5, 1500, 1514);
-        assert_eq!((l.bytes_per_pkt, l.data_offset, l.descs_per_pkt), (2048, 64, 1.0));
+        assert_eq!(
+            (l.bytes_per_pkt, l.data_offset, l.descs_per_pkt),
+            (2048, 64, 1.0)
+        );
         // 64 + 9022 → 9088 + 320 = 9408 → 16 KiB per MTU frame of ring; a 9014 B frame fills
         // 36 strides of 256 B: 9216 B, 0.5625 of a descriptor.
         let l = layout(Driver::Mlx5, 9000, 9014);
@@ -276,7 +283,10 @@ mod tests {
         assert_eq!((l.bytes_per_pkt, l.descs_per_pkt), (1536, 1.0));
         let l = layout(Driver::Virtio, 9000, 9014);
         assert_eq!((l.bytes_per_pkt, l.descs_per_pkt), (3 * 4096, 3.0));
-        assert_eq!(layout(Driver::PagePool, 1500, 1514).bytes_per_pkt, 1792 + 320);
+        assert_eq!(
+            layout(Driver::PagePool, 1500, 1514).bytes_per_pkt,
+            1792 + 320
+        );
         // The unknown-driver default keeps 2048 B at 256 for standard frames.
         let l = layout(Driver::HalfPage, 1500, 1500);
         assert_eq!((l.bytes_per_pkt, l.data_offset), (2048, 256));

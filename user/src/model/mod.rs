@@ -36,6 +36,8 @@ pub mod sim;
 pub mod spec;
 
 #[cfg(test)]
+mod kernel_validation;
+#[cfg(test)]
 mod validation;
 
 pub use analytic::{Dir, Verdict};
@@ -43,8 +45,7 @@ pub use calibrate::{calibrate, Calibration, CalibrationParams, Measured};
 pub use geometry::{LlcGeometry, WaysSource};
 pub use sim::{
     bench_lines_per_sec, simulate_trace, AccessKind, Background, BufferAccess, DramTraffic, HandUp,
-    HitStats,
-    MissEvent, Replacement, SimOptions, SimResult,
+    HitStats, MissEvent, Replacement, SimOptions, SimResult,
 };
 pub use spec::{
     simulate, simulate_phases, try_what_if, what_if, what_if_with_progress, Axes, Consumer,

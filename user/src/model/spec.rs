@@ -974,13 +974,20 @@ impl SimSpec {
                 ),
             ));
         }
-        for b in self.queue_socket_bytes.iter().chain(self.socket_queue_bytes.iter()) {
+        for b in self
+            .queue_socket_bytes
+            .iter()
+            .chain(self.socket_queue_bytes.iter())
+        {
             chk_real("socket_queue_bytes", *b)?;
         }
         if let Some(m) = self.mtu {
             chk_int("mtu", m as u64)?;
         }
-        if !(self.descs_per_pkt.is_finite() && self.descs_per_pkt > 0.0 && self.descs_per_pkt <= 64.0) {
+        if !(self.descs_per_pkt.is_finite()
+            && self.descs_per_pkt > 0.0
+            && self.descs_per_pkt <= 64.0)
+        {
             return Err(SpecError::Value(
                 "descs_per_pkt".into(),
                 format!("{} (in (0, 64])", self.descs_per_pkt),
@@ -1966,7 +1973,12 @@ mod validate_tests {
     fn jumbo_frames_need_no_buffer_layout_keys() {
         // The command, refused before: the layout now follows the kernel's rules.
         let s = SimSpec::parse("llc_mib=39,ways=12,ddio_ways=2,queues=1,ring=1024,pkt_bytes=9000,rate_gbps=100,consumer=copy").unwrap();
-        assert!(s.data_offset + 9000 <= s.buf_stride, "{} {}", s.buf_stride, s.data_offset);
+        assert!(
+            s.data_offset + 9000 <= s.buf_stride,
+            "{} {}",
+            s.buf_stride,
+            s.data_offset
+        );
         assert_eq!(s.socket_queue_bytes, Some(KERNEL_SOCKET_QUEUE_BYTES));
         // mlx5's striding RQ at MTU 9000: 256 B strides, 16 KiB of ring per MTU frame.
         let m = SimSpec::parse("llc_mib=39,ways=12,queues=1,ring=1024,mtu=9000,driver=mlx5,pkt_bytes=9014,rate_gbps=100,consumer=copy,max_packets=200000").unwrap();
@@ -1976,21 +1988,30 @@ mod validate_tests {
         let r = simulate(&m);
         assert!(r.total.io_write_hit_pct().is_some() && r.total.cpu_read_hit_pct().is_some());
         // Layout keys given win; an unknown driver is one clear error.
-        let k = SimSpec::parse("pkt_bytes=1500,driver=mlx5,buf_stride=4096,data_offset=64").unwrap();
+        let k =
+            SimSpec::parse("pkt_bytes=1500,driver=mlx5,buf_stride=4096,data_offset=64").unwrap();
         assert_eq!(k.buf_stride, 4096);
-        assert!(SimSpec::parse("driver=e1000x").unwrap_err().to_string().contains("driver"));
+        assert!(SimSpec::parse("driver=e1000x")
+            .unwrap_err()
+            .to_string()
+            .contains("driver"));
         // A DPDK forwarding spec keeps its mbufs as before.
         let f = SimSpec::parse("pkt_bytes=1500").unwrap();
-        assert_eq!((f.buf_stride, f.data_offset, f.descs_per_pkt), (2368, 320, 1.0));
+        assert_eq!(
+            (f.buf_stride, f.data_offset, f.descs_per_pkt),
+            (2368, 320, 1.0)
+        );
     }
 
     #[test]
     fn a_socket_queue_holds_each_packet_for_queued_over_drain() {
-        // 1 MB queued per flow, 10 Gb/s per flow: 800 us (Little's law), 533 packets held.
+        // 1 MB queued per flow, 10 Gb/s of line rate per flow (822 kpps of 1500 B): the
+        // queue over the flow's byte rate (Little's law), 667 packets held.
         let s = SimSpec::parse("consumer=copy,queues=2,ring=512,pkt_bytes=1500,rate_gbps=20,socket_queue_bytes=1000000").unwrap();
         let w = s.socket_wait_ns();
         assert_eq!(w.len(), 2);
-        assert!((w[0][0].1 - 800_000.0).abs() < 1.0, "{w:?}");
+        let want = 1e6 / (s.queue_pps()[0] * 1500.0) * 1e9;
+        assert!((w[0][0].1 - want).abs() < 1.0, "{w:?} {want}");
         let held = s.socket_held_pkts();
         assert!((held[0] - 1e6 / 1500.0).abs() < 1.0, "{held:?}");
         assert!(s.pool_extra as f64 >= held[0] * 1.25);
@@ -2011,8 +2032,17 @@ mod validate_tests {
         let miss = t.io_write_misses as f64 / (t.io_write_hits + t.io_write_misses) as f64;
         let want_w = miss * lines_per_s * 64.0 / 1e9
             + t.cpu_write_misses as f64 * 64.0 / r.slice_fraction / r.measured_ns as f64;
-        println!("write miss {:.1}%, DRAM write {:.2} GB/s (expected {want_w:.2}), read {:.2} GB/s", 100.0 * miss, d.write_gbps, d.read_gbps);
-        assert!((d.write_gbps - want_w).abs() <= 0.05 * want_w, "{} {want_w}", d.write_gbps);
+        println!(
+            "write miss {:.1}%, DRAM write {:.2} GB/s (expected {want_w:.2}), read {:.2} GB/s",
+            100.0 * miss,
+            d.write_gbps,
+            d.read_gbps
+        );
+        assert!(
+            (d.write_gbps - want_w).abs() <= 0.05 * want_w,
+            "{} {want_w}",
+            d.write_gbps
+        );
         assert!(d.write_gbps > 1.0 && d.write_gbps < 50.0 / 8.0 * 1.1);
     }
 
@@ -2022,7 +2052,10 @@ mod validate_tests {
         let run = |q: u32, sq: u32| {
             let r = simulate(&SimSpec::parse(&format!("llc_mib=39,ways=12,ddio_ways=2,queues={q},ring=1024,mtu=9000,driver=mlx5,pkt_bytes=9014,rate_gbps=200,consumer=copy,socket_queue_bytes={sq},max_packets=300000")).unwrap());
             let d = r.dram(&r.total).unwrap();
-            (r.total.cpu_read_miss_pct().unwrap(), d.read_gbps + d.write_gbps)
+            (
+                r.total.cpu_read_miss_pct().unwrap(),
+                d.read_gbps + d.write_gbps,
+            )
         };
         let small: Vec<_> = [1, 2, 6].iter().map(|q| run(*q, 1_000_000)).collect();
         let big: Vec<_> = [1, 2, 6].iter().map(|q| run(*q, 6_291_456)).collect();

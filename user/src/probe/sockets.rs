@@ -225,7 +225,9 @@ pub fn parse_diag(msg: &[u8]) -> Option<SocketStat> {
             .map(|b| u64::from(u32::from_ne_bytes(b.try_into().unwrap_or_default())))
     };
     let queue = QueueSample {
-        rqueue: u64::from(u32::from_ne_bytes(msg[DIAG_RQUEUE..DIAG_RQUEUE + 4].try_into().ok()?)),
+        rqueue: u64::from(u32::from_ne_bytes(
+            msg[DIAG_RQUEUE..DIAG_RQUEUE + 4].try_into().ok()?,
+        )),
         rmem: mem(0),
         rcvbuf: mem(1),
     };
@@ -661,7 +663,10 @@ mod tests {
         let v = t.queues();
         assert_eq!(v.len(), 1);
         let s = v[0].1;
-        assert_eq!((s.reads, s.rqueue_sum, s.rqueue_max), (3, 6_000_000, 3_000_000));
+        assert_eq!(
+            (s.reads, s.rqueue_sum, s.rqueue_max),
+            (3, 6_000_000, 3_000_000)
+        );
         assert_eq!((s.drained_bytes, s.span_ns), (8_000_000, 1_000_000_000));
         assert_eq!((s.rmem_sum, s.rcvbuf_max), (12_000_000, 4 << 20));
         // It closes: its readings stay with its four-tuple.

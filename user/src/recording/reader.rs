@@ -1438,7 +1438,9 @@ pub fn socket_queues(path: &Path) -> Result<Vec<crate::snapshot::SocketQueueStat
     ) else {
         return Ok(Vec::new());
     };
-    let damaged = |e: rusqlite::Error| anyhow::anyhow!("{}: damaged socket_queues table: {e}", path.display());
+    let damaged = |e: rusqlite::Error| {
+        anyhow::anyhow!("{}: damaged socket_queues table: {e}", path.display())
+    };
     let rows = st
         .query_map([], |r| {
             let g = |i: usize| -> rusqlite::Result<u64> { Ok(r.get::<_, i64>(i)?.max(0) as u64) };
