@@ -313,7 +313,9 @@ pub fn spec_from_observation(
             little.max(q.peak_inflight_pkts.unwrap_or(0) as f64)
         })
         .fold(0.0f64, f64::max);
-    s.pool_extra = ((inflight * 1.25).ceil() as u32).clamp(256, 1 << 20);
+    // And for what the sockets hold until the copy (a page_pool takes fresh pages for them).
+    let held = s.socket_held_pkts().into_iter().fold(inflight, f64::max);
+    s.pool_extra = ((held * 1.25).ceil() as u32).clamp(256, 1 << 20);
     // Sample slices on big LLCs: the hit-rate estimate stays unbiased and the run short.
     if let Some(sl) = s.geometry.slices {
         s.slice_sample = (sl / 16).max(1);

@@ -55,6 +55,23 @@ pub fn socket_buffer(obs: &HostObservation, run: &ModelRun) -> Option<Recommenda
         }
     })?;
     let mib = |b: f64| b / 1048576.0;
+    // Bandwidths and waits at the scale they come in.
+    let bw = |g: f64| {
+        if g.abs() >= 0.1 {
+            format!("{g:.2} GB/s")
+        } else {
+            format!("{:.2} MB/s", g * 1e3)
+        }
+    };
+    let wait = |s: f64| {
+        if s >= 1.0 {
+            format!("{s:.2} s")
+        } else if s >= 1e-3 {
+            format!("{:.1} ms", s * 1e3)
+        } else {
+            format!("{:.0} µs", s * 1e6)
+        }
+    };
     let dram = |r: &SimResult| r.dram(&r.total).map(|d| d.read_gbps + d.write_gbps);
     let hit = |r: &SimResult| r.total.cpu_read_hit_pct().map(round1);
     let drain: f64 = rx.iter().map(|s| s.drain_bytes_per_s).sum();
@@ -68,15 +85,17 @@ pub fn socket_buffer(obs: &HostObservation, run: &ModelRun) -> Option<Recommenda
             mib(usable)
         ),
         format!(
-            "the applications read {:.0} MB/s; a byte waits {:.0} µs in its socket (Little's law: queued / drain rate)",
+            "the applications read {:.1} MB/s; a byte waits {} in its socket (Little's law: queued / drain rate)",
             drain / 1e6,
-            if drain > 0.0 { queued / drain * 1e6 } else { 0.0 }
+            wait(if drain > 0.0 { queued / drain } else { 0.0 })
         ),
     ];
     let (db, da) = (dram(&before), dram(&after));
     if let (Some(b), Some(a)) = (db, da) {
         evidence.push(format!(
-            "predicted DRAM traffic of the network: {b:.2} GB/s now, {a:.2} GB/s with receive buffers of {:.0} KiB",
+            "predicted DRAM traffic of the network: {} now, {} with receive buffers of {:.0} KiB",
+            bw(b),
+            bw(a),
             cap as f64 / 1024.0
         ));
     }
@@ -85,21 +104,22 @@ pub fn socket_buffer(obs: &HostObservation, run: &ModelRun) -> Option<Recommenda
         if let Some(r) = run.result(Some(ring / 2), None) {
             if let (Some(b), Some(a), Some(s)) = (db, dram(&r), da) {
                 evidence.push(format!(
-                    "against a ring of {} instead of {ring}: DRAM {a:.2} GB/s ({} simulated drops); the socket cap saves {:.2} GB/s, the ring {:.2} GB/s",
+                    "against a ring of {} instead of {ring}: DRAM {} ({} simulated drops); the socket cap saves {}, the ring {}",
                     ring / 2,
+                    bw(a),
                     r.drops,
-                    b - s,
-                    b - a
+                    bw(b - s),
+                    bw(b - a)
                 ));
             }
         }
     }
     if per_socket_rate > 0.0 {
         evidence.push(format!(
-            "cost: a connection moves at most one window per round trip; a {:.0} KiB buffer (about half of it window) keeps its {:.0} MB/s while the RTT stays under {:.0} µs",
+            "cost: a connection moves at most one window per round trip; a {:.0} KiB buffer (about half of it window) keeps its {:.1} MB/s while the RTT stays under {}",
             cap as f64 / 1024.0,
             per_socket_rate / 1e6,
-            cap as f64 / 2.0 / per_socket_rate * 1e6
+            wait(cap as f64 / 2.0 / per_socket_rate)
         ));
     }
     Some(Recommendation {
