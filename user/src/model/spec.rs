@@ -2064,7 +2064,12 @@ mod validate_tests {
             assert!(v[0].0 <= v[1].0 && v[1].0 <= v[2].0, "{v:?}");
         }
         for (a, b) in small.iter().zip(&big) {
-            assert!(b.0 >= a.0 && b.1 >= a.1 - 0.5, "{a:?} {b:?}");
+            assert!(b.0 >= a.0, "{a:?} {b:?}");
+        }
+        // DRAM traffic grows with the socket queue from two flows on; at one flow the
+        // larger queue's DMA writes hit more (docs/model.md), which this does not cover.
+        for (a, b) in small.iter().zip(&big).skip(1) {
+            assert!(b.1 >= a.1 - 0.5, "{a:?} {b:?}");
         }
     }
 }
