@@ -360,6 +360,12 @@ fn simulate(args: SimulateArgs) -> Result<()> {
             .collect();
             let spec =
                 spec::SimSpec::parse_with(text, &flags).map_err(|e| anyhow!("--synthetic: {e}"))?;
+            let mut given = spec::SimSpec::given_inputs(text);
+            given.extend(flags.iter().map(|(k, _)| match *k {
+                "ddio_ways" => "ddio_ways".to_string(),
+                _ => "llc".to_string(),
+            }));
+            head = report::text::render_spec_inputs(&spec, &given);
             spec::try_what_if(&spec, &axes, &mut |_, _| {}).map_err(|e| anyhow!("{e}"))?
         }
     };

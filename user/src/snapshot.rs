@@ -349,6 +349,10 @@ pub struct Snapshot {
     /// first interval (zero or not, so the recording says which exist), the nonzero ones after.
     #[serde(default)]
     pub nic_drops: Vec<NicDrop>,
+    /// The local TCP sockets' receive queues over the run so far (present with the flows,
+    /// where sock_diag could be read), keyed by their RX flow.
+    #[serde(default)]
+    pub socket_queues: Vec<SocketQueueStat>,
     /// Counter deltas of this interval (any source), per socket.
     pub counters: Vec<crate::counters::CounterReading>,
     /// L3-miss samples of this interval, when a miss sampler is attached.
@@ -574,6 +578,41 @@ mod tests {
         assert_eq!(d.packets, 15);
         assert_eq!(d.stage_hist[0][3], 2);
         assert_eq!(d.stage_max_ns[0], 900);
+    }
+}
+
+/// A local socket's receive queue over the reads that listed it (cumulative): its flow as the
+/// probes key RX packets to it, the payload queued summed over the reads, its peak, the
+/// memory (truesize) queued summed, the largest receive buffer, and the payload the
+/// application read between the first and the last read over that time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SocketQueueStat {
+    pub key: FlowKey,
+    pub reads: u64,
+    pub rqueue_sum: u64,
+    pub rqueue_max: u64,
+    pub rmem_sum: u64,
+    pub rcvbuf_max: u64,
+    pub drained_bytes: u64,
+    pub span_ns: u64,
+}
+
+impl SocketQueueStat {
+    /// Mean payload queued over the reads.
+    pub fn mean_queued(&self) -> f64 {
+        self.rqueue_sum as f64 / self.reads.max(1) as f64
+    }
+
+    /// Bytes per second the application read, None without two reads apart.
+    pub fn drain_bytes_per_s(&self) -> Option<f64> {
+        (self.span_ns > 0).then(|| self.drained_bytes as f64 * 1e9 / self.span_ns as f64)
+    }
+
+    /// Seconds a byte waits in the queue (Little's law: mean queued / drain rate).
+    pub fn residence_s(&self) -> Option<f64> {
+        self.drain_bytes_per_s()
+            .filter(|r| *r > 0.0)
+            .map(|r| self.mean_queued() / r)
     }
 }
 

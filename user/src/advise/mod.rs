@@ -3,10 +3,12 @@
 use serde::{Deserialize, Serialize};
 
 use crate::model::analytic::{self, Dir, QueueLoad, SocketAnalytic, Verdict, DESC_BYTES_PER_PKT};
+use crate::model::buffers::Driver;
 use crate::model::geometry::{ways_to_mask, LlcGeometry, WaysSource};
 use crate::model::spec::{Consumer, Reuse, SimSpec, StackInputs};
 
 mod run;
+mod socket_buffer;
 #[cfg(test)]
 mod tests;
 
@@ -53,6 +55,9 @@ pub struct QueueObservation {
     /// Timed frames by size (`crate::snapshot::SIZE_BUCKETS`); empty: not measured.
     #[serde(default)]
     pub size_hist: Vec<u64>,
+    /// The receive queues of the local sockets this queue's flows end in, where measured.
+    #[serde(default)]
+    pub socket: Option<SocketQueueObs>,
 }
 
 /// The NIC's ring-full / no-buffer drops that bear on one queue.
@@ -65,6 +70,28 @@ pub struct NicRingDrops {
     pub per_queue: bool,
 }
 
+/// The sockets a queue's flows end in, together: what their receive queues held and how
+/// fast the applications read them (sock_diag, sampled with the flows).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SocketQueueObs {
+    pub sockets: u32,
+    /// Payload queued, the sockets' means summed.
+    pub queued_bytes: f64,
+    /// Memory (truesize) their queued buffers held, the means summed.
+    pub rmem_bytes: f64,
+    /// The largest receive buffer among them.
+    pub rcvbuf_max: u64,
+    /// Payload the applications read per second, summed.
+    pub drain_bytes_per_s: f64,
+}
+
+impl SocketQueueObs {
+    /// Time a byte waits in them before the copy (Little's law: queued / drain rate).
+    pub fn residence_ns(&self) -> Option<f64> {
+        (self.drain_bytes_per_s > 0.0).then(|| self.queued_bytes / self.drain_bytes_per_s * 1e9)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CounterEvidence {
     pub write_miss_pct: Option<f64>,
@@ -72,6 +99,11 @@ pub struct CounterEvidence {
     pub write_allocation_disabled: bool,
     /// "live" or "imported".
     pub source: String,
+    /// DRAM traffic the memory controllers counted (IMC CAS), all sources, MB/s.
+    #[serde(default)]
+    pub dram_read_mbps: Option<f64>,
+    #[serde(default)]
+    pub dram_write_mbps: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -98,12 +130,18 @@ pub struct HostObservation {
     /// The kernel's buffer recycling as measured (page_pool statistics); None: not measured.
     #[serde(default)]
     pub stack: Option<StackInputs>,
+    /// The NIC's driver (`ethtool -i`), whose buffer rules the model takes.
+    #[serde(default)]
+    pub driver: Option<String>,
+    /// The interface MTU.
+    #[serde(default)]
+    pub mtu: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Recommendation {
     /// ring_size | iio_llc_ways | spread_load | steer_flow | numa_placement |
-    /// ddio_write_allocation_disabled | buffer_reuse
+    /// ddio_write_allocation_disabled | buffer_reuse | socket_buffer
     pub kind: String,
     pub target: String,
     /// Printed for the operator; ddioscope never runs it.
@@ -124,6 +162,14 @@ pub struct QueueModel {
     pub inflight_bytes: f64,
     pub predicted_write_hit_pct: Option<f64>,
     pub predicted_read_hit_pct: Option<f64>,
+    /// LLC miss % of the copy's reads (kernel stack; None when forwarding).
+    #[serde(default)]
+    pub predicted_cpu_read_miss_pct: Option<f64>,
+    /// DRAM traffic this queue's packets cause, GB/s.
+    #[serde(default)]
+    pub predicted_dram_read_gbps: Option<f64>,
+    #[serde(default)]
+    pub predicted_dram_write_gbps: Option<f64>,
     pub verdict: Verdict,
 }
 
@@ -135,6 +181,18 @@ pub struct ModelView {
     pub ddio_ways_source: WaysSource,
     pub socket: SocketAnalytic,
     pub queues: Vec<QueueModel>,
+    /// The socket's totals: the copy's read miss %, the DRAM traffic the network causes.
+    #[serde(default)]
+    pub predicted_cpu_read_miss_pct: Option<f64>,
+    #[serde(default)]
+    pub predicted_dram_read_gbps: Option<f64>,
+    #[serde(default)]
+    pub predicted_dram_write_gbps: Option<f64>,
+    /// What the memory controllers counted (all traffic, not the network's alone), GB/s.
+    #[serde(default)]
+    pub measured_dram_read_gbps: Option<f64>,
+    #[serde(default)]
+    pub measured_dram_write_gbps: Option<f64>,
 }
 
 /// Decide from CHA TOR counts whether inbound writes bypass the LLC: with allocation off
@@ -227,14 +285,36 @@ pub fn spec_from_observation(
         s.data_offset = 256;
         s.tx_delay_us = 0.0;
     }
-    let buf_need = s.data_offset + pkt;
-    if buf_need > s.buf_stride {
-        s.buf_stride = buf_need.next_multiple_of(64);
+    // The buffer layout by the driver's rules, at the interface's MTU (both measured when
+    // the recording has them; the kernel's half pages when the driver has no rule).
+    let driver = obs.driver.as_deref().and_then(Driver::from_name);
+    s.mtu = obs.mtu;
+    if obs.mtu.is_some() {
+        s.measured.push("mtu".into());
     }
-    let res: Vec<f64> = rx
+    if driver.is_some() {
+        s.measured.push("driver".into());
+    }
+    // A forwarding host runs DPDK's mbufs, whatever the kernel driver.
+    s.apply_layout(driver.filter(|_| s.consumer == Consumer::Copy));
+    let mut res: Vec<f64> = rx
         .iter()
         .map(|q| q.residence_ns_p50.unwrap_or(2_000.0) / 1e3)
         .collect();
+    if s.consumer == Consumer::Copy && rx.iter().any(|q| q.socket.is_some()) {
+        // The sockets' receive queues, measured: the model adds their wait (Little's law)
+        // to the stack's, so the sampled lives (which end at the copy) lose it here.
+        s.queue_socket_bytes = rx
+            .iter()
+            .map(|q| q.socket.as_ref().map_or(0.0, |o| o.queued_bytes))
+            .collect();
+        s.measured.push("socket_queue_bytes".into());
+        for (r, q) in res.iter_mut().zip(&rx) {
+            if let (Some(o), Some(_)) = (q.socket.as_ref(), q.residence_ns_p50) {
+                *r = (*r - o.residence_ns().unwrap_or(0.0) / 1e3).max(0.0);
+            }
+        }
+    }
     s.residence_us = median(&res);
     s.queue_residence_us = res;
     s.reuse = Reuse::Recycle;
@@ -250,7 +330,9 @@ pub fn spec_from_observation(
             little.max(q.peak_inflight_pkts.unwrap_or(0) as f64)
         })
         .fold(0.0f64, f64::max);
-    s.pool_extra = ((inflight * 1.25).ceil() as u32).clamp(256, 1 << 20);
+    // And for what the sockets hold until the copy (a page_pool takes fresh pages for them).
+    let held = s.socket_held_pkts().into_iter().fold(inflight, f64::max);
+    s.pool_extra = ((held * 1.25).ceil() as u32).clamp(256, 1 << 20);
     // Sample slices on big LLCs: the hit-rate estimate stays unbiased and the run short.
     if let Some(sl) = s.geometry.slices {
         s.slice_sample = (sl / 16).max(1);
@@ -280,6 +362,10 @@ fn median(v: &[f64]) -> f64 {
 
 fn round1(x: f64) -> f64 {
     (x * 10.0).round() / 10.0
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
 }
 
 /// (write hit %, read hit %) of one prediction, rounded as printed.
@@ -313,10 +399,21 @@ pub fn model_view(obs: &HostObservation, run: &ModelRun) -> ModelView {
         .queues
         .iter()
         .map(|qa| {
+            let mut extra = (None, None, None);
             let (w, rd) = match (&per_q, qa.dir) {
                 (Some((r, c)), Dir::Rx) => {
                     let idx = rx.iter().position(|q| q.queue == qa.queue);
                     let st = idx.and_then(|i| r.per_queue.get(i));
+                    if let Some(s) = st {
+                        let d = r.dram(s);
+                        extra = (
+                            s.cpu_read_miss_pct()
+                                .filter(|_| *c == Consumer::Copy)
+                                .map(round1),
+                            d.map(|d| round2(d.read_gbps)),
+                            d.map(|d| round2(d.write_gbps)),
+                        );
+                    }
                     let rd = st.and_then(|s| {
                         if *c == Consumer::Copy {
                             s.cpu_read_hit_pct()
@@ -339,10 +436,28 @@ pub fn model_view(obs: &HostObservation, run: &ModelRun) -> ModelView {
                 inflight_bytes: qa.inflight_bytes,
                 predicted_write_hit_pct: w,
                 predicted_read_hit_pct: rd,
+                predicted_cpu_read_miss_pct: extra.0,
+                predicted_dram_read_gbps: extra.1,
+                predicted_dram_write_gbps: extra.2,
                 verdict: qa.verdict,
             }
         })
         .collect();
+    let (miss, dr, dw) = match &per_q {
+        Some((r, c)) => {
+            let d = r.dram(&r.total);
+            (
+                r.total
+                    .cpu_read_miss_pct()
+                    .filter(|_| *c == Consumer::Copy)
+                    .map(round1),
+                d.map(|d| round2(d.read_gbps)),
+                d.map(|d| round2(d.write_gbps)),
+            )
+        }
+        None => (None, None, None),
+    };
+    let imc = obs.counters.as_ref();
     ModelView {
         ddio_capacity_bytes: obs.geometry.ddio_capacity_bytes(),
         usable_ddio_bytes: obs.geometry.usable_ddio_bytes(),
@@ -350,6 +465,11 @@ pub fn model_view(obs: &HostObservation, run: &ModelRun) -> ModelView {
         ddio_ways_source: obs.geometry.ddio_ways_source,
         socket: sock,
         queues,
+        predicted_cpu_read_miss_pct: miss,
+        predicted_dram_read_gbps: dr,
+        predicted_dram_write_gbps: dw,
+        measured_dram_read_gbps: imc.and_then(|c| c.dram_read_mbps).map(|m| round2(m / 1e3)),
+        measured_dram_write_gbps: imc.and_then(|c| c.dram_write_mbps).map(|m| round2(m / 1e3)),
     }
 }
 
@@ -805,6 +925,8 @@ pub fn recommend(obs: &HostObservation, run: &ModelRun) -> Vec<Recommendation> {
             }
         }
     }
+    // 6. Socket receive buffers holding more than DDIO keeps until the copy.
+    out.extend(socket_buffer::socket_buffer(obs, run));
     out
 }
 

@@ -324,6 +324,8 @@ impl ModelRun {
             io_write_hit_pct: r.total.io_write_hit_pct(),
             io_read_hit_pct: r.total.io_read_hit_pct(),
             cpu_read_hit_pct: r.total.cpu_read_hit_pct(),
+            dram_read_gbps: r.dram(&r.total).map(|d| d.read_gbps),
+            dram_write_gbps: r.dram(&r.total).map(|d| d.write_gbps),
             drops: r.drops,
             error: None,
         })

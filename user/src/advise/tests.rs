@@ -33,6 +33,7 @@ fn rxq(queue: u32, ring: u32, pps: f64, pkt: f64) -> QueueObservation {
         drops: 0,
         nic_ring_drops: None,
         size_hist: Vec::new(),
+        socket: None,
     }
 }
 
@@ -85,8 +86,12 @@ fn vtune_obs(case: &serde_json::Value) -> HostObservation {
             read_miss_pct: Some(f("inbound_read_l3_miss_pct")),
             write_allocation_disabled: false,
             source: "imported".into(),
+            dram_read_mbps: None,
+            dram_write_mbps: None,
         }),
         stack: None,
+        driver: None,
+        mtu: None,
     }
 }
 
@@ -150,6 +155,8 @@ fn emr_obs(ring: u32, counters: Option<CounterEvidence>) -> HostObservation {
         queues,
         counters,
         stack: None,
+        driver: None,
+        mtu: None,
     }
 }
 
@@ -180,6 +187,8 @@ fn emr_shrink_rings_and_allocation_disabled() {
         read_miss_pct: Some(rmiss),
         write_allocation_disabled: false,
         source: "imported".into(),
+        dram_read_mbps: None,
+        dram_write_mbps: None,
     };
     let obs = emr_obs(8096, Some(c));
     let recs = recommend_one(&obs);
@@ -232,6 +241,8 @@ fn emr_shrink_rings_and_allocation_disabled() {
         read_miss_pct: None,
         write_allocation_disabled: disabled,
         source: "imported".into(),
+        dram_read_mbps: None,
+        dram_write_mbps: None,
     };
     let recs = recommend_one(&emr_obs(2048, Some(c)));
     show("non_allocating_2048_desc", &recs);
@@ -268,8 +279,12 @@ fn resq_recommended_rings_fit() {
             read_miss_pct: None,
             write_allocation_disabled: false,
             source: "imported".into(),
+            dram_read_mbps: None,
+            dram_write_mbps: None,
         }),
         stack: None,
+        driver: None,
+        mtu: None,
     };
     let recs = recommend_one(&obs);
     show("resq 1518B", &recs);
@@ -305,6 +320,8 @@ fn ways_when_no_ring_fits_and_determinism() {
         queues: queues.clone(),
         counters: None,
         stack: None,
+        driver: None,
+        mtu: None,
     };
     let a = recommend_one(&obs);
     show("no ring fits", &a);
@@ -476,6 +493,8 @@ fn a_queue_the_nic_dropped_for_is_never_told_to_shrink() {
         read_miss_pct: Some(10.0),
         write_allocation_disabled: false,
         source: "imported".into(),
+        dram_read_mbps: None,
+        dram_write_mbps: None,
     };
     let shrinks = |obs: &HostObservation| {
         recommend_one(obs)
@@ -538,5 +557,55 @@ fn a_queue_the_nic_dropped_for_is_never_told_to_shrink() {
         ev.iter()
             .any(|e| e.contains("frame sizes 100% 1025–2048 B (90 timed frames)")),
         "{ev:?}"
+    );
+}
+
+/// Socket receive buffers: a slow reader's 6 MiB queues on a Gold 6140 (4.5 MiB of DDIO, 2 of
+/// it usable) get a cap, with a predicted gain; queues of 64 KiB do not.
+#[test]
+fn socket_buffer_cap_for_queues_beyond_ddio_and_none_for_small_ones() {
+    let obs = |queued: f64| {
+        let mut q = rxq(0, 1024, 10e9 / 8.0 / 1500.0, 1500.0);
+        q.residence_ns_p50 = Some(queued / (10e9 / 8.0) * 1e9);
+        q.socket = Some(SocketQueueObs {
+            sockets: 2,
+            queued_bytes: queued,
+            rmem_bytes: queued * 1.4,
+            rcvbuf_max: 6 << 20,
+            drain_bytes_per_s: 10e9 / 8.0,
+        });
+        HostObservation {
+            iface: "ens1f0".into(),
+            geometry: LlcGeometry::skx_gold_6140(),
+            nic_numa_node: None,
+            queue_cpus_numa: vec![],
+            queue_irqs: vec![],
+            node_cpulists: vec![],
+            root_port: None,
+            consumer: Some(Consumer::Copy),
+            queues: vec![q],
+            counters: None,
+            stack: None,
+            driver: Some("mlx5_core".into()),
+            mtu: Some(1500),
+        }
+    };
+    let big = recommend_one(&obs(2.0 * 6291456.0));
+    show("slow reader, 2 x 6 MiB queued", &big);
+    let r = big
+        .iter()
+        .find(|r| r.kind == "socket_buffer")
+        .expect("a socket_buffer recommendation");
+    assert!(r
+        .command
+        .starts_with("sysctl -w net.ipv4.tcp_rmem=\"4096 131072 "));
+    let (b, a) = (r.predicted_before.unwrap(), r.predicted_after.unwrap());
+    assert!(a > b, "read hit {b} -> {a}");
+    assert!(r.evidence.iter().any(|e| e.contains("GB/s")));
+    let small = recommend_one(&obs(2.0 * 65536.0));
+    assert!(
+        !kinds(&small).contains(&"socket_buffer"),
+        "{:?}",
+        kinds(&small)
     );
 }

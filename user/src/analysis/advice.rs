@@ -100,6 +100,9 @@ pub fn advise(rec: &Recording, summary: &Summary, o: GeometryOverrides) -> Resul
         if carried < MIN_PACKETS_FOR_PREDICTION {
             q.predicted_write_hit_pct = None;
             q.predicted_read_hit_pct = None;
+            q.predicted_cpu_read_miss_pct = None;
+            q.predicted_dram_read_gbps = None;
+            q.predicted_dram_write_gbps = None;
         }
     }
     let mut notes = Vec::new();

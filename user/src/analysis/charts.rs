@@ -29,6 +29,8 @@ pub struct WhatIf {
     pub inputs: Vec<(String, String)>,
     /// The model's fit to the recording's DDIO counters (None: there were none).
     pub calibration: Option<crate::advise::CalibrationReport>,
+    /// The model's view of the socket (its predicted DRAM traffic among it).
+    pub model: crate::advise::ModelView,
     pub by_ring: Vec<GridPoint>,
     pub by_ways: Vec<GridPoint>,
     pub elapsed_s: f64,
@@ -195,6 +197,7 @@ pub fn what_if(outcome: &Outcome) -> Result<WhatIf, String> {
         spec,
         inputs,
         calibration: a.calibration.clone(),
+        model: a.model.clone(),
         by_ring,
         by_ways,
         elapsed_s: t0.elapsed().as_secs_f64(),

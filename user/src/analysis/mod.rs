@@ -23,6 +23,6 @@ pub use summary::Summary;
 // The model's and the recording's vocabulary the renderers print, named here so that no
 // renderer reaches past this layer.
 pub use crate::model::geometry::LlcGeometry;
-pub use crate::model::spec::{GridPoint, Input, Source as InputSource};
+pub use crate::model::spec::{GridPoint, Input, SimSpec, Source as InputSource};
 pub use crate::recording::meta::StoppedBy;
 pub use charts::{charts, Charts};

@@ -7,7 +7,7 @@ use anyhow::Result;
 
 use super::geometry::{geometry, GeometryOverrides};
 use super::summary::Summary;
-use crate::advise::{CounterEvidence, HostObservation, QueueObservation};
+use crate::advise::{CounterEvidence, HostObservation, QueueObservation, SocketQueueObs};
 use crate::counters::CounterSource;
 use crate::model::analytic::Dir as MDir;
 use crate::model::spec::StackInputs;
@@ -81,6 +81,7 @@ pub fn observation(
     let records = rec.packet_records(MAX_PACKET_RECORDS)?;
     let nic_drops = rec.nic_drop_totals()?;
     let peaks = rec.peak_inflight()?;
+    let mut sockets = socket_queues_by_queue(rec)?;
     let mut queues = Vec::new();
     for q in &summary.totals {
         if q.packets == 0 {
@@ -146,6 +147,11 @@ pub fn observation(
             } else {
                 Vec::new()
             },
+            socket: if q.dir == Dir::Rx {
+                sockets.remove(&q.queue)
+            } else {
+                None
+            },
         });
     }
     // Where each queue is processed: its IRQ's CPUs, else the CPUs that freed its sampled packets.
@@ -205,6 +211,8 @@ pub fn observation(
                 read_miss_pct: s.read_miss_pct,
                 write_allocation_disabled: s.write_allocation_disabled,
                 source: r.source.clone(),
+                dram_read_mbps: s.dram_read_mbps,
+                dram_write_mbps: s.dram_write_mbps,
             })
     };
     Ok(HostObservation {
@@ -219,7 +227,43 @@ pub fn observation(
         queues,
         counters,
         stack: stack_inputs(&crate::recording::reader::page_pools(&rec.path)?),
+        driver: iface.driver.clone(),
+        mtu: iface.mtu,
     })
+}
+
+/// The local sockets' receive queues per RX queue: each socket on the queue its flow's
+/// packets came in on (the flows table's queue), their means and drain rates summed.
+fn socket_queues_by_queue(rec: &Recording) -> Result<BTreeMap<u32, SocketQueueObs>> {
+    let stats = crate::recording::reader::socket_queues(&rec.path)?;
+    if stats.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let queue_of: std::collections::HashMap<_, u32> = rec
+        .flows()?
+        .into_iter()
+        .filter(|f| f.key.dir == Dir::Rx)
+        .map(|f| (f.key, f.queue))
+        .collect();
+    let mut out: BTreeMap<u32, SocketQueueObs> = BTreeMap::new();
+    for s in stats {
+        let Some(q) = queue_of.get(&s.key) else {
+            continue;
+        };
+        let o = out.entry(*q).or_insert(SocketQueueObs {
+            sockets: 0,
+            queued_bytes: 0.0,
+            rmem_bytes: 0.0,
+            rcvbuf_max: 0,
+            drain_bytes_per_s: 0.0,
+        });
+        o.sockets += 1;
+        o.queued_bytes += s.mean_queued();
+        o.rmem_bytes += s.rmem_sum as f64 / s.reads.max(1) as f64;
+        o.rcvbuf_max = o.rcvbuf_max.max(s.rcvbuf_max);
+        o.drain_bytes_per_s += s.drain_bytes_per_s().unwrap_or(0.0);
+    }
+    Ok(out)
 }
 
 /// The recycling shares of the device's page pools, summed: of the buffers the driver took,

@@ -62,6 +62,10 @@ pub struct QueueVerdict {
     pub inflight_bytes: Option<f64>,
     pub predicted_write_hit_pct: Option<f64>,
     pub predicted_read_hit_pct: Option<f64>,
+    /// The copy's LLC read miss % and the DRAM traffic the queue's packets cause (GB/s).
+    pub predicted_cpu_read_miss_pct: Option<f64>,
+    pub predicted_dram_read_gbps: Option<f64>,
+    pub predicted_dram_write_gbps: Option<f64>,
     /// The ring size was assumed: the driver reports none.
     pub ring_assumed: bool,
 }
@@ -158,6 +162,9 @@ pub fn verdicts(
                 inflight_bytes: known.then_some(q.inflight_bytes),
                 predicted_write_hit_pct: q.predicted_write_hit_pct,
                 predicted_read_hit_pct: q.predicted_read_hit_pct,
+                predicted_cpu_read_miss_pct: q.predicted_cpu_read_miss_pct,
+                predicted_dram_read_gbps: q.predicted_dram_read_gbps,
+                predicted_dram_write_gbps: q.predicted_dram_write_gbps,
                 ring_assumed,
             }
         })

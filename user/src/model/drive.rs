@@ -141,7 +141,7 @@ pub fn bench_run_lines_per_sec(passes: usize) -> Result<Vec<f64>, SpecError> {
 /// Buffers a queue keeps in circulation beyond its ring: the refill batch not yet re-posted,
 /// the TX completions not yet released, and the recycling ring of a page_pool.
 fn extra_circulating(spec: &SimSpec) -> usize {
-    let ring = spec.ring as usize;
+    let ring = spec.ring_slots() as usize;
     let mut extra = refill_batch(spec) as usize + spec.tx_free_batch as usize;
     if let Some(pp) = spec.page_pool() {
         extra += pp.ring_size.min(pp.universe.saturating_sub(ring) as u32) as usize;
@@ -153,7 +153,7 @@ fn extra_circulating(spec: &SimSpec) -> usize {
 /// receive does (MLX5_VPMD_RXQ_RPLNSH_THRESH); at least one.
 fn refill_batch(spec: &SimSpec) -> u64 {
     (spec.rx_refill_batch as u64)
-        .min(spec.ring as u64 / 4)
+        .min(spec.ring_slots() as u64 / 4)
         .max(1)
 }
 
@@ -162,10 +162,11 @@ fn windows(spec: &SimSpec) -> (u64, u64) {
     let nq = spec.queues as usize;
     let qpps = spec.queue_pps();
     let svc = spec.service_ns(spec.pkt_bytes);
+    let slots = spec.ring_slots() as usize;
     let reuse_bufs = match (spec.reuse, spec.page_pool()) {
-        (_, Some(_)) => (spec.ring as usize + extra_circulating(spec)) as f64,
-        (Reuse::Fifo, None) => ((spec.ring + spec.pool_extra) as usize * nq) as f64,
-        _ => (spec.ring as usize + extra_circulating(spec)) as f64,
+        (_, Some(_)) => (slots + extra_circulating(spec)) as f64,
+        (Reuse::Fifo, None) => ((slots + spec.pool_extra as usize) * nq) as f64,
+        _ => (slots + extra_circulating(spec)) as f64,
     };
     // One buffer reuse cycle of the slowest queue sets the warm-up and measurement windows.
     // A saturated queue turns over at its core's pace, not the offered rate. A queue with a
@@ -190,13 +191,19 @@ fn windows(spec: &SimSpec) -> (u64, u64) {
         .queue_residence_us
         .iter()
         .copied()
-        .fold(spec.residence_us, f64::max);
+        .fold(spec.residence_us, f64::max)
+        + spec
+            .socket_wait_ns()
+            .iter()
+            .flatten()
+            .map(|w| w.1 / 1e3)
+            .fold(0.0f64, f64::max);
     // A queue offered more than its core serves fills its ring at the difference; measure
     // once it is full (the steady state a host runs in), not while it fills.
     let fill_ns = qpps
         .iter()
         .filter(|p| svc > 0.0 && **p > 1e9 / svc)
-        .map(|p| spec.ring as f64 / (p - 1e9 / svc) * 1e9)
+        .map(|p| slots as f64 / (p - 1e9 / svc) * 1e9)
         .fold(0.0f64, f64::max);
     let mut warm_ns =
         spec.warmup_cycles * cycle_ns + fill_ns + (max_res_us + spec.tx_delay_us) * 1e3;
@@ -335,7 +342,7 @@ struct Queue {
 /// `warm_ns`; phase k covers the k-th `duration_ns` after it.
 fn drive(spec: &SimSpec, warm_ns: u64, phases: &[Phase]) -> Vec<SimResult> {
     let nq = spec.queues as usize;
-    let ring = spec.ring as usize;
+    let ring = spec.ring_slots() as usize;
     let ring64 = ring as u64;
     let pp = spec.page_pool();
     let pool = match pp {
@@ -523,6 +530,11 @@ fn drive(spec: &SimSpec, warm_ns: u64, phases: &[Phase]) -> Vec<SimResult> {
                 .max(0.0)
         })
         .collect();
+    // Each flow's wait in its socket's receive queue before the copy (kernel stack).
+    let mut sock_ns = vec![0.0f64; nf];
+    for (fid, w) in spec.socket_wait_ns().into_iter().flatten() {
+        sock_ns[fid as usize] = w;
+    }
     let tx_ns = (spec.tx_delay_us * 1e3).max(0.0) as u64;
     let hdr = 64u32;
 
@@ -652,7 +664,7 @@ fn drive(spec: &SimSpec, warm_ns: u64, phases: &[Phase]) -> Vec<SimResult> {
                     }
                     Consumer::Copy => {
                         let p = (t as f64).max(st.core_free);
-                        (p, p.max(t as f64 + res_ns[qi]))
+                        (p, p.max(t as f64 + res_ns[qi]) + sock_ns[fid as usize])
                     }
                 };
                 st.core_free = pickup + svc;
@@ -775,6 +787,9 @@ fn drive(spec: &SimSpec, warm_ns: u64, phases: &[Phase]) -> Vec<SimResult> {
     }
     while out.len() < phases.len() {
         out.push(rec.cut());
+    }
+    for (r, p) in out.iter_mut().zip(phases) {
+        r.measured_ns = p.duration_ns;
     }
     out
 }

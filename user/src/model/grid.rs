@@ -21,6 +21,11 @@ pub struct GridPoint {
     pub io_write_hit_pct: Option<f64>,
     pub io_read_hit_pct: Option<f64>,
     pub cpu_read_hit_pct: Option<f64>,
+    /// DRAM traffic the network causes, GB/s (reads, write-backs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dram_read_gbps: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dram_write_gbps: Option<f64>,
     pub drops: u64,
     /// Why this point was not simulated (its spec is out of range), if it was not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -199,6 +204,8 @@ pub fn what_if_with_progress(
             io_write_hit_pct: None,
             io_read_hit_pct: None,
             cpu_read_hit_pct: None,
+            dram_read_gbps: None,
+            dram_write_gbps: None,
             drops: 0,
             error: None,
         };
@@ -208,6 +215,9 @@ pub fn what_if_with_progress(
                 p.io_write_hit_pct = r.total.io_write_hit_pct();
                 p.io_read_hit_pct = r.total.io_read_hit_pct();
                 p.cpu_read_hit_pct = r.total.cpu_read_hit_pct();
+                let d = r.dram(&r.total);
+                p.dram_read_gbps = d.map(|d| d.read_gbps);
+                p.dram_write_gbps = d.map(|d| d.write_gbps);
                 p.drops = r.drops;
             }
             Err(e) => p.error = Some(e.to_string()),

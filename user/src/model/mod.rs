@@ -26,6 +26,7 @@
 //!   ways), EMR 8592+ (ASSUMED 320 MiB per socket, 20 ways, 64 slices, 2 DDIO ways).
 
 pub mod analytic;
+pub mod buffers;
 pub mod cache;
 pub mod calibrate;
 pub mod drive;
@@ -35,14 +36,16 @@ pub mod sim;
 pub mod spec;
 
 #[cfg(test)]
+mod kernel_validation;
+#[cfg(test)]
 mod validation;
 
 pub use analytic::{Dir, Verdict};
 pub use calibrate::{calibrate, Calibration, CalibrationParams, Measured};
 pub use geometry::{LlcGeometry, WaysSource};
 pub use sim::{
-    bench_lines_per_sec, simulate_trace, AccessKind, Background, BufferAccess, HandUp, HitStats,
-    MissEvent, Replacement, SimOptions, SimResult,
+    bench_lines_per_sec, simulate_trace, AccessKind, Background, BufferAccess, DramTraffic, HandUp,
+    HitStats, MissEvent, Replacement, SimOptions, SimResult,
 };
 pub use spec::{
     simulate, simulate_phases, try_what_if, what_if, what_if_with_progress, Axes, Consumer,

@@ -101,6 +101,10 @@ impl HitStats {
     pub fn cpu_read_hit_pct(&self) -> Option<f64> {
         pct(self.cpu_read_hits, self.cpu_read_misses)
     }
+    /// LLC miss % of core reads of packet data (the copy's read miss rate).
+    pub fn cpu_read_miss_pct(&self) -> Option<f64> {
+        self.cpu_read_hit_pct().map(|h| 100.0 - h)
+    }
     pub fn add(&mut self, o: &HitStats) {
         self.io_write_hits += o.io_write_hits;
         self.io_write_misses += o.io_write_misses;
@@ -172,6 +176,37 @@ pub struct SimResult {
     pub drops: u64,
     /// Packets written by the NIC in the measured window (synthetic runs only).
     pub packets: u64,
+    /// Simulated time the counts cover (synthetic runs; 0 where unknown).
+    #[serde(default)]
+    pub measured_ns: u64,
+}
+
+/// DRAM traffic the network causes, GB/s, from one set of counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct DramTraffic {
+    /// Lines fetched from DRAM: NIC reads and core reads that missed, and the reads for
+    /// ownership of the copy's destination lines that missed.
+    pub read_gbps: f64,
+    /// Lines written back to DRAM: each line a DMA write or the copy allocates displaces a
+    /// dirty line (the network's own), which goes back to DRAM; in steady state one write
+    /// back per allocating miss.
+    pub write_gbps: f64,
+}
+
+impl SimResult {
+    /// The DRAM traffic of `stats` (the total, a queue's or a flow's counts of this
+    /// result) in GB/s: miss lines × 64 B, scaled up from the sampled slices, over the
+    /// measured time. None without a measured time.
+    pub fn dram(&self, stats: &HitStats) -> Option<DramTraffic> {
+        if self.measured_ns == 0 || self.slice_fraction <= 0.0 {
+            return None;
+        }
+        let gbps = |lines: u64| lines as f64 * 64.0 / self.slice_fraction / self.measured_ns as f64;
+        Some(DramTraffic {
+            read_gbps: gbps(stats.io_read_misses + stats.cpu_read_misses + stats.cpu_write_misses),
+            write_gbps: gbps(stats.io_write_misses + stats.cpu_write_misses),
+        })
+    }
 }
 
 /// Cache pressure from the rest of the socket (other cores, other devices).

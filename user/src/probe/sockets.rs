@@ -26,6 +26,12 @@ const SOCK_DIAG_BY_FAMILY: u16 = 20;
 const TCP_DESTROY_GROUPS: u32 = 1 | 1 << 2;
 /// The inet_diag attribute that carries `struct tcp_info`, and its request bit.
 const INET_DIAG_INFO: u16 = 2;
+/// The attribute with the socket's memory (`sk_meminfo`: u32 SK_MEMINFO_RMEM_ALLOC,
+/// SK_MEMINFO_RCVBUF, ...), what `ss -m` prints as skmem.
+const INET_DIAG_SKMEMINFO: u16 = 7;
+/// `idiag_rqueue` in `struct inet_diag_msg`: for a TCP socket, rcv_nxt − copied_seq, the
+/// payload received and not yet read by the application (tcp_diag.c tcp_diag_get_info).
+const DIAG_RQUEUE: usize = 56;
 /// Every TCP state whose socket is a full one with counters: not LISTEN (10), TIME_WAIT (6) or
 /// NEW_SYN_RECV (12), which are listeners and mini-sockets.
 const STATES: u32 = (1 << 1)
@@ -89,12 +95,88 @@ impl Counts {
     }
 }
 
+/// A socket's receive queue at one read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueSample {
+    /// Payload received and not yet read (`idiag_rqueue`, ss's Recv-Q).
+    pub rqueue: u64,
+    /// Memory its queued buffers hold (skmem `r`, truesize), where the kernel said.
+    pub rmem: Option<u64>,
+    /// Its receive buffer limit (skmem `rb`).
+    pub rcvbuf: Option<u64>,
+}
+
 /// One socket from a dump or a destroy notification.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SocketStat {
     pub cookie: u64,
     pub conn: Conn,
     pub counts: Counts,
+    pub queue: QueueSample,
+}
+
+/// A connection's receive queue over the reads that listed it: what it held on average
+/// and how fast the application drained it, for its residence (Little's law: queued / drain
+/// rate).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct QueueSummary {
+    pub reads: u64,
+    pub rqueue_sum: u64,
+    pub rqueue_max: u64,
+    pub rmem_sum: u64,
+    pub rcvbuf_max: u64,
+    /// Payload the application read between the first and the last read.
+    pub drained_bytes: u64,
+    /// Time between the first and the last read, ns.
+    pub span_ns: u64,
+}
+
+impl QueueSummary {
+    fn merge(&mut self, o: &QueueSummary) {
+        self.reads += o.reads;
+        self.rqueue_sum += o.rqueue_sum;
+        self.rqueue_max = self.rqueue_max.max(o.rqueue_max);
+        self.rmem_sum += o.rmem_sum;
+        self.rcvbuf_max = self.rcvbuf_max.max(o.rcvbuf_max);
+        self.drained_bytes += o.drained_bytes;
+        self.span_ns += o.span_ns;
+    }
+}
+
+/// One connection's receive-queue readings so far.
+#[derive(Debug, Clone, Copy, Default)]
+struct QueueAcc {
+    sum: QueueSummary,
+    /// (time, bytes received, queued) at the first and the last read.
+    first: Option<(Instant, u64, u64)>,
+    last: Option<(Instant, u64, u64)>,
+}
+
+impl QueueAcc {
+    fn observe(&mut self, now: Instant, s: &SocketStat) {
+        let q = &s.queue;
+        self.sum.reads += 1;
+        self.sum.rqueue_sum += q.rqueue;
+        self.sum.rqueue_max = self.sum.rqueue_max.max(q.rqueue);
+        self.sum.rmem_sum += q.rmem.unwrap_or(0);
+        self.sum.rcvbuf_max = self.sum.rcvbuf_max.max(q.rcvbuf.unwrap_or(0));
+        let at = (now, s.counts.bytes_in, q.rqueue);
+        self.first.get_or_insert(at);
+        self.last = Some(at);
+    }
+
+    /// The readings with the drained bytes between the first and last read: what arrived
+    /// less what the queue grew by.
+    fn summary(&self) -> QueueSummary {
+        let mut s = self.sum;
+        if let (Some(a), Some(b)) = (self.first, self.last) {
+            let arrived = b.1.saturating_sub(a.1) as i128;
+            let grew = b.2 as i128 - a.2 as i128;
+            s.drained_bytes = (arrived - grew).max(0) as u64;
+            s.span_ns = b.0.duration_since(a.0).as_nanos() as u64;
+        }
+        s
+    }
 }
 
 /// An address as the probes key flows: IPv4 in its own form, also when an IPv6 socket
@@ -134,6 +216,21 @@ pub fn parse_diag(msg: &[u8]) -> Option<SocketStat> {
         info.get(o..o + 4)
             .map(|b| u64::from(u32::from_ne_bytes(b.try_into().unwrap_or_default())))
     };
+    let attrs = netlink::attrs(&msg[DIAG_MSG_LEN..]);
+    let mem = |i: usize| {
+        attrs
+            .iter()
+            .find(|(k, _)| *k == INET_DIAG_SKMEMINFO)
+            .and_then(|(_, v)| v.get(i * 4..i * 4 + 4))
+            .map(|b| u64::from(u32::from_ne_bytes(b.try_into().unwrap_or_default())))
+    };
+    let queue = QueueSample {
+        rqueue: u64::from(u32::from_ne_bytes(
+            msg[DIAG_RQUEUE..DIAG_RQUEUE + 4].try_into().ok()?,
+        )),
+        rmem: mem(0),
+        rcvbuf: mem(1),
+    };
     let counts = Counts {
         segs_in: u32_at(TCPI_SEGS_IN)?,
         segs_out: u32_at(TCPI_SEGS_OUT)?,
@@ -151,6 +248,7 @@ pub fn parse_diag(msg: &[u8]) -> Option<SocketStat> {
             rport,
         },
         counts,
+        queue,
     })
 }
 
@@ -162,6 +260,7 @@ struct Open {
     now: Counts,
     /// Reads in a row that did not list it (it closed; its notification may come late).
     missed: u8,
+    queue: QueueAcc,
 }
 
 /// What closed connections of one four-tuple added up to.
@@ -171,6 +270,8 @@ struct Closed {
     at: Instant,
     /// A flow has claimed it: kept for the rest of the run.
     claimed: bool,
+    /// Its receive queue over the reads that listed it.
+    queue: QueueSummary,
 }
 
 /// The per-connection counts of one network namespace since the recording started.
@@ -200,9 +301,11 @@ impl SocketTable {
                 base,
                 now: s.counts,
                 missed: 0,
+                queue: QueueAcc::default(),
             });
             o.now = s.counts;
             o.missed = 0;
+            o.queue.observe(now, s);
         }
         if !first {
             let listed: HashSet<u64> = listed.iter().map(|s| s.cookie).collect();
@@ -219,7 +322,7 @@ impl SocketTable {
             for cookie in gone {
                 if let Some(o) = self.open.remove(&cookie) {
                     self.unseen_ends += 1;
-                    self.close(o.conn, o.now.since(o.base), now);
+                    self.close(o.conn, o.now.since(o.base), o.queue.summary(), now);
                 }
             }
         }
@@ -229,14 +332,14 @@ impl SocketTable {
     /// Close notifications alone (between dumps).
     pub fn ended(&mut self, destroyed: &[SocketStat], now: Instant) {
         for d in destroyed {
-            let base = match self.open.remove(&d.cookie) {
-                Some(o) => o.base,
+            let (base, queue) = match self.open.remove(&d.cookie) {
+                Some(o) => (o.base, o.queue.summary()),
                 // Opened and closed between two reads: whole; or opened before the first read
                 // and closed before it listed it: its counts before the start are unknown and
                 // count as the run's.
-                None => Counts::default(),
+                None => (Counts::default(), QueueSummary::default()),
             };
-            self.close(d.conn, d.counts.since(base), now);
+            self.close(d.conn, d.counts.since(base), queue, now);
         }
     }
 
@@ -245,14 +348,34 @@ impl SocketTable {
         self.open.values().any(|o| o.missed > 0)
     }
 
-    fn close(&mut self, conn: Conn, counts: Counts, now: Instant) {
+    fn close(&mut self, conn: Conn, counts: Counts, queue: QueueSummary, now: Instant) {
         let c = self.closed.entry(conn).or_insert(Closed {
             counts: Counts::default(),
             at: now,
             claimed: false,
+            queue: QueueSummary::default(),
         });
         c.counts.add(counts);
+        c.queue.merge(&queue);
         c.at = now;
+    }
+
+    /// Every four-tuple's receive queue over the run so far, open and closed connections
+    /// together; only those some read found with data.
+    pub fn queues(&self) -> Vec<(Conn, QueueSummary)> {
+        let mut m: HashMap<Conn, QueueSummary> = HashMap::new();
+        for (k, c) in &self.closed {
+            m.entry(*k).or_default().merge(&c.queue);
+        }
+        for o in self.open.values() {
+            m.entry(o.conn).or_default().merge(&o.queue.summary());
+        }
+        let mut v: Vec<(Conn, QueueSummary)> = m
+            .into_iter()
+            .filter(|(_, q)| q.reads > 0 && (q.rqueue_max > 0 || q.drained_bytes > 0))
+            .collect();
+        v.sort_by_key(|(c, _)| (c.local, c.lport, c.remote, c.rport));
+        v
     }
 
     fn prune(&mut self, now: Instant) {
@@ -272,6 +395,31 @@ impl SocketTable {
                 self.dropped += 1;
             }
         }
+    }
+
+    /// The receive queues as the recording keeps them: each keyed by the RX flow of the
+    /// packets it receives (remote end the source).
+    pub fn queue_stats(&self) -> Vec<crate::snapshot::SocketQueueStat> {
+        self.queues()
+            .into_iter()
+            .map(|(c, q)| crate::snapshot::SocketQueueStat {
+                key: FlowKey {
+                    dir: Dir::Rx,
+                    proto: "tcp".into(),
+                    src: c.remote.to_string(),
+                    sport: c.rport,
+                    dst: c.local.to_string(),
+                    dport: c.lport,
+                },
+                reads: q.reads,
+                rqueue_sum: q.rqueue_sum,
+                rqueue_max: q.rqueue_max,
+                rmem_sum: q.rmem_sum,
+                rcvbuf_max: q.rcvbuf_max,
+                drained_bytes: q.drained_bytes,
+                span_ns: q.span_ns,
+            })
+            .collect()
     }
 
     /// A four-tuple's counts over the run so far, open and closed connections together.
@@ -392,7 +540,7 @@ impl SocketFlows {
         let mut req = vec![
             family,
             libc::IPPROTO_TCP as u8,
-            1 << (INET_DIAG_INFO - 1),
+            (1 << (INET_DIAG_INFO - 1)) | (1 << (INET_DIAG_SKMEMINFO - 1)),
             0,
         ];
         req.extend_from_slice(&STATES.to_ne_bytes());
@@ -465,6 +613,7 @@ mod tests {
                 bytes_in,
                 bytes_out: 0,
             },
+            queue: QueueSample::default(),
         }
     }
 
@@ -491,6 +640,38 @@ mod tests {
             first_ns: 1,
             last_ns: 2,
         }
+    }
+
+    #[test]
+    fn a_receive_queue_gives_its_mean_depth_and_drain_rate() {
+        let t0 = Instant::now();
+        let mut t = SocketTable::default();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let q = |bytes_in: u64, rqueue: u64| {
+            let mut s = stat(1, 40000, bytes_in / 1000, bytes_in);
+            s.queue = QueueSample {
+                rqueue,
+                rmem: Some(rqueue * 2),
+                rcvbuf: Some(4 << 20),
+            };
+            s
+        };
+        // 10 MB arrive in a second while the queue grows from 1 to 3 MB: 8 MB were read.
+        t.update(&[q(1_000_000, 1_000_000)], &[], at(0));
+        t.update(&[q(6_000_000, 2_000_000)], &[], at(500));
+        t.update(&[q(11_000_000, 3_000_000)], &[], at(1000));
+        let v = t.queues();
+        assert_eq!(v.len(), 1);
+        let s = v[0].1;
+        assert_eq!(
+            (s.reads, s.rqueue_sum, s.rqueue_max),
+            (3, 6_000_000, 3_000_000)
+        );
+        assert_eq!((s.drained_bytes, s.span_ns), (8_000_000, 1_000_000_000));
+        assert_eq!((s.rmem_sum, s.rcvbuf_max), (12_000_000, 4 << 20));
+        // It closes: its readings stay with its four-tuple.
+        t.ended(&[q(11_000_000, 0)], at(1100));
+        assert_eq!(t.queues()[0].1.drained_bytes, 8_000_000);
     }
 
     #[test]
@@ -585,6 +766,7 @@ mod tests {
                 bytes_in: 1_448_000,
                 bytes_out: 0,
             },
+            queue: QueueSample::default(),
         };
         t.update(&[s], &[], t0);
         // Estimates with 66 header bytes a packet; a UDP flow and a flow of another connection

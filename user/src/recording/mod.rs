@@ -64,6 +64,11 @@ CREATE TABLE page_pools (
     alloc_slow_high_order INTEGER NOT NULL, alloc_empty INTEGER NOT NULL, alloc_refill INTEGER NOT NULL,
     alloc_waive INTEGER NOT NULL, recycle_cached INTEGER NOT NULL, recycle_cache_full INTEGER NOT NULL,
     recycle_ring INTEGER NOT NULL, recycle_ring_full INTEGER NOT NULL, recycle_released_refcnt INTEGER NOT NULL);
+CREATE TABLE socket_queues (
+    proto TEXT NOT NULL, src TEXT NOT NULL, sport INTEGER NOT NULL, dst TEXT NOT NULL, dport INTEGER NOT NULL,
+    reads INTEGER NOT NULL, rqueue_sum INTEGER NOT NULL, rqueue_max INTEGER NOT NULL, rmem_sum INTEGER NOT NULL,
+    rcvbuf_max INTEGER NOT NULL, drained_bytes INTEGER NOT NULL, span_ns INTEGER NOT NULL,
+    PRIMARY KEY (proto, src, sport, dst, dport));
 CREATE TABLE miss_intervals (
     interval INTEGER PRIMARY KEY, samples INTEGER NOT NULL, on_packet_buffers INTEGER NOT NULL,
     other_addr INTEGER NOT NULL, no_addr INTEGER NOT NULL, ctx_charged INTEGER NOT NULL, uncharged INTEGER NOT NULL,

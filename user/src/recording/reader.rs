@@ -1438,6 +1438,45 @@ pub fn page_pools(path: &Path) -> Result<Vec<crate::snapshot::PagePoolStat>> {
         .map_err(|e| anyhow::anyhow!("{}: damaged page_pools table: {e}", path.display()))
 }
 
+/// The local TCP sockets' receive queues as the recording last saw them (empty: no
+/// sock_diag, or a recording from before the table).
+pub fn socket_queues(path: &Path) -> Result<Vec<crate::snapshot::SocketQueueStat>> {
+    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .map_err(|e| anyhow::anyhow!(explain_sqlite(&e, path)))?;
+    let Ok(mut st) = conn.prepare(
+        "SELECT proto,src,sport,dst,dport,reads,rqueue_sum,rqueue_max,rmem_sum,rcvbuf_max,drained_bytes,span_ns
+         FROM socket_queues",
+    ) else {
+        return Ok(Vec::new());
+    };
+    let damaged = |e: rusqlite::Error| {
+        anyhow::anyhow!("{}: damaged socket_queues table: {e}", path.display())
+    };
+    let rows = st
+        .query_map([], |r| {
+            let g = |i: usize| -> rusqlite::Result<u64> { Ok(r.get::<_, i64>(i)?.max(0) as u64) };
+            Ok(crate::snapshot::SocketQueueStat {
+                key: crate::snapshot::FlowKey {
+                    dir: crate::snapshot::Dir::Rx,
+                    proto: r.get(0)?,
+                    src: r.get(1)?,
+                    sport: r.get::<_, i64>(2)?.clamp(0, 65535) as u16,
+                    dst: r.get(3)?,
+                    dport: r.get::<_, i64>(4)?.clamp(0, 65535) as u16,
+                },
+                reads: g(5)?,
+                rqueue_sum: g(6)?,
+                rqueue_max: g(7)?,
+                rmem_sum: g(8)?,
+                rcvbuf_max: g(9)?,
+                drained_bytes: g(10)?,
+                span_ns: g(11)?,
+            })
+        })
+        .map_err(damaged)?;
+    rows.collect::<rusqlite::Result<Vec<_>>>().map_err(damaged)
+}
+
 /// Test support: the checked-in fixture recording, altered, and recordings written from
 /// Snapshots.
 #[cfg(test)]

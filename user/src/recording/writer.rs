@@ -682,6 +682,29 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
             ])?;
         }
     }
+    if !s.socket_queues.is_empty() {
+        let mut q_st = tx.prepare_cached(
+            "INSERT OR REPLACE INTO socket_queues(proto,src,sport,dst,dport,reads,rqueue_sum,rqueue_max,rmem_sum,
+             rcvbuf_max,drained_bytes,span_ns) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)",
+        )?;
+        let n = |v: u64| v.min(i64::MAX as u64) as i64;
+        for q in &s.socket_queues {
+            q_st.execute(params![
+                q.key.proto,
+                q.key.src,
+                q.key.sport,
+                q.key.dst,
+                q.key.dport,
+                n(q.reads),
+                n(q.rqueue_sum),
+                n(q.rqueue_max),
+                n(q.rmem_sum),
+                n(q.rcvbuf_max),
+                n(q.drained_bytes),
+                n(q.span_ns)
+            ])?;
+        }
+    }
     if !s.page_pools.is_empty() {
         let mut p_st = tx.prepare_cached(
             "INSERT OR REPLACE INTO page_pools(pool,napi_id,alloc_fast,alloc_slow,alloc_slow_high_order,alloc_empty,alloc_refill,

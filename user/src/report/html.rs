@@ -10,7 +10,9 @@ use super::svg::{
     count_axis, esc, hist_chart, legend, line_chart, time_axis, Axis, Series, PALETTE,
 };
 use super::words::socket_cells;
-use super::words::{calibration_words, leaking_line, qname, queue_cells, queue_columns};
+use super::words::{
+    calibration_words, dram_words, leaking_line, qname, queue_cells, queue_columns,
+};
 use crate::advise::Recommendation;
 use crate::analysis::answer::{Answer, NoChange, QueueVerdict};
 use crate::analysis::charts::{Charts, QueueRates};
@@ -256,7 +258,7 @@ fn verdicts_section(o: &mut String, verdicts: &[QueueVerdict]) {
     }
     o.push_str(
         "<div class=\"scroll\"><table class=\"num\" id=\"verdicts-table\"><thead><tr><th class=\"l\">queue</th><th class=\"l\">verdict</th>\
-         <th>ring needs</th><th>in flight</th><th>write hit</th><th>read hit</th><th class=\"l\">why</th></tr></thead><tbody>\n",
+         <th>ring needs</th><th>in flight</th><th>write hit</th><th>read hit</th><th>copy read miss</th><th>DRAM read GB/s</th><th>DRAM write GB/s</th><th class=\"l\">why</th></tr></thead><tbody>\n",
     );
     for (i, v) in verdicts.iter().enumerate() {
         let why = if i > 0 && verdicts[i - 1].reason == v.reason {
@@ -273,12 +275,15 @@ fn verdicts_section(o: &mut String, verdicts: &[QueueVerdict]) {
         };
         let _ = writeln!(
             o,
-            "<tr><td class=\"l\">{}</td><td class=\"l v-{v}\">{v}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>{why}</tr>",
+            "<tr><td class=\"l\">{}</td><td class=\"l v-{v}\">{v}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>{why}</tr>",
             qname(v.dir, v.queue),
             v.footprint_bytes.map_or_else(|| "-".into(), |b| fmt_bytes(b as f64)),
             v.inflight_bytes.map_or_else(|| "-".into(), fmt_bytes),
             fmt_pct(v.predicted_write_hit_pct),
             fmt_pct(v.predicted_read_hit_pct),
+            fmt_pct(v.predicted_cpu_read_miss_pct),
+            v.predicted_dram_read_gbps.map_or_else(|| "-".into(), |g| format!("{g:.2}")),
+            v.predicted_dram_write_gbps.map_or_else(|| "-".into(), |g| format!("{g:.2}")),
             v = v.verdict,
         );
     }
@@ -794,6 +799,9 @@ fn whatif_section(o: &mut String, charts: &Charts) {
         "<dt>Calibration</dt><dd>{}</dd>",
         esc(&calibration_words(wi.calibration.as_ref()))
     );
+    if let Some(d) = dram_words(&wi.model) {
+        let _ = write!(o, "<dt>DRAM traffic</dt><dd>{}</dd>", esc(&d));
+    }
     let _ = writeln!(
         o,
         "<dt>Run time</dt><dd>{:.1} s for {} points</dd></dl></details>",

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::ops::{Deref, DerefMut};
 
 use super::words::{calibration_words, leaking_line, life_stage, qname, queue_cells};
-use super::words::{queue_columns, socket_cells};
+use super::words::{dram_words, queue_columns, socket_cells};
 use crate::analysis::answer::{Answer, NoChange, QueueVerdict};
 use crate::analysis::summary::{QueueReport, Summary};
 use crate::analysis::StoppedBy;
@@ -320,6 +320,9 @@ pub fn render_verdicts(o: &mut Out, verdicts: &[QueueVerdict]) {
                 v.inflight_bytes.map_or_else(|| "-".into(), fmt_bytes),
                 fmt_pct(v.predicted_write_hit_pct),
                 fmt_pct(v.predicted_read_hit_pct),
+                fmt_pct(v.predicted_cpu_read_miss_pct),
+                fmt_gbps(v.predicted_dram_read_gbps),
+                fmt_gbps(v.predicted_dram_write_gbps),
             ]
         })
         .collect();
@@ -330,6 +333,9 @@ pub fn render_verdicts(o: &mut Out, verdicts: &[QueueVerdict]) {
         "in flight",
         "write hit",
         "read hit",
+        "copy miss",
+        "DRAM rd GB/s",
+        "DRAM wr GB/s",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -980,6 +986,9 @@ fn render_model_notes(o: &mut Out, a: &Advice) {
     for (head, text) in model_input_lines(&a.model_inputs, a.calibration.as_ref()) {
         wrapped(o, &format!("  {head}"), &text);
     }
+    if let Some(line) = dram_words(&a.model) {
+        wrapped(o, "  DRAM          ", &line);
+    }
     for n in &a.notes {
         wrapped(o, "  note: ", n);
     }
@@ -1110,6 +1119,8 @@ pub fn render_what_if(grid: &[GridPoint], width: usize) -> String {
         "write hit",
         "CPU read hit",
         "NIC read hit",
+        "DRAM rd GB/s",
+        "DRAM wr GB/s",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -1129,11 +1140,39 @@ pub fn render_what_if(grid: &[GridPoint], width: usize) -> String {
                 fmt_pct(p.io_write_hit_pct),
                 fmt_pct(p.cpu_read_hit_pct),
                 fmt_pct(p.io_read_hit_pct),
+                fmt_gbps(p.dram_read_gbps),
+                fmt_gbps(p.dram_write_gbps),
             ]
         })
         .collect();
     table(&mut o, 0, &header, &rows, &[]);
     o.into_string()
+}
+
+/// A modelled bandwidth in GB/s, "-" where there is none.
+fn fmt_gbps(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |v| format!("{v:.2}"))
+}
+
+/// A synthetic spec's inputs: the keys given, and every other input with its default, so
+/// the output says which numbers the user chose and which the model assumed.
+pub fn render_spec_inputs(spec: &crate::analysis::SimSpec, given: &[String]) -> String {
+    let inputs = spec.inputs();
+    let pick = |g: bool| {
+        inputs
+            .iter()
+            .filter(|i| given.iter().any(|k| k == &i.name) == g)
+            .map(|i| format!("{} {}", i.name, i.value))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut o = String::new();
+    let _ = writeln!(o, "model inputs  given: {}", pick(true));
+    let _ = writeln!(o, "              assumed: {}", pick(false));
+    if let Some(rule) = spec.layout_rule() {
+        let _ = writeln!(o, "buffer layout {rule}");
+    }
+    o
 }
 
 /// The model's inputs, measured ones first, and its calibration, as (head, text) lines.

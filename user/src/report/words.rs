@@ -1,6 +1,8 @@
 //! The words and cells more than one renderer prints (the text report, the HTML page,
 //! `top`): a queue's table row, a socket's DDIO numbers, the answer's leaking line and the
 //! model's calibration sentence, so every surface says them the same way.
+use std::fmt::Write as _;
+
 use crate::analysis::answer::Answer;
 use crate::analysis::summary::QueueReport;
 use crate::snapshot::Dir;
@@ -137,4 +139,24 @@ pub fn calibration_words(cal: Option<&crate::advise::CalibrationReport>) -> Stri
             _ => String::new(),
         }
     )
+}
+
+/// The socket's predicted DRAM traffic and copy read miss, beside what the memory
+/// controllers counted when the recording has them; None without a prediction.
+pub fn dram_words(m: &crate::advise::ModelView) -> Option<String> {
+    let (r, w) = (m.predicted_dram_read_gbps?, m.predicted_dram_write_gbps?);
+    let mut s = format!("the network's, predicted: read {r:.2} GB/s, write {w:.2} GB/s");
+    if let Some(x) = m.predicted_cpu_read_miss_pct {
+        let _ = write!(s, "; the copy's LLC read miss {x:.1}%");
+    }
+    match (m.measured_dram_read_gbps, m.measured_dram_write_gbps) {
+        (Some(mr), Some(mw)) => {
+            let _ = write!(
+                s,
+                "; memory controllers measured read {mr:.2} GB/s, write {mw:.2} GB/s (all traffic)"
+            );
+        }
+        _ => s.push_str("; no memory-controller counters in the recording to set beside it"),
+    }
+    Some(s)
 }

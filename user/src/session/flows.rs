@@ -121,6 +121,11 @@ impl Session {
             None => program,
         });
         let from_sockets = self.socket_counts(&mut flows, finishing);
+        snap.socket_queues = self
+            .sockets
+            .as_mut()
+            .map(|s| s.table().queue_stats())
+            .unwrap_or_default();
         snap.flows = flows
             .into_iter()
             .map(|f| {

@@ -183,6 +183,14 @@ pub fn query(name: &str, netns: Option<&str>) -> Result<IfaceInfo> {
         // SAFETY: SIOCGIFHWADDR wrote the ifru_hwaddr member.
         info.link_type = Some(unsafe { hw.ifr_ifru.ifru_hwaddr.sa_family });
     }
+    // SAFETY: an ifreq is plain old data; SIOCGIFMTU fills ifru_mtu.
+    let mut mreq: libc::ifreq = unsafe { std::mem::zeroed() };
+    mreq.ifr_name = hw.ifr_name;
+    // SAFETY: a valid socket and a NUL-terminated ifreq of ours.
+    if unsafe { libc::ioctl(sock.0, libc::SIOCGIFMTU, &mut mreq) } == 0 {
+        // SAFETY: SIOCGIFMTU wrote the ifru_mtu member.
+        info.mtu = u32::try_from(unsafe { mreq.ifr_ifru.ifru_mtu }).ok();
+    }
     let mut ch = Channels {
         cmd: ETHTOOL_GCHANNELS,
         ..Default::default()

@@ -50,6 +50,10 @@ pub struct IfaceInfo {
     /// The link-layer type (ARPHRD_*: 1 is Ethernet), None where it could not be read.
     #[serde(default)]
     pub link_type: Option<u16>,
+    /// The interface MTU (SIOCGIFMTU), None where it could not be read or in recordings from
+    /// before it: the buffer geometry rules take it.
+    #[serde(default)]
+    pub mtu: Option<u32>,
 }
 
 impl IfaceInfo {
