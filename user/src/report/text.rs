@@ -240,9 +240,25 @@ fn predicted(metric: Option<&str>, before: Option<f64>, after: Option<f64>) -> S
 /// writes a queue (the HTML marks it up).
 pub fn leaking_line(a: &Answer, why: &str, name: impl Fn(Dir, u32) -> String) -> String {
     let first = &a.leaking[0];
+    // Tied queues (within the model's spread) are joined by "=", not ranked by ",".
+    let join = |parts: Vec<String>| {
+        let mut out = String::new();
+        for (l, p) in a.leaking.iter().zip(parts) {
+            if !out.is_empty() {
+                out.push_str(if l.tied { " = " } else { ", " });
+            }
+            out.push_str(&p);
+        }
+        out
+    };
+    let ties = if a.leaking.iter().any(|l| l.tied) {
+        " (= tied: closer than the model's run-to-run spread)"
+    } else {
+        ""
+    };
     if a.leaking.iter().all(|l| l.verdict == first.verdict) {
         let names: Vec<String> = a.leaking.iter().map(|l| name(l.dir, l.queue)).collect();
-        format!("{}: {}, {why}", names.join(", "), first.verdict)
+        format!("{}{ties}: {}, {why}", join(names), first.verdict)
     } else {
         let names: Vec<String> = a
             .leaking
@@ -250,16 +266,48 @@ pub fn leaking_line(a: &Answer, why: &str, name: impl Fn(Dir, u32) -> String) ->
             .map(|l| format!("{} {}", name(l.dir, l.queue), l.verdict))
             .collect();
         format!(
-            "{}; {}: {why}",
-            names.join(", "),
+            "{}{ties}; {}: {why}",
+            join(names),
             qname(first.dir, first.queue)
         )
+    }
+}
+
+/// The label the leaking queues get: on a host without measured DDIO they are a prediction.
+pub fn leaking_label(a: &Answer) -> &'static str {
+    if a.ddio.is_some() {
+        "Would leak"
+    } else {
+        "Leaking"
+    }
+}
+
+/// "COMMAND; predicted …", with the reason first when the change is not for the cache.
+pub fn change_line(c: &crate::analysis::answer::Change) -> String {
+    let cmd = if c.command.is_empty() {
+        format!("{} {}: no single command, see its evidence", c.kind, c.target)
+    } else {
+        c.command.replace('\n', "; ")
+    };
+    let pred = predicted(
+        c.predicted_metric.as_deref(),
+        c.predicted_before,
+        c.predicted_after,
+    );
+    match &c.reason {
+        Some(r) => format!("for {r}: {cmd}"),
+        None => format!("{cmd}{pred}"),
     }
 }
 
 /// The answer block every report and `recommend` lead with.
 pub fn render_answer(o: &mut String, a: &Answer, verdicts: &[QueueVerdict]) {
     let _ = writeln!(o, "Answer");
+    if let Some(d) = &a.ddio {
+        wrapped(o, "  DDIO      ", d);
+    }
+    let label = format!("  {:<10}", leaking_label(a));
+    let label = label.as_str();
     let reason_of = |d: Dir, q: u32| {
         verdicts
             .iter()
@@ -269,7 +317,7 @@ pub fn render_answer(o: &mut String, a: &Answer, verdicts: &[QueueVerdict]) {
     if let Some(why) = &a.model_unavailable {
         wrapped(
             o,
-            "  Leaking   ",
+            label,
             &format!("unknown: the DDIO model could not run: {why}"),
         );
     } else if a.leaking.is_empty() {
@@ -278,11 +326,11 @@ pub fn render_answer(o: &mut String, a: &Answer, verdicts: &[QueueVerdict]) {
         } else {
             "none: every modelled queue fits".into()
         };
-        wrapped(o, "  Leaking   ", &what);
+        wrapped(o, label, &what);
     } else {
         let first = &a.leaking[0];
         let why = reason_of(first.dir, first.queue).unwrap_or_default();
-        wrapped(o, "  Leaking   ", &leaking_line(a, &why, qname));
+        wrapped(o, label, &leaking_line(a, &why, qname));
     }
     let shares: Vec<String> = a
         .leaking
@@ -306,12 +354,23 @@ pub fn render_answer(o: &mut String, a: &Answer, verdicts: &[QueueVerdict]) {
             .iter()
             .map(|f| {
                 format!(
-                    "{} {}:{} -> {}:{} {:.1}%",
-                    f.proto, f.src, f.sport, f.dst, f.dport, f.share_pct
+                    "{}{} {}:{} -> {}:{} {:.1}%",
+                    if f.tied { "= " } else { "" },
+                    f.proto,
+                    f.src,
+                    f.sport,
+                    f.dst,
+                    f.dport,
+                    f.share_pct
                 )
             })
             .collect();
-        wrapped(o, "  Flows     ", &f.join("; "));
+        let tied = if a.top_flows.iter().any(|f| f.tied) {
+            " (= tied with the flow before: closer than the model's run-to-run spread)"
+        } else {
+            ""
+        };
+        wrapped(o, "  Flows     ", &format!("{}{tied}", f.join("; ")));
     }
     wrapped(
         o,
@@ -326,19 +385,7 @@ pub fn render_answer(o: &mut String, a: &Answer, verdicts: &[QueueVerdict]) {
         wrapped(o, "  Change    ", &format!("nothing to run: {why}"));
     }
     for c in &a.changes {
-        wrapped(
-            o,
-            "  Change    ",
-            &format!(
-                "{}{}",
-                c.command.replace('\n', "; "),
-                predicted(
-                    c.predicted_metric.as_deref(),
-                    c.predicted_before,
-                    c.predicted_after
-                )
-            ),
-        );
+        wrapped(o, "  Change    ", &change_line(c));
     }
     if let Some(NoChange { next_steps, .. }) = &a.no_change {
         for n in next_steps {
@@ -1030,6 +1077,9 @@ fn render_recommendations(o: &mut String, a: &Advice) {
     }
     for r in &a.recommendations {
         let _ = writeln!(o, "  [{}] {}", r.kind, r.target);
+        if let Some(why) = &r.reason {
+            wrapped(o, "      for ", why);
+        }
         for line in r.command.lines() {
             let _ = writeln!(o, "      $ {line}");
         }

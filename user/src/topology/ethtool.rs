@@ -1,4 +1,4 @@
-//! The ethtool ioctls ddioscope reads (driver info, rings, channels): read
+//! The ethtool ioctls ddioscope reads (driver info, rings, channels, the RSS table's size): read
 //! only, on a socket of the calling thread's network namespace.
 use anyhow::{bail, Result};
 
@@ -8,6 +8,7 @@ const SIOCETHTOOL: libc::c_ulong = 0x8946;
 const ETHTOOL_GDRVINFO: u32 = 0x03;
 const ETHTOOL_GRINGPARAM: u32 = 0x10;
 const ETHTOOL_GCHANNELS: u32 = 0x3c;
+const ETHTOOL_GRXFHINDIR: u32 = 0x38;
 
 // Kernel UAPI layouts (include/uapi/linux/ethtool.h).
 #[repr(C)]
@@ -52,6 +53,14 @@ struct Channels {
     tx_count: u32,
     other_count: u32,
     combined_count: u32,
+}
+
+/// `struct ethtool_rxfh_indir` asked with size 0: the kernel answers the table's size.
+#[repr(C)]
+#[derive(Default)]
+struct RxfhIndir {
+    cmd: u32,
+    size: u32,
 }
 
 #[repr(C)]
@@ -182,6 +191,13 @@ pub fn query(name: &str, netns: Option<&str>) -> Result<IfaceInfo> {
     if unsafe { libc::ioctl(sock.0, libc::SIOCGIFHWADDR, &mut hw) } == 0 {
         // SAFETY: SIOCGIFHWADDR wrote the ifru_hwaddr member.
         info.link_type = Some(unsafe { hw.ifr_ifru.ifru_hwaddr.sa_family });
+    }
+    let mut indir = RxfhIndir {
+        cmd: ETHTOOL_GRXFHINDIR,
+        size: 0,
+    };
+    if ioctl(&sock, name, &mut indir) {
+        info.rss_table = Some(indir.size).filter(|&n| n > 0);
     }
     let mut ch = Channels {
         cmd: ETHTOOL_GCHANNELS,
