@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 import urllib.parse
+import uuid
 from pathlib import Path
 
 import yaml
@@ -97,7 +98,7 @@ def histogram_quantile(q, buckets):
 
 
 def capture():
-    tb = Testbed("capture")
+    tb = Testbed("ddacap" + uuid.uuid4().hex[:4])
     srv = prom = traffic = None
     try:
         tb.iperf3_server()

@@ -518,7 +518,10 @@ fn commands_only_where_the_device_runs_them() {
     o.device.rx_queues = 8;
     let r = recommend_one(&o);
     show("in a namespace", &r);
-    let sp = r.iter().find(|x| x.kind == Kind::SpreadLoad).expect("spread_load");
+    let sp = r
+        .iter()
+        .find(|x| x.kind == Kind::SpreadLoad && x.target.ends_with("rx0"))
+        .expect("spread_load");
     assert_eq!(sp.command, "ip netns exec ddio-x-rcv ethtool -X ddrcv equal 8");
     assert!(r
         .iter()

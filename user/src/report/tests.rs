@@ -288,7 +288,10 @@ fn the_answer_comes_first_and_says_what_it_rests_on() {
         .filter(|v| v.dir == crate::snapshot::Dir::Tx)
     {
         assert_eq!(v.verdict, VerdictKind::Unknown, "{v:?}");
-        assert!(v.reason.contains("no TX ring size"), "{v:?}");
+        assert!(
+            v.reason.contains("no TX ring size") || v.reason.contains("too little traffic"),
+            "{v:?}"
+        );
     }
     // An RX verdict names the socket's rings together, the cause of "leaky" when one ring fits.
     let rx = a
@@ -450,9 +453,11 @@ fn intel_hosts_are_pointed_at_the_counters() {
             "{text}"
         );
     }
-    // Rings known: no TX queue is unknown for want of one.
+    // Rings known: no queue is unknown for want of one (only for too little traffic).
     assert!(
-        a.verdicts.iter().all(|v| v.verdict != VerdictKind::Unknown),
+        a.verdicts
+            .iter()
+            .all(|v| v.verdict != VerdictKind::Unknown || v.reason.contains("too little traffic")),
         "{:?}",
         a.verdicts
     );
