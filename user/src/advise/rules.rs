@@ -4,8 +4,8 @@
 //! recorded device can run it, and never a change the model predicts makes the cache worse
 //! unless it is for something else, which it then says first.
 use super::{
-    mean_pkt, median, predict_with_reuse, prediction, read_metric, round1, rx_queues, Kind,
-    HostObservation, ModelRun, QueueObservation, Recommendation, BUDGET_EXHAUSTED_FRACTION,
+    mean_pkt, median, predict_with_reuse, prediction, read_metric, round1, rx_queues,
+    HostObservation, Kind, ModelRun, QueueObservation, Recommendation, BUDGET_EXHAUSTED_FRACTION,
     BURST_HEADROOM, IMBALANCE_RATIO, MAX_RING, MIN_RING, SIGNIFICANT_WRITE_MISS_PCT,
     WARM_READ_MISS_PCT,
 };
@@ -71,7 +71,8 @@ fn write_allocation(obs: &HostObservation) -> Option<Recommendation> {
             String::new()
         }
     };
-    evidence.push("enable Use_Allocating_Flow_Wr in the BIOS (or set bit 7 of that register)".into());
+    evidence
+        .push("enable Use_Allocating_Flow_Wr in the BIOS (or set bit 7 of that register)".into());
     Some(Recommendation {
         kind: Kind::DdioWriteAllocationDisabled,
         target: obs.iface.clone(),
@@ -187,7 +188,8 @@ impl RingFacts {
             burst_ev.extend(why);
             not_cache.extend(nc);
         }
-        let fp = |r: u32| analytic::analyse_socket(g, &super::loads(obs, Some(r))).rx_footprint_bytes;
+        let fp =
+            |r: u32| analytic::analyse_socket(g, &super::loads(obs, Some(r))).rx_footprint_bytes;
         let usable = g.usable_ddio_bytes();
         let cur_fp = cur_ring.map(fp);
         let counters = obs.counters.as_ref();
@@ -286,7 +288,10 @@ pub(super) fn ring_change(
     if ring > max || f.cur_ring == Some(ring) {
         return None;
     }
-    let (b, a) = match (prediction(run, None, None), prediction(run, Some(ring), None)) {
+    let (b, a) = match (
+        prediction(run, None, None),
+        prediction(run, Some(ring), None),
+    ) {
         (Some(b), Some(a)) => (b.0, a.0),
         _ => (None, None),
     };
@@ -310,7 +315,9 @@ pub(super) fn ring_change(
     Some(Recommendation {
         kind: Kind::RingSize,
         target: obs.iface.clone(),
-        command: obs.device.run(&format!("ethtool -G {} rx {ring}", obs.iface)),
+        command: obs
+            .device
+            .run(&format!("ethtool -G {} rx {ring}", obs.iface)),
         reason,
         evidence,
         predicted_metric: Some("io_write_hit_pct".into()),
@@ -513,7 +520,9 @@ fn spread_load(obs: &HostObservation, run: &ModelRun) -> Option<Recommendation> 
     Some(Recommendation {
         kind: Kind::SpreadLoad,
         target: format!("{} rx{}", obs.iface, hot.queue),
-        command: obs.device.run(&format!("ethtool -X {} equal {n}", obs.iface)),
+        command: obs
+            .device
+            .run(&format!("ethtool -X {} equal {n}", obs.iface)),
         reason,
         evidence,
         predicted_metric: Some(metric.into()),
@@ -676,4 +685,3 @@ pub fn steer_flow(
         predicted_after: Some(a),
     })
 }
-

@@ -250,7 +250,8 @@ impl ModelRun {
                 self.obs.queues.iter().any(|o| {
                     o.dir == Dir::Rx
                         && o.queue == *q
-                        && o.packets.is_none_or(|p| p >= super::MIN_PACKETS_FOR_VERDICT)
+                        && o.packets
+                            .is_none_or(|p| p >= super::MIN_PACKETS_FOR_VERDICT)
                 })
             })
         };

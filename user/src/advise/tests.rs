@@ -398,7 +398,10 @@ fn ways_when_no_ring_fits_and_determinism() {
         .iter()
         .find(|x| x.kind == Kind::SpreadLoad)
         .expect("spread_load");
-    let why = sp.reason.as_deref().expect("a reason that is not the cache");
+    let why = sp
+        .reason
+        .as_deref()
+        .expect("a reason that is not the cache");
     assert!(
         why.contains("backlog") && why.contains("not the cache"),
         "{why}"
@@ -464,7 +467,9 @@ fn steer_the_top_flow_off_the_hot_queue() {
         "{:?}",
         r.evidence
     );
-    assert!(r.predicted_after.unwrap() >= r.predicted_before.unwrap() + super::rules::STEER_MIN_GAIN);
+    assert!(
+        r.predicted_after.unwrap() >= r.predicted_before.unwrap() + super::rules::STEER_MIN_GAIN
+    );
 
     // Misses spread evenly, a hot queue whose flows are small, or a single queue: nothing to steer.
     assert!(steer_flow(
@@ -522,7 +527,10 @@ fn commands_only_where_the_device_runs_them() {
         .iter()
         .find(|x| x.kind == Kind::SpreadLoad && x.target.ends_with("rx0"))
         .expect("spread_load");
-    assert_eq!(sp.command, "ip netns exec ddio-x-rcv ethtool -X ddrcv equal 8");
+    assert_eq!(
+        sp.command,
+        "ip netns exec ddio-x-rcv ethtool -X ddrcv equal 8"
+    );
     assert!(r
         .iter()
         .filter(|x| x.command.contains("ethtool"))
@@ -579,7 +587,11 @@ fn no_cache_fix_that_the_model_predicts_worse() {
     let mut dropping = obs.clone();
     dropping.queues[0].drops = 500;
     let f = super::rules::RingFacts::of(&dropping);
-    let r = super::rules::ring_change(&dropping, &run, &f, 8192, Vec::new()).expect("offered for the drops");
+    let r = super::rules::ring_change(&dropping, &run, &f, 8192, Vec::new())
+        .expect("offered for the drops");
     let why = r.reason.expect("a reason");
-    assert!(why.contains("500 drops") && why.contains("not the cache"), "{why}");
+    assert!(
+        why.contains("500 drops") && why.contains("not the cache"),
+        "{why}"
+    );
 }

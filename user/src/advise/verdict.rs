@@ -94,7 +94,13 @@ mod tests {
         assert_eq!(v(Dir::Tx, Some(5000), true, false), VerdictKind::Leaky);
         let spelt: Vec<String> = VerdictKind::ALL
             .iter()
-            .map(|k| serde_json::to_value(k).unwrap().as_str().unwrap().to_string())
+            .map(|k| {
+                serde_json::to_value(k)
+                    .unwrap()
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
             .collect();
         assert_eq!(
             spelt,

@@ -18,7 +18,6 @@ use crate::snapshot::Dir;
 /// A calibration residual beyond this (points) is said in the notes.
 pub const CALIBRATION_RESIDUAL_NOTE_PP: f64 = 10.0;
 
-
 /// What `recommend` prints and the report embeds.
 #[derive(Debug, Serialize)]
 pub struct Advice {
@@ -211,4 +210,3 @@ fn attributed_flows(
         })
         .collect())
 }
-

@@ -166,9 +166,7 @@ pub fn no_change(
     let no_ddio = obs.device.no_ddio;
     if no_ddio {
         reasons.push("this CPU has no DDIO: there is nothing on this host to tune".to_string());
-        next_steps.push(
-            "record on an Intel Xeon host to measure DDIO there".to_string(),
-        );
+        next_steps.push("record on an Intel Xeon host to measure DDIO there".to_string());
     }
     if !o.any() {
         next_steps.push(format!(

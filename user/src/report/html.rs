@@ -195,9 +195,18 @@ fn answer_section(o: &mut String, a: &Answer, verdicts: &[QueueVerdict]) {
                 .as_ref()
                 .map(|r| format!("for {}: ", esc(r)))
                 .unwrap_or_default();
-            let pred = if c.reason.is_some() { String::new() } else { pred };
+            let pred = if c.reason.is_some() {
+                String::new()
+            } else {
+                pred
+            };
             if c.command.is_empty() {
-                let _ = write!(o, "<li>{why}{} {}: no single command, see its evidence{pred}</li>", c.kind, esc(&c.target));
+                let _ = write!(
+                    o,
+                    "<li>{why}{} {}: no single command, see its evidence{pred}</li>",
+                    c.kind,
+                    esc(&c.target)
+                );
             } else {
                 let _ = write!(o, "<li>{why}<code>{}</code>{pred}</li>", esc(&c.command));
             }

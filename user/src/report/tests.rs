@@ -367,7 +367,10 @@ fn no_ddio_is_said_first_and_next_does_not_loop() {
         "{raw}"
     );
     assert!(!text.contains("Leaking "), "{raw}");
-    assert_eq!(a.geometry.size_bytes, LlcGeometry::skx_gold_6140().size_bytes);
+    assert_eq!(
+        a.geometry.size_bytes,
+        LlcGeometry::skx_gold_6140().size_bytes
+    );
     for v in &a.verdicts {
         if v.reason.contains("too little traffic") {
             assert_eq!(v.verdict, VerdictKind::Unknown);
@@ -385,10 +388,17 @@ fn no_ddio_is_said_first_and_next_does_not_loop() {
     };
     let n = b.no_change.expect("no change");
     assert!(
-        n.next_steps.iter().all(|x| !x.contains("--llc-mib") && !x.contains("ddioscope recommend")),
+        n.next_steps
+            .iter()
+            .all(|x| !x.contains("--llc-mib") && !x.contains("ddioscope recommend")),
         "{n:?}"
     );
-    assert!(b.llc_origin.starts_with("--llc-mib/--llc-ways on the command line"), "{}", b.llc_origin);
+    assert!(
+        b.llc_origin
+            .starts_with("--llc-mib/--llc-ways on the command line"),
+        "{}",
+        b.llc_origin
+    );
 }
 
 /// `recommend` leads with the same answer and gives the attribution one line.

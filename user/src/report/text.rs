@@ -285,7 +285,10 @@ pub fn leaking_label(a: &Answer) -> &'static str {
 /// "COMMAND; predicted …", with the reason first when the change is not for the cache.
 pub fn change_line(c: &crate::analysis::answer::Change) -> String {
     let cmd = if c.command.is_empty() {
-        format!("{} {}: no single command, see its evidence", c.kind, c.target)
+        format!(
+            "{} {}: no single command, see its evidence",
+            c.kind, c.target
+        )
     } else {
         c.command.replace('\n', "; ")
     };

@@ -294,7 +294,8 @@ impl Accumulator {
         }
         if let Some((geom, iface)) = &self.model {
             if snap.queues.iter().any(|q| q.packets > 0) {
-                p.verdicts = super::live_model::verdicts(geom, iface, &snap.queues, snap.dur_ns).queues;
+                p.verdicts =
+                    super::live_model::verdicts(geom, iface, &snap.queues, snap.dur_ns).queues;
                 p.ring_known = [iface.rx_ring.is_some(), iface.tx_ring.is_some()];
             }
         }

@@ -385,12 +385,19 @@ fn body_lines(_live: &Session, f: &Frame) -> Vec<String> {
             ));
         }
         // What the verdicts rest on, as report's "ring needs": the rings against DDIO.
-        if let Some(m) = f.model.as_ref().filter(|m| dir == Dir::Rx && m.rx_footprint_bytes > 0) {
+        if let Some(m) = f
+            .model
+            .as_ref()
+            .filter(|m| dir == Dir::Rx && m.rx_footprint_bytes > 0)
+        {
             out.push(format!(
                 "    RX rings together need {} of DDIO's {} ({})",
                 fmt_bytes(m.rx_footprint_bytes as f64),
                 fmt_bytes(m.ddio_capacity_bytes as f64),
-                pct_of(Some(m.rx_footprint_bytes as f64), Some(m.ddio_capacity_bytes))
+                pct_of(
+                    Some(m.rx_footprint_bytes as f64),
+                    Some(m.ddio_capacity_bytes)
+                )
             ));
         }
         out.push(String::new());
