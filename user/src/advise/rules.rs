@@ -414,11 +414,7 @@ fn ring_size_and_ways(obs: &HostObservation, run: &ModelRun, f: &RingFacts) -> V
             let mut gg = g.clone();
             gg.ddio_ways = g.ways - 1;
             let per_q = fp(need_ring) / u64::from(nq.max(1));
-            let fit_q = if per_q > 0 {
-                gg.usable_ddio_bytes() / per_q
-            } else {
-                0
-            };
+            let fit_q = gg.usable_ddio_bytes().checked_div(per_q).unwrap_or(0);
             let mut ev = f.evidence.clone();
             ev.push(format!(
                 "even {} DDIO ways cannot hold {nq} rings of {need_ring}: spread the queues over more sockets or NICs, or keep at most {fit_q} RX queues on this socket (ethtool -L)",

@@ -169,9 +169,10 @@ pub fn no_change(
         next_steps.push("record on an Intel Xeon host to measure DDIO there".to_string());
     }
     if !o.any() {
-        next_steps.push(format!(
-            "to model another Intel LLC add --llc-mib, --llc-ways and --ddio-ways: the LLC's size and ways are in /sys/devices/system/cpu/cpu0/cache/index3/{{size,ways_of_associativity}} (or lscpu -C) on that host, its DDIO ways are the bits set in MSR 0xC8B (rdmsr 0xc8b; 2 by default)"
-        ));
+        next_steps.push(
+            "to model another Intel LLC add --llc-mib, --llc-ways and --ddio-ways: the LLC's size and ways are in /sys/devices/system/cpu/cpu0/cache/index3/{size,ways_of_associativity} (or lscpu -C) on that host, its DDIO ways are the bits set in MSR 0xC8B (rdmsr 0xc8b; 2 by default)"
+            .to_string(),
+        );
     }
     if rx.iter().all(|q| q.ring_entries.is_none()) {
         reasons.push(format!(

@@ -24,8 +24,8 @@ pub fn geometry(host: &HostInfo) -> Option<LiveGeometry> {
         let s = LlcGeometry::intel_stand_in();
         return Some(LiveGeometry {
             origin: format!(
-                "no DDIO on this host: modelled as an Intel LLC, {}",
-                s.describe()
+                "no DDIO on this host: the Intel stand-in, preset {}",
+                s.preset
             ),
             geometry: s.geometry,
         });
@@ -33,7 +33,7 @@ pub fn geometry(host: &HostInfo) -> Option<LiveGeometry> {
     let l = host.llc.as_ref()?;
     let g = LlcGeometry::new(l.size_bytes, l.ways, l.line_bytes.max(64)).ok()?;
     Some(LiveGeometry {
-        origin: "this host's LLC (sysfs), DDIO ways assumed".into(),
+        origin: "this host's LLC, DDIO ways assumed".into(),
         geometry: g,
     })
 }
