@@ -13,13 +13,18 @@ def recommend(path, *args):
 
 
 def with_rings(path, entries):
-    """A copy of a recording whose device metadata says it has rings of `entries`."""
+    """A copy of a recording whose device metadata says it has rings of `entries`, on an Intel host."""
     out = path.with_name(path.stem + f"-ring{entries}.ddio")
     shutil.copy(path, out)
     with sqlite3.connect(out) as c:
         iface = json.loads(c.execute("SELECT value FROM meta WHERE key='iface'").fetchone()[0])
         iface.update(rx_ring=entries, tx_ring=entries, rx_ring_max=entries, tx_ring_max=entries)
         c.execute("UPDATE meta SET value=? WHERE key='iface'", (json.dumps(iface),))
+        # A NIC's rings are a DDIO question on an Intel host: on this (AMD) one the model
+        # would offer no DDIO-way change.
+        host = json.loads(c.execute("SELECT value FROM meta WHERE key='host'").fetchone()[0])
+        host.update(cpu_vendor="GenuineIntel")
+        c.execute("UPDATE meta SET value=? WHERE key='host'", (json.dumps(host),))
     return out
 
 

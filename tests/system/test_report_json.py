@@ -19,9 +19,13 @@ VARIANTS = {
     "intel-nic": """
         UPDATE meta SET value = json_set(value, '$.cpu_vendor', 'GenuineIntel', '$.cpu_model', 'Intel(R) Xeon(R) Gold 6140')
             WHERE key = 'host';
-        UPDATE meta SET value = json_set(value, '$.rx_ring', 4096, '$.tx_ring', 4096, '$.driver', 'ice') WHERE key = 'iface';
+        UPDATE meta SET value = json_set(value, '$.rx_ring', 4096, '$.tx_ring', 4096, '$.rx_ring_max', 8192, '$.rss_table', 128,
+                                         '$.driver', 'ice') WHERE key = 'iface';
         DELETE FROM meta WHERE key IN ('platform', 'platform_detection', 'counters_notes');""",
+    # An Intel host whose LLC was not recorded (a host without DDIO is modelled as the
+    # Intel stand-in whatever its LLC).
     "no-llc": """
+        UPDATE meta SET value = json_set(value, '$.cpu_vendor', 'GenuineIntel') WHERE key = 'host';
         DELETE FROM meta WHERE key = 'geometry';
         UPDATE meta SET value = json_remove(value, '$.llc') WHERE key = 'host';""",
 }

@@ -545,7 +545,7 @@ pub fn write_csv_dir(
             ],
             recs.iter().map(|r| {
                 vec![
-                    r.kind.clone(),
+                    r.kind.to_string(),
                     r.target.clone(),
                     r.command.clone(),
                     r.predicted_metric.clone().unwrap_or_default(),

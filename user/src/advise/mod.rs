@@ -1,18 +1,24 @@
-//! Recommendations: ring sizes, IIO LLC ways, load spreading, NUMA/IRQ placement, DDIO write-allocation and buffer-reuse findings, each with evidence, a printed (never executed) command and the simulator's predicted effect; plus the model's per-queue view for the report.
+//! Recommendations: ring sizes, IIO LLC ways, load spreading, flow steering, NUMA/IRQ placement, DDIO write-allocation and buffer-reuse findings, each a rule of its own with evidence, a printed (never executed) command that runs as pasted on the recorded device, and the simulator's predicted effect; plus the model's per-queue view and verdicts, the one computation every surface shows.
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::analytic::{self, Dir, QueueLoad, SocketAnalytic, Verdict, DESC_BYTES_PER_PKT};
+use crate::model::analytic::{self, Dir, QueueLoad, SocketAnalytic};
 use crate::model::buffers::Driver;
-use crate::model::geometry::{ways_to_mask, LlcGeometry, WaysSource};
+use crate::model::geometry::{LlcGeometry, WaysSource};
 use crate::model::spec::{Consumer, Reuse, SimSpec, StackInputs};
 
+mod attributed;
+mod rules;
 mod run;
 mod socket_buffer;
 #[cfg(test)]
 mod tests;
+mod verdict;
 
-pub use run::{CalibrationReport, ModelRun};
+pub use attributed::{order_by_attributed_misses, steer_attributed_flow};
+pub use rules::{recommend, steer_flow, AttributedFlow};
+pub use run::{CalibrationReport, ModelRun, Spread};
+pub use verdict::{queue_verdict, VerdictKind, MIN_PACKETS_FOR_VERDICT};
 
 /// Smallest ring we recommend: one NAPI budget (64 packets) must fit; most drivers
 /// accept 64 (ixgbe, i40e, ice, mlx5).
@@ -31,6 +37,8 @@ pub const IMBALANCE_RATIO: f64 = 2.0;
 pub const SIGNIFICANT_WRITE_MISS_PCT: f64 = 20.0;
 /// Read-miss % below which CPU-side reads count as "warm".
 pub const WARM_READ_MISS_PCT: f64 = 5.0;
+/// Ring entries assumed when the driver reports none.
+pub const ASSUMED_RING: u32 = 1024;
 /// Cap on packets simulated per prediction, to keep advice fast on 48-queue hosts.
 pub const PREDICTION_MAX_PACKETS: u64 = 1_200_000;
 
@@ -58,6 +66,13 @@ pub struct QueueObservation {
     /// The receive queues of the local sockets this queue's flows end in, where measured.
     #[serde(default)]
     pub socket: Option<SocketQueueObs>,
+    /// Packets the queue carried in what was analysed: too few and it gets no verdict.
+    #[serde(default)]
+    pub packets: Option<u64>,
+    /// The byte rate of the queue's largest flow, where flows were recorded: RSS moves
+    /// whole flows, so it cannot spread a queue whose load is one flow.
+    #[serde(default)]
+    pub top_flow_bytes_per_s: Option<f64>,
 }
 
 /// The NIC's ring-full / no-buffer drops that bear on one queue.
@@ -136,16 +151,86 @@ pub struct HostObservation {
     /// The interface MTU.
     #[serde(default)]
     pub mtu: Option<u32>,
+    /// What the device lets a printed command do, and where the command must run.
+    #[serde(default)]
+    pub device: Device,
+}
+
+/// What the recorded device supports, so a printed command is one that runs on it as pasted.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Device {
+    /// The network namespace the device is in (None: the host's): device commands carry
+    /// `ip netns exec NS`.
+    pub netns: Option<String>,
+    pub driver: Option<String>,
+    /// RX queues configured, whether or not they carried traffic.
+    pub rx_queues: u32,
+    /// Entries of the RSS indirection table; None: the device has none (`ethtool -X`
+    /// cannot run), or the recording predates the check.
+    pub rss_table: Option<u32>,
+    /// The largest RX ring the driver accepts; None: the ring cannot be read, so
+    /// `ethtool -G` is not offered.
+    pub rx_ring_max: Option<u32>,
+    /// The recording host has no DDIO: commands that change DDIO itself (MSR 0xC8B) do not
+    /// apply there, and every prediction is for the stand-in Intel LLC.
+    pub no_ddio: bool,
+}
+
+impl Device {
+    /// `cmd` as it runs on this device: inside its namespace when it has one.
+    pub fn run(&self, cmd: &str) -> String {
+        match &self.netns {
+            Some(ns) => format!("ip netns exec {ns} {cmd}"),
+            None => cmd.to_string(),
+        }
+    }
+}
+
+/// What a recommendation changes; serialised as the JSON has always spelt it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    RingSize,
+    IioLlcWays,
+    SpreadLoad,
+    SteerFlow,
+    NumaPlacement,
+    DdioWriteAllocationDisabled,
+    BufferReuse,
+    SocketBuffer,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::RingSize => "ring_size",
+            Kind::IioLlcWays => "iio_llc_ways",
+            Kind::SpreadLoad => "spread_load",
+            Kind::SteerFlow => "steer_flow",
+            Kind::NumaPlacement => "numa_placement",
+            Kind::DdioWriteAllocationDisabled => "ddio_write_allocation_disabled",
+            Kind::BufferReuse => "buffer_reuse",
+            Kind::SocketBuffer => "socket_buffer",
+        }
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Recommendation {
-    /// ring_size | iio_llc_ways | spread_load | steer_flow | numa_placement |
-    /// ddio_write_allocation_disabled | buffer_reuse | socket_buffer
-    pub kind: String,
+    pub kind: Kind,
     pub target: String,
-    /// Printed for the operator; ddioscope never runs it.
+    /// Printed for the operator; ddioscope never runs it. Every line runs as pasted on the
+    /// recorded device; empty when the change is not one command (the evidence says what).
     pub command: String,
+    /// Why the change is offered when it is not for the cache (the model predicts no cache
+    /// gain): said before anything else. None: it is offered for the cache.
+    pub reason: Option<String>,
     pub evidence: Vec<String>,
     /// Which simulated metric the predictions refer to (e.g. "io_write_hit_pct").
     pub predicted_metric: Option<String>,
@@ -170,7 +255,7 @@ pub struct QueueModel {
     pub predicted_dram_read_gbps: Option<f64>,
     #[serde(default)]
     pub predicted_dram_write_gbps: Option<f64>,
-    pub verdict: Verdict,
+    pub verdict: VerdictKind,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -209,13 +294,17 @@ fn rx_queues(obs: &HostObservation) -> Vec<&QueueObservation> {
 }
 
 fn loads(obs: &HostObservation, ring_override: Option<u32>) -> Vec<QueueLoad> {
-    let mut qs: Vec<&QueueObservation> = obs.queues.iter().collect();
+    loads_of(&obs.queues, ring_override)
+}
+
+fn loads_of(queues: &[QueueObservation], ring_override: Option<u32>) -> Vec<QueueLoad> {
+    let mut qs: Vec<&QueueObservation> = queues.iter().collect();
     qs.sort_by_key(|q| (q.dir, q.queue));
     qs.iter()
         .map(|q| QueueLoad {
             dir: q.dir,
             queue: q.queue,
-            ring_entries: ring_override.or(q.ring_entries).unwrap_or(1024),
+            ring_entries: ring_override.or(q.ring_entries).unwrap_or(ASSUMED_RING),
             pkts_per_s: q.pkts_per_s,
             bytes_per_s: q.bytes_per_s,
             avg_pkt_bytes: q.avg_pkt_bytes,
@@ -252,7 +341,7 @@ pub fn spec_from_observation(
         .iter()
         .filter_map(|q| q.ring_entries)
         .max()
-        .unwrap_or(1024);
+        .unwrap_or(ASSUMED_RING);
     let mut g = obs.geometry.clone();
     if let Some(w) = ddio_ways {
         g.ddio_ways = w.clamp(1, g.ways);
@@ -379,10 +468,40 @@ fn prediction(run: &ModelRun, ring: Option<u32>, ways: Option<u32>) -> Option<Pr
     ))
 }
 
-/// The model's per-queue view and the socket's DDIO capacity.
+/// The socket's analysis and each queue's verdict, from the queues' loads alone: what
+/// `serve` and `top` compute on every interval and `report` on a whole recording, so they
+/// cannot disagree. `predicted`: the queues the simulator predicts a hit rate for.
+pub fn socket_verdicts(
+    g: &LlcGeometry,
+    queues: &[QueueObservation],
+    predicted: &[(Dir, u32)],
+) -> (SocketAnalytic, Vec<(Dir, u32, VerdictKind)>) {
+    let obs_q = |d: Dir, q: u32| queues.iter().find(|o| o.dir == d && o.queue == q);
+    let sock = analytic::analyse_socket(g, &loads_of(queues, None));
+    let v = sock
+        .queues
+        .iter()
+        .map(|qa| {
+            let o = obs_q(qa.dir, qa.queue);
+            (
+                qa.dir,
+                qa.queue,
+                queue_verdict(
+                    qa.verdict,
+                    qa.dir,
+                    o.and_then(|o| o.packets),
+                    o.is_some_and(|o| o.ring_entries.is_some()),
+                    predicted.contains(&(qa.dir, qa.queue)),
+                ),
+            )
+        })
+        .collect();
+    (sock, v)
+}
+
+/// The model's per-queue view and the socket's DDIO capacity. A queue that carried too
+/// little traffic gets neither a verdict nor a predicted hit rate.
 pub fn model_view(obs: &HostObservation, run: &ModelRun) -> ModelView {
-    let ls = loads(obs, None);
-    let sock = analytic::analyse_socket(&obs.geometry, &ls);
     let (per_q, tx_read) = match (run.result(None, None), run.spec()) {
         (Some(r), Some(s)) => {
             let tx = if s.consumer == Consumer::Forward {
@@ -395,40 +514,75 @@ pub fn model_view(obs: &HostObservation, run: &ModelRun) -> ModelView {
         _ => (None, None),
     };
     let rx = rx_queues(obs);
+    let enough = |d: Dir, q: u32| {
+        obs.queues
+            .iter()
+            .find(|o| o.dir == d && o.queue == q)
+            .and_then(|o| o.packets)
+            .is_none_or(|p| p >= MIN_PACKETS_FOR_VERDICT)
+    };
+    let hits = |dir: Dir, queue: u32| -> (Option<f64>, Option<f64>) {
+        if !enough(dir, queue) {
+            return (None, None);
+        }
+        match (&per_q, dir) {
+            (Some((r, c)), Dir::Rx) => {
+                let idx = rx.iter().position(|q| q.queue == queue);
+                let st = idx.and_then(|i| r.per_queue.get(i));
+                let rd = st.and_then(|s| {
+                    if *c == Consumer::Copy {
+                        s.cpu_read_hit_pct()
+                    } else {
+                        s.io_read_hit_pct()
+                    }
+                });
+                (
+                    st.and_then(|s| s.io_write_hit_pct()).map(round1),
+                    rd.map(round1),
+                )
+            }
+            (_, Dir::Tx) => (None, tx_read.map(round1)),
+            _ => (None, None),
+        }
+    };
+    // The copy's read miss and the DRAM traffic a queue's packets cause (kernel stack).
+    let extra = |dir: Dir, queue: u32| -> (Option<f64>, Option<f64>, Option<f64>) {
+        let (Some((r, c)), Dir::Rx) = (&per_q, dir) else {
+            return (None, None, None);
+        };
+        if !enough(dir, queue) {
+            return (None, None, None);
+        }
+        let idx = rx.iter().position(|q| q.queue == queue);
+        let Some(s) = idx.and_then(|i| r.per_queue.get(i)) else {
+            return (None, None, None);
+        };
+        let d = r.dram(s);
+        (
+            s.cpu_read_miss_pct()
+                .filter(|_| *c == Consumer::Copy)
+                .map(round1),
+            d.map(|d| round2(d.read_gbps)),
+            d.map(|d| round2(d.write_gbps)),
+        )
+    };
+    let predicted: Vec<(Dir, u32)> = obs
+        .queues
+        .iter()
+        .filter(|q| {
+            let (w, r) = hits(q.dir, q.queue);
+            w.is_some() || r.is_some()
+        })
+        .map(|q| (q.dir, q.queue))
+        .collect();
+    let (sock, verdicts) = socket_verdicts(&obs.geometry, &obs.queues, &predicted);
     let queues = sock
         .queues
         .iter()
-        .map(|qa| {
-            let mut extra = (None, None, None);
-            let (w, rd) = match (&per_q, qa.dir) {
-                (Some((r, c)), Dir::Rx) => {
-                    let idx = rx.iter().position(|q| q.queue == qa.queue);
-                    let st = idx.and_then(|i| r.per_queue.get(i));
-                    if let Some(s) = st {
-                        let d = r.dram(s);
-                        extra = (
-                            s.cpu_read_miss_pct()
-                                .filter(|_| *c == Consumer::Copy)
-                                .map(round1),
-                            d.map(|d| round2(d.read_gbps)),
-                            d.map(|d| round2(d.write_gbps)),
-                        );
-                    }
-                    let rd = st.and_then(|s| {
-                        if *c == Consumer::Copy {
-                            s.cpu_read_hit_pct()
-                        } else {
-                            s.io_read_hit_pct()
-                        }
-                    });
-                    (
-                        st.and_then(|s| s.io_write_hit_pct()).map(round1),
-                        rd.map(round1),
-                    )
-                }
-                (_, Dir::Tx) => (None, tx_read.map(round1)),
-                _ => (None, None),
-            };
+        .zip(&verdicts)
+        .map(|(qa, (_, _, verdict))| {
+            let (w, rd) = hits(qa.dir, qa.queue);
+            let extra = extra(qa.dir, qa.queue);
             QueueModel {
                 dir: qa.dir,
                 queue: qa.queue,
@@ -439,7 +593,7 @@ pub fn model_view(obs: &HostObservation, run: &ModelRun) -> ModelView {
                 predicted_cpu_read_miss_pct: extra.0,
                 predicted_dram_read_gbps: extra.1,
                 predicted_dram_write_gbps: extra.2,
-                verdict: qa.verdict,
+                verdict: *verdict,
             }
         })
         .collect();
@@ -472,577 +626,6 @@ pub fn model_view(obs: &HostObservation, run: &ModelRun) -> ModelView {
         measured_dram_write_gbps: imc.and_then(|c| c.dram_write_mbps).map(|m| round2(m / 1e3)),
     }
 }
-
-/// A queue's frame-size mix in words, "62% ≤ 128 B, 38% 1025–2048 B" (buckets of 5% or more;
-/// None: no frames sized).
-fn size_mix(hist: &[u64]) -> Option<String> {
-    let total: u64 = hist.iter().sum();
-    if total == 0 {
-        return None;
-    }
-    let parts: Vec<String> = hist
-        .iter()
-        .enumerate()
-        .filter(|(_, n)| **n * 20 >= total)
-        .map(|(b, n)| {
-            let pct = 100.0 * *n as f64 / total as f64;
-            let range = match (b, crate::snapshot::size_bucket_max(b)) {
-                (0, _) => "≤ 64 B".to_string(),
-                (_, Some(hi)) => format!("{}–{hi} B", hi / 2 + 1),
-                (_, None) => format!("> {} B", 1u32 << (b + 5)),
-            };
-            format!("{pct:.0}% {range}")
-        })
-        .collect();
-    Some(format!("{} ({total} timed frames)", parts.join(", ")))
-}
-
-/// Ring entries a queue needs to absorb what was observed on it.
-fn burst_floor(q: &QueueObservation) -> (u32, Vec<String>) {
-    let mut need = MIN_RING as f64;
-    let mut why = Vec::new();
-    if let Some(p) = q.peak_inflight_pkts {
-        need = need.max(p as f64 * BURST_HEADROOM);
-        why.push(format!("rx{}: peak {} packets in flight", q.queue, p));
-    }
-    if let Some(r99) = q.residence_ns_p99 {
-        // Little's law at the tail: packets that arrive while one waits its p99 residence.
-        let inflight = q.pkts_per_s * r99 / 1e9;
-        need = need.max(inflight * BURST_HEADROOM);
-    }
-    let cur = q.ring_entries.unwrap_or(0);
-    let exhausted = q.napi_polls > 0
-        && q.napi_budget_exhausted as f64 / q.napi_polls as f64 >= BUDGET_EXHAUSTED_FRACTION;
-    if exhausted && q.peak_inflight_pkts.is_none() {
-        // Backlogged with no measured depth: do not shrink below what it has now.
-        need = need.max(cur as f64);
-        why.push(format!(
-            "rx{}: {} of {} NAPI polls exhausted the budget (backlog, keeping ring)",
-            q.queue, q.napi_budget_exhausted, q.napi_polls
-        ));
-    }
-    if q.drops > 0 && cur > 0 {
-        // Drops mean the ring overflowed: never shrink it, grow it one step.
-        need = need.max(cur as f64 * 2.0);
-        why.push(format!("rx{}: {} drops at ring {}", q.queue, q.drops, cur));
-    }
-    if let Some(n) = &q.nic_ring_drops {
-        let whose = if n.per_queue {
-            "its own"
-        } else {
-            "the device's, queue unknown"
-        };
-        if n.count > 0 && cur > 0 {
-            // The NIC found no free descriptor: a smaller ring would drop more, so never
-            // shrink; grow one step.
-            need = need.max(cur as f64 * 2.0);
-            why.push(format!(
-                "rx{}: the NIC dropped {} packets for want of descriptors or buffers at ring {cur} ({}, {whose}): not shrinking",
-                q.queue,
-                n.count,
-                n.counters.join(" + ")
-            ));
-        } else if n.count == 0 {
-            why.push(format!(
-                "rx{}: no NIC ring-full drops at ring {cur} ({}, {whose})",
-                q.queue,
-                n.counters.join(" + ")
-            ));
-        }
-    }
-    if let Some(mix) = size_mix(&q.size_hist) {
-        why.push(format!("rx{}: frame sizes {mix}", q.queue));
-    }
-    let r = (need.ceil() as u32)
-        .next_power_of_two()
-        .clamp(MIN_RING, MAX_RING);
-    (r, why)
-}
-
-/// Recommendations for one host observation. Deterministic: same input, same output.
-pub fn recommend(obs: &HostObservation, run: &ModelRun) -> Vec<Recommendation> {
-    let mut out = Vec::new();
-    let g = &obs.geometry;
-    let rx = rx_queues(obs);
-    let counters = obs.counters.as_ref();
-
-    // 1. Write allocation disabled: nothing else about DDIO applies until it is on.
-    if let Some(c) = counters.filter(|c| c.write_allocation_disabled) {
-        let rp = obs
-            .root_port
-            .clone()
-            .unwrap_or_else(|| "<root-port-BDF>".into());
-        out.push(Recommendation {
-            kind: "ddio_write_allocation_disabled".into(),
-            target: obs.iface.clone(),
-            command: format!(
-                "setpci -s {rp} 0x180.l   # PERFCTRLSTS_0: bit 7 Use_Allocating_Flow_Wr must be 1 for DDIO write allocation (enable in BIOS or by setting the bit)"
-            ),
-            evidence: vec![format!(
-                "{} counters: inbound writes are non-allocating (IO_CLFLUSH replaces IO_WBMTOI); DDIO write allocation is disabled on this port, every DMA write goes to DRAM",
-                c.source
-            )],
-            predicted_metric: None,
-            predicted_before: None,
-            predicted_after: None,
-        });
-        return out;
-    }
-
-    // 2. NUMA placement.
-    let mut numa_mismatch = false;
-    if let Some(nic) = obs.nic_numa_node {
-        let mut bad: Vec<(u32, i32)> = obs
-            .queue_cpus_numa
-            .iter()
-            .filter_map(|(q, n)| n.filter(|n| *n != nic).map(|n| (*q, n)))
-            .collect();
-        bad.sort();
-        bad.dedup();
-        if !bad.is_empty() {
-            numa_mismatch = true;
-            let cpus = obs
-                .node_cpulists
-                .iter()
-                .find(|(n, _)| *n == nic)
-                .map(|(_, c)| c.clone());
-            let cpus_s = cpus
-                .clone()
-                .unwrap_or_else(|| format!("<cpus of node {nic}>"));
-            let mut cmds: Vec<String> = Vec::new();
-            for (q, _) in &bad {
-                match obs.queue_irqs.iter().find(|(qq, _)| qq == q) {
-                    Some((_, irq)) => cmds.push(format!("echo {cpus_s} > /proc/irq/{irq}/smp_affinity_list")),
-                    None => cmds.push(format!("# queue {q}: echo {cpus_s} > /proc/irq/<irq of queue {q}>/smp_affinity_list")),
-                }
-            }
-            cmds.push(format!(
-                "numactl --cpunodebind={nic} --membind={nic} <application>"
-            ));
-            let mut ev = vec![format!(
-                "{} is on NUMA node {nic}; queues {} are processed on node(s) {}: DDIO places packets in node {nic}'s LLC, so the processing cores read them across the socket link",
-                obs.iface,
-                bad.iter().map(|(q, _)| q.to_string()).collect::<Vec<_>>().join(","),
-                {
-                    let mut ns: Vec<i32> = bad.iter().map(|b| b.1).collect();
-                    ns.sort();
-                    ns.dedup();
-                    ns.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(",")
-                }
-            )];
-            if let Some(c) = counters {
-                if let (Some(w), Some(r)) = (c.write_miss_pct, c.read_miss_pct) {
-                    ev.push(format!(
-                        "{} counters: inbound write miss {w:.0}%, read miss {r:.0}%",
-                        c.source
-                    ));
-                }
-            }
-            let after = prediction(run, None, None).and_then(|p| p.1);
-            out.push(Recommendation {
-                kind: "numa_placement".into(),
-                target: format!("{} (NUMA node {nic})", obs.iface),
-                command: cmds.join("\n"),
-                evidence: ev,
-                predicted_metric: Some(
-                    "cpu_read_hit_pct (LLC hits of the processing cores)".into(),
-                ),
-                // Remote cores never find the packets in their own LLC.
-                predicted_before: Some(0.0),
-                predicted_after: after,
-            });
-        }
-    }
-
-    if rx.is_empty() {
-        return out;
-    }
-
-    // 3. Ring size / IIO LLC ways.
-    let cur_ring = rx.iter().filter_map(|q| q.ring_entries).max();
-    let pkt = mean_pkt(&rx).round().max(64.0) as u32;
-    let nq = rx.len() as u32;
-    let mut floors: Vec<(u32, u32)> = Vec::new();
-    let mut burst_ev = Vec::new();
-    for q in &rx {
-        let (f, why) = burst_floor(q);
-        floors.push((q.queue, f));
-        burst_ev.extend(why);
-    }
-    let need_ring = floors.iter().map(|f| f.1).max().unwrap_or(MIN_RING);
-    // The socket's RX footprint as the per-queue view computes it (each queue's own packet size).
-    let fp = |r: u32| analytic::analyse_socket(g, &loads(obs, Some(r))).rx_footprint_bytes;
-    let usable = g.usable_ddio_bytes();
-    let cur_fp = cur_ring.map(fp);
-    let over = cur_fp.is_some_and(|f| f > usable);
-    let measured_misses = counters
-        .and_then(|c| c.write_miss_pct)
-        .is_some_and(|w| w >= SIGNIFICANT_WRITE_MISS_PCT);
-    let mib = |b: u64| b as f64 / 1048576.0;
-    let fits_ring = analytic::max_ring_within_usable(g, nq, pkt, MIN_RING);
-    let mut ev_ring = vec![format!(
-        "{nq} RX queues x {} descriptors x {} B lines (+{} B descriptor) = {:.1} MiB working set vs DDIO {:.2} MiB nominal ({} of {} ways, {}) / {:.2} MiB usable",
-        cur_ring.map_or("?".into(), |r| r.to_string()),
-        analytic::line_rounded(pkt),
-        DESC_BYTES_PER_PKT,
-        mib(cur_fp.unwrap_or(0)),
-        mib(g.ddio_capacity_bytes()),
-        g.ddio_ways,
-        g.ways,
-        // As the JSON spells it.
-        match g.ddio_ways_source {
-            crate::model::geometry::WaysSource::Measured => "measured",
-            crate::model::geometry::WaysSource::Assumed => "assumed",
-            crate::model::geometry::WaysSource::Override => "override",
-        },
-        mib(usable)
-    )];
-    if let Some(c) = counters {
-        if let Some(w) = c.write_miss_pct {
-            ev_ring.push(format!(
-                "{} counters: {w:.0}% of inbound full-line writes miss the LLC",
-                c.source
-            ));
-        }
-    }
-    ev_ring.extend(burst_ev.iter().cloned());
-    let ring_fits = fp(need_ring) <= usable;
-    // The smallest ring that absorbs the observed bursts leaves the most DDIO room.
-    let target_ring = need_ring;
-    // Shrinking only helps when the current rings overflow usable capacity; misses with a
-    // ring that fits have another cause (reuse, placement, allocation).
-    let shrink = cur_ring.is_some_and(|c| target_ring < c) && over;
-    let grow = cur_ring.is_some_and(|c| target_ring > c);
-    if ring_fits && (shrink || grow) {
-        let (b, a) = match (
-            prediction(run, None, None),
-            prediction(run, Some(target_ring), None),
-        ) {
-            (Some(b), Some(a)) => (b.0, a.0),
-            _ => (None, None),
-        };
-        ev_ring.push(format!(
-            "ring {target_ring}: {:.2} MiB working set, within usable DDIO capacity, and ≥ {BURST_HEADROOM}x observed bursts",
-            mib(fp(target_ring))
-        ));
-        out.push(Recommendation {
-            kind: "ring_size".into(),
-            target: obs.iface.clone(),
-            command: format!("ethtool -G {} rx {target_ring}", obs.iface),
-            evidence: ev_ring.clone(),
-            predicted_metric: Some("io_write_hit_pct".into()),
-            predicted_before: b,
-            predicted_after: a,
-        });
-    } else if !ring_fits && (over || measured_misses) {
-        // No ring both absorbs bursts and fits: shrink to the burst floor anyway (it is the
-        // best a ring can do) and widen DDIO so that floor fits.
-        let ways_needed = (1..=g.ways).find(|w| {
-            let mut gg = g.clone();
-            gg.ddio_ways = *w;
-            fp(need_ring) <= gg.usable_ddio_bytes()
-        });
-        let shrink_to = cur_ring.filter(|c| need_ring < *c).map(|_| need_ring);
-        if let Some(r) = shrink_to {
-            let (b, a) = match (prediction(run, None, None), prediction(run, Some(r), None)) {
-                (Some(b), Some(a)) => (b.0, a.0),
-                _ => (None, None),
-            };
-            let mut ev = ev_ring.clone();
-            ev.push(format!(
-                "no ring both absorbs the observed bursts (needs {need_ring}) and fits usable DDIO capacity{}; {need_ring} is the smallest safe ring",
-                fits_ring.map_or(String::new(), |f| format!(" (≤ {f})"))
-            ));
-            out.push(Recommendation {
-                kind: "ring_size".into(),
-                target: obs.iface.clone(),
-                command: format!("ethtool -G {} rx {r}", obs.iface),
-                evidence: ev,
-                predicted_metric: Some("io_write_hit_pct".into()),
-                predicted_before: b,
-                predicted_after: a,
-            });
-        }
-        // Keep at least one way for the cores: DDIO may not take the whole LLC.
-        match ways_needed.filter(|w| *w < g.ways) {
-            Some(w) if w > g.ddio_ways => {
-                let mask = ways_to_mask(w, g.ways).unwrap_or(0);
-                let mut gg = g.clone();
-                gg.ddio_ways = w;
-                let (b, a) = match (
-                    prediction(run, Some(need_ring), None),
-                    prediction(run, Some(need_ring), Some(w)),
-                ) {
-                    (Some(b), Some(a)) => (b.0, a.0),
-                    _ => (None, None),
-                };
-                let mut ev = ev_ring.clone();
-                ev.push(format!(
-                    "{w} DDIO ways ({:.2} MiB usable) hold {nq} rings of {need_ring}: {:.2} MiB; costs the cores {} of {} LLC ways for I/O",
-                    mib(gg.usable_ddio_bytes()),
-                    mib(fp(need_ring)),
-                    w,
-                    g.ways
-                ));
-                out.push(Recommendation {
-                    kind: "iio_llc_ways".into(),
-                    target: "IIO LLC WAYS (MSR 0xC8B, every socket)".into(),
-                    command: format!("wrmsr -a 0xc8b {mask:#x}"),
-                    evidence: ev,
-                    predicted_metric: Some("io_write_hit_pct".into()),
-                    predicted_before: b,
-                    predicted_after: a,
-                });
-            }
-            _ => {
-                let mut ev = ev_ring.clone();
-                ev.push(format!(
-                    "even {} DDIO ways cannot hold {nq} rings of {need_ring}: spread the queues over more sockets/NICs or reduce queues",
-                    g.ways - 1
-                ));
-                out.push(Recommendation {
-                    kind: "spread_load".into(),
-                    target: obs.iface.clone(),
-                    command: format!(
-                        "ethtool -L {} combined <fewer queues per socket>",
-                        obs.iface
-                    ),
-                    evidence: ev,
-                    predicted_metric: None,
-                    predicted_before: None,
-                    predicted_after: None,
-                });
-            }
-        }
-    }
-
-    // 4. Load imbalance.
-    let total_bps: f64 = rx.iter().map(|q| q.bytes_per_s).sum();
-    if rx.len() > 1 && total_bps > 0.0 {
-        let mean = total_bps / rx.len() as f64;
-        let hot = rx.iter().copied().fold(
-            rx[0],
-            |a, b| if b.bytes_per_s > a.bytes_per_s { b } else { a },
-        );
-        let hot_exhausted = hot.napi_polls > 0
-            && hot.napi_budget_exhausted as f64 / hot.napi_polls as f64
-                >= BUDGET_EXHAUSTED_FRACTION;
-        let hot_slow = match (
-            hot.residence_ns_p50,
-            median(
-                &rx.iter()
-                    .filter_map(|q| q.residence_ns_p50)
-                    .collect::<Vec<_>>(),
-            ),
-        ) {
-            (Some(h), m) if m > 0.0 => h > 2.0 * m,
-            _ => false,
-        };
-        if hot.bytes_per_s >= IMBALANCE_RATIO * mean && (hot_exhausted || hot_slow || hot.drops > 0)
-        {
-            let before = prediction(run, None, None).and_then(|p| p.1);
-            let mut even = obs.clone();
-            let med = median(
-                &rx.iter()
-                    .filter_map(|q| q.residence_ns_p50)
-                    .collect::<Vec<_>>(),
-            );
-            let pps: f64 = rx.iter().map(|q| q.pkts_per_s).sum::<f64>() / rx.len() as f64;
-            for q in even.queues.iter_mut().filter(|q| q.dir == Dir::Rx) {
-                q.pkts_per_s = pps;
-                q.bytes_per_s = mean;
-                if med > 0.0 {
-                    q.residence_ns_p50 = Some(med);
-                }
-            }
-            let after = run
-                .for_observation(&even)
-                .and_then(|r| run.read_hit_pct(&r))
-                .map(round1);
-            let mut evidence = vec![format!(
-                "rx{} carries {:.1}x the mean queue load ({:.0} vs {:.0} MB/s){}{}",
-                hot.queue,
-                hot.bytes_per_s / mean,
-                hot.bytes_per_s / 1e6,
-                mean / 1e6,
-                if hot_exhausted {
-                    "; its NAPI polls exhaust the budget"
-                } else {
-                    ""
-                },
-                if hot_slow {
-                    "; its packets wait over 2x the median residence"
-                } else {
-                    ""
-                }
-            )];
-            if let (Some(b), Some(a)) = (before, after) {
-                if a <= b {
-                    evidence.push(format!(
-                        "the DDIO model predicts no hit-rate gain ({b:.1} → {a:.1}): the case for it is the hot queue's backlog, not the cache"
-                    ));
-                }
-            }
-            out.push(Recommendation {
-                kind: "spread_load".into(),
-                target: format!("{} rx{}", obs.iface, hot.queue),
-                command: format!("ethtool -X {} equal {}", obs.iface, rx.len()),
-                evidence,
-                predicted_metric: Some(read_metric(obs).into()),
-                predicted_before: before,
-                predicted_after: after,
-            });
-        }
-    }
-
-    // 5. Buffers not reused while warm: writes miss although reads hit and the ring fits.
-    if let Some(c) = counters {
-        if let (Some(w), Some(r)) = (c.write_miss_pct, c.read_miss_pct) {
-            let ring_explains = over || !ring_fits;
-            if !numa_mismatch
-                && w >= SIGNIFICANT_WRITE_MISS_PCT
-                && r <= WARM_READ_MISS_PCT
-                && !ring_explains
-            {
-                let b = predict_with_reuse(run, Reuse::Fifo);
-                let a = predict_with_reuse(run, Reuse::Recycle);
-                out.push(Recommendation {
-                    kind: "buffer_reuse".into(),
-                    target: obs.iface.clone(),
-                    command: "enable buffer recycling: DPDK mempool per-lcore cache (rte_pktmbuf_pool_create cache_size > 0, e.g. 256) or a smaller mbuf pool; kernel: keep page_pool recycling on (no XDP/skb paths that release pages)".into(),
-                    evidence: vec![
-                        format!("{} counters: {w:.0}% of inbound writes miss while {r:.0}% of inbound reads miss", c.source),
-                        format!(
-                            "the ring working set ({:.2} MiB) fits usable DDIO capacity ({:.2} MiB), so the misses come from buffers that are not reused while warm (FIFO reuse over a large pool)",
-                            mib(cur_fp.unwrap_or(0)),
-                            mib(usable)
-                        ),
-                    ],
-                    predicted_metric: Some("io_write_hit_pct".into()),
-                    predicted_before: b,
-                    predicted_after: a,
-                });
-            }
-        }
-    }
-    // 6. Socket receive buffers holding more than DDIO keeps until the copy.
-    out.extend(socket_buffer::socket_buffer(obs, run));
-    out
-}
-
-/// A flow the attribution charged, on the RX queue the probes saw it on, with its rates.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AttributedFlow {
-    pub proto: String,
-    pub src: String,
-    pub sport: u16,
-    pub dst: String,
-    pub dport: u16,
-    pub queue: u32,
-    pub share_pct: f64,
-    pub bytes_per_s: f64,
-    pub pkts_per_s: f64,
-}
-
-/// A queue must carry this share of the attributed misses, and this many times its even
-/// share, for its top flow to be worth moving.
-const STEER_MIN_QUEUE_SHARE: f64 = 40.0;
-const STEER_OVER_EVEN: f64 = 1.5;
-/// The flow must carry this share of the attributed misses itself.
-const STEER_MIN_FLOW_SHARE: f64 = 10.0;
-/// And the model must predict at least this gain (hit-rate points) from moving it.
-const STEER_MIN_GAIN: f64 = 1.0;
-
-/// Steer the flow that matters off the queue that matters: when one RX queue carries most of
-/// the attributed misses (`rx_shares`: (queue, share %)), move its top attributed flow to the RX
-/// queue with the fewest, with an ntuple rule, if the model predicts a gain. `how`: the
-/// attribution's method and confidence, for the evidence.
-pub fn steer_flow(
-    obs: &HostObservation,
-    run: &ModelRun,
-    rx_shares: &[(u32, f64)],
-    flows: &[AttributedFlow],
-    how: &str,
-) -> Option<Recommendation> {
-    let rx: Vec<&QueueObservation> = obs.queues.iter().filter(|q| q.dir == Dir::Rx).collect();
-    if rx.len() < 2 {
-        return None;
-    }
-    let share = |q: u32| rx_shares.iter().find(|s| s.0 == q).map_or(0.0, |s| s.1);
-    let hot = rx
-        .iter()
-        .copied()
-        .max_by(|a, b| share(a.queue).total_cmp(&share(b.queue)))?;
-    let hot_share = share(hot.queue);
-    if hot_share < STEER_MIN_QUEUE_SHARE || hot_share < STEER_OVER_EVEN * 100.0 / rx.len() as f64 {
-        return None;
-    }
-    let cold = rx
-        .iter()
-        .copied()
-        .filter(|q| q.queue != hot.queue)
-        .min_by(|a, b| {
-            share(a.queue)
-                .total_cmp(&share(b.queue))
-                .then(a.bytes_per_s.total_cmp(&b.bytes_per_s))
-        })?;
-    let flow = flows
-        .iter()
-        .filter(|f| f.queue == hot.queue && f.share_pct >= STEER_MIN_FLOW_SHARE)
-        .max_by(|a, b| a.share_pct.total_cmp(&b.share_pct))?;
-    let (_, before) = prediction(run, None, None)?;
-    let mut moved = obs.clone();
-    for q in moved.queues.iter_mut().filter(|q| q.dir == Dir::Rx) {
-        let sign = if q.queue == hot.queue {
-            -1.0
-        } else if q.queue == cold.queue {
-            1.0
-        } else {
-            continue;
-        };
-        q.pkts_per_s = (q.pkts_per_s + sign * flow.pkts_per_s).max(0.0);
-        q.bytes_per_s = (q.bytes_per_s + sign * flow.bytes_per_s).max(0.0);
-        if q.pkts_per_s > 0.0 {
-            q.avg_pkt_bytes = q.bytes_per_s / q.pkts_per_s;
-        }
-    }
-    let after = run
-        .for_observation(&moved)
-        .and_then(|r| run.read_hit_pct(&r))
-        .map(round1);
-    let (b, a) = (before?, after?);
-    if a - b < STEER_MIN_GAIN {
-        return None;
-    }
-    let v6 = flow.src.contains(':') || flow.dst.contains(':');
-    let flow_type = format!("{}{}", flow.proto, if v6 { "6" } else { "4" });
-    Some(Recommendation {
-        kind: "steer_flow".into(),
-        target: format!("{} rx{} {} {}:{} -> {}:{}", obs.iface, hot.queue, flow.proto, flow.src, flow.sport, flow.dst, flow.dport),
-        command: format!(
-            "ethtool -N {} flow-type {flow_type} src-ip {} dst-ip {} src-port {} dst-port {} action {}",
-            obs.iface, flow.src, flow.dst, flow.sport, flow.dport, cold.queue
-        ),
-        evidence: vec![
-            format!("rx{} carries {hot_share:.1}% of the attributed misses ({how})", hot.queue),
-            format!(
-                "its top flow {} {}:{} -> {}:{} carries {:.1}% ({:.0} MB/s)",
-                flow.proto,
-                flow.src,
-                flow.sport,
-                flow.dst,
-                flow.dport,
-                flow.share_pct,
-                flow.bytes_per_s / 1e6
-            ),
-            format!("rx{} carries the fewest ({:.1}%)", cold.queue, share(cold.queue)),
-        ],
-        predicted_metric: Some(read_metric(obs).into()),
-        predicted_before: Some(b),
-        predicted_after: Some(a),
-    })
-}
-
 /// Predicted write hit % when buffers come from a large FIFO pool vs recycled warm.
 fn predict_with_reuse(run: &ModelRun, reuse: Reuse) -> Option<f64> {
     let r = run.variant(|s| {

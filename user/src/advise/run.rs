@@ -41,6 +41,16 @@ pub struct CalibrationReport {
     pub residual_read_pct: Option<f64>,
 }
 
+/// How far the model's predictions move when the same workload is simulated again with
+/// another seed: predictions closer than this are tied, not ranked.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Spread {
+    /// Largest change of a queue's predicted write or read hit rate, points.
+    pub hit_pp: f64,
+    /// Largest change of a queue's share of the predicted misses, points.
+    pub share_pp: f64,
+}
+
 /// The model's predictions for one recording; see the module documentation.
 pub struct ModelRun {
     obs: HostObservation,
@@ -227,6 +237,53 @@ impl ModelRun {
                 }
             }
         }
+    }
+
+    /// The model's run-to-run spread over the RX queues that carried enough traffic for a
+    /// verdict: the recorded configuration against the same with the next seed.
+    pub fn spread(&self) -> Option<Spread> {
+        let a = self.result(None, None)?;
+        let b = self.variant(|s| s.seed = s.seed.wrapping_add(1))?;
+        let ids = self.rx_queue_ids();
+        let busy = |i: usize| {
+            ids.get(i).is_some_and(|q| {
+                self.obs.queues.iter().any(|o| {
+                    o.dir == Dir::Rx
+                        && o.queue == *q
+                        && o.packets
+                            .is_none_or(|p| p >= super::MIN_PACKETS_FOR_VERDICT)
+                })
+            })
+        };
+        let misses = |h: &crate::model::sim::HitStats| {
+            (h.io_write_misses + h.io_read_misses + h.cpu_read_misses) as f64
+        };
+        let total = |r: &SimResult| r.per_queue.iter().map(misses).sum::<f64>();
+        let (ta, tb) = (total(&a), total(&b));
+        let mut sp = Spread {
+            hit_pp: 0.0,
+            share_pp: 0.0,
+        };
+        for (i, (x, y)) in a.per_queue.iter().zip(&b.per_queue).enumerate() {
+            if !busy(i) {
+                continue;
+            }
+            for (p, q) in [
+                (x.io_write_hit_pct(), y.io_write_hit_pct()),
+                (x.cpu_read_hit_pct(), y.cpu_read_hit_pct()),
+                (x.io_read_hit_pct(), y.io_read_hit_pct()),
+            ] {
+                if let (Some(p), Some(q)) = (p, q) {
+                    sp.hit_pp = sp.hit_pp.max((p - q).abs());
+                }
+            }
+            if ta > 0.0 && tb > 0.0 {
+                sp.share_pp = sp
+                    .share_pp
+                    .max((100.0 * misses(x) / ta - 100.0 * misses(y) / tb).abs());
+            }
+        }
+        Some(sp)
     }
 
     /// The read-side hit rate that matters for this consumer: the copy's CPU reads, or the

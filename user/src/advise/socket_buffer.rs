@@ -7,7 +7,7 @@
 //! A smaller receive buffer bounds what a socket can hold (the sender's window follows it);
 //! its cost is throughput: a connection moves at most one window per round trip.
 
-use super::{round1, HostObservation, ModelRun, Recommendation};
+use super::{round1, HostObservation, Kind, ModelRun, Recommendation};
 use crate::model::analytic::Dir;
 use crate::model::sim::SimResult;
 use crate::model::spec::Consumer;
@@ -123,7 +123,7 @@ pub fn socket_buffer(obs: &HostObservation, run: &ModelRun) -> Option<Recommenda
         ));
     }
     Some(Recommendation {
-        kind: "socket_buffer".into(),
+        kind: Kind::SocketBuffer,
         target: format!("{} local TCP sockets", obs.iface),
         command: format!(
             "sysctl -w net.ipv4.tcp_rmem=\"4096 131072 {cap}\"\nsysctl -w net.core.rmem_max={}",
@@ -133,5 +133,6 @@ pub fn socket_buffer(obs: &HostObservation, run: &ModelRun) -> Option<Recommenda
         predicted_metric: Some("cpu_read_hit_pct (the copy's LLC hits)".into()),
         predicted_before: hit(&before),
         predicted_after: hit(&after),
+        reason: None,
     })
 }

@@ -1,7 +1,7 @@
 //! Recommendation tests against the published VTune, Intel PerfMon (EMR iperf3) and ResQ cases in tests/fixtures/model.
 
 use super::*;
-use crate::model::analytic::Dir;
+use crate::model::analytic::{Dir, DESC_BYTES_PER_PKT};
 use crate::model::geometry::LlcGeometry;
 
 fn recommend_one(obs: &HostObservation) -> Vec<Recommendation> {
@@ -34,6 +34,20 @@ fn rxq(queue: u32, ring: u32, pps: f64, pkt: f64) -> QueueObservation {
         nic_ring_drops: None,
         size_hist: Vec::new(),
         socket: None,
+        packets: None,
+        top_flow_bytes_per_s: None,
+    }
+}
+
+/// A NIC in the host's namespace with an RSS table and rings up to 8192 entries.
+fn nic_device() -> Device {
+    Device {
+        netns: None,
+        driver: Some("ice".into()),
+        rx_queues: 0,
+        rss_table: Some(128),
+        rx_ring_max: Some(MAX_RING),
+        no_ddio: false,
     }
 }
 
@@ -92,6 +106,7 @@ fn vtune_obs(case: &serde_json::Value) -> HostObservation {
         stack: None,
         driver: None,
         mtu: None,
+        device: nic_device(),
     }
 }
 
@@ -104,14 +119,23 @@ fn vtune_remote_numa_and_buffer_reuse() {
     show("remote_core_1", &remote);
     let numa = remote
         .iter()
-        .find(|r| r.kind == "numa_placement")
+        .find(|r| r.kind == Kind::NumaPlacement)
         .expect("numa_placement");
     assert!(numa.target.contains("node 1"), "{}", numa.target);
+    // No IRQ known for the queue: no affinity line (it would not run), the placement is
+    // evidence.
+    assert_eq!(numa.command, "");
     assert!(
-        numa.command.contains("18-35") && numa.command.contains("--cpunodebind=1"),
-        "{}",
-        numa.command
+        numa.evidence.iter().any(|e| e.contains("--cpunodebind=1")),
+        "{:?}",
+        numa.evidence
     );
+    // With the queue's IRQ known, the affinity line names it and node 1's CPUs.
+    let mut with_irq = vtune_obs(&cases["remote_core_1"]);
+    with_irq.queue_irqs = vec![(0, 90)];
+    let r = recommend_one(&with_irq);
+    let numa = r.iter().find(|r| r.kind == Kind::NumaPlacement).unwrap();
+    assert_eq!(numa.command, "echo 18-35 > /proc/irq/90/smp_affinity_list");
     assert!(!kinds(&remote).contains(&"buffer_reuse"));
 
     let nocache = recommend_one(&vtune_obs(&cases["local_no_mempool_cache"]));
@@ -157,6 +181,7 @@ fn emr_obs(ring: u32, counters: Option<CounterEvidence>) -> HostObservation {
         stack: None,
         driver: None,
         mtu: None,
+        device: nic_device(),
     }
 }
 
@@ -195,7 +220,7 @@ fn emr_shrink_rings_and_allocation_disabled() {
     show("default_8096_desc", &recs);
     let ring = recs
         .iter()
-        .find(|r| r.kind == "ring_size")
+        .find(|r| r.kind == Kind::RingSize)
         .expect("ring_size");
     let n: u32 = ring.command.rsplit(' ').next().unwrap().parse().unwrap();
     assert!(n <= 2048, "{}", ring.command);
@@ -222,7 +247,7 @@ fn emr_shrink_rings_and_allocation_disabled() {
     // 48 rings that absorb a 200 us p99 do not fit 2 DDIO ways: more ways are recommended.
     let ways = recs
         .iter()
-        .find(|r| r.kind == "iio_llc_ways")
+        .find(|r| r.kind == Kind::IioLlcWays)
         .expect("iio_llc_ways");
     assert!(
         ways.command.starts_with("wrmsr -a 0xc8b 0x"),
@@ -285,12 +310,13 @@ fn resq_recommended_rings_fit() {
         stack: None,
         driver: None,
         mtu: None,
+        device: nic_device(),
     };
     let recs = recommend_one(&obs);
     show("resq 1518B", &recs);
     let ring = recs
         .iter()
-        .find(|r| r.kind == "ring_size")
+        .find(|r| r.kind == Kind::RingSize)
         .expect("ring_size");
     let n: u32 = ring.command.rsplit(' ').next().unwrap().parse().unwrap();
     let fp = 12 * crate::model::analytic::ring_footprint_bytes(n, pkt as u32, DESC_BYTES_PER_PKT);
@@ -322,6 +348,7 @@ fn ways_when_no_ring_fits_and_determinism() {
         stack: None,
         driver: None,
         mtu: None,
+        device: nic_device(),
     };
     let a = recommend_one(&obs);
     show("no ring fits", &a);
@@ -369,17 +396,14 @@ fn ways_when_no_ring_fits_and_determinism() {
     show("imbalanced", &r);
     let sp = r
         .iter()
-        .find(|x| x.kind == "spread_load" && x.target.ends_with("rx0"))
+        .find(|x| x.kind == Kind::SpreadLoad && x.target.ends_with("rx0"))
         .expect("spread_load");
     assert!(sp.predicted_after.unwrap() > sp.predicted_before.unwrap());
-    assert!(
-        !sp.evidence.iter().any(|e| e.contains("no hit-rate gain")),
-        "{:?}",
-        sp.evidence
-    );
+    assert_eq!(sp.reason, None, "offered for the cache: {:?}", sp.reason);
+    assert_eq!(sp.command, "ethtool -X ens2 equal 4");
 
     // The same imbalance at a rate whose buffers all stay in the cache: still spread (the
-    // backlog), but the evidence says the cache will not gain.
+    // backlog), and that reason comes first: the cache will not gain.
     let mut o4 = o3.clone();
     for q in o4.queues.iter_mut() {
         q.pkts_per_s /= 1000.0;
@@ -391,12 +415,15 @@ fn ways_when_no_ring_fits_and_determinism() {
     show("imbalanced, cache-resident", &r);
     let sp = r
         .iter()
-        .find(|x| x.kind == "spread_load")
+        .find(|x| x.kind == Kind::SpreadLoad)
         .expect("spread_load");
+    let why = sp
+        .reason
+        .as_deref()
+        .expect("a reason that is not the cache");
     assert!(
-        sp.evidence.iter().any(|e| e.contains("no hit-rate gain")),
-        "{:?}",
-        sp.evidence
+        why.contains("backlog") && why.contains("not the cache"),
+        "{why}"
     );
     let mv = model_view(&o3, &ModelRun::new(&o3));
     assert_eq!(mv.queues.len(), 4);
@@ -449,7 +476,7 @@ fn steer_the_top_flow_off_the_hot_queue() {
     )
     .expect("steer_flow");
     show("steer", std::slice::from_ref(&r));
-    assert_eq!(r.kind, "steer_flow");
+    assert_eq!(r.kind, Kind::SteerFlow);
     assert_eq!(
         r.command,
         "ethtool -N ens2 flow-type tcp4 src-ip 10.0.0.1 dst-ip 10.0.0.2 src-port 40000 dst-port 5201 action 3"
@@ -459,7 +486,9 @@ fn steer_the_top_flow_off_the_hot_queue() {
         "{:?}",
         r.evidence
     );
-    assert!(r.predicted_after.unwrap() >= r.predicted_before.unwrap() + STEER_MIN_GAIN);
+    assert!(
+        r.predicted_after.unwrap() >= r.predicted_before.unwrap() + super::rules::STEER_MIN_GAIN
+    );
 
     // Misses spread evenly, a hot queue whose flows are small, or a single queue: nothing to steer.
     assert!(steer_flow(
@@ -499,7 +528,7 @@ fn a_queue_the_nic_dropped_for_is_never_told_to_shrink() {
     let shrinks = |obs: &HostObservation| {
         recommend_one(obs)
             .iter()
-            .filter(|r| r.kind == "ring_size")
+            .filter(|r| r.kind == Kind::RingSize)
             .filter_map(|r| r.command.rsplit(' ').next()?.parse::<u32>().ok())
             .any(|n| n < 8096)
     };
@@ -588,13 +617,14 @@ fn socket_buffer_cap_for_queues_beyond_ddio_and_none_for_small_ones() {
             stack: None,
             driver: Some("mlx5_core".into()),
             mtu: Some(1500),
+            device: nic_device(),
         }
     };
     let big = recommend_one(&obs(2.0 * 6291456.0));
     show("slow reader, 2 x 6 MiB queued", &big);
     let r = big
         .iter()
-        .find(|r| r.kind == "socket_buffer")
+        .find(|r| r.kind == Kind::SocketBuffer)
         .expect("a socket_buffer recommendation");
     assert!(r
         .command
@@ -607,5 +637,109 @@ fn socket_buffer_cap_for_queues_beyond_ddio_and_none_for_small_ones() {
         !kinds(&small).contains(&"socket_buffer"),
         "{:?}",
         kinds(&small)
+    );
+}
+
+/// Commands run as pasted on the recorded device: in its namespace, and only where it
+/// supports them (an RSS table for -X, a readable ring for -G, DDIO for the MSR).
+#[test]
+fn commands_only_where_the_device_runs_them() {
+    let imbalanced = |top_flow: Option<f64>| {
+        let mut o = emr_obs(1024, None);
+        o.iface = "ddrcv".into();
+        o.geometry = LlcGeometry::skx_gold_6140();
+        o.queues = (0..4)
+            .map(|q| {
+                let mut x = rxq(q, 1024, if q == 0 { 6e6 } else { 0.5e6 }, 1000.0);
+                x.peak_inflight_pkts = Some(60);
+                if q == 0 {
+                    x.napi_polls = 1000;
+                    x.napi_budget_exhausted = 400;
+                    x.residence_ns_p50 = Some(1_000_000.0);
+                    x.peak_inflight_pkts = Some(6000);
+                    x.top_flow_bytes_per_s = top_flow;
+                }
+                x
+            })
+            .collect();
+        o
+    };
+    // In a namespace: ip netns exec.
+    let mut o = imbalanced(None);
+    o.device.netns = Some("ddio-x-rcv".into());
+    o.device.rx_queues = 8;
+    let r = recommend_one(&o);
+    show("in a namespace", &r);
+    let sp = r
+        .iter()
+        .find(|x| x.kind == Kind::SpreadLoad && x.target.ends_with("rx0"))
+        .expect("spread_load");
+    assert_eq!(
+        sp.command,
+        "ip netns exec ddio-x-rcv ethtool -X ddrcv equal 8"
+    );
+    assert!(r
+        .iter()
+        .filter(|x| x.command.contains("ethtool"))
+        .all(|x| x.command.starts_with("ip netns exec ddio-x-rcv ")));
+    // No RSS table (veth): no -X.
+    let mut o = imbalanced(None);
+    o.device.rss_table = None;
+    let no_x = |r: Vec<Recommendation>| !r.iter().any(|x| x.command.contains("ethtool -X"));
+    assert!(no_x(recommend_one(&o)));
+    // One flow carries the hot queue: RSS moves whole flows, so no -X.
+    let o = imbalanced(Some(5.9e9));
+    assert!(no_x(recommend_one(&o)));
+
+    // Rings: no -G where the ring cannot be read, nor beyond the driver's maximum.
+    let queues: Vec<QueueObservation> = (0..4)
+        .map(|q| {
+            let mut o = rxq(q, 4096, 2e6, 1500.0);
+            o.peak_inflight_pkts = Some(300);
+            o
+        })
+        .collect();
+    let mut o = emr_obs(4096, None);
+    o.iface = "ens2".into();
+    o.geometry = LlcGeometry::skx_gold_6140();
+    o.queues = queues;
+    o.queue_cpus_numa = vec![];
+    assert!(kinds(&recommend_one(&o)).contains(&"ring_size"));
+    let mut no_ring = o.clone();
+    no_ring.device.rx_ring_max = None;
+    assert!(!kinds(&recommend_one(&no_ring)).contains(&"ring_size"));
+    let mut small_max = o.clone();
+    small_max.device.rx_ring_max = Some(512);
+    assert!(!kinds(&recommend_one(&small_max)).contains(&"ring_size"));
+    // No DDIO on the host: no MSR write.
+    assert!(kinds(&recommend_one(&o)).contains(&"iio_llc_ways"));
+    let mut amd = o.clone();
+    amd.device.no_ddio = true;
+    assert!(!kinds(&recommend_one(&amd)).contains(&"iio_llc_ways"));
+}
+
+/// A ring change the model predicts makes the cache worse is not offered for the cache.
+#[test]
+fn no_cache_fix_that_the_model_predicts_worse() {
+    let obs = emr_obs(4096, None);
+    let run = ModelRun::new(&obs);
+    let f = super::rules::RingFacts::of(&obs);
+    // A grow from 4096 with no drops or backlog behind it: the model predicts fewer hits.
+    let (b, a) = (
+        prediction(&run, None, None).unwrap().0.unwrap(),
+        prediction(&run, Some(8192), None).unwrap().0.unwrap(),
+    );
+    assert!(a < b - 0.05, "{b} -> {a}");
+    assert!(super::rules::ring_change(&obs, &run, &f, 8192, Vec::new()).is_none());
+    // The same grow asked for by drops is offered, with the drops as its reason, first.
+    let mut dropping = obs.clone();
+    dropping.queues[0].drops = 500;
+    let f = super::rules::RingFacts::of(&dropping);
+    let r = super::rules::ring_change(&dropping, &run, &f, 8192, Vec::new())
+        .expect("offered for the drops");
+    let why = r.reason.expect("a reason");
+    assert!(
+        why.contains("500 drops") && why.contains("not the cache"),
+        "{why}"
     );
 }

@@ -7,6 +7,7 @@ use super::advice::{Advice, Outcome};
 use super::evidence::AttributionReport;
 use super::summary::Summary;
 pub use super::verdict::{no_change, verdicts, NoChange, QueueVerdict, VerdictKind};
+use crate::advise::Kind;
 use crate::attribution::{Confidence, Method};
 use crate::snapshot::Dir;
 /// A queue that leaks, with its share of the attributed misses.
@@ -16,6 +17,9 @@ pub struct LeakingQueue {
     pub queue: u32,
     pub verdict: VerdictKind,
     pub share_pct: Option<f64>,
+    /// Its predicted share is within the model's run-to-run spread of the queue before it:
+    /// tied, not ranked below it.
+    pub tied: bool,
 }
 
 /// A flow with a large share of the attributed misses.
@@ -27,14 +31,18 @@ pub struct TopFlow {
     pub dst: String,
     pub dport: u16,
     pub share_pct: f64,
+    /// As for queues: within the model's spread of the flow before it.
+    pub tied: bool,
 }
 
 /// A change to make, as `recommend` gives it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Change {
-    pub kind: String,
+    pub kind: Kind,
     pub target: String,
     pub command: String,
+    /// What it is for when it is not the cache: said before the command.
+    pub reason: Option<String>,
     pub predicted_metric: Option<String>,
     pub predicted_before: Option<f64>,
     pub predicted_after: Option<f64>,
@@ -43,6 +51,10 @@ pub struct Change {
 /// The answer, first in every report.
 #[derive(Debug, Clone, Serialize)]
 pub struct Answer {
+    /// What the answer says first when DDIO was not measured: the host has none (and which
+    /// Intel LLC the predictions are for, and why that one), or it has no counters. None:
+    /// DDIO counters measured this recording.
+    pub ddio: Option<String>,
     /// Queues the model calls leaky or at risk, the most-missed first.
     pub leaking: Vec<LeakingQueue>,
     /// Queues with no verdict.
@@ -76,6 +88,24 @@ fn evidence_words(method: Method, stand_in: bool, summary: &Summary) -> String {
             None => "predicted by the DDIO model and scaled to the measured socket misses".into(),
         },
         Method::None => "no attribution: the recording holds no evidence any method can use".into(),
+    }
+}
+
+/// What is said first when DDIO was not measured, and what the predictions are for.
+fn ddio_words(summary: &Summary, advice: Option<&Advice>) -> Option<String> {
+    let c = &summary.counters;
+    let why = c.absent_why.as_deref().unwrap_or("no DDIO counters");
+    match advice {
+        Some(a) if a.ddio_absent => Some(format!(
+            "none on this host ({why}): what follows is a prediction of what an Intel LLC would do with this traffic; the LLC is {}",
+            a.llc_origin
+        )),
+        Some(a) if c.absent_why.is_some() && c.sockets.iter().all(|s| s.write_miss_pct.is_none()) => Some(format!(
+            "not measured on this host ({why}): what follows is the model's prediction for {}",
+            a.llc_origin
+        )),
+        None if c.cpu_has_ddio == Some(false) => Some(format!("none on this host ({why})")),
+        _ => None,
     }
 }
 
@@ -117,6 +147,7 @@ fn build(
                     queue: v.queue,
                     verdict: v.verdict,
                     share_pct: share(v.dir, v.queue),
+                    tied: false,
                 })
                 .collect()
         })
@@ -126,8 +157,22 @@ fn build(
             .unwrap_or(-1.0)
             .total_cmp(&a.share_pct.unwrap_or(-1.0))
             .then(b.verdict.cmp(&a.verdict))
+            .then(a.dir.cmp(&b.dir))
+            .then(a.queue.cmp(&b.queue))
     });
-    let top_flows = at
+    // Predicted shares closer than the model's own spread are ties, not a ranking.
+    let tie = advice
+        .and_then(|a| a.spread)
+        .filter(|_| at.method == Method::ModelPrior)
+        .map(|s| s.share_pp);
+    let tied = |prev: Option<f64>, cur: Option<f64>| match (tie, prev, cur) {
+        (Some(t), Some(p), Some(c)) => (p - c).abs() <= t,
+        _ => false,
+    };
+    for i in 1..leaking.len() {
+        leaking[i].tied = tied(leaking[i - 1].share_pct, leaking[i].share_pct);
+    }
+    let mut top_flows: Vec<TopFlow> = at
         .flows
         .iter()
         .filter(|f| f.share_pct > 0.0)
@@ -139,16 +184,24 @@ fn build(
             dst: f.dst.clone(),
             dport: f.dport,
             share_pct: f.share_pct,
+            tied: false,
         })
         .collect();
+    for i in 1..top_flows.len() {
+        top_flows[i].tied = tied(
+            Some(top_flows[i - 1].share_pct),
+            Some(top_flows[i].share_pct),
+        );
+    }
     let changes: Vec<Change> = advice
         .map(|a| {
             a.recommendations
                 .iter()
                 .map(|r| Change {
-                    kind: r.kind.clone(),
+                    kind: r.kind,
                     target: r.target.clone(),
                     command: r.command.clone(),
+                    reason: r.reason.clone(),
                     predicted_metric: r.predicted_metric.clone(),
                     predicted_before: r.predicted_before,
                     predicted_after: r.predicted_after,
@@ -168,6 +221,7 @@ fn build(
         }),
     };
     Answer {
+        ddio: ddio_words(summary, advice),
         leaking,
         unknown: advice.map_or(0, |a| {
             a.verdicts

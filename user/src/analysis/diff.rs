@@ -1031,7 +1031,7 @@ pub fn predictions(
             kind: "recommendation",
             what: format!("[{}] {}", r.kind, r.target),
             command: Some(r.command.clone()),
-            applied: applied(&r.kind, &r.command, d, sb, sa),
+            applied: applied(r.kind.as_str(), &r.command, d, sb, sa),
             metric,
             predicted_before: r.predicted_before,
             predicted_after: r.predicted_after,

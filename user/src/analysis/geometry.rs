@@ -1,8 +1,9 @@
 //! The LLC geometry a recording is evaluated for: the one recorded with the run, or the
-//! recorded host's LLC with the default DDIO ways, then the command line's overrides.
+//! recorded host's LLC with the default DDIO ways, or on a host without DDIO a named Intel
+//! stand-in; then the command line's overrides.
 use anyhow::{bail, Result};
 
-use crate::model::geometry::LlcGeometry;
+use crate::model::geometry::{vendor_has_ddio, LlcGeometry, StandIn};
 use crate::recording::Recording;
 
 /// Command-line overrides, so a recording from one host can be evaluated for another cache
@@ -28,12 +29,42 @@ impl GeometryOverrides {
     }
 }
 
+/// The Intel LLC the recording is modelled as when its host has no DDIO and the command
+/// line names no LLC: predicting DDIO for a cache without it would describe nothing real.
+pub fn stand_in(rec: &Recording, o: GeometryOverrides) -> Option<StandIn> {
+    let no_ddio = vendor_has_ddio(&rec.host().cpu_vendor) == Some(false);
+    (no_ddio && o.llc_mib.is_none() && o.llc_ways.is_none()).then(LlcGeometry::intel_stand_in)
+}
+
+/// Where the modelled LLC comes from, in words: the recording, the command line, or the
+/// named stand-in and why it was picked.
+pub fn origin(rec: &Recording, o: GeometryOverrides) -> String {
+    if let Some(s) = stand_in(rec, o) {
+        return format!(
+            "this host has no DDIO, so the model shows an Intel LLC: {}",
+            s.describe()
+        );
+    }
+    let what = if rec.meta.geometry.is_some() {
+        "the recording host's LLC (sysfs) and DDIO ways (MSR 0xC8B) at record time"
+    } else {
+        "the recording host's LLC (sysfs)"
+    };
+    if o.llc_mib.is_some() || o.llc_ways.is_some() {
+        format!("--llc-mib/--llc-ways on the command line, in place of {what}")
+    } else {
+        what.to_string()
+    }
+}
+
 /// The geometry recorded with the run (sysfs + MSR 0xC8B at record time),
-/// else the recorded host's LLC with the default 2 DDIO ways, then overrides.
+/// else the recorded host's LLC with the default 2 DDIO ways; on a host without DDIO the
+/// Intel stand-in; then overrides.
 pub fn geometry(rec: &Recording, o: GeometryOverrides) -> Result<LlcGeometry> {
-    let base = match rec.meta.geometry.clone() {
-        Some(g) => Some(g),
-        None => rec
+    let base = match (stand_in(rec, o), rec.meta.geometry.clone()) {
+        (Some(s), _) => Some(s.geometry),
+        (None, Some(g)) => Some(g),
+        (None, None) => rec
             .host()
             .llc
             .and_then(|l| LlcGeometry::new(l.size_bytes, l.ways, l.line_bytes.max(64)).ok()),

@@ -13,7 +13,7 @@ pub mod observation;
 pub mod summary;
 pub mod verdict;
 
-pub use advice::{advise, advise_or_explain, Advice, Outcome, MIN_PACKETS_FOR_PREDICTION};
+pub use advice::{advise, advise_or_explain, Advice, Outcome};
 pub use answer::{answer, Answer, QueueVerdict, VerdictKind};
 pub use evidence::{attribution, evidence, other_stacks_bytes, AttributionReport};
 pub use geometry::{geometry, GeometryOverrides};

@@ -7,9 +7,10 @@ use anyhow::Result;
 
 use super::geometry::{geometry, GeometryOverrides};
 use super::summary::Summary;
-use crate::advise::{CounterEvidence, HostObservation, QueueObservation, SocketQueueObs};
+use crate::advise::{CounterEvidence, Device, HostObservation, QueueObservation, SocketQueueObs};
 use crate::counters::CounterSource;
 use crate::model::analytic::Dir as MDir;
+use crate::model::geometry::vendor_has_ddio;
 use crate::model::spec::StackInputs;
 use crate::recording::Recording;
 use crate::snapshot::{hist_percentile, Dir, RX_COPY_TO_FREE};
@@ -82,6 +83,12 @@ pub fn observation(
     let nic_drops = rec.nic_drop_totals()?;
     let peaks = rec.peak_inflight()?;
     let mut sockets = socket_queues_by_queue(rec)?;
+    // Each RX queue's largest flow: RSS moves whole flows.
+    let mut top_flow: BTreeMap<u32, u64> = BTreeMap::new();
+    for f in rec.flows()?.iter().filter(|f| f.key.dir == Dir::Rx) {
+        let e = top_flow.entry(f.queue).or_default();
+        *e = (*e).max(f.bytes);
+    }
     let mut queues = Vec::new();
     for q in &summary.totals {
         if q.packets == 0 {
@@ -151,6 +158,11 @@ pub fn observation(
                 sockets.remove(&q.queue)
             } else {
                 None
+            },
+            packets: Some(q.packets),
+            top_flow_bytes_per_s: match q.dir {
+                Dir::Rx => top_flow.get(&q.queue).map(|b| *b as f64 / dur),
+                Dir::Tx => None,
             },
         });
     }
@@ -229,6 +241,14 @@ pub fn observation(
         stack: stack_inputs(&crate::recording::reader::page_pools(&rec.path)?),
         driver: iface.driver.clone(),
         mtu: iface.mtu,
+        device: Device {
+            netns: iface.netns.clone(),
+            driver: iface.driver.clone(),
+            rx_queues: iface.rx_queues,
+            rss_table: iface.rss_table,
+            rx_ring_max: iface.rx_ring_max.filter(|_| iface.rx_ring.is_some()),
+            no_ddio: vendor_has_ddio(&host.cpu_vendor) == Some(false),
+        },
     })
 }
 

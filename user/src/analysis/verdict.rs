@@ -1,54 +1,14 @@
 //! Each modelled queue's verdict with the reason behind it, and why there is nothing to change when the model finds nothing: what the answer and the advice both state.
 use serde::Serialize;
 
-use crate::advise::{HostObservation, ModelView, QueueObservation};
+use super::geometry::GeometryOverrides;
+use crate::advise::{HostObservation, ModelView, QueueObservation, MIN_PACKETS_FOR_VERDICT};
 use crate::model::analytic::{self, Dir as MDir, QueueAnalytic, SocketAnalytic, Verdict};
 use crate::model::geometry::LlcGeometry;
 use crate::snapshot::Dir;
 use crate::units::{fmt_bytes, fmt_duration};
 
-/// A queue's verdict: the model's three, or unknown when it has nothing to go on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum VerdictKind {
-    Fits,
-    AtRisk,
-    Leaky,
-    Unknown,
-}
-
-impl VerdictKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            VerdictKind::Fits => "fits",
-            VerdictKind::AtRisk => "at_risk",
-            VerdictKind::Leaky => "leaky",
-            VerdictKind::Unknown => "unknown",
-        }
-    }
-
-    /// Leaky or at risk: DMA writes that do not stay in the LLC.
-    pub fn leaks(self) -> bool {
-        matches!(self, VerdictKind::Leaky | VerdictKind::AtRisk)
-    }
-}
-
-/// As in JSON: `fits`, `at_risk`, `leaky`, `unknown`.
-impl std::fmt::Display for VerdictKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.pad(self.as_str())
-    }
-}
-
-impl From<Verdict> for VerdictKind {
-    fn from(v: Verdict) -> Self {
-        match v {
-            Verdict::Fits => VerdictKind::Fits,
-            Verdict::AtRisk => VerdictKind::AtRisk,
-            Verdict::Leaky => VerdictKind::Leaky,
-        }
-    }
-}
+pub use crate::advise::VerdictKind;
 
 /// One queue's verdict with the reason for it.
 #[derive(Debug, Clone, Serialize)]
@@ -123,8 +83,8 @@ fn reason(
     }
 }
 
-/// Every modelled queue's verdict with its reason. A TX queue with no ring size and no
-/// predicted hit rate is unknown: its footprint would rest on an assumed ring alone.
+/// Every modelled queue's verdict (the model view's, the one computation every surface
+/// shows) with its reason.
 pub fn verdicts(
     obs: &HostObservation,
     model: &ModelView,
@@ -136,27 +96,39 @@ pub fn verdicts(
         .map(|q| {
             let o = obs.queues.iter().find(|o| o.dir == q.dir && o.queue == q.queue);
             let ring_assumed = o.is_none_or(|o| o.ring_entries.is_none());
-            let predicted = q.predicted_write_hit_pct.is_some() || q.predicted_read_hit_pct.is_some();
             let qa = model.socket.queues.iter().find(|a| a.dir == q.dir && a.queue == q.queue);
-            let (verdict, reason) = match qa {
-                _ if q.dir == MDir::Tx && ring_assumed && !predicted => (
-                    VerdictKind::Unknown,
-                    format!("{} reports no TX ring size, and the model predicts no TX hit rate for this traffic", driver.unwrap_or("the driver")),
+            let few = o
+                .and_then(|o| o.packets)
+                .filter(|p| *p < MIN_PACKETS_FOR_VERDICT);
+            let reason = match (q.verdict, qa) {
+                (VerdictKind::Unknown, _) if few.is_some() => {
+                    let n = few.unwrap_or(0);
+                    format!(
+                        "it carried {n} packet{}, too little traffic for a verdict (it takes {MIN_PACKETS_FOR_VERDICT})",
+                        if n == 1 { "" } else { "s" }
+                    )
+                }
+                (VerdictKind::Unknown, _) => format!(
+                    "{} reports no TX ring size, and the model predicts no TX hit rate for this traffic",
+                    driver.unwrap_or("the driver")
                 ),
-                None => (VerdictKind::from(q.verdict), "the model gives no reason for this queue".into()),
-                Some(qa) => {
+                (_, None) => "the model gives no reason for this queue".into(),
+                (_, Some(qa)) => {
                     let mut r = reason(qa, &model.socket, &obs.geometry, o);
                     if ring_assumed {
-                        r.push_str("; ring size assumed, 1024 descriptors: the driver reports none");
+                        r.push_str(&format!(
+                            "; ring size assumed, {} descriptors: the driver reports none",
+                            crate::advise::ASSUMED_RING
+                        ));
                     }
-                    (VerdictKind::from(q.verdict), r)
+                    r
                 }
             };
-            let known = verdict != VerdictKind::Unknown;
+            let known = q.verdict != VerdictKind::Unknown;
             QueueVerdict {
                 dir: sdir(q.dir),
                 queue: q.queue,
-                verdict,
+                verdict: q.verdict,
                 reason,
                 footprint_bytes: known.then_some(q.footprint_bytes),
                 inflight_bytes: known.then_some(q.inflight_bytes),
@@ -178,13 +150,14 @@ pub struct NoChange {
     pub next_steps: Vec<String>,
 }
 
-/// Why the recommendation engine found nothing, from what it was given.
+/// Why the recommendation engine found nothing, from what it was given. A next step never
+/// repeats what was just run: `o` are the flags this answer was computed with.
 pub fn no_change(
     obs: &HostObservation,
     verdicts: &[QueueVerdict],
     file: &str,
     driver: Option<&str>,
-    no_ddio: bool,
+    o: GeometryOverrides,
 ) -> NoChange {
     let mut reasons = Vec::new();
     let mut next_steps = Vec::new();
@@ -197,16 +170,16 @@ pub fn no_change(
             next_steps,
         };
     }
+    let no_ddio = obs.device.no_ddio;
     if no_ddio {
         reasons.push("this CPU has no DDIO: there is nothing on this host to tune".to_string());
-        let g = LlcGeometry::skx_gold_6140();
-        next_steps.push(format!(
-            "record on an Intel Xeon host to measure DDIO, or see what an Intel LLC would do with this traffic: \
-             ddioscope recommend {file} --llc-mib {:.2} --llc-ways {} --ddio-ways {}",
-            g.size_bytes as f64 / 1048576.0,
-            g.ways,
-            g.ddio_ways
-        ));
+        next_steps.push("record on an Intel Xeon host to measure DDIO there".to_string());
+    }
+    if !o.any() {
+        next_steps.push(
+            "to model another Intel LLC add --llc-mib, --llc-ways and --ddio-ways: the LLC's size and ways are in /sys/devices/system/cpu/cpu0/cache/index3/{size,ways_of_associativity} (or lscpu -C) on that host, its DDIO ways are the bits set in MSR 0xC8B (rdmsr 0xc8b; 2 by default)"
+            .to_string(),
+        );
     }
     if rx.iter().all(|q| q.ring_entries.is_none()) {
         reasons.push(format!(

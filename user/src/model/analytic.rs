@@ -36,7 +36,7 @@ impl Verdict {
     pub fn as_str(&self) -> &'static str {
         match self {
             Verdict::Fits => "fits",
-            Verdict::AtRisk => "at-risk",
+            Verdict::AtRisk => "at_risk",
             Verdict::Leaky => "leaky",
         }
     }

@@ -133,6 +133,16 @@ impl LlcGeometry {
         }
     }
 
+    /// The Intel LLC the model predicts for when the host has no DDIO: see [`StandIn`].
+    pub fn intel_stand_in() -> StandIn {
+        StandIn {
+            preset: "skx6140",
+            part: "Xeon Gold 6140 (Skylake-SP)",
+            geometry: LlcGeometry::skx_gold_6140(),
+            why: "the Intel part whose published DDIO hit rates (ddio-bench) the model is validated against",
+        }
+    }
+
     /// Nominal DDIO capacity: the bytes of the ways I/O writes may allocate into.
     pub fn ddio_capacity_bytes(&self) -> u64 {
         self.size_bytes * self.ddio_ways as u64 / self.ways.max(1) as u64
@@ -429,4 +439,37 @@ mod tests {
     fn sysfs_missing_llc() {
         assert!(LlcGeometry::from_sysfs(&fixture("nonexistent"), 0).is_err());
     }
+}
+
+/// The named Intel LLC a host without DDIO is modelled as, and why that one: the model
+/// would otherwise apply DDIO to a cache (an AMD L3) that has none.
+#[derive(Debug, Clone)]
+pub struct StandIn {
+    /// As `simulate preset=` spells it.
+    pub preset: &'static str,
+    pub part: &'static str,
+    pub geometry: LlcGeometry,
+    pub why: &'static str,
+}
+
+impl StandIn {
+    /// "preset skx6140, Xeon Gold 6140 (Skylake-SP): 24.75 MiB LLC, 11 ways, 2 DDIO ways,
+    /// picked as WHY".
+    pub fn describe(&self) -> String {
+        let g = &self.geometry;
+        format!(
+            "preset {}, {}: {:.2} MiB LLC, {} ways, {} DDIO ways; picked as {}",
+            self.preset,
+            self.part,
+            g.size_bytes as f64 / 1048576.0,
+            g.ways,
+            g.ddio_ways,
+            self.why
+        )
+    }
+}
+
+/// Whether a CPU vendor's parts have DDIO (Intel's Xeons); None: the vendor is unknown.
+pub fn vendor_has_ddio(vendor: &str) -> Option<bool> {
+    (!vendor.is_empty()).then(|| vendor == "GenuineIntel")
 }

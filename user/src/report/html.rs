@@ -152,6 +152,9 @@ fn answer_section(o: &mut String, a: &Answer, verdicts: &[QueueVerdict]) {
         o,
         "<section id=\"answer\">\n<h2>Answer</h2>\n<dl class=\"meta answer\">"
     );
+    if let Some(d) = &a.ddio {
+        let _ = write!(o, "<dt>DDIO</dt><dd id=\"answer-ddio\">{}</dd>", esc(d));
+    }
     let reason = |d: Dir, q: u32| {
         verdicts
             .iter()
@@ -176,7 +179,8 @@ fn answer_section(o: &mut String, a: &Answer, verdicts: &[QueueVerdict]) {
     };
     let _ = write!(
         o,
-        "<dt>Leaking</dt><dd id=\"answer-leaking\">{leaking}</dd>"
+        "<dt>{}</dt><dd id=\"answer-leaking\">{leaking}</dd>",
+        super::words::leaking_label(a)
     );
     let shares: Vec<String> = a
         .leaking
@@ -234,7 +238,26 @@ fn answer_section(o: &mut String, a: &Answer, verdicts: &[QueueVerdict]) {
                 ),
                 _ => String::new(),
             };
-            let _ = write!(o, "<li>{}{pred}</li>", code(&c.command));
+            let why = c
+                .reason
+                .as_ref()
+                .map(|r| format!("for {}: ", esc(r)))
+                .unwrap_or_default();
+            let pred = if c.reason.is_some() {
+                String::new()
+            } else {
+                pred
+            };
+            if c.command.is_empty() {
+                let _ = write!(
+                    o,
+                    "<li>{why}{} {}: no single command, see its evidence{pred}</li>",
+                    c.kind,
+                    esc(&c.target)
+                );
+            } else {
+                let _ = write!(o, "<li>{why}{}{pred}</li>", code(&c.command));
+            }
         }
         o.push_str("</ul></dd>");
     }
@@ -949,7 +972,7 @@ fn recommendations_section(o: &mut String, recs: &[Recommendation], no_change: O
             let _ = write!(
                 o,
                 "<article class=\"card rec\"><h3><span class=\"chip\">{}</span> {}</h3>",
-                esc(&r.kind),
+                esc(r.kind.as_str()),
                 esc(&r.target)
             );
             if !r.command.is_empty() {

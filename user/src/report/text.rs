@@ -6,7 +6,9 @@
 use std::fmt::Write as _;
 use std::ops::{Deref, DerefMut};
 
-use super::words::{calibration_words, leaking_line, life_stage, qname, queue_cells};
+use super::words::{
+    calibration_words, leaking_label, leaking_line, life_stage, qname, queue_cells,
+};
 use super::words::{dram_words, queue_columns, socket_cells};
 use crate::analysis::answer::{Answer, NoChange, QueueVerdict};
 use crate::analysis::summary::{QueueReport, Summary};
@@ -212,9 +214,35 @@ fn predicted(metric: Option<&str>, before: Option<f64>, after: Option<f64>) -> S
     }
 }
 
+/// "COMMAND; predicted …", with the reason first when the change is not for the cache.
+pub fn change_line(c: &crate::analysis::answer::Change) -> String {
+    let cmd = if c.command.is_empty() {
+        format!(
+            "{} {}: no single command, see its evidence",
+            c.kind, c.target
+        )
+    } else {
+        c.command.replace('\n', "; ")
+    };
+    let pred = predicted(
+        c.predicted_metric.as_deref(),
+        c.predicted_before,
+        c.predicted_after,
+    );
+    match &c.reason {
+        Some(r) => format!("for {r}: {cmd}"),
+        None => format!("{cmd}{pred}"),
+    }
+}
+
 /// The answer block every report and `recommend` lead with.
 pub fn render_answer(o: &mut Out, a: &Answer, verdicts: &[QueueVerdict]) {
     let _ = writeln!(o, "Answer");
+    if let Some(d) = &a.ddio {
+        wrapped(o, "  DDIO      ", d);
+    }
+    let label = format!("  {:<10}", leaking_label(a));
+    let label = label.as_str();
     let reason_of = |d: Dir, q: u32| {
         verdicts
             .iter()
@@ -224,7 +252,7 @@ pub fn render_answer(o: &mut Out, a: &Answer, verdicts: &[QueueVerdict]) {
     if let Some(why) = &a.model_unavailable {
         wrapped(
             o,
-            "  Leaking   ",
+            label,
             &format!("unknown: the DDIO model could not run: {why}"),
         );
     } else if a.leaking.is_empty() {
@@ -233,11 +261,11 @@ pub fn render_answer(o: &mut Out, a: &Answer, verdicts: &[QueueVerdict]) {
         } else {
             "none: every modelled queue fits".into()
         };
-        wrapped(o, "  Leaking   ", &what);
+        wrapped(o, label, &what);
     } else {
         let first = &a.leaking[0];
         let why = reason_of(first.dir, first.queue).unwrap_or_default();
-        wrapped(o, "  Leaking   ", &leaking_line(a, &why, qname));
+        wrapped(o, label, &leaking_line(a, &why, qname));
     }
     let shares: Vec<String> = a
         .leaking
@@ -261,12 +289,23 @@ pub fn render_answer(o: &mut Out, a: &Answer, verdicts: &[QueueVerdict]) {
             .iter()
             .map(|f| {
                 format!(
-                    "{} {}:{} -> {}:{} {:.1}%",
-                    f.proto, f.src, f.sport, f.dst, f.dport, f.share_pct
+                    "{}{} {}:{} -> {}:{} {:.1}%",
+                    if f.tied { "= " } else { "" },
+                    f.proto,
+                    f.src,
+                    f.sport,
+                    f.dst,
+                    f.dport,
+                    f.share_pct
                 )
             })
             .collect();
-        wrapped(o, "  Flows     ", &f.join("; "));
+        let tied = if a.top_flows.iter().any(|f| f.tied) {
+            " (= tied with the flow before: closer than the model's run-to-run spread)"
+        } else {
+            ""
+        };
+        wrapped(o, "  Flows     ", &format!("{}{tied}", f.join("; ")));
     }
     wrapped(
         o,
@@ -281,19 +320,7 @@ pub fn render_answer(o: &mut Out, a: &Answer, verdicts: &[QueueVerdict]) {
         wrapped(o, "  Change    ", &format!("nothing to run: {why}"));
     }
     for c in &a.changes {
-        wrapped(
-            o,
-            "  Change    ",
-            &format!(
-                "{}{}",
-                c.command.replace('\n', "; "),
-                predicted(
-                    c.predicted_metric.as_deref(),
-                    c.predicted_before,
-                    c.predicted_after
-                )
-            ),
-        );
+        wrapped(o, "  Change    ", &change_line(c));
     }
     if let Some(NoChange { next_steps, .. }) = &a.no_change {
         for n in next_steps {
@@ -1012,6 +1039,9 @@ fn render_recommendations(o: &mut Out, a: &Advice) {
     }
     for r in &a.recommendations {
         wrapped(o, &format!("  [{}] ", r.kind), &r.target);
+        if let Some(why) = &r.reason {
+            wrapped(o, "      for ", why);
+        }
         for line in r.command.lines() {
             command(o, "      $ ", line);
         }

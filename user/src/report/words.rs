@@ -103,9 +103,25 @@ pub fn queue_cells(q: &QueueReport, wide: bool) -> Vec<String> {
 /// writes a queue (the HTML marks it up).
 pub fn leaking_line(a: &Answer, why: &str, name: impl Fn(Dir, u32) -> String) -> String {
     let first = &a.leaking[0];
+    // Tied queues (within the model's spread) are joined by "=", not ranked by ",".
+    let join = |parts: Vec<String>| {
+        let mut out = String::new();
+        for (l, p) in a.leaking.iter().zip(parts) {
+            if !out.is_empty() {
+                out.push_str(if l.tied { " = " } else { ", " });
+            }
+            out.push_str(&p);
+        }
+        out
+    };
+    let ties = if a.leaking.iter().any(|l| l.tied) {
+        " (= tied: closer than the model's run-to-run spread)"
+    } else {
+        ""
+    };
     if a.leaking.iter().all(|l| l.verdict == first.verdict) {
         let names: Vec<String> = a.leaking.iter().map(|l| name(l.dir, l.queue)).collect();
-        format!("{}: {}, {why}", names.join(", "), first.verdict)
+        format!("{}{ties}: {}, {why}", join(names), first.verdict)
     } else {
         let names: Vec<String> = a
             .leaking
@@ -113,10 +129,19 @@ pub fn leaking_line(a: &Answer, why: &str, name: impl Fn(Dir, u32) -> String) ->
             .map(|l| format!("{} {}", name(l.dir, l.queue), l.verdict))
             .collect();
         format!(
-            "{}; {}: {why}",
-            names.join(", "),
+            "{}{ties}; {}: {why}",
+            join(names),
             qname(first.dir, first.queue)
         )
+    }
+}
+
+/// The label the leaking queues get: on a host without measured DDIO they are a prediction.
+pub fn leaking_label(a: &Answer) -> &'static str {
+    if a.ddio.is_some() {
+        "Would leak"
+    } else {
+        "Leaking"
     }
 }
 

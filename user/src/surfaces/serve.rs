@@ -24,7 +24,7 @@ use prometheus_client::registry::Registry;
 
 use super::capped::CappedSeries;
 use super::view;
-use crate::model::analytic::Verdict;
+use crate::advise::VerdictKind;
 use crate::probe::l3miss::MissSource;
 use crate::session::{MissArgs, Session, SessionArgs, SessionOptions};
 use crate::snapshot::{Dir, EventCounters, FlowKey, QueueCounters, Snapshot, NBUCKETS, NSTAGES};
@@ -162,7 +162,9 @@ pub struct Published {
     pub flows_other: Vec<(Dir, [u64; 2])>,
     pub stage_histograms: Option<StageHistograms>,
     /// The model's verdict per queue on the last interval with traffic.
-    pub verdicts: Vec<(Dir, u32, Verdict)>,
+    pub verdicts: Vec<(Dir, u32, VerdictKind)>,
+    /// Whether the driver reports the RX and TX ring sizes the verdicts use.
+    pub ring_known: [bool; 2],
     /// L3-miss samples: all, and those on packet buffers (None: no sampler).
     pub miss_totals: Option<(u64, u64)>,
     /// (dir, queue) → [address join, CPU context] samples charged, cumulative.
@@ -292,7 +294,9 @@ impl Accumulator {
         }
         if let Some((geom, iface)) = &self.model {
             if snap.queues.iter().any(|q| q.packets > 0) {
-                p.verdicts = super::live_model::verdicts(geom, iface, &snap.queues, snap.dur_ns);
+                p.verdicts =
+                    super::live_model::verdicts(geom, iface, &snap.queues, snap.dur_ns).queues;
+                p.ring_known = [iface.rx_ring.is_some(), iface.tx_ring.is_some()];
             }
         }
         for r in snap.counters.iter().filter(|r| r.is_socket_total()) {
@@ -331,6 +335,7 @@ impl Accumulator {
             flows_other: p.flows_other.clone(),
             stage_histograms: p.stage_histograms,
             verdicts: p.verdicts.clone(),
+            ring_known: p.ring_known,
             miss_totals: p.miss_totals,
             miss_queues: p.miss_queues.clone(),
             miss_flows: p.miss_flows.clone(),
@@ -628,23 +633,37 @@ fn encode_flows(enc: &mut DescriptorEncoder, p: &Published) -> Result<(), std::f
     counter(enc, "ddioscope_events_lost", "Per-packet records the BPF ring buffer had no room for. serve asks for none today (no per-packet sampling), so this stays 0; recordings count theirs too.",
         &[(vec![dev(p)], p.events.lost)])?;
 
+    // Whether the verdict rests on the driver's ring or an assumed one: the alert rules act
+    // only on the former.
+    let ring_label = |d: Dir| {
+        let known = match d {
+            Dir::Rx => p.ring_known[0],
+            Dir::Tx => p.ring_known[1],
+        };
+        if known {
+            "reported"
+        } else {
+            "assumed"
+        }
+    };
     let verdict_series: Vec<(Labels, f64)> = p
         .verdicts
         .iter()
         .flat_map(|&(d, q, v)| {
-            [Verdict::Fits, Verdict::AtRisk, Verdict::Leaky].map(|state| {
+            VerdictKind::ALL.map(|state| {
                 let labels = vec![
                     dev(p),
                     ("direction", d.as_str().into()),
                     ("queue", q.to_string()),
                     ("verdict", state.as_str().into()),
+                    ("ring", ring_label(d).into()),
                 ];
                 (labels, if state == v { 1.0 } else { 0.0 })
             })
         })
         .collect();
     gauge(enc, "ddioscope_model_verdict",
-        "The DDIO model's prediction for the queue on the last interval with traffic (1 for the current verdict): fits, at-risk or leaky. Model-only: 2 DDIO ways assumed, ring assumed 1024 entries when the driver reports none.",
+        "The DDIO model's verdict for the queue on the last interval with traffic (1 for the current one), as report gives it: fits, at_risk, leaky, or unknown (too little traffic, or a TX ring the driver does not report); ring=assumed when the driver reports no ring size. Model-only: 2 DDIO ways assumed, ring assumed 1024 entries when the driver reports none; on a host without DDIO, the Intel stand-in's LLC.",
         &verdict_series)?;
 
     Ok(())
@@ -917,15 +936,17 @@ fn sample_loop(
         ("git_commit", crate::build_info::GIT_COMMIT.to_string()),
         ("bpf_build_id", crate::build_info::BPF_BUILD_ID.to_string()),
     ];
+    // The capacity and verdicts of the same LLC report models.
+    let model = super::live_model::geometry(&live.host);
     let mut acc = Accumulator::new(
         &live.iface.name,
-        view::ddio_capacity_bytes(&live.host),
+        model.as_ref().map(|g| g.geometry.ddio_capacity_bytes()),
         opts.top_flows,
         info,
     )
     .with_stage_histograms(opts.stage_histograms);
-    if let Some(g) = super::live_model::geometry(&live.host) {
-        acc = acc.with_model(g, live.iface.clone());
+    if let Some(g) = model {
+        acc = acc.with_model(g.geometry, live.iface.clone());
     }
     // Ready (healthz 200) once attached: from here every packet is counted.
     shared.set(acc.publish());
@@ -1180,9 +1201,14 @@ mod tests {
         let text = encode(&acc);
         // Two rings of 8192 x 1.5 KiB: 26 MiB against 4.5 MiB of DDIO capacity.
         for q in ["0", "1"] {
-            for (v, x) in [("fits", "0.0"), ("at-risk", "0.0"), ("leaky", "1.0")] {
+            for (v, x) in [
+                ("fits", "0.0"),
+                ("at_risk", "0.0"),
+                ("leaky", "1.0"),
+                ("unknown", "0.0"),
+            ] {
                 let l = format!(
-                    r#"ddioscope_model_verdict{{device="eth9",direction="rx",queue="{q}",verdict="{v}"}} {x}"#
+                    r#"ddioscope_model_verdict{{device="eth9",direction="rx",queue="{q}",verdict="{v}",ring="reported"}} {x}"#
                 );
                 assert!(text.contains(&l), "{l}\n{text}");
             }

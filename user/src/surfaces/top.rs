@@ -82,6 +82,8 @@ struct Frame {
     /// (socket, write miss %, read miss %).
     ddio: Vec<(u32, Option<f64>, Option<f64>)>,
     elapsed_s: f64,
+    /// The model's verdicts on this interval: the computation `serve` and `report` make.
+    model: Option<super::live_model::LiveVerdicts>,
 }
 
 fn frame(live: &Session, snap: &Snapshot, flows: &mut FlowRates, filter: &Filter) -> Frame {
@@ -117,6 +119,9 @@ fn frame(live: &Session, snap: &Snapshot, flows: &mut FlowRates, filter: &Filter
         flows: rates,
         ddio,
         elapsed_s: live.started.elapsed().as_secs_f64(),
+        model: super::live_model::geometry(&live.host).map(|g| {
+            super::live_model::verdicts(&g.geometry, &live.iface, &snap.queues, snap.dur_ns)
+        }),
     }
 }
 
@@ -174,6 +179,14 @@ fn plain_line(f: &Frame, q: &QueueView) -> String {
     }
     if let Some(b) = q.inflight_bytes {
         s += &format!(" inflight_bytes={b:.0}");
+    }
+    // The verdict report and serve give, in their spelling.
+    if let Some(v) = f
+        .model
+        .as_ref()
+        .and_then(|m| m.queues.iter().find(|v| v.0 == q.dir && v.1 == q.queue))
+    {
+        s += &format!(" verdict={}", v.2);
     }
     s
 }
@@ -308,18 +321,17 @@ fn header_lines(live: &Session, f: Option<&Frame>) -> Vec<String> {
             None => "waiting for the first interval…".into(),
         }
     )];
-    h.push(
-        match (&live.host.llc, view::ddio_capacity_bytes(&live.host)) {
-            (Some(llc), Some(cap)) => format!(
-                "LLC {} / {} ways → DDIO capacity {} (assumed {} DDIO ways)",
-                fmt_bytes(llc.size_bytes as f64),
-                llc.ways,
-                fmt_bytes(cap as f64),
-                view::ASSUMED_DDIO_WAYS
-            ),
-            _ => "LLC geometry unknown: no DDIO capacity".into(),
-        },
-    );
+    h.push(match super::live_model::geometry(&live.host) {
+        Some(g) => format!(
+            "LLC {} / {} ways → DDIO capacity {} ({} DDIO ways; {})",
+            fmt_bytes(g.geometry.size_bytes as f64),
+            g.geometry.ways,
+            fmt_bytes(g.geometry.ddio_capacity_bytes() as f64),
+            g.geometry.ddio_ways,
+            g.origin
+        ),
+        None => "LLC geometry unknown: no DDIO capacity".into(),
+    });
     let ddio = match f {
         Some(f) if !f.ddio.is_empty() => f
             .ddio
@@ -347,8 +359,13 @@ fn header_lines(live: &Session, f: Option<&Frame>) -> Vec<String> {
     h
 }
 
-fn body_lines(live: &Session, f: &Frame) -> Vec<String> {
-    let cap = view::ddio_capacity_bytes(&live.host);
+fn body_lines(_live: &Session, f: &Frame) -> Vec<String> {
+    let verdict = |d: Dir, q: u32| {
+        f.model
+            .as_ref()
+            .and_then(|m| m.queues.iter().find(|v| v.0 == d && v.1 == q))
+            .map_or_else(|| "-".to_string(), |v| v.2.to_string())
+    };
     let mut out = vec![String::new()];
     for dir in [Dir::Rx, Dir::Tx] {
         let names = dir.stage_names();
@@ -366,8 +383,9 @@ fn body_lines(live: &Session, f: &Frame) -> Vec<String> {
             hdr += &format!(" {:>15}", format!("p99 {n}"));
         }
         if dir == Dir::Rx {
-            hdr += &format!(" {:>10} {:>7}", "IN-FLIGHT", "%DDIO");
+            hdr += &format!(" {:>10}", "IN-FLIGHT");
         }
+        hdr += &format!(" {:>8}", "VERDICT");
         out.push(hdr);
         let qs: Vec<&QueueView> = f.queues.iter().filter(|q| q.dir == dir).collect();
         if qs.is_empty() {
@@ -391,19 +409,31 @@ fn body_lines(live: &Session, f: &Frame) -> Vec<String> {
             }
             if dir == Dir::Rx {
                 inflight_sum += q.inflight_bytes.unwrap_or(0.0);
-                l += &format!(
-                    " {:>10} {:>7}",
-                    q.inflight_bytes.map_or("-".into(), fmt_bytes),
-                    pct_of(q.inflight_bytes, cap)
-                );
+                l += &format!(" {:>10}", q.inflight_bytes.map_or("-".into(), fmt_bytes));
             }
+            l += &format!(" {:>8}", verdict(dir, q.queue));
             out.push(l);
         }
         if dir == Dir::Rx && inflight_sum > 0.0 {
             out.push(format!(
-                "    all RX queues: {} in flight (Little's law: bytes/s × mean driver_to_free), {} of DDIO capacity",
-                fmt_bytes(inflight_sum),
-                pct_of(Some(inflight_sum), cap)
+                "    all RX queues: {} in flight (Little's law: bytes/s × mean driver_to_free)",
+                fmt_bytes(inflight_sum)
+            ));
+        }
+        // What the verdicts rest on, as report's "ring needs": the rings against DDIO.
+        if let Some(m) = f
+            .model
+            .as_ref()
+            .filter(|m| dir == Dir::Rx && m.rx_footprint_bytes > 0)
+        {
+            out.push(format!(
+                "    RX rings together need {} of DDIO's {} ({})",
+                fmt_bytes(m.rx_footprint_bytes as f64),
+                fmt_bytes(m.ddio_capacity_bytes as f64),
+                pct_of(
+                    Some(m.rx_footprint_bytes as f64),
+                    Some(m.ddio_capacity_bytes)
+                )
             ));
         }
         out.push(String::new());

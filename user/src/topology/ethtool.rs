@@ -1,4 +1,4 @@
-//! The ethtool ioctls ddioscope reads (driver info, rings, channels): read
+//! The ethtool ioctls ddioscope reads (driver info, rings, channels, the RSS table's size): read
 //! only, on a socket of the calling thread's network namespace.
 use anyhow::{bail, Result};
 
@@ -8,6 +8,7 @@ const SIOCETHTOOL: libc::c_ulong = 0x8946;
 const ETHTOOL_GDRVINFO: u32 = 0x03;
 const ETHTOOL_GRINGPARAM: u32 = 0x10;
 const ETHTOOL_GCHANNELS: u32 = 0x3c;
+const ETHTOOL_GRXFHINDIR: u32 = 0x38;
 
 // Kernel UAPI layouts (include/uapi/linux/ethtool.h).
 #[repr(C)]
@@ -52,6 +53,14 @@ struct Channels {
     tx_count: u32,
     other_count: u32,
     combined_count: u32,
+}
+
+/// `struct ethtool_rxfh_indir` asked with size 0: the kernel answers the table's size.
+#[repr(C)]
+#[derive(Default)]
+struct RxfhIndir {
+    cmd: u32,
+    size: u32,
 }
 
 #[repr(C)]
@@ -191,6 +200,13 @@ pub fn query(name: &str, netns: Option<&str>) -> Result<IfaceInfo> {
         // SAFETY: SIOCGIFMTU wrote the ifru_mtu member.
         info.mtu = u32::try_from(unsafe { mreq.ifr_ifru.ifru_mtu }).ok();
     }
+    let mut indir = RxfhIndir {
+        cmd: ETHTOOL_GRXFHINDIR,
+        size: 0,
+    };
+    if ioctl(&sock, name, &mut indir) {
+        info.rss_table = Some(indir.size).filter(|&n| n > 0);
+    }
     let mut ch = Channels {
         cmd: ETHTOOL_GCHANNELS,
         ..Default::default()
@@ -200,16 +216,6 @@ pub fn query(name: &str, netns: Option<&str>) -> Result<IfaceInfo> {
         info.tx_queues = ch.tx_count + ch.combined_count;
     }
     Ok(info)
-}
-
-const ETHTOOL_GRXFHINDIR: u32 = 0x38;
-
-/// `struct ethtool_rxfh_indir` asked with no room for entries: the kernel answers the size.
-#[repr(C)]
-#[derive(Default)]
-struct RxfhIndir {
-    cmd: u32,
-    size: u32,
 }
 
 /// The entries of the device's RSS indirection table (`ethtool -x`), asked in the calling

@@ -31,6 +31,10 @@ pub struct IfaceInfo {
     pub tx_ring: Option<u32>,
     pub rx_ring_max: Option<u32>,
     pub tx_ring_max: Option<u32>,
+    /// Entries of the RSS indirection table (ETHTOOL_GRXFHINDIR); None: the device has
+    /// none, so `ethtool -X` cannot run on it.
+    #[serde(default)]
+    pub rss_table: Option<u32>,
     pub numa_node: Option<i32>,
     /// PCI root bus above the NIC ("0000:5d"): the IIO stack its DMA goes through.
     #[serde(default)]

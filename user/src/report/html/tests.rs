@@ -338,9 +338,10 @@ fn recommendation_cards_and_the_answer_agree() {
         panic!("geometry")
     };
     a.recommendations = vec![Recommendation {
-        kind: "ring_size".into(),
+        kind: crate::advise::Kind::RingSize,
         target: "rx queues of <eth1>".into(),
         command: "ethtool -G eth1 rx 512".into(),
+        reason: None,
         evidence: vec!["ring footprint 12 MiB > usable DDIO 4 MiB".into()],
         predicted_metric: Some("io_write_hit_pct".into()),
         predicted_before: Some(61.0),
