@@ -8,4 +8,6 @@ pub mod text;
 pub use text::{queue_cells, queue_columns, render_report, socket_cells, TextOptions};
 
 #[cfg(test)]
+mod rollup_tests;
+#[cfg(test)]
 mod tests;
