@@ -619,7 +619,7 @@ pub(super) fn backfill(
                 d.max(0) as u64,
             )?;
             n += 1;
-            if n % 100_000 == 0 {
+            if n.is_multiple_of(100_000) {
                 progress(n, total.max(0) as u64);
             }
         }
@@ -677,14 +677,12 @@ pub fn cover(conn: &Connection, a: i64, b: i64, max_level: i64) -> rusqlite::Res
         .map(|o| o.is_some())
     };
     for (lo, (hi, level)) in chosen {
-        if lo > next {
-            if gap_has_rows(next, lo - 1)? {
-                pieces.push(Piece {
-                    level: 0,
-                    lo: next,
-                    hi: lo - 1,
-                });
-            }
+        if lo > next && gap_has_rows(next, lo - 1)? {
+            pieces.push(Piece {
+                level: 0,
+                lo: next,
+                hi: lo - 1,
+            });
         }
         match pieces.last_mut() {
             Some(p) if p.level == level => p.hi = hi,

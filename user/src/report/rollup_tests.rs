@@ -37,7 +37,7 @@ fn snapshot(i: u64) -> Snapshot {
         c.unended = c.handups - c.frees;
         let life = dir.lifetime_stage();
         // Some intervals time nothing (as between detail windows).
-        if i % 3 != 0 {
+        if !i.is_multiple_of(3) {
             for st in [0, life] {
                 c.stage_count[st] = v(7 + st as u64) % 40 + 1;
                 c.stage_sum_ns[st] = c.stage_count[st] * (2000 + v(11) * 13);
@@ -77,7 +77,7 @@ fn snapshot(i: u64) -> Snapshot {
                 linear_pages: v(25),
                 frag_pages: v(26),
                 // Read on some intervals only: the last one read is reported.
-                entries: (i % 7 == 0).then_some(v(27)),
+                entries: i.is_multiple_of(7).then_some(v(27)),
                 ..Default::default()
             },
             ..Default::default()
