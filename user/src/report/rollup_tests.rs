@@ -45,7 +45,10 @@ fn snapshot(i: u64) -> Snapshot {
                 c.stage_hist[st][(10 + v(13) % 8) as usize] = c.stage_count[st];
             }
         }
-        c.napi_work_hist[(v(14) % NAPI_BUCKETS as u64) as usize] = c.napi_polls;
+        // NAPI polls are the RX queues' (the table has no direction).
+        if dir == Dir::Rx {
+            c.napi_work_hist[(v(14) % NAPI_BUCKETS as u64) as usize] = c.napi_polls;
+        }
         queues.push(c);
     }
     let mut age_hist = vec![0; NBUCKETS];
