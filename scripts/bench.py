@@ -29,6 +29,15 @@
 4. Long recordings: `report`, `report --json` and `report --html` of a one-hour recording the
    bench builds (a short testbed recording's intervals repeated), with time and peak RSS.
 5. The simulator's throughput (`simulate --bench`).
+7. Days of recording (`days`): a 11 s default testbed recording's intervals repeated to 24 hours
+   and to 7 days (scripts/long-recording.py, in SQL); the first `report` of each, which builds
+   its per-minute and per-hour rollups; then `report`, `--json` and `--html` over the whole span
+   and over one hour (`--from 3600 --to 7200`), BENCH_DAYS_ROUNDS (3) runs each, wall seconds and
+   peak RSS; the file size per day at default options, and what `--keep 24h` leaves of the 7 days
+   (raw rows older than 24 h deleted as the recorder deletes them: pages in use).
+8. The recorder's own footprint (`footprint`): a default recording of 1 Gbit/s of TCP on the
+   testbed, its RSS, peak RSS, open files, file and write-ahead-log size after each of
+   BENCH_FOOTPRINT_MINUTES (10; "10,60" adds the hour, left out by default for its length).
 6. Host shapes (BENCH_SHAPES): the default recorder and the bpftrace peer against nothing
    attached, interleaved ABBA, BENCH_SHAPE_ROUNDS rounds of each load, on: `tuned` (the testbed
    above), `default` (veth's own offloads, the pair moved into namespaces the CNI way) and
@@ -42,9 +51,10 @@ Knobs (environment): BIN, OUT_JSON, BENCH_ROUNDS (5), BENCH_PAIR_ROUNDS (5: more
 attached and the default recorder alone, for the target), BENCH_RUN_SECS (5), BENCH_SETTLE_SECS (2),
 BENCH_CONFIGS (comma-separated subset of none,bpftrace,record-counts,record,record-flows-always,
 record-full,serve),
-BENCH_SKIP (comma-separated sections to skip: throughput,cost,hooks,long,sim,shapes), BENCH_SHAPES
-(tuned,default,neighbour), BENCH_SHAPE_ROUNDS (10). Needs root; traffic only flows between the
-testbed's namespaces.
+BENCH_SKIP (comma-separated sections to skip: throughput,cost,hooks,long,sim,shapes,days,footprint),
+BENCH_ONLY (comma-separated sections to run alone, e.g. BENCH_ONLY=days,footprint), BENCH_SHAPES
+(tuned,default,neighbour), BENCH_SHAPE_ROUNDS (10), BENCH_DAYS_ROUNDS (3), BENCH_FOOTPRINT_MINUTES
+(10), BENCH_TESTBED (the testbed's name, bench<pid>). Needs root; traffic only flows between the testbed's namespaces.
 """
 import json
 import os
@@ -74,6 +84,14 @@ _CPUS = sorted(os.sched_getaffinity(0))
 CLIENT_CPU, SERVER_CPU = str(_CPUS[0]), str(_CPUS[-1])
 CONFIGS = os.environ.get("BENCH_CONFIGS", "none,bpftrace,record-counts,record,record-flows-always,record-full,serve").split(",")
 SKIP = set(filter(None, os.environ.get("BENCH_SKIP", "").split(",")))
+ONLY = set(filter(None, os.environ.get("BENCH_ONLY", "").split(",")))
+DAYS_ROUNDS = int(os.environ.get("BENCH_DAYS_ROUNDS", "3"))
+FOOTPRINT_MINUTES = sorted(int(m) for m in os.environ.get("BENCH_FOOTPRINT_MINUTES", "10").split(",") if m)
+
+
+def want(section):
+    """Whether a section runs: named in BENCH_ONLY (when set) and not in BENCH_SKIP."""
+    return (not ONLY or section in ONLY) and section not in SKIP
 # The bare run sits right before the default recorder's, so in every round (either
 # direction) the two run back to back: this host's throughput drifts in phases of tens of
 # seconds, and the cost that matters most is then taken from neighbouring runs.
@@ -445,6 +463,133 @@ def long_recording(tb, tmp):
     return out
 
 
+def days(tb, tmp):
+    """Section 7: a day and a week of recording, built from a short real one, and reported."""
+    log("days: an 11 s default testbed recording, repeated to 24 h and to 7 d, then report")
+    os.environ["DDIOSCOPE_CACHE_DIR"] = ""
+    short = tmp / "days-short.ddio"
+    p = subprocess.Popen([str(BIN), "record", "-i", tb.if_rcv, "--netns", tb.ns_rcv, "-d", "11", "-o", str(short),
+                          "--force", "--json-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    read_line(p, 60, "record")
+    tb.iperf("tcp")
+    p.wait(timeout=60)
+    out = {"spans": {}}
+    kinds = (("text", []), ("json", ["--json"]), ("html", ["--html", str(tmp / "d.html"), "--force"]))
+    slices = (("whole", []), ("1 h", ["--from", "3600", "--to", "7200"]))
+    for name, secs in (("24 h", 86400), ("7 d", 7 * 86400)):
+        path = tmp / f"days-{secs}.ddio"
+        t0 = time.monotonic()
+        sh(sys.executable, ROOT / "scripts/long-recording.py", short, path, "--seconds", secs)
+        d = {"build_s": time.monotonic() - t0, "raw_mb": path.stat().st_size / 1e6}
+        db = sqlite3.connect(path)
+        d["intervals"], dur_ns = db.execute("SELECT COUNT(*), SUM(dur_ns) FROM intervals").fetchone()
+        db.close()
+        d["days"] = dur_ns / 86400e9
+        log(f"days: {name}: {d['intervals']} intervals, {d['raw_mb']:.0f} MB; first report (builds the rollups)")
+        w, _, rss, rc, err = timed([BIN, "report", path])
+        d["first_report"] = {"seconds": w, "max_rss_mb": rss, "failed": err if rc else None}
+        d["mb"] = path.stat().st_size / 1e6
+        d["mb_per_day"] = d["mb"] / d["days"]
+        d["runs"] = {}
+        for sl, sargs in slices:
+            for kind, kargs in kinds:
+                runs = [timed([BIN, "report", path, *sargs, *kargs]) for _ in range(DAYS_ROUNDS)]
+                ok = [x for x in runs if x[3] == 0]
+                d["runs"][f"{sl} {kind}"] = {
+                    "seconds": statistics.median([x[0] for x in ok]) if ok else None,
+                    "max_rss_mb": max((x[2] for x in ok), default=None),
+                    "failed": [x[4] for x in runs if x[3] != 0][:1]}
+        if secs > 86400:
+            # What `record --keep 24h` leaves: the raw rows of every minute that ended more than
+            # 24 h before the last interval are deleted, as the recorder deletes them; the file
+            # keeps its pages for reuse, so the size that matters is the pages in use.
+            db = sqlite3.connect(path)
+            end = db.execute("SELECT MAX(t_ns) FROM intervals").fetchone()[0]
+            x = db.execute("SELECT MAX(last) FROM rollup_spans WHERE level = 1 AND t_ns + ? < ?",
+                           (86400 * 10**9, end)).fetchone()[0]
+            for t, iv in (("intervals", "idx"), ("queue_intervals", "interval"), ("stage_stats", "interval"),
+                          ("stage_hist", "interval"), ("napi_hist", "interval"), ("samples", "interval"),
+                          ("miss_intervals", "interval"), ("miss_queues", "interval"), ("miss_age_hist", "interval"),
+                          ("buf_map_intervals", "interval"), ("counters", "interval")):
+                db.execute(f"DELETE FROM {t} WHERE {iv} <= ?", (x,))
+            db.execute("UPDATE rollup_spans SET raw = 0 WHERE last <= ?", (x,))
+            db.commit()
+            pages, free, size = (db.execute(f"PRAGMA {k}").fetchone()[0] for k in ("page_count", "freelist_count", "page_size"))
+            rollup_pages = sum(db.execute("SELECT COUNT(*) FROM dbstat WHERE name LIKE 'rollup%'").fetchone()) \
+                if db.execute("SELECT 1 FROM pragma_module_list WHERE name = 'dbstat'").fetchone() else None
+            db.close()
+            d["keep_24h_mb"] = (pages - free) * size / 1e6
+            d["rollups_mb_per_day"] = rollup_pages * size / 1e6 / d["days"] if rollup_pages else None
+            w, _, rss, rc, err = timed([BIN, "report", path])
+            d["keep_24h_report"] = {"seconds": w, "max_rss_mb": rss, "failed": err if rc else None}
+        path.unlink()
+        out["spans"][name] = d
+    return out
+
+
+def print_days(res):
+    print(f"\n7. Days of recording: an 11 s default testbed recording repeated (scripts/long-recording.py); "
+          f"report wall seconds (median of {DAYS_ROUNDS}) and peak RSS; model result cache off\n")
+    for name, d in res["spans"].items():
+        f = d["first_report"]
+        print(f"  {name}: {d['intervals']} intervals; built in {d['build_s']:.0f} s, {d['raw_mb']:.0f} MB; first report "
+              f"(builds the rollups) {f['seconds']:.1f} s, {f['max_rss_mb']:.0f} MB; then {d['mb']:.0f} MB, "
+              f"{d['mb_per_day']:.0f} MB per day")
+        for k, r in d["runs"].items():
+            cell = f"failed: {(r['failed'] or ['?'])[0][:60]}" if r["seconds"] is None else \
+                f"{r['seconds']:6.2f} s {r['max_rss_mb']:5.0f} MB"
+            print(f"    report {k:<11} {cell}")
+        if "keep_24h_mb" in d:
+            per_day = d.get("rollups_mb_per_day")
+            print(f"    as --keep 24h leaves it: {d['keep_24h_mb']:.0f} MB of pages in use"
+                  + (f" (rollups {per_day:.1f} MB per day)" if per_day else "")
+                  + f"; report {d['keep_24h_report']['seconds']:.2f} s, {d['keep_24h_report']['max_rss_mb']:.0f} MB")
+
+
+def footprint(tb, tmp):
+    """Section 8: the recorder's own RSS, open files and log over a long default recording."""
+    total = max(FOOTPRINT_MINUTES) * 60
+    log(f"footprint: a default recording of 1 Gbit/s TCP for {total // 60} min")
+    rec = tmp / "footprint.ddio"
+    p = subprocess.Popen([str(BIN), "record", "-i", tb.if_rcv, "--netns", tb.ns_rcv, "-d", str(total + 30),
+                          "-o", str(rec), "--force", "--json-progress"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    read_line(p, 60, "record")
+    drain = subprocess.Popen(["cat"], stdin=p.stdout, stdout=subprocess.DEVNULL)
+    load = subprocess.Popen(["ip", "netns", "exec", tb.ns_snd, "taskset", "-c", CLIENT_CPU, "iperf3", "-c", tb.ip_rcv,
+                             "-p", str(PORT), "-t", str(total + 10), "-P", "4", "-b", "250M"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    t0 = time.monotonic()
+    marks, out = list(FOOTPRINT_MINUTES), []
+    try:
+        while marks:
+            time.sleep(max(0.0, t0 + marks[0] * 60 - time.monotonic()))
+            if p.poll() is not None:
+                die(f"footprint: the recorder ended early: {p.stderr.read().strip()[-300:]}")
+            st = dict(l.split(":", 1) for l in open(f"/proc/{p.pid}/status"))
+            kb = lambda k: int(st[k].split()[0]) / 1024
+            wal = Path(f"{rec}-wal")
+            out.append({"minutes": marks.pop(0), "rss_mb": kb("VmRSS"), "peak_rss_mb": kb("VmHWM"),
+                        "open_files": len(os.listdir(f"/proc/{p.pid}/fd")), "file_mb": rec.stat().st_size / 1e6,
+                        "wal_mb": wal.stat().st_size / 1e6 if wal.exists() else 0.0})
+            log(f"footprint: {out[-1]}")
+    finally:
+        load.kill()
+        load.wait()
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=60)
+        drain.wait()
+    return out
+
+
+def print_footprint(res):
+    print("\n8. The recorder's footprint: a default recording of 1 Gbit/s of TCP (iperf3 -P 4 -b 250M) on the testbed\n")
+    print(f"  {'minutes':>7} {'RSS MB':>8} {'peak RSS MB':>12} {'open files':>11} {'file MB':>8} {'log MB':>7}")
+    for r in res:
+        print(f"  {r['minutes']:>7} {r['rss_mb']:>8.1f} {r['peak_rss_mb']:>12.1f} {r['open_files']:>11} "
+              f"{r['file_mb']:>8.1f} {r['wal_mb']:>7.1f}")
+
+
 def shapes(tmp):
     """Section 6: the default recorder and the peer on each host shape."""
     out = {}
@@ -535,7 +680,7 @@ def main():
     for c in ("ip", "iperf3", "bpftool", "sysctl", "/usr/bin/time", "taskset"):
         if not shutil.which(c):
             die(f"missing command: {c} (make deps)")
-    if ("bpftrace" in CONFIGS or "shapes" not in SKIP) and not shutil.which("bpftrace"):
+    if (("bpftrace" in CONFIGS and (want("throughput") or want("cost"))) or want("shapes")) and not shutil.which("bpftrace"):
         die("missing command: bpftrace (make deps)")
     mounted_tracefs = False
     stats_prev = sh("sysctl", "-n", "kernel.bpf_stats_enabled").stdout.strip()
@@ -549,26 +694,28 @@ def main():
         print(f"machine: {os.cpu_count()} CPUs, {cpu}, kernel {os.uname().release}; 1-min load {load0} at start")
         print(f"binary:  {BIN} ({sh(BIN, '--version', check=False).stdout.strip()})\n")
         # bpftrace reads tracepoint formats from tracefs; mounted for the peer, unmounted after.
-        if ("bpftrace" in CONFIGS or "shapes" not in SKIP) and not (TRACEFS / "events").exists():
+        if (("bpftrace" in CONFIGS and (want("throughput") or want("cost"))) or want("shapes")) and not (TRACEFS / "events").exists():
             sh("mount", "-t", "tracefs", "nodev", TRACEFS)
             mounted_tracefs = True
         sh("sysctl", "-qw", "kernel.bpf_stats_enabled=0")
-        tb = Testbed(f"bench{os.getpid()}")
+        tb = Testbed(os.environ.get("BENCH_TESTBED", f"bench{os.getpid()}"))
 
-        runs, steal = throughput(tb, tmp) if "throughput" not in SKIP else ({}, {})
+        runs, steal = throughput(tb, tmp) if want("throughput") else ({}, {})
         cost = {}
         hooks, hook_passes = [], []
-        if "cost" not in SKIP or "hooks" not in SKIP:
+        if want("cost") or want("hooks"):
             sh("sysctl", "-qw", "kernel.bpf_stats_enabled=1")
-            if "cost" not in SKIP:
+            if want("cost"):
                 cost = bpf_cost(tb, tmp)
-            if "hooks" not in SKIP:
+            if want("hooks"):
                 hooks, hook_passes = hot_hooks(tb, tmp)
             sh("sysctl", "-qw", "kernel.bpf_stats_enabled=0")
-        longrec = long_recording(tb, tmp) if "long" not in SKIP else None
+        longrec = long_recording(tb, tmp) if want("long") else None
+        day_results = days(tb, tmp) if want("days") else None
+        foot = footprint(tb, tmp) if want("footprint") else None
         tb.down()
         tb = None
-        shape_results = shapes(tmp) if "shapes" not in SKIP else {}
+        shape_results = shapes(tmp) if want("shapes") else {}
 
         # ---- the table
         if runs:
@@ -658,13 +805,19 @@ def main():
                 print(f"  report {kind:<6} {cells[0]:>38}   {cells[1]:>38}")
             result["long_recording"] = longrec
 
-        if "sim" not in SKIP:
+        if want("sim"):
             sim = sh(BIN, "simulate", "--bench", check=False, timeout=120)
             print(f"\n4. {sim.stdout.strip() or sim.stderr.strip()}")
             result["simulator"] = sim.stdout.strip()
         if shape_results:
             print_shapes(shape_results)
             result["shapes"] = shape_results
+        if day_results:
+            print_days(day_results)
+            result["days"] = day_results
+        if foot:
+            print_footprint(foot)
+            result["footprint"] = foot
         print(f"\n  1-min load average at end: {open('/proc/loadavg').read().split()[0]}")
     finally:
         if tb:

@@ -8,7 +8,8 @@ histograms, NAPI histograms, packet records, L3-miss rows, buffer-map rows,
 counter readings) is repeated back to back, each copy shifted by SRC's length
 in interval numbers and in time, until OUT covers --seconds. The whole-run
 tables (flows, drop reasons, miss flows and regions) are scaled by the number of
-copies, so OUT reads as one long run of the same traffic. SRC is not changed;
+copies, so OUT reads as one long run of the same traffic; SRC's rollups are dropped
+(the first report of OUT builds its own). SRC is not changed;
 OUT is refused if it exists.
 """
 import argparse
@@ -88,6 +89,10 @@ def main():
             sets.append(f"last_ns = last_ns + {(copies - 1) * span_ns}")
         db.execute(f"UPDATE {table} SET {', '.join(sets)}")
     db.execute("UPDATE meta SET value = CAST(value AS INTEGER) + ? WHERE key = 'end_ns'", ((copies - 1) * span_ns,))
+    # SRC's per-minute and per-hour rollups describe SRC alone: dropped, so the first report
+    # of OUT builds its own (as for a recording written before rollups).
+    for t in sorted(t for t in tables if t.startswith("rollup_")):
+        db.execute(f"DROP TABLE {t}")
     db.commit()
     n = db.execute("SELECT COUNT(*), SUM(dur_ns) FROM intervals").fetchone()
     samples = db.execute("SELECT COUNT(*) FROM samples").fetchone()[0]

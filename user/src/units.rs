@@ -29,6 +29,34 @@ pub fn duration_flag(s: &str) -> Result<f64, String> {
     }
 }
 
+/// A size flag (`record --max-size`): bytes, or a number with K, M, G or T (powers of 1024;
+/// `2G`, `500M`, `1.5GiB`, `300MB`), more than zero.
+pub fn size_flag(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let bad = || format!("{s}: not a size; give bytes or a number with K, M, G or T (2G, 500M)");
+    let unit_at = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(unit_at);
+    let v: f64 = num.trim().parse().map_err(|_| bad())?;
+    let mul = match unit
+        .trim()
+        .to_ascii_uppercase()
+        .trim_end_matches('B')
+        .trim_end_matches('I')
+    {
+        "" => 1u64,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        "T" => 1 << 40,
+        _ => return Err(bad()),
+    };
+    let bytes = v * mul as f64;
+    if !bytes.is_finite() || bytes < 1.0 || bytes >= u64::MAX as f64 {
+        return Err(format!("{s}: a size must be more than 0"));
+    }
+    Ok(bytes as u64)
+}
+
 /// A duration to three significant digits in ns, µs, ms or s: "402 ns", "14.5 µs", "3.09 ms".
 pub fn fmt_duration(ns: f64) -> String {
     if !ns.is_finite() {

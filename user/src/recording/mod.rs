@@ -6,6 +6,7 @@ pub mod import;
 pub mod meta;
 pub mod reader;
 pub mod record;
+pub mod rollup;
 pub mod window;
 pub mod writer;
 

@@ -7,9 +7,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
-use rusqlite::{params, Connection, OpenFlags};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
 use super::meta::RecordingMeta;
+use super::rollup::{self, Piece, Rolled, HOUR, MINUTE};
 use super::window::{bounds, clock_at, TimeSpec, Window};
 use super::writer::explain_sqlite;
 use super::{APPLICATION_ID, SCHEMA_VERSION};
@@ -32,6 +33,9 @@ pub struct Recording {
     all: Window,
     conn: Connection,
     cols: Columns,
+    /// The rolled-up tables, and whether this recording's rollups are read.
+    tables: Vec<Rolled>,
+    rollups: bool,
     /// The window's per-interval tables, read once (see `scan`).
     scanned: std::cell::OnceCell<Scan>,
 }
@@ -39,6 +43,28 @@ pub struct Recording {
 /// Points in a per-interval series at most (charts, regression rows): a longer window sums
 /// consecutive intervals into this many groups.
 pub const SERIES_POINTS: usize = 1200;
+
+/// A window of more intervals than this (two hours of 100 ms intervals) is grouped by whole
+/// minutes of the BPF clock rather than by counts of intervals, so its series reads minute
+/// rollups; a shorter one reads its raw intervals.
+pub const MINUTE_SERIES_AFTER: u64 = 72_000;
+
+/// How a window's intervals are grouped into series points: `k` consecutive intervals from
+/// interval `a`, or `m` whole minutes from minute `b0` (see `MINUTE_SERIES_AFTER`).
+#[derive(Debug, Clone, Copy)]
+enum Grouping {
+    Intervals { a: i64, k: i64 },
+    Minutes { b0: u64, m: u64 },
+}
+
+/// Whether `open` may build the rollups a recording lacks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Rollups {
+    /// Read them, and build them in a complete, writable recording that has none.
+    Use,
+    /// Read raw intervals only (the reference the rollups are tested against).
+    Ignore,
+}
 
 /// One pass over the window's interval, queue and stage-statistics rows.
 #[derive(Debug, Default)]
@@ -50,35 +76,128 @@ struct Scan {
     groups: Vec<IntervalGroup>,
 }
 
+/// A `scan` in progress across pieces: the sums so far, the group being filled and its key.
+struct ScanState {
+    grouping: Grouping,
+    scan: Scan,
+    group_sums: BTreeMap<(Dir, u32), GroupQueue>,
+    group_key: Option<i64>,
+}
+
+impl ScanState {
+    /// A unit (one interval, or one span `iv..=last`) begins: into its series group.
+    fn enter(&mut self, iv: i64, last: i64, t_ns: u64, dur_ns: u64, minute: u64) {
+        let key = match self.grouping {
+            Grouping::Intervals { a, k } => (iv - a) / k,
+            Grouping::Minutes { b0, m } => (minute.saturating_sub(b0) / m) as i64,
+        };
+        if self.group_key != Some(key) {
+            if let Some(g) = self.scan.groups.last_mut() {
+                g.queues = std::mem::take(&mut self.group_sums).into_values().collect();
+            }
+            self.scan.groups.push(IntervalGroup {
+                first: iv as u64,
+                ..Default::default()
+            });
+            self.group_key = Some(key);
+        }
+        let g = self.scan.groups.last_mut().expect("pushed");
+        g.last = last as u64;
+        g.t_ns = t_ns;
+        g.dur_ns = g.dur_ns.saturating_add(dur_ns);
+    }
+
+    fn group_queue(&mut self, dir: Dir, queue: u32) -> &mut GroupQueue {
+        self.group_sums.entry((dir, queue)).or_insert(GroupQueue {
+            dir,
+            queue,
+            packets: 0,
+            bytes: 0,
+            life_count: 0,
+            life_sum_ns: 0,
+        })
+    }
+
+    /// A queue row: packets, bytes, NAPI polls, work, budget exhausted, copies, frees,
+    /// drops, hand-ups, unended.
+    fn add_queue(&mut self, dir: Dir, queue: u32, v: &[u64; 10]) {
+        let t = self
+            .scan
+            .totals
+            .entry((dir, queue))
+            .or_insert_with(|| QueueCounters::new(dir, queue));
+        // Saturating: a damaged file's counts must not wrap.
+        for (f, x) in [
+            (&mut t.packets, v[0]),
+            (&mut t.bytes, v[1]),
+            (&mut t.napi_polls, v[2]),
+            (&mut t.napi_work, v[3]),
+            (&mut t.napi_budget_exhausted, v[4]),
+            (&mut t.copies, v[5]),
+            (&mut t.frees, v[6]),
+            (&mut t.drops, v[7]),
+            (&mut t.handups, v[8]),
+            (&mut t.unended, v[9]),
+        ] {
+            *f = f.saturating_add(x);
+        }
+        let gq = self.group_queue(dir, queue);
+        gq.packets = gq.packets.saturating_add(v[0]);
+        gq.bytes = gq.bytes.saturating_add(v[1]);
+    }
+
+    /// A stage row of stage `si`: count, summed ns, maximum ns.
+    fn add_stage(&mut self, dir: Dir, queue: u32, si: usize, v: &[u64; 3]) {
+        let t = self
+            .scan
+            .totals
+            .entry((dir, queue))
+            .or_insert_with(|| QueueCounters::new(dir, queue));
+        t.stage_count[si] = t.stage_count[si].saturating_add(v[0]);
+        t.stage_sum_ns[si] = t.stage_sum_ns[si].saturating_add(v[1]);
+        t.stage_max_ns[si] = t.stage_max_ns[si].max(v[2]);
+        if si == dir.lifetime_stage() {
+            let gq = self.group_queue(dir, queue);
+            gq.life_count = gq.life_count.saturating_add(v[0]);
+            gq.life_sum_ns = gq.life_sum_ns.saturating_add(v[1]);
+        }
+    }
+
+    fn peak(&mut self, dir: Dir, queue: u32, inflight: u64) {
+        let p = self.scan.peaks.entry((dir, queue)).or_insert(0);
+        *p = (*p).max(inflight);
+    }
+}
+
 /// The SQL for columns and tables older recordings lack: each reads as what it meant before
 /// it existed.
-struct Columns {
+pub(super) struct Columns {
     /// Recordings from before state_stale read it as 0.
-    stale: &'static str,
+    pub(super) stale: &'static str,
     /// Nor detail_ns, from before detail windows: the hooks ran all the time (NULL).
-    detail_ns: &'static str,
-    handups: &'static str,
+    pub(super) detail_ns: &'static str,
+    pub(super) handups: &'static str,
     /// Lives whose end went unseen, from before they were counted: none known (0).
-    unended: &'static str,
-    flow_samples: &'static str,
-    flow_source: &'static str,
-    miss: bool,
+    pub(super) unended: &'static str,
+    pub(super) flow_samples: &'static str,
+    pub(super) flow_source: &'static str,
+    pub(super) miss: bool,
     /// Recordings from before page sampling have no out_of_subset column: nothing was out.
-    out_of_subset: &'static str,
+    pub(super) out_of_subset: &'static str,
     /// Nor, from before the flow-loss counts, no_flow (unknown: NULL) and queue_clamped.
-    no_flow: &'static str,
-    miss_queue_clamped: &'static str,
+    pub(super) no_flow: &'static str,
+    pub(super) miss_queue_clamped: &'static str,
     /// Nor, from before the sampler's throttle log, its three columns (unknown).
-    throttle: &'static str,
+    pub(super) throttle: &'static str,
     /// Nor, from before attribution windows, before_window (always on: none) and sampled_ns.
-    before_window: &'static str,
-    sampled_ns: &'static str,
-    buf_map: bool,
+    pub(super) before_window: &'static str,
+    pub(super) sampled_ns: &'static str,
+    pub(super) buf_map: bool,
     /// Recordings from before the size histogram and the NIC's drop counters have neither.
-    size_hist: bool,
-    nic_drops: bool,
-    slots_replaced: &'static str,
-    pages_over_cap: &'static str,
+    pub(super) size_hist: bool,
+    pub(super) nic_drops: bool,
+    pub(super) slots_replaced: &'static str,
+    pub(super) pages_over_cap: &'static str,
 }
 
 /// The columns every reader of a table needs (newer ones are optional, see `Columns`), and
@@ -111,7 +230,7 @@ impl Columns {
         }
     }
 
-    fn probe(conn: &Connection) -> Columns {
+    pub(super) fn probe(conn: &Connection) -> Columns {
         let table = |name: &str| {
             conn.query_row(
                 "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?1",
@@ -284,8 +403,13 @@ fn fold_reading(acc: &mut BTreeMap<(u32, String, String), CounterReading>, r: Co
 }
 
 impl Recording {
-    /// Open a recording for reading, covering all of it.
+    /// Open a recording for reading, covering all of it; a complete, writable recording
+    /// without rollups gets them first (once, with a progress line on stderr).
     pub fn open(path: &Path) -> Result<Recording> {
+        Recording::open_with(path, Rollups::Use)
+    }
+
+    pub fn open_with(path: &Path, use_rollups: Rollups) -> Result<Recording> {
         let p = path.display();
         if !path.exists() {
             bail!("{p}: no such file");
@@ -356,6 +480,9 @@ impl Recording {
                     .map_err(corrupt)?;
             }
         }
+        let tables = rollup::tables(&cols);
+        let rollups = use_rollups == Rollups::Use
+            && (rollup::present(&conn) || build_rollups(&conn, &cols, &meta, path));
         let none = Window {
             whole: true,
             first: 0,
@@ -374,6 +501,8 @@ impl Recording {
             all: none,
             conn,
             cols,
+            tables,
+            rollups,
             scanned: Default::default(),
         };
         rec.all = Window {
@@ -423,14 +552,25 @@ impl Recording {
             }
         };
         // MIN(idx), MAX(idx), COUNT(*), SUM(dur_ns), MIN(start), MAX(end); all NULL but the count when empty.
+        let sql = if self.rollups {
+            self.select_spans(ns(from_s), ns(to_s))?
+        } else {
+            "SELECT MIN(idx), MAX(idx), COUNT(*), SUM(dur_ns), MIN(t_ns - dur_ns), MAX(t_ns) FROM intervals
+             WHERE t_ns - dur_ns / 2 >= ?1 AND t_ns - dur_ns / 2 < ?2"
+                .to_string()
+        };
         let v: [Option<i64>; 6] = self
             .conn
-            .query_row(
-                "SELECT MIN(idx), MAX(idx), COUNT(*), SUM(dur_ns), MIN(t_ns - dur_ns), MAX(t_ns) FROM intervals
-                 WHERE t_ns - dur_ns / 2 >= ?1 AND t_ns - dur_ns / 2 < ?2",
-                params![ns(from_s), ns(to_s)],
-                |r| Ok([r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?]),
-            )
+            .query_row(&sql, params![ns(from_s), ns(to_s)], |r| {
+                Ok([
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                ])
+            })
             .map_err(|e| self.corrupt(e))?;
         let [first, last, n, dur, lo, hi] = v;
         let n = n.unwrap_or(0);
@@ -449,6 +589,55 @@ impl Recording {
             start_ns: lo,
             end_ns: hi,
         })
+    }
+
+    /// `select`'s query with rollups: whole minutes whose intervals' middles all lie in
+    /// [?1, ?2) (or, once their raw intervals are dropped, the minute's middle), and raw
+    /// intervals of the minutes that straddle an end and of any not yet rolled up.
+    fn select_spans(&self, lo: i64, hi: i64) -> Result<String> {
+        let e = |e| self.corrupt(e);
+        let mut ranges: Vec<(i64, i64)> = {
+            let mut st = self
+                .conn
+                .prepare(
+                    "SELECT interval, last FROM rollup_spans WHERE level = 1 AND raw = 1
+                     AND mid_hi >= ?1 AND mid_lo < ?2 AND NOT (mid_lo >= ?1 AND mid_hi < ?2)",
+                )
+                .map_err(e)?;
+            let rows = st
+                .query_map(params![lo, hi], |r| Ok((r.get(0)?, r.get(1)?)))
+                .map_err(e)?;
+            rows.collect::<rusqlite::Result<_>>().map_err(e)?
+        };
+        let (first, last): (Option<i64>, Option<i64>) = self
+            .conn
+            .query_row(
+                "SELECT MIN(interval), MAX(last) FROM rollup_spans WHERE level = 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(e)?;
+        match (first, last) {
+            (Some(f), Some(l)) => {
+                ranges.push((i64::MIN, f - 1));
+                ranges.push((l + 1, i64::MAX));
+            }
+            _ => ranges.push((i64::MIN, i64::MAX)),
+        }
+        let raw: Vec<String> = ranges
+            .iter()
+            .map(|(a, b)| format!("idx BETWEEN {a} AND {b}"))
+            .collect();
+        Ok(format!(
+            "SELECT MIN(f), MAX(l), COALESCE(SUM(n), 0), SUM(d), MIN(s), MAX(e) FROM (
+               SELECT interval AS f, last AS l, n, dur_ns AS d, start_ns AS s, t_ns AS e FROM rollup_spans
+               WHERE level = 1 AND ((mid_lo >= ?1 AND mid_hi < ?2)
+                 OR (raw = 0 AND (mid_lo + mid_hi) / 2 >= ?1 AND (mid_lo + mid_hi) / 2 < ?2))
+               UNION ALL
+               SELECT idx, idx, 1, dur_ns, t_ns - dur_ns, t_ns FROM intervals
+               WHERE ({}) AND t_ns - dur_ns / 2 >= ?1 AND t_ns - dur_ns / 2 < ?2)",
+            raw.join(" OR ")
+        ))
     }
 
     /// Cover only the intervals between `from` and `to` (either open): refused, in one line,
@@ -519,21 +708,103 @@ impl Recording {
         }
     }
 
-    /// `WHERE` for a per-interval table in the window, and whether to read it in row order
-    /// without its index: a window of most of the recording reads faster as a plain scan.
-    fn rows_in_window(&self, column: &str) -> (String, &'static str) {
-        let (a, b) = self.range();
-        let most = self.window.intervals * 4 >= self.all.intervals;
-        (
-            format!("WHERE {column} BETWEEN {a} AND {b}"),
-            if most { "NOT INDEXED" } else { "" },
-        )
+    /// The table rolled up from raw table `raw`.
+    fn rolled(&self, raw: &str) -> &Rolled {
+        self.tables
+            .iter()
+            .find(|t| t.raw == raw)
+            .expect("every rolled table is listed")
     }
 
-    /// The window's intervals, queue counts and stage statistics in one pass: three cursors
-    /// advanced together by interval (tables written one interval per transaction hold their
-    /// rows in interval order), so nothing per interval is kept. Tables out of that order
-    /// are read through their index instead.
+    /// The window as pieces: spans of up to `max_level` where they fit it exactly, raw
+    /// intervals at its edges (all raw without rollups).
+    fn pieces(&self, max_level: i64) -> Result<Vec<Piece>> {
+        let (a, b) = self.range();
+        if a > b {
+            return Ok(Vec::new());
+        }
+        if !self.rollups {
+            return Ok(vec![Piece {
+                level: 0,
+                lo: a,
+                hi: b,
+            }]);
+        }
+        rollup::cover(&self.conn, a, b, max_level).map_err(|e| self.corrupt(e))
+    }
+
+    /// What to write after a raw table's name for a piece: a piece of most of the recording
+    /// reads faster as a plain scan in row order than through its index.
+    fn hint(&self, p: &Piece) -> &'static str {
+        let n = (p.hi - p.lo + 1).max(0) as u64;
+        if p.level == 0 && n * 4 >= self.all.intervals {
+            "NOT INDEXED"
+        } else {
+            ""
+        }
+    }
+
+    /// How the window's series is grouped (the same with rollups or without).
+    fn grouping(&self) -> Result<Grouping> {
+        let (a, b) = self.range();
+        let n = self.window.intervals;
+        let pruned = self.rollups
+            && {
+                let x: Option<i64> = self
+                .conn
+                .query_row(
+                    "SELECT 1 FROM rollup_spans WHERE level = 1 AND raw = 0 AND last >= ?1 AND interval <= ?2 LIMIT 1",
+                    params![a, b],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(|e| self.corrupt(e))?;
+                x.is_some()
+            };
+        if n <= MINUTE_SERIES_AFTER && !pruned {
+            let k = (n as usize).div_ceil(SERIES_POINTS).max(1) as i64;
+            return Ok(Grouping::Intervals { a, k });
+        }
+        let (b0, b1) = (self.minute_of(a)?, self.minute_of(b)?);
+        let m = (b1.saturating_sub(b0) + 1)
+            .div_ceil(SERIES_POINTS as u64)
+            .max(1);
+        Ok(Grouping::Minutes { b0, m })
+    }
+
+    /// The minute (`rollup::bucket`) of interval `idx`: from its row, or its span's.
+    fn minute_of(&self, idx: i64) -> Result<u64> {
+        let raw: Option<(i64, i64)> = self
+            .conn
+            .query_row(
+                "SELECT t_ns, dur_ns FROM intervals WHERE idx = ?1",
+                [idx],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(|e| self.corrupt(e))?;
+        if let Some((t, d)) = raw {
+            return Ok(rollup::bucket(MINUTE, t.max(0) as u64, d.max(0) as u64));
+        }
+        let span: Option<i64> = if self.rollups {
+            self.conn
+                .query_row(
+                    "SELECT bucket FROM rollup_spans WHERE level = 1 AND interval <= ?1 AND last >= ?1",
+                    [idx],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(|e| self.corrupt(e))?
+        } else {
+            None
+        };
+        Ok(span.unwrap_or(0).max(0) as u64)
+    }
+
+    /// The window's intervals, queue counts and stage statistics in one pass over each
+    /// piece: three cursors advanced together by interval (tables written one interval per
+    /// transaction hold their rows in interval order), so nothing per interval is kept. Raw
+    /// tables out of that order are read through their index instead.
     fn scan(&self) -> Result<&Scan> {
         if let Some(s) = self.scanned.get() {
             return Ok(s);
@@ -545,43 +816,71 @@ impl Recording {
         Ok(self.scanned.get_or_init(|| s))
     }
 
-    /// `scan`, reading rows in storage order (`by_index` false) or through the interval index;
-    /// None when storage order is not interval order.
+    /// `scan`, reading raw rows in storage order (`by_index` false) or through the interval
+    /// index; None when storage order is not interval order. A series grouped by minutes
+    /// reads minute spans; one grouped by intervals reads raw intervals.
     fn scan_ordered(&self, by_index: bool) -> Result<Option<Scan>> {
-        let e = |e| self.corrupt(e);
-        let (a, _) = self.range();
-        let (iw, _) = self.rows_in_window("idx");
-        let (qw, qhint) = self.rows_in_window("interval");
-        let (hint, order) = if by_index {
-            ("", "ORDER BY interval")
-        } else {
-            (qhint, "")
+        let grouping = self.grouping()?;
+        let max_level = match grouping {
+            Grouping::Intervals { .. } => 0,
+            Grouping::Minutes { .. } => MINUTE,
         };
-        let mut ist = self
-            .conn
-            .prepare(&format!(
-                "SELECT idx,t_ns,dur_ns FROM intervals {iw} ORDER BY idx"
-            ))
-            .map_err(e)?;
-        let mut qst = self
-            .conn
-            .prepare(&format!(
-                "SELECT interval,dir,queue,packets,bytes,napi_polls,napi_work,napi_budget_exhausted,copies,frees,drops,{},{}
-                 FROM queue_intervals {hint} {qw} {order}",
-                self.cols.handups, self.cols.unended
-            ))
-            .map_err(e)?;
-        let mut sst = self.conn.prepare(&format!("SELECT interval,dir,queue,stage,count,sum_ns,max_ns FROM stage_stats {hint} {qw} {order}")).map_err(e)?;
+        let mut st = ScanState {
+            grouping,
+            scan: Scan::default(),
+            group_sums: BTreeMap::new(),
+            group_key: None,
+        };
+        for p in self.pieces(max_level)? {
+            if !self.scan_piece(&p, by_index, &mut st)? {
+                return Ok(None);
+            }
+        }
+        let mut scan = st.scan;
+        if let Some(g) = scan.groups.last_mut() {
+            g.queues = st.group_sums.into_values().collect();
+        }
+        Ok(Some(scan))
+    }
+
+    /// One piece of `scan`: false when a raw table is out of interval order.
+    fn scan_piece(&self, p: &Piece, by_index: bool, st: &mut ScanState) -> Result<bool> {
+        let e = |e| self.corrupt(e);
+        let (lo, hi) = (p.lo, p.hi);
+        let (units, qsql, ssql) = if p.level == 0 {
+            let (hint, order) = if by_index {
+                ("", "ORDER BY interval")
+            } else {
+                (self.hint(p), "")
+            };
+            (
+                format!("SELECT idx,t_ns,dur_ns,NULL,idx FROM intervals WHERE idx BETWEEN {lo} AND {hi} ORDER BY idx"),
+                format!(
+                    "SELECT interval,dir,queue,packets,bytes,napi_polls,napi_work,napi_budget_exhausted,copies,frees,drops,{},{},NULL
+                     FROM queue_intervals {hint} WHERE interval BETWEEN {lo} AND {hi} {order}",
+                    self.cols.handups, self.cols.unended
+                ),
+                format!("SELECT interval,dir,queue,stage,count,sum_ns,max_ns FROM stage_stats {hint} WHERE interval BETWEEN {lo} AND {hi} {order}"),
+            )
+        } else {
+            let w = format!(
+                "WHERE level = {} AND interval BETWEEN {lo} AND {hi} ORDER BY interval",
+                p.level
+            );
+            (
+                format!("SELECT interval,t_ns,dur_ns,bucket,last FROM rollup_spans {w}"),
+                format!("SELECT interval,dir,queue,packets,bytes,napi_polls,napi_work,napi_budget_exhausted,copies,frees,drops,handups,unended,peak_inflight FROM rollup_queues {w}"),
+                format!("SELECT interval,dir,queue,stage,count,sum_ns,max_ns FROM rollup_stage_stats {w}"),
+            )
+        };
+        let mut ist = self.conn.prepare(&units).map_err(e)?;
+        let mut qst = self.conn.prepare(&qsql).map_err(e)?;
+        let mut sst = self.conn.prepare(&ssql).map_err(e)?;
         let mut irows = ist.query([]).map_err(e)?;
         let mut qrows = qst.query([]).map_err(e)?;
         let mut srows = sst.query([]).map_err(e)?;
-        let k = (self.window.intervals as usize)
-            .div_ceil(SERIES_POINTS)
-            .max(1) as i64;
-        let mut scan = Scan::default();
-        let mut group_sums: BTreeMap<(Dir, u32), GroupQueue> = BTreeMap::new();
-        // The next row of each table, read ahead: (interval, row values).
-        type QRow = (i64, Dir, u32, [u64; 10]);
+        // The next row of each table, read ahead: (interval, row values, peak in flight).
+        type QRow = (i64, Dir, u32, [u64; 10], Option<u64>);
         type SRow = (i64, Dir, u32, Option<usize>, [u64; 3]);
         let next_q = |rows: &mut rusqlite::Rows<'_>| -> Result<Option<QRow>> {
             let Some(r) = rows.next().map_err(e)? else {
@@ -597,6 +896,7 @@ impl Recording {
                 dir_of(r.get_ref(1).map_err(e)?.as_str().unwrap_or("rx")),
                 r.get(2).map_err(e)?,
                 v,
+                opt_count(r, 13).map_err(e)?,
             )))
         };
         let next_s = |rows: &mut rusqlite::Rows<'_>| -> Result<Option<SRow>> {
@@ -606,7 +906,7 @@ impl Recording {
             let dir = dir_of(r.get_ref(1).map_err(e)?.as_str().unwrap_or("rx"));
             let stage = r.get_ref(3).map_err(e)?.as_str().unwrap_or("");
             let si = stage_index(dir, stage);
-            let g = |i: usize| -> Result<u64> { count(r, i).map_err(|x| self.corrupt(x)) };
+            let g = |i: usize| -> Result<u64> { sum(r, i).map_err(|x| self.corrupt(x)) };
             Ok(Some((
                 r.get(0).map_err(e)?,
                 dir,
@@ -615,6 +915,7 @@ impl Recording {
                 [g(4)?, g(5)?, g(6)?],
             )))
         };
+        let span = p.level > 0;
         let mut q_ahead = next_q(&mut qrows)?;
         let mut s_ahead = next_s(&mut srows)?;
         let mut last_q = i64::MIN;
@@ -623,114 +924,119 @@ impl Recording {
             let iv: i64 = r.get(0).map_err(e)?;
             let t_ns = count(r, 1).map_err(e)?;
             let dur_ns = count(r, 2).map_err(e)?;
-            let gi = ((iv - a) / k) as usize;
-            if scan.groups.len() <= gi {
-                if let Some(g) = scan.groups.last_mut() {
-                    g.queues = std::mem::take(&mut group_sums).into_values().collect();
-                }
-                scan.groups.push(IntervalGroup {
-                    first: iv as u64,
-                    ..Default::default()
-                });
-            }
-            let g = scan.groups.last_mut().expect("pushed");
-            g.last = iv as u64;
-            g.t_ns = t_ns;
-            g.dur_ns = g.dur_ns.saturating_add(dur_ns);
+            let bucket = match opt_count(r, 3).map_err(e)? {
+                Some(b) => b,
+                None => rollup::bucket(MINUTE, t_ns, dur_ns),
+            };
+            let last: i64 = r.get(4).map_err(e)?;
+            st.enter(iv, last, t_ns, dur_ns, bucket);
             // This interval's packets per queue, for Little's law with its lifetime stage.
             let mut packets: BTreeMap<(Dir, u32), u64> = BTreeMap::new();
-            while let Some((qi, dir, queue, v)) = q_ahead.filter(|q| q.0 <= iv) {
+            while let Some((qi, dir, queue, v, peak)) = q_ahead.filter(|q| q.0 <= iv) {
                 if qi < last_q {
-                    return Ok(None);
+                    return Ok(false);
                 }
                 last_q = qi;
                 if qi == iv {
-                    add_queue_row(&mut scan, &mut group_sums, (dir, queue), &v);
+                    st.add_queue(dir, queue, &v);
                     packets.insert((dir, queue), v[0]);
+                    if let Some(pk) = peak {
+                        st.peak(dir, queue, pk);
+                    }
                 }
                 q_ahead = next_q(&mut qrows)?;
             }
             while let Some((si_iv, dir, queue, si, v)) = s_ahead.filter(|s| s.0 <= iv) {
                 if si_iv < last_s {
-                    return Ok(None);
+                    return Ok(false);
                 }
                 last_s = si_iv;
                 if let (true, Some(si)) = (si_iv == iv, si) {
-                    let pk = packets.get(&(dir, queue)).copied();
-                    add_stage_row(&mut scan, &mut group_sums, (dir, queue), si, &v, pk, dur_ns);
+                    st.add_stage(dir, queue, si, &v);
+                    // Peak in flight: this interval's packet rate × its mean lifetime (a
+                    // span carries the most of its intervals').
+                    if let (false, true, Some(&pk), true, true) = (
+                        span,
+                        si == dir.lifetime_stage(),
+                        packets.get(&(dir, queue)),
+                        v[0] > 0,
+                        dur_ns > 0,
+                    ) {
+                        st.peak(dir, queue, rollup::inflight(pk, dur_ns, v[0], v[1]));
+                    }
                 }
                 s_ahead = next_s(&mut srows)?;
             }
         }
-        if let Some(g) = scan.groups.last_mut() {
-            g.queues = group_sums.into_values().collect();
-        }
-        Ok(Some(scan))
+        Ok(true)
     }
 
     /// Per-queue totals over the covered intervals, with their histograms (queues with rows only).
     pub fn queue_totals(&self) -> Result<Vec<QueueCounters>> {
         let e = |e| self.corrupt(e);
         let mut map = self.scan()?.totals.clone();
-        let (w, hint) = self.rows_in_window("interval");
         // The histograms are the largest per-interval tables: summed while streaming, which
         // is several times faster than SQLite's sorting GROUP BY.
-        let mut st = self
-            .conn
-            .prepare(&format!(
-                "SELECT dir,queue,stage,bucket,count FROM stage_hist {hint} {w}"
-            ))
-            .map_err(e)?;
-        let mut rows = st.query([]).map_err(e)?;
-        while let Some(r) = rows.next().map_err(e)? {
-            let dir = dir_of(r.get_ref(0).map_err(e)?.as_str().unwrap_or("rx"));
-            let queue: u32 = r.get(1).map_err(e)?;
-            let stage = r.get_ref(2).map_err(e)?.as_str().unwrap_or("");
-            let Some(si) = stage_index(dir, stage) else {
-                continue;
-            };
-            let bucket = r.get::<_, i64>(3).map_err(e)?;
-            let n = count(r, 4).map_err(e)?;
-            let q = map
-                .entry((dir, queue))
-                .or_insert_with(|| QueueCounters::new(dir, queue));
-            if let Some(slot) = usize::try_from(bucket)
-                .ok()
-                .and_then(|b| q.stage_hist[si].get_mut(b))
-            {
-                *slot = slot.saturating_add(n);
+        for p in self.pieces(HOUR)? {
+            let hint = self.hint(&p);
+            let sql = self.rolled("stage_hist").select(p, hint);
+            let mut st = self
+                .conn
+                .prepare(&format!("SELECT dir,queue,stage,bucket,count FROM ({sql})"))
+                .map_err(e)?;
+            let mut rows = st.query([]).map_err(e)?;
+            while let Some(r) = rows.next().map_err(e)? {
+                let dir = dir_of(r.get_ref(0).map_err(e)?.as_str().unwrap_or("rx"));
+                let queue: u32 = r.get(1).map_err(e)?;
+                let stage = r.get_ref(2).map_err(e)?.as_str().unwrap_or("");
+                let Some(si) = stage_index(dir, stage) else {
+                    continue;
+                };
+                let bucket = r.get::<_, i64>(3).map_err(e)?;
+                let n = count(r, 4).map_err(e)?;
+                let q = map
+                    .entry((dir, queue))
+                    .or_insert_with(|| QueueCounters::new(dir, queue));
+                if let Some(slot) = usize::try_from(bucket)
+                    .ok()
+                    .and_then(|b| q.stage_hist[si].get_mut(b))
+                {
+                    *slot = slot.saturating_add(n);
+                }
             }
-        }
-        let mut st = self
-            .conn
-            .prepare(&format!(
-                "SELECT queue,bucket,count FROM napi_hist {hint} {w}"
-            ))
-            .map_err(e)?;
-        let mut rows = st.query([]).map_err(e)?;
-        while let Some(r) = rows.next().map_err(e)? {
-            let queue: u32 = r.get(0).map_err(e)?;
-            let bucket = r.get::<_, i64>(1).map_err(e)?;
-            let n = count(r, 2).map_err(e)?;
-            let q = map
-                .entry((Dir::Rx, queue))
-                .or_insert_with(|| QueueCounters::new(Dir::Rx, queue));
-            if let Some(slot) = usize::try_from(bucket)
-                .ok()
-                .filter(|b| *b < NAPI_BUCKETS)
-                .and_then(|b| q.napi_work_hist.get_mut(b))
-            {
-                *slot = slot.saturating_add(n);
+            let sql = self.rolled("napi_hist").select(p, hint);
+            let mut st = self
+                .conn
+                .prepare(&format!("SELECT queue,bucket,count FROM ({sql})"))
+                .map_err(e)?;
+            let mut rows = st.query([]).map_err(e)?;
+            while let Some(r) = rows.next().map_err(e)? {
+                let queue: u32 = r.get(0).map_err(e)?;
+                let bucket = r.get::<_, i64>(1).map_err(e)?;
+                let n = count(r, 2).map_err(e)?;
+                let q = map
+                    .entry((Dir::Rx, queue))
+                    .or_insert_with(|| QueueCounters::new(Dir::Rx, queue));
+                if let Some(slot) = usize::try_from(bucket)
+                    .ok()
+                    .filter(|b| *b < NAPI_BUCKETS)
+                    .and_then(|b| q.napi_work_hist.get_mut(b))
+                {
+                    *slot = slot.saturating_add(n);
+                }
             }
         }
         if self.cols.size_hist {
+            // Frame sizes are timed in the detail windows only: few rows, read raw (no rollup).
+            let (a, b) = self.range();
             let mut st = self
                 .conn
-                .prepare(&format!(
-                    "SELECT dir,queue,bucket,count FROM size_hist {hint} {w}"
-                ))
+                .prepare(
+                    "SELECT dir,queue,bucket,SUM(count) FROM size_hist WHERE interval BETWEEN ?1 AND ?2
+                     GROUP BY dir,queue,bucket",
+                )
                 .map_err(e)?;
-            let mut rows = st.query([]).map_err(e)?;
+            let mut rows = st.query(params![a, b]).map_err(e)?;
             while let Some(r) = rows.next().map_err(e)? {
                 let dir = dir_of(r.get_ref(0).map_err(e)?.as_str().unwrap_or("rx"));
                 let queue: u32 = r.get(1).map_err(e)?;
@@ -781,16 +1087,25 @@ impl Recording {
             .map(Some)
     }
 
+    /// The window's rows of raw table `raw` and its rollups, as one SQL source.
+    fn source(&self, raw: &str) -> Result<String> {
+        let pieces = self.pieces(HOUR)?;
+        let hint = pieces
+            .iter()
+            .map(|p| self.hint(p))
+            .find(|h| !h.is_empty())
+            .unwrap_or("");
+        Ok(self.rolled(raw).source(&pieces, hint))
+    }
+
     pub fn event_totals(&self) -> Result<EventCounters> {
-        let (a, b) = self.range();
+        let src = self.source("intervals")?;
         self.conn
             .query_row(
                 &format!(
-                    "SELECT SUM(sampled),SUM(lost),SUM(received),SUM(state_evicted),SUM(queue_clamped),SUM({}) FROM intervals
-                     WHERE idx BETWEEN ?1 AND ?2",
-                    self.cols.stale
+                    "SELECT SUM(sampled),SUM(lost),SUM(received),SUM(state_evicted),SUM(queue_clamped),SUM(state_stale) FROM ({src})"
                 ),
-                params![a, b],
+                [],
                 |r| {
                     let g = |i: usize| -> rusqlite::Result<u64> { sum(r, i) };
                     Ok(EventCounters {
@@ -809,15 +1124,16 @@ impl Recording {
     /// How long the detail hooks ran in the covered intervals (None: all the time, a
     /// recording from before detail windows).
     pub fn detail_ns(&self) -> Result<Option<u64>> {
-        let (a, b) = self.range();
-        let (sum, n, all): (Option<i64>, i64, i64) = self
+        let src = self.source("intervals")?;
+        let (sum, n, all): (Option<i64>, Option<i64>, Option<i64>) = self
             .conn
             .query_row(
-                &format!("SELECT SUM({0}), COUNT({0}), COUNT(*) FROM intervals WHERE idx BETWEEN ?1 AND ?2", self.cols.detail_ns),
-                params![a, b],
+                &format!("SELECT SUM(detail_ns), SUM(detail_n), SUM(n) FROM ({src})"),
+                [],
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )
             .map_err(|e| self.corrupt(e))?;
+        let (n, all) = (n.unwrap_or(0), all.unwrap_or(0));
         Ok((n == all && n > 0).then(|| sum.unwrap_or(0).max(0) as u64))
     }
 
@@ -893,14 +1209,40 @@ impl Recording {
             "{} AND NOT ({COUNTER_ROW_READABLE})",
             self.counter_window(source)
         );
-        let n: i64 = self
-            .conn
-            .query_row(
-                &format!("SELECT COUNT(*) FROM counters WHERE {bad}"),
-                [source],
-                |r| r.get(0),
-            )
-            .map_err(e)?;
+        let n: u64 = if self.rollups && !is_imported(source) {
+            // Spans count theirs; only the edges' rows are counted here.
+            let mut n = 0u64;
+            for p in self.pieces(HOUR)? {
+                let sql = if p.level == 0 {
+                    format!(
+                        "SELECT COUNT(*) FROM counters WHERE {bad} AND interval BETWEEN {} AND {}",
+                        p.lo, p.hi
+                    )
+                } else {
+                    format!(
+                        "SELECT SUM(unreadable) FROM rollup_counter_spans WHERE source = ?1 AND level = {} AND interval BETWEEN {} AND {}",
+                        p.level, p.lo, p.hi
+                    )
+                };
+                n = n.saturating_add(
+                    self.conn
+                        .query_row(&sql, [source], |r| sum(r, 0))
+                        .map_err(e)?,
+                );
+            }
+            n
+        } else {
+            self.conn
+                .query_row(
+                    &format!("SELECT COUNT(*) FROM counters WHERE {bad}"),
+                    [source],
+                    |r| sum(r, 0),
+                )
+                .map_err(e)?
+        };
+        if n == 0 {
+            return Ok((0, Vec::new()));
+        }
         let mut st = self
             .conn
             .prepare(&format!("SELECT event, CAST(socket AS TEXT), CAST(interval AS TEXT) FROM counters WHERE {bad} LIMIT 3"))
@@ -913,14 +1255,14 @@ impl Recording {
             .map_err(e)?
             .collect::<rusqlite::Result<Vec<String>>>()
             .map_err(e)?;
-        Ok((n.max(0) as u64, named))
+        Ok((n, named))
     }
 
     /// The WHERE clause selecting a source's counter rows in the window: live and software
     /// rows by the recording's interval, imported ones (the capture's own intervals) by time.
     fn counter_window(&self, source: &str) -> String {
         let (a, b) = self.range();
-        if source == crate::counters::CounterSource::Imported.as_str() {
+        if is_imported(source) {
             if self.window.whole {
                 "source = ?1".into()
             } else {
@@ -940,11 +1282,22 @@ impl Recording {
     pub fn counter_totals(&self, source: &str) -> Result<CounterTotals> {
         let e = |e| self.corrupt(e);
         let filter = self.counter_filter(source);
+        let imported = is_imported(source);
+        // The live sources' readable rows, raw at the edges and rolled up in between; an
+        // imported capture's own rows.
+        let src = if imported {
+            format!("SELECT socket,pmu,event,value,raw,enabled_ns,running_ns,t_ns,1 AS rows FROM counters WHERE {filter}")
+        } else {
+            format!(
+                "SELECT * FROM ({}) WHERE source = ?1",
+                self.source("counters")?
+            )
+        };
         let mut st = self
             .conn
             .prepare(&format!(
-                "SELECT socket,pmu,event,SUM(value),SUM(raw),SUM(enabled_ns),SUM(running_ns),MAX(t_ns),COUNT(*) FROM counters
-                 WHERE {filter} GROUP BY socket,pmu,event"
+                "SELECT socket,pmu,event,SUM(value),SUM(raw),SUM(enabled_ns),SUM(running_ns),MAX(t_ns),SUM(rows) FROM ({src})
+                 GROUP BY socket,pmu,event"
             ))
             .map_err(e)?;
         let mut rows = st.query([source]).map_err(e)?;
@@ -966,7 +1319,7 @@ impl Recording {
             t.rows = t.rows.saturating_add(g(8)?);
             t.readings.push(reading);
         }
-        t.duration_s = if source == crate::counters::CounterSource::Imported.as_str() {
+        t.duration_s = if imported {
             let from = if self.window.whole {
                 self.meta.start_ns.unwrap_or(0)
             } else {
@@ -974,47 +1327,25 @@ impl Recording {
             };
             last_t.saturating_sub(from) as f64 / 1e9
         } else {
-            let sql = format!("SELECT SUM(dur_ns) FROM intervals WHERE idx IN (SELECT DISTINCT interval FROM counters WHERE {filter})");
-            self.conn
-                .query_row(&sql, [source], |r| sum(r, 0))
-                .map_err(e)? as f64
-                / 1e9
+            let mut ns = 0u64;
+            for p in self.pieces(HOUR)? {
+                let sql = if p.level == 0 {
+                    format!("SELECT SUM(dur_ns) FROM intervals WHERE idx IN (SELECT DISTINCT interval FROM counters WHERE {filter} AND interval BETWEEN {} AND {})", p.lo, p.hi)
+                } else {
+                    format!(
+                        "SELECT SUM(dur_ns) FROM rollup_counter_spans WHERE source = ?1 AND level = {} AND interval BETWEEN {} AND {}",
+                        p.level, p.lo, p.hi
+                    )
+                };
+                ns = ns.saturating_add(
+                    self.conn
+                        .query_row(&sql, [source], |r| sum(r, 0))
+                        .map_err(e)?,
+                );
+            }
+            ns as f64 / 1e9
         };
         Ok(t)
-    }
-
-    /// The buffer map's counters over intervals a..=b, and its most entries in any interval.
-    fn buf_map_totals(&self, a: i64, b: i64) -> Result<(BufMapCounters, Option<u64>)> {
-        let e = |e| self.corrupt(e);
-        let c = &self.cols;
-        let sql = format!(
-            "SELECT SUM(linear_pages),SUM(frag_pages),SUM(frags_over_cap),SUM(frags_no_page),SUM(frags_no_layout),
-                    SUM(copy_linear_joined),SUM(copy_frag_joined),SUM({}),SUM({}),MAX(entries),
-                    (SELECT entries FROM buf_map_intervals WHERE entries IS NOT NULL AND interval BETWEEN ?1 AND ?2
-                     ORDER BY interval DESC LIMIT 1)
-             FROM buf_map_intervals WHERE interval BETWEEN ?1 AND ?2",
-            c.slots_replaced, c.pages_over_cap
-        );
-        self.conn
-            .query_row(&sql, params![a, b], |r| {
-                let g = |i: usize| -> rusqlite::Result<u64> { sum(r, i) };
-                Ok((
-                    BufMapCounters {
-                        linear_pages: g(0)?,
-                        frag_pages: g(1)?,
-                        frags_over_cap: g(2)?,
-                        frags_no_page: g(3)?,
-                        frags_no_layout: g(4)?,
-                        copy_linear_joined: g(5)?,
-                        copy_frag_joined: g(6)?,
-                        slots_replaced: g(7)?,
-                        pages_over_cap: g(8)?,
-                        entries: opt_count(r, 10)?,
-                    },
-                    opt_count(r, 9)?,
-                ))
-            })
-            .map_err(e)
     }
 
     /// The L3-miss rows of the window, summed (None: no miss table, or no rows in the window).
@@ -1022,37 +1353,24 @@ impl Recording {
         if !self.cols.miss {
             return Ok(None);
         }
-        let (a, b) = self.range();
         let e = |e| self.corrupt(e);
-        let c = &self.cols;
-        let (th, tns, tl) = {
-            let mut it = c.throttle.split(',');
-            (
-                it.next().unwrap_or("NULL"),
-                it.next().unwrap_or("NULL"),
-                it.next().unwrap_or("NULL"),
-            )
-        };
         // A sum that stands only if every interval has the column (else None).
-        let all = |col: &str| format!("CASE WHEN COUNT({col}) = COUNT(*) THEN SUM({col}) END");
+        let all = |col: &str| format!("CASE WHEN SUM({col}_n) = SUM(n) THEN SUM({col}) END");
+        let src = self.source("miss_intervals")?;
         let sql = format!(
-            "SELECT COUNT(*),SUM(samples),SUM(on_packet_buffers),SUM(other_addr),SUM(no_addr),SUM(ctx_charged),SUM(uncharged),
-                    SUM({}),{},SUM({}),{},{},{},SUM({}),{},
-                    (SELECT SUM(dur_ns) FROM intervals WHERE idx IN (SELECT interval FROM miss_intervals WHERE interval BETWEEN ?1 AND ?2))
-             FROM miss_intervals WHERE interval BETWEEN ?1 AND ?2",
-            c.out_of_subset,
-            all(c.no_flow),
-            c.miss_queue_clamped,
-            all(th),
-            all(tns),
-            all(tl),
-            c.before_window,
-            all(c.sampled_ns),
+            "SELECT SUM(n),SUM(samples),SUM(on_packet_buffers),SUM(other_addr),SUM(no_addr),SUM(ctx_charged),SUM(uncharged),
+                    SUM(out_of_subset),{},SUM(queue_clamped),{},{},{},SUM(before_window),{},SUM(span_ns)
+             FROM ({src})",
+            all("no_flow"),
+            all("throttles"),
+            all("throttled_ns"),
+            all("throttle_records_lost"),
+            all("sampled_ns"),
         );
         let mut t = MissTotals::default();
         let n = self
             .conn
-            .query_row(&sql, params![a, b], |r| {
+            .query_row(&sql, [], |r| {
                 let g = |i: usize| -> rusqlite::Result<u64> { sum(r, i) };
                 let opt = |i: usize| -> rusqlite::Result<Option<u64>> { opt_count(r, i) };
                 let m = &mut t.totals;
@@ -1087,14 +1405,46 @@ impl Recording {
         t.intervals = n;
         let m = &mut t.totals;
         m.age_hist = vec![0; NBUCKETS];
-        if c.buf_map {
-            (m.buf, t.entries_max) = self.buf_map_totals(a, b)?;
+        if self.cols.buf_map {
+            let src = self.source("buf_map_intervals")?;
+            let sql = format!(
+                "SELECT SUM(linear_pages),SUM(frag_pages),SUM(frags_over_cap),SUM(frags_no_page),SUM(frags_no_layout),
+                        SUM(copy_linear_joined),SUM(copy_frag_joined),SUM(slots_replaced),SUM(pages_over_cap),MAX(entries_max),
+                        (SELECT entries_last FROM ({src}) WHERE entries_at IS NOT NULL ORDER BY entries_at DESC LIMIT 1)
+                 FROM ({src})"
+            );
+            let (buf, max) = self
+                .conn
+                .query_row(&sql, [], |r| {
+                    let g = |i: usize| -> rusqlite::Result<u64> { sum(r, i) };
+                    Ok((
+                        BufMapCounters {
+                            linear_pages: g(0)?,
+                            frag_pages: g(1)?,
+                            frags_over_cap: g(2)?,
+                            frags_no_page: g(3)?,
+                            frags_no_layout: g(4)?,
+                            copy_linear_joined: g(5)?,
+                            copy_frag_joined: g(6)?,
+                            slots_replaced: g(7)?,
+                            pages_over_cap: g(8)?,
+                            entries: opt_count(r, 10)?,
+                        },
+                        opt_count(r, 9)?,
+                    ))
+                })
+                .map_err(e)?;
+            m.buf = buf;
+            t.entries_max = max;
         }
+        let src = self.source("miss_queues")?;
         let mut st = self
             .conn
-            .prepare("SELECT dir,queue,SUM(addr_join),SUM(cpu_ctx) FROM miss_queues WHERE interval BETWEEN ?1 AND ?2 GROUP BY dir,queue")
+            .prepare(&format!(
+                "SELECT dir,queue,SUM(addr_join),SUM(cpu_ctx) FROM ({src}) GROUP BY dir,queue"
+            ))
             .map_err(e)?;
-        let mut rows = st.query(params![a, b]).map_err(e)?;
+        let mut rows = st.query([]).map_err(e)?;
         while let Some(r) = rows.next().map_err(e)? {
             let g = |i: usize| -> Result<u64> { count(r, i).map_err(|x| self.corrupt(x)) };
             m.queues.push((
@@ -1104,11 +1454,14 @@ impl Recording {
                 g(3)?,
             ));
         }
+        let src = self.source("miss_age_hist")?;
         let mut st = self
             .conn
-            .prepare("SELECT bucket,SUM(count) FROM miss_age_hist WHERE interval BETWEEN ?1 AND ?2 GROUP BY bucket")
+            .prepare(&format!(
+                "SELECT bucket,SUM(count) FROM ({src}) GROUP BY bucket"
+            ))
             .map_err(e)?;
-        let mut rows = st.query(params![a, b]).map_err(e)?;
+        let mut rows = st.query([]).map_err(e)?;
         while let Some(r) = rows.next().map_err(e)? {
             let b = r.get::<_, i64>(0).map_err(e)?;
             if let Some(slot) = usize::try_from(b).ok().and_then(|b| m.age_hist.get_mut(b)) {
@@ -1155,23 +1508,50 @@ impl Recording {
             return Ok(groups);
         };
         let e = |e| self.corrupt(e);
-        let (a, _) = self.range();
-        let k = (self.window.intervals as usize)
-            .div_ceil(SERIES_POINTS)
-            .max(1) as i64;
         let mut acc: Vec<BTreeMap<(u32, String, String), CounterReading>> =
             vec![BTreeMap::new(); groups.len()];
-        let mut st = self
-            .conn
-            .prepare(&format!("SELECT interval,t_ns,socket,pmu,event,value,raw,enabled_ns,running_ns FROM counters WHERE {}", self.counter_filter(source)))
-            .map_err(e)?;
-        let mut rows = st.query([source]).map_err(e)?;
-        while let Some(r) = rows.next().map_err(e)? {
-            let iv: i64 = r.get(0).map_err(e)?;
-            let Some(m) = acc.get_mut(((iv - a) / k) as usize) else {
-                continue;
+        let filter = self.counter_filter(source);
+        let cols = "interval,t_ns,socket,pmu,event,value,raw,enabled_ns,running_ns";
+        // Read as the groups were: minute spans for a series by the minute, raw intervals
+        // otherwise (an imported capture's own rows by time).
+        let sqls: Vec<String> = if is_imported(source) {
+            vec![format!("SELECT {cols} FROM counters WHERE {filter}")]
+        } else {
+            let max_level = match self.grouping()? {
+                Grouping::Intervals { .. } => 0,
+                Grouping::Minutes { .. } => MINUTE,
             };
-            fold_reading(m, reading_at(r, 1).map_err(e)?);
+            self.pieces(max_level)?
+                .iter()
+                .map(|p| {
+                    if p.level == 0 {
+                        format!(
+                            "SELECT {cols} FROM counters WHERE {filter} AND interval BETWEEN {} AND {}",
+                            p.lo, p.hi
+                        )
+                    } else {
+                        format!(
+                            "SELECT {cols} FROM rollup_counters WHERE source = ?1 AND level = {} AND interval BETWEEN {} AND {}",
+                            p.level, p.lo, p.hi
+                        )
+                    }
+                })
+                .collect()
+        };
+        for sql in sqls {
+            let mut st = self.conn.prepare(&sql).map_err(e)?;
+            let mut rows = st.query([source]).map_err(e)?;
+            while let Some(r) = rows.next().map_err(e)? {
+                let iv: i64 = r.get(0).map_err(e)?;
+                let gi = groups.partition_point(|g| (g.last as i64) < iv);
+                let Some(m) = acc
+                    .get_mut(gi)
+                    .filter(|_| groups.get(gi).is_some_and(|g| g.first as i64 <= iv))
+                else {
+                    continue;
+                };
+                fold_reading(m, reading_at(r, 1).map_err(e)?);
+            }
         }
         for (g, m) in groups.iter_mut().zip(acc) {
             g.counters = m.into_values().collect();
@@ -1350,6 +1730,57 @@ impl Recording {
     }
 }
 
+/// A recording of at most this many intervals (an hour of 100 ms ones) reports from its raw
+/// intervals in well under a second: rollups are built only for longer ones.
+pub const BACKFILL_AFTER: i64 = 36_000;
+
+/// Builds the rollups of a complete recording that has none, when the file is writable: one
+/// line on stderr says so (with progress on a terminal). Whether it has them now; a failure
+/// is said in one line and the report reads its raw intervals.
+fn build_rollups(conn: &Connection, cols: &Columns, meta: &RecordingMeta, path: &Path) -> bool {
+    use std::io::{IsTerminal, Write};
+    // A recording still being written (or cut off) is read as it is.
+    if !meta.complete() || conn.is_readonly("main").unwrap_or(true) {
+        return false;
+    }
+    let n: i64 = conn
+        .query_row("SELECT COUNT(*) FROM intervals", [], |r| r.get(0))
+        .unwrap_or(0);
+    if n <= BACKFILL_AFTER {
+        return false;
+    }
+    let p = path.display();
+    let tty = std::io::stderr().is_terminal();
+    eprint!("ddioscope: {p}: building its per-minute and per-hour rollups ({n} intervals, once)");
+    let done = rollup::backfill(conn, cols, true, |i, n| {
+        if tty && n > 0 {
+            eprint!(
+                "\rddioscope: {p}: building its per-minute and per-hour rollups: {:.0} %",
+                i as f64 * 100.0 / n as f64
+            );
+            let _ = std::io::stderr().flush();
+        }
+    });
+    match done {
+        Ok(()) => {
+            eprintln!();
+            true
+        }
+        Err(e) => {
+            eprintln!();
+            eprintln!(
+                "ddioscope: {p}: could not build rollups ({}); reading its raw intervals",
+                explain_sqlite(&e, path)
+            );
+            false
+        }
+    }
+}
+
+fn is_imported(source: &str) -> bool {
+    source == crate::counters::CounterSource::Imported.as_str()
+}
+
 /// A counter reading from columns t_ns, socket, pmu, event, value, raw, enabled_ns,
 /// running_ns starting at `at`.
 /// A counter row a report can read: its counts integers from 0 (a count that wrapped past
@@ -1522,85 +1953,6 @@ pub(crate) mod fixture {
                 .expect("counters");
         }
         (dir, path)
-    }
-}
-
-/// One queue_intervals row (packets, bytes, NAPI polls, work, budget-exhausted polls, copies,
-/// frees, drops, hand-ups, unended) into the totals and its group's sums. Saturating: a
-/// damaged file's counts must not wrap.
-fn add_queue_row(
-    scan: &mut Scan,
-    group_sums: &mut BTreeMap<(Dir, u32), GroupQueue>,
-    (dir, queue): (Dir, u32),
-    v: &[u64; 10],
-) {
-    let t = scan
-        .totals
-        .entry((dir, queue))
-        .or_insert_with(|| QueueCounters::new(dir, queue));
-    for (f, x) in [
-        (&mut t.packets, v[0]),
-        (&mut t.bytes, v[1]),
-        (&mut t.napi_polls, v[2]),
-        (&mut t.napi_work, v[3]),
-        (&mut t.napi_budget_exhausted, v[4]),
-        (&mut t.copies, v[5]),
-        (&mut t.frees, v[6]),
-        (&mut t.drops, v[7]),
-        (&mut t.handups, v[8]),
-        (&mut t.unended, v[9]),
-    ] {
-        *f = f.saturating_add(x);
-    }
-    let gq = group_sums.entry((dir, queue)).or_insert(GroupQueue {
-        dir,
-        queue,
-        packets: 0,
-        bytes: 0,
-        life_count: 0,
-        life_sum_ns: 0,
-    });
-    gq.packets = gq.packets.saturating_add(v[0]);
-    gq.bytes = gq.bytes.saturating_add(v[1]);
-}
-
-/// One stage_stats row (count, sum, max) of stage `si` into the totals; the lifetime stage
-/// also into its group's sums and the queue's peak in flight, from the interval's `packets`.
-fn add_stage_row(
-    scan: &mut Scan,
-    group_sums: &mut BTreeMap<(Dir, u32), GroupQueue>,
-    (dir, queue): (Dir, u32),
-    si: usize,
-    v: &[u64; 3],
-    packets: Option<u64>,
-    dur_ns: u64,
-) {
-    let t = scan
-        .totals
-        .entry((dir, queue))
-        .or_insert_with(|| QueueCounters::new(dir, queue));
-    t.stage_count[si] = t.stage_count[si].saturating_add(v[0]);
-    t.stage_sum_ns[si] = t.stage_sum_ns[si].saturating_add(v[1]);
-    t.stage_max_ns[si] = t.stage_max_ns[si].max(v[2]);
-    if si != dir.lifetime_stage() {
-        return;
-    }
-    let gq = group_sums.entry((dir, queue)).or_insert(GroupQueue {
-        dir,
-        queue,
-        packets: 0,
-        bytes: 0,
-        life_count: 0,
-        life_sum_ns: 0,
-    });
-    gq.life_count = gq.life_count.saturating_add(v[0]);
-    gq.life_sum_ns = gq.life_sum_ns.saturating_add(v[1]);
-    // Peak in flight: this interval's packet rate × its mean lifetime.
-    if let (Some(pk), true, true) = (packets, v[0] > 0, dur_ns > 0) {
-        let inflight =
-            (pk as f64 / (dur_ns as f64 / 1e9) * (v[1] as f64 / v[0] as f64) / 1e9).ceil() as u64;
-        let p = scan.peaks.entry((dir, queue)).or_insert(0);
-        *p = (*p).max(inflight);
     }
 }
 

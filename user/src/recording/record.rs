@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Result};
 
 use super::meta::StoppedBy;
-use super::writer::CounterRow;
+use super::writer::{CounterRow, Retention};
 use super::{RecordingMeta, Writer};
 use crate::probe::features::HookChoice;
 use crate::session::{
@@ -29,6 +29,15 @@ pub struct RecordArgs {
     /// Recording file to create.
     #[arg(short, long, default_value = "ddioscope.ddio")]
     pub output: PathBuf,
+    /// Keep raw intervals for this long (24h, 90m, seconds); older ones are dropped once
+    /// their per-minute and per-hour rollups are written, so the whole run stays reportable
+    /// by the minute. Default: keep all.
+    #[arg(long, value_name = "DURATION", value_parser = crate::units::duration_flag)]
+    pub keep: Option<f64>,
+    /// Drop the oldest raw intervals (their rollups stay) while the recording would pass
+    /// this size (2G, 500M). Default: no limit.
+    #[arg(long, value_name = "SIZE", value_parser = crate::units::size_flag)]
+    pub max_size: Option<u64>,
     /// Replace the output file if it exists (a regular file only: never a device, FIFO,
     /// socket or symlink), once the new recording holds its first interval.
     #[arg(long)]
@@ -109,6 +118,10 @@ pub fn record(args: &RecordArgs) -> Result<RecordSummary> {
 
     // The output is created before anything attaches: a bad path fails cleanly.
     let mut writer = Writer::create(&args.output, args.force)?;
+    writer.set_retention(Retention {
+        keep_ns: args.keep.map(|s| (s * 1e9) as u64),
+        max_bytes: args.max_size,
+    });
     RecordingMeta {
         command: Some(std::env::args().collect::<Vec<_>>().join(" ")),
         iface: Some(iface.clone()),
@@ -166,11 +179,16 @@ pub fn record(args: &RecordArgs) -> Result<RecordSummary> {
                 windows_opened,
                 ..Default::default()
             };
+            // The last minute's rollups first, if they still fit; else it stays raw.
+            let _ = writer.close_rollups();
             let _ = writer.in_transaction(|w| end.write(w));
         }
         return Err(write_failure(e, &args.output, &writer));
     }
     let gone = live_gone;
+    if let Err(e) = writer.close_rollups() {
+        return Err(write_failure(e, &args.output, &writer));
+    }
     RecordingMeta {
         end_ns: Some(monotonic_ns()),
         stopped_by: Some(if let Some(how) = gone_how {

@@ -4,6 +4,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use rusqlite::{params, Connection, ErrorCode};
 
+use super::reader::Columns;
+use super::rollup::{self, OpenSpans, Rolled};
 use super::{APPLICATION_ID, SCHEMA, SCHEMA_VERSION};
 use crate::outfile;
 use crate::snapshot::{Snapshot, NAPI_BUCKETS, NBUCKETS};
@@ -19,6 +21,20 @@ pub struct Writer {
     /// The recording's size at the last `check_room`, and the most one interval added.
     used_before: Option<u64>,
     largest_interval: u64,
+    /// The rolled-up tables, the spans being filled, and how much raw history to keep.
+    rollups: Vec<Rolled>,
+    open: OpenSpans,
+    retention: Retention,
+}
+
+/// How much of the raw intervals a recording keeps (`record --keep`, `--max-size`); the
+/// rollups of what is dropped stay. Default: all of it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Retention {
+    /// Raw intervals whose minute ended longer ago than this before the latest are dropped.
+    pub keep_ns: Option<u64>,
+    /// The oldest raw minutes are dropped while the recording's pages in use exceed this.
+    pub max_bytes: Option<u64>,
 }
 
 /// Room kept beyond two intervals: the end-of-recording meta and the log's index pages.
@@ -67,7 +83,11 @@ const PRAGMAS: &str = "PRAGMA journal_mode = DELETE; PRAGMA synchronous = OFF;";
 /// unlinked every commit: that file churn was most of the recorder's own CPU time at ten
 /// intervals a second. A SIGKILL leaves the log beside the recording, and the next reader
 /// applies it; a normal end folds it back into the one file (`Drop`).
-const LIVE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA synchronous = OFF;";
+/// The log is folded back into the file whenever it passes 1000 pages (SQLite's automatic
+/// checkpoint), and cut back to 4 MiB after a checkpoint that found it longer (a minute that
+/// dropped raw intervals writes more than most), so a recording of days holds no growing log.
+const LIVE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA synchronous = OFF;
+                            PRAGMA wal_autocheckpoint = 1000; PRAGMA journal_size_limit = 4194304;";
 
 /// A write that failed because the file system is full: the recorder tells it from other
 /// failures (it can still say why the recording ended).
@@ -128,13 +148,19 @@ impl Writer {
             temp,
             used_before: None,
             largest_interval: 0,
+            rollups: Vec::new(),
+            open: OpenSpans::default(),
+            retention: Retention::default(),
         };
+        let mut w = w;
         w.conn
             .execute_batch(&format!(
                 "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};
-                 {PRAGMAS} BEGIN; {SCHEMA} COMMIT;"
+                 {PRAGMAS} BEGIN; {SCHEMA} {} COMMIT;",
+                rollup::SCHEMA
             ))
             .map_err(|e| w.err(e))?;
+        w.rollups = rollup::tables(&Columns::probe(&w.conn));
         Ok(w)
     }
 
@@ -171,6 +197,9 @@ impl Writer {
             temp: Temp(None),
             used_before: None,
             largest_interval: 0,
+            rollups: Vec::new(),
+            open: OpenSpans::default(),
+            retention: Retention::default(),
         };
         // As the recorder's: a rollback journal (a SIGKILL leaves it hot, and the next
         // reader rolls the cut transaction back) and no fsync of our own.
@@ -244,17 +273,45 @@ impl Writer {
         self.set_meta(key, &serde_json::to_string(value)?)
     }
 
-    /// One interval, all or nothing.
+    /// Raw history to keep from now on (see `Retention`).
+    pub fn set_retention(&mut self, r: Retention) {
+        self.retention = r;
+    }
+
+    /// One interval, all or nothing; with it, the rollups of the minute and hour it closes,
+    /// and the raw intervals the retention then lets go.
     pub fn write_snapshot(&mut self, s: &Snapshot) -> Result<()> {
         let path = self.path.clone();
+        let mut open = self.open.clone();
         let tx = self
             .conn
             .transaction()
             .map_err(|e| sqlite_error(&e, &path))?;
         write_snapshot_tx(&tx, s).map_err(|e| sqlite_error(&e, &path))?;
+        let closed = open
+            .add(&tx, &self.rollups, s.index, s.t_ns, s.dur_ns)
+            .map_err(|e| sqlite_error(&e, &path))?;
+        if closed {
+            apply_retention(&tx, self.retention, s.t_ns).map_err(|e| sqlite_error(&e, &path))?;
+        }
         tx.commit().map_err(|e| sqlite_error(&e, &path))?;
+        self.open = open;
         self.intervals += 1;
         self.publish()
+    }
+
+    /// The recording has ended: the minute and hour it ended in are rolled up too.
+    pub fn close_rollups(&mut self) -> Result<()> {
+        let path = self.path.clone();
+        let mut open = std::mem::take(&mut self.open);
+        let tx = self
+            .conn
+            .transaction()
+            .map_err(|e| sqlite_error(&e, &path))?;
+        open.close(&tx, &self.rollups)
+            .map_err(|e| sqlite_error(&e, &path))?;
+        tx.commit().map_err(|e| sqlite_error(&e, &path))?;
+        Ok(())
     }
 
     /// Fails with `DiskFull` when the file system has less room than two of the largest
@@ -328,6 +385,32 @@ impl Writer {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// Drops the raw minutes the retention lets go, after the rollups of the minute just closed
+/// are written (in the same transaction): those older than `keep_ns` before `now_ns`, then the
+/// oldest while the pages in use exceed `max_bytes` (the file keeps its size and reuses them).
+fn apply_retention(conn: &Connection, r: Retention, now_ns: u64) -> rusqlite::Result<()> {
+    if let Some(keep) = r.keep_ns {
+        rollup::prune(conn, |end| end.saturating_add(keep) < now_ns)?;
+    }
+    if let Some(max) = r.max_bytes {
+        let used = || -> rusqlite::Result<u64> {
+            conn.query_row(
+                "SELECT (page_count - freelist_count) * page_size FROM pragma_page_count(), pragma_freelist_count(), pragma_page_size()",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|v| v.max(0) as u64)
+        };
+        while used()? > max {
+            let mut first = true;
+            if rollup::prune(conn, |_| std::mem::take(&mut first))? == 0 {
+                break;
+            }
+        }
+    }
+    Ok(())
 }
 
 const INSERT_COUNTER: &str =
@@ -448,7 +531,20 @@ impl CounterRow {
     }
 }
 
+/// One interval's rows, table by table.
 fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::Result<()> {
+    insert_interval(tx, s)?;
+    insert_queues(tx, s)?;
+    insert_samples(tx, s)?;
+    insert_flows(tx, s)?;
+    if let Some(m) = &s.misses {
+        insert_misses(tx, s.index as i64, m)?;
+    }
+    insert_whole_run(tx, s)
+}
+
+/// The interval's own row: its time and the event path's counters.
+fn insert_interval(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::Result<()> {
     let i = s.index as i64;
     let e = &s.events;
     tx.execute(
@@ -467,6 +563,12 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
             s.detail_ns.map(|v| v as i64)
         ],
     )?;
+    Ok(())
+}
+
+/// Per queue: counts, stage statistics and histograms, NAPI work histogram.
+fn insert_queues(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::Result<()> {
+    let i = s.index as i64;
     let mut q_st = tx.prepare_cached(
         "INSERT INTO queue_intervals(interval,dir,queue,packets,bytes,napi_polls,napi_work,
          napi_budget_exhausted,copies,frees,drops,handups,unended) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)",
@@ -541,6 +643,12 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
     for d in &s.nic_drops {
         d_st.execute(params![i, d.counter, d.queue, d.count as i64])?;
     }
+    Ok(())
+}
+
+/// Sampled packet lives, in interval order (the reader and `prune` rely on it).
+fn insert_samples(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::Result<()> {
+    let i = s.index as i64;
     let mut sa_st = tx.prepare_cached(
         "INSERT INTO samples(interval,dir,queue,cpu,len,skb_addr,data_addr,ts0,ts1,ts2,ts3,free_ns,dropped,
          drop_reason,proto,src,sport,dst,dport) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19)",
@@ -569,6 +677,11 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
             f.map(|f| f.dport)
         ])?;
     }
+    Ok(())
+}
+
+/// The run's flows as last read (whole-run rows, replaced).
+fn insert_flows(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::Result<()> {
     let mut f_st = tx.prepare_cached(
         "INSERT OR REPLACE INTO flows(dir,proto,src,sport,dst,dport,queue,packets,bytes,payload_bytes,first_ns,last_ns,
          samples,bytes_var,source) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)",
@@ -594,81 +707,94 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
             f.source
         ])?;
     }
-    if let Some(m) = &s.misses {
-        tx.execute(
-            "INSERT INTO miss_intervals(interval,samples,on_packet_buffers,other_addr,no_addr,ctx_charged,uncharged,out_of_subset,
-                                        no_flow,queue_clamped,throttles,throttled_ns,throttle_records_lost,before_window,
-                                        sampled_ns)
-             VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)",
-            params![
-                i,
-                m.samples as i64,
-                m.on_packet_buffers as i64,
-                m.other_addr as i64,
-                m.no_addr as i64,
-                m.ctx_charged as i64,
-                m.uncharged as i64,
-                m.out_of_subset as i64,
-                m.no_flow.map(|v| v as i64),
-                m.queue_clamped as i64,
-                m.throttle.map(|t| t.throttles as i64),
-                m.throttle.map(|t| t.throttled_ns as i64),
-                m.throttle.map(|t| t.records_lost as i64),
-                m.before_window as i64,
-                m.sampled_ns.map(|v| v as i64)
-            ],
-        )?;
-        let b = &m.buf;
-        tx.execute(
-            "INSERT INTO buf_map_intervals(interval,linear_pages,frag_pages,frags_over_cap,frags_no_page,frags_no_layout,entries,
-                                           copy_linear_joined,copy_frag_joined,slots_replaced,pages_over_cap)
-             VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)",
-            params![
-                i,
-                b.linear_pages as i64,
-                b.frag_pages as i64,
-                b.frags_over_cap as i64,
-                b.frags_no_page as i64,
-                b.frags_no_layout as i64,
-                b.entries.map(|e| e as i64),
-                b.copy_linear_joined as i64,
-                b.copy_frag_joined as i64,
-                b.slots_replaced as i64,
-                b.pages_over_cap as i64
-            ],
-        )?;
-        let mut q = tx.prepare_cached(
-            "INSERT INTO miss_queues(interval,dir,queue,addr_join,cpu_ctx) VALUES (?1,?2,?3,?4,?5)",
-        )?;
-        for (dir, queue, a, c) in &m.queues {
-            q.execute(params![i, dir.as_str(), queue, *a as i64, *c as i64])?;
-        }
-        let mut h = tx
-            .prepare_cached("INSERT INTO miss_age_hist(interval,bucket,count) VALUES (?1,?2,?3)")?;
-        for (b, c) in m.age_hist.iter().enumerate().filter(|(_, c)| **c > 0) {
-            h.execute(params![i, b as i64, *c as i64])?;
-        }
-        let mut f = tx.prepare_cached(
-            "INSERT OR REPLACE INTO miss_flows(dir,proto,src,sport,dst,dport,addr_join,cpu_ctx) VALUES (?1,?2,?3,?4,?5,?6,?7,?8)",
-        )?;
-        for (k, a, c) in &m.flows {
-            f.execute(params![
-                k.dir.as_str(),
-                k.proto,
-                k.src,
-                k.sport,
-                k.dst,
-                k.dport,
-                *a as i64,
-                *c as i64
-            ])?;
-        }
-        let mut r = tx
-            .prepare_cached("INSERT OR REPLACE INTO miss_regions(region,samples) VALUES (?1,?2)")?;
-        for (region, n) in &m.regions {
-            r.execute(params![*region as i64, *n as i64])?;
-        }
+    Ok(())
+}
+
+/// The L3-miss sampler's rows: totals, buffer map, per-queue charges, age histogram, and
+/// its whole-run flows and regions.
+fn insert_misses(
+    tx: &rusqlite::Transaction<'_>,
+    i: i64,
+    m: &crate::snapshot::MissSnapshot,
+) -> rusqlite::Result<()> {
+    tx.execute(
+        "INSERT INTO miss_intervals(interval,samples,on_packet_buffers,other_addr,no_addr,ctx_charged,uncharged,out_of_subset,
+                                    no_flow,queue_clamped,throttles,throttled_ns,throttle_records_lost,before_window,
+                                    sampled_ns)
+         VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)",
+        params![
+            i,
+            m.samples as i64,
+            m.on_packet_buffers as i64,
+            m.other_addr as i64,
+            m.no_addr as i64,
+            m.ctx_charged as i64,
+            m.uncharged as i64,
+            m.out_of_subset as i64,
+            m.no_flow.map(|v| v as i64),
+            m.queue_clamped as i64,
+            m.throttle.map(|t| t.throttles as i64),
+            m.throttle.map(|t| t.throttled_ns as i64),
+            m.throttle.map(|t| t.records_lost as i64),
+            m.before_window as i64,
+            m.sampled_ns.map(|v| v as i64)
+        ],
+    )?;
+    let b = &m.buf;
+    tx.execute(
+        "INSERT INTO buf_map_intervals(interval,linear_pages,frag_pages,frags_over_cap,frags_no_page,frags_no_layout,entries,
+                                       copy_linear_joined,copy_frag_joined,slots_replaced,pages_over_cap)
+         VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)",
+        params![
+            i,
+            b.linear_pages as i64,
+            b.frag_pages as i64,
+            b.frags_over_cap as i64,
+            b.frags_no_page as i64,
+            b.frags_no_layout as i64,
+            b.entries.map(|e| e as i64),
+            b.copy_linear_joined as i64,
+            b.copy_frag_joined as i64,
+            b.slots_replaced as i64,
+            b.pages_over_cap as i64
+        ],
+    )?;
+    let mut q = tx.prepare_cached(
+        "INSERT INTO miss_queues(interval,dir,queue,addr_join,cpu_ctx) VALUES (?1,?2,?3,?4,?5)",
+    )?;
+    for (dir, queue, a, c) in &m.queues {
+        q.execute(params![i, dir.as_str(), queue, *a as i64, *c as i64])?;
     }
+    let mut h =
+        tx.prepare_cached("INSERT INTO miss_age_hist(interval,bucket,count) VALUES (?1,?2,?3)")?;
+    for (b, c) in m.age_hist.iter().enumerate().filter(|(_, c)| **c > 0) {
+        h.execute(params![i, b as i64, *c as i64])?;
+    }
+    let mut f = tx.prepare_cached(
+        "INSERT OR REPLACE INTO miss_flows(dir,proto,src,sport,dst,dport,addr_join,cpu_ctx) VALUES (?1,?2,?3,?4,?5,?6,?7,?8)",
+    )?;
+    for (k, a, c) in &m.flows {
+        f.execute(params![
+            k.dir.as_str(),
+            k.proto,
+            k.src,
+            k.sport,
+            k.dst,
+            k.dport,
+            *a as i64,
+            *c as i64
+        ])?;
+    }
+    let mut r =
+        tx.prepare_cached("INSERT OR REPLACE INTO miss_regions(region,samples) VALUES (?1,?2)")?;
+    for (region, n) in &m.regions {
+        r.execute(params![*region as i64, *n as i64])?;
+    }
+    Ok(())
+}
+
+/// Whole-run tables as last read: flow overflow, page pools, drop reasons.
+fn insert_whole_run(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::Result<()> {
     if !s.flow_overflow.is_empty() {
         let mut o_st = tx.prepare_cached("INSERT OR REPLACE INTO flow_overflow(dir,queue,packets,bytes,unparsed) VALUES (?1,?2,?3,?4,?5)")?;
         let n = |v: u64| v.min(i64::MAX as u64) as i64;

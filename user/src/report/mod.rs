@@ -12,4 +12,6 @@ pub use text::{render_report, TextOptions};
 pub use words::{queue_cells, queue_columns, socket_cells};
 
 #[cfg(test)]
+mod rollup_tests;
+#[cfg(test)]
 mod tests;

@@ -1,0 +1,284 @@
+//! Rollups against raw intervals: a recording made for it (2.5 hours of 5 s intervals, every
+//! per-interval table filled, a minute and an hour left open at the end) reads and reports the
+//! same through its per-minute and per-hour rollups as from its raw intervals, over the whole
+//! run and windows whose ends fall inside minutes; built later (`backfill`) they are the same
+//! rows the recorder wrote; and once raw intervals are dropped the whole run still reads.
+use std::path::{Path, PathBuf};
+
+use crate::analysis;
+use crate::recording::reader::{Recording, Rollups};
+use crate::recording::window::TimeSpec;
+use crate::recording::writer::{CounterRow, Writer};
+use crate::report::json::FullReport;
+use crate::report::text::{render_report, TextOptions};
+use crate::snapshot::{
+    BufMapCounters, Dir, MissSnapshot, QueueCounters, SamplerThrottle, Snapshot, NAPI_BUCKETS,
+    NBUCKETS,
+};
+
+const DUR_NS: u64 = 5_000_000_000;
+const INTERVALS: u64 = 1800;
+/// Not on a minute: the first and last minutes are partial.
+const START_NS: u64 = 7_237_000_000_000 + 17_000_000_000;
+
+fn snapshot(i: u64) -> Snapshot {
+    let v = |m: u64| (i * 7919 + m * 104_729) % 1000;
+    let mut queues = Vec::new();
+    for (dir, q) in [(Dir::Rx, 0), (Dir::Rx, 1), (Dir::Tx, 0)] {
+        let mut c = QueueCounters::new(dir, q);
+        c.packets = v(q as u64 + 1) * 100 + 1;
+        c.bytes = c.packets * 1448;
+        c.napi_polls = v(3) + 1;
+        c.napi_work = c.packets;
+        c.napi_budget_exhausted = v(4) % 7;
+        c.drops = v(5) % 3;
+        c.handups = v(6) % 50;
+        c.frees = c.handups / 2;
+        c.unended = c.handups - c.frees;
+        let life = dir.lifetime_stage();
+        // Some intervals time nothing (as between detail windows).
+        if !i.is_multiple_of(3) {
+            for st in [0, life] {
+                c.stage_count[st] = v(7 + st as u64) % 40 + 1;
+                c.stage_sum_ns[st] = c.stage_count[st] * (2000 + v(11) * 13);
+                c.stage_max_ns[st] = 4000 + v(12) * 29;
+                c.stage_hist[st][(10 + v(13) % 8) as usize] = c.stage_count[st];
+            }
+        }
+        // NAPI polls are the RX queues' (the table has no direction).
+        if dir == Dir::Rx {
+            c.napi_work_hist[(v(14) % NAPI_BUCKETS as u64) as usize] = c.napi_polls;
+        }
+        queues.push(c);
+    }
+    let mut age_hist = vec![0; NBUCKETS];
+    age_hist[(v(15) % NBUCKETS as u64) as usize] = v(16) % 9;
+    Snapshot {
+        index: i,
+        t_ns: START_NS + (i + 1) * DUR_NS,
+        dur_ns: DUR_NS,
+        queues,
+        detail_ns: Some(DUR_NS / 32 + v(17)),
+        misses: Some(MissSnapshot {
+            samples: v(18) % 20,
+            on_packet_buffers: v(19) % 10,
+            other_addr: 1,
+            no_addr: 2,
+            ctx_charged: 3,
+            uncharged: v(20) % 4,
+            no_flow: Some(v(21) % 2),
+            sampled_ns: Some(DUR_NS / 2),
+            // The throttle log is missing from one interval: its sums then stand for none.
+            throttle: (i != 77).then_some(SamplerThrottle {
+                throttles: v(22) % 3,
+                throttled_ns: 1000,
+                records_lost: 0,
+            }),
+            age_hist,
+            queues: vec![(Dir::Rx, 0, v(23) % 5, v(24) % 5)],
+            buf: BufMapCounters {
+                linear_pages: v(25),
+                frag_pages: v(26),
+                // Read on some intervals only: the last one read is reported.
+                entries: i.is_multiple_of(7).then_some(v(27)),
+                ..Default::default()
+            },
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn counters(i: u64) -> Vec<CounterRow> {
+    // Whole numbers, so a sum is exact in any order.
+    [
+        ("cha", "UNC_CHA_TOR_INSERTS.IO_ITOM"),
+        ("imc", "UNC_M_CAS_COUNT.RD"),
+    ]
+    .into_iter()
+    .filter(|_| i % 4 != 1)
+    .map(|(pmu, event)| CounterRow {
+        t_ns: START_NS + (i + 1) * DUR_NS,
+        socket: 0,
+        pmu: pmu.into(),
+        event: event.into(),
+        value: ((i * 31) % 977) as f64,
+        raw: (i * 31) % 977,
+        enabled_ns: DUR_NS,
+        running_ns: DUR_NS,
+        source: "live".into(),
+    })
+    .collect()
+}
+
+/// The recording, written as the recorder writes one (interval, then its counters); its last
+/// minute and hour left open (cut off) unless `close`.
+fn made(dir: &Path, close: bool) -> PathBuf {
+    let path = dir.join("made.ddio");
+    let fixture = rusqlite::Connection::open(crate::recording::reader::fixture::FIXTURE).unwrap();
+    let mut w = Writer::create(&path, false).unwrap();
+    let mut st = fixture.prepare("SELECT key, value FROM meta").unwrap();
+    let rows = st
+        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+        .unwrap();
+    for r in rows {
+        let (k, v) = r.unwrap();
+        let v = match k.as_str() {
+            "start_ns" => START_NS.to_string(),
+            "end_ns" => (START_NS + (INTERVALS + 1) * DUR_NS).to_string(),
+            "interval_ms" => (DUR_NS / 1_000_000).to_string(),
+            _ => v,
+        };
+        w.set_meta(&k, &v).unwrap();
+    }
+    for i in 0..INTERVALS {
+        w.write_snapshot(&snapshot(i)).unwrap();
+        w.write_counters(i, &counters(i)).unwrap();
+    }
+    if close {
+        w.close_rollups().unwrap();
+    }
+    drop(w);
+    path
+}
+
+/// Everything a report reads from a recording, and the text and JSON reports.
+fn readout(rec: &Recording) -> Vec<String> {
+    let s = analysis::summary::build(rec).expect("summary");
+    let o = analysis::advise_or_explain(rec, &s, Default::default()).expect("outcome");
+    vec![
+        format!("{:?}", rec.window),
+        format!("{:?}", rec.queue_totals().unwrap()),
+        format!("{:?}", rec.peak_inflight().unwrap()),
+        format!("{:?}", rec.event_totals().unwrap()),
+        format!("{:?}", rec.detail_ns().unwrap()),
+        format!("{:?}", rec.miss_totals().unwrap()),
+        format!("{:?}", rec.counter_totals("live").unwrap()),
+        format!("{:?}", rec.unreadable_counter_rows("live").unwrap()),
+        format!("{:?}", rec.interval_groups(Some("live")).unwrap()),
+        render_report(&s, &o, &TextOptions::default()),
+        FullReport::new(&s, &o).to_json().unwrap(),
+    ]
+}
+
+fn compare(path: &Path, windows: &[(Option<f64>, Option<f64>)]) {
+    for &(from, to) in windows {
+        let mut spans = Recording::open(path).unwrap();
+        let mut raw = Recording::open_with(path, Rollups::Ignore).unwrap();
+        for r in [&mut spans, &mut raw] {
+            r.set_window(from.map(TimeSpec::Offset), to.map(TimeSpec::Offset))
+                .unwrap();
+        }
+        let (a, b) = (readout(&spans), readout(&raw));
+        for (x, y) in a.iter().zip(&b) {
+            assert_eq!(x, y, "window {from:?}..{to:?}");
+        }
+    }
+}
+
+const WINDOWS: &[(Option<f64>, Option<f64>)] = &[
+    (None, None),
+    (Some(1234.0), Some(7777.0)),
+    (Some(3.0), Some(3700.0)),
+    (Some(600.0), Some(660.0)),
+    (Some(8000.0), None),
+];
+
+#[test]
+fn rollups_read_as_the_raw_intervals_do() {
+    let d = tempfile::tempdir().unwrap();
+    let path = made(d.path(), false);
+    let c = rusqlite::Connection::open(&path).unwrap();
+    let n = |sql: &str| -> i64 { c.query_row(sql, [], |r| r.get(0)).unwrap() };
+    // 2.5 h from 17 s past a minute: 150 closed minutes and 2 closed hours, the last of each open.
+    assert_eq!(
+        (
+            n("SELECT COUNT(*) FROM rollup_spans WHERE level = 1"),
+            n("SELECT COUNT(*) FROM rollup_spans WHERE level = 2")
+        ),
+        (150, 2)
+    );
+    compare(&path, WINDOWS);
+}
+
+#[test]
+fn rollups_built_later_are_the_recorders() {
+    let d = tempfile::tempdir().unwrap();
+    let path = made(d.path(), true);
+    let tables = [
+        "rollup_spans",
+        "rollup_queues",
+        "rollup_stage_stats",
+        "rollup_stage_hist",
+        "rollup_napi_hist",
+        "rollup_miss",
+        "rollup_buf_map",
+        "rollup_miss_queues",
+        "rollup_miss_age_hist",
+        "rollup_counters",
+        "rollup_counter_spans",
+    ];
+    let dump = |p: &Path| -> Vec<String> {
+        let c = rusqlite::Connection::open(p).unwrap();
+        let mut out = Vec::new();
+        for t in tables {
+            let mut st = c
+                .prepare(&format!("SELECT * FROM {t} ORDER BY 1, 2"))
+                .unwrap();
+            let ncol = st.column_count();
+            let mut rows = st.query([]).unwrap();
+            while let Some(r) = rows.next().unwrap() {
+                let cells: Vec<String> = (0..ncol)
+                    .map(|i| format!("{:?}", r.get_ref(i).unwrap()))
+                    .collect();
+                out.push(format!("{t}: {}", cells.join(",")));
+            }
+        }
+        out
+    };
+    let recorded = dump(&path);
+    assert!(recorded.len() > 1000, "{}", recorded.len());
+    // As an older recorder left it: no rollups; built again in one pass.
+    let drop_all: String = tables.iter().map(|t| format!("DROP TABLE {t};")).collect();
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch(&drop_all)
+        .unwrap();
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    crate::recording::rollup::backfill_for_test(&conn, true).unwrap();
+    drop(conn);
+    assert_eq!(dump(&path), recorded);
+    compare(&path, &WINDOWS[..2]);
+}
+
+#[test]
+fn dropped_raw_intervals_leave_the_run_reportable_by_the_minute() {
+    let d = tempfile::tempdir().unwrap();
+    let path = made(d.path(), true);
+    let whole = |rec: &Recording| {
+        let q = rec.queue_totals().unwrap();
+        (rec.window.intervals, rec.window.dur_ns, format!("{q:?}"))
+    };
+    let before = whole(&Recording::open(&path).unwrap());
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    // Every raw interval of the first 100 minutes, as `--keep` drops them.
+    let x: i64 = conn
+        .query_row(
+            "SELECT last FROM rollup_spans WHERE level = 1 ORDER BY interval LIMIT 1 OFFSET 99",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    crate::recording::rollup::drop_raw_upto(&conn, x).unwrap();
+    let raw_left: i64 = conn
+        .query_row("SELECT COUNT(*) FROM queue_intervals", [], |r| r.get(0))
+        .unwrap();
+    assert!(raw_left > 0 && raw_left < (INTERVALS * 3) as i64 / 2);
+    drop(conn);
+    let rec = Recording::open(&path).unwrap();
+    assert_eq!(whole(&rec), before);
+    // The report still runs, its series by the minute.
+    let g = rec.interval_groups(Some("live")).unwrap();
+    assert!(g.len() > 100 && g.iter().all(|g| !g.queues.is_empty()));
+    analysis::summary::build(&rec).expect("summary");
+}
