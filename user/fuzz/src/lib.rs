@@ -72,7 +72,7 @@ fn report_all(rec: &Recording, full: bool) {
     let Ok(summary) = analysis::summary::build(rec) else {
         return;
     };
-    let mut text = String::new();
+    let mut text = report::text::Out::new(100);
     report::text::render_evidence(&mut text, &summary, &report::text::TextOptions::default());
     let _ = serde_json::to_string(&summary);
     let obs = analysis::observation(rec, &summary, Default::default()).ok();
@@ -89,7 +89,9 @@ fn report_all(rec: &Recording, full: bool) {
         let _ =
             report::text::render_report(&summary, &outcome, &report::text::TextOptions::default());
         let _ = report::json::FullReport::new(&summary, &outcome).to_json();
-        let _ = report::html::render_html(rec, &summary, &outcome);
+        if let Ok(charts) = analysis::charts(rec, &summary, &outcome) {
+            let _ = report::html::render_html(&summary, &outcome, &charts);
+        }
     }
 }
 

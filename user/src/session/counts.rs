@@ -12,6 +12,9 @@ use crate::topology::IfaceInfo;
 
 use super::{flowscale, linksplit, napiscale, DetailMode, Session, SessionOptions};
 
+/// The interface's totals read just before and just after the driver's per-queue counters.
+pub(super) type LinkSpan = (LinkTotals, LinkTotals);
+
 impl Session {
     /// Check the driver's per-queue counts of this interval against the interface's own
     /// totals: a driver whose queue counters miss a path (veth counts its NAPI path only) is
@@ -259,9 +262,7 @@ impl CountPlan {
 impl Session {
     /// Each queue's cumulative counts at the interval's end, from whichever source counts
     /// each direction, and the interface's totals around the read (to check the driver's by).
-    pub(super) fn read_counts(
-        &mut self,
-    ) -> Result<(Vec<QueueCounters>, Option<(LinkTotals, LinkTotals)>)> {
+    pub(super) fn read_counts(&mut self) -> Result<(Vec<QueueCounters>, Option<LinkSpan>)> {
         let mut cur_q = self.tier0.read_queues()?;
         // The interface's totals just before and just after, to check the driver's counts
         // against (the counts were taken somewhere between the two) and to split TX by.
