@@ -78,6 +78,15 @@ const PAGES: &[PageText] = &[
         files: &[RECORDING, MODEL_CACHE],
     },
     PageText {
+        page: "diff",
+        examples: &[
+            ("ddioscope diff before.ddio after.ddio", "what changed, and whether the predicted effect came true"),
+            ("ddioscope diff before.ddio after.ddio --queue rx0 --json", "one queue, for tools (docs/diff.schema.json)"),
+        ],
+        exit: &[],
+        files: &[RECORDING, MODEL_CACHE],
+    },
+    PageText {
         page: "recommend",
         examples: &[
             ("ddioscope recommend run.ddio", "the commands to run, with evidence and predicted effect"),

@@ -94,10 +94,13 @@ fn evidence_words(method: Method, stand_in: bool, summary: &Summary) -> String {
 /// What is said first when DDIO was not measured, and what the predictions are for.
 fn ddio_words(summary: &Summary, advice: Option<&Advice>) -> Option<String> {
     let c = &summary.counters;
-    let why = c.absent_why.as_deref().unwrap_or("no DDIO counters");
+    let why = c.absent_why.as_deref().unwrap_or(match advice {
+        Some(a) if a.ddio_absent => "its CPU has no DDIO",
+        _ => "no DDIO counters",
+    });
     match advice {
         Some(a) if a.ddio_absent => Some(format!(
-            "none on this host ({why}): what follows is a prediction of what an Intel LLC would do with this traffic; the LLC is {}",
+            "none on this host ({why}): what follows is a prediction of what an Intel LLC would do with this traffic; the LLC modelled is {}",
             a.llc_origin
         )),
         Some(a) if c.absent_why.is_some() && c.sockets.iter().all(|s| s.write_miss_pct.is_none()) => Some(format!(

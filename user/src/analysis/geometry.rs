@@ -40,10 +40,7 @@ pub fn stand_in(rec: &Recording, o: GeometryOverrides) -> Option<StandIn> {
 /// named stand-in and why it was picked.
 pub fn origin(rec: &Recording, o: GeometryOverrides) -> String {
     if let Some(s) = stand_in(rec, o) {
-        return format!(
-            "this host has no DDIO, so the model shows an Intel LLC: {}",
-            s.describe()
-        );
+        return format!("a stand-in, as this host has no DDIO: {}", s.describe());
     }
     let what = if rec.meta.geometry.is_some() {
         "the recording host's LLC (sysfs) and DDIO ways (MSR 0xC8B) at record time"

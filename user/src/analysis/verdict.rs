@@ -177,7 +177,7 @@ pub fn no_change(
     }
     if !o.any() {
         next_steps.push(
-            "to model another Intel LLC add --llc-mib, --llc-ways and --ddio-ways: the LLC's size and ways are in /sys/devices/system/cpu/cpu0/cache/index3/{size,ways_of_associativity} (or lscpu -C) on that host, its DDIO ways are the bits set in MSR 0xC8B (rdmsr 0xc8b; 2 by default)"
+            "to model another Intel LLC add --llc-mib, --llc-ways and --ddio-ways: the LLC's size and ways are the files size and ways_of_associativity in /sys/devices/system/cpu/cpu0/cache/index3/ (or lscpu -C) on that host, its DDIO ways are the bits set in MSR 0xC8B (rdmsr 0xc8b; 2 by default)"
             .to_string(),
         );
     }

@@ -241,7 +241,11 @@ pub fn render_answer(o: &mut Out, a: &Answer, verdicts: &[QueueVerdict]) {
     if let Some(d) = &a.ddio {
         wrapped(o, "  DDIO      ", d);
     }
-    let label = format!("  {:<10}", leaking_label(a));
+    // The labels are ten wide; "Would leak" fills it, so it gets its own space.
+    let label = match leaking_label(a) {
+        l if l.len() >= 10 => format!("  {l} "),
+        l => format!("  {l:<10}"),
+    };
     let label = label.as_str();
     let reason_of = |d: Dir, q: u32| {
         verdicts
@@ -310,7 +314,7 @@ pub fn render_answer(o: &mut Out, a: &Answer, verdicts: &[QueueVerdict]) {
     wrapped(
         o,
         "  How sure  ",
-        &format!("{} confidence, {}: {}", a.confidence, a.method, a.evidence),
+        &format!("{} confidence: {}", a.confidence, a.evidence),
     );
     if a.changes.is_empty() {
         let why = a
@@ -347,12 +351,12 @@ pub fn render_verdicts(o: &mut Out, verdicts: &[QueueVerdict]) {
                 v.inflight_bytes.map_or_else(|| "-".into(), fmt_bytes),
                 fmt_pct(v.predicted_write_hit_pct),
                 fmt_pct(v.predicted_read_hit_pct),
-                fmt_pct(v.predicted_cpu_read_miss_pct),
                 fmt_gbps(v.predicted_dram_read_gbps),
                 fmt_gbps(v.predicted_dram_write_gbps),
             ]
         })
         .collect();
+    // The copy's read miss is 100 % less its read hit: the JSON has it, the table does not.
     let header: Vec<String> = [
         "queue",
         "verdict",
@@ -360,14 +364,23 @@ pub fn render_verdicts(o: &mut Out, verdicts: &[QueueVerdict]) {
         "in flight",
         "write hit",
         "read hit",
-        "copy miss",
-        "DRAM rd GB/s",
-        "DRAM wr GB/s",
+        "DRAM rd",
+        "DRAM wr",
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
     table(o, 2, &header, &rows, &[0, 1]);
+    if verdicts
+        .iter()
+        .any(|v| v.predicted_dram_read_gbps.is_some())
+    {
+        wrapped(
+            o,
+            "  DRAM: ",
+            "the GB/s of memory reads and writes each queue's packets cause, predicted",
+        );
+    }
     let mut reasons: Vec<(&str, Vec<&QueueVerdict>)> = Vec::new();
     for v in verdicts {
         match reasons.iter_mut().find(|(r, _)| *r == v.reason) {
