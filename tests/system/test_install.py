@@ -18,7 +18,7 @@ import pytest
 from conftest import BIN, ROOT, run, wait_until
 from test_serve import free_port, http_get, wait_http_ok
 
-SUBCOMMANDS = ["record", "report", "top", "serve", "recommend", "import-counters", "simulate", "doctor"]
+SUBCOMMANDS = ["record", "report", "top", "serve", "recommend", "diff", "import-counters", "simulate", "doctor"]
 HIDDEN = ["bench-floor", "completions", "man"]
 
 
