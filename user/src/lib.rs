@@ -12,6 +12,7 @@ pub mod analysis;
 pub mod attribution;
 pub mod build_info;
 pub mod cli;
+pub mod commands;
 pub mod counters;
 pub mod dist;
 pub mod export;
