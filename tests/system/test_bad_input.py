@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import BIN, ROOT, live_prog_ids, run
+from conftest import BIN, ROOT, live_prog_ids, run, wait_until
 
 FIXTURE = ROOT / "tests/fixtures/recordings/veth-tcp.ddio"
 
@@ -27,7 +27,8 @@ def expect_error(args, *needles, user=None, absent=()):
         assert n in lines[0], (n, lines[0])
     for n in absent:
         assert n not in lines[0] and n not in p.stdout, (n, lines[0])
-    assert live_prog_ids() <= before, "a failed command left BPF programs loaded"
+    # A detached tracing program is freed after an RCU grace period: wait for it.
+    wait_until(lambda: live_prog_ids() <= before, 10, "a failed command's BPF programs unloaded")
     return lines[0]
 
 

@@ -45,6 +45,52 @@ def revert(tb, rec, cmd):
     raise AssertionError(f"no revert known for a printed command: {cmd}")
 
 
+def run_printed(tb, rec, out):
+    """Every command `recommend --json` printed (`out`), run as printed: each must exit 0;
+    each is then reverted. Returns the commands run."""
+    printed = [(r["kind"], line) for r in out["recommendations"] for line in r["command"].splitlines() if line.strip()]
+    printed += [(c["kind"], line) for c in out["answer"]["changes"] for line in c["command"].splitlines() if line.strip()]
+    print("printed commands:", printed or "none")
+    for kind, cmd in printed:
+        if "ethtool" in cmd or "net.ipv4." in cmd:
+            assert cmd.startswith(f"ip netns exec {tb.ns_rcv} "), cmd
+        saved = {}
+        for irq in re.findall(r"/proc/irq/(\d+)/smp_affinity_list", cmd):
+            saved[irq] = open(f"/proc/irq/{irq}/smp_affinity_list").read().strip()
+        # A sysctl is restored to its value before, read where the command writes it.
+        sysctl = re.match(r"^((?:ip netns exec \S+ )?)sysctl -w ([\w.]+)=", cmd)
+        before = sysctl and subprocess.run(["sh", "-c", f"{sysctl.group(1)}sysctl -n {sysctl.group(2)}"],
+                                           capture_output=True, text=True, check=True).stdout.strip()
+        r = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, timeout=30)
+        try:
+            assert r.returncode == 0, (kind, cmd, r.stderr)
+        finally:
+            undo = revert(tb, rec, cmd) if r.returncode == 0 and not sysctl else None
+            if undo:
+                subprocess.run(["sh", "-c", undo], check=False, timeout=30)
+            if sysctl:
+                subprocess.run(["sh", "-c", f"{sysctl.group(1)}sysctl -w {sysctl.group(2)}='{before}'"],
+                               check=True, capture_output=True, timeout=30)
+            for irq, v in saved.items():
+                with open(f"/proc/irq/{irq}/smp_affinity_list", "w") as f:
+                    f.write(v)
+    return [c for _, c in printed]
+
+
+def test_a_socket_buffer_command_runs_as_pasted_in_the_namespace(bed, tmp_path):
+    """A slow reader behind a large receive buffer, evaluated for an LLC whose DDIO ways the
+    queued payload overflows: recommend prints a socket-buffer cap, tcp_rmem in the device's
+    namespace (where the sockets are) and rmem_max in the host's, and each runs as printed."""
+    from test_socket_queue import run_load
+    tb = bed
+    recorder = lambda *a: Recorder(tmp_path / "slow.ddio", *a)
+    path, _ = run_load(tb, recorder, rcvbuf=4 << 20, chunk=65536, pause=0.02)
+    out = json.loads(run(BIN, "recommend", path, "--json", "--llc-mib", "2", "--llc-ways", "16",
+                         "--ddio-ways", "2").stdout)
+    ran = run_printed(tb, path, out)
+    assert any(c.startswith(f"ip netns exec {tb.ns_rcv} sysctl -w net.ipv4.tcp_rmem=") for c in ran), ran
+
+
 def test_every_printed_command_runs_as_pasted(bed, tmp_path):
     tb = bed
     tb.iperf3_server()
@@ -55,27 +101,9 @@ def test_every_printed_command_runs_as_pasted(bed, tmp_path):
     rc, _, err = rec.stop()
     assert rc == 0, err
     out = json.loads(run(BIN, "recommend", rec.out, "--json").stdout)
-    printed = [(r["kind"], line) for r in out["recommendations"] for line in r["command"].splitlines() if line.strip()]
-    printed += [(c["kind"], line) for c in out["answer"]["changes"] for line in c["command"].splitlines() if line.strip()]
-    print("printed commands:", printed or "none")
-    for kind, cmd in printed:
-        if "ethtool" in cmd:
-            assert cmd.startswith(f"ip netns exec {tb.ns_rcv} "), cmd
-        saved = {}
-        for irq in re.findall(r"/proc/irq/(\d+)/smp_affinity_list", cmd):
-            saved[irq] = open(f"/proc/irq/{irq}/smp_affinity_list").read().strip()
-        r = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, timeout=30)
-        try:
-            assert r.returncode == 0, (kind, cmd, r.stderr)
-        finally:
-            undo = revert(tb, rec.out, cmd) if r.returncode == 0 else None
-            if undo:
-                subprocess.run(["sh", "-c", undo], check=False, timeout=30)
-            for irq, v in saved.items():
-                with open(f"/proc/irq/{irq}/smp_affinity_list", "w") as f:
-                    f.write(v)
+    printed = run_printed(tb, rec.out, out)
     # What it says instead of a command veth cannot run: no -X without an RSS table.
-    assert not any(" -X " in c for _, c in printed), printed
+    assert not any(" -X " in c for c in printed), printed
     # The answer leads with this host's DDIO when it has none, and names the LLC it models.
     host = json.loads(run("sqlite3", rec.out, "SELECT value FROM meta WHERE key='host'").stdout)
     if host.get("cpu_vendor") and host["cpu_vendor"] != "GenuineIntel":

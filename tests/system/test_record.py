@@ -477,4 +477,6 @@ def test_a_disk_that_fills_stops_the_recording_and_says_so(testbed, recorder, tm
     r = report_json(out)
     assert r["meta"]["stopped_by"] == "disk_full" and r["meta"]["complete"] and r["meta"]["intervals"] == intervals
     text = run(BIN, "report", out).stdout
-    assert "stopped: the disk filled" in text.splitlines()[0], text.splitlines()[0]
+    # The title, wrapped to the terminal's width, is the text's first paragraph.
+    title = " ".join(text.split("\n\n")[0].split())
+    assert "stopped: the disk filled" in title, title

@@ -398,9 +398,16 @@ pub fn spec_from_observation(
             .map(|q| q.socket.as_ref().map_or(0.0, |o| o.queued_bytes))
             .collect();
         s.measured.push("socket_queue_bytes".into());
-        for (r, q) in res.iter_mut().zip(&rx) {
+        // The sampled life is measured directly; the socket's wait comes from a queue read
+        // once a second, which can catch a burst. Where that wait is longer than the whole
+        // measured life, the socket's share is cut to fit it: the queue the copy actually saw.
+        for ((r, q), bytes) in res.iter_mut().zip(&rx).zip(s.queue_socket_bytes.iter_mut()) {
             if let (Some(o), Some(_)) = (q.socket.as_ref(), q.residence_ns_p50) {
-                *r = (*r - o.residence_ns().unwrap_or(0.0) / 1e3).max(0.0);
+                let socket_us = o.residence_ns().unwrap_or(0.0) / 1e3;
+                if socket_us > *r && socket_us > 0.0 {
+                    *bytes *= *r / socket_us;
+                }
+                *r = (*r - socket_us).max(0.0);
             }
         }
     }

@@ -125,8 +125,12 @@ pub fn socket_buffer(obs: &HostObservation, run: &ModelRun) -> Option<Recommenda
     Some(Recommendation {
         kind: Kind::SocketBuffer,
         target: format!("{} local TCP sockets", obs.iface),
+        // tcp_rmem is the sockets' own namespace's; rmem_max (the cap on SO_RCVBUF, which
+        // the kernel doubles) is the host's, and only the initial namespace may write it.
         command: format!(
-            "sysctl -w net.ipv4.tcp_rmem=\"4096 131072 {cap}\"\nsysctl -w net.core.rmem_max={}",
+            "{}\nsysctl -w net.core.rmem_max={}",
+            obs.device
+                .run(&format!("sysctl -w net.ipv4.tcp_rmem=\"4096 131072 {cap}\"")),
             cap / 2
         ),
         evidence,

@@ -617,7 +617,10 @@ fn socket_buffer_cap_for_queues_beyond_ddio_and_none_for_small_ones() {
             stack: None,
             driver: Some("mlx5_core".into()),
             mtu: Some(1500),
-            device: nic_device(),
+            device: Device {
+                netns: Some("pod1".into()),
+                ..nic_device()
+            },
         }
     };
     let big = recommend_one(&obs(2.0 * 6291456.0));
@@ -626,9 +629,14 @@ fn socket_buffer_cap_for_queues_beyond_ddio_and_none_for_small_ones() {
         .iter()
         .find(|r| r.kind == Kind::SocketBuffer)
         .expect("a socket_buffer recommendation");
-    assert!(r
-        .command
-        .starts_with("sysctl -w net.ipv4.tcp_rmem=\"4096 131072 "));
+    // tcp_rmem in the sockets' namespace (the device's); rmem_max the host's.
+    assert!(
+        r.command
+            .starts_with("ip netns exec pod1 sysctl -w net.ipv4.tcp_rmem=\"4096 131072 "),
+        "{}",
+        r.command
+    );
+    assert!(r.command.contains("\nsysctl -w net.core.rmem_max="));
     let (b, a) = (r.predicted_before.unwrap(), r.predicted_after.unwrap());
     assert!(a > b, "read hit {b} -> {a}");
     assert!(r.evidence.iter().any(|e| e.contains("GB/s")));

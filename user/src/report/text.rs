@@ -1154,16 +1154,16 @@ pub fn render_what_if(grid: &[GridPoint], width: usize) -> String {
         "ring",
         "ways",
         "mask",
-        "queues",
+        "q",
         "pkt B",
         "footprint",
         "DDIO cap",
         "verdict",
-        "write hit",
-        "CPU read hit",
-        "NIC read hit",
-        "DRAM rd GB/s",
-        "DRAM wr GB/s",
+        "wr hit",
+        "CPU hit",
+        "NIC hit",
+        "DRAM rd",
+        "DRAM wr",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -1189,6 +1189,14 @@ pub fn render_what_if(grid: &[GridPoint], width: usize) -> String {
         })
         .collect();
     table(&mut o, 0, &header, &rows, &[]);
+    // The headers are short so that thirteen columns fit a terminal: the legend says them whole.
+    wrapped(
+        &mut o,
+        "",
+        "q: RX queues; wr hit: the NIC's DMA writes that find their line in the LLC; CPU hit and \
+         NIC hit: the CPU's reads of the packets and the NIC's reads (TX) that hit the LLC; DRAM \
+         rd and wr: the GB/s of memory reads and writes the packets cause",
+    );
     o.into_string()
 }
 
