@@ -129,8 +129,9 @@ pub fn socket_buffer(obs: &HostObservation, run: &ModelRun) -> Option<Recommenda
         // the kernel doubles) is the host's, and only the initial namespace may write it.
         command: format!(
             "{}\nsysctl -w net.core.rmem_max={}",
-            obs.device
-                .run(&format!("sysctl -w net.ipv4.tcp_rmem=\"4096 131072 {cap}\"")),
+            obs.device.run(&format!(
+                "sysctl -w net.ipv4.tcp_rmem=\"4096 131072 {cap}\""
+            )),
             cap / 2
         ),
         evidence,
