@@ -201,6 +201,18 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// Every kind (a new one goes here too: the JSON schema's enum is tested against it).
+    pub const ALL: [Kind; 8] = [
+        Kind::RingSize,
+        Kind::IioLlcWays,
+        Kind::SpreadLoad,
+        Kind::SteerFlow,
+        Kind::NumaPlacement,
+        Kind::DdioWriteAllocationDisabled,
+        Kind::BufferReuse,
+        Kind::SocketBuffer,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::RingSize => "ring_size",

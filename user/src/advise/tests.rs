@@ -751,3 +751,25 @@ fn no_cache_fix_that_the_model_predicts_worse() {
         "{why}"
     );
 }
+
+#[test]
+fn the_report_schema_names_every_recommendation_kind() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/report.schema.json");
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let named: Vec<&str> = schema["$defs"]["recommendation"]["properties"]["kind"]["enum"]
+        .as_array()
+        .or_else(|| {
+            schema["definitions"]["recommendation"]["properties"]["kind"]["enum"].as_array()
+        })
+        .expect("the schema's recommendation kinds")
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    let ours: Vec<&str> = Kind::ALL.iter().map(|k| k.as_str()).collect();
+    assert_eq!(named, ours);
+    for k in Kind::ALL {
+        // The JSON spells a kind as as_str does.
+        assert_eq!(serde_json::to_value(k).unwrap(), k.as_str());
+    }
+}
