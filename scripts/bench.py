@@ -337,7 +337,16 @@ def bpf_during(a, tb, load):
     s1, p1 = stats_of(a.prog_ids), tb.rx_packets()
     runs = sum(s1[i][0] - s0.get(i, (0, 0, ""))[0] for i in s1)
     ns = sum(s1[i][1] - s0.get(i, (0, 0, ""))[1] for i in s1)
-    return runs, ns, max(p1 - p0, 1)
+    pkts = max(p1 - p0, 1)
+    # Which programs the cost is: runs and ns per packet of each program that ran.
+    by_prog = {}
+    for i in s1:
+        r, n = s1[i][0] - s0.get(i, (0, 0, ""))[0], s1[i][1] - s0.get(i, (0, 0, ""))[1]
+        if r:
+            name = s1[i][2] or str(i)
+            pr, pn = by_prog.get(name, (0.0, 0.0))
+            by_prog[name] = (pr + r / pkts, pn + n / pkts)
+    return runs, ns, pkts, {k: {"runs_per_pkt": round(r, 4), "ns_per_pkt": round(n, 2)} for k, (r, n) in by_prog.items()}
 
 
 def bpf_cost(tb, tmp):
@@ -350,7 +359,7 @@ def bpf_cost(tb, tmp):
         try:
             time.sleep(SETTLE)
             for load in LOADS:
-                _, ns, pkts = bpf_during(a, tb, load)
+                _, ns, pkts, _ = bpf_during(a, tb, load)
                 out[(c, load)] = {"bpf_ns": ns, "rx_packets": pkts, "ms_per_mpkt": ns / pkts}
         finally:
             a.stop()
@@ -626,11 +635,12 @@ def shapes(tmp):
                     try:
                         time.sleep(SETTLE)
                         for load in LOADS:
-                            n, ns, pk = bpf_during(a, loaded, load)
+                            n, ns, pk, progs = bpf_during(a, loaded, load)
                             bpf[(c, load)] = {
                                 "ns_per_pkt": ns / pk,
                                 "runs_per_pkt": n / pk,
                                 "packets": pk,
+                                "programs": progs,
                             }
                     finally:
                         a.stop()
@@ -652,7 +662,9 @@ def print_shapes(res):
           f"{'peer ns/pkt':>12} {'record ns/pkt':>14} {'record runs/pkt':>16}")
     for shape, r in res.items():
         for load in LOADS:
-            m, sd = ms(r["runs"][f"none/{load}"])
+            bare = r["runs"][f"none/{load}"]
+            # BENCH_SHAPE_ROUNDS=0 measures the BPF cost alone: no throughput to show.
+            m, sd = ms(bare) if bare else (float("nan"), float("nan"))
 
             def cost(c):
                 xs = r["cost_pct"][f"{c}/{load}"]

@@ -94,8 +94,8 @@ def test_no_program_runs_all_the_time_for_another_devices_packets(recorder, bpf_
     assert packets > 10_000, packets
     hooks = classified(rec, runs)
     always = [(h, n) for h, scope, when, n in hooks if when == "always" and scope == "host"]
-    assert all(n == 0 for h, n in always if h != "kfree_skb"), always
-    assert sum(n for h, n in always if h == "kfree_skb") <= drops, (always, drops)
+    # Not even kfree_skb: it runs in the windows, as the other host-wide hooks do.
+    assert all(n == 0 for h, n in always), always
     windowed = [(h, n) for h, _, when, n in hooks if when == "windows"]
     assert sum(n for _, n in windowed) <= packets * len(windowed) / DUTY, (windowed, packets)
 

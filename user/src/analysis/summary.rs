@@ -639,7 +639,7 @@ fn tiers(
         samples: None,
         text: match m.rx_counts {
             Some(src) => format!(
-                "exact: every packet, counted by tier 0; RX at {}{}{}{}",
+                "exact: every packet, counted by tier 0; RX at {}{}{}{}{}",
                 match src {
                     crate::probe::qcount::RxSource::Tcx => "tcx ingress, after GRO",
                     crate::probe::qcount::RxSource::Handup => "the driver hand-up tracepoints",
@@ -650,6 +650,11 @@ fn tiers(
                 },
                 if m.napi_counts.as_deref() == Some("windows") {
                     "; NAPI polls estimated from the detail windows (polls per packet there times the exact packets)"
+                } else {
+                    ""
+                },
+                if m.drop_counts.as_deref() == Some("windows") {
+                    "; drops estimated from the detail windows (kfree_skb's drops per packet there times the exact packets)"
                 } else {
                     ""
                 },
@@ -810,6 +815,9 @@ pub struct Meta {
     /// "windows": NAPI polls counted in the detail windows and estimated from them (polls per
     /// packet there times the exact packets); "exact": every poll; None: older recordings.
     pub napi_counts: Option<String>,
+    /// "windows": drops counted by kfree_skb in the detail windows and estimated from them
+    /// (drops per packet there times the exact packets); "exact": every drop; None: older.
+    pub drop_counts: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -973,6 +981,7 @@ pub fn build(rec: &Recording) -> Result<Summary> {
         flow_windows: rec.meta.flow_windows,
         windows_opened: rec.meta.windows_opened,
         napi_counts: rec.meta.napi_counts.clone(),
+        drop_counts: rec.meta.drop_counts.clone(),
         hooks: hooks
             .iter()
             .filter(|h| !h["flavor"].is_null())

@@ -131,6 +131,9 @@ pub struct QcountConfig {
     /// The NAPI poll counter runs in windows only too (its polls are then estimated from
     /// them: a program per poll is, on a host with retpolines, most of tier 0's cost).
     pub napi_window_only: bool,
+    /// The drop counter (kfree_skb, which fires for every device's drops) runs in windows
+    /// only too: a host dropping another device's packets by the million pays nothing for it.
+    pub drop_window_only: bool,
 }
 
 /// A tracepoint or tc hook of tier 0 and how it attached.
@@ -296,9 +299,10 @@ fn load(
 enum Role {
     Count(Dir),
     Napi,
+    Drop,
 }
 
-/// The role of a tier 0 program's section (None: drops, always on).
+/// The role of a tier 0 program's section.
 fn role_of(section: &str) -> Option<Role> {
     let tp = section.split_once('/').map_or(section, |(_, t)| t);
     if section == "tcx/ingress" || RX_HANDUP_TPS.contains(&tp) {
@@ -307,6 +311,8 @@ fn role_of(section: &str) -> Option<Role> {
         Some(Role::Count(Dir::Tx))
     } else if tp == hooks::NAPI_POLL {
         Some(Role::Napi)
+    } else if tp == hooks::KFREE_SKB {
+        Some(Role::Drop)
     } else {
         None
     }
@@ -343,6 +349,10 @@ pub struct QcountProbe {
     flow_cache: super::MappedArray,
     /// The flows drained from the flow tables, and the drain under way.
     flows: FlowDrain,
+    /// Since when the window-only programs have been attached (None: they are not), and
+    /// their attached time not yet taken: what they counted is over that time.
+    window_since: Option<std::time::Instant>,
+    window_ns: u64,
 }
 
 /// Userspace's side of the two flow tables (see probe::flowdrain).
@@ -478,7 +488,7 @@ impl QcountProbe {
         }
         // Which links are a window-only direction's: let go now, made again in each window.
         let mut window_hooks = Vec::new();
-        if cfg.window_only.iter().any(|&w| w) || cfg.napi_window_only {
+        if cfg.window_only.iter().any(|&w| w) || cfg.napi_window_only || cfg.drop_window_only {
             let mut kept = Vec::new();
             for (section, link) in links.drain(..) {
                 match role_of(&section) {
@@ -491,6 +501,11 @@ impl QcountProbe {
                     }
                     Some(Role::Napi) if cfg.napi_window_only => window_hooks.push(WindowHook {
                         role: Role::Napi,
+                        section,
+                        link: None,
+                    }),
+                    Some(Role::Drop) if cfg.drop_window_only => window_hooks.push(WindowHook {
+                        role: Role::Drop,
                         section,
                         link: None,
                     }),
@@ -534,6 +549,8 @@ impl QcountProbe {
             rx_source,
             ncpus,
             flows: FlowDrain::default(),
+            window_since: None,
+            window_ns: 0,
         })
     }
 
@@ -552,11 +569,28 @@ impl QcountProbe {
         self.window_hooks.iter().any(|h| h.role == Role::Napi)
     }
 
+    /// The time the window-only programs were attached since the last call.
+    pub fn take_window_ns(&mut self) -> u64 {
+        if let Some(t) = self.window_since.as_mut() {
+            self.window_ns += t.elapsed().as_nanos() as u64;
+            *t = std::time::Instant::now();
+        }
+        std::mem::take(&mut self.window_ns)
+    }
+
+    /// Whether drops are counted in windows only.
+    pub fn drop_window_only(&self) -> bool {
+        self.window_hooks.iter().any(|h| h.role == Role::Drop)
+    }
+
     /// Attach (`on`) or let go the window-only programs. A failure to attach is the caller's
     /// to report: the window then has no flows from that direction.
     pub fn set_window_hooks(&mut self, on: bool) -> Result<()> {
         let mut err = None;
         if !on {
+            if let Some(t) = self.window_since.take() {
+                self.window_ns += t.elapsed().as_nanos() as u64;
+            }
             // Last attached, first detached (see PktlifeProbe::detach).
             for h in self.window_hooks.iter_mut().rev() {
                 h.link = None;
@@ -570,6 +604,9 @@ impl QcountProbe {
                     Err(e) => err = Some(e),
                 }
             }
+        }
+        if self.window_since.is_none() && self.window_hooks.iter().any(|h| h.link.is_some()) {
+            self.window_since = Some(std::time::Instant::now());
         }
         err.map_or(Ok(()), Err)
     }

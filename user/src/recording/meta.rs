@@ -134,6 +134,10 @@ pub struct RecordingMeta {
     /// "exact" (or None, in older recordings): counted at every poll.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub napi_counts: Option<String>,
+    /// "windows": drops were counted by kfree_skb in the detail windows and estimated from
+    /// them; "exact" (or None, in older recordings): counted at every drop.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drop_counts: Option<String>,
     /// The detail windows (`--detail windows`; None: the detail hooks ran all the time).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window_cycle_ms: Option<f64>,

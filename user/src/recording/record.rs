@@ -272,6 +272,14 @@ fn session_meta(live: &Session) -> Result<RecordingMeta> {
             }
             .to_string(),
         ),
+        drop_counts: Some(
+            if live.drops_windowed() {
+                "windows"
+            } else {
+                "exact"
+            }
+            .to_string(),
+        ),
         window_cycle_ms: cycle.map(|c| c.as_millis() as f64),
         window_duty: windowed.then_some(live.duty),
         window_ms: spans.map(|s| ms(s.window)),

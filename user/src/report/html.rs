@@ -1088,7 +1088,12 @@ fn events_section(o: &mut String, r: &Summary) {
         r.drops.total
     );
     if !r.drops.reasons.is_empty() {
-        o.push_str("<h3>Drops by kernel reason</h3>\n<table class=\"num\"><thead><tr><th class=\"l\">reason</th><th>count</th></tr></thead><tbody>\n");
+        o.push_str(if r.meta.drop_counts.as_deref() == Some("windows") {
+            "<h3>Drops by kernel reason</h3>\n<p class=\"note\">As counted in the detail windows; the total is estimated from them.</p>\n"
+        } else {
+            "<h3>Drops by kernel reason</h3>\n"
+        });
+        o.push_str("<table class=\"num\"><thead><tr><th class=\"l\">reason</th><th>count</th></tr></thead><tbody>\n");
         for d in &r.drops.reasons {
             let _ = writeln!(
                 o,

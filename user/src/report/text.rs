@@ -711,6 +711,11 @@ pub fn render_evidence(o: &mut Out, r: &Summary, opt: &TextOptions) {
             d.count
         );
     }
+    if !r.drops.reasons.is_empty() && r.meta.drop_counts.as_deref() == Some("windows") {
+        drops.push_str(
+            " (the reasons as counted in the detail windows; the total is estimated from them)",
+        );
+    }
     wrapped(o, "\nDrops: ", &drops);
 }
 

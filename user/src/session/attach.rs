@@ -76,6 +76,7 @@ pub(super) fn attach_tier0(
             count_tx: !covered[1] || flows || windowed,
             window_only,
             napi_window_only,
+            drop_window_only: windowed,
         },
         features,
         opts.hooks,

@@ -10,7 +10,7 @@ use crate::snapshot::{Dir, QueueCounters};
 use crate::topology::presence::{DeviceWatch, LinkTotals};
 use crate::topology::IfaceInfo;
 
-use super::{flowscale, linksplit, napiscale, DetailMode, Session, SessionOptions};
+use super::{dropscale, flowscale, linksplit, napiscale, DetailMode, Session, SessionOptions};
 
 /// The interface's totals read just before and just after the driver's per-queue counters.
 pub(super) type LinkSpan = (LinkTotals, LinkTotals);
@@ -319,6 +319,9 @@ impl Session {
         if self.tier0.napi_window_only() {
             self.napi_windows = Some(napiscale::WindowNapi::default());
         }
+        if self.tier0.drop_window_only() {
+            self.drop_windows = Some(dropscale::WindowDrops::default());
+        }
         if window_only.iter().any(|&w| w) {
             self.flow_windows = Some(flowscale::WindowFlows::new(window_only, &self.prev_q));
         }
@@ -497,6 +500,11 @@ impl Session {
     /// Whether NAPI polls are counted in the windows and estimated from them.
     pub fn napi_windowed(&self) -> bool {
         self.napi_windows.is_some()
+    }
+
+    /// Whether drops are estimated from the windows.
+    pub fn drops_windowed(&self) -> bool {
+        self.drop_windows.is_some()
     }
 }
 

@@ -20,6 +20,7 @@ use crate::topology::{self, HostInfo, IfaceInfo};
 
 mod attach;
 mod counts;
+mod dropscale;
 mod flows;
 mod flowscale;
 mod linksplit;
@@ -80,6 +81,8 @@ pub struct Session {
     flow_windows: Option<flowscale::WindowFlows>,
     /// NAPI polls counted in windows only, estimated for every interval.
     napi_windows: Option<napiscale::WindowNapi>,
+    /// Drops estimated from the windows' kfree_skb counts (None: counted all the time).
+    drop_windows: Option<dropscale::WindowDrops>,
     /// The namespace's TCP sockets, whose own counters stand in for the estimates of the
     /// flows that end in them (None: flows are counted exactly, or sock_diag is not there).
     sockets: Option<crate::probe::sockets::SocketFlows>,
@@ -189,6 +192,7 @@ impl Session {
             kernel_counts: plan.kernel_counts,
             flow_windows: None,
             napi_windows: None,
+            drop_windows: None,
             sockets: None,
             socket_overflows: 0,
             prev_link: None,
@@ -337,6 +341,17 @@ impl Session {
         }
         if let Some(n) = self.napi_windows.as_mut() {
             n.estimate(&mut snap.queues);
+        }
+        if let Some(d) = self.drop_windows.as_mut() {
+            // The share of the interval kfree_skb was attached (tier 0's window programs
+            // come on before the detail hooks and go after them).
+            let on = self.tier0.take_window_ns();
+            let covered = if snap.dur_ns > 0 {
+                on as f64 / snap.dur_ns as f64
+            } else {
+                0.0
+            };
+            d.estimate(&mut snap.queues, covered);
         }
         let flow_turn = finishing || self.index % self.flow_every == self.flow_every - 1;
         if !flow_turn {
