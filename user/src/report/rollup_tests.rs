@@ -298,7 +298,8 @@ fn in_the_rowid_schema(compact: &Path, dir: &Path) -> PathBuf {
     .unwrap();
     c.execute_batch(&crate::recording::SCHEMA.replace(" WITHOUT ROWID", ""))
         .unwrap();
-    c.execute_batch(crate::recording::rollup::SCHEMA).unwrap();
+    c.execute_batch(&crate::recording::rollup::SCHEMA.replace(" WITHOUT ROWID", ""))
+        .unwrap();
     c.execute("ATTACH ?1 AS n", [compact.to_str().unwrap()])
         .unwrap();
     let tables: Vec<String> = c
