@@ -543,7 +543,7 @@ def print_days(res):
         f = d["first_report"]
         print(f"  {name}: {d['intervals']} intervals; built in {d['build_s']:.0f} s, {d['raw_mb']:.0f} MB; first report "
               f"(builds the rollups) {f['seconds']:.1f} s, {f['max_rss_mb']:.0f} MB; then {d['mb']:.0f} MB, "
-              f"{d['mb_per_day']:.0f} MB per day")
+              f"{d['mb_per_day']:.0f} MB per day, {d['mb'] * 1e6 / d['intervals']:.0f} B per interval")
         for k, r in d["runs"].items():
             cell = f"failed: {(r['failed'] or ['?'])[0][:60]}" if r["seconds"] is None else \
                 f"{r['seconds']:6.2f} s {r['max_rss_mb']:5.0f} MB"

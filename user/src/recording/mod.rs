@@ -31,18 +31,18 @@ CREATE TABLE queue_intervals (
     napi_polls INTEGER NOT NULL, napi_work INTEGER NOT NULL, napi_budget_exhausted INTEGER NOT NULL,
     copies INTEGER NOT NULL, frees INTEGER NOT NULL, drops INTEGER NOT NULL,
     handups INTEGER NOT NULL DEFAULT 0, unended INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (interval, dir, queue));
+    PRIMARY KEY (interval, dir, queue)) WITHOUT ROWID;
 CREATE TABLE stage_stats (
     interval INTEGER NOT NULL, dir TEXT NOT NULL, queue INTEGER NOT NULL, stage TEXT NOT NULL,
     count INTEGER NOT NULL, sum_ns INTEGER NOT NULL, max_ns INTEGER NOT NULL,
-    PRIMARY KEY (interval, dir, queue, stage));
+    PRIMARY KEY (interval, dir, queue, stage)) WITHOUT ROWID;
 CREATE TABLE stage_hist (
     interval INTEGER NOT NULL, dir TEXT NOT NULL, queue INTEGER NOT NULL, stage TEXT NOT NULL,
     bucket INTEGER NOT NULL, count INTEGER NOT NULL,
-    PRIMARY KEY (interval, dir, queue, stage, bucket));
+    PRIMARY KEY (interval, dir, queue, stage, bucket)) WITHOUT ROWID;
 CREATE TABLE napi_hist (
     interval INTEGER NOT NULL, queue INTEGER NOT NULL, bucket INTEGER NOT NULL, count INTEGER NOT NULL,
-    PRIMARY KEY (interval, queue, bucket));
+    PRIMARY KEY (interval, queue, bucket)) WITHOUT ROWID;
 CREATE TABLE flows (
     dir TEXT NOT NULL, proto TEXT NOT NULL, src TEXT NOT NULL, sport INTEGER NOT NULL,
     dst TEXT NOT NULL, dport INTEGER NOT NULL, queue INTEGER NOT NULL,
@@ -78,9 +78,9 @@ CREATE TABLE miss_intervals (
     before_window INTEGER NOT NULL DEFAULT 0, sampled_ns INTEGER);
 CREATE TABLE miss_queues (
     interval INTEGER NOT NULL, dir TEXT NOT NULL, queue INTEGER NOT NULL,
-    addr_join INTEGER NOT NULL, cpu_ctx INTEGER NOT NULL, PRIMARY KEY (interval, dir, queue));
+    addr_join INTEGER NOT NULL, cpu_ctx INTEGER NOT NULL, PRIMARY KEY (interval, dir, queue)) WITHOUT ROWID;
 CREATE TABLE miss_age_hist (interval INTEGER NOT NULL, bucket INTEGER NOT NULL, count INTEGER NOT NULL,
-    PRIMARY KEY (interval, bucket));
+    PRIMARY KEY (interval, bucket)) WITHOUT ROWID;
 CREATE TABLE miss_flows (
     dir TEXT NOT NULL, proto TEXT NOT NULL, src TEXT NOT NULL, sport INTEGER NOT NULL,
     dst TEXT NOT NULL, dport INTEGER NOT NULL, addr_join INTEGER NOT NULL, cpu_ctx INTEGER NOT NULL,
@@ -93,7 +93,7 @@ CREATE TABLE buf_map_intervals (
     slots_replaced INTEGER NOT NULL DEFAULT 0, pages_over_cap INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE size_hist (
     interval INTEGER NOT NULL, dir TEXT NOT NULL, queue INTEGER NOT NULL, bucket INTEGER NOT NULL,
-    count INTEGER NOT NULL, PRIMARY KEY (interval, dir, queue, bucket));
+    count INTEGER NOT NULL, PRIMARY KEY (interval, dir, queue, bucket)) WITHOUT ROWID;
 CREATE TABLE nic_drops (
     interval INTEGER NOT NULL, counter TEXT NOT NULL, queue INTEGER, count INTEGER NOT NULL);
 CREATE TABLE counters (

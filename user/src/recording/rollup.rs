@@ -29,7 +29,8 @@ pub fn bucket(level: i64, t_ns: u64, dur_ns: u64) -> u64 {
     }
 }
 
-/// The rollup tables (`interval` is a span's first interval). Created with every new
+/// The rollup tables (`interval` is a span's first interval), clustered by their keys
+/// (`WITHOUT ROWID`: a key stored once, not again in an index). Created with every new
 /// recording, and by `backfill` in an older one. The counters index lets a span's readings
 /// and the ones `prune` drops be found without a scan of the whole table.
 pub const SCHEMA: &str = r#"
@@ -39,46 +40,46 @@ CREATE TABLE IF NOT EXISTS rollup_spans (
     sampled INTEGER NOT NULL, lost INTEGER NOT NULL, received INTEGER NOT NULL, state_evicted INTEGER NOT NULL,
     queue_clamped INTEGER NOT NULL, state_stale INTEGER NOT NULL, detail_ns INTEGER, detail_n INTEGER NOT NULL,
     mid_lo INTEGER NOT NULL, mid_hi INTEGER NOT NULL, raw INTEGER NOT NULL DEFAULT 1,
-    PRIMARY KEY (level, interval));
+    PRIMARY KEY (level, interval)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS rollup_queues (
     level INTEGER NOT NULL, interval INTEGER NOT NULL, dir TEXT NOT NULL, queue INTEGER NOT NULL,
     packets INTEGER, bytes INTEGER, napi_polls INTEGER, napi_work INTEGER, napi_budget_exhausted INTEGER,
     copies INTEGER, frees INTEGER, drops INTEGER, handups INTEGER, unended INTEGER, peak_inflight INTEGER,
-    PRIMARY KEY (level, interval, dir, queue));
+    PRIMARY KEY (level, interval, dir, queue)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS rollup_stage_stats (
     level INTEGER NOT NULL, interval INTEGER NOT NULL, dir TEXT NOT NULL, queue INTEGER NOT NULL, stage TEXT NOT NULL,
-    count INTEGER, sum_ns INTEGER, max_ns INTEGER, PRIMARY KEY (level, interval, dir, queue, stage));
+    count INTEGER, sum_ns INTEGER, max_ns INTEGER, PRIMARY KEY (level, interval, dir, queue, stage)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS rollup_stage_hist (
     level INTEGER NOT NULL, interval INTEGER NOT NULL, dir TEXT NOT NULL, queue INTEGER NOT NULL, stage TEXT NOT NULL,
-    bucket INTEGER NOT NULL, count INTEGER, PRIMARY KEY (level, interval, dir, queue, stage, bucket));
+    bucket INTEGER NOT NULL, count INTEGER, PRIMARY KEY (level, interval, dir, queue, stage, bucket)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS rollup_napi_hist (
     level INTEGER NOT NULL, interval INTEGER NOT NULL, queue INTEGER NOT NULL, bucket INTEGER NOT NULL, count INTEGER,
-    PRIMARY KEY (level, interval, queue, bucket));
+    PRIMARY KEY (level, interval, queue, bucket)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS rollup_miss (
     level INTEGER NOT NULL, interval INTEGER NOT NULL, n INTEGER, samples INTEGER, on_packet_buffers INTEGER,
     other_addr INTEGER, no_addr INTEGER, ctx_charged INTEGER, uncharged INTEGER, out_of_subset INTEGER,
     no_flow INTEGER, no_flow_n INTEGER, queue_clamped INTEGER, throttles INTEGER, throttles_n INTEGER,
     throttled_ns INTEGER, throttled_ns_n INTEGER, throttle_records_lost INTEGER, throttle_records_lost_n INTEGER,
     before_window INTEGER, sampled_ns INTEGER, sampled_ns_n INTEGER, span_ns INTEGER,
-    PRIMARY KEY (level, interval));
+    PRIMARY KEY (level, interval)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS rollup_buf_map (
     level INTEGER NOT NULL, interval INTEGER NOT NULL, linear_pages INTEGER, frag_pages INTEGER,
     frags_over_cap INTEGER, frags_no_page INTEGER, frags_no_layout INTEGER, copy_linear_joined INTEGER,
     copy_frag_joined INTEGER, slots_replaced INTEGER, pages_over_cap INTEGER, entries_max INTEGER,
-    entries_last INTEGER, entries_at INTEGER, PRIMARY KEY (level, interval));
+    entries_last INTEGER, entries_at INTEGER, PRIMARY KEY (level, interval)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS rollup_miss_queues (
     level INTEGER NOT NULL, interval INTEGER NOT NULL, dir TEXT NOT NULL, queue INTEGER NOT NULL,
-    addr_join INTEGER, cpu_ctx INTEGER, PRIMARY KEY (level, interval, dir, queue));
+    addr_join INTEGER, cpu_ctx INTEGER, PRIMARY KEY (level, interval, dir, queue)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS rollup_miss_age_hist (
     level INTEGER NOT NULL, interval INTEGER NOT NULL, bucket INTEGER NOT NULL, count INTEGER,
-    PRIMARY KEY (level, interval, bucket));
+    PRIMARY KEY (level, interval, bucket)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS rollup_counters (
     level INTEGER NOT NULL, interval INTEGER NOT NULL, source TEXT NOT NULL, socket INTEGER NOT NULL,
     pmu TEXT NOT NULL, event TEXT NOT NULL, value REAL, raw INTEGER, enabled_ns INTEGER, running_ns INTEGER,
-    t_ns INTEGER, rows INTEGER, PRIMARY KEY (level, interval, source, socket, pmu, event));
+    t_ns INTEGER, rows INTEGER, PRIMARY KEY (level, interval, source, socket, pmu, event)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS rollup_counter_spans (
     level INTEGER NOT NULL, interval INTEGER NOT NULL, source TEXT NOT NULL, dur_ns INTEGER, unreadable INTEGER,
-    PRIMARY KEY (level, interval, source));
+    PRIMARY KEY (level, interval, source)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS counters_by_interval ON counters(interval);
 "#;
 

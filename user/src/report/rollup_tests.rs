@@ -2,7 +2,8 @@
 //! per-interval table filled, a minute and an hour left open at the end) reads and reports the
 //! same through its per-minute and per-hour rollups as from its raw intervals, over the whole
 //! run and windows whose ends fall inside minutes; built later (`backfill`) they are the same
-//! rows the recorder wrote; and once raw intervals are dropped the whole run still reads.
+//! rows the recorder wrote; once raw intervals are dropped the whole run still reads; and the
+//! recorder's key-clustered tables read as the older rowid layout of the same rows did.
 use std::path::{Path, PathBuf};
 
 use crate::analysis;
@@ -281,4 +282,87 @@ fn dropped_raw_intervals_leave_the_run_reportable_by_the_minute() {
     let g = rec.interval_groups(Some("live")).unwrap();
     assert!(g.len() > 100 && g.iter().all(|g| !g.queues.is_empty()));
     analysis::summary::build(&rec).expect("summary");
+}
+
+/// The same recording in the schema ddioscope wrote before its per-interval tables were
+/// clustered by their keys (`WITHOUT ROWID`): every row copied into tables with a rowid and a
+/// separate key index, as an older recorder laid them out.
+fn in_the_rowid_schema(compact: &Path, dir: &Path) -> PathBuf {
+    let old = dir.join("rowid.ddio");
+    let c = rusqlite::Connection::open(&old).unwrap();
+    c.execute_batch(&format!(
+        "PRAGMA application_id = {}; PRAGMA user_version = {};",
+        crate::recording::APPLICATION_ID,
+        crate::recording::SCHEMA_VERSION
+    ))
+    .unwrap();
+    c.execute_batch(&crate::recording::SCHEMA.replace(" WITHOUT ROWID", ""))
+        .unwrap();
+    c.execute_batch(&crate::recording::rollup::SCHEMA.replace(" WITHOUT ROWID", ""))
+        .unwrap();
+    c.execute("ATTACH ?1 AS n", [compact.to_str().unwrap()])
+        .unwrap();
+    let tables: Vec<String> = c
+        .prepare("SELECT name FROM n.sqlite_master WHERE type = 'table'")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    for t in &tables {
+        c.execute_batch(&format!("INSERT INTO main.{t} SELECT * FROM n.{t}"))
+            .unwrap();
+    }
+    c.execute_batch("DETACH n").unwrap();
+    old
+}
+
+#[test]
+fn the_key_clustered_schema_reads_as_the_rowid_one_did() {
+    let d = tempfile::tempdir().unwrap();
+    let path = made(d.path(), true);
+    let old = in_the_rowid_schema(&path, d.path());
+    let c = rusqlite::Connection::open(&path).unwrap();
+    let o = rusqlite::Connection::open(&old).unwrap();
+    let n = |c: &rusqlite::Connection, sql: &str| -> i64 {
+        c.query_row(sql, [], |r| r.get(0)).unwrap()
+    };
+    // The recorder's keyed per-interval tables carry no second copy of their keys.
+    for t in [
+        "queue_intervals",
+        "stage_stats",
+        "stage_hist",
+        "napi_hist",
+        "size_hist",
+        "miss_queues",
+        "miss_age_hist",
+    ] {
+        let idx =
+            format!("SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = '{t}'");
+        assert_eq!((n(&c, &idx), n(&o, &idx)), (0, 1), "{t}");
+        let rows = format!("SELECT COUNT(*) FROM {t}");
+        assert_eq!(n(&c, &rows), n(&o, &rows), "{t}");
+    }
+    assert!(n(&c, "PRAGMA page_count") < n(&o, "PRAGMA page_count"));
+    drop((c, o));
+    let all = |p: &Path| -> Vec<String> {
+        let mut out = Vec::new();
+        for &(from, to) in WINDOWS {
+            for how in [Rollups::Use, Rollups::Ignore] {
+                let mut r = Recording::open_with(p, how).unwrap();
+                r.set_window(from.map(TimeSpec::Offset), to.map(TimeSpec::Offset))
+                    .unwrap();
+                out.extend(readout(&r));
+            }
+        }
+        out
+    };
+    let compact = all(&path);
+    // The reports name their file: the old layout is read under the same name.
+    std::fs::rename(&old, &path).unwrap();
+    let rowid = all(&path);
+    assert_eq!(compact.len(), rowid.len());
+    for (x, y) in compact.iter().zip(&rowid) {
+        assert_eq!(x, y);
+    }
 }
