@@ -135,9 +135,11 @@ pub const DEFAULT_RECORDING: &str = "ddioscope.ddio";
 #[derive(clap::Args)]
 #[command(group(clap::ArgGroup::new("files").args(["html", "csv"]).multiple(false)))]
 pub struct ReportArgs {
-    /// Recording file written by `ddioscope record`.
-    #[arg(default_value = DEFAULT_RECORDING)]
-    pub file: PathBuf,
+    /// Recording file(s) written by `ddioscope record`. Several files of one interface and
+    /// host (the files of `record --rotate`) are read as one recording in time order, the
+    /// time between them a gap; a quoted pattern ('run-*.ddio') is expanded here.
+    #[arg(default_value = DEFAULT_RECORDING, num_args = 1..)]
+    pub file: Vec<PathBuf>,
     /// One JSON object instead of text (its schema: docs/report.md), on stdout, or with
     /// `--json=OUT` written to the file OUT (`--json=-`: stdout).
     #[arg(long, value_name = "OUT", num_args = 0..=1, require_equals = true, default_missing_value = "-")]
@@ -207,9 +209,10 @@ pub struct DiffArgs {
 /// `ddioscope recommend`'s flags.
 #[derive(clap::Args)]
 pub struct RecommendArgs {
-    /// Recording file written by `ddioscope record`.
-    #[arg(default_value = DEFAULT_RECORDING)]
-    pub file: PathBuf,
+    /// Recording file(s) written by `ddioscope record`; several (the files of `record
+    /// --rotate`, or a quoted pattern) are read as one, as by `report`.
+    #[arg(default_value = DEFAULT_RECORDING, num_args = 1..)]
+    pub file: Vec<PathBuf>,
     /// One JSON object (the answer, the model, the attribution and the recommendations)
     /// instead of text, on stdout, or with `--json=OUT` written to the file OUT (`--json=-`:
     /// stdout).

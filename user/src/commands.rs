@@ -12,11 +12,39 @@ use crate::model::spec::{self, Axes};
 use crate::recording::Recording;
 use crate::report::{self, json::FullReport};
 
-/// A recording, read over the `--from`/`--to` window.
-fn open(file: &Path, w: WindowArgs) -> Result<Recording> {
-    let mut rec = Recording::open(file)?;
+/// A recording (one file, or several read as one, patterns expanded), read over the
+/// `--from`/`--to` window. Several files are named on stderr, with the gaps between them.
+fn open(files: &[std::path::PathBuf], w: WindowArgs) -> Result<Recording> {
+    let files = crate::recording::reader::expand_patterns(files)?;
+    let mut rec = Recording::open_many(&files)?;
     rec.set_window(w.from, w.to)?;
+    if let Some(note) = parts_note(&rec) {
+        eprintln!("ddioscope: note: {note}");
+    }
     Ok(rec)
+}
+
+/// "N files read as one, FIRST to LAST", and each gap between two files.
+fn parts_note(rec: &Recording) -> Option<String> {
+    let (first, last) = (rec.parts.first()?, rec.parts.last()?);
+    let interval_ns = rec.meta.interval_ms.unwrap_or(100) * 1_000_000;
+    let gaps: Vec<String> = crate::recording::reader::gaps(&rec.parts, interval_ns)
+        .iter()
+        .map(|(k, s)| {
+            format!(
+                "a gap of {s:.1} s before {} (no intervals there)",
+                rec.parts[*k].path.display()
+            )
+        })
+        .collect();
+    Some(format!(
+        "{} files read as one recording, {} to {}{}{}",
+        rec.parts.len(),
+        first.path.display(),
+        last.path.display(),
+        if gaps.is_empty() { "" } else { "; " },
+        gaps.join("; ")
+    ))
 }
 
 /// Where a whole-text output goes: stdout for none or `-`, else the file, refused before

@@ -238,7 +238,7 @@ pub fn observation(
         consumer: None,
         queues,
         counters,
-        stack: stack_inputs(&crate::recording::reader::page_pools(&rec.path)?),
+        stack: stack_inputs(&rec.page_pools()?),
         driver: iface.driver.clone(),
         mtu: iface.mtu,
         device: Device {
@@ -255,7 +255,7 @@ pub fn observation(
 /// The local sockets' receive queues per RX queue: each socket on the queue its flow's
 /// packets came in on (the flows table's queue), their means and drain rates summed.
 fn socket_queues_by_queue(rec: &Recording) -> Result<BTreeMap<u32, SocketQueueObs>> {
-    let stats = crate::recording::reader::socket_queues(&rec.path)?;
+    let stats = rec.socket_queues()?;
     if stats.is_empty() {
         return Ok(BTreeMap::new());
     }

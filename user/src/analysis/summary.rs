@@ -1067,7 +1067,7 @@ pub fn build(rec: &Recording) -> Result<Summary> {
         })
         .collect();
     flows.sort_by_key(|f| std::cmp::Reverse(f.bytes));
-    let flow_overflow = crate::recording::reader::flow_overflow(&rec.path)?;
+    let flow_overflow = rec.flow_overflow()?;
     let e = rec.event_totals()?;
     // Every tracked packet whose free was seen completed its whole-life stage.
     let freed: u64 = totals.iter().map(|q| q.stage_count[NSTAGES - 1]).sum();

@@ -33,6 +33,8 @@ pub enum StoppedBy {
     NetnsDeleted,
     /// The file system filled: the recording holds the intervals before.
     DiskFull,
+    /// `record --rotate` closed this file; the next file holds the intervals after.
+    Rotated,
 }
 
 impl StoppedBy {
@@ -47,6 +49,7 @@ impl StoppedBy {
             }
             StoppedBy::NetnsDeleted => "stopped: the interface's network namespace was deleted",
             StoppedBy::DiskFull => "stopped: the disk filled; the intervals before are complete",
+            StoppedBy::Rotated => "closed by --rotate; the next file continues the run",
         }
     }
 }

@@ -21,7 +21,9 @@ use crate::snapshot::{
 };
 use crate::topology::{HostInfo, IfaceInfo};
 
+mod many;
 mod stream;
+pub use many::{expand_patterns, gaps, Part};
 pub use stream::{Step, StepQueue};
 
 pub struct Recording {
@@ -38,6 +40,8 @@ pub struct Recording {
     rollups: bool,
     /// The window's per-interval tables, read once (see `scan`).
     scanned: std::cell::OnceCell<Scan>,
+    /// The files read as one (`open_many`), in time order; empty for one file.
+    pub parts: Vec<Part>,
 }
 
 /// Points in a per-interval series at most (charts, regression rows): a longer window sums
@@ -220,6 +224,18 @@ const REQUIRED: &[(&str, &str, bool)] = &[
     ("buf_map_intervals", "interval,linear_pages,frag_pages,frags_over_cap,frags_no_page,frags_no_layout,entries,copy_linear_joined,copy_frag_joined", false),
 ];
 
+/// Whether the recording has table `name`: a table of its file or, for several files read
+/// as one, a view over theirs.
+pub(super) fn has_table(conn: &Connection, name: &str) -> bool {
+    conn.query_row(
+        "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?1
+         UNION ALL SELECT 1 FROM sqlite_temp_master WHERE type IN ('table','view') AND name=?1",
+        [name],
+        |_| Ok(()),
+    )
+    .is_ok()
+}
+
 impl Columns {
     /// Whether a later table is there to read (the miss tables come together).
     fn has(&self, table: &str) -> bool {
@@ -231,14 +247,7 @@ impl Columns {
     }
 
     pub(super) fn probe(conn: &Connection) -> Columns {
-        let table = |name: &str| {
-            conn.query_row(
-                "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?1",
-                [name],
-                |_| Ok(()),
-            )
-            .is_ok()
-        };
+        let table = |name: &str| has_table(conn, name);
         let col = |t: &str, c: &str| {
             conn.query_row(
                 "SELECT 1 FROM pragma_table_info(?1) WHERE name=?2",
@@ -471,6 +480,20 @@ impl Recording {
             bail!("{p} has no run metadata: the recording was cut off before its first write");
         }
         let meta = RecordingMeta::from_rows(&meta);
+        Recording::assemble(path, conn, meta, use_rollups, Vec::new())
+    }
+
+    /// A recording from a connection whose tables (or views, for several files) are
+    /// checked here, with its metadata read.
+    fn assemble(
+        path: &Path,
+        conn: Connection,
+        meta: RecordingMeta,
+        use_rollups: Rollups,
+        parts: Vec<Part>,
+    ) -> Result<Recording> {
+        let p = path.display();
+        let corrupt = |e: rusqlite::Error| anyhow::anyhow!("{p} is damaged: {e}");
         let cols = Columns::probe(&conn);
         // Every column a query will read must exist, rows or not: a damaged table is found at
         // open, in one line, not by whichever report happens to read it.
@@ -504,6 +527,7 @@ impl Recording {
             tables,
             rollups,
             scanned: Default::default(),
+            parts,
         };
         rec.all = Window {
             whole: true,
@@ -694,6 +718,21 @@ impl Recording {
 
     pub fn complete(&self) -> bool {
         self.meta.complete()
+    }
+
+    /// `flow_overflow` of this recording (of all its files, summed).
+    pub fn flow_overflow(&self) -> Result<Vec<crate::probe::qcount::FlowOverflow>> {
+        flow_overflow_in(&self.conn, &self.path)
+    }
+
+    /// `page_pools` of this recording (of its files, the last read).
+    pub fn page_pools(&self) -> Result<Vec<crate::snapshot::PagePoolStat>> {
+        page_pools_in(&self.conn, &self.path)
+    }
+
+    /// `socket_queues` of this recording (of its files, the last read).
+    pub fn socket_queues(&self) -> Result<Vec<crate::snapshot::SocketQueueStat>> {
+        socket_queues_in(&self.conn, &self.path)
     }
 
     pub fn duration_s(&self) -> f64 {
@@ -1623,13 +1662,48 @@ impl Recording {
     /// how many it holds. Records are stored in interval order, so the window is a range of
     /// row ids, found by bisection.
     pub fn packet_records(&self, limit: usize) -> Result<PacketRecords> {
+        if self.parts.is_empty() {
+            return self.packet_records_in("samples", 0, limit);
+        }
+        // Several files: each file's rows by its own row ids (a view has none to bisect),
+        // the limit shared in proportion to what each holds in the window.
+        let tables: Vec<(String, i64)> = (0..self.parts.len())
+            .map(|i| (format!("f{i}.samples"), self.parts[i].offset))
+            .collect();
+        let mut totals = Vec::with_capacity(tables.len());
+        for (t, off) in &tables {
+            totals.push(self.packet_records_in(t, *off, 0)?.total);
+        }
+        let all: u64 = totals.iter().sum();
+        let mut out = PacketRecords {
+            records: Vec::new(),
+            total: all,
+        };
+        for ((t, off), n) in tables.iter().zip(totals) {
+            if n == 0 {
+                continue;
+            }
+            let share = ((limit as u128 * n as u128).div_ceil(all.max(1) as u128)) as usize;
+            out.records
+                .extend(self.packet_records_in(t, *off, share)?.records);
+        }
+        out.records.truncate(limit);
+        Ok(out)
+    }
+
+    /// `packet_records` of one table of samples, whose intervals are `off` before the
+    /// recording's.
+    fn packet_records_in(&self, table: &str, off: i64, limit: usize) -> Result<PacketRecords> {
         let e = |e| self.corrupt(e);
         let (a, b) = self.range();
+        let (a, b) = (a - off, b - off);
         let (lo, hi): (Option<i64>, Option<i64>) = self
             .conn
-            .query_row("SELECT MIN(rowid), MAX(rowid) FROM samples", [], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
+            .query_row(
+                &format!("SELECT MIN(rowid), MAX(rowid) FROM {table}"),
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
             .map_err(e)?;
         let (Some(lo), Some(hi)) = (lo, hi) else {
             return Ok(PacketRecords::default());
@@ -1642,7 +1716,9 @@ impl Recording {
                 let at: Option<i64> = self
                     .conn
                     .query_row(
-                        "SELECT interval FROM samples WHERE rowid >= ?1 ORDER BY rowid LIMIT 1",
+                        &format!(
+                            "SELECT interval FROM {table} WHERE rowid >= ?1 ORDER BY rowid LIMIT 1"
+                        ),
                         [mid],
                         |r| r.get(0),
                     )
@@ -1686,10 +1762,10 @@ impl Recording {
         };
         let mut st = self
             .conn
-            .prepare(
+            .prepare(&format!(
                 "SELECT dir,queue,cpu,len,skb_addr,data_addr,ts0,ts1,ts2,ts3,free_ns,dropped,drop_reason,proto,src,sport,dst,dport
-                 FROM samples WHERE rowid >= ?1 AND rowid < ?2",
-            )
+                 FROM {table} WHERE rowid >= ?1 AND rowid < ?2"
+            ))
             .map_err(e)?;
         for (s, t) in runs {
             let mut rows = st.query(params![s, t]).map_err(e)?;
@@ -1811,6 +1887,13 @@ const _: () = assert!(NSTAGES == 4);
 pub fn flow_overflow(path: &Path) -> Result<Vec<crate::probe::qcount::FlowOverflow>> {
     let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
         .map_err(|e| anyhow::anyhow!(explain_sqlite(&e, path)))?;
+    flow_overflow_in(&conn, path)
+}
+
+fn flow_overflow_in(
+    conn: &Connection,
+    path: &Path,
+) -> Result<Vec<crate::probe::qcount::FlowOverflow>> {
     let Ok(mut st) = conn
         .prepare("SELECT dir,queue,packets,bytes,unparsed FROM flow_overflow ORDER BY dir,queue")
     else {
@@ -1839,6 +1922,10 @@ pub fn flow_overflow(path: &Path) -> Result<Vec<crate::probe::qcount::FlowOverfl
 pub fn page_pools(path: &Path) -> Result<Vec<crate::snapshot::PagePoolStat>> {
     let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
         .map_err(|e| anyhow::anyhow!(explain_sqlite(&e, path)))?;
+    page_pools_in(&conn, path)
+}
+
+fn page_pools_in(conn: &Connection, path: &Path) -> Result<Vec<crate::snapshot::PagePoolStat>> {
     let Ok(mut st) = conn.prepare(
         "SELECT pool,napi_id,alloc_fast,alloc_slow,alloc_slow_high_order,alloc_empty,alloc_refill,alloc_waive,
                 recycle_cached,recycle_cache_full,recycle_ring,recycle_ring_full,recycle_released_refcnt FROM page_pools",
@@ -1874,6 +1961,13 @@ pub fn page_pools(path: &Path) -> Result<Vec<crate::snapshot::PagePoolStat>> {
 pub fn socket_queues(path: &Path) -> Result<Vec<crate::snapshot::SocketQueueStat>> {
     let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
         .map_err(|e| anyhow::anyhow!(explain_sqlite(&e, path)))?;
+    socket_queues_in(&conn, path)
+}
+
+fn socket_queues_in(
+    conn: &Connection,
+    path: &Path,
+) -> Result<Vec<crate::snapshot::SocketQueueStat>> {
     let Ok(mut st) = conn.prepare(
         "SELECT proto,src,sport,dst,dport,reads,rqueue_sum,rqueue_max,rmem_sum,rcvbuf_max,drained_bytes,span_ns
          FROM socket_queues",

@@ -1,5 +1,6 @@
 //! `ddioscope record`: attach a session, write each of its snapshots into a recording,
 //! stop on Ctrl-C/SIGTERM or after the duration, detach.
+use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,6 +30,13 @@ pub struct RecordArgs {
     /// Recording file to create.
     #[arg(short, long, default_value = "ddioscope.ddio")]
     pub output: PathBuf,
+    /// Start a new file every DURATION (1h, 30m, seconds): with `-o run.ddio`, files
+    /// run-YYYYmmddTHHMMSSZ.ddio (UTC at each file's start; -2, -3 ... appended when the
+    /// name is taken, never replacing a file). Each file is a complete recording of its
+    /// period; `report 'run-*.ddio'` reads them as one. --keep and --max-size apply to each
+    /// file; no file is ever deleted.
+    #[arg(long, value_name = "DURATION", value_parser = crate::units::duration_flag)]
+    pub rotate: Option<f64>,
     /// Keep raw intervals for this long (24h, 90m, seconds); older ones are dropped once
     /// their per-minute and per-hour rollups are written, so the whole run stays reportable
     /// by the minute. Default: keep all.
@@ -88,6 +96,8 @@ impl RecordArgs {
 
 /// Summary returned to the caller (and printed).
 pub struct RecordSummary {
+    /// The files written, in order (one without --rotate).
+    pub files: Vec<PathBuf>,
     pub intervals: u64,
     pub rx_packets: u64,
     pub tx_packets: u64,
@@ -103,26 +113,18 @@ pub fn run(args: &RecordArgs) -> Result<()> {
 }
 
 pub fn record(args: &RecordArgs) -> Result<RecordSummary> {
-    if let Some(f) = &args.counters_from {
-        if !f.is_file() {
-            bail!("--counters-from {}: no such file", f.display());
-        }
-    }
-    if let Some(d) = args.duration {
-        if d.is_nan() || d <= 0.0 {
-            bail!("--duration must be a positive number of seconds");
-        }
-    }
+    check_args(args)?;
     let opts = args.session_options();
     let (features, iface) = Session::preflight(&opts)?;
 
     // The output is created before anything attaches: a bad path fails cleanly.
-    let mut writer = Writer::create(&args.output, args.force)?;
-    writer.set_retention(Retention {
-        keep_ns: args.keep.map(|s| (s * 1e9) as u64),
-        max_bytes: args.max_size,
-    });
-    RecordingMeta {
+    let first_path = match args.rotate {
+        Some(_) => rotated_path(&args.output, unix_ms()),
+        None => args.output.clone(),
+    };
+    let mut writer = Writer::create(&first_path, args.force && args.rotate.is_none())?;
+    writer.set_retention(retention(args));
+    let static_meta = RecordingMeta {
         command: Some(std::env::args().collect::<Vec<_>>().join(" ")),
         iface: Some(iface.clone()),
         features: Some(serde_json::to_value(&features)?),
@@ -132,8 +134,8 @@ pub fn record(args: &RecordArgs) -> Result<RecordSummary> {
         stage_every: Some(args.stage_sample),
         complete: Some(false),
         ..RecordingMeta::this_build()
-    }
-    .write(&writer)?;
+    };
+    static_meta.write(&writer)?;
 
     // Signals first, so a Ctrl-C during attach still detaches cleanly.
     let stop = stop_flag()?;
@@ -141,21 +143,34 @@ pub fn record(args: &RecordArgs) -> Result<RecordSummary> {
     session_meta(&live)?.write(&writer)?;
 
     let mut progress = Progress::new(args);
-    progress.started(&live, args);
+    progress.started(&live, &first_path);
     let end = args
         .duration
         .map(|d| live.started + Duration::from_secs_f64(d));
     let mut totals = Totals::default();
+    let mut rotation = args.rotate.map(|every| Rotation {
+        every_ns: (every * 1e9) as u64,
+        next_ns: live.start_ns + (every * 1e9) as u64,
+        base: args.output.clone(),
+        files: vec![first_path.clone()],
+        baseline: WholeRun::default(),
+        latest: WholeRun::default(),
+        static_meta: static_meta.clone(),
+        retention: retention(args),
+    });
     let write_error = write_intervals(
         &mut live,
         &mut writer,
         &stop,
         end,
-        |live, snap, finishing| {
+        rotation.as_mut(),
+        &mut progress,
+        |live, snap, finishing, progress| {
             totals.add(snap);
             progress.interval(live, &totals, finishing);
         },
     )?;
+    let files = rotation.map_or_else(|| vec![first_path.clone()], |r| r.files);
     progress.finished();
     let stopped_by_signal = stop.load(Ordering::Relaxed);
     let intervals = live.index();
@@ -183,11 +198,11 @@ pub fn record(args: &RecordArgs) -> Result<RecordSummary> {
             let _ = writer.close_rollups();
             let _ = writer.in_transaction(|w| end.write(w));
         }
-        return Err(write_failure(e, &args.output, &writer));
+        return Err(write_failure(e, writer.path(), &writer));
     }
     let gone = live_gone;
     if let Err(e) = writer.close_rollups() {
-        return Err(write_failure(e, &args.output, &writer));
+        return Err(write_failure(e, writer.path(), &writer));
     }
     RecordingMeta {
         end_ns: Some(monotonic_ns()),
@@ -217,16 +232,43 @@ pub fn record(args: &RecordArgs) -> Result<RecordSummary> {
     if let Some(why) = gone {
         bail!(
             "recording stopped: {why}; {} holds the {intervals} intervals before, complete and readable",
-            args.output.display()
+            describe_files(&files[files.len() - 1..])
         );
     }
     Ok(RecordSummary {
+        files,
         intervals,
         rx_packets: totals.rx_packets,
         tx_packets: totals.tx_packets,
         events: totals.events,
         stopped_by_signal,
     })
+}
+
+/// The flags' values that no session could honour, refused before anything attaches.
+fn check_args(args: &RecordArgs) -> Result<()> {
+    if let Some(f) = &args.counters_from {
+        if !f.is_file() {
+            bail!("--counters-from {}: no such file", f.display());
+        }
+    }
+    if let Some(d) = args.duration {
+        if d.is_nan() || d <= 0.0 {
+            bail!("--duration must be a positive number of seconds");
+        }
+    }
+    if let Some(r) = args.rotate {
+        if r.is_nan() || r * 1e3 < args.interval as f64 || r < 1.0 {
+            bail!(
+                "--rotate must be at least 1 s and one interval ({} ms)",
+                args.interval
+            );
+        }
+        if args.counters_from.is_some() {
+            bail!("--counters-from imports into one file: it cannot be combined with --rotate");
+        }
+    }
+    Ok(())
 }
 
 /// What the session found and opened, once it is attached.
@@ -353,16 +395,24 @@ fn write_failure(e: anyhow::Error, output: &Path, writer: &Writer) -> anyhow::Er
 /// Take snapshots until the session finishes, writing each as one committed interval, and
 /// show each to `each`. An interval that cannot be written ends the loop and is returned
 /// (the file keeps the intervals before it); the session's own errors end it as errors.
+#[allow(clippy::too_many_arguments)]
 fn write_intervals(
     live: &mut Session,
     writer: &mut Writer,
     stop: &AtomicBool,
     end: Option<Instant>,
-    mut each: impl FnMut(&Session, &Snapshot, bool),
+    mut rotation: Option<&mut Rotation>,
+    progress: &mut Progress,
+    mut each: impl FnMut(&Session, &Snapshot, bool, &mut Progress),
 ) -> Result<Option<anyhow::Error>> {
     let mut notes_len = live.counter_notes.len();
     loop {
-        let (snap, finishing) = live.next(stop, end)?;
+        let (mut snap, finishing) = live.next(stop, end)?;
+        if let Some(r) = rotation.as_deref_mut() {
+            // The whole-run rows say what this file's period added.
+            r.latest.observe(&snap);
+            r.baseline.subtract(&mut snap);
+        }
         let source = live.counters_source.as_str();
         let rows: Vec<CounterRow> = snap
             .counters
@@ -388,10 +438,224 @@ fn write_intervals(
             }
             .write(writer)?;
         }
-        each(live, &snap, finishing);
+        each(live, &snap, finishing, progress);
         if finishing {
             return Ok(None);
         }
+        if let Some(r) = rotation.as_deref_mut() {
+            if snap.t_ns >= r.next_ns {
+                if let Err(e) = r.close(live, writer, snap.t_ns) {
+                    return Ok(Some(e));
+                }
+                let next = r.open(live, snap.t_ns)?;
+                let closed = std::mem::replace(writer, next);
+                let intervals = closed.intervals();
+                // Dropped here: its log is folded back, so the closed file is one file.
+                drop(closed);
+                progress.rotated(&r.files[r.files.len() - 2], intervals, writer.path());
+                while r.next_ns <= snap.t_ns {
+                    r.next_ns += r.every_ns;
+                }
+            }
+        }
+    }
+}
+
+/// `record --rotate`: when the next file begins, what each new file starts with, and the
+/// whole-run counts the files before already hold.
+struct Rotation {
+    every_ns: u64,
+    /// The BPF-clock time after which the next interval goes into a new file.
+    next_ns: u64,
+    base: PathBuf,
+    files: Vec<PathBuf>,
+    baseline: WholeRun,
+    latest: WholeRun,
+    static_meta: RecordingMeta,
+    retention: Retention,
+}
+
+impl Rotation {
+    /// The file ends after the interval that ended at `end_ns`: its last minute rolled up
+    /// and its end said, as a recording that stopped there.
+    fn close(&self, live: &Session, writer: &mut Writer, end_ns: u64) -> Result<()> {
+        writer.close_rollups()?;
+        writer.in_transaction(|w| {
+            RecordingMeta {
+                end_ns: Some(end_ns),
+                stopped_by: Some(StoppedBy::Rotated),
+                complete: Some(true),
+                flow_windows: live.flow_windows(),
+                windows_opened: live.windows_opened(),
+                ..Default::default()
+            }
+            .write(w)
+        })
+    }
+
+    /// The next file, from the interval after `start_ns`: its own metadata (the session's,
+    /// with this file's start), and the whole-run counts so far as its baseline.
+    fn open(&mut self, live: &Session, start_ns: u64) -> Result<Writer> {
+        let path = rotated_path(&self.base, unix_ms());
+        let fail = |e: anyhow::Error| {
+            e.context(format!(
+                "recording stopped: could not start {}; {} complete and readable",
+                path.display(),
+                describe_files(&self.files)
+            ))
+        };
+        let mut w = Writer::create(&path, false).map_err(fail)?;
+        w.set_retention(self.retention);
+        let meta = |w: &Writer| -> Result<()> {
+            self.static_meta.write(w)?;
+            RecordingMeta {
+                start_ns: Some(start_ns),
+                ..session_meta(live)?
+            }
+            .write(w)
+        };
+        meta(&w).map_err(fail)?;
+        self.baseline = self.latest.clone();
+        self.files.push(path);
+        Ok(w)
+    }
+}
+
+/// The whole-run tables' cumulative counts (flows, drop reasons, flow overflow, the L3-miss
+/// flows and regions) as last read, so a rotated file stores only what its period added.
+/// Page pools and socket queues are kernel state as last read, and stay so.
+#[derive(Clone, Default)]
+struct WholeRun {
+    flows: BTreeMap<crate::snapshot::FlowKey, [u64; 4]>,
+    drops: BTreeMap<u32, u64>,
+    overflow: BTreeMap<(Dir, u32), [u64; 3]>,
+    miss_flows: BTreeMap<crate::snapshot::FlowKey, [u64; 2]>,
+    regions: BTreeMap<u64, u64>,
+}
+
+impl WholeRun {
+    fn observe(&mut self, s: &Snapshot) {
+        for f in &s.flows {
+            self.flows.insert(
+                f.key.clone(),
+                [f.packets, f.bytes, f.payload_bytes, f.samples.unwrap_or(0)],
+            );
+        }
+        self.drops.extend(s.drop_reasons.iter().copied());
+        for o in &s.flow_overflow {
+            self.overflow
+                .insert((o.dir, o.queue), [o.packets, o.bytes, o.unparsed]);
+        }
+        if let Some(m) = &s.misses {
+            for (k, a, c) in &m.flows {
+                self.miss_flows.insert(k.clone(), [*a, *c]);
+            }
+            self.regions.extend(m.regions.iter().copied());
+        }
+    }
+
+    /// `s`'s cumulative rows less the baseline; rows with nothing added are left out.
+    fn subtract(&self, s: &mut Snapshot) {
+        s.flows.retain_mut(|f| {
+            let Some(b) = self.flows.get(&f.key) else {
+                return true;
+            };
+            f.packets = f.packets.saturating_sub(b[0]);
+            f.bytes = f.bytes.saturating_sub(b[1]);
+            f.payload_bytes = f.payload_bytes.saturating_sub(b[2]);
+            f.samples = f.samples.map(|n| n.saturating_sub(b[3]));
+            f.packets > 0
+        });
+        s.drop_reasons.retain_mut(|(r, n)| {
+            *n = n.saturating_sub(self.drops.get(r).copied().unwrap_or(0));
+            *n > 0
+        });
+        s.flow_overflow.retain_mut(|o| {
+            let b = self
+                .overflow
+                .get(&(o.dir, o.queue))
+                .copied()
+                .unwrap_or_default();
+            o.packets = o.packets.saturating_sub(b[0]);
+            o.bytes = o.bytes.saturating_sub(b[1]);
+            o.unparsed = o.unparsed.saturating_sub(b[2]);
+            o.packets > 0 || o.unparsed > 0
+        });
+        if let Some(m) = &mut s.misses {
+            m.flows.retain_mut(|(k, a, c)| {
+                let b = self.miss_flows.get(k).copied().unwrap_or_default();
+                *a = a.saturating_sub(b[0]);
+                *c = c.saturating_sub(b[1]);
+                *a > 0 || *c > 0
+            });
+            m.regions.retain_mut(|(r, n)| {
+                *n = n.saturating_sub(self.regions.get(r).copied().unwrap_or(0));
+                *n > 0
+            });
+        }
+    }
+}
+
+/// `--keep`/`--max-size` as the writer takes them (per file with --rotate).
+fn retention(args: &RecordArgs) -> Retention {
+    Retention {
+        keep_ns: args.keep.map(|s| (s * 1e9) as u64),
+        max_bytes: args.max_size,
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// `DIR/NAME-YYYYmmddTHHMMSSZ.EXT` for `-o DIR/NAME.EXT` (EXT `ddio` when none), at UTC
+/// `unix_ms`; `-2`, `-3` ... before the extension while that name is taken, so a rotation
+/// never replaces a file (an earlier run's in the same second, or anyone's).
+pub fn rotated_path(output: &Path, unix_ms: u64) -> PathBuf {
+    let dir = crate::outfile::parent_dir(output);
+    let stem = output
+        .file_stem()
+        .map_or_else(|| "ddioscope".into(), |s| s.to_string_lossy());
+    let ext = output
+        .extension()
+        .map_or_else(|| "ddio".into(), |s| s.to_string_lossy());
+    let ts = chrono::DateTime::from_timestamp_millis(unix_ms as i64)
+        .unwrap_or_default()
+        .format("%Y%m%dT%H%M%SZ");
+    let name = |n: u32| {
+        let suffix = if n < 2 {
+            String::new()
+        } else {
+            format!("-{n}")
+        };
+        dir.join(format!("{stem}-{ts}{suffix}.{ext}"))
+    };
+    let mut n = 1;
+    while n < 10_000 && std::fs::symlink_metadata(name(n)).is_ok() {
+        n += 1;
+    }
+    let p = name(n);
+    if output.parent().is_some_and(|d| d.as_os_str().is_empty()) {
+        p.strip_prefix(".").map(Path::to_path_buf).unwrap_or(p)
+    } else {
+        p
+    }
+}
+
+/// A run's files in a message: the one, or the first and how many.
+fn describe_files(files: &[PathBuf]) -> String {
+    match files {
+        [one] => one.display().to_string(),
+        [first, .., last] => format!(
+            "{} files, {} to {},",
+            files.len(),
+            first.display(),
+            last.display()
+        ),
+        [] => "no file".to_string(),
     }
 }
 
@@ -437,7 +701,7 @@ impl Progress {
         }
     }
 
-    fn started(&self, live: &Session, args: &RecordArgs) {
+    fn started(&self, live: &Session, output: &Path) {
         let detail_hooks = live
             .detail
             .as_ref()
@@ -473,7 +737,7 @@ impl Progress {
             }
             progress_line(
                 serde_json::json!({"event": "attached", "iface": iface.name, "ifindex": iface.ifindex,
-                "hooks": attached, "output": args.output.display().to_string(), "prog_ids": live.prog_ids(),
+                "hooks": attached, "output": output.display().to_string(), "prog_ids": live.prog_ids(),
                 "progs": progs, "detail": live.detail_mode.as_str(), "rx_counts": live.tier0.rx_source.as_str()}),
             );
             return;
@@ -493,7 +757,7 @@ impl Progress {
                 .unwrap_or_default(),
             attached,
             live.counters_source,
-            args.output.display(),
+            output.display(),
             self.duration
                 .map(|d| format!(" for {d} s"))
                 .unwrap_or_default()
@@ -523,6 +787,25 @@ impl Progress {
         }
     }
 
+    /// `--rotate` closed one file and opened the next.
+    fn rotated(&mut self, closed: &Path, intervals: u64, opened: &Path) {
+        if self.json {
+            progress_line(
+                serde_json::json!({"event": "rotated", "closed": closed.display().to_string(),
+                "intervals": intervals, "opened": opened.display().to_string()}),
+            );
+        } else {
+            if self.tty {
+                eprintln!();
+            }
+            eprintln!(
+                "closed {} ({intervals} intervals); writing {}",
+                closed.display(),
+                opened.display()
+            );
+        }
+    }
+
     /// End the status line.
     fn finished(&self) {
         if self.tty {
@@ -533,12 +816,13 @@ impl Progress {
     fn done(&self, args: &RecordArgs, s: &RecordSummary) {
         if self.json {
             progress_line(
-                serde_json::json!({"event": "done", "intervals": s.intervals, "output": args.output.display().to_string()}),
+                serde_json::json!({"event": "done", "intervals": s.intervals, "output": s.files.last().unwrap_or(&args.output).display().to_string(),
+                    "files": s.files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>()}),
             );
         } else {
             eprintln!(
                 "wrote {} ({} intervals, rx {} / tx {} packets, {} sampled, {} lost){}",
-                args.output.display(),
+                describe_files(&s.files).trim_end_matches(','),
                 s.intervals,
                 s.rx_packets,
                 s.tx_packets,
@@ -587,6 +871,25 @@ mod tests {
                 q.display()
             )),
             "{line}"
+        );
+    }
+
+    /// Files are named by their UTC start beside `-o`, and never over a file that exists.
+    #[test]
+    fn rotated_files_are_named_by_their_start() {
+        let d = tempfile::tempdir().unwrap();
+        // 2026-11-28 10:05:09.5 UTC.
+        let ms = 1_795_860_309_500;
+        let p = rotated_path(&d.path().join("run.ddio"), ms);
+        assert_eq!(p, d.path().join("run-20261128T100509Z.ddio"));
+        std::fs::write(&p, b"someone's").unwrap();
+        let q = rotated_path(&d.path().join("run.ddio"), ms);
+        assert_eq!(q, d.path().join("run-20261128T100509Z-2.ddio"));
+        assert_eq!(std::fs::read(&p).unwrap(), b"someone's");
+        // No extension: .ddio; a bare name stays relative to the working directory.
+        assert_eq!(
+            rotated_path(Path::new("cap"), ms),
+            PathBuf::from("cap-20261128T100509Z.ddio")
         );
     }
 

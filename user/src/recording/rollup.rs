@@ -584,12 +584,7 @@ impl OpenSpans {
 
 /// Whether the recording has rollups.
 pub fn present(conn: &Connection) -> bool {
-    conn.query_row(
-        "SELECT 1 FROM sqlite_master WHERE type='table' AND name='rollup_spans'",
-        [],
-        |_| Ok(()),
-    )
-    .is_ok()
+    super::reader::has_table(conn, "rollup_spans")
 }
 
 /// Rolls up a recording that has none, in one transaction (all of it or nothing), calling
