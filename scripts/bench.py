@@ -44,7 +44,8 @@
    `neighbour` (a recorded default-shape pair carrying nothing, beside a busy tuned pair: the
    cost to another device's traffic). Throughput of the loaded pair, cost vs the same round's
    bare run, and from one more run per configuration with bpf_stats on, BPF ns and program
-   runs per packet of the loaded pair (the interface's own RX count).
+   runs per packet of the loaded pair (the interface's own RX count), in out/bench.json also
+   per program. BENCH_SHAPE_ROUNDS=0 measures the BPF side alone (about 2 minutes).
 
 A benchmark prints; it asserts nothing about time. Raw results go to out/bench.json.
 Knobs (environment): BIN, OUT_JSON, BENCH_ROUNDS (5), BENCH_PAIR_ROUNDS (5: more rounds of nothing
