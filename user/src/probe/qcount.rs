@@ -318,6 +318,37 @@ fn role_of(section: &str) -> Option<Role> {
     }
 }
 
+/// The attached `links` split into those that stay (the programs that run all the time) and
+/// the window-only roles' hooks, let go now and made again in each window.
+fn split_window_hooks(
+    links: Vec<(String, Link)>,
+    cfg: &QcountConfig,
+) -> (Vec<(String, Link)>, Vec<WindowHook>) {
+    let windowed = |role: Option<Role>| match role {
+        Some(Role::Count(d)) => cfg.window_only[usize::from(d == Dir::Tx)],
+        Some(Role::Napi) => cfg.napi_window_only,
+        Some(Role::Drop) => cfg.drop_window_only,
+        None => false,
+    };
+    let mut kept = Vec::new();
+    let mut window_hooks = Vec::new();
+    for (section, link) in links {
+        let role = role_of(&section);
+        match role {
+            Some(role) if windowed(Some(role)) => window_hooks.push(WindowHook {
+                role,
+                section,
+                link: None,
+            }),
+            _ => kept.push((section, link)),
+        }
+    }
+    // The tcx link first: its attach and detach each wait out an RCU grace period (tens of
+    // ms), so it comes on before the others and goes after them.
+    window_hooks.sort_by_key(|h| h.section != "tcx/ingress");
+    (kept, window_hooks)
+}
+
 /// The tracepoints tier 0 hooks, by role.
 const RX_HANDUP_TPS: &[&str] = &super::handups::HANDUP_TPS;
 const ALWAYS_TPS: &[&str] = &hooks::QCOUNT_ALWAYS;
@@ -486,37 +517,8 @@ impl QcountProbe {
                 }
             }
         }
-        // Which links are a window-only direction's: let go now, made again in each window.
-        let mut window_hooks = Vec::new();
-        if cfg.window_only.iter().any(|&w| w) || cfg.napi_window_only || cfg.drop_window_only {
-            let mut kept = Vec::new();
-            for (section, link) in links.drain(..) {
-                match role_of(&section) {
-                    Some(Role::Count(d)) if cfg.window_only[usize::from(d == Dir::Tx)] => {
-                        window_hooks.push(WindowHook {
-                            role: Role::Count(d),
-                            section,
-                            link: None,
-                        })
-                    }
-                    Some(Role::Napi) if cfg.napi_window_only => window_hooks.push(WindowHook {
-                        role: Role::Napi,
-                        section,
-                        link: None,
-                    }),
-                    Some(Role::Drop) if cfg.drop_window_only => window_hooks.push(WindowHook {
-                        role: Role::Drop,
-                        section,
-                        link: None,
-                    }),
-                    _ => kept.push((section, link)),
-                }
-            }
-            links = kept;
-            // The tcx link first: its attach and detach each wait out an RCU grace period
-            // (tens of ms), so it comes on before the others and goes after them.
-            window_hooks.sort_by_key(|h| h.section != "tcx/ingress");
-        }
+        // Which links are a window-only role's: let go now, made again in each window.
+        let (links, window_hooks) = split_window_hooks(links, cfg);
         let always = links.iter().map(|(s, _)| s.clone()).collect();
         let links = links.into_iter().map(|(_, l)| l).collect();
         let attached = |tp: &str| hooks.iter().any(|h| h.hook == tp && h.error.is_none());
