@@ -213,8 +213,14 @@ class Bpftrace:
 
     def __exit__(self, *exc):
         try:
+            # bpftrace now and then misses the first SIGINT (it stays in its event loop with
+            # its probes attached): a second one after a while ends it.
             self.proc.send_signal(signal.SIGINT)
-            out, _ = self.proc.communicate(timeout=60)
+            try:
+                out, _ = self.proc.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.send_signal(signal.SIGINT)
+                out, _ = self.proc.communicate(timeout=40)
             for m in re.finditer(r"^(@\w+)(?:\[(.*?)\])?: (\d+)$", out, re.M):
                 self.maps.setdefault(m.group(1), {})[m.group(2) or ""] = int(m.group(3))
         finally:
