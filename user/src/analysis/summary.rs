@@ -728,8 +728,13 @@ fn tiers(
         (Some(DetailMode::Windows), Some(w), Some(c)) => (
             "windowed",
             format!(
-                "in windows of {} every {}{}",
+                "in windows of {}{} every {}{}",
                 fmt_duration(w * 1e6),
+                m.window_packets
+                    .filter(|&n| n > 0)
+                    .map_or(String::new(), |n| format!(
+                        " (cut to about {n} packets on a busy device)"
+                    )),
                 fmt_duration(c * 1e6),
                 detail_s.map_or(String::new(), |d| format!(
                     ", {} of {} in all",

@@ -125,7 +125,7 @@ pub struct QcountConfig {
     /// direction and no flow is sampled there, so no per-packet program is needed).
     pub count_rx: bool,
     pub count_tx: bool,
-    /// [RX, TX]: the direction's program runs only while `set_window_hooks(true)` holds (the
+    /// [RX, TX]: the direction's program runs only between `attach_window_hooks` and `detach_window_hooks` (the
     /// driver counts that direction; the program is there for flows, sampled in windows).
     pub window_only: [bool; 2],
     /// The NAPI poll counter runs in windows only too (its polls are then estimated from
@@ -384,6 +384,17 @@ pub struct QcountProbe {
     /// their attached time not yet taken: what they counted is over that time.
     window_since: Option<std::time::Instant>,
     window_ns: u64,
+    /// The window-only links last let go, being detached off the recorder's loop: a tcx
+    /// link, or a tracepoint's last program, waits out an RCU grace period (tens of ms) as it
+    /// goes, and the loop would hold the drain's hooks on meanwhile. Joined before the
+    /// programs attach again (a tcx program attaches to a device once) and when the probe goes.
+    detaching: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for QcountProbe {
+    fn drop(&mut self) {
+        self.join_detaching();
+    }
 }
 
 /// Userspace's side of the two flow tables (see probe::flowdrain).
@@ -553,6 +564,7 @@ impl QcountProbe {
             flows: FlowDrain::default(),
             window_since: None,
             window_ns: 0,
+            detaching: None,
         })
     }
 
@@ -585,20 +597,11 @@ impl QcountProbe {
         self.window_hooks.iter().any(|h| h.role == Role::Drop)
     }
 
-    /// Attach (`on`) or let go the window-only programs. A failure to attach is the caller's
-    /// to report: the window then has no flows from that direction.
-    pub fn set_window_hooks(&mut self, on: bool) -> Result<()> {
+    /// Attach the window-only programs. A failure to attach is the caller's to report: the
+    /// window then has no flows from that direction.
+    pub fn attach_window_hooks(&mut self) -> Result<()> {
         let mut err = None;
-        if !on {
-            if let Some(t) = self.window_since.take() {
-                self.window_ns += t.elapsed().as_nanos() as u64;
-            }
-            // Last attached, first detached (see PktlifeProbe::detach).
-            for h in self.window_hooks.iter_mut().rev() {
-                h.link = None;
-            }
-            return Ok(());
-        }
+        self.join_detaching();
         for i in 0..self.window_hooks.len() {
             if self.window_hooks[i].link.is_none() {
                 match self.attach_section(&self.window_hooks[i].section.clone()) {
@@ -611,6 +614,36 @@ impl QcountProbe {
             self.window_since = Some(std::time::Instant::now());
         }
         err.map_or(Ok(()), Err)
+    }
+
+    /// Let go the window-only programs, off the caller's thread (see `detaching`).
+    pub fn detach_window_hooks(&mut self) {
+        if let Some(t) = self.window_since.take() {
+            self.window_ns += t.elapsed().as_nanos() as u64;
+        }
+        // Last attached, first detached (see PktlifeProbe::detach).
+        let links: Vec<Link> = self
+            .window_hooks
+            .iter_mut()
+            .rev()
+            .filter_map(|h| h.link.take())
+            .collect();
+        self.join_detaching();
+        if !links.is_empty() {
+            let spawned = std::thread::Builder::new()
+                .name("tier0-detach".into())
+                .spawn(move || drop(links));
+            // Without a thread the links went with the error, here.
+            self.detaching = spawned.ok();
+        }
+    }
+
+    /// Wait for the links let go last to be detached.
+    fn join_detaching(&mut self) {
+        if let Some(t) = self.detaching.take() {
+            // A detach that panicked has dropped its links all the same.
+            let _ = t.join();
+        }
     }
 
     /// Whether a program counts a direction, always or in windows.

@@ -148,6 +148,10 @@ pub struct RecordingMeta {
     pub window_duty: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window_ms: Option<f64>,
+    /// Packets each window was sized to see on a busy device, cutting it below `window_ms`
+    /// (0: windows of `window_ms`; None: recorded before windows were sized by packets).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window_packets: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window_warmup_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -325,6 +325,7 @@ fn session_meta(live: &Session) -> Result<RecordingMeta> {
         window_cycle_ms: cycle.map(|c| c.as_millis() as f64),
         window_duty: windowed.then_some(live.duty),
         window_ms: spans.map(|s| ms(s.window)),
+        window_packets: windowed.then_some(live.window_packets),
         window_warmup_ms: spans.map(|s| ms(s.warmup)),
         window_drain_ms: spans.map(|s| ms(s.drain)),
         platform: Some(live.platform.describe()),
@@ -743,6 +744,10 @@ impl Progress {
             return;
         }
         let windows = match live.detail_mode {
+            DetailMode::Windows if live.window_packets > 0 => format!(
+                ", detail in windows of 1/{} of the time or about {} packets",
+                live.duty, live.window_packets
+            ),
             DetailMode::Windows => format!(", detail in windows of 1/{} of the time", live.duty),
             DetailMode::Full => ", full detail".to_string(),
             DetailMode::Counts => ", counts only".to_string(),

@@ -87,7 +87,7 @@ pub(super) fn attach_tier0(
     tier0.map_napi(&napi_known)?;
     let learn_first = window_only[0] && napi_known.is_empty();
     if learn_first {
-        tier0.set_window_hooks(true)?;
+        tier0.attach_window_hooks()?;
     }
     Ok((tier0, learn_first))
 }
@@ -186,7 +186,9 @@ pub(super) fn attach_detail(
             if learn_first {
                 w.opened_at = Some(Duration::ZERO);
                 w.learning = true;
+                w.tier0_on = true;
             }
+            w.window_packets = opts.detail.window_packets;
             w
         })
     } else {

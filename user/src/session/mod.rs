@@ -50,6 +50,8 @@ pub struct Session {
     pub detail_mode: DetailMode,
     /// The duty the detail hooks run at (1: always).
     pub duty: u32,
+    /// Packets a window is sized to see (0: the duty's window).
+    pub window_packets: u64,
     /// Address join on 1 in N buffer pages.
     pub join_sample: u32,
     /// The flows' sampling threshold in bytes (1: exact).
@@ -175,6 +177,11 @@ impl Session {
                 DetailMode::Full
             },
             duty: if windowed { opts.duty() } else { 1 },
+            window_packets: if windowed {
+                opts.detail.window_packets
+            } else {
+                0
+            },
             join_sample: opts.miss.join_sample,
             flow_sample: opts.detail.flow_sample(),
             window_flow_sample: attach::window_flow_bytes(opts),
@@ -322,7 +329,7 @@ impl Session {
         }
         // Not on the last snapshot: a window opened then would never run.
         if !finishing {
-            self.plan_windows(&snap.queues, &cur_q)?;
+            self.plan_windows(&snap.queues, &cur_q, snap.dur_ns as f64 / 1e9)?;
         }
         if finishing {
             for (dir, split) in [Dir::Rx, Dir::Tx].into_iter().zip(&self.splits) {

@@ -78,6 +78,12 @@ pub struct DetailArgs {
     #[arg(long, value_name = "N", default_value_t = windows::DEFAULT_DUTY,
           value_parser = clap::value_parser!(u32).range(1..=windows::MAX_DUTY as i64))]
     pub duty: u32,
+    /// With --detail windows: on a busy device each window is cut to about this many packets
+    /// (both directions, at the last interval's rate; at least 2 ms), so the detail hooks'
+    /// runs stay near this many packets' worth a second however fast the device runs. 0:
+    /// every window runs its 1/N of the second.
+    #[arg(long, value_name = "PACKETS", default_value_t = windows::WINDOW_PACKETS)]
+    pub window_packets: u64,
     /// Flows are estimated from skbs sampled in proportion to their size: an skb of d bytes
     /// with probability min(1, d / BYTES), so bulk flows come out nearly exact and a flood of
     /// small packets costs one sample per BYTES; each estimate carries its error bound (see
@@ -119,6 +125,7 @@ impl DetailArgs {
         DetailArgs {
             mode: DetailMode::Windows,
             duty: windows::DEFAULT_DUTY,
+            window_packets: windows::WINDOW_PACKETS,
             flow_sample: None,
             rx_counts: RxChoice::Auto,
             flows: FlowTiming::Windows,

@@ -36,6 +36,10 @@ pub(super) struct WindowDriver {
     pub(super) opened_at: Option<Duration>,
     /// The window-only flow programs run from the start until the first window ends.
     pub(super) learning: bool,
+    /// Tier 0's window-only programs are attached.
+    pub(super) tier0_on: bool,
+    /// Packets a window is sized to see (`windows::WINDOW_PACKETS`; 0: the duty's window).
+    pub(super) window_packets: u64,
     /// Windows opened for each queue (direction, queue) that carried traffic with a stage
     /// untimed; at most `OPENED_PER_QUEUE` each.
     pub(super) opened_for: std::collections::HashMap<(Dir, u32), u32>,
@@ -115,6 +119,8 @@ impl WindowDriver {
             flow_failure: None,
             opened_at: None,
             learning: false,
+            tier0_on: false,
+            window_packets: windows::WINDOW_PACKETS,
             opened_for: std::collections::HashMap::new(),
             opened: 0,
             drain: None,
@@ -216,6 +222,13 @@ impl WindowDriver {
         }
     }
 
+    /// Let tier 0's window-only programs go at `at`: the span they ran.
+    fn tier0_off(&mut self, tier0: &mut QcountProbe, at: Duration) -> Option<(Duration, Duration)> {
+        tier0.detach_window_hooks();
+        self.tier0_on = false;
+        self.opened_at.take().map(|from| (from, at))
+    }
+
     /// Whether a drain due to end at `at` is held on for another step: lives of the window
     /// ended within the last `DRAIN_PATIENCE` steps (a reader still copying them) and the drain
     /// is not at its longest. Those left when it stops are either waiting on a reader that has
@@ -255,6 +268,11 @@ impl WindowDriver {
             phase = Phase::Off;
         }
         if phase == self.phase {
+            // A drain held on keeps the hooks that end a life, and tier0's programs go.
+            let held = self.drain.as_ref().is_some_and(|d| d.held);
+            if held && self.tier0_on && !self.learning {
+                return Ok(self.tier0_off(tier0, at));
+            }
             return Ok(None);
         }
         let (was, is) = (self.phase, phase);
@@ -264,16 +282,23 @@ impl WindowDriver {
                 l.set_sampling(false)?;
             }
         }
+        // The first window's end ends the learning, whatever comes after it.
+        if was == Phase::Window && is != Phase::Window {
+            self.learning = false;
+        }
+        // Tier 0's window programs run through the window's first drain and leave with the
+        // detail hooks (then off the recorder's loop: see QcountProbe::detach_window_hooks), or
+        // when the drain is held on for a reader that lags: what they count (the splits,
+        // drops and flows) is scaled by the time they ran, and none of it needs the drain.
+        // Let go at the window's end instead, a tcx link's detach would hold kernel locks the
+        // detail hooks' detach then waits on, with every drain hook still running.
+        let tier0_wanted = tier0_windows && (self.learning || is != Phase::Off);
         match is {
             Phase::Off => {
-                // The detail hooks and tier 0's programs ran until they are detached: the
-                // window's time and the flow programs' span end then.
+                // The detail hooks ran until they are detached: the window's time ends then.
                 let closing = Instant::now();
                 detail.close_window();
                 at += closing.elapsed();
-                if tier0_windows {
-                    tier0.set_window_hooks(false)?;
-                }
             }
             Phase::Drain => {
                 detail.stop_starts();
@@ -285,15 +310,14 @@ impl WindowDriver {
                 if was == Phase::Off {
                     self.generation = self.generation.wrapping_add(1);
                 }
-                // Tier 0's window programs first and the detail hooks after them (they leave
-                // in the opposite order): the detail hooks, the costly ones per packet, are
-                // not held on while tier 0's tcx link waits for its grace period, and
-                // detaching them never takes a tracepoint's first program from under
-                // another's (which waits for one too).
-                if tier0_windows && was == Phase::Off {
+                // Tier 0's window programs first and the detail hooks after them: the detail
+                // hooks, the costly ones per packet, are not held on while tier 0's tcx link
+                // waits for its grace period.
+                if tier0_wanted && !self.tier0_on {
+                    self.tier0_on = true;
                     let attaching = Instant::now();
                     // A window without tier 0's programs (one would not attach) still has its detail.
-                    if let Err(e) = tier0.set_window_hooks(true) {
+                    if let Err(e) = tier0.attach_window_hooks() {
                         self.flow_failures += 1;
                         if self.flow_failures == 1 {
                             self.flow_failure = Some(format!("{e:#}"));
@@ -303,6 +327,7 @@ impl WindowDriver {
                     let took = attaching.elapsed();
                     self.schedule.postpone(at, took);
                     at += took;
+                    self.opened_at = Some(at);
                 }
                 detail.open_window(self.generation)?;
                 if let Some(l) = l3.as_deref_mut() {
@@ -311,6 +336,12 @@ impl WindowDriver {
             }
             _ => {}
         }
+        // The span the window-only flow programs ran, once it ends.
+        let flow_span = if self.tier0_on && !tier0_wanted {
+            self.tier0_off(tier0, at)
+        } else {
+            None
+        };
         if is != Phase::Drain {
             self.drain = None;
         }
@@ -319,17 +350,6 @@ impl WindowDriver {
                 l.set_sampling(true)?;
             }
         }
-        // The span the window-only flow programs ran, once it ends.
-        if was == Phase::Off && !self.learning {
-            self.opened_at = Some(at);
-        }
-        if is == Phase::Off {
-            self.learning = false;
-        }
-        let flow_span = self
-            .opened_at
-            .filter(|_| tier0_windows && is == Phase::Off)
-            .map(|from| (from, at));
         Self::track(
             &mut self.sampled,
             &mut self.sampling_since,
@@ -357,6 +377,7 @@ impl Session {
         &mut self,
         interval: &[QueueCounters],
         cumulative: &[QueueCounters],
+        interval_secs: f64,
     ) -> Result<()> {
         let Some(w) = self.windows.as_mut() else {
             return Ok(());
@@ -368,8 +389,12 @@ impl Session {
             .flatten()
             .map(linksplit::LinkSplit::unsplit)
             .sum();
-        w.device_idle =
-            interval.iter().map(|q| q.packets).sum::<u64>() + unsplit < IDLE_BELOW_PACKETS;
+        let packets = interval.iter().map(|q| q.packets).sum::<u64>() + unsplit;
+        w.device_idle = packets < IDLE_BELOW_PACKETS;
+        if w.window_packets > 0 && interval_secs > 0.0 {
+            w.schedule
+                .fit_packets(at, packets as f64 / interval_secs, w.window_packets);
+        }
         w.time_untimed_queues(interval, cumulative, at);
         if self.splits.iter().any(Option::is_some) {
             if unsplit < OPEN_FOR_PACKETS {
@@ -386,8 +411,9 @@ impl Session {
             return Ok(());
         }
         w.learning = false;
+        w.tier0_on = false;
         let learned = w.opened_at.take();
-        self.tier0.set_window_hooks(false)?;
+        self.tier0.detach_window_hooks();
         match learned {
             Some(from) => self.flow_window_ended((from, at)),
             None => Ok(()),

@@ -19,8 +19,11 @@ use std::time::Duration;
 /// at 1 Mpkt/s turns over in 4 ms).
 pub const MAX_WARMUP: Duration = Duration::from_millis(10);
 
-/// A window's drain: most lives begun in a window end within it.
-pub const MAX_DRAIN: Duration = Duration::from_millis(10);
+/// A window's drain before it is looked at: a life begun in a window that ends at all mostly
+/// ends within a few milliseconds of it; one that does not holds the drain on step by step
+/// (`DRAIN_STEP`), so a short base drain does not cut lives, and the end hooks, which run for
+/// every packet of the host, stay on no longer than lives still end.
+pub const MAX_DRAIN: Duration = Duration::from_millis(5);
 
 /// The drain is held on by this step at a time while the window's lives still end: a socket
 /// whose reader lags copies a window's packets well after it (on a 2-CPU host with two CPU
@@ -29,8 +32,9 @@ pub const DRAIN_STEP: Duration = Duration::from_millis(5);
 
 /// Steps in a row in which no life ends before a drain stops: a reader descheduled for a step
 /// on a loaded host has not stopped reading, and the lives left after them most likely ended
-/// where no hook sees (a segment TCP coalesced into the one before it).
-pub const DRAIN_PATIENCE: u32 = 4;
+/// where no hook sees (a segment TCP coalesced into the one before it). Each step holds the
+/// end hooks on for every packet of the host, so the drain waits two, not more.
+pub const DRAIN_PATIENCE: u32 = 2;
 
 /// Longest a drain is held on: a life longer than this after its window's end is counted as
 /// cut rather than timed, and the hooks' time on stays bounded whatever a reader does.
@@ -54,6 +58,29 @@ pub const MAX_DUTY: u32 = 64;
 /// windows has one opened for it (`Schedule::open_at`), so a burst of a few hundred
 /// milliseconds still gets its stages timed.
 pub const DEFAULT_DUTY: u32 = 32;
+
+/// Packets (both directions) a window is sized to see on a busy device (`--window-packets`):
+/// thousands of timed packets a second are more than the stage histograms, the flow sample
+/// and the splits need, while the detail hooks cost a fixed number of runs per packet inside
+/// a window. Sizing windows by packets rather than time holds their cost to about this many
+/// packets' worth of hook runs a second, whatever the rate: at 1 Mpkt/s a 1/32 window would
+/// time 31,000 packets a second, each paying every hook on its path (and its peer's, for a
+/// host-wide one).
+pub const WINDOW_PACKETS: u64 = 1024;
+
+/// The shortest window a packet budget sizes: attaching the hooks takes about a millisecond,
+/// and a window much shorter than that would be mostly attach.
+pub const MIN_WINDOW: Duration = Duration::from_millis(2);
+
+/// A window long enough to see `packets` packets at `rate` packets a second, within
+/// [`MIN_WINDOW`] and `longest` (the duty's window). `packets` 0: the duty's window.
+pub fn budgeted_window(longest: Duration, rate: f64, packets: u64) -> Duration {
+    if packets == 0 || rate <= 0.0 || !rate.is_finite() {
+        return longest;
+    }
+    let fit = Duration::from_secs_f64((packets as f64 / rate).min(longest.as_secs_f64()));
+    fit.max(MIN_WINDOW).min(longest)
+}
 
 /// The spans of one window within a cycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,6 +136,8 @@ pub struct Window {
     pub window_on: Duration,
     pub off: Duration,
     pub drained: Duration,
+    /// The recorder has been in it (`Schedule::phase_at`).
+    pub entered: bool,
 }
 
 impl Window {
@@ -130,6 +159,8 @@ impl Window {
 pub struct Schedule<F: FnMut() -> f64> {
     cycle: Duration,
     spans: Spans,
+    /// The duty's window: the longest a window runs (`fit_window` may shorten it).
+    longest: Duration,
     draw: F,
     /// Cycles whose window is drawn.
     planned: u64,
@@ -144,9 +175,11 @@ impl<F: FnMut() -> f64> Schedule<F> {
         if duty <= 1 || cycle.is_zero() {
             return None;
         }
+        let spans = spans(cycle, duty, sampled);
         Some(Schedule {
             cycle,
-            spans: spans(cycle, duty, sampled),
+            spans,
+            longest: spans.window,
             draw,
             planned: 0,
             windows: VecDeque::new(),
@@ -167,6 +200,7 @@ impl<F: FnMut() -> f64> Schedule<F> {
                 window_on,
                 off,
                 drained: off + self.spans.drain,
+                entered: false,
             });
             self.planned += 1;
         }
@@ -195,6 +229,7 @@ impl<F: FnMut() -> f64> Schedule<F> {
             window_on,
             off,
             drained: off + self.spans.drain,
+            entered: false,
         };
         let at = self
             .windows
@@ -221,6 +256,23 @@ impl<F: FnMut() -> f64> Schedule<F> {
         }
     }
 
+    /// From `t` on, windows run `window` (at most the duty's): those drawn that have not come
+    /// on yet are cut or stretched to it; one under way keeps its length.
+    pub fn fit_window(&mut self, t: Duration, window: Duration) {
+        self.spans.window = window.min(self.longest);
+        let (len, drain) = (self.spans.window, self.spans.drain);
+        for w in self.windows.iter_mut().filter(|w| w.warm_on > t) {
+            w.off = w.window_on + len;
+            w.drained = w.off + drain;
+        }
+    }
+
+    /// From `t` on, windows are sized to see `packets` at `rate` packets a second
+    /// ([`budgeted_window`]); `packets` 0: the duty's window.
+    pub fn fit_packets(&mut self, t: Duration, rate: f64, packets: u64) {
+        self.fit_window(t, budgeted_window(self.longest, rate, packets));
+    }
+
     /// Keep the drain on until `until`: the lives of the window that just ended are still
     /// ending. A window due in the meantime comes on as it would have.
     pub fn hold_drain(&mut self, until: Duration) {
@@ -230,6 +282,21 @@ impl<F: FnMut() -> f64> Schedule<F> {
     /// The phase at `t` (time since the start; call with non-decreasing `t`): the most
     /// active phase of any window there (overlapping windows run as one), or a held drain.
     pub fn phase_at(&mut self, t: Duration) -> Phase {
+        // A window the recorder reaches only after its end (its loop was busy all through it)
+        // begins when it gets there and runs its whole length: a window of a few
+        // milliseconds would otherwise pass between two looks and never run.
+        for w in self.windows.iter_mut().filter(|w| !w.entered) {
+            if w.off <= t {
+                let late = t - w.warm_on;
+                w.warm_on += late;
+                w.window_on += late;
+                w.off += late;
+                w.drained += late;
+            }
+            if w.warm_on <= t {
+                w.entered = true;
+            }
+        }
         self.plan_through(t);
         let held = if self.held_until.is_some_and(|h| h > t) {
             Phase::Drain
@@ -285,7 +352,7 @@ mod tests {
     #[test]
     fn phases_walk_each_window_warmup_window_drain() {
         // Cycle 0's window runs from 500 ms for 250 ms (duty 4) after 10 ms of warm-up, then
-        // drains for 10 ms.
+        // drains for 5 ms.
         let mut s = fixed(vec![0.5, 0.5, 0.5], 4);
         assert_eq!(s.phase_at(ms(0)), Phase::Off);
         assert_eq!(s.next_change(ms(0)), Some(ms(490)));
@@ -293,19 +360,19 @@ mod tests {
         assert_eq!(s.phase_at(ms(500)), Phase::Window);
         assert_eq!(s.phase_at(ms(749)), Phase::Window);
         assert_eq!(s.phase_at(ms(750)), Phase::Drain);
-        assert_eq!(s.phase_at(ms(759)), Phase::Drain);
-        assert_eq!(s.phase_at(ms(760)), Phase::Off);
-        assert_eq!(s.next_change(ms(760)), Some(ms(1490)));
+        assert_eq!(s.phase_at(ms(754)), Phase::Drain);
+        assert_eq!(s.phase_at(ms(755)), Phase::Off);
+        assert_eq!(s.next_change(ms(755)), Some(ms(1490)));
     }
 
     #[test]
     fn a_held_drain_stays_on_until_its_hold_and_gives_way_to_a_window_due_in_it() {
-        // Cycle 0's window drains 750-760 ms; held to 770 ms, then to 790 ms.
+        // Cycle 0's window drains 750-755 ms; held to 770 ms, then to 790 ms.
         let mut s = fixed(vec![0.5, 0.0], 4);
-        assert_eq!(s.phase_at(ms(759)), Phase::Drain);
+        assert_eq!(s.phase_at(ms(754)), Phase::Drain);
         s.hold_drain(ms(770));
-        assert_eq!(s.next_change(ms(760)), Some(ms(770)));
-        assert_eq!(s.phase_at(ms(760)), Phase::Drain);
+        assert_eq!(s.next_change(ms(755)), Some(ms(770)));
+        assert_eq!(s.phase_at(ms(755)), Phase::Drain);
         s.hold_drain(ms(790));
         assert_eq!(s.phase_at(ms(789)), Phase::Drain);
         assert_eq!(s.phase_at(ms(790)), Phase::Off);
@@ -440,8 +507,63 @@ mod tests {
             Spans {
                 window: ms(15),
                 warmup: ms(0),
-                drain: ms(10)
+                drain: ms(5)
             }
         );
+    }
+
+    #[test]
+    fn a_busy_device_gets_windows_sized_to_its_packet_budget() {
+        let longest = SEC / 32;
+        // 100 kpkt/s: 1024 packets take 10.24 ms.
+        assert_eq!(
+            budgeted_window(longest, 100_000.0, 1024),
+            Duration::from_micros(10_240)
+        );
+        // Faster than the floor allows: 2 ms, not 1.024.
+        assert_eq!(budgeted_window(longest, 1e6, 1024), MIN_WINDOW);
+        // Slower than the duty's window: the duty's window.
+        assert_eq!(budgeted_window(longest, 10_000.0, 1024), longest);
+        // No budget, an idle device or a rate not measured: the duty's window.
+        assert_eq!(budgeted_window(longest, 1e6, 0), longest);
+        assert_eq!(budgeted_window(longest, 0.0, 1024), longest);
+        assert_eq!(budgeted_window(longest, f64::NAN, 1024), longest);
+    }
+
+    #[test]
+    fn a_fitted_window_cuts_the_windows_to_come_and_not_the_one_under_way() {
+        // Duty 4 without warm-up: windows of 250 ms at 500 ms of each cycle, 5 ms of drain.
+        let mut s = Schedule::new(SEC, 4, false, || 0.5).expect("duty > 1");
+        assert_eq!(s.phase_at(ms(600)), Phase::Window);
+        s.fit_window(ms(600), ms(20));
+        // The window under way runs its 250 ms ...
+        assert_eq!(s.phase_at(ms(749)), Phase::Window);
+        assert_eq!(s.phase_at(ms(750)), Phase::Drain);
+        // ... and the next one 20 ms, then drains.
+        assert_eq!(s.phase_at(ms(1519)), Phase::Window);
+        assert_eq!(s.phase_at(ms(1520)), Phase::Drain);
+        assert_eq!(s.phase_at(ms(1525)), Phase::Off);
+        // A fit never stretches a window past the duty's.
+        s.fit_window(ms(1600), SEC);
+        assert_eq!(s.phase_at(ms(2749)), Phase::Window);
+        assert_eq!(s.phase_at(ms(2750)), Phase::Drain);
+    }
+
+    #[test]
+    fn a_window_the_recorder_reaches_after_its_end_runs_from_then() {
+        // Duty 64 without warm-up: a 15.625 ms window at 500 ms, 5 ms of drain. The loop
+        // looks at 400 ms and next at 530 ms, after the window's end.
+        let mut s = Schedule::new(SEC, 64, false, || 0.5).expect("duty > 1");
+        assert_eq!(s.phase_at(ms(400)), Phase::Off);
+        assert_eq!(s.phase_at(ms(530)), Phase::Window);
+        assert_eq!(
+            s.next_change(ms(530)),
+            Some(ms(530) + Duration::from_micros(15_625))
+        );
+        assert_eq!(s.phase_at(ms(546)), Phase::Drain);
+        assert_eq!(s.phase_at(ms(551)), Phase::Off);
+        // A window looked at inside it runs what is left of it.
+        assert_eq!(s.phase_at(ms(1505)), Phase::Window);
+        assert_eq!(s.phase_at(ms(1516)), Phase::Drain);
     }
 }
