@@ -494,6 +494,8 @@ impl Recording {
     ) -> Result<Recording> {
         let p = path.display();
         let corrupt = |e: rusqlite::Error| anyhow::anyhow!("{p} is damaged: {e}");
+        // Packed histograms (schema 2) read as the per-bucket rows of schema 1.
+        super::packed::install(&conn).map_err(corrupt)?;
         let cols = Columns::probe(&conn);
         // Every column a query will read must exist, rows or not: a damaged table is found at
         // open, in one line, not by whichever report happens to read it.

@@ -725,6 +725,7 @@ pub fn prune(conn: &Connection, mut choose: impl FnMut(u64) -> bool) -> rusqlite
 
 /// Deletes every raw row of the intervals up to `x` and marks their spans.
 pub fn drop_raw_upto(conn: &Connection, x: i64) -> rusqlite::Result<()> {
+    let packed = super::packed::is_packed(conn);
     for (t, iv) in [
         ("intervals", "idx"),
         ("queue_intervals", "interval"),
@@ -736,6 +737,10 @@ pub fn drop_raw_upto(conn: &Connection, x: i64) -> rusqlite::Result<()> {
         ("miss_age_hist", "interval"),
         ("buf_map_intervals", "interval"),
     ] {
+        // Packed histograms are views over the rows deleted above.
+        if packed && matches!(t, "stage_hist" | "napi_hist") {
+            continue;
+        }
         conn.execute(&format!("DELETE FROM {t} WHERE {iv} <= ?1"), [x])?;
     }
     conn.execute(
@@ -760,5 +765,6 @@ pub fn drop_raw_upto(conn: &Connection, x: i64) -> rusqlite::Result<()> {
 /// `backfill` as `Recording::open` runs it, for tests that build rollups on a small recording.
 #[cfg(test)]
 pub(crate) fn backfill_for_test(conn: &Connection, whole: bool) -> rusqlite::Result<()> {
+    super::packed::install(conn)?;
     backfill(conn, &Columns::probe(conn), whole, |_, _| {})
 }
