@@ -167,8 +167,34 @@ pub fn inflight(packets: u64, dur_ns: u64, count: u64, sum_ns: u64) -> u64 {
     (packets as f64 / (dur_ns as f64 / 1e9) * (sum_ns as f64 / count as f64) / 1e9).ceil() as u64
 }
 
-/// Every rolled-up table, its raw columns as this recording has them.
-pub(super) fn tables(c: &Columns) -> Vec<Rolled> {
+/// A sum of an optional column, and how many of its rows had a value (`name` is NULL for
+/// a span where none did, and the count tells a reader which).
+fn sum_and_count(name: &'static str, n: &'static str, raw: &str) -> [Col; 2] {
+    [
+        col(name, raw.to_string(), Merge::Sum),
+        col(n, format!("({raw} IS NOT NULL)"), Merge::Sum),
+    ]
+}
+
+/// A per-interval table keyed by `interval` and `keys`, rolled up whole.
+fn rolled(
+    raw: &'static str,
+    rollup: &'static str,
+    keys: &'static [&'static str],
+    cols: Vec<Col>,
+) -> Rolled {
+    Rolled {
+        raw,
+        rollup,
+        iv: "interval",
+        keys,
+        cols,
+        raw_where: "",
+    }
+}
+
+/// `rollup_spans`: each span's intervals, their time and the event counters.
+fn span_cols(c: &Columns) -> Vec<Col> {
     let mut spans = vec![
         col("last", "r.idx", Merge::Max),
         col("n", "1", Merge::Sum),
@@ -183,17 +209,17 @@ pub(super) fn tables(c: &Columns) -> Vec<Rolled> {
         "state_evicted",
         "queue_clamped",
     ]));
+    spans.push(col("state_stale", c.stale, Merge::Sum));
+    spans.extend(sum_and_count("detail_ns", "detail_n", c.detail_ns));
     spans.extend([
-        col("state_stale", c.stale, Merge::Sum),
-        col("detail_ns", c.detail_ns, Merge::Sum),
-        col(
-            "detail_n",
-            format!("({} IS NOT NULL)", c.detail_ns),
-            Merge::Sum,
-        ),
         col("mid_lo", "r.t_ns - r.dur_ns / 2", Merge::Min),
         col("mid_hi", "r.t_ns - r.dur_ns / 2", Merge::Max),
     ]);
+    spans
+}
+
+/// `rollup_queues`: per queue counts, and the peak packets in flight.
+fn queue_cols(c: &Columns) -> Vec<Col> {
     let mut queues = sums(&[
         "packets",
         "bytes",
@@ -209,12 +235,11 @@ pub(super) fn tables(c: &Columns) -> Vec<Rolled> {
         col("unended", c.unended, Merge::Sum),
         col("peak_inflight", peak_sql(), Merge::Max),
     ]);
-    let opt_sum = |name: &'static str, n: &'static str, raw: &str| {
-        [
-            col(name, raw.to_string(), Merge::Sum),
-            col(n, format!("({raw} IS NOT NULL)"), Merge::Sum),
-        ]
-    };
+    queues
+}
+
+/// `rollup_miss`: the L3-miss sampler's totals, its optional columns with their counts.
+fn miss_cols(c: &Columns) -> Vec<Col> {
     let mut th = c.throttle.split(',');
     let (th, tns, tl) = (
         th.next().unwrap_or("NULL"),
@@ -231,22 +256,27 @@ pub(super) fn tables(c: &Columns) -> Vec<Rolled> {
         "uncharged",
     ]));
     miss.push(col("out_of_subset", c.out_of_subset, Merge::Sum));
-    miss.extend(opt_sum("no_flow", "no_flow_n", c.no_flow));
+    miss.extend(sum_and_count("no_flow", "no_flow_n", c.no_flow));
     miss.push(col("queue_clamped", c.miss_queue_clamped, Merge::Sum));
-    miss.extend(opt_sum("throttles", "throttles_n", th));
-    miss.extend(opt_sum("throttled_ns", "throttled_ns_n", tns));
-    miss.extend(opt_sum(
+    miss.extend(sum_and_count("throttles", "throttles_n", th));
+    miss.extend(sum_and_count("throttled_ns", "throttled_ns_n", tns));
+    miss.extend(sum_and_count(
         "throttle_records_lost",
         "throttle_records_lost_n",
         tl,
     ));
     miss.push(col("before_window", c.before_window, Merge::Sum));
-    miss.extend(opt_sum("sampled_ns", "sampled_ns_n", c.sampled_ns));
+    miss.extend(sum_and_count("sampled_ns", "sampled_ns_n", c.sampled_ns));
     miss.push(col(
         "span_ns",
         "(SELECT dur_ns FROM intervals WHERE idx = r.interval)",
         Merge::Sum,
     ));
+    miss
+}
+
+/// `rollup_buf_map`: the buffer map's counts, and its size at the end of each span.
+fn buf_map_cols(c: &Columns) -> Vec<Col> {
     let mut buf = sums(&[
         "linear_pages",
         "frag_pages",
@@ -267,102 +297,84 @@ pub(super) fn tables(c: &Columns) -> Vec<Rolled> {
             Merge::Max,
         ),
     ]);
+    buf
+}
+
+/// Every rolled-up table, its raw columns as this recording has them.
+pub(super) fn tables(c: &Columns) -> Vec<Rolled> {
     let mut counters = sums(&["value", "raw", "enabled_ns", "running_ns"]);
     counters.extend([
         col("t_ns", "r.t_ns", Merge::Max),
         col("rows", "1", Merge::Sum),
     ]);
+    let stage_cols = vec![
+        col("count", "r.count", Merge::Sum),
+        col("sum_ns", "r.sum_ns", Merge::Sum),
+        col("max_ns", "r.max_ns", Merge::Max),
+    ];
     let mut out = vec![
         Rolled {
-            raw: "intervals",
-            rollup: "rollup_spans",
             iv: "idx",
-            keys: &[],
-            cols: spans,
-            raw_where: "",
+            ..rolled("intervals", "rollup_spans", &[], span_cols(c))
         },
+        rolled(
+            "queue_intervals",
+            "rollup_queues",
+            &["dir", "queue"],
+            queue_cols(c),
+        ),
+        rolled(
+            "stage_stats",
+            "rollup_stage_stats",
+            &["dir", "queue", "stage"],
+            stage_cols,
+        ),
+        rolled(
+            "stage_hist",
+            "rollup_stage_hist",
+            &["dir", "queue", "stage", "bucket"],
+            sums(&["count"]),
+        ),
+        rolled(
+            "napi_hist",
+            "rollup_napi_hist",
+            &["queue", "bucket"],
+            sums(&["count"]),
+        ),
         Rolled {
-            raw: "queue_intervals",
-            rollup: "rollup_queues",
-            iv: "interval",
-            keys: &["dir", "queue"],
-            cols: queues,
-            raw_where: "",
-        },
-        Rolled {
-            raw: "stage_stats",
-            rollup: "rollup_stage_stats",
-            iv: "interval",
-            keys: &["dir", "queue", "stage"],
-            cols: vec![
-                col("count", "r.count", Merge::Sum),
-                col("sum_ns", "r.sum_ns", Merge::Sum),
-                col("max_ns", "r.max_ns", Merge::Max),
-            ],
-            raw_where: "",
-        },
-        Rolled {
-            raw: "stage_hist",
-            rollup: "rollup_stage_hist",
-            iv: "interval",
-            keys: &["dir", "queue", "stage", "bucket"],
-            cols: sums(&["count"]),
-            raw_where: "",
-        },
-        Rolled {
-            raw: "napi_hist",
-            rollup: "rollup_napi_hist",
-            iv: "interval",
-            keys: &["queue", "bucket"],
-            cols: sums(&["count"]),
-            raw_where: "",
-        },
-        Rolled {
-            raw: "counters",
-            rollup: "rollup_counters",
-            iv: "interval",
-            keys: &["source", "socket", "pmu", "event"],
-            cols: counters,
             raw_where: COUNTER_ROLLED,
+            ..rolled(
+                "counters",
+                "rollup_counters",
+                &["source", "socket", "pmu", "event"],
+                counters,
+            )
         },
     ];
     if c.miss {
         out.extend([
-            Rolled {
-                raw: "miss_intervals",
-                rollup: "rollup_miss",
-                iv: "interval",
-                keys: &[],
-                cols: miss,
-                raw_where: "",
-            },
-            Rolled {
-                raw: "miss_queues",
-                rollup: "rollup_miss_queues",
-                iv: "interval",
-                keys: &["dir", "queue"],
-                cols: sums(&["addr_join", "cpu_ctx"]),
-                raw_where: "",
-            },
-            Rolled {
-                raw: "miss_age_hist",
-                rollup: "rollup_miss_age_hist",
-                iv: "interval",
-                keys: &["bucket"],
-                cols: sums(&["count"]),
-                raw_where: "",
-            },
+            rolled("miss_intervals", "rollup_miss", &[], miss_cols(c)),
+            rolled(
+                "miss_queues",
+                "rollup_miss_queues",
+                &["dir", "queue"],
+                sums(&["addr_join", "cpu_ctx"]),
+            ),
+            rolled(
+                "miss_age_hist",
+                "rollup_miss_age_hist",
+                &["bucket"],
+                sums(&["count"]),
+            ),
         ]);
     }
     if c.buf_map {
-        out.push(Rolled {
-            raw: "buf_map_intervals",
-            rollup: "rollup_buf_map",
-            iv: "interval",
-            keys: &[],
-            cols: buf,
-            raw_where: "",
-        });
+        out.push(rolled(
+            "buf_map_intervals",
+            "rollup_buf_map",
+            &[],
+            buf_map_cols(c),
+        ));
     }
     out
 }
