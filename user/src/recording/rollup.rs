@@ -48,10 +48,7 @@ CREATE TABLE IF NOT EXISTS rollup_queues (
     PRIMARY KEY (level, interval, dir, queue)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS rollup_stage_stats (
     level INTEGER NOT NULL, interval INTEGER NOT NULL, dir TEXT NOT NULL, queue INTEGER NOT NULL, stage TEXT NOT NULL,
-    count INTEGER, sum_ns INTEGER, max_ns INTEGER, PRIMARY KEY (level, interval, dir, queue, stage)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS rollup_stage_hist (
-    level INTEGER NOT NULL, interval INTEGER NOT NULL, dir TEXT NOT NULL, queue INTEGER NOT NULL, stage TEXT NOT NULL,
-    bucket INTEGER NOT NULL, count INTEGER, PRIMARY KEY (level, interval, dir, queue, stage, bucket)) WITHOUT ROWID;
+    count INTEGER, sum_ns INTEGER, max_ns INTEGER, hist BLOB, PRIMARY KEY (level, interval, dir, queue, stage)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS rollup_napi_hist (
     level INTEGER NOT NULL, interval INTEGER NOT NULL, queue INTEGER NOT NULL, bucket INTEGER NOT NULL, count INTEGER,
     PRIMARY KEY (level, interval, queue, bucket)) WITHOUT ROWID;
@@ -83,6 +80,14 @@ CREATE TABLE IF NOT EXISTS rollup_counter_spans (
 CREATE INDEX IF NOT EXISTS counters_by_interval ON counters(interval);
 "#;
 
+/// The stage histograms' rollup as a schema-1 recording (one row per bucket, no packed
+/// `hist`) has it: created beside `SCHEMA` when such a recording is rolled up.
+pub const ROW_HIST_SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS rollup_stage_hist (
+    level INTEGER NOT NULL, interval INTEGER NOT NULL, dir TEXT NOT NULL, queue INTEGER NOT NULL, stage TEXT NOT NULL,
+    bucket INTEGER NOT NULL, count INTEGER, PRIMARY KEY (level, interval, dir, queue, stage, bucket)) WITHOUT ROWID;
+"#;
+
 /// How a column of a span merges its rows.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Merge {
@@ -91,6 +96,8 @@ pub enum Merge {
     Min,
     /// The value of the row with the highest `at` column that is not NULL.
     Last(&'static str),
+    /// Packed histograms (`packed`), summed bucket by bucket.
+    Hist,
 }
 
 /// One column of a rolled-up table: its name, the SQL that reads it from a raw row (alias
@@ -110,6 +117,9 @@ pub struct Rolled {
     pub keys: &'static [&'static str],
     pub cols: Vec<Col>,
     pub raw_where: &'static str,
+    /// Rolled up by its own rows; not so for a view over another rollup's packed column
+    /// (`rollup_stage_hist` over `rollup_stage_stats.hist`), which is only read.
+    pub rolls: bool,
 }
 
 /// Which rows of a table a part of a window reads: raw intervals `lo..=hi`, or the spans of
@@ -190,6 +200,7 @@ fn rolled(
         keys,
         cols,
         raw_where: "",
+        rolls: true,
     }
 }
 
@@ -307,11 +318,15 @@ pub(super) fn tables(c: &Columns) -> Vec<Rolled> {
         col("t_ns", "r.t_ns", Merge::Max),
         col("rows", "1", Merge::Sum),
     ]);
-    let stage_cols = vec![
+    let mut stage_cols = vec![
         col("count", "r.count", Merge::Sum),
         col("sum_ns", "r.sum_ns", Merge::Sum),
         col("max_ns", "r.max_ns", Merge::Max),
     ];
+    // Packed raw histograms roll up packed, read back as rows through a view.
+    if c.hist_packed {
+        stage_cols.push(col("hist", "r.hist", Merge::Hist));
+    }
     let mut out = vec![
         Rolled {
             iv: "idx",
@@ -329,12 +344,15 @@ pub(super) fn tables(c: &Columns) -> Vec<Rolled> {
             &["dir", "queue", "stage"],
             stage_cols,
         ),
-        rolled(
-            "stage_hist",
-            "rollup_stage_hist",
-            &["dir", "queue", "stage", "bucket"],
-            sums(&["count"]),
-        ),
+        Rolled {
+            rolls: !c.hist_packed,
+            ..rolled(
+                "stage_hist",
+                "rollup_stage_hist",
+                &["dir", "queue", "stage", "bucket"],
+                sums(&["count"]),
+            )
+        },
         rolled(
             "napi_hist",
             "rollup_napi_hist",
@@ -435,6 +453,7 @@ impl Rolled {
             Merge::Sum => format!("SUM({})", c.name),
             Merge::Max => format!("MAX({})", c.name),
             Merge::Min => format!("MIN({})", c.name),
+            Merge::Hist => format!("hist_sum({})", c.name),
             Merge::Last(at) => {
                 let keyed: String = self
                     .keys
@@ -536,7 +555,7 @@ pub fn roll_span(
         lo: first as i64,
         hi: last as i64,
     };
-    for t in tables {
+    for t in tables.iter().filter(|t| t.rolls) {
         let b = (t.rollup == "rollup_spans").then_some(bucket);
         t.roll(conn, level, first as i64, from, b)?;
     }
@@ -612,6 +631,12 @@ pub(super) fn backfill(
     conn.execute_batch("BEGIN IMMEDIATE")?;
     let done = (|| {
         conn.execute_batch(SCHEMA)?;
+        if cols.hist_packed {
+            // The packed rollup's view, now that its table is there.
+            super::packed::install(conn)?;
+        } else {
+            conn.execute_batch(ROW_HIST_SCHEMA)?;
+        }
         let total: i64 = conn.query_row("SELECT COUNT(*) FROM intervals", [], |r| r.get(0))?;
         let mut open = OpenSpans::default();
         let mut st = conn.prepare("SELECT idx, t_ns, dur_ns FROM intervals ORDER BY idx")?;

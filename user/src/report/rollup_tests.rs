@@ -210,7 +210,6 @@ fn rollups_built_later_are_the_recorders() {
         "rollup_spans",
         "rollup_queues",
         "rollup_stage_stats",
-        "rollup_stage_hist",
         "rollup_napi_hist",
         "rollup_miss",
         "rollup_buf_map",
@@ -367,8 +366,8 @@ fn every_readout(p: &Path) -> Vec<String> {
     out
 }
 
-/// The same recording as schema 1 wrote it: a row per histogram bucket in `stage_hist` and
-/// `napi_hist`, no packed columns.
+/// The same recording as schema 1 wrote it: a row per histogram bucket in `stage_hist`,
+/// `napi_hist` and `rollup_stage_hist`, no packed columns.
 fn in_schema_1(packed: &Path, dir: &Path) -> PathBuf {
     let old = dir.join("schema1.ddio");
     let c = rusqlite::Connection::open(&old).unwrap();
@@ -392,7 +391,10 @@ fn in_schema_1(packed: &Path, dir: &Path) -> PathBuf {
             PRIMARY KEY (interval, queue, bucket)) WITHOUT ROWID;",
     )
     .unwrap();
-    c.execute_batch(crate::recording::rollup::SCHEMA).unwrap();
+    c.execute_batch(&crate::recording::rollup::SCHEMA.replace(", hist BLOB,", ","))
+        .unwrap();
+    c.execute_batch(crate::recording::rollup::ROW_HIST_SCHEMA)
+        .unwrap();
     crate::recording::packed::register(&c).unwrap();
     c.execute("ATTACH ?1 AS n", [packed.to_str().unwrap()])
         .unwrap();
@@ -424,6 +426,8 @@ fn in_schema_1(packed: &Path, dir: &Path) -> PathBuf {
            FROM n.stage_stats s, hist_buckets(s.hist) h;
          INSERT INTO napi_hist SELECT q.interval, q.queue, h.bucket, h.count
            FROM n.queue_intervals q, hist_buckets(q.napi_hist) h;
+         INSERT INTO rollup_stage_hist SELECT s.level, s.interval, s.dir, s.queue, s.stage, h.bucket, h.count
+           FROM n.rollup_stage_stats s, hist_buckets(s.hist) h;
          DETACH n;",
     )
     .unwrap();
@@ -445,6 +449,7 @@ fn a_schema_1_recording_reads_as_the_packed_one() {
     };
     let buckets = n(&old, "SELECT COUNT(*) FROM stage_hist");
     assert!(buckets > 1000 && n(&old, "SELECT COUNT(*) FROM napi_hist") > 1000);
+    assert!(n(&old, "SELECT COUNT(*) FROM rollup_stage_hist") > 100);
     assert!(n(&path, "PRAGMA page_count") < n(&old, "PRAGMA page_count"));
     let packed = every_readout(&path);
     std::fs::rename(&old, &path).unwrap();
