@@ -521,7 +521,9 @@ def days(tb, tmp):
                           ("stage_hist", "interval"), ("napi_hist", "interval"), ("samples", "interval"),
                           ("miss_intervals", "interval"), ("miss_queues", "interval"), ("miss_age_hist", "interval"),
                           ("buf_map_intervals", "interval"), ("counters", "interval")):
-                db.execute(f"DELETE FROM {t} WHERE {iv} <= ?", (x,))
+                # Schema 2 packs the histograms into stage_stats and queue_intervals.
+                if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (t,)).fetchone():
+                    db.execute(f"DELETE FROM {t} WHERE {iv} <= ?", (x,))
             db.execute("UPDATE rollup_spans SET raw = 0 WHERE last <= ?", (x,))
             db.commit()
             pages, free, size = (db.execute(f"PRAGMA {k}").fetchone()[0] for k in ("page_count", "freelist_count", "page_size"))

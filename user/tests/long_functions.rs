@@ -9,15 +9,9 @@ const MAX_LINES: usize = 150;
 
 /// Paths under src/ (a prefix) whose long functions are being split in other branches of
 /// the same restructuring (issue 44), and are listed without failing until then: the
-/// session's start and next, the HTML renderer, the recording writer's snapshot, the
-/// simulator's driver, and the advice rules.
-const BEING_SPLIT: &[&str] = &[
-    "session/",
-    "report/html",
-    "recording/writer.rs",
-    "model/drive.rs",
-    "advise/",
-];
+/// session's start and next, the HTML renderer, the simulator's driver, and the advice
+/// rules.
+const BEING_SPLIT: &[&str] = &["session/", "report/html", "model/drive.rs", "advise/"];
 
 /// Functions over the limit in other files that this pass did not reach, by name: each is
 /// still to split, and any other function over the limit in these files fails the test.
@@ -32,7 +26,6 @@ const NOT_YET_SPLIT: &[(&str, &str)] = &[
     ("analysis/diff.rs", "diff"),
     ("export.rs", "write_csv_dir"),
     ("recording/reader/stream.rs", "for_each_step"),
-    ("recording/rollup.rs", "tables"),
     ("analysis/observation.rs", "observation"),
     ("model/spec.rs", "inputs"),
 ];

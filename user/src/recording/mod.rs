@@ -4,6 +4,7 @@
 //! progress), the reader that aggregates it over a time `window`, and the counter import.
 pub mod import;
 pub mod meta;
+pub mod packed;
 pub mod reader;
 pub mod record;
 pub mod rollup;
@@ -16,7 +17,9 @@ pub use writer::Writer;
 
 /// Identifies a ddioscope recording (SQLite `application_id`, "DDIO").
 pub const APPLICATION_ID: i32 = 0x4444_494f;
-pub const SCHEMA_VERSION: i32 = 1;
+/// 2: histograms packed into their `stage_stats` and `queue_intervals` rows (`packed`);
+/// 1: one row per bucket in `stage_hist` and `napi_hist`. The reader reads both.
+pub const SCHEMA_VERSION: i32 = 2;
 
 pub const SCHEMA: &str = r#"
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -30,19 +33,12 @@ CREATE TABLE queue_intervals (
     packets INTEGER NOT NULL, bytes INTEGER NOT NULL,
     napi_polls INTEGER NOT NULL, napi_work INTEGER NOT NULL, napi_budget_exhausted INTEGER NOT NULL,
     copies INTEGER NOT NULL, frees INTEGER NOT NULL, drops INTEGER NOT NULL,
-    handups INTEGER NOT NULL DEFAULT 0, unended INTEGER NOT NULL DEFAULT 0,
+    handups INTEGER NOT NULL DEFAULT 0, unended INTEGER NOT NULL DEFAULT 0, napi_hist BLOB,
     PRIMARY KEY (interval, dir, queue)) WITHOUT ROWID;
 CREATE TABLE stage_stats (
     interval INTEGER NOT NULL, dir TEXT NOT NULL, queue INTEGER NOT NULL, stage TEXT NOT NULL,
-    count INTEGER NOT NULL, sum_ns INTEGER NOT NULL, max_ns INTEGER NOT NULL,
+    count INTEGER NOT NULL, sum_ns INTEGER NOT NULL, max_ns INTEGER NOT NULL, hist BLOB,
     PRIMARY KEY (interval, dir, queue, stage)) WITHOUT ROWID;
-CREATE TABLE stage_hist (
-    interval INTEGER NOT NULL, dir TEXT NOT NULL, queue INTEGER NOT NULL, stage TEXT NOT NULL,
-    bucket INTEGER NOT NULL, count INTEGER NOT NULL,
-    PRIMARY KEY (interval, dir, queue, stage, bucket)) WITHOUT ROWID;
-CREATE TABLE napi_hist (
-    interval INTEGER NOT NULL, queue INTEGER NOT NULL, bucket INTEGER NOT NULL, count INTEGER NOT NULL,
-    PRIMARY KEY (interval, queue, bucket)) WITHOUT ROWID;
 CREATE TABLE flows (
     dir TEXT NOT NULL, proto TEXT NOT NULL, src TEXT NOT NULL, sport INTEGER NOT NULL,
     dst TEXT NOT NULL, dport INTEGER NOT NULL, queue INTEGER NOT NULL,

@@ -202,6 +202,9 @@ pub(super) struct Columns {
     pub(super) nic_drops: bool,
     pub(super) slots_replaced: &'static str,
     pub(super) pages_over_cap: &'static str,
+    /// Schema 2: each stage histogram is packed into its `stage_stats` row, and so are the
+    /// rollups' (`packed`).
+    pub(super) hist_packed: bool,
 }
 
 /// The columns every reader of a table needs (newer ones are optional, see `Columns`), and
@@ -286,6 +289,7 @@ impl Columns {
             nic_drops: table("nic_drops"),
             slots_replaced: pick("buf_map_intervals", "slots_replaced", "0"),
             pages_over_cap: pick("buf_map_intervals", "pages_over_cap", "0"),
+            hist_packed: col("stage_stats", "hist"),
         }
     }
 }
@@ -494,6 +498,8 @@ impl Recording {
     ) -> Result<Recording> {
         let p = path.display();
         let corrupt = |e: rusqlite::Error| anyhow::anyhow!("{p} is damaged: {e}");
+        // Packed histograms (schema 2) read as the per-bucket rows of schema 1.
+        super::packed::install(&conn).map_err(corrupt)?;
         let cols = Columns::probe(&conn);
         // Every column a query will read must exist, rows or not: a damaged table is found at
         // open, in one line, not by whichever report happens to read it.

@@ -48,10 +48,7 @@ CREATE TABLE IF NOT EXISTS rollup_queues (
     PRIMARY KEY (level, interval, dir, queue)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS rollup_stage_stats (
     level INTEGER NOT NULL, interval INTEGER NOT NULL, dir TEXT NOT NULL, queue INTEGER NOT NULL, stage TEXT NOT NULL,
-    count INTEGER, sum_ns INTEGER, max_ns INTEGER, PRIMARY KEY (level, interval, dir, queue, stage)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS rollup_stage_hist (
-    level INTEGER NOT NULL, interval INTEGER NOT NULL, dir TEXT NOT NULL, queue INTEGER NOT NULL, stage TEXT NOT NULL,
-    bucket INTEGER NOT NULL, count INTEGER, PRIMARY KEY (level, interval, dir, queue, stage, bucket)) WITHOUT ROWID;
+    count INTEGER, sum_ns INTEGER, max_ns INTEGER, hist BLOB, PRIMARY KEY (level, interval, dir, queue, stage)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS rollup_napi_hist (
     level INTEGER NOT NULL, interval INTEGER NOT NULL, queue INTEGER NOT NULL, bucket INTEGER NOT NULL, count INTEGER,
     PRIMARY KEY (level, interval, queue, bucket)) WITHOUT ROWID;
@@ -83,6 +80,14 @@ CREATE TABLE IF NOT EXISTS rollup_counter_spans (
 CREATE INDEX IF NOT EXISTS counters_by_interval ON counters(interval);
 "#;
 
+/// The stage histograms' rollup as a schema-1 recording (one row per bucket, no packed
+/// `hist`) has it: created beside `SCHEMA` when such a recording is rolled up.
+pub const ROW_HIST_SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS rollup_stage_hist (
+    level INTEGER NOT NULL, interval INTEGER NOT NULL, dir TEXT NOT NULL, queue INTEGER NOT NULL, stage TEXT NOT NULL,
+    bucket INTEGER NOT NULL, count INTEGER, PRIMARY KEY (level, interval, dir, queue, stage, bucket)) WITHOUT ROWID;
+"#;
+
 /// How a column of a span merges its rows.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Merge {
@@ -91,6 +96,8 @@ pub enum Merge {
     Min,
     /// The value of the row with the highest `at` column that is not NULL.
     Last(&'static str),
+    /// Packed histograms (`packed`), summed bucket by bucket.
+    Hist,
 }
 
 /// One column of a rolled-up table: its name, the SQL that reads it from a raw row (alias
@@ -110,6 +117,9 @@ pub struct Rolled {
     pub keys: &'static [&'static str],
     pub cols: Vec<Col>,
     pub raw_where: &'static str,
+    /// Rolled up by its own rows; not so for a view over another rollup's packed column
+    /// (`rollup_stage_hist` over `rollup_stage_stats.hist`), which is only read.
+    pub rolls: bool,
 }
 
 /// Which rows of a table a part of a window reads: raw intervals `lo..=hi`, or the spans of
@@ -167,8 +177,35 @@ pub fn inflight(packets: u64, dur_ns: u64, count: u64, sum_ns: u64) -> u64 {
     (packets as f64 / (dur_ns as f64 / 1e9) * (sum_ns as f64 / count as f64) / 1e9).ceil() as u64
 }
 
-/// Every rolled-up table, its raw columns as this recording has them.
-pub(super) fn tables(c: &Columns) -> Vec<Rolled> {
+/// A sum of an optional column, and how many of its rows had a value (`name` is NULL for
+/// a span where none did, and the count tells a reader which).
+fn sum_and_count(name: &'static str, n: &'static str, raw: &str) -> [Col; 2] {
+    [
+        col(name, raw.to_string(), Merge::Sum),
+        col(n, format!("({raw} IS NOT NULL)"), Merge::Sum),
+    ]
+}
+
+/// A per-interval table keyed by `interval` and `keys`, rolled up whole.
+fn rolled(
+    raw: &'static str,
+    rollup: &'static str,
+    keys: &'static [&'static str],
+    cols: Vec<Col>,
+) -> Rolled {
+    Rolled {
+        raw,
+        rollup,
+        iv: "interval",
+        keys,
+        cols,
+        raw_where: "",
+        rolls: true,
+    }
+}
+
+/// `rollup_spans`: each span's intervals, their time and the event counters.
+fn span_cols(c: &Columns) -> Vec<Col> {
     let mut spans = vec![
         col("last", "r.idx", Merge::Max),
         col("n", "1", Merge::Sum),
@@ -183,17 +220,17 @@ pub(super) fn tables(c: &Columns) -> Vec<Rolled> {
         "state_evicted",
         "queue_clamped",
     ]));
+    spans.push(col("state_stale", c.stale, Merge::Sum));
+    spans.extend(sum_and_count("detail_ns", "detail_n", c.detail_ns));
     spans.extend([
-        col("state_stale", c.stale, Merge::Sum),
-        col("detail_ns", c.detail_ns, Merge::Sum),
-        col(
-            "detail_n",
-            format!("({} IS NOT NULL)", c.detail_ns),
-            Merge::Sum,
-        ),
         col("mid_lo", "r.t_ns - r.dur_ns / 2", Merge::Min),
         col("mid_hi", "r.t_ns - r.dur_ns / 2", Merge::Max),
     ]);
+    spans
+}
+
+/// `rollup_queues`: per queue counts, and the peak packets in flight.
+fn queue_cols(c: &Columns) -> Vec<Col> {
     let mut queues = sums(&[
         "packets",
         "bytes",
@@ -209,12 +246,11 @@ pub(super) fn tables(c: &Columns) -> Vec<Rolled> {
         col("unended", c.unended, Merge::Sum),
         col("peak_inflight", peak_sql(), Merge::Max),
     ]);
-    let opt_sum = |name: &'static str, n: &'static str, raw: &str| {
-        [
-            col(name, raw.to_string(), Merge::Sum),
-            col(n, format!("({raw} IS NOT NULL)"), Merge::Sum),
-        ]
-    };
+    queues
+}
+
+/// `rollup_miss`: the L3-miss sampler's totals, its optional columns with their counts.
+fn miss_cols(c: &Columns) -> Vec<Col> {
     let mut th = c.throttle.split(',');
     let (th, tns, tl) = (
         th.next().unwrap_or("NULL"),
@@ -231,22 +267,27 @@ pub(super) fn tables(c: &Columns) -> Vec<Rolled> {
         "uncharged",
     ]));
     miss.push(col("out_of_subset", c.out_of_subset, Merge::Sum));
-    miss.extend(opt_sum("no_flow", "no_flow_n", c.no_flow));
+    miss.extend(sum_and_count("no_flow", "no_flow_n", c.no_flow));
     miss.push(col("queue_clamped", c.miss_queue_clamped, Merge::Sum));
-    miss.extend(opt_sum("throttles", "throttles_n", th));
-    miss.extend(opt_sum("throttled_ns", "throttled_ns_n", tns));
-    miss.extend(opt_sum(
+    miss.extend(sum_and_count("throttles", "throttles_n", th));
+    miss.extend(sum_and_count("throttled_ns", "throttled_ns_n", tns));
+    miss.extend(sum_and_count(
         "throttle_records_lost",
         "throttle_records_lost_n",
         tl,
     ));
     miss.push(col("before_window", c.before_window, Merge::Sum));
-    miss.extend(opt_sum("sampled_ns", "sampled_ns_n", c.sampled_ns));
+    miss.extend(sum_and_count("sampled_ns", "sampled_ns_n", c.sampled_ns));
     miss.push(col(
         "span_ns",
         "(SELECT dur_ns FROM intervals WHERE idx = r.interval)",
         Merge::Sum,
     ));
+    miss
+}
+
+/// `rollup_buf_map`: the buffer map's counts, and its size at the end of each span.
+fn buf_map_cols(c: &Columns) -> Vec<Col> {
     let mut buf = sums(&[
         "linear_pages",
         "frag_pages",
@@ -267,102 +308,91 @@ pub(super) fn tables(c: &Columns) -> Vec<Rolled> {
             Merge::Max,
         ),
     ]);
+    buf
+}
+
+/// Every rolled-up table, its raw columns as this recording has them.
+pub(super) fn tables(c: &Columns) -> Vec<Rolled> {
     let mut counters = sums(&["value", "raw", "enabled_ns", "running_ns"]);
     counters.extend([
         col("t_ns", "r.t_ns", Merge::Max),
         col("rows", "1", Merge::Sum),
     ]);
+    let mut stage_cols = vec![
+        col("count", "r.count", Merge::Sum),
+        col("sum_ns", "r.sum_ns", Merge::Sum),
+        col("max_ns", "r.max_ns", Merge::Max),
+    ];
+    // Packed raw histograms roll up packed, read back as rows through a view.
+    if c.hist_packed {
+        stage_cols.push(col("hist", "r.hist", Merge::Hist));
+    }
     let mut out = vec![
         Rolled {
-            raw: "intervals",
-            rollup: "rollup_spans",
             iv: "idx",
-            keys: &[],
-            cols: spans,
-            raw_where: "",
+            ..rolled("intervals", "rollup_spans", &[], span_cols(c))
         },
+        rolled(
+            "queue_intervals",
+            "rollup_queues",
+            &["dir", "queue"],
+            queue_cols(c),
+        ),
+        rolled(
+            "stage_stats",
+            "rollup_stage_stats",
+            &["dir", "queue", "stage"],
+            stage_cols,
+        ),
         Rolled {
-            raw: "queue_intervals",
-            rollup: "rollup_queues",
-            iv: "interval",
-            keys: &["dir", "queue"],
-            cols: queues,
-            raw_where: "",
+            rolls: !c.hist_packed,
+            ..rolled(
+                "stage_hist",
+                "rollup_stage_hist",
+                &["dir", "queue", "stage", "bucket"],
+                sums(&["count"]),
+            )
         },
+        rolled(
+            "napi_hist",
+            "rollup_napi_hist",
+            &["queue", "bucket"],
+            sums(&["count"]),
+        ),
         Rolled {
-            raw: "stage_stats",
-            rollup: "rollup_stage_stats",
-            iv: "interval",
-            keys: &["dir", "queue", "stage"],
-            cols: vec![
-                col("count", "r.count", Merge::Sum),
-                col("sum_ns", "r.sum_ns", Merge::Sum),
-                col("max_ns", "r.max_ns", Merge::Max),
-            ],
-            raw_where: "",
-        },
-        Rolled {
-            raw: "stage_hist",
-            rollup: "rollup_stage_hist",
-            iv: "interval",
-            keys: &["dir", "queue", "stage", "bucket"],
-            cols: sums(&["count"]),
-            raw_where: "",
-        },
-        Rolled {
-            raw: "napi_hist",
-            rollup: "rollup_napi_hist",
-            iv: "interval",
-            keys: &["queue", "bucket"],
-            cols: sums(&["count"]),
-            raw_where: "",
-        },
-        Rolled {
-            raw: "counters",
-            rollup: "rollup_counters",
-            iv: "interval",
-            keys: &["source", "socket", "pmu", "event"],
-            cols: counters,
             raw_where: COUNTER_ROLLED,
+            ..rolled(
+                "counters",
+                "rollup_counters",
+                &["source", "socket", "pmu", "event"],
+                counters,
+            )
         },
     ];
     if c.miss {
         out.extend([
-            Rolled {
-                raw: "miss_intervals",
-                rollup: "rollup_miss",
-                iv: "interval",
-                keys: &[],
-                cols: miss,
-                raw_where: "",
-            },
-            Rolled {
-                raw: "miss_queues",
-                rollup: "rollup_miss_queues",
-                iv: "interval",
-                keys: &["dir", "queue"],
-                cols: sums(&["addr_join", "cpu_ctx"]),
-                raw_where: "",
-            },
-            Rolled {
-                raw: "miss_age_hist",
-                rollup: "rollup_miss_age_hist",
-                iv: "interval",
-                keys: &["bucket"],
-                cols: sums(&["count"]),
-                raw_where: "",
-            },
+            rolled("miss_intervals", "rollup_miss", &[], miss_cols(c)),
+            rolled(
+                "miss_queues",
+                "rollup_miss_queues",
+                &["dir", "queue"],
+                sums(&["addr_join", "cpu_ctx"]),
+            ),
+            rolled(
+                "miss_age_hist",
+                "rollup_miss_age_hist",
+                &["bucket"],
+                sums(&["count"]),
+            ),
         ]);
     }
     if c.buf_map {
-        out.push(Rolled {
-            raw: "buf_map_intervals",
-            rollup: "rollup_buf_map",
-            iv: "interval",
-            keys: &[],
-            cols: buf,
-            raw_where: "",
-        });
+        out.push(rolled(
+            "buf_map_intervals",
+            "rollup_buf_map",
+            &[],
+            buf_map_cols(c),
+        ));
     }
     out
 }
@@ -423,6 +453,7 @@ impl Rolled {
             Merge::Sum => format!("SUM({})", c.name),
             Merge::Max => format!("MAX({})", c.name),
             Merge::Min => format!("MIN({})", c.name),
+            Merge::Hist => format!("hist_sum({})", c.name),
             Merge::Last(at) => {
                 let keyed: String = self
                     .keys
@@ -524,7 +555,7 @@ pub fn roll_span(
         lo: first as i64,
         hi: last as i64,
     };
-    for t in tables {
+    for t in tables.iter().filter(|t| t.rolls) {
         let b = (t.rollup == "rollup_spans").then_some(bucket);
         t.roll(conn, level, first as i64, from, b)?;
     }
@@ -600,6 +631,12 @@ pub(super) fn backfill(
     conn.execute_batch("BEGIN IMMEDIATE")?;
     let done = (|| {
         conn.execute_batch(SCHEMA)?;
+        if cols.hist_packed {
+            // The packed rollup's view, now that its table is there.
+            super::packed::install(conn)?;
+        } else {
+            conn.execute_batch(ROW_HIST_SCHEMA)?;
+        }
         let total: i64 = conn.query_row("SELECT COUNT(*) FROM intervals", [], |r| r.get(0))?;
         let mut open = OpenSpans::default();
         let mut st = conn.prepare("SELECT idx, t_ns, dur_ns FROM intervals ORDER BY idx")?;
@@ -725,6 +762,7 @@ pub fn prune(conn: &Connection, mut choose: impl FnMut(u64) -> bool) -> rusqlite
 
 /// Deletes every raw row of the intervals up to `x` and marks their spans.
 pub fn drop_raw_upto(conn: &Connection, x: i64) -> rusqlite::Result<()> {
+    let packed = super::packed::is_packed(conn);
     for (t, iv) in [
         ("intervals", "idx"),
         ("queue_intervals", "interval"),
@@ -736,6 +774,10 @@ pub fn drop_raw_upto(conn: &Connection, x: i64) -> rusqlite::Result<()> {
         ("miss_age_hist", "interval"),
         ("buf_map_intervals", "interval"),
     ] {
+        // Packed histograms are views over the rows deleted above.
+        if packed && matches!(t, "stage_hist" | "napi_hist") {
+            continue;
+        }
         conn.execute(&format!("DELETE FROM {t} WHERE {iv} <= ?1"), [x])?;
     }
     conn.execute(
@@ -760,5 +802,6 @@ pub fn drop_raw_upto(conn: &Connection, x: i64) -> rusqlite::Result<()> {
 /// `backfill` as `Recording::open` runs it, for tests that build rollups on a small recording.
 #[cfg(test)]
 pub(crate) fn backfill_for_test(conn: &Connection, whole: bool) -> rusqlite::Result<()> {
+    super::packed::install(conn)?;
     backfill(conn, &Columns::probe(conn), whole, |_, _| {})
 }

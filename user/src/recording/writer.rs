@@ -2,13 +2,14 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use rusqlite::{params, Connection, ErrorCode};
+use rusqlite::types::{ToSql, ToSqlOutput};
+use rusqlite::{params, params_from_iter, Connection, ErrorCode};
 
 use super::reader::Columns;
 use super::rollup::{self, OpenSpans, Rolled};
-use super::{APPLICATION_ID, SCHEMA, SCHEMA_VERSION};
+use super::{packed, APPLICATION_ID, SCHEMA, SCHEMA_VERSION};
 use crate::outfile;
-use crate::snapshot::{Snapshot, NAPI_BUCKETS, NBUCKETS};
+use crate::snapshot::{Dir, FlowKey, Snapshot};
 
 pub struct Writer {
     conn: Connection,
@@ -160,6 +161,8 @@ impl Writer {
                 rollup::SCHEMA
             ))
             .map_err(|e| w.err(e))?;
+        // Rolling a minute up reads its histograms in their old row shape.
+        packed::install(&w.conn).map_err(|e| w.err(e))?;
         w.rollups = rollup::tables(&Columns::probe(&w.conn));
         Ok(w)
     }
@@ -182,6 +185,7 @@ impl Writer {
         self.conn
             .execute_batch(LIVE_PRAGMAS)
             .map_err(|e| self.err(e))?;
+        packed::install(&self.conn).map_err(|e| self.err(e))?;
         Ok(())
     }
 
@@ -566,27 +570,25 @@ fn insert_interval(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::Re
     Ok(())
 }
 
-/// Per queue: counts, stage statistics and histograms, NAPI work histogram.
+/// Per queue: counts with its NAPI work histogram, stage statistics each with its
+/// histogram (both packed, see `packed`), size histogram.
 fn insert_queues(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::Result<()> {
     let i = s.index as i64;
     let mut q_st = tx.prepare_cached(
         "INSERT INTO queue_intervals(interval,dir,queue,packets,bytes,napi_polls,napi_work,
-         napi_budget_exhausted,copies,frees,drops,handups,unended) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)",
+         napi_budget_exhausted,copies,frees,drops,handups,unended,napi_hist)
+         VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14)",
     )?;
     let mut ss_st = tx.prepare_cached(
-        "INSERT INTO stage_stats(interval,dir,queue,stage,count,sum_ns,max_ns) VALUES (?1,?2,?3,?4,?5,?6,?7)",
-    )?;
-    let mut h_st = tx.prepare_cached(
-        "INSERT INTO stage_hist(interval,dir,queue,stage,bucket,count) VALUES (?1,?2,?3,?4,?5,?6)",
-    )?;
-    let mut n_st = tx.prepare_cached(
-        "INSERT INTO napi_hist(interval,queue,bucket,count) VALUES (?1,?2,?3,?4)",
+        "INSERT INTO stage_stats(interval,dir,queue,stage,count,sum_ns,max_ns,hist) VALUES (?1,?2,?3,?4,?5,?6,?7,?8)",
     )?;
     let mut z_st = tx.prepare_cached(
         "INSERT INTO size_hist(interval,dir,queue,bucket,count) VALUES (?1,?2,?3,?4,?5)",
     )?;
     for q in s.queues.iter().filter(|q| !q.is_zero()) {
         let dir = q.dir.as_str();
+        // No NAPI work (a transmit queue): NULL, as no rows were before.
+        let napi = Some(packed::pack(&q.napi_work_hist)).filter(|p| !p.is_empty());
         q_st.execute(params![
             i,
             dir,
@@ -600,7 +602,8 @@ fn insert_queues(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::Resu
             q.frees as i64,
             q.drops as i64,
             q.handups as i64,
-            q.unended as i64
+            q.unended as i64,
+            napi
         ])?;
         for (st, name) in q.dir.stage_names().into_iter().enumerate() {
             if q.stage_count[st] == 0 {
@@ -613,25 +616,9 @@ fn insert_queues(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::Resu
                 name,
                 q.stage_count[st] as i64,
                 q.stage_sum_ns[st] as i64,
-                q.stage_max_ns[st] as i64
+                q.stage_max_ns[st] as i64,
+                packed::pack(&q.stage_hist[st])
             ])?;
-            for b in 0..NBUCKETS {
-                if q.stage_hist[st][b] > 0 {
-                    h_st.execute(params![
-                        i,
-                        dir,
-                        q.queue,
-                        name,
-                        b as i64,
-                        q.stage_hist[st][b] as i64
-                    ])?;
-                }
-            }
-        }
-        for b in 0..NAPI_BUCKETS {
-            if q.napi_work_hist[b] > 0 {
-                n_st.execute(params![i, q.queue, b as i64, q.napi_work_hist[b] as i64])?;
-            }
         }
         for (b, &n) in q.size_hist.iter().enumerate().filter(|(_, n)| **n > 0) {
             z_st.execute(params![i, dir, q.queue, b as i64, n as i64])?;
@@ -687,27 +674,35 @@ fn insert_flows(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::Resul
          samples,bytes_var,source) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)",
     )?;
     for f in &s.flows {
-        let k = &f.key;
-        f_st.execute(params![
-            k.dir.as_str(),
-            k.proto,
-            k.src,
-            k.sport,
-            k.dst,
-            k.dport,
-            f.queue,
-            f.packets as i64,
-            f.bytes as i64,
-            f.payload_bytes as i64,
-            f.first_ns as i64,
-            f.last_ns as i64,
-            f.samples.map(|v| v as i64),
-            // SQLite integers are signed 64-bit: a variance past that is capped.
-            f.bytes_var.map(|v| v.min(i64::MAX as u64) as i64),
-            f.source
-        ])?;
+        // SQLite integers are signed 64-bit: a variance past that is capped.
+        let var = f.bytes_var.map(|v| v.min(i64::MAX as u64) as i64);
+        let (samples, queue) = (f.samples.map(|v| v as i64), f.queue);
+        let counts = [f.packets, f.bytes, f.payload_bytes, f.first_ns, f.last_ns].map(|v| v as i64);
+        let [p, b, pb, first, last] = &counts;
+        f_st.execute(with_flow_key(
+            &f.key,
+            &[&queue, p, b, pb, first, last, &samples, &var, &f.source],
+        ))?;
     }
     Ok(())
+}
+
+/// A flow's key (dir, proto, src, sport, dst, dport: the key of `flows` and `miss_flows`)
+/// then `rest`, as one statement's parameters in that order.
+fn with_flow_key<'a>(
+    k: &'a FlowKey,
+    rest: &[&'a dyn ToSql],
+) -> rusqlite::ParamsFromIter<Vec<&'a dyn ToSql>> {
+    let mut v: Vec<&dyn ToSql> = vec![&k.dir, &k.proto, &k.src, &k.sport, &k.dst, &k.dport];
+    v.extend_from_slice(rest);
+    params_from_iter(v)
+}
+
+/// A direction is stored by its name.
+impl ToSql for Dir {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::from(self.as_str()))
+    }
 }
 
 /// The L3-miss sampler's rows: totals, buffer map, per-queue charges, age histogram, and
@@ -774,16 +769,8 @@ fn insert_misses(
         "INSERT OR REPLACE INTO miss_flows(dir,proto,src,sport,dst,dport,addr_join,cpu_ctx) VALUES (?1,?2,?3,?4,?5,?6,?7,?8)",
     )?;
     for (k, a, c) in &m.flows {
-        f.execute(params![
-            k.dir.as_str(),
-            k.proto,
-            k.src,
-            k.sport,
-            k.dst,
-            k.dport,
-            *a as i64,
-            *c as i64
-        ])?;
+        let (a, c) = (*a as i64, *c as i64);
+        f.execute(with_flow_key(k, &[&a, &c]))?;
     }
     let mut r =
         tx.prepare_cached("INSERT OR REPLACE INTO miss_regions(region,samples) VALUES (?1,?2)")?;

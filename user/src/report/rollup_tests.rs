@@ -210,7 +210,6 @@ fn rollups_built_later_are_the_recorders() {
         "rollup_spans",
         "rollup_queues",
         "rollup_stage_stats",
-        "rollup_stage_hist",
         "rollup_napi_hist",
         "rollup_miss",
         "rollup_buf_map",
@@ -331,8 +330,6 @@ fn the_key_clustered_schema_reads_as_the_rowid_one_did() {
     for t in [
         "queue_intervals",
         "stage_stats",
-        "stage_hist",
-        "napi_hist",
         "size_hist",
         "miss_queues",
         "miss_age_hist",
@@ -345,24 +342,120 @@ fn the_key_clustered_schema_reads_as_the_rowid_one_did() {
     }
     assert!(n(&c, "PRAGMA page_count") < n(&o, "PRAGMA page_count"));
     drop((c, o));
-    let all = |p: &Path| -> Vec<String> {
-        let mut out = Vec::new();
-        for &(from, to) in WINDOWS {
-            for how in [Rollups::Use, Rollups::Ignore] {
-                let mut r = Recording::open_with(p, how).unwrap();
-                r.set_window(from.map(TimeSpec::Offset), to.map(TimeSpec::Offset))
-                    .unwrap();
-                out.extend(readout(&r));
-            }
-        }
-        out
-    };
-    let compact = all(&path);
+    let compact = every_readout(&path);
     // The reports name their file: the old layout is read under the same name.
     std::fs::rename(&old, &path).unwrap();
-    let rowid = all(&path);
+    let rowid = every_readout(&path);
     assert_eq!(compact.len(), rowid.len());
     for (x, y) in compact.iter().zip(&rowid) {
+        assert_eq!(x, y);
+    }
+}
+
+/// Everything a report reads, over every test window, from rollups and from raw intervals.
+fn every_readout(p: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for &(from, to) in WINDOWS {
+        for how in [Rollups::Use, Rollups::Ignore] {
+            let mut r = Recording::open_with(p, how).unwrap();
+            r.set_window(from.map(TimeSpec::Offset), to.map(TimeSpec::Offset))
+                .unwrap();
+            out.extend(readout(&r));
+        }
+    }
+    out
+}
+
+/// The same recording as schema 1 wrote it: a row per histogram bucket in `stage_hist`,
+/// `napi_hist` and `rollup_stage_hist`, no packed columns.
+fn in_schema_1(packed: &Path, dir: &Path) -> PathBuf {
+    let old = dir.join("schema1.ddio");
+    let c = rusqlite::Connection::open(&old).unwrap();
+    c.execute_batch(&format!(
+        "PRAGMA application_id = {}; PRAGMA user_version = 1;",
+        crate::recording::APPLICATION_ID
+    ))
+    .unwrap();
+    let schema = crate::recording::SCHEMA
+        .replace(", napi_hist BLOB,", ",")
+        .replace(", hist BLOB,", ",");
+    assert!(!schema.contains("BLOB"));
+    c.execute_batch(&schema).unwrap();
+    c.execute_batch(
+        "CREATE TABLE stage_hist (
+            interval INTEGER NOT NULL, dir TEXT NOT NULL, queue INTEGER NOT NULL, stage TEXT NOT NULL,
+            bucket INTEGER NOT NULL, count INTEGER NOT NULL,
+            PRIMARY KEY (interval, dir, queue, stage, bucket)) WITHOUT ROWID;
+         CREATE TABLE napi_hist (
+            interval INTEGER NOT NULL, queue INTEGER NOT NULL, bucket INTEGER NOT NULL, count INTEGER NOT NULL,
+            PRIMARY KEY (interval, queue, bucket)) WITHOUT ROWID;",
+    )
+    .unwrap();
+    c.execute_batch(&crate::recording::rollup::SCHEMA.replace(", hist BLOB,", ","))
+        .unwrap();
+    c.execute_batch(crate::recording::rollup::ROW_HIST_SCHEMA)
+        .unwrap();
+    crate::recording::packed::register(&c).unwrap();
+    c.execute("ATTACH ?1 AS n", [packed.to_str().unwrap()])
+        .unwrap();
+    let tables: Vec<String> = c
+        .prepare("SELECT name FROM n.sqlite_master WHERE type = 'table'")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    for t in &tables {
+        let cols: Vec<String> = c
+            .prepare(&format!(
+                "SELECT name FROM pragma_table_info('{t}', 'main')"
+            ))
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(|r| r.unwrap())
+            .collect();
+        let cols = cols.join(",");
+        c.execute_batch(&format!(
+            "INSERT INTO main.{t} ({cols}) SELECT {cols} FROM n.{t}"
+        ))
+        .unwrap();
+    }
+    c.execute_batch(
+        "INSERT INTO stage_hist SELECT s.interval, s.dir, s.queue, s.stage, h.bucket, h.count
+           FROM n.stage_stats s, hist_buckets(s.hist) h;
+         INSERT INTO napi_hist SELECT q.interval, q.queue, h.bucket, h.count
+           FROM n.queue_intervals q, hist_buckets(q.napi_hist) h;
+         INSERT INTO rollup_stage_hist SELECT s.level, s.interval, s.dir, s.queue, s.stage, h.bucket, h.count
+           FROM n.rollup_stage_stats s, hist_buckets(s.hist) h;
+         DETACH n;",
+    )
+    .unwrap();
+    old
+}
+
+/// A recording written before the histograms were packed reads as the packed one does,
+/// from rollups and raw intervals; the packed one is the smaller.
+#[test]
+fn a_schema_1_recording_reads_as_the_packed_one() {
+    let d = tempfile::tempdir().unwrap();
+    let path = made(d.path(), true);
+    let old = in_schema_1(&path, d.path());
+    let n = |p: &Path, sql: &str| -> i64 {
+        rusqlite::Connection::open(p)
+            .unwrap()
+            .query_row(sql, [], |r| r.get(0))
+            .unwrap()
+    };
+    let buckets = n(&old, "SELECT COUNT(*) FROM stage_hist");
+    assert!(buckets > 1000 && n(&old, "SELECT COUNT(*) FROM napi_hist") > 1000);
+    assert!(n(&old, "SELECT COUNT(*) FROM rollup_stage_hist") > 100);
+    assert!(n(&path, "PRAGMA page_count") < n(&old, "PRAGMA page_count"));
+    let packed = every_readout(&path);
+    std::fs::rename(&old, &path).unwrap();
+    let unpacked = every_readout(&path);
+    assert_eq!(packed.len(), unpacked.len());
+    for (x, y) in packed.iter().zip(&unpacked) {
         assert_eq!(x, y);
     }
 }
