@@ -353,6 +353,20 @@ pub fn write_csv_dir(
     dir: &Path,
     force: bool,
 ) -> Result<Vec<PathBuf>> {
+    prepare_csv_dir(dir, force)?;
+    let mut made: Vec<Pending> = Vec::new();
+    let result = (|| -> Result<()> {
+        write_interval_csvs(rec, filter, every_ns, dir, &mut made)?;
+        write_summary_csvs(summary, dir, &mut made)?;
+        write_advice_csvs(outcome, dir, &mut made)?;
+        sync_pending(&made, dir)
+    })();
+    publish_all(&made, result, force)
+}
+
+/// Make the directory if it is missing and refuse, before writing anything, any existing
+/// table that `force` does not allow replacing.
+fn prepare_csv_dir(dir: &Path, force: bool) -> Result<()> {
     if dir.exists() && !dir.is_dir() {
         bail!("{} exists and is not a directory", dir.display());
     }
@@ -368,213 +382,241 @@ pub fn write_csv_dir(
     for name in CSV_FILES {
         crate::outfile::check(&dir.join(name), force)?;
     }
-    let mut made: Vec<Pending> = Vec::new();
-    let result = (|| -> Result<()> {
-        let iv = start(dir, "intervals.csv")?;
-        let so = start(dir, "sockets.csv")?;
-        {
-            let mut q = Sink::new(
-                std::io::BufWriter::new(iv.file.try_clone()?),
-                Some(b','),
-                &queue_header(rec),
-            )?;
-            let mut s = Sink::new(
-                std::io::BufWriter::new(so.file.try_clone()?),
-                Some(b','),
-                SOCKET_COLUMNS,
-            )?;
-            made.push(iv);
-            made.push(so);
-            stream_rows(rec, filter, every_ns, &mut q, Some(&mut s))?;
-            q.finish()?;
-            s.finish()?;
-        }
-        table(
-            dir,
-            "queues.csv",
-            &[
-                "dir",
-                "queue",
-                "packets",
-                "bytes",
-                "packets_per_s",
-                "mbit_per_s",
-                "avg_pkt_bytes",
-                "drops",
-                "napi_polls",
-                "avg_batch",
-                "budget_exhausted",
-            ],
-            summary.queues.iter().map(|q| {
+    Ok(())
+}
+
+/// The per-interval queue and socket rows, streamed from the recording in one pass so
+/// memory does not grow with its length.
+fn write_interval_csvs(
+    rec: &Recording,
+    filter: &Filter,
+    every_ns: Option<u64>,
+    dir: &Path,
+    made: &mut Vec<Pending>,
+) -> Result<()> {
+    let iv = start(dir, "intervals.csv")?;
+    let so = start(dir, "sockets.csv")?;
+    let mut q = Sink::new(
+        std::io::BufWriter::new(iv.file.try_clone()?),
+        Some(b','),
+        &queue_header(rec),
+    )?;
+    let mut s = Sink::new(
+        std::io::BufWriter::new(so.file.try_clone()?),
+        Some(b','),
+        SOCKET_COLUMNS,
+    )?;
+    made.push(iv);
+    made.push(so);
+    stream_rows(rec, filter, every_ns, &mut q, Some(&mut s))?;
+    q.finish()?;
+    s.finish()?;
+    Ok(())
+}
+
+/// The summary's whole-window tables: queues, stages, flows and drop reasons.
+fn write_summary_csvs(summary: &Summary, dir: &Path, made: &mut Vec<Pending>) -> Result<()> {
+    table(
+        dir,
+        "queues.csv",
+        &[
+            "dir",
+            "queue",
+            "packets",
+            "bytes",
+            "packets_per_s",
+            "mbit_per_s",
+            "avg_pkt_bytes",
+            "drops",
+            "napi_polls",
+            "avg_batch",
+            "budget_exhausted",
+        ],
+        summary.queues.iter().map(|q| {
+            vec![
+                q.dir.to_string(),
+                q.queue.to_string(),
+                q.packets.to_string(),
+                q.bytes.to_string(),
+                num(q.packets_per_s),
+                num(q.mbit_per_s),
+                opt(q.avg_pkt_bytes),
+                q.drops.to_string(),
+                opt_u(q.napi.as_ref().map(|n| n.polls)),
+                opt(q.napi.as_ref().and_then(|n| n.avg_work)),
+                opt_u(q.napi.as_ref().map(|n| n.budget_exhausted)),
+            ]
+        }),
+        made,
+    )?;
+    table(
+        dir,
+        "stages.csv",
+        &[
+            "dir", "queue", "stage", "count", "p50_ns", "p99_ns", "max_ns", "mean_ns",
+        ],
+        summary.queues.iter().flat_map(|q| {
+            q.stages.iter().map(move |(name, s)| {
                 vec![
                     q.dir.to_string(),
                     q.queue.to_string(),
-                    q.packets.to_string(),
-                    q.bytes.to_string(),
-                    num(q.packets_per_s),
-                    num(q.mbit_per_s),
-                    opt(q.avg_pkt_bytes),
-                    q.drops.to_string(),
-                    opt_u(q.napi.as_ref().map(|n| n.polls)),
-                    opt(q.napi.as_ref().and_then(|n| n.avg_work)),
-                    opt_u(q.napi.as_ref().map(|n| n.budget_exhausted)),
+                    name.clone(),
+                    s.count.to_string(),
+                    opt_u(s.p50_ns),
+                    opt_u(s.p99_ns),
+                    s.max_ns.to_string(),
+                    opt_u(s.mean_ns),
                 ]
-            }),
-            &mut made,
-        )?;
-        table(
-            dir,
-            "stages.csv",
-            &[
-                "dir", "queue", "stage", "count", "p50_ns", "p99_ns", "max_ns", "mean_ns",
-            ],
-            summary.queues.iter().flat_map(|q| {
-                q.stages.iter().map(move |(name, s)| {
-                    vec![
-                        q.dir.to_string(),
-                        q.queue.to_string(),
-                        name.clone(),
-                        s.count.to_string(),
-                        opt_u(s.p50_ns),
-                        opt_u(s.p99_ns),
-                        s.max_ns.to_string(),
-                        opt_u(s.mean_ns),
-                    ]
-                })
-            }),
-            &mut made,
-        )?;
-        table(
-            dir,
-            "flows.csv",
-            &[
-                "dir",
-                "proto",
-                "src",
-                "sport",
-                "dst",
-                "dport",
-                "rx_queue",
-                "tx_queue",
-                "packets",
-                "bytes",
-                "payload_bytes",
-                "samples",
-                "bytes_error",
-                "source",
-            ],
-            summary.flows.iter().map(|f| {
-                vec![
-                    f.dir.to_string(),
-                    f.proto.clone(),
-                    f.src.clone(),
-                    f.sport.to_string(),
-                    f.dst.clone(),
-                    f.dport.to_string(),
-                    opt_u(f.rx_queue.map(u64::from)),
-                    opt_u(f.tx_queue.map(u64::from)),
-                    f.packets.to_string(),
-                    f.bytes.to_string(),
-                    f.payload_bytes.to_string(),
-                    opt_u(f.samples),
-                    opt_u(f.bytes_error),
-                    f.source.clone().unwrap_or_default(),
-                ]
-            }),
-            &mut made,
-        )?;
-        table(
-            dir,
-            "drops.csv",
-            &["reason", "name", "count"],
-            summary.drops.reasons.iter().map(|d| {
-                vec![
-                    d.reason.to_string(),
-                    d.name.clone().unwrap_or_default(),
-                    d.count.to_string(),
-                ]
-            }),
-            &mut made,
-        )?;
-        let (verdicts, recs) = match outcome {
-            Outcome::Advised(a) => (&a.verdicts[..], &a.recommendations[..]),
-            Outcome::NoModel { .. } => (&[][..], &[][..]),
-        };
-        table(
-            dir,
-            "verdicts.csv",
-            &[
-                "dir",
-                "queue",
-                "verdict",
-                "footprint_bytes",
-                "inflight_bytes",
-                "predicted_write_hit_pct",
-                "predicted_read_hit_pct",
-                "ring_assumed",
-                "reason",
-            ],
-            verdicts.iter().map(|v| {
-                vec![
-                    v.dir.to_string(),
-                    v.queue.to_string(),
-                    serde_json::to_value(v.verdict)
-                        .ok()
-                        .and_then(|x| x.as_str().map(str::to_string))
-                        .unwrap_or_default(),
-                    opt_u(v.footprint_bytes),
-                    opt(v.inflight_bytes),
-                    opt(v.predicted_write_hit_pct),
-                    opt(v.predicted_read_hit_pct),
-                    v.ring_assumed.to_string(),
-                    v.reason.clone(),
-                ]
-            }),
-            &mut made,
-        )?;
-        table(
-            dir,
-            "recommendations.csv",
-            &[
-                "kind",
-                "target",
-                "command",
-                "predicted_metric",
-                "predicted_before",
-                "predicted_after",
-            ],
-            recs.iter().map(|r| {
-                vec![
-                    r.kind.to_string(),
-                    r.target.clone(),
-                    r.command.clone(),
-                    r.predicted_metric.clone().unwrap_or_default(),
-                    opt(r.predicted_before),
-                    opt(r.predicted_after),
-                ]
-            }),
-            &mut made,
-        )?;
-        for p in &made {
-            p.file.sync_all().map_err(|e| {
-                anyhow::anyhow!(
-                    "cannot write {}: {}",
-                    p.path.display(),
-                    crate::outfile::io_words(&e, dir)
-                )
-            })?;
-        }
-        Ok(())
-    })();
+            })
+        }),
+        made,
+    )?;
+    table(
+        dir,
+        "flows.csv",
+        &[
+            "dir",
+            "proto",
+            "src",
+            "sport",
+            "dst",
+            "dport",
+            "rx_queue",
+            "tx_queue",
+            "packets",
+            "bytes",
+            "payload_bytes",
+            "samples",
+            "bytes_error",
+            "source",
+        ],
+        summary.flows.iter().map(|f| {
+            vec![
+                f.dir.to_string(),
+                f.proto.clone(),
+                f.src.clone(),
+                f.sport.to_string(),
+                f.dst.clone(),
+                f.dport.to_string(),
+                opt_u(f.rx_queue.map(u64::from)),
+                opt_u(f.tx_queue.map(u64::from)),
+                f.packets.to_string(),
+                f.bytes.to_string(),
+                f.payload_bytes.to_string(),
+                opt_u(f.samples),
+                opt_u(f.bytes_error),
+                f.source.clone().unwrap_or_default(),
+            ]
+        }),
+        made,
+    )?;
+    table(
+        dir,
+        "drops.csv",
+        &["reason", "name", "count"],
+        summary.drops.reasons.iter().map(|d| {
+            vec![
+                d.reason.to_string(),
+                d.name.clone().unwrap_or_default(),
+                d.count.to_string(),
+            ]
+        }),
+        made,
+    )?;
+    Ok(())
+}
+
+/// The model's verdicts and recommendations (header-only files when there is no model, so
+/// the directory always holds the same files).
+fn write_advice_csvs(outcome: &Outcome, dir: &Path, made: &mut Vec<Pending>) -> Result<()> {
+    let (verdicts, recs) = match outcome {
+        Outcome::Advised(a) => (&a.verdicts[..], &a.recommendations[..]),
+        Outcome::NoModel { .. } => (&[][..], &[][..]),
+    };
+    table(
+        dir,
+        "verdicts.csv",
+        &[
+            "dir",
+            "queue",
+            "verdict",
+            "footprint_bytes",
+            "inflight_bytes",
+            "predicted_write_hit_pct",
+            "predicted_read_hit_pct",
+            "ring_assumed",
+            "reason",
+        ],
+        verdicts.iter().map(|v| {
+            vec![
+                v.dir.to_string(),
+                v.queue.to_string(),
+                serde_json::to_value(v.verdict)
+                    .ok()
+                    .and_then(|x| x.as_str().map(str::to_string))
+                    .unwrap_or_default(),
+                opt_u(v.footprint_bytes),
+                opt(v.inflight_bytes),
+                opt(v.predicted_write_hit_pct),
+                opt(v.predicted_read_hit_pct),
+                v.ring_assumed.to_string(),
+                v.reason.clone(),
+            ]
+        }),
+        made,
+    )?;
+    table(
+        dir,
+        "recommendations.csv",
+        &[
+            "kind",
+            "target",
+            "command",
+            "predicted_metric",
+            "predicted_before",
+            "predicted_after",
+        ],
+        recs.iter().map(|r| {
+            vec![
+                r.kind.to_string(),
+                r.target.clone(),
+                r.command.clone(),
+                r.predicted_metric.clone().unwrap_or_default(),
+                opt(r.predicted_before),
+                opt(r.predicted_after),
+            ]
+        }),
+        made,
+    )?;
+    Ok(())
+}
+
+/// Flush every table to disk before any is renamed into place.
+fn sync_pending(made: &[Pending], dir: &Path) -> Result<()> {
+    for p in made {
+        p.file.sync_all().map_err(|e| {
+            anyhow::anyhow!(
+                "cannot write {}: {}",
+                p.path.display(),
+                crate::outfile::io_words(&e, dir)
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// Rename every table into place if all were written, and remove the temporary files of
+/// any that were not, so a failure leaves the old tables whole.
+fn publish_all(made: &[Pending], result: Result<()>, force: bool) -> Result<Vec<PathBuf>> {
     let mut written = Vec::new();
     let result = result.and_then(|()| {
-        for p in &made {
+        for p in made {
             crate::outfile::publish(&p.tmp, &p.path, force)?;
             written.push(p.path.clone());
         }
         Ok(())
     });
-    for p in &made {
+    for p in made {
         if !written.contains(&p.path) {
             let _ = std::fs::remove_file(&p.tmp);
         }

@@ -1,33 +1,20 @@
 //! No function in src/ runs over [`MAX_LINES`] lines (from its `fn` line to its closing
-//! brace, as rustfmt lays it out), outside the files still being split. The test prints
-//! every function over the limit, and fails only for those outside [`BEING_SPLIT`] and
-//! [`NOT_YET_SPLIT`].
+//! brace, as rustfmt lays it out), but the few in [`EXCEPTIONS`]. The test prints every
+//! function over the limit, and fails for any not excused, and for an excuse no longer needed.
 use std::fs;
 use std::path::{Path, PathBuf};
 
 const MAX_LINES: usize = 150;
 
-/// Paths under src/ (a prefix) whose long functions are being split in other branches of
-/// the same restructuring (issue 44), and are listed without failing until then: the
-/// session's start and next, the HTML renderer, the simulator's driver, and the advice
-/// rules.
-const BEING_SPLIT: &[&str] = &["session/", "report/html", "model/drive.rs", "advise/"];
-
-/// Functions over the limit in other files that this pass did not reach, by name: each is
-/// still to split, and any other function over the limit in these files fails the test.
-const NOT_YET_SPLIT: &[(&str, &str)] = &[
-    ("report/text.rs", "render_evidence"),
-    ("analysis/summary.rs", "build"),
-    ("analysis/summary.rs", "miss_report"),
-    ("attribution/groundtruth.rs", "check_join"),
-    ("attribution/groundtruth.rs", "sampled_pages"),
-    // Written by the work merged with the structure pass (diff, the CSV and interval export,
-    // rollups, the kernel-stack inputs): still to split.
-    ("analysis/diff.rs", "diff"),
-    ("export.rs", "write_csv_dir"),
-    ("recording/reader/stream.rs", "for_each_step"),
-    ("analysis/observation.rs", "observation"),
-    ("model/spec.rs", "inputs"),
+/// Functions allowed over the limit, by file under src/ and name, each with why.
+const EXCEPTIONS: &[(&str, &str, &str)] = &[
+    (
+        "model/drive.rs",
+        "drive",
+        // The simulator's event loop: issue 44 allows it whole if splitting it costs speed.
+        // Not yet split nor measured: the split and its before/after timing are still to do.
+        "the simulator's event loop, not yet split nor measured",
+    ),
 ];
 
 /// The source with comments, string and character literals blanked (newlines kept), so
@@ -191,12 +178,13 @@ fn the_brace_counter_measures_functions() {
 }
 
 #[test]
-fn no_function_is_over_the_limit_outside_the_files_being_split() {
+fn no_function_is_over_the_limit_but_the_exceptions() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
     files.sort();
     let mut long = Vec::new();
+    let mut excused = Vec::new();
     for f in &files {
         let rel = f
             .strip_prefix(&src)
@@ -205,15 +193,12 @@ fn no_function_is_over_the_limit_outside_the_files_being_split() {
             .replace('\\', "/");
         let text = fs::read_to_string(f).unwrap_or_else(|e| panic!("{rel}: {e}"));
         for (name, line, lines) in functions(&text) {
+            let excuse = EXCEPTIONS.iter().find(|e| e.0 == rel && e.1 == name);
+            if let Some(e) = excuse {
+                excused.push((e.0, e.1, lines));
+            }
             if lines > MAX_LINES {
-                let excuse = if BEING_SPLIT.iter().any(|p| rel.starts_with(p)) {
-                    Some("being split in another branch")
-                } else if NOT_YET_SPLIT.contains(&(rel.as_str(), name.as_str())) {
-                    Some("not yet split")
-                } else {
-                    None
-                };
-                long.push((lines, format!("{rel}:{line} {name}"), excuse));
+                long.push((lines, format!("{rel}:{line} {name}"), excuse.map(|e| e.2)));
             }
         }
     }
@@ -235,5 +220,19 @@ fn no_function_is_over_the_limit_outside_the_files_being_split() {
     assert!(
         over.is_empty(),
         "functions over {MAX_LINES} lines: {over:?}"
+    );
+    // An excuse for a function that is gone or now short would hide the next one to grow.
+    let stale: Vec<_> = EXCEPTIONS
+        .iter()
+        .filter(|e| {
+            !excused
+                .iter()
+                .any(|x| x.0 == e.0 && x.1 == e.1 && x.2 > MAX_LINES)
+        })
+        .map(|e| format!("{}::{}", e.0, e.1))
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "excused but not over {MAX_LINES} lines: {stale:?}"
     );
 }

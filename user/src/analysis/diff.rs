@@ -498,51 +498,10 @@ pub fn diff(
     every_ns: u64,
     geometry: GeometryOverrides,
 ) -> Result<Diff> {
-    let (ib, ia) = (b.iface(), a.iface());
-    if ib.name != ia.name || ib.driver != ia.driver {
-        bail!(
-            "{} records {} ({}) and {} records {} ({}): diff compares two recordings of one device",
-            b.path.display(),
-            ib.name,
-            ib.driver.as_deref().unwrap_or("unknown driver"),
-            a.path.display(),
-            ia.name,
-            ia.driver.as_deref().unwrap_or("unknown driver")
-        );
-    }
+    check_same_device(b, a)?;
     let stb = steps_of(b, filter, every_ns)?;
     let sta = steps_of(a, filter, every_ns)?;
-    let any = |s: &Steps| {
-        s.queues.values().any(|m| {
-            m.get("packets_per_s")
-                .is_some_and(|x| x.mean().unwrap_or(0.0) > 0.0)
-        })
-    };
-    if !any(&stb) || !any(&sta) {
-        let which = if !any(&stb) { b } else { a };
-        bail!(
-            "{} holds no packets{}: nothing to compare",
-            which.path.display(),
-            if filter.is_empty() {
-                String::new()
-            } else {
-                format!(" that {} selects", filter.describe())
-            }
-        );
-    }
-    let shared: Vec<(Dir, u32)> = stb
-        .queues
-        .keys()
-        .filter(|k| sta.queues.contains_key(k))
-        .copied()
-        .collect();
-    if shared.is_empty() && stb.dirs.keys().all(|d| !sta.dirs.contains_key(d)) {
-        bail!(
-            "{} and {} measured no queue or direction in common: nothing to compare",
-            b.path.display(),
-            a.path.display()
-        );
-    }
+    check_comparable(b, a, &stb, &sta, filter)?;
     let geom = |r: &Recording| {
         super::geometry(r, geometry).ok().map(|g| {
             (
@@ -555,7 +514,89 @@ pub fn diff(
         })
     };
     let config = config(b, a, geom(b), geom(a));
+    let queues = queue_diffs(&stb, &sta, sb, sa);
+    let directions = direction_diffs(&stb, &sta, sb, sa);
+    let mut traffic = traffic_deltas(&directions, sb, sa, filter);
+    let (flows, flows_only_before, flows_only_after) = flow_diffs(sb, sa, filter, &mut traffic);
+    let drops = drop_diffs(sb, sa);
+    let (sockets, counters_absent) = socket_diffs(&stb, &sta, sb, sa);
+    Ok(Diff {
+        before: side(b, stb.n),
+        after: side(a, sta.n),
+        step_s: every_ns as f64 / 1e9,
+        config,
+        traffic,
+        directions,
+        queues,
+        flows,
+        flows_only_before,
+        flows_only_after,
+        drops,
+        sockets,
+        counters_absent,
+        predictions: Vec::new(),
+        filter: (!filter.is_empty()).then(|| filter.describe()),
+        notes: diff_notes(filter, every_ns),
+    })
+}
 
+/// Refuse two recordings of different devices: their queues are not the same queues.
+fn check_same_device(b: &Recording, a: &Recording) -> Result<()> {
+    let (ib, ia) = (b.iface(), a.iface());
+    if ib.name != ia.name || ib.driver != ia.driver {
+        bail!(
+            "{} records {} ({}) and {} records {} ({}): diff compares two recordings of one device",
+            b.path.display(),
+            ib.name,
+            ib.driver.as_deref().unwrap_or("unknown driver"),
+            a.path.display(),
+            ia.name,
+            ia.driver.as_deref().unwrap_or("unknown driver")
+        );
+    }
+    Ok(())
+}
+
+/// Refuse a side with no packets, or two sides with nothing in common: every delta would
+/// be empty, and saying why is more use than an empty table.
+fn check_comparable(
+    b: &Recording,
+    a: &Recording,
+    stb: &Steps,
+    sta: &Steps,
+    filter: &Filter,
+) -> Result<()> {
+    let any = |s: &Steps| {
+        s.queues.values().any(|m| {
+            m.get("packets_per_s")
+                .is_some_and(|x| x.mean().unwrap_or(0.0) > 0.0)
+        })
+    };
+    if !any(stb) || !any(sta) {
+        let which = if !any(stb) { b } else { a };
+        bail!(
+            "{} holds no packets{}: nothing to compare",
+            which.path.display(),
+            if filter.is_empty() {
+                String::new()
+            } else {
+                format!(" that {} selects", filter.describe())
+            }
+        );
+    }
+    let shared = stb.queues.keys().any(|k| sta.queues.contains_key(k));
+    if !shared && stb.dirs.keys().all(|d| !sta.dirs.contains_key(d)) {
+        bail!(
+            "{} and {} measured no queue or direction in common: nothing to compare",
+            b.path.display(),
+            a.path.display()
+        );
+    }
+    Ok(())
+}
+
+/// Per queue: pooled rates from the summaries (whole-window totals), intervals from steps.
+fn queue_diffs(stb: &Steps, sta: &Steps, sb: &Summary, sa: &Summary) -> Vec<QueueDiff> {
     let stat = |s: &Steps, k: &(Dir, u32), m: &str| {
         s.queues
             .get(k)
@@ -563,15 +604,6 @@ pub fn diff(
             .copied()
             .unwrap_or_default()
     };
-    let dstat = |s: &Steps, d: Dir, m: &str| {
-        s.dirs
-            .get(&d)
-            .and_then(|x| x.get(m))
-            .copied()
-            .unwrap_or_default()
-    };
-
-    // Per queue: pooled rates from the summaries (whole-window totals), intervals from steps.
     let mut all_keys: Vec<(Dir, u32)> = stb
         .queues
         .keys()
@@ -602,8 +634,8 @@ pub fn diff(
                 m,
                 pooled(qb, sb),
                 pooled(qa, sa),
-                &stat(&stb, k, m),
-                &stat(&sta, k, m),
+                &stat(stb, k, m),
+                &stat(sta, k, m),
             );
             if d.before.is_some() || d.after.is_some() {
                 deltas.push(d);
@@ -615,7 +647,18 @@ pub fn diff(
             deltas,
         });
     }
+    queues
+}
 
+/// Per direction, all its queues together: pooled from the summaries' totals.
+fn direction_diffs(stb: &Steps, sta: &Steps, sb: &Summary, sa: &Summary) -> Vec<QueueDiff> {
+    let dstat = |s: &Steps, d: Dir, m: &str| {
+        s.dirs
+            .get(&d)
+            .and_then(|x| x.get(m))
+            .copied()
+            .unwrap_or_default()
+    };
     let mut directions = Vec::new();
     for d in [Dir::Rx, Dir::Tx] {
         if !stb.dirs.contains_key(&d) && !sta.dirs.contains_key(&d) {
@@ -653,8 +696,8 @@ pub fn diff(
                 m,
                 val(tb, m),
                 val(ta, m),
-                &dstat(&stb, d, m),
-                &dstat(&sta, d, m),
+                &dstat(stb, d, m),
+                &dstat(sta, d, m),
             )
         })
         .collect();
@@ -664,10 +707,19 @@ pub fn diff(
             deltas,
         });
     }
+    directions
+}
 
-    // Traffic in one list: RX rate and size, active queues, flows.
+/// Traffic in one list: RX rate and size, active queues (the flows' count is added by
+/// [`flow_diffs`], which groups them).
+fn traffic_deltas(
+    directions: &[QueueDiff],
+    sb: &Summary,
+    sa: &Summary,
+    filter: &Filter,
+) -> Vec<Delta> {
     let mut traffic: Vec<Delta> = Vec::new();
-    for qd in &directions {
+    for qd in directions {
         for d in &qd.deltas {
             if d.metric != "drops_per_s" {
                 let mut x = d.clone();
@@ -693,36 +745,52 @@ pub fn diff(
             ));
         }
     }
+    traffic
+}
 
-    // Flows, by service (proto, addresses, server port), filtered as the report filters.
-    let filtered_groups = |s: &Summary| -> BTreeMap<(Dir, String), (u64, f64, bool)> {
-        let mut out: BTreeMap<(Dir, String), (u64, f64, bool)> = BTreeMap::new();
-        for f in &s.flows {
-            let v = FlowView {
-                proto: &f.proto,
-                src: &f.src,
-                sport: f.sport,
-                dst: &f.dst,
-                dport: f.dport,
-            };
-            if !filter.flow(f.dir, f.rx_queue.or(f.tx_queue), &v) {
-                continue;
-            }
-            let e = out
-                .entry((
-                    f.dir,
-                    flow_service(&f.proto, &f.src, f.sport, &f.dst, f.dport),
-                ))
-                .or_default();
-            e.0 += f.bytes;
-            if let Some(x) = f.bytes_error {
-                e.1 += (x as f64).powi(2);
-                e.2 = true;
-            }
+/// A summary's flows grouped by (direction, service): bytes, summed squared sampling
+/// error, whether any was sampled.
+type FlowGroups = BTreeMap<(Dir, String), (u64, f64, bool)>;
+
+/// Flows by service (proto, addresses, server port), filtered as the report filters, so a
+/// client's new ephemeral port does not make every flow new.
+fn flow_groups(s: &Summary, filter: &Filter) -> FlowGroups {
+    let mut out = FlowGroups::new();
+    for f in &s.flows {
+        let v = FlowView {
+            proto: &f.proto,
+            src: &f.src,
+            sport: f.sport,
+            dst: &f.dst,
+            dport: f.dport,
+        };
+        if !filter.flow(f.dir, f.rx_queue.or(f.tx_queue), &v) {
+            continue;
         }
-        out
-    };
-    let (fb, fa) = (filtered_groups(sb), filtered_groups(sa));
+        let e = out
+            .entry((
+                f.dir,
+                flow_service(&f.proto, &f.src, f.sport, &f.dst, f.dport),
+            ))
+            .or_default();
+        e.0 += f.bytes;
+        if let Some(x) = f.bytes_error {
+            e.1 += (x as f64).powi(2);
+            e.2 = true;
+        }
+    }
+    out
+}
+
+/// The flows seen on both sides, largest first, and those seen on one side only; pushes
+/// the flows' count onto `traffic`.
+fn flow_diffs(
+    sb: &Summary,
+    sa: &Summary,
+    filter: &Filter,
+    traffic: &mut Vec<Delta>,
+) -> (Vec<FlowDiff>, Vec<String>, Vec<String>) {
+    let (fb, fa) = (flow_groups(sb, filter), flow_groups(sa, filter));
     traffic.push(Delta::new(
         "flows",
         Some(fb.len() as f64),
@@ -760,16 +828,19 @@ pub fn diff(
         };
         m(y).total_cmp(&m(x))
     });
-    let only = |x: &BTreeMap<(Dir, String), (u64, f64, bool)>,
-                y: &BTreeMap<(Dir, String), (u64, f64, bool)>| {
+    let only = |x: &FlowGroups, y: &FlowGroups| {
         x.keys()
             .filter(|k| !y.contains_key(*k))
             .map(|k| format!("{} {}", k.0, k.1))
             .collect::<Vec<_>>()
     };
-    let (flows_only_before, flows_only_after) = (only(&fb, &fa), only(&fa, &fb));
+    let (only_before, only_after) = (only(&fb, &fa), only(&fa, &fb));
+    (flows, only_before, only_after)
+}
 
-    // Drops by reason: whole-run counts, Poisson.
+/// Drops by reason: whole-run counts, so Poisson intervals rather than Welch's over steps.
+fn drop_diffs(sb: &Summary, sa: &Summary) -> Vec<Delta> {
+    let (db, da) = (sb.meta.duration_s.max(1e-9), sa.meta.duration_s.max(1e-9));
     let mut reasons: BTreeMap<u32, (Option<String>, u64, u64)> = BTreeMap::new();
     for r in &sb.drops.reasons {
         let e = reasons.entry(r.reason).or_insert((r.name.clone(), 0, 0));
@@ -779,7 +850,7 @@ pub fn diff(
         let e = reasons.entry(r.reason).or_insert((r.name.clone(), 0, 0));
         e.2 += r.count;
     }
-    let drops = reasons
+    reasons
         .into_iter()
         .map(|(reason, (name, cb, ca))| {
             let ci = 1.96 * ((cb as f64) / (db * db) + (ca as f64) / (da * da)).sqrt();
@@ -794,9 +865,17 @@ pub fn diff(
                 "poisson",
             )
         })
-        .collect();
+        .collect()
+}
 
-    // Sockets' counters: pooled from the summaries, intervals from steps.
+/// Sockets' counters: pooled from the summaries, intervals from steps; when neither side
+/// has any, the line saying why.
+fn socket_diffs(
+    stb: &Steps,
+    sta: &Steps,
+    sb: &Summary,
+    sa: &Summary,
+) -> (Vec<SocketDiff>, Option<String>) {
     let mut sockets = Vec::new();
     let mut socks: Vec<u32> = stb
         .sockets
@@ -835,7 +914,7 @@ pub fn diff(
             "dram_write_mbyte_per_s",
         ]
         .iter()
-        .map(|m| Delta::steps(m, pooled(sb, m), pooled(sa, m), &st(&stb, m), &st(&sta, m)))
+        .map(|m| Delta::steps(m, pooled(sb, m), pooled(sa, m), &st(stb, m), &st(sta, m)))
         .filter(|d| d.before.is_some() || d.after.is_some())
         .collect::<Vec<_>>();
         if !deltas.is_empty() {
@@ -860,7 +939,11 @@ pub fn diff(
                 .unwrap_or_else(|| sa.counters.source.clone())
         )
     });
+    (sockets, counters_absent)
+}
 
+/// What the intervals rest on, said once under the tables.
+fn diff_notes(filter: &Filter, every_ns: u64) -> Vec<String> {
     let mut notes = vec![format!(
         "each uncertainty is a 95 % interval: Welch's t over {}-s steps for rates, sizes and lives (each side's pooled value is its whole-window figure); Poisson counts for drop reasons; the recorder's sampling bound for flows",
         every_ns as f64 / 1e9
@@ -871,24 +954,7 @@ pub fn diff(
             "--flow selects flow rows only: queue and direction rows count whole queues".into(),
         );
     }
-    Ok(Diff {
-        before: side(b, stb.n),
-        after: side(a, sta.n),
-        step_s: every_ns as f64 / 1e9,
-        config,
-        traffic,
-        directions,
-        queues,
-        flows,
-        flows_only_before,
-        flows_only_after,
-        drops,
-        sockets,
-        counters_absent,
-        predictions: Vec::new(),
-        filter: (!filter.is_empty()).then(|| filter.describe()),
-        notes,
-    })
+    notes
 }
 
 /// AFTER's value of a model metric: measured by its counters when it has them, else the

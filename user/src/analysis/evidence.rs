@@ -236,14 +236,7 @@ fn regression_input(
                     queues: seen
                         .keys()
                         .map(|&(d, qn)| {
-                            let idle = GroupQueue {
-                                dir: d,
-                                queue: qn,
-                                packets: 0,
-                                bytes: 0,
-                                life_count: 0,
-                                life_sum_ns: 0,
-                            };
+                            let idle = GroupQueue::empty(d, qn);
                             let q = g.queue(d, qn).unwrap_or(&idle);
                             let ring = if d == Dir::Rx {
                                 rec.iface().rx_ring
@@ -480,17 +473,6 @@ mod tests {
     use crate::recording::reader::{GroupQueue, IntervalGroup};
     use crate::snapshot::Dir;
 
-    fn idle(dir: Dir, queue: u32) -> GroupQueue {
-        GroupQueue {
-            dir,
-            queue,
-            packets: 0,
-            bytes: 0,
-            life_count: 0,
-            life_sum_ns: 0,
-        }
-    }
-
     #[test]
     fn regression_features_of_a_queue() {
         // 100 packets timed from DMA to free, 20 µs each.
@@ -499,7 +481,7 @@ mod tests {
             bytes: 1_000 * 1514,
             life_count: 100,
             life_sum_ns: 100 * 20_000,
-            ..idle(Dir::Rx, 2)
+            ..GroupQueue::empty(Dir::Rx, 2)
         };
         let f = queue_features(&q, 1_000_000_000, Some(1024), Some(1514));
         assert_eq!((f.queue.dir.as_str(), f.queue.queue), ("rx", 2));
@@ -523,7 +505,12 @@ mod tests {
             None
         );
         // Idle this interval: nothing in flight, and its ring's footprint all the same.
-        let idle = queue_features(&idle(Dir::Tx, 0), 1_000_000_000, Some(512), Some(64));
+        let idle = queue_features(
+            &GroupQueue::empty(Dir::Tx, 0),
+            1_000_000_000,
+            Some(512),
+            Some(64),
+        );
         assert_eq!(
             (idle.inflight_bytes, idle.footprint_bytes),
             (Some(0.0), Some((512 * 64 + 512 * 64) as f64))
@@ -559,7 +546,7 @@ mod tests {
             queues: vec![GroupQueue {
                 packets: 1000,
                 bytes: 1_000_000,
-                ..idle(Dir::Rx, 0)
+                ..GroupQueue::empty(Dir::Rx, 0)
             }],
             counters: vec![
                 row("iio", w, nic_write_units + 500_000.0),

@@ -83,48 +83,13 @@ pub fn observation(
     let nic_drops = rec.nic_drop_totals()?;
     let peaks = rec.peak_inflight()?;
     let mut sockets = socket_queues_by_queue(rec)?;
-    // Each RX queue's largest flow: RSS moves whole flows.
-    let mut top_flow: BTreeMap<u32, u64> = BTreeMap::new();
-    for f in rec.flows()?.iter().filter(|f| f.key.dir == Dir::Rx) {
-        let e = top_flow.entry(f.queue).or_default();
-        *e = (*e).max(f.bytes);
-    }
+    let top_flow = top_flows(rec)?;
     let mut queues = Vec::new();
     for q in &summary.totals {
         if q.packets == 0 {
             continue;
         }
-        let life = q.dir.lifetime_stage();
-        // Residence until the last CPU touch: sampled lives where there are
-        // enough, the lifetime histogram otherwise.
-        let mut lives: Vec<f64> = records
-            .records
-            .iter()
-            .filter(|p| p.dir == q.dir && p.queue == q.queue && p.ts[LIFE_START] > 0)
-            .filter_map(|p| {
-                let copied = p.ts[RX_COPY_TO_FREE];
-                let last = if p.dir == Dir::Rx && copied > 0 {
-                    copied
-                } else {
-                    p.free_ns
-                };
-                (last > p.ts[LIFE_START]).then(|| (last - p.ts[LIFE_START]) as f64)
-            })
-            .collect();
-        lives.sort_by(|a, b| a.total_cmp(b));
-        let pct = |v: &[f64], p: f64| {
-            v.get(((v.len() as f64 - 1.0) * p).round() as usize)
-                .copied()
-        };
-        let (p50, p99) = if lives.len() >= 20 {
-            (pct(&lives, 0.5), pct(&lives, 0.99))
-        } else {
-            let h = &q.stage_hist[life];
-            (
-                hist_percentile(h, 50.0, q.stage_max_ns[life]).map(|v| v as f64),
-                hist_percentile(h, 99.0, q.stage_max_ns[life]).map(|v| v as f64),
-            )
-        };
+        let (p50, p99) = residence(&records.records, q);
         // Peak in flight: Little's law per interval (rate × mean lifetime).
         let peak = peaks.get(&(q.dir, q.queue)).copied();
         queues.push(QueueObservation {
@@ -166,67 +131,9 @@ pub fn observation(
             },
         });
     }
-    // Where each queue is processed: its IRQ's CPUs, else the CPUs that freed its sampled packets.
-    let mut queue_cpus_numa = Vec::new();
-    let mut queue_irqs = Vec::new();
-    for (irq, info) in &iface.irqs {
-        if let Some(q) = irq_queue(&info.name) {
-            queue_irqs.push((q, *irq));
-            let node = info
-                .cpus
-                .first()
-                .and_then(|c| host.cpu_node.get(c))
-                .copied();
-            queue_cpus_numa.push((q, node));
-        }
-    }
-    if queue_cpus_numa.is_empty() {
-        let mut seen: BTreeMap<u32, u32> = BTreeMap::new();
-        for p in records.records.iter().filter(|p| p.dir == Dir::Rx) {
-            seen.entry(p.queue).or_insert(p.cpu);
-        }
-        queue_cpus_numa = seen
-            .into_iter()
-            .map(|(q, cpu)| (q, host.cpu_node.get(&cpu).copied()))
-            .collect();
-    }
-    let mut node_cpus: BTreeMap<i32, Vec<u32>> = BTreeMap::new();
-    for (cpu, node) in &host.cpu_node {
-        node_cpus.entry(*node).or_default().push(*cpu);
-    }
-    let node_cpulists = node_cpus
-        .into_iter()
-        .map(|(n, cpus)| {
-            (
-                n,
-                cpus.iter()
-                    .map(|c| c.to_string())
-                    .collect::<Vec<_>>()
-                    .join(","),
-            )
-        })
-        .collect();
-    let counters = {
-        let r = &summary.counters;
-        let usable = matches!(
-            rec.meta.counters_source,
-            Some(CounterSource::Live | CounterSource::Imported)
-        );
-        let socket = iface.counter_socket();
-        r.sockets
-            .iter()
-            .find(|s| s.socket == socket)
-            .or_else(|| r.sockets.first())
-            .filter(|_| usable)
-            .map(|s| CounterEvidence {
-                write_miss_pct: s.write_miss_pct,
-                read_miss_pct: s.read_miss_pct,
-                write_allocation_disabled: s.write_allocation_disabled,
-                source: r.source.clone(),
-                dram_read_mbps: s.dram_read_mbps,
-                dram_write_mbps: s.dram_write_mbps,
-            })
-    };
+    let (queue_cpus_numa, queue_irqs) = queue_placement(&iface, &host, &records.records);
+    let node_cpulists = node_cpulists(&host);
+    let counters = counter_evidence(rec, summary, &iface);
     Ok(HostObservation {
         iface: iface.name.clone(),
         geometry: geometry(rec, o)?,
@@ -250,6 +157,135 @@ pub fn observation(
             no_ddio: vendor_has_ddio(&host.cpu_vendor) == Some(false),
         },
     })
+}
+
+/// Each RX queue's largest flow in bytes: RSS moves whole flows, so no queue can be
+/// relieved below it.
+fn top_flows(rec: &Recording) -> Result<BTreeMap<u32, u64>> {
+    let mut top_flow: BTreeMap<u32, u64> = BTreeMap::new();
+    for f in rec.flows()?.iter().filter(|f| f.key.dir == Dir::Rx) {
+        let e = top_flow.entry(f.queue).or_default();
+        *e = (*e).max(f.bytes);
+    }
+    Ok(top_flow)
+}
+
+/// A queue's residence until the last CPU touch, p50 and p99: sampled lives where there
+/// are enough, the lifetime histogram otherwise.
+fn residence(
+    records: &[crate::snapshot::PacketSample],
+    q: &crate::snapshot::QueueCounters,
+) -> (Option<f64>, Option<f64>) {
+    let life = q.dir.lifetime_stage();
+    let mut lives: Vec<f64> = records
+        .iter()
+        .filter(|p| p.dir == q.dir && p.queue == q.queue && p.ts[LIFE_START] > 0)
+        .filter_map(|p| {
+            let copied = p.ts[RX_COPY_TO_FREE];
+            let last = if p.dir == Dir::Rx && copied > 0 {
+                copied
+            } else {
+                p.free_ns
+            };
+            (last > p.ts[LIFE_START]).then(|| (last - p.ts[LIFE_START]) as f64)
+        })
+        .collect();
+    lives.sort_by(|a, b| a.total_cmp(b));
+    let pct = |v: &[f64], p: f64| {
+        v.get(((v.len() as f64 - 1.0) * p).round() as usize)
+            .copied()
+    };
+    if lives.len() >= 20 {
+        (pct(&lives, 0.5), pct(&lives, 0.99))
+    } else {
+        let h = &q.stage_hist[life];
+        (
+            hist_percentile(h, 50.0, q.stage_max_ns[life]).map(|v| v as f64),
+            hist_percentile(h, 99.0, q.stage_max_ns[life]).map(|v| v as f64),
+        )
+    }
+}
+
+/// Where each queue is processed, (queue, NUMA node), with each queue's IRQ: its IRQ's
+/// CPUs, else the CPUs that freed its sampled packets.
+#[allow(clippy::type_complexity)]
+fn queue_placement(
+    iface: &crate::topology::IfaceInfo,
+    host: &crate::topology::HostInfo,
+    records: &[crate::snapshot::PacketSample],
+) -> (Vec<(u32, Option<i32>)>, Vec<(u32, u32)>) {
+    let mut queue_cpus_numa = Vec::new();
+    let mut queue_irqs = Vec::new();
+    for (irq, info) in &iface.irqs {
+        if let Some(q) = irq_queue(&info.name) {
+            queue_irqs.push((q, *irq));
+            let node = info
+                .cpus
+                .first()
+                .and_then(|c| host.cpu_node.get(c))
+                .copied();
+            queue_cpus_numa.push((q, node));
+        }
+    }
+    if queue_cpus_numa.is_empty() {
+        let mut seen: BTreeMap<u32, u32> = BTreeMap::new();
+        for p in records.iter().filter(|p| p.dir == Dir::Rx) {
+            seen.entry(p.queue).or_insert(p.cpu);
+        }
+        queue_cpus_numa = seen
+            .into_iter()
+            .map(|(q, cpu)| (q, host.cpu_node.get(&cpu).copied()))
+            .collect();
+    }
+    (queue_cpus_numa, queue_irqs)
+}
+
+/// Each NUMA node's CPUs as a cpulist, for the pinning commands.
+fn node_cpulists(host: &crate::topology::HostInfo) -> Vec<(i32, String)> {
+    let mut node_cpus: BTreeMap<i32, Vec<u32>> = BTreeMap::new();
+    for (cpu, node) in &host.cpu_node {
+        node_cpus.entry(*node).or_default().push(*cpu);
+    }
+    node_cpus
+        .into_iter()
+        .map(|(n, cpus)| {
+            (
+                n,
+                cpus.iter()
+                    .map(|c| c.to_string())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            )
+        })
+        .collect()
+}
+
+/// The device socket's DDIO counters, when they were measured or imported (the software stand-in's
+/// numbers never reach the model as evidence).
+fn counter_evidence(
+    rec: &Recording,
+    summary: &Summary,
+    iface: &crate::topology::IfaceInfo,
+) -> Option<CounterEvidence> {
+    let r = &summary.counters;
+    let usable = matches!(
+        rec.meta.counters_source,
+        Some(CounterSource::Live | CounterSource::Imported)
+    );
+    let socket = iface.counter_socket();
+    r.sockets
+        .iter()
+        .find(|s| s.socket == socket)
+        .or_else(|| r.sockets.first())
+        .filter(|_| usable)
+        .map(|s| CounterEvidence {
+            write_miss_pct: s.write_miss_pct,
+            read_miss_pct: s.read_miss_pct,
+            write_allocation_disabled: s.write_allocation_disabled,
+            source: r.source.clone(),
+            dram_read_mbps: s.dram_read_mbps,
+            dram_write_mbps: s.dram_write_mbps,
+        })
 }
 
 /// The local sockets' receive queues per RX queue: each socket on the queue its flow's

@@ -190,7 +190,29 @@ pub struct MissFlow {
 }
 
 fn miss_report(rec: &Recording, totals: &[QueueCounters]) -> Result<MissReport> {
-    let mut m = MissReport {
+    let mut m = empty_miss_report(rec);
+    let life = life_hists(totals);
+    let Some(t) = rec.miss_totals()? else {
+        return Ok(m);
+    };
+    take_miss_totals(&mut m, &t);
+    take_sampler_time(&mut m, rec, &t);
+    let charged: u64 = m.queues.iter().map(|q| q.addr_join + q.cpu_ctx).sum();
+    let to_flows: u64 = m.flows.iter().map(|f| f.addr_join + f.cpu_ctx).sum();
+    // The queue counts and the flow map are read one after the other while samples keep
+    // coming, queues first: a difference within 0.1 % is that, not loss.
+    m.flow_charges_lost = m
+        .no_flow
+        .map(|n| charged.saturating_sub(to_flows + n))
+        .map(|d| if d * 1000 <= charged { 0 } else { d });
+    take_ages(&mut m, t.totals.age_hist.clone(), &life);
+    Ok(m)
+}
+
+/// The report as the recording's metadata alone describes it: what a recording without
+/// miss rows shows.
+fn empty_miss_report(rec: &Recording) -> MissReport {
+    MissReport {
         source: rec
             .meta
             .miss_sampling
@@ -232,9 +254,13 @@ fn miss_report(rec: &Recording, totals: &[QueueCounters]) -> Result<MissReport> 
             capacity: rec.meta.buf_pages_capacity,
             ..Default::default()
         },
-    };
-    // Stage 3 (RX driver → free) and 2 (TX xmit → free): from the time the join dates a
-    // buffer by to the free.
+    }
+}
+
+/// The life histograms per direction (RX, TX) the sample ages are held against: stage 3
+/// (RX driver → free) and 2 (TX xmit → free), from the time the join dates a buffer by to
+/// the free.
+fn life_hists(totals: &[QueueCounters]) -> [[u64; crate::snapshot::NBUCKETS]; 2] {
     let mut life = [[0u64; crate::snapshot::NBUCKETS]; 2];
     for q in totals {
         let (d, stage) = if q.dir == Dir::Rx { (0, 3) } else { (1, 2) };
@@ -242,9 +268,11 @@ fn miss_report(rec: &Recording, totals: &[QueueCounters]) -> Result<MissReport> 
             *l += c;
         }
     }
-    let Some(t) = rec.miss_totals()? else {
-        return Ok(m);
-    };
+    life
+}
+
+/// The recorded sample counts, queue and flow charges and buffer-map state, as summed.
+fn take_miss_totals(m: &mut MissReport, t: &crate::recording::reader::MissTotals) {
     let x = &t.totals;
     m.samples = x.samples;
     m.on_packet_buffers = x.on_packet_buffers;
@@ -260,7 +288,6 @@ fn miss_report(rec: &Recording, totals: &[QueueCounters]) -> Result<MissReport> 
     m.buffer_map.entries_max = t.entries_max;
     m.buffer_map.entries_last = x.buf.entries;
     m.buffer_map.pages.entries = None;
-    let age = x.age_hist.clone();
     m.queues = x
         .queues
         .iter()
@@ -295,6 +322,16 @@ fn miss_report(rec: &Recording, totals: &[QueueCounters]) -> Result<MissReport> 
     if m.samples == 0 {
         m.no_flow = None;
     }
+}
+
+/// How long the sampler ran and how long the kernel throttled it: what scales the samples
+/// to misses.
+fn take_sampler_time(
+    m: &mut MissReport,
+    rec: &Recording,
+    t: &crate::recording::reader::MissTotals,
+) {
+    let x = &t.totals;
     let cpus: Option<f64> = rec.meta.miss_sampler_cpus.map(|n| n as f64);
     let span_s = rec.duration_s();
     if m.duty > 1 {
@@ -315,14 +352,11 @@ fn miss_report(rec: &Recording, totals: &[QueueCounters]) -> Result<MissReport> 
             .map(|c| (100.0 * t.throttled_ns as f64 / 1e9 / (c * sampler_s)).min(100.0)),
         records_lost: t.records_lost,
     });
-    let charged: u64 = m.queues.iter().map(|q| q.addr_join + q.cpu_ctx).sum();
-    let to_flows: u64 = m.flows.iter().map(|f| f.addr_join + f.cpu_ctx).sum();
-    // The queue counts and the flow map are read one after the other while samples keep
-    // coming, queues first: a difference within 0.1 % is that, not loss.
-    m.flow_charges_lost = m
-        .no_flow
-        .map(|n| charged.saturating_sub(to_flows + n))
-        .map(|d| if d * 1000 <= charged { 0 } else { d });
+}
+
+/// The samples' ages since their buffer's hand-up, and how many lie past the p99 of the
+/// packet lives (a mixture of the directions by the samples joined to each).
+fn take_ages(m: &mut MissReport, age: Vec<u64>, life: &[[u64; crate::snapshot::NBUCKETS]; 2]) {
     m.age_p50_ns = hist_percentile(&age, 50.0, 0);
     m.age_p99_ns = hist_percentile(&age, 99.0, 0);
     let joined = [Dir::Rx, Dir::Tx].map(|d| {
@@ -333,7 +367,7 @@ fn miss_report(rec: &Recording, totals: &[QueueCounters]) -> Result<MissReport> 
             .sum::<u64>()
     });
     if age.iter().any(|&c| c > 0) {
-        m.age_split = hist_percentile(&life_mixture(&life, joined), 99.0, 0).map(|p99| {
+        m.age_split = hist_percentile(&life_mixture(life, joined), 99.0, 0).map(|p99| {
             let (within_life, after_life) = split_ages(&age, p99);
             AgeSplit {
                 life_p99_ns: p99,
@@ -343,7 +377,6 @@ fn miss_report(rec: &Recording, totals: &[QueueCounters]) -> Result<MissReport> 
         });
     }
     m.age_hist = age;
-    Ok(m)
 }
 
 /// Queues listed per direction at most, idle or not (the probes count up to 64).
@@ -941,8 +974,53 @@ fn stage_report(q: &QueueCounters, s: usize) -> StageReport {
 pub fn build(rec: &Recording) -> Result<Summary> {
     let totals = rec.queue_totals()?;
     let iface = rec.iface();
-    let host = rec.host();
     let dur = rec.duration_s();
+    let meta = meta_of(rec, dur);
+    let queues = queue_reports(&iface, &totals, dur);
+    let recorded_flows = rec.flows()?;
+    let flows = flow_reports(&recorded_flows);
+    let flow_overflow = rec.flow_overflow()?;
+    let e = rec.event_totals()?;
+    // Every tracked packet whose free was seen completed its whole-life stage.
+    let freed: u64 = totals.iter().map(|q| q.stage_count[NSTAGES - 1]).sum();
+    let unended = totals
+        .iter()
+        .map(|q| q.unended)
+        .sum::<u64>()
+        .max(e.state_evicted.saturating_add(e.state_stale));
+    let drops = drops_of(rec)?;
+    let counters = counters_report(rec)?;
+    let l3miss = miss_report(rec, &totals)?;
+    let tiers = tiers(rec, &totals, &recorded_flows, &flow_overflow, e.sampled)?;
+    Ok(Summary {
+        meta,
+        window: rec.window.clone(),
+        tiers,
+        queues,
+        flows,
+        flow_overflow,
+        events: Events {
+            sampled: e.sampled,
+            lost: e.lost,
+            received: e.received,
+            state_evicted: e.state_evicted,
+            queue_clamped: e.queue_clamped,
+            state_stale: e.state_stale,
+            lives_unended: unended,
+            frees_seen_pct: Events::frees_seen_pct(freed, unended),
+        },
+        drops,
+        counters,
+        l3miss,
+        totals,
+        filter: None,
+    })
+}
+
+/// The recording's header: file, device, host, how it was recorded, which hooks ran.
+fn meta_of(rec: &Recording, dur: f64) -> Meta {
+    let iface = rec.iface();
+    let host = rec.host();
     let hooks: Vec<serde_json::Value> = rec
         .meta
         .hooks
@@ -956,8 +1034,7 @@ pub fn build(rec: &Recording) -> Result<Summary> {
             h.get("tracepoint").and_then(|v| v.as_str()).unwrap_or("?")
         )
     };
-    let drop_names = rec.meta.drop_reason_names.clone().unwrap_or_default();
-    let meta = Meta {
+    Meta {
         file: rec.path.display().to_string(),
         complete: rec.complete(),
         stopped_by: rec.meta.stopped_by,
@@ -1002,9 +1079,16 @@ pub fn build(rec: &Recording) -> Result<Summary> {
                     .to_string()
             })
             .collect(),
-    };
-    // Every queue the device has, and any other the probes counted on: an idle queue is a
-    // finding too.
+    }
+}
+
+/// A row per queue: every queue the device has, and any other the probes counted on (an
+/// idle queue is a finding too).
+fn queue_reports(
+    iface: &crate::topology::IfaceInfo,
+    totals: &[QueueCounters],
+    dur: f64,
+) -> Vec<QueueReport> {
     let mut all: BTreeMap<(Dir, u32), QueueCounters> = totals
         .iter()
         .map(|q| ((q.dir, q.queue), q.clone()))
@@ -1015,8 +1099,7 @@ pub fn build(rec: &Recording) -> Result<Summary> {
                 .or_insert_with(|| QueueCounters::new(dir, q));
         }
     }
-    let queues = all
-        .values()
+    all.values()
         .map(|q| {
             let mut stages = BTreeMap::new();
             for (s, name) in q.dir.stage_names().iter().enumerate().take(NSTAGES) {
@@ -1050,9 +1133,12 @@ pub fn build(rec: &Recording) -> Result<Summary> {
                 stages,
             }
         })
-        .collect();
-    let recorded_flows = rec.flows()?;
-    let mut flows: Vec<FlowReport> = recorded_flows
+        .collect()
+}
+
+/// The recorded flows, largest first.
+fn flow_reports(recorded: &[crate::snapshot::FlowCounters]) -> Vec<FlowReport> {
+    let mut flows: Vec<FlowReport> = recorded
         .iter()
         .map(|f| FlowReport {
             dir: f.key.dir,
@@ -1072,17 +1158,14 @@ pub fn build(rec: &Recording) -> Result<Summary> {
         })
         .collect();
     flows.sort_by_key(|f| std::cmp::Reverse(f.bytes));
-    let flow_overflow = rec.flow_overflow()?;
-    let e = rec.event_totals()?;
-    // Every tracked packet whose free was seen completed its whole-life stage.
-    let freed: u64 = totals.iter().map(|q| q.stage_count[NSTAGES - 1]).sum();
-    let unended = totals
-        .iter()
-        .map(|q| q.unended)
-        .sum::<u64>()
-        .max(e.state_evicted.saturating_add(e.state_stale));
+    flows
+}
+
+/// The drop reasons with the names the kernel gave them at recording time.
+fn drops_of(rec: &Recording) -> Result<Drops> {
+    let drop_names = rec.meta.drop_reason_names.clone().unwrap_or_default();
     let drop_reasons = rec.drop_reasons()?;
-    let drops = Drops {
+    Ok(Drops {
         total: drop_reasons.iter().map(|(_, c)| c).sum(),
         reasons: drop_reasons
             .iter()
@@ -1092,32 +1175,6 @@ pub fn build(rec: &Recording) -> Result<Summary> {
                 count: *c,
             })
             .collect(),
-    };
-    let counters = counters_report(rec)?;
-    let l3miss = miss_report(rec, &totals)?;
-    let tiers = tiers(rec, &totals, &recorded_flows, &flow_overflow, e.sampled)?;
-    Ok(Summary {
-        meta,
-        window: rec.window.clone(),
-        tiers,
-        queues,
-        flows,
-        flow_overflow,
-        events: Events {
-            sampled: e.sampled,
-            lost: e.lost,
-            received: e.received,
-            state_evicted: e.state_evicted,
-            queue_clamped: e.queue_clamped,
-            state_stale: e.state_stale,
-            lives_unended: unended,
-            frees_seen_pct: Events::frees_seen_pct(freed, unended),
-        },
-        drops,
-        counters,
-        l3miss,
-        totals,
-        filter: None,
     })
 }
 

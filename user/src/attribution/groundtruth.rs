@@ -764,16 +764,11 @@ fn sampled_pages(sc: &Scenario, rng: &mut Rng, join_sample: u32, duty: u32) -> J
     let mut table = PageTable::new(sets, ways, join_sample);
     let mut st = JoinStats::default();
     let mut pages = std::collections::HashSet::new();
-    let mut q: BTreeMap<u32, u64> = BTreeMap::new();
-    let mut f: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut charged = Charged::default();
     let mut other = 0u64;
     let mut in_windows = 0u64;
     let period = windows::window_period(PERIOD, duty);
     let mut count = rng.next() % period;
-    let take = |count: &mut u64| {
-        *count += 1;
-        (*count).is_multiple_of(period)
-    };
     // The runs are back-to-back intervals of one simulation: one timeline, as in `record`,
     // starting with the first measured interval (the lead-in ran before the recorder did).
     // No draws when always on: the page-sampling checks keep their sample streams.
@@ -783,39 +778,8 @@ fn sampled_pages(sc: &Scenario, rng: &mut Rng, join_sample: u32, duty: u32) -> J
         Vec::new()
     };
     let cycle = std::time::Duration::from_nanos(INTERVAL_NS);
-    let t0 = sc
-        .runs
-        .first()
-        .and_then(|r| r.handups.first())
-        .map_or(0, |h| h.t_ns);
-    let t1 = sc
-        .runs
-        .iter()
-        .flat_map(|r| r.loads.iter().map(|l| l.3))
-        .max()
-        .unwrap_or(0);
-    // The time the sampler ran, as the recorder measures it: the duty the estimates scale by.
-    let measured_duty = {
-        let mut d = draws.clone().into_iter();
-        match Schedule::new(cycle, duty, true, || d.next().unwrap_or(0.5)) {
-            None => 1.0,
-            Some(mut s) => {
-                let (end, mut t, mut on) = (
-                    std::time::Duration::from_nanos(t1 - t0),
-                    std::time::Duration::ZERO,
-                    std::time::Duration::ZERO,
-                );
-                while t < end {
-                    let next = s.next_change(t).unwrap_or(end).min(end);
-                    if s.phase_at(t) == windows::Phase::Window {
-                        on += next - t;
-                    }
-                    t = next;
-                }
-                end.as_secs_f64() / on.as_secs_f64()
-            }
-        }
-    };
+    let (t0, t1) = recording_span(sc);
+    let measured_duty = measured_duty(&draws, duty, t1 - t0);
     let mut next_draw = draws.into_iter();
     let mut schedule = Schedule::new(cycle, duty, true, || next_draw.next().unwrap_or(0.5));
     // Phase at t: always on without a schedule.
@@ -827,16 +791,7 @@ fn sampled_pages(sc: &Scenario, rng: &mut Rng, join_sample: u32, duty: u32) -> J
     let mut phase = windows::Phase::Off;
     // When the current window's join began (its warm-up): older entries are "before window".
     let mut window_start = 0u64;
-    let life: Vec<u64> = (0..sc.base.queues as usize)
-        .map(|i| {
-            (sc.base
-                .queue_residence_us
-                .get(i)
-                .copied()
-                .unwrap_or(sc.base.residence_us)
-                * 1e3) as u64
-        })
-        .collect();
+    let life = queue_lives(sc);
     let mut reads = Reads {
         pending: Default::default(),
         life: life.clone(),
@@ -891,59 +846,23 @@ fn sampled_pages(sc: &Scenario, rng: &mut Rng, join_sample: u32, duty: u32) -> J
                 window_start = t;
             }
             phase = p;
-            // The join's own bias: every load miss while the map is kept (no sampling error).
-            if phase == windows::Phase::Window {
-                st.all_loads += 1;
-                *st.page_misses.entry(addr & !4095).or_default() += 1;
-                *st.label_queues.entry(lq).or_default() += 1;
-                *st.label_flows.entry(lf).or_default() += 1;
-                if let Lookup::Found(w) = table.lookup(addr) {
-                    st.all_found += 1;
-                    if w.handup_ns >= window_start {
-                        *st.dated_queues.entry(w.queue).or_default() += 1;
-                    }
-                    *st.all_queues.entry(w.queue).or_default() += 1;
-                    *st.all_flows.entry(w.flow).or_default() += 1;
-                }
-            } else {
+            if phase != windows::Phase::Window {
                 continue;
             }
+            join_bias(&mut st, &table, (lq, lf, addr), window_start);
             in_windows += 1;
-            // Non-packet misses interleaved: geometric run with mean φ/(1−φ) per packet miss,
-            // each on a page of its own far from any buffer (page 2^32 on).
-            while rng.unit() < NON_PACKET_FRACTION {
-                if take(&mut count) {
-                    let page = (1u64 << 44) + ((rng.next() % (1 << 22)) << 12);
-                    match table.lookup(page) {
-                        Lookup::NotInSubset => {}
-                        Lookup::NotFound => other += 1,
-                        Lookup::Found(w) => panic!("a non-packet page {page:#x} found as {w:?}"),
-                    }
-                }
-            }
-            if !take(&mut count) {
+            other += non_packet_samples(rng, &table, &mut count, period);
+            if !tick(&mut count, period) {
                 continue;
             }
-            st.packet_samples += 1;
-            match table.lookup(addr) {
-                Lookup::NotInSubset => st.out_of_subset += 1,
-                Lookup::NotFound => {
-                    st.not_found += 1;
-                    other += 1;
-                }
-                Lookup::Found(w) => {
-                    st.found += 1;
-                    st.wrong_queue += u64::from(w.queue != lq);
-                    st.wrong_flow += u64::from(w.flow != lf);
-                    if w.handup_ns < window_start {
-                        st.before_window += 1;
-                    } else if t - w.handup_ns <= life[lq as usize] {
-                        st.within_life += 1;
-                    }
-                    *q.entry(w.queue).or_default() += 1;
-                    *f.entry(w.flow).or_default() += 1;
-                }
-            }
+            let sample = Sample {
+                queue: lq,
+                flow: lf,
+                addr,
+                t,
+                life: life[lq as usize],
+            };
+            score_sample(&mut st, &table, &sample, window_start, &mut charged);
         }
     }
     reads.settle(t1, &table, &mut st, &mut phase_at);
@@ -953,9 +872,17 @@ fn sampled_pages(sc: &Scenario, rng: &mut Rng, join_sample: u32, duty: u32) -> J
     let counts = SampledCounts {
         period,
         stand_in: false,
-        queues: q.into_iter().map(|(k, v)| (QueueId::rx(k), v)).collect(),
-        flows: f.into_iter().map(|(k, v)| (flow_id(k), v)).collect(),
-        other_samples: other,
+        queues: charged
+            .queues
+            .into_iter()
+            .map(|(k, v)| (QueueId::rx(k), v))
+            .collect(),
+        flows: charged
+            .flows
+            .into_iter()
+            .map(|(k, v)| (flow_id(k), v))
+            .collect(),
+        other_samples: other + charged.not_found,
         join_sample: join_sample as u64,
         duty: measured_duty,
         before_window: st.before_window,
@@ -965,6 +892,157 @@ fn sampled_pages(sc: &Scenario, rng: &mut Rng, join_sample: u32, duty: u32) -> J
         counts,
         in_windows,
         stats: st,
+    }
+}
+
+/// The recording's span: from the first measured hand-up (the lead-in ran before the
+/// recorder did) to the last miss.
+fn recording_span(sc: &Scenario) -> (u64, u64) {
+    let t0 = sc
+        .runs
+        .first()
+        .and_then(|r| r.handups.first())
+        .map_or(0, |h| h.t_ns);
+    let t1 = sc
+        .runs
+        .iter()
+        .flat_map(|r| r.loads.iter().map(|l| l.3))
+        .max()
+        .unwrap_or(0);
+    (t0, t1)
+}
+
+/// Each queue's packet life in ns: how long after its hand-up a buffer is still read.
+fn queue_lives(sc: &Scenario) -> Vec<u64> {
+    (0..sc.base.queues as usize)
+        .map(|i| {
+            (sc.base
+                .queue_residence_us
+                .get(i)
+                .copied()
+                .unwrap_or(sc.base.residence_us)
+                * 1e3) as u64
+        })
+        .collect()
+}
+
+/// The time the sampler ran over `span_ns`, as the recorder measures it (the same draws
+/// place the windows): the duty the estimates scale by.
+fn measured_duty(draws: &[f64], duty: u32, span_ns: u64) -> f64 {
+    let cycle = std::time::Duration::from_nanos(INTERVAL_NS);
+    let mut d = draws.iter().copied();
+    match Schedule::new(cycle, duty, true, || d.next().unwrap_or(0.5)) {
+        None => 1.0,
+        Some(mut s) => {
+            let (end, mut t, mut on) = (
+                std::time::Duration::from_nanos(span_ns),
+                std::time::Duration::ZERO,
+                std::time::Duration::ZERO,
+            );
+            while t < end {
+                let next = s.next_change(t).unwrap_or(end).min(end);
+                if s.phase_at(t) == windows::Phase::Window {
+                    on += next - t;
+                }
+                t = next;
+            }
+            end.as_secs_f64() / on.as_secs_f64()
+        }
+    }
+}
+
+/// One more event seen by the sampler: whether it is the `period`-th, the one PEBS records.
+fn tick(count: &mut u64, period: u64) -> bool {
+    *count += 1;
+    (*count).is_multiple_of(period)
+}
+
+/// The join's own bias: every load miss while the map is kept is looked up (no sampling
+/// error), so the join is scored apart from the sampler.
+fn join_bias(
+    st: &mut JoinStats,
+    table: &PageTable,
+    (lq, lf, addr): (u32, u32, u64),
+    window_start: u64,
+) {
+    st.all_loads += 1;
+    *st.page_misses.entry(addr & !4095).or_default() += 1;
+    *st.label_queues.entry(lq).or_default() += 1;
+    *st.label_flows.entry(lf).or_default() += 1;
+    if let Lookup::Found(w) = table.lookup(addr) {
+        st.all_found += 1;
+        if w.handup_ns >= window_start {
+            *st.dated_queues.entry(w.queue).or_default() += 1;
+        }
+        *st.all_queues.entry(w.queue).or_default() += 1;
+        *st.all_flows.entry(w.flow).or_default() += 1;
+    }
+}
+
+/// Non-packet misses interleaved with a packet miss: a geometric run with mean φ/(1−φ),
+/// each on a page of its own far from any buffer (page 2^32 on). Returns those sampled and
+/// not found, the samples the recorder counts as "other"; finding one is a bug in the table.
+fn non_packet_samples(rng: &mut Rng, table: &PageTable, count: &mut u64, period: u64) -> u64 {
+    let mut other = 0;
+    while rng.unit() < NON_PACKET_FRACTION {
+        if tick(count, period) {
+            let page = (1u64 << 44) + ((rng.next() % (1 << 22)) << 12);
+            match table.lookup(page) {
+                Lookup::NotInSubset => {}
+                Lookup::NotFound => other += 1,
+                Lookup::Found(w) => panic!("a non-packet page {page:#x} found as {w:?}"),
+            }
+        }
+    }
+    other
+}
+
+/// One sampled packet-buffer miss with its labels and its packet's life.
+struct Sample {
+    queue: u32,
+    flow: u32,
+    addr: u64,
+    t: u64,
+    life: u64,
+}
+
+/// What the sampled misses were charged to: the recorder's counts.
+#[derive(Default)]
+struct Charged {
+    queues: BTreeMap<u32, u64>,
+    flows: BTreeMap<u32, u64>,
+    /// Packet-buffer samples the table did not hold (counted with the non-packet ones).
+    not_found: u64,
+}
+
+/// Look one sampled packet miss up as the recorder would, charge it, and score the charge
+/// against its labels.
+fn score_sample(
+    st: &mut JoinStats,
+    table: &PageTable,
+    s: &Sample,
+    window_start: u64,
+    charged: &mut Charged,
+) {
+    st.packet_samples += 1;
+    match table.lookup(s.addr) {
+        Lookup::NotInSubset => st.out_of_subset += 1,
+        Lookup::NotFound => {
+            st.not_found += 1;
+            charged.not_found += 1;
+        }
+        Lookup::Found(w) => {
+            st.found += 1;
+            st.wrong_queue += u64::from(w.queue != s.queue);
+            st.wrong_flow += u64::from(w.flow != s.flow);
+            if w.handup_ns < window_start {
+                st.before_window += 1;
+            } else if s.t - w.handup_ns <= s.life {
+                st.within_life += 1;
+            }
+            *charged.queues.entry(w.queue).or_default() += 1;
+            *charged.flows.entry(w.flow).or_default() += 1;
+        }
     }
 }
 
@@ -1118,18 +1196,96 @@ fn check_join(sc: &Scenario, label: &str, run: &JoinRun, a: &Attribution) -> Joi
     let joined: u64 = run.counts.queues.iter().map(|(_, k)| k).sum();
     let in_subset = st.packet_samples - st.out_of_subset;
     let found_pct = 100.0 * st.found as f64 / in_subset.max(1) as f64;
-    let dated = st.found - st.before_window;
-    // The subset is a draw of 1 in N of the pages, each carrying its misses: a share's error is
-    // binomial over the pages drawn, counted as the effective number of equally-weighted pages
-    // ((Σ w)² / Σ w², w the misses of each page), over N.
+    let pages_drawn = pages_drawn(st, run.counts.join_sample);
+    print_join_accounting(label, st, found_pct, pages_drawn, (bias_q, bias_f));
+    assert_join_invariants(sc, label, st, joined);
+    let unchecked = JoinCheck {
+        joined,
+        bias_q,
+        bias_f,
+        err_q: f64::NAN,
+        err_f: f64::NAN,
+        found_pct,
+        allow_q: f64::NAN,
+        allow_f: f64::NAN,
+        worst: f64::NAN,
+    };
+    // Windows keep the map from a warm-up of `MAX_WARMUP` before each: a reader that lags by
+    // more finds pages kept in an earlier window (their owner then) or not kept at all. The
+    // claims hold where every queue is read within the warm-up; elsewhere the attribution
+    // must say how many joins predate their window, and the error is printed.
+    let lag_ns = queue_lives(sc).into_iter().max().unwrap_or(0);
+    if run.counts.duty > 1.0 && lag_ns > windows::MAX_WARMUP.as_nanos() as u64 {
+        check_lagging_readers(sc, label, st, a, lag_ns, (&truth_q, bias_q));
+        return unchecked;
+    }
+    let (allow_q, pred_q) = allowance_pp(&st.fates_q, &st.all_queues, nq);
+    let (allow_f, pred_f) = allowance_pp(&st.fates_f, &st.all_flows, nf);
+    print_allowances(
+        st,
+        (&allow_q, pred_q, &truth_q),
+        (&allow_f, pred_f, &truth_f),
+    );
+    let b = JoinBounds {
+        sc,
+        label,
+        st,
+        join_sample: run.counts.join_sample,
+        pages_drawn,
+        // Queues owning their pages: nothing can be charged to another queue (asserted
+        // above), so the fixed claim stands; in a shared pool, the allowance of what the
+        // join cannot see.
+        claim_q: if sc.shared_pool {
+            allow_q.clone()
+        } else {
+            vec![JOIN_CLAIM_PP; nq]
+        },
+        allow_f: &allow_f,
+    };
+    let mut worst = b.check_own_error(&truth_q, &truth_f);
+    let (err_q, err_f) = if a.confidence == Confidence::Insufficient {
+        (f64::NAN, f64::NAN)
+    } else {
+        b.check_sampled_answer(a, joined, (&truth_q, &truth_f), &mut worst)
+    };
+    let allow_q = if sc.shared_pool {
+        allow_q.iter().copied().fold(0.0, f64::max)
+    } else {
+        f64::NAN
+    };
+    let allow_f = allow_f.iter().copied().fold(0.0, f64::max);
+    JoinCheck {
+        err_q,
+        err_f,
+        allow_q,
+        allow_f,
+        worst,
+        ..unchecked
+    }
+}
+
+/// The subset is a draw of 1 in N of the pages, each carrying its misses: a share's error is
+/// binomial over the pages drawn, counted as the effective number of equally-weighted pages
+/// ((Σ w)² / Σ w², w the misses of each page), over N.
+fn pages_drawn(st: &JoinStats, join_sample: u64) -> u64 {
     let (sum_w, sum_w2) = st
         .page_misses
         .values()
         .fold((0.0f64, 0.0f64), |(a, b), &w| {
             (a + w as f64, b + (w as f64).powi(2))
         });
-    let pages_drawn =
-        (sum_w * sum_w / sum_w2.max(1.0) / run.counts.join_sample.max(1) as f64) as u64;
+    (sum_w * sum_w / sum_w2.max(1.0) / join_sample.max(1) as f64) as u64
+}
+
+/// The pass's accounting, printed so a failing bound can be read against what the table did.
+fn print_join_accounting(
+    label: &str,
+    st: &JoinStats,
+    found_pct: f64,
+    pages_drawn: u64,
+    (bias_q, bias_f): (f64, f64),
+) {
+    let dated = st.found - st.before_window;
     println!(
         "  {label}: {} packet-buffer samples, {} outside the page subset; of the rest {found_pct:.2} % found ({} not found: \
          evicted, or handed up before the map was kept), {} charged to another queue, {} to another flow (a page shared by two \
@@ -1150,6 +1306,11 @@ fn check_join(sc: &Scenario, label: &str, run: &JoinRun, a: &Attribution) -> Joi
         st.all_loads,
         100.0 * st.all_found as f64 / st.all_loads.max(1) as f64,
     );
+}
+
+/// What holds whatever the margins: no sample charged to another queue where queues own
+/// their buffers, every dated age within its packet's life, every found sample joined.
+fn assert_join_invariants(sc: &Scenario, label: &str, st: &JoinStats, joined: u64) {
     if !sc.shared_pool {
         assert_eq!(
             st.wrong_queue, 0,
@@ -1158,80 +1319,57 @@ fn check_join(sc: &Scenario, label: &str, run: &JoinRun, a: &Attribution) -> Joi
         );
     }
     assert_eq!(
-        st.within_life, dated,
+        st.within_life,
+        st.found - st.before_window,
         "{}: {label}: ages past their packet's life",
         sc.name
     );
     assert_eq!(joined, st.found, "{}: {label}: joined samples", sc.name);
-    // Windows keep the map from a warm-up of `MAX_WARMUP` before each: a reader that lags by
-    // more finds pages kept in an earlier window (their owner then) or not kept at all. The
-    // claims hold where every queue is read within the warm-up; elsewhere the attribution
-    // must say how many joins predate their window, and the error is printed.
-    let lag_ns = (0..nq)
-        .map(|i| {
-            (sc.base
-                .queue_residence_us
-                .get(i)
-                .copied()
-                .unwrap_or(sc.base.residence_us)
-                * 1e3) as u64
-        })
-        .max()
-        .unwrap_or(0);
-    if run.counts.duty > 1.0 && lag_ns > windows::MAX_WARMUP.as_nanos() as u64 {
-        let dated_q = max_err(&map_pct(&st.dated_queues, nq), &truth_q);
-        println!(
-            "    readers lag {:.0} ms, past the {} ms warm-up: claims not held; queues off by {bias_q:.2} pp, {:.2} pp counting only the \
-             joins dated in their window",
-            lag_ns as f64 / 1e6,
-            windows::MAX_WARMUP.as_millis(),
-            dated_q
-        );
-        assert!(
-            st.before_window == 0
-                || a.notes
-                    .iter()
-                    .any(|n| n.contains("were on pages last seen before their window")),
-            "{}: {label}: joins from earlier windows not said: {:?}",
-            sc.name,
-            a.notes
-        );
-        return JoinCheck {
-            joined,
-            bias_q,
-            bias_f,
-            err_q: f64::NAN,
-            err_f: f64::NAN,
-            found_pct,
-            allow_q: f64::NAN,
-            allow_f: f64::NAN,
-            worst: f64::NAN,
-        };
-    }
-    let draw = |p: f64| {
-        if run.counts.join_sample > 1 {
-            margin_pp(p, pages_drawn)
-        } else {
-            0.0
-        }
-    };
-    let (allow_q, pred_q) = allowance_pp(&st.fates_q, &st.all_queues, nq);
-    let (allow_f, pred_f) = allowance_pp(&st.fates_f, &st.all_flows, nf);
-    // Queues owning their pages: nothing can be charged to another queue (asserted above), so
-    // the fixed claim stands; in a shared pool, the allowance of what the join cannot see.
-    let claim_q: Vec<f64> = if sc.shared_pool {
-        allow_q.clone()
-    } else {
-        vec![JOIN_CLAIM_PP; nq]
-    };
+}
+
+/// Readers lagging past the warm-up: no claim holds, but the attribution must say how many
+/// joins predate their window.
+fn check_lagging_readers(
+    sc: &Scenario,
+    label: &str,
+    st: &JoinStats,
+    a: &Attribution,
+    lag_ns: u64,
+    (truth_q, bias_q): (&[f64], f64),
+) {
+    let dated_q = max_err(&map_pct(&st.dated_queues, truth_q.len()), truth_q);
+    println!(
+        "    readers lag {:.0} ms, past the {} ms warm-up: claims not held; queues off by {bias_q:.2} pp, {:.2} pp counting only the \
+         joins dated in their window",
+        lag_ns as f64 / 1e6,
+        windows::MAX_WARMUP.as_millis(),
+        dated_q
+    );
+    assert!(
+        st.before_window == 0
+            || a.notes
+                .iter()
+                .any(|n| n.contains("were on pages last seen before their window")),
+        "{}: {label}: joins from earlier windows not said: {:?}",
+        sc.name,
+        a.notes
+    );
+}
+
+/// The allowances beside the join's own errors, per queue and per flow.
+fn print_allowances(
+    st: &JoinStats,
+    (allow_q, pred_q, truth_q): (&[f64], f64, &[f64]),
+    (allow_f, pred_f, truth_f): (&[f64], f64, &[f64]),
+) {
     let show = |v: &[f64]| {
         v.iter()
             .map(|x| format!("{x:.2}"))
             .collect::<Vec<_>>()
             .join(" ")
     };
-    let own = |m: &BTreeMap<u32, u64>, t: &[f64], n: usize| {
-        map_pct(m, n)
+    let own = |m: &BTreeMap<u32, u64>, t: &[f64]| {
+        map_pct(m, t.len())
             .iter()
             .zip(t)
             .map(|(g, t)| (g - t).abs())
@@ -1239,55 +1377,103 @@ fn check_join(sc: &Scenario, label: &str, run: &JoinRun, a: &Attribution) -> Joi
     };
     println!(
         "    allowance (what the join cannot see, from its pages' fates): queues [{}] pp against own errors [{}] (the model's {pred_q:.2}); flows [{}] against [{}] (the model's {pred_f:.2})",
-        show(&allow_q),
-        show(&own(&st.all_queues, &truth_q, nq)),
-        show(&allow_f),
-        show(&own(&st.all_flows, &truth_f, nf))
+        show(allow_q),
+        show(&own(&st.all_queues, truth_q)),
+        show(allow_f),
+        show(&own(&st.all_flows, truth_f))
     );
-    let mut worst = 0.0f64;
-    let misses = |p: f64| {
-        if sc.shared_pool {
-            count_margin_pp(p, st.all_found)
+}
+
+/// The claims one pass is held to, with what their margins rest on.
+struct JoinBounds<'a> {
+    sc: &'a Scenario,
+    label: &'a str,
+    st: &'a JoinStats,
+    join_sample: u64,
+    pages_drawn: u64,
+    claim_q: Vec<f64>,
+    allow_f: &'a [f64],
+}
+
+impl JoinBounds<'_> {
+    /// The error of the fixed draw of pages the subset is (none when every page is kept).
+    fn draw(&self, p: f64) -> f64 {
+        if self.join_sample > 1 {
+            margin_pp(p, self.pages_drawn)
         } else {
             0.0
         }
-    };
-    for (qi, (g, t)) in map_pct(&st.all_queues, nq).iter().zip(&truth_q).enumerate() {
-        let bound = claim_q[qi] + draw(t / 100.0) + misses(t / 100.0);
-        worst = worst.max((g - t).abs() / bound);
-        assert!(
-            (g - t).abs() <= bound,
-            "{}: {label}: the join's own error on rx{qi} {:.2} pp (bound {bound:.2})",
-            sc.name,
-            (g - t).abs()
-        );
     }
-    // The allowance's rates are line-weighted; the misses behind a share are a draw of those
-    // lines (the ones the cache had lost), so its own error adds their count's margin.
-    for (fi, (g, t)) in map_pct(&st.all_flows, nf).iter().zip(&truth_f).enumerate() {
-        let bound = allow_f[fi] + draw(t / 100.0) + count_margin_pp(t / 100.0, st.all_found);
-        worst = worst.max((g - t).abs() / bound);
-        assert!(
-            (g - t).abs() <= bound,
-            "{}: {label}: the join's own error on flow {fi} {:.2} pp (bound {bound:.2})",
-            sc.name,
-            (g - t).abs()
-        );
+
+    /// In a shared pool, the margin of the misses behind a queue's share.
+    fn misses(&self, p: f64) -> f64 {
+        if self.sc.shared_pool {
+            count_margin_pp(p, self.st.all_found)
+        } else {
+            0.0
+        }
     }
-    let (err_q, err_f) = if a.confidence == Confidence::Insufficient {
-        (f64::NAN, f64::NAN)
-    } else {
-        let got = shares(a, nq);
+
+    /// The join's own error (every load miss looked up) per queue and per flow within its
+    /// bound; returns the largest error over its bound.
+    fn check_own_error(&self, truth_q: &[f64], truth_f: &[f64]) -> f64 {
+        let (sc, label, st) = (self.sc, self.label, self.st);
+        let mut worst = 0.0f64;
+        for (qi, (g, t)) in map_pct(&st.all_queues, truth_q.len())
+            .iter()
+            .zip(truth_q)
+            .enumerate()
+        {
+            let bound = self.claim_q[qi] + self.draw(t / 100.0) + self.misses(t / 100.0);
+            worst = worst.max((g - t).abs() / bound);
+            assert!(
+                (g - t).abs() <= bound,
+                "{}: {label}: the join's own error on rx{qi} {:.2} pp (bound {bound:.2})",
+                sc.name,
+                (g - t).abs()
+            );
+        }
+        // The allowance's rates are line-weighted; the misses behind a share are a draw of those
+        // lines (the ones the cache had lost), so its own error adds their count's margin.
+        for (fi, (g, t)) in map_pct(&st.all_flows, truth_f.len())
+            .iter()
+            .zip(truth_f)
+            .enumerate()
+        {
+            let bound =
+                self.allow_f[fi] + self.draw(t / 100.0) + count_margin_pp(t / 100.0, st.all_found);
+            worst = worst.max((g - t).abs() / bound);
+            assert!(
+                (g - t).abs() <= bound,
+                "{}: {label}: the join's own error on flow {fi} {:.2} pp (bound {bound:.2})",
+                sc.name,
+                (g - t).abs()
+            );
+        }
+        worst
+    }
+
+    /// The sampled answer per queue and per flow within the join's bound plus the margin of
+    /// the samples joined; returns the largest errors over queues and over flows.
+    fn check_sampled_answer(
+        &self,
+        a: &Attribution,
+        joined: u64,
+        (truth_q, truth_f): (&[f64], &[f64]),
+        worst: &mut f64,
+    ) -> (f64, f64) {
+        let (sc, label, st) = (self.sc, self.label, self.st);
+        let got = shares(a, truth_q.len());
         let mut err_q = 0.0f64;
-        for (qi, (g, t)) in got.iter().zip(&truth_q).enumerate() {
+        for (qi, (g, t)) in got.iter().zip(truth_q).enumerate() {
             let p = t / 100.0;
             let samples = if sc.shared_pool {
                 count_margin_pp(p, joined)
             } else {
                 margin_pp(p, joined)
             };
-            let bound = claim_q[qi] + draw(p) + misses(p) + samples;
-            worst = worst.max((g - t).abs() / bound);
+            let bound = self.claim_q[qi] + self.draw(p) + self.misses(p) + samples;
+            *worst = worst.max((g - t).abs() / bound);
             err_q = err_q.max((g - t).abs());
             assert!(
                 (g - t).abs() <= bound,
@@ -1305,11 +1491,11 @@ fn check_join(sc: &Scenario, label: &str, run: &JoinRun, a: &Attribution) -> Joi
                 .find(|x| x.sport == id.sport)
                 .map_or(0.0, |x| x.share_pct);
             let p = t / 100.0;
-            let bound = allow_f[fi]
-                + draw(p)
+            let bound = self.allow_f[fi]
+                + self.draw(p)
                 + count_margin_pp(p, st.all_found)
                 + count_margin_pp(p, joined);
-            worst = worst.max((g - t).abs() / bound);
+            *worst = worst.max((g - t).abs() / bound);
             err_f = err_f.max((g - t).abs());
             assert!(
                 (g - t).abs() <= bound,
@@ -1319,23 +1505,6 @@ fn check_join(sc: &Scenario, label: &str, run: &JoinRun, a: &Attribution) -> Joi
             );
         }
         (err_q, err_f)
-    };
-    let allow_q = if sc.shared_pool {
-        allow_q.iter().copied().fold(0.0, f64::max)
-    } else {
-        f64::NAN
-    };
-    let allow_f = allow_f.iter().copied().fold(0.0, f64::max);
-    JoinCheck {
-        joined,
-        bias_q,
-        bias_f,
-        err_q,
-        err_f,
-        found_pct,
-        allow_q,
-        allow_f,
-        worst,
     }
 }
 

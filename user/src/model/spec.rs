@@ -1269,13 +1269,7 @@ impl SimSpec {
     /// The workload inputs with their values and whether each was measured, for output
     /// that says which numbers came from the host and which were assumed.
     pub fn inputs(&self) -> Vec<Input> {
-        let src = |name: &str| {
-            if self.measured.iter().any(|m| m == name) {
-                Source::Measured
-            } else {
-                Source::Assumed
-            }
-        };
+        let src = |name: &str| self.source_of(name);
         let mut v = vec![
             Input::new("queues", self.queues.to_string(), src("queues")),
             Input::new("ring", self.ring.to_string(), src("ring")),
@@ -1366,6 +1360,23 @@ impl SimSpec {
                 src("llc"),
             ),
         ];
+        v.extend(self.reuse_inputs());
+        v
+    }
+
+    /// Whether the input `name` was measured on the host or assumed.
+    fn source_of(&self, name: &str) -> Source {
+        if self.measured.iter().any(|m| m == name) {
+            Source::Measured
+        } else {
+            Source::Assumed
+        }
+    }
+
+    /// The inputs that say how buffers are reused: the stack's page-pool figures when the
+    /// recording had them, else the reuse mode and pool slack the model assumed.
+    fn reuse_inputs(&self) -> Vec<Input> {
+        let mut v = Vec::new();
         match &self.stack {
             Some(st) => {
                 let pp = self.page_pool();
@@ -1417,12 +1428,12 @@ impl SimSpec {
                 v.push(Input::new(
                     "reuse",
                     format!("{:?}", self.reuse).to_lowercase(),
-                    src("reuse"),
+                    self.source_of("reuse"),
                 ));
                 v.push(Input::new(
                     "pool_extra",
                     self.pool_extra.to_string(),
-                    src("pool_extra"),
+                    self.source_of("pool_extra"),
                 ));
             }
         }

@@ -112,14 +112,9 @@ impl ScanState {
     }
 
     fn group_queue(&mut self, dir: Dir, queue: u32) -> &mut GroupQueue {
-        self.group_sums.entry((dir, queue)).or_insert(GroupQueue {
-            dir,
-            queue,
-            packets: 0,
-            bytes: 0,
-            life_count: 0,
-            life_sum_ns: 0,
-        })
+        self.group_sums
+            .entry((dir, queue))
+            .or_insert(GroupQueue::empty(dir, queue))
     }
 
     /// A queue row: packets, bytes, NAPI polls, work, budget exhausted, copies, frees,
@@ -328,6 +323,21 @@ pub struct GroupQueue {
     /// The lifetime stage (`Dir::lifetime_stage`): timed packets and their summed ns.
     pub life_count: u64,
     pub life_sum_ns: u64,
+}
+
+impl GroupQueue {
+    /// A queue with nothing counted: where a group starts summing, and what a group that
+    /// did not see the queue stands for.
+    pub fn empty(dir: Dir, queue: u32) -> GroupQueue {
+        GroupQueue {
+            dir,
+            queue,
+            packets: 0,
+            bytes: 0,
+            life_count: 0,
+            life_sum_ns: 0,
+        }
+    }
 }
 
 /// Consecutive intervals summed: the unit of every per-interval series (a chart point, a

@@ -465,6 +465,22 @@ fn render_header(o: &mut Out, r: &Summary) {
 
 /// The queue tables, the stage latencies, flows, events, counters, L3-miss samples and drops.
 pub fn render_evidence(o: &mut Out, r: &Summary, opt: &TextOptions) {
+    render_host(o, r);
+    render_queue_tables(o, r, opt);
+    if !opt.wide {
+        // The wide queue table carries the stages in its own columns.
+        render_stage_latencies(o, r);
+    }
+    render_flows(o, r, opt);
+    render_events(o, r);
+    render_counters(o, r);
+    render_misses(o, r);
+    render_drops(o, r);
+}
+
+/// The host, the device, where the numbers come from and which hooks ran: what a reader
+/// needs before trusting any table below.
+fn render_host(o: &mut Out, r: &Summary) {
     let m = &r.meta;
     let _ = writeln!(o, "\nEvidence");
     wrapped(
@@ -512,7 +528,10 @@ pub fn render_evidence(o: &mut Out, r: &Summary, opt: &TextOptions) {
     if !m.hooks_missing.is_empty() {
         wrapped(o, "  not attached ", &m.hooks_missing.join(" "));
     }
+}
 
+/// One table per direction, a row per queue, runs of idle queues folded into one row.
+fn render_queue_tables(o: &mut Out, r: &Summary, opt: &TextOptions) {
     for dir in [Dir::Rx, Dir::Tx] {
         let qs: Vec<&QueueReport> = r.queues.iter().filter(|q| q.dir == dir).collect();
         let _ = writeln!(
@@ -550,41 +569,45 @@ pub fn render_evidence(o: &mut Out, r: &Summary, opt: &TextOptions) {
             life_stage(dir)
         );
     }
+}
 
-    if !opt.wide {
-        for dir in [Dir::Rx, Dir::Tx] {
-            let mut rows = Vec::new();
-            for q in r.queues.iter().filter(|q| q.dir == dir) {
-                for name in dir.stage_names() {
-                    if let Some(s) = q.stage(name) {
-                        rows.push(vec![
-                            q.queue.to_string(),
-                            name.to_string(),
-                            s.count.to_string(),
-                            fmt_ns(s.p50_ns),
-                            fmt_ns(s.p99_ns),
-                            fmt_ns(Some(s.max_ns)),
-                        ]);
-                    }
+/// Each queue's stages as rows (the narrow layout's stand-in for the wide columns).
+fn render_stage_latencies(o: &mut Out, r: &Summary) {
+    for dir in [Dir::Rx, Dir::Tx] {
+        let mut rows = Vec::new();
+        for q in r.queues.iter().filter(|q| q.dir == dir) {
+            for name in dir.stage_names() {
+                if let Some(s) = q.stage(name) {
+                    rows.push(vec![
+                        q.queue.to_string(),
+                        name.to_string(),
+                        s.count.to_string(),
+                        fmt_ns(s.p50_ns),
+                        fmt_ns(s.p99_ns),
+                        fmt_ns(Some(s.max_ns)),
+                    ]);
                 }
             }
-            if rows.is_empty() {
-                continue;
-            }
-            let _ = writeln!(
-                o,
-                "\n{} stage latencies · {}",
-                dir.as_str().to_uppercase(),
-                r.tiers.stages.kind
-            );
-            let header: Vec<String> = ["queue", "stage", "timed", "p50", "p99", "max"]
-                .iter()
-                .map(|s| s.to_string())
-                .collect();
-            table(o, 2, &header, &rows, &[1]);
         }
+        if rows.is_empty() {
+            continue;
+        }
+        let _ = writeln!(
+            o,
+            "\n{} stage latencies · {}",
+            dir.as_str().to_uppercase(),
+            r.tiers.stages.kind
+        );
+        let header: Vec<String> = ["queue", "stage", "timed", "p50", "p99", "max"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        table(o, 2, &header, &rows, &[1]);
     }
+}
 
+/// The top flows by bytes, with their error bounds when they are estimated.
+fn render_flows(o: &mut Out, r: &Summary, opt: &TextOptions) {
     let _ = writeln!(
         o,
         "\nFlows, top {} by bytes · {}",
@@ -647,7 +670,12 @@ pub fn render_evidence(o: &mut Out, r: &Summary, opt: &TextOptions) {
         }
     }
     overflow_lines(o, &r.flow_overflow);
+}
 
+/// How many packet records arrived and how many in-flight states ended unseen: what
+/// bounds the stage and life figures.
+fn render_events(o: &mut Out, r: &Summary) {
+    let m = &r.meta;
     let e = &r.events;
     let _ = writeln!(
         o,
@@ -698,8 +726,10 @@ pub fn render_evidence(o: &mut Out, r: &Summary, opt: &TextOptions) {
             ),
         );
     }
-    render_counters(o, r);
-    render_misses(o, r);
+}
+
+/// The drop total and its reasons on one line.
+fn render_drops(o: &mut Out, r: &Summary) {
     let mut drops = r.drops.total.to_string();
     for d in &r.drops.reasons {
         let _ = write!(

@@ -68,10 +68,141 @@ pub struct Step {
     pub counters: Vec<CounterReading>,
 }
 
-/// Row read ahead from one cursor: its interval and values.
-type QRow = (i64, Dir, u32, [u64; 6]);
-type SRow = (i64, Dir, u32, [u64; 3]);
-type HRow = (i64, Dir, u32, usize, u64);
+/// A row's values, after its interval.
+type QRow = (Dir, u32, [u64; 6]);
+type SRow = (Dir, u32, [u64; 3]);
+type HRow = (Dir, u32, usize, u64);
+
+/// One query ordered by interval, read a row ahead, so each interval takes the rows of its
+/// own index without holding the table.
+struct Cursor<'s, T> {
+    rows: rusqlite::Rows<'s>,
+    ahead: Option<(i64, T)>,
+    read: RowReader<T>,
+}
+
+/// Reads one row of a cursor's query: its interval and values.
+type RowReader<T> = fn(&rusqlite::Row<'_>) -> rusqlite::Result<(i64, T)>;
+
+impl<'s, T> Cursor<'s, T> {
+    fn new(mut rows: rusqlite::Rows<'s>, read: RowReader<T>) -> rusqlite::Result<Self> {
+        let ahead = match rows.next()? {
+            Some(r) => Some(read(r)?),
+            None => None,
+        };
+        Ok(Cursor { rows, ahead, read })
+    }
+
+    /// Hand `f` every row of interval `iv`. Rows of intervals not in `intervals` (a damaged
+    /// file) are skipped, not summed.
+    fn take_interval(&mut self, iv: i64, mut f: impl FnMut(T)) -> rusqlite::Result<()> {
+        while let Some((at, x)) = self.ahead.take() {
+            if at > iv {
+                self.ahead = Some((at, x));
+                break;
+            }
+            if at == iv {
+                f(x);
+            }
+            self.ahead = match self.rows.next()? {
+                Some(r) => Some((self.read)(r)?),
+                None => None,
+            };
+        }
+        Ok(())
+    }
+}
+
+fn dir_at(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<Dir> {
+    Ok(dir_of(r.get_ref(i)?.as_str().unwrap_or("rx")))
+}
+
+/// A `queue_intervals` row: packets, bytes, drops and the NAPI counts.
+fn queue_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(i64, QRow)> {
+    let mut v = [0u64; 6];
+    for (i, slot) in v.iter_mut().enumerate() {
+        *slot = count(r, i + 3)?;
+    }
+    Ok((r.get(0)?, (dir_at(r, 1)?, r.get(2)?, v)))
+}
+
+/// A `stage_stats` row of a life stage: count, sum and max.
+fn life_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(i64, SRow)> {
+    let v = [count(r, 3)?, count(r, 4)?, count(r, 5)?];
+    Ok((r.get(0)?, (dir_at(r, 1)?, r.get(2)?, v)))
+}
+
+/// A `stage_hist` row of a life stage: bucket and count.
+fn hist_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(i64, HRow)> {
+    let bucket: i64 = r.get(3)?;
+    Ok((
+        r.get(0)?,
+        (
+            dir_at(r, 1)?,
+            r.get(2)?,
+            usize::try_from(bucket).unwrap_or(usize::MAX),
+            count(r, 4)?,
+        ),
+    ))
+}
+
+/// A `counters` row.
+fn counter_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(i64, CounterReading)> {
+    Ok((r.get(0)?, reading_at(r, 1)?))
+}
+
+/// The queries a step walk reads side by side, all over the window's intervals.
+struct StepStatements<'c> {
+    intervals: rusqlite::Statement<'c>,
+    queues: rusqlite::Statement<'c>,
+    lives: rusqlite::Statement<'c>,
+    hist: rusqlite::Statement<'c>,
+    counters: Option<rusqlite::Statement<'c>>,
+}
+
+fn queue_entry(
+    queues: &mut BTreeMap<(Dir, u32), StepQueue>,
+    dir: Dir,
+    queue: u32,
+) -> &mut StepQueue {
+    queues
+        .entry((dir, queue))
+        .or_insert_with(|| StepQueue::new(dir, queue))
+}
+
+/// Add one interval's queue counts to the step's.
+fn add_queue_counts(queues: &mut BTreeMap<(Dir, u32), StepQueue>, (dir, queue, v): QRow) {
+    let q = queue_entry(queues, dir, queue);
+    for (slot, x) in [
+        &mut q.packets,
+        &mut q.bytes,
+        &mut q.drops,
+        &mut q.napi_polls,
+        &mut q.napi_work,
+        &mut q.napi_budget_exhausted,
+    ]
+    .into_iter()
+    .zip(v)
+    {
+        *slot = slot.saturating_add(x);
+    }
+}
+
+/// Add one interval's life counts to the step's.
+fn add_lives(queues: &mut BTreeMap<(Dir, u32), StepQueue>, (dir, queue, v): SRow) {
+    let q = queue_entry(queues, dir, queue);
+    q.life_count = q.life_count.saturating_add(v[0]);
+    q.life_sum_ns = q.life_sum_ns.saturating_add(v[1]);
+    q.life_max_ns = q.life_max_ns.max(v[2]);
+}
+
+/// Add one interval's life histogram bucket to the step's.
+fn add_life_bucket(queues: &mut BTreeMap<(Dir, u32), StepQueue>, (dir, queue, bucket, n): HRow) {
+    let q = queue_entry(queues, dir, queue);
+    if let Some(slot) = q.life_hist.get_mut(bucket) {
+        *slot = slot.saturating_add(n);
+    }
+}
 
 impl Recording {
     /// Hand each step of the window to `f`, in order: one interval a step (`every_ns` None)
@@ -85,111 +216,18 @@ impl Recording {
         mut f: impl FnMut(&Step) -> Result<()>,
     ) -> Result<u64> {
         let e = |e| self.corrupt(e);
-        let (a, b) = self.range();
         let start = self.start_ns()?;
-        let lives = "((dir = 'rx' AND stage = 'driver_to_free') OR (dir = 'tx' AND stage = 'xmit_to_free'))";
-        let mut ist = self
-            .conn
-            .prepare(&format!(
-                "SELECT idx,t_ns,dur_ns FROM intervals WHERE idx BETWEEN {a} AND {b} ORDER BY idx"
-            ))
-            .map_err(e)?;
-        let mut qst = self
-            .conn
-            .prepare(&format!(
-                "SELECT interval,dir,queue,packets,bytes,drops,napi_polls,napi_work,napi_budget_exhausted
-                 FROM queue_intervals WHERE interval BETWEEN {a} AND {b} ORDER BY interval"
-            ))
-            .map_err(e)?;
-        let mut sst = self
-            .conn
-            .prepare(&format!(
-                "SELECT interval,dir,queue,count,sum_ns,max_ns FROM stage_stats
-                 WHERE interval BETWEEN {a} AND {b} AND {lives} ORDER BY interval"
-            ))
-            .map_err(e)?;
-        let mut hst = self
-            .conn
-            .prepare(&format!(
-                "SELECT interval,dir,queue,bucket,count FROM stage_hist
-                 WHERE interval BETWEEN {a} AND {b} AND {lives} ORDER BY interval"
-            ))
-            .map_err(e)?;
-        let cfilter = counters.map(|s| self.counter_filter(s));
-        let mut cst = match &cfilter {
-            Some(w) => Some(
-                self.conn
-                    .prepare(&format!(
-                        "SELECT interval,t_ns,socket,pmu,event,value,raw,enabled_ns,running_ns FROM counters
-                         WHERE {w} ORDER BY interval"
-                    ))
-                    .map_err(e)?,
-            ),
-            None => None,
-        };
-        let mut irows = ist.query([]).map_err(e)?;
-        let mut qrows = qst.query([]).map_err(e)?;
-        let mut srows = sst.query([]).map_err(e)?;
-        let mut hrows = hst.query([]).map_err(e)?;
-        let mut crows = match (&mut cst, counters) {
-            (Some(st), Some(src)) => Some(st.query([src]).map_err(e)?),
+        let mut st = self.step_statements(counters)?;
+        let mut irows = st.intervals.query([]).map_err(e)?;
+        let mut qc = Cursor::new(st.queues.query([]).map_err(e)?, queue_row).map_err(e)?;
+        let mut sc = Cursor::new(st.lives.query([]).map_err(e)?, life_row).map_err(e)?;
+        let mut hc = Cursor::new(st.hist.query([]).map_err(e)?, hist_row).map_err(e)?;
+        let mut cc = match (&mut st.counters, counters) {
+            (Some(s), Some(src)) => {
+                Some(Cursor::new(s.query([src]).map_err(e)?, counter_row).map_err(e)?)
+            }
             _ => None,
         };
-        let g = |r: &rusqlite::Row<'_>, i: usize| -> Result<u64> { count(r, i).map_err(e) };
-        let dir_at = |r: &rusqlite::Row<'_>, i: usize| -> Result<Dir> {
-            Ok(dir_of(r.get_ref(i).map_err(e)?.as_str().unwrap_or("rx")))
-        };
-        let next_q = |rows: &mut rusqlite::Rows<'_>| -> Result<Option<QRow>> {
-            let Some(r) = rows.next().map_err(e)? else {
-                return Ok(None);
-            };
-            let mut v = [0u64; 6];
-            for (i, slot) in v.iter_mut().enumerate() {
-                *slot = g(r, i + 3)?;
-            }
-            Ok(Some((
-                r.get(0).map_err(e)?,
-                dir_at(r, 1)?,
-                r.get(2).map_err(e)?,
-                v,
-            )))
-        };
-        let next_s = |rows: &mut rusqlite::Rows<'_>| -> Result<Option<SRow>> {
-            let Some(r) = rows.next().map_err(e)? else {
-                return Ok(None);
-            };
-            Ok(Some((
-                r.get(0).map_err(e)?,
-                dir_at(r, 1)?,
-                r.get(2).map_err(e)?,
-                [g(r, 3)?, g(r, 4)?, g(r, 5)?],
-            )))
-        };
-        let next_h = |rows: &mut rusqlite::Rows<'_>| -> Result<Option<HRow>> {
-            let Some(r) = rows.next().map_err(e)? else {
-                return Ok(None);
-            };
-            let bucket: i64 = r.get(3).map_err(e)?;
-            Ok(Some((
-                r.get(0).map_err(e)?,
-                dir_at(r, 1)?,
-                r.get(2).map_err(e)?,
-                usize::try_from(bucket).unwrap_or(usize::MAX),
-                g(r, 4)?,
-            )))
-        };
-        let next_c =
-            |rows: &mut Option<rusqlite::Rows<'_>>| -> Result<Option<(i64, CounterReading)>> {
-                let Some(rows) = rows else { return Ok(None) };
-                let Some(r) = rows.next().map_err(e)? else {
-                    return Ok(None);
-                };
-                Ok(Some((r.get(0).map_err(e)?, reading_at(r, 1).map_err(e)?)))
-            };
-        let mut q_ahead = next_q(&mut qrows)?;
-        let mut s_ahead = next_s(&mut srows)?;
-        let mut h_ahead = next_h(&mut hrows)?;
-        let mut c_ahead = next_c(&mut crows)?;
 
         let mut steps = 0u64;
         let mut cur: Option<(u64, Step)> = None;
@@ -206,8 +244,8 @@ impl Recording {
         };
         while let Some(r) = irows.next().map_err(e)? {
             let iv: i64 = r.get(0).map_err(e)?;
-            let t_ns = g(r, 1)?;
-            let dur_ns = g(r, 2)?;
+            let t_ns = count(r, 1).map_err(e)?;
+            let dur_ns = count(r, 2).map_err(e)?;
             let begin = t_ns.saturating_sub(dur_ns);
             let key = match every_ns {
                 Some(every) if every > 0 => begin.saturating_sub(self.window.start_ns) / every,
@@ -239,64 +277,55 @@ impl Recording {
                     ));
                 }
             }
-            // Rows of intervals not in `intervals` (a damaged file) are skipped, not summed.
-            while let Some((qi, dir, queue, v)) = q_ahead.filter(|x| x.0 <= iv) {
-                if qi == iv {
-                    let q = queues
-                        .entry((dir, queue))
-                        .or_insert_with(|| StepQueue::new(dir, queue));
-                    for (slot, x) in [
-                        &mut q.packets,
-                        &mut q.bytes,
-                        &mut q.drops,
-                        &mut q.napi_polls,
-                        &mut q.napi_work,
-                        &mut q.napi_budget_exhausted,
-                    ]
-                    .into_iter()
-                    .zip(v)
-                    {
-                        *slot = slot.saturating_add(x);
-                    }
-                }
-                q_ahead = next_q(&mut qrows)?;
-            }
-            while let Some((si, dir, queue, v)) = s_ahead.filter(|x| x.0 <= iv) {
-                if si == iv {
-                    let q = queues
-                        .entry((dir, queue))
-                        .or_insert_with(|| StepQueue::new(dir, queue));
-                    q.life_count = q.life_count.saturating_add(v[0]);
-                    q.life_sum_ns = q.life_sum_ns.saturating_add(v[1]);
-                    q.life_max_ns = q.life_max_ns.max(v[2]);
-                }
-                s_ahead = next_s(&mut srows)?;
-            }
-            while let Some((hi, dir, queue, bucket, n)) = h_ahead.filter(|x| x.0 <= iv) {
-                if hi == iv {
-                    let q = queues
-                        .entry((dir, queue))
-                        .or_insert_with(|| StepQueue::new(dir, queue));
-                    if let Some(slot) = q.life_hist.get_mut(bucket) {
-                        *slot = slot.saturating_add(n);
-                    }
-                }
-                h_ahead = next_h(&mut hrows)?;
-            }
-            while let Some((ci, reading)) = c_ahead.take() {
-                if ci > iv {
-                    c_ahead = Some((ci, reading));
-                    break;
-                }
-                if ci == iv {
-                    fold_reading(&mut readings, reading);
-                }
-                c_ahead = next_c(&mut crows)?;
+            qc.take_interval(iv, |x| add_queue_counts(&mut queues, x))
+                .map_err(e)?;
+            sc.take_interval(iv, |x| add_lives(&mut queues, x))
+                .map_err(e)?;
+            hc.take_interval(iv, |x| add_life_bucket(&mut queues, x))
+                .map_err(e)?;
+            if let Some(c) = &mut cc {
+                c.take_interval(iv, |x| fold_reading(&mut readings, x))
+                    .map_err(e)?;
             }
         }
         if let Some((_, mut done)) = cur.take() {
             emit(&mut done, &mut queues, &mut readings)?;
         }
         Ok(steps)
+    }
+
+    /// The step walk's queries over the window, the life stages only (the stages a packet
+    /// buffer lives through), and the counters of `counters` when asked.
+    fn step_statements(&self, counters: Option<&str>) -> Result<StepStatements<'_>> {
+        let e = |e| self.corrupt(e);
+        let (a, b) = self.range();
+        let lives = "((dir = 'rx' AND stage = 'driver_to_free') OR (dir = 'tx' AND stage = 'xmit_to_free'))";
+        let prepare = |sql: String| self.conn.prepare(&sql).map_err(e);
+        Ok(StepStatements {
+            intervals: prepare(format!(
+                "SELECT idx,t_ns,dur_ns FROM intervals WHERE idx BETWEEN {a} AND {b} ORDER BY idx"
+            ))?,
+            queues: prepare(format!(
+                "SELECT interval,dir,queue,packets,bytes,drops,napi_polls,napi_work,napi_budget_exhausted
+                 FROM queue_intervals WHERE interval BETWEEN {a} AND {b} ORDER BY interval"
+            ))?,
+            lives: prepare(format!(
+                "SELECT interval,dir,queue,count,sum_ns,max_ns FROM stage_stats
+                 WHERE interval BETWEEN {a} AND {b} AND {lives} ORDER BY interval"
+            ))?,
+            hist: prepare(format!(
+                "SELECT interval,dir,queue,bucket,count FROM stage_hist
+                 WHERE interval BETWEEN {a} AND {b} AND {lives} ORDER BY interval"
+            ))?,
+            counters: counters
+                .map(|s| {
+                    prepare(format!(
+                        "SELECT interval,t_ns,socket,pmu,event,value,raw,enabled_ns,running_ns FROM counters
+                         WHERE {} ORDER BY interval",
+                        self.counter_filter(s)
+                    ))
+                })
+                .transpose()?,
+        })
     }
 }
