@@ -657,6 +657,38 @@ pub struct Provenance {
     pub text: String,
 }
 
+/// When the detail hooks ran, in the report's words: its provenance kind ("absent",
+/// "windowed", "continuous") and, for windows, their length, cycle and the time they ran.
+fn detail_timing(
+    m: &crate::recording::meta::RecordingMeta,
+    detail_s: Option<f64>,
+    duration_s: f64,
+) -> (&'static str, String) {
+    use crate::session::DetailMode;
+    match (m.detail, m.window_ms, m.window_cycle_ms) {
+        (Some(DetailMode::Counts), _, _) => ("absent", String::new()),
+        (Some(DetailMode::Windows), Some(w), Some(c)) => (
+            "windowed",
+            format!(
+                "in windows of {}{} every {}{}",
+                fmt_duration(w * 1e6),
+                m.window_packets
+                    .filter(|&n| n > 0)
+                    .map_or(String::new(), |n| format!(
+                        " (cut to about {n} packets on a busy device)"
+                    )),
+                fmt_duration(c * 1e6),
+                detail_s.map_or(String::new(), |d| format!(
+                    ", {} of {} in all",
+                    fmt_duration(d * 1e9),
+                    fmt_duration(duration_s * 1e9)
+                ))
+            ),
+        ),
+        _ => ("continuous", "all the time".to_string()),
+    }
+}
+
 fn tiers(
     rec: &Recording,
     totals: &[QueueCounters],
@@ -664,7 +696,6 @@ fn tiers(
     overflow: &[crate::probe::qcount::FlowOverflow],
     records: u64,
 ) -> Result<Tiers> {
-    use crate::session::DetailMode;
     let m = &rec.meta;
     let counts = Provenance {
         kind: "exact",
@@ -756,28 +787,7 @@ fn tiers(
     } else {
         "every packet".into()
     };
-    let (kind, when) = match (m.detail, m.window_ms, m.window_cycle_ms) {
-        (Some(DetailMode::Counts), _, _) => ("absent", String::new()),
-        (Some(DetailMode::Windows), Some(w), Some(c)) => (
-            "windowed",
-            format!(
-                "in windows of {}{} every {}{}",
-                fmt_duration(w * 1e6),
-                m.window_packets
-                    .filter(|&n| n > 0)
-                    .map_or(String::new(), |n| format!(
-                        " (cut to about {n} packets on a busy device)"
-                    )),
-                fmt_duration(c * 1e6),
-                detail_s.map_or(String::new(), |d| format!(
-                    ", {} of {} in all",
-                    fmt_duration(d * 1e9),
-                    fmt_duration(rec.duration_s() * 1e9)
-                ))
-            ),
-        ),
-        _ => ("continuous", "all the time".to_string()),
-    };
+    let (kind, when) = detail_timing(m, detail_s, rec.duration_s());
     let stages = Provenance {
         kind,
         every: Some(stage_every),
