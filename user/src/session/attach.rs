@@ -188,7 +188,7 @@ pub(super) fn attach_detail(
                 w.learning = true;
                 w.tier0_on = true;
             }
-            w.window_packets = opts.detail.window_packets;
+            w.window_packets = opts.window_packets();
             w
         })
     } else {

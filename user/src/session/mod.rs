@@ -177,11 +177,7 @@ impl Session {
                 DetailMode::Full
             },
             duty: if windowed { opts.duty() } else { 1 },
-            window_packets: if windowed {
-                opts.detail.window_packets
-            } else {
-                0
-            },
+            window_packets: if windowed { opts.window_packets() } else { 0 },
             join_sample: opts.miss.join_sample,
             flow_sample: opts.detail.flow_sample(),
             window_flow_sample: attach::window_flow_bytes(opts),

@@ -75,15 +75,17 @@ pub struct DetailArgs {
     /// 10 ms each), the sampler at N times its rate inside, so the sample count stays about
     /// the same. A queue that carries traffic before any of its stages is timed gets a window
     /// opened for it at once. 1: always on.
-    #[arg(long, value_name = "N", default_value_t = windows::DEFAULT_DUTY,
+    /// Default: 32, with windows cut to --window-packets on a busy device; given, every
+    /// window runs its 1/N of the second unless --window-packets is given too.
+    #[arg(long, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=windows::MAX_DUTY as i64))]
-    pub duty: u32,
+    pub duty: Option<u32>,
     /// With --detail windows: on a busy device each window is cut to about this many packets
     /// (both directions, at the last interval's rate; at least 2 ms), so the detail hooks'
     /// runs stay near this many packets' worth a second however fast the device runs. 0:
-    /// every window runs its 1/N of the second.
-    #[arg(long, value_name = "PACKETS", default_value_t = windows::WINDOW_PACKETS)]
-    pub window_packets: u64,
+    /// every window runs its 1/N of the second. Default: 1024, or 0 with --duty given.
+    #[arg(long, value_name = "PACKETS")]
+    pub window_packets: Option<u64>,
     /// Flows are estimated from skbs sampled in proportion to their size: an skb of d bytes
     /// with probability min(1, d / BYTES), so bulk flows come out nearly exact and a flood of
     /// small packets costs one sample per BYTES; each estimate carries its error bound (see
@@ -124,8 +126,8 @@ impl DetailArgs {
     pub fn surface() -> DetailArgs {
         DetailArgs {
             mode: DetailMode::Windows,
-            duty: windows::DEFAULT_DUTY,
-            window_packets: windows::WINDOW_PACKETS,
+            duty: None,
+            window_packets: None,
             flow_sample: None,
             rx_counts: RxChoice::Auto,
             flows: FlowTiming::Windows,
@@ -234,7 +236,21 @@ pub struct SessionOptions {
 impl SessionOptions {
     /// The duty the detail windows run at (the former `--miss-duty` wins when given).
     pub fn duty(&self) -> u32 {
-        self.miss.duty.unwrap_or(self.detail.duty)
+        self.miss
+            .duty
+            .or(self.detail.duty)
+            .unwrap_or(windows::DEFAULT_DUTY)
+    }
+
+    /// Packets a detail window is cut to on a busy device: as given, else none when a duty
+    /// was asked for (its 1/N of the time, as asked), else the default budget.
+    pub fn window_packets(&self) -> u64 {
+        let duty_asked = self.miss.duty.or(self.detail.duty).is_some();
+        self.detail.window_packets.unwrap_or(if duty_asked {
+            0
+        } else {
+            windows::WINDOW_PACKETS
+        })
     }
 
     /// A live surface (top, serve): tier 0 and the default windows, aggregates only, so no
