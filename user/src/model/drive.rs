@@ -338,91 +338,106 @@ struct Queue {
     tx_done: Vec<u32>,
 }
 
-/// The event loop behind [`simulate`] and [`simulate_phases`]: measurement starts at
-/// `warm_ns`; phase k covers the k-th `duration_ns` after it.
-fn drive(spec: &SimSpec, warm_ns: u64, phases: &[Phase]) -> Vec<SimResult> {
-    let nq = spec.queues as usize;
-    let ring = spec.ring_slots() as usize;
-    let ring64 = ring as u64;
-    let pp = spec.page_pool();
-    let pool = match pp {
-        Some(p) => p.universe.max(ring + 1),
-        None => ring + spec.pool_extra as usize,
-    };
-    let flows = spec.flow_table();
-    let nf = flows
-        .iter()
-        .flatten()
-        .map(|f| f.0 as usize + 1)
-        .max()
-        .unwrap_or(0);
-    let mut phase_end = Vec::with_capacity(phases.len());
-    let mut acc = warm_ns;
-    for p in phases {
-        acc = acc.saturating_add(p.duration_ns);
-        phase_end.push(acc);
+/// Bytes a forwarding core rewrites in each packet: the header line (MAC swap).
+const HDR_BYTES: u32 = 64;
+
+/// Where a run's buffers, completion lines and socket buffers sit: fixed for the run, read
+/// on every access, so plain fields rather than closures over the spec.
+struct Layout {
+    nq: usize,
+    ring: usize,
+    ring64: u64,
+    /// Buffers per queue: the ring's and the spares'.
+    pool: usize,
+    stride: u64,
+    scattered: bool,
+    per_page: u64,
+    page_span: u64,
+    cqe: u64,
+    data_offset: u64,
+    user_stride: u64,
+}
+
+impl Layout {
+    /// The layout the spec's ring, pool and buffer rules give.
+    fn new(spec: &SimSpec) -> Self {
+        let ring = spec.ring_slots() as usize;
+        let pool = match spec.page_pool() {
+            Some(p) => p.universe.max(ring + 1),
+            None => ring + spec.pool_extra as usize,
+        };
+        let stride = spec.buf_stride as u64;
+        Layout {
+            nq: spec.queues as usize,
+            ring,
+            ring64: ring as u64,
+            pool,
+            stride,
+            scattered: spec.layout() == PoolLayout::Scattered,
+            // Scattered pages: the buffers of one 4 KiB page stay together, the page itself
+            // lands anywhere in 64 GiB.
+            per_page: (4096 / stride).max(1),
+            page_span: stride.div_ceil(4096).max(1) * 4096,
+            cqe: spec.cqe_bytes as u64,
+            data_offset: spec.data_offset as u64,
+            user_stride: (spec.user_buf_bytes as u64).next_multiple_of(4096),
+        }
     }
-    let end_ns = acc;
-    let rates_of = |k: usize| -> Vec<f64> {
-        (0..nq)
-            .map(|q| {
-                phases
-                    .get(k)
-                    .and_then(|p| p.queue_pps.get(q))
-                    .copied()
-                    .unwrap_or(0.0)
-            })
-            .collect()
-    };
 
-    let opts: SimOptions = spec.sim_options(warm_ns);
-    let mut llc = Llc::with_options(&spec.geometry, &opts);
-    let mut rec = Recorder::new(nq, nf, &opts, llc.slice_fraction());
-    let mut bg = BackgroundGen::new(&opts.background, opts.seed);
-
-    let stride = spec.buf_stride as u64;
-    let scattered = spec.layout() == PoolLayout::Scattered;
-    // Scattered pages: the buffers of one 4 KiB page stay together, the page itself lands
-    // anywhere in 64 GiB.
-    let per_page = (4096 / stride).max(1);
-    let page_span = stride.div_ceil(4096).max(1) * 4096;
-    let buf_addr = |b: u32| -> u64 {
+    /// Where buffer `b`'s packet data starts: pool buffers and fresh pages have regions of
+    /// their own, so a fresh page is never a pool buffer's line.
+    #[inline]
+    fn data_addr(&self, b: u32) -> u64 {
         let (base, i) = if b >= FRESH_ID {
             (FRESH_BASE, (b - FRESH_ID) as u64)
         } else {
             (POOL_BASE, b as u64)
         };
-        if scattered {
-            let page = mix64((i / per_page) ^ base) % (1 << 24);
-            base + page * page_span + (i % per_page) * stride
+        let buf = if self.scattered {
+            let page = mix64((i / self.per_page) ^ base) % (1 << 24);
+            base + page * self.page_span + (i % self.per_page) * self.stride
         } else {
-            base + i * stride
-        }
-    };
-    let cqe = spec.cqe_bytes as u64;
-    let cq_addr = |q: usize, slot: usize| -> u64 { CQ_BASE + (q * ring + slot) as u64 * cqe };
-    let user_base = |f: u32| -> u64 {
-        USER_BASE + f as u64 * (spec.user_buf_bytes as u64).next_multiple_of(4096)
-    };
+            base + i * self.stride
+        };
+        buf + self.data_offset
+    }
 
-    // Initial state: every descriptor posted with the queue's first `ring` buffers (a
-    // driver fills its ring from the pool at start-up); the rest wait in the pool.
-    // All queues draw from one pool, as a DPDK mempool (one per socket, per-lcore caches
-    // on top) or the pages a kernel's page pools take from one allocator: the rings take
-    // the pool's first `queues x ring` buffers queue after queue as each is set up, each
-    // queue's spares follow as one chunk. So the buffers in circulation are one
-    // contiguous stretch whatever the queue count, not one stretch per queue a pool apart.
-    let spare = pool - ring;
-    let buf_id = |q: usize, i: usize| -> u32 {
-        if i < ring {
-            (q * ring + i) as u32
+    /// The completion line of queue `q`'s descriptor `slot`: completion rings sit apart from
+    /// the buffers, one after another.
+    #[inline]
+    fn cq_addr(&self, q: usize, slot: usize) -> u64 {
+        CQ_BASE + (q * self.ring + slot) as u64 * self.cqe
+    }
+
+    /// Flow `f`'s socket buffer: whole pages of its own, so flows never share a line.
+    #[inline]
+    fn user_base(&self, f: u32) -> u64 {
+        USER_BASE + f as u64 * self.user_stride
+    }
+
+    /// Buffer id of queue `q`'s `i`-th buffer. All queues draw from one pool, as a DPDK
+    /// mempool (one per socket, per-lcore caches on top) or the pages a kernel's page pools
+    /// take from one allocator: the rings take the pool's first `queues x ring` buffers queue
+    /// after queue as each is set up, each queue's spares follow as one chunk. So the buffers
+    /// in circulation are one contiguous stretch whatever the queue count, not one stretch
+    /// per queue a pool apart.
+    fn buf_id(&self, q: usize, i: usize) -> u32 {
+        if i < self.ring {
+            (q * self.ring + i) as u32
         } else {
-            (nq * ring + q * spare + (i - ring)) as u32
+            (self.nq * self.ring + q * (self.pool - self.ring) + (i - self.ring)) as u32
         }
-    };
+    }
+}
+
+/// The start-up state of the rings and the pool, as a driver leaves them: every descriptor
+/// posted with the queue's first `ring` buffers, the rest waiting in the pool in the order
+/// the spec's recycling hands them out.
+fn initial_buffers(spec: &SimSpec, lay: &Layout) -> (Vec<u32>, Recycler) {
+    let (nq, ring, pool) = (lay.nq, lay.ring, lay.pool);
     let mut slots: Vec<u32> = Vec::with_capacity(nq * ring);
     let mut rc = Recycler {
-        mode: match (pp, spec.reuse) {
+        mode: match (spec.page_pool(), spec.reuse) {
             (Some(p), _) => Mode::PagePool {
                 cache_below: p.cache_share,
                 ring_below: p.cache_share + p.ring_share,
@@ -442,11 +457,11 @@ fn drive(spec: &SimSpec, warm_ns: u64, phases: &[Phase]) -> Vec<SimResult> {
     };
     for q in 0..nq {
         for i in 0..ring {
-            slots.push(buf_id(q, i));
+            slots.push(lay.buf_id(q, i));
         }
         // Stacks pop from the end: push so that the lowest spare buffer is used first.
         for i in (ring..pool).rev() {
-            let b = buf_id(q, i);
+            let b = lay.buf_id(q, i);
             match rc.mode {
                 Mode::Recycle => rc.cache[q].push(b),
                 Mode::Lifo => rc.shared_stack.push(b),
@@ -459,334 +474,436 @@ fn drive(spec: &SimSpec, warm_ns: u64, phases: &[Phase]) -> Vec<SimResult> {
         // Interleave queues so a shared FIFO pool hands out buffers oldest-first.
         for i in ring..pool {
             for q in 0..nq {
-                rc.shared_fifo.push_back(buf_id(q, i));
+                rc.shared_fifo.push_back(lay.buf_id(q, i));
             }
         }
     }
+    (slots, rc)
+}
 
-    let mut qs: Vec<Queue> = (0..nq)
-        .map(|_| Queue {
-            nic: 0,
-            cpu: 0,
-            posted_upto: ring64,
-            core_free: 0.0,
-            tx_done: Vec::new(),
+/// Each queue's packet rate in phase `k` (0 past the last phase or for a queue it omits).
+fn rates_of(phases: &[Phase], nq: usize, k: usize) -> Vec<f64> {
+    (0..nq)
+        .map(|q| {
+            phases
+                .get(k)
+                .and_then(|p| p.queue_pps.get(q))
+                .copied()
+                .unwrap_or(0.0)
         })
-        .collect();
-    let batch = refill_batch(spec);
-    let tx_batch = spec.tx_free_batch.max(1) as usize;
-    let mut heap: BinaryHeap<Item> = BinaryHeap::with_capacity(nq * 64);
-    let mut seq = 0u64;
-    // Smooth weighted round-robin state per queue, deterministic flow interleaving.
-    let mut wrr: Vec<Vec<f64>> = flows.iter().map(|v| vec![0.0; v.len()]).collect();
-    let mut user_off = vec![0u64; nf];
-    // The wire: one packet every 1 / (total rate), each sent to a queue drawn at random by
-    // its share. RSS hashes many flows over the queues, so a queue's arrivals are the wire's
-    // thinned at random, not a clock of its own: queues drift apart in their rings as on a
-    // host. (Per-queue clocks at equal rates keep every ring in lockstep, writing the same
-    // slot of each ring at once, and their buffers' sets collide forever.)
-    let wire_of = |k: usize| -> (f64, Vec<f64>) {
-        let r = rates_of(k);
+        .collect()
+}
+
+/// The wire: one packet every 1 / (total rate), each sent to a queue drawn at random by its
+/// share. RSS hashes many flows over the queues, so a queue's arrivals are the wire's thinned
+/// at random, not a clock of its own: queues drift apart in their rings as on a host.
+/// (Per-queue clocks at equal rates keep every ring in lockstep, writing the same slot of
+/// each ring at once, and their buffers' sets collide forever.)
+struct Wire {
+    gap: f64,
+    /// Cumulative queue shares, the draw's thresholds.
+    share_cum: Vec<f64>,
+    /// Each queue's rate in the current phase.
+    rates: Vec<f64>,
+    /// Arrival n of the phase is at anchor + n x gap: computing from an anchor, not by
+    /// summing gaps, keeps the times free of drift.
+    anchor: f64,
+    pkt_no: u64,
+    /// Queue draws so far (the run's, not the phase's): the draw's counter.
+    drawn: u64,
+}
+
+impl Wire {
+    /// The wire at phase `k`'s rates, its arrivals counted from `anchor`.
+    fn set_phase(&mut self, phases: &[Phase], nq: usize, k: usize, anchor: f64) {
+        let r = rates_of(phases, nq, k);
         let tot: f64 = r.iter().sum();
         let mut acc = 0.0;
-        let cum = r.iter().map(|p| {
-            acc += if tot > 0.0 { p / tot } else { 0.0 };
-            acc
-        });
-        (
-            if tot > 0.0 { 1e9 / tot } else { f64::INFINITY },
-            cum.collect(),
-        )
-    };
-    let (mut gap, mut share_cum) = wire_of(0);
-    let mut queue_rates = rates_of(0);
-    // Arrival n of the wire: anchor + n x gap; re-anchored when the phase changes (computing
-    // from an anchor, not by summing gaps, keeps the times free of drift).
-    let mut anchor = gap * 0.5;
-    let mut pkt_no = 0u64;
-    let mut drawn = 0u64;
-    let mut phase = 0usize;
-    let mut out: Vec<SimResult> = Vec::with_capacity(phases.len());
-    // The wire's next arrival (time, sequence) waits outside the heap: arrivals are one
-    // periodic stream, a third of all events, and a heap push and pop each cost more than
-    // the comparison with the heap's top that replaces them.
-    let mut next_arrival: Option<(u64, u64)> = None;
-    if gap.is_finite() {
-        next_arrival = Some((anchor as u64, seq));
-        seq += 1;
+        self.share_cum = r
+            .iter()
+            .map(|p| {
+                acc += if tot > 0.0 { p / tot } else { 0.0 };
+                acc
+            })
+            .collect();
+        self.gap = if tot > 0.0 { 1e9 / tot } else { f64::INFINITY };
+        self.rates = r;
+        self.anchor = anchor;
+        self.pkt_no = 0;
     }
-    for &e in phase_end.iter().take(phases.len().saturating_sub(1)) {
-        heap.push(Reverse((e, seq, Ev::Boundary, 0, 0, 0, 0)));
-        seq += 1;
-    }
-    let res_ns: Vec<f64> = (0..nq)
-        .map(|q| {
-            (spec
-                .queue_residence_us
-                .get(q)
-                .copied()
-                .unwrap_or(spec.residence_us)
-                * 1e3)
-                .max(0.0)
-        })
-        .collect();
-    // Each flow's wait in its socket's receive queue before the copy (kernel stack).
-    let mut sock_ns = vec![0.0f64; nf];
-    for (fid, w) in spec.socket_wait_ns().into_iter().flatten() {
-        sock_ns[fid as usize] = w;
-    }
-    let tx_ns = (spec.tx_delay_us * 1e3).max(0.0) as u64;
-    let hdr = 64u32;
 
-    // Re-post consumed descriptors once a batch of them is free, as far as buffers allow.
-    let repost = |q: usize, st: &mut Queue, slots: &mut Vec<u32>, rc: &mut Recycler| {
-        if st.cpu + ring64 - st.posted_upto < batch {
-            return;
-        }
-        while st.posted_upto < st.cpu + ring64 {
-            let Some(b) = rc.pop(q) else { break };
-            slots[q * ring + (st.posted_upto % ring64) as usize] = b;
-            st.posted_upto += 1;
-        }
-    };
+    /// The queue the next packet goes to: a hash of the seed and the draw's number, so a run
+    /// is the same whatever else it does.
+    #[inline]
+    fn draw(&mut self, seed: u64, nq: usize) -> usize {
+        self.drawn += 1;
+        let u = (mix64(seed ^ self.drawn.wrapping_mul(0x9e37_79b9_7f4a_7c15)) >> 11) as f64
+            / (1u64 << 53) as f64;
+        self.share_cum.partition_point(|c| *c <= u).min(nq - 1)
+    }
 
-    loop {
-        let arrival_first = match (next_arrival, heap.peek()) {
+    /// The time of the phase's next arrival.
+    #[inline]
+    fn next_time(&mut self) -> u64 {
+        self.pkt_no += 1;
+        (self.anchor + self.pkt_no as f64 * self.gap) as u64
+    }
+}
+
+/// The state of one run of [`drive`]: the cache, the rings, the pool and the pending events.
+/// One struct with a method per event, so each event's handling reads on its own while the
+/// loop stays a plain match with no indirection.
+struct Run<'a> {
+    spec: &'a SimSpec,
+    lay: Layout,
+    flows: Vec<Vec<(u32, f64, u32)>>,
+    llc: Llc,
+    rec: Recorder,
+    bg: BackgroundGen,
+    rc: Recycler,
+    /// Each descriptor's buffer, queue after queue.
+    slots: Vec<u32>,
+    qs: Vec<Queue>,
+    heap: BinaryHeap<Item>,
+    /// The next event's sequence number.
+    seq: u64,
+    /// The wire's next arrival (time, sequence) waits outside the heap: arrivals are one
+    /// periodic stream, a third of all events, and a heap push and pop each cost more than
+    /// the comparison with the heap's top that replaces them.
+    next_arrival: Option<(u64, u64)>,
+    wire: Wire,
+    /// Smooth weighted round-robin state per queue, deterministic flow interleaving.
+    wrr: Vec<Vec<f64>>,
+    /// Where each flow's next copy lands in its socket buffer.
+    user_off: Vec<u64>,
+    /// Each queue's residence (ns), DMA to pickup (forward) or to the socket (copy).
+    res_ns: Vec<f64>,
+    /// Each flow's wait in its socket's receive queue before the copy (kernel stack).
+    sock_ns: Vec<f64>,
+    tx_ns: u64,
+    batch: u64,
+    tx_batch: usize,
+}
+
+impl<'a> Run<'a> {
+    /// The run at start-up, with the first arrival and the phase boundaries scheduled.
+    fn new(spec: &'a SimSpec, warm_ns: u64, phases: &[Phase], phase_end: &[u64]) -> Self {
+        let lay = Layout::new(spec);
+        let nq = lay.nq;
+        let flows = spec.flow_table();
+        let nf = flows
+            .iter()
+            .flatten()
+            .map(|f| f.0 as usize + 1)
+            .max()
+            .unwrap_or(0);
+        let opts: SimOptions = spec.sim_options(warm_ns);
+        let llc = Llc::with_options(&spec.geometry, &opts);
+        let rec = Recorder::new(nq, nf, &opts, llc.slice_fraction());
+        let bg = BackgroundGen::new(&opts.background, opts.seed);
+        let (slots, rc) = initial_buffers(spec, &lay);
+        let qs = (0..nq)
+            .map(|_| Queue {
+                nic: 0,
+                cpu: 0,
+                posted_upto: lay.ring64,
+                core_free: 0.0,
+                tx_done: Vec::new(),
+            })
+            .collect();
+        let res_ns = (0..nq)
+            .map(|q| {
+                (spec
+                    .queue_residence_us
+                    .get(q)
+                    .copied()
+                    .unwrap_or(spec.residence_us)
+                    * 1e3)
+                    .max(0.0)
+            })
+            .collect();
+        let mut sock_ns = vec![0.0f64; nf];
+        for (fid, w) in spec.socket_wait_ns().into_iter().flatten() {
+            sock_ns[fid as usize] = w;
+        }
+        let mut wire = Wire {
+            gap: f64::INFINITY,
+            share_cum: Vec::new(),
+            rates: Vec::new(),
+            anchor: 0.0,
+            pkt_no: 0,
+            drawn: 0,
+        };
+        wire.set_phase(phases, nq, 0, 0.0);
+        wire.anchor = wire.gap * 0.5;
+        let mut run = Run {
+            spec,
+            wrr: flows.iter().map(|v| vec![0.0; v.len()]).collect(),
+            flows,
+            llc,
+            rec,
+            bg,
+            rc,
+            slots,
+            qs,
+            heap: BinaryHeap::with_capacity(nq * 64),
+            seq: 0,
+            next_arrival: None,
+            user_off: vec![0u64; nf],
+            res_ns,
+            sock_ns,
+            tx_ns: (spec.tx_delay_us * 1e3).max(0.0) as u64,
+            batch: refill_batch(spec),
+            tx_batch: spec.tx_free_batch.max(1) as usize,
+            lay,
+            wire,
+        };
+        if run.wire.gap.is_finite() {
+            run.arrival_at(run.wire.anchor as u64);
+        }
+        for &e in phase_end.iter().take(phases.len().saturating_sub(1)) {
+            run.schedule(e, Ev::Boundary, 0, 0, 0, 0);
+        }
+        run
+    }
+
+    /// Set the wire's next arrival at `t`.
+    #[inline]
+    fn arrival_at(&mut self, t: u64) {
+        self.next_arrival = Some((t, self.seq));
+        self.seq += 1;
+    }
+
+    /// Queue an event; the sequence number keeps ties in the order they were made.
+    #[inline]
+    fn schedule(&mut self, t: u64, ev: Ev, q: u32, f: u32, b: u32, bytes: u32) {
+        self.heap.push(Reverse((t, self.seq, ev, q, f, b, bytes)));
+        self.seq += 1;
+    }
+
+    /// The earliest pending event: the wire's next arrival or the heap's top, ties to the
+    /// one made first.
+    #[inline]
+    fn next_event(&mut self) -> Option<(u64, Ev, u32, u32, u32, u32)> {
+        let arrival_first = match (self.next_arrival, self.heap.peek()) {
             (Some(a), Some(Reverse(top))) => a < (top.0, top.1),
             (Some(_), None) => true,
             (None, _) => false,
         };
-        let popped = if arrival_first {
-            next_arrival
+        if arrival_first {
+            self.next_arrival
                 .take()
                 .map(|(t, _)| (t, Ev::Arrive, 0, 0, 0, 0))
         } else {
-            heap.pop()
+            self.heap
+                .pop()
                 .map(|Reverse((t, _, ev, q, f, b, bytes))| (t, ev, q, f, b, bytes))
+        }
+    }
+
+    /// One access through the LLC, recorded against its queue and flow.
+    #[inline]
+    fn touch(&mut self, t: u64, qi: usize, f: u32, addr: u64, len: u32, kind: AccessKind) {
+        self.rec
+            .touch(&mut self.llc, t, qi, f as usize, addr, len, kind);
+    }
+
+    /// Phase `k` starts at `t`: the wire switches to its rates. Arrivals at the old rate are
+    /// dropped: the next one is at the new rate.
+    fn next_phase(&mut self, t: u64, phases: &[Phase], k: usize) {
+        self.wire.set_phase(phases, self.lay.nq, k, t as f64);
+        self.next_arrival = None;
+        if self.wire.gap.is_finite() {
+            self.arrival_at(t);
+        }
+    }
+
+    /// The flow of queue `qi`'s next packet, by smooth weighted round-robin over the flows'
+    /// weights: (flow, packet bytes).
+    #[inline]
+    fn pick_flow(&mut self, qi: usize) -> (u32, u32) {
+        let fv = &self.flows[qi];
+        let wst = &mut self.wrr[qi];
+        let tot: f64 = fv.iter().map(|x| x.1).sum();
+        let mut best = 0;
+        for (i, x) in fv.iter().enumerate() {
+            wst[i] += x.1;
+            if wst[i] > wst[best] {
+                best = i;
+            }
+        }
+        wst[best] -= tot;
+        let (fid, _, pbytes) = fv[best];
+        (fid, pbytes)
+    }
+
+    /// A packet reaches queue `qi` at `t`: the NIC writes it and its completion into the
+    /// next posted descriptor (or drops it when none is posted), and the queue's core is
+    /// booked to pick it up.
+    fn arrive(&mut self, t: u64, qi: usize, measuring: bool) {
+        let next_t = self.wire.next_time();
+        self.arrival_at(next_t);
+        let (fid, pbytes) = self.pick_flow(qi);
+        let st = &mut self.qs[qi];
+        if st.nic >= st.posted_upto {
+            // No posted descriptor: the NIC drops (rx_missed / out-of-buffer).
+            if measuring {
+                self.rec.res.drops += 1;
+            }
+            return;
+        }
+        let slot = (st.nic % self.lay.ring64) as usize;
+        st.nic += 1;
+        let buf = self.slots[qi * self.lay.ring + slot];
+        if measuring {
+            self.rec.res.packets += 1;
+        }
+        let data = self.lay.data_addr(buf);
+        self.touch(t, qi, fid, data, pbytes, AccessKind::IoWrite);
+        self.rec.hand_up(t, qi, fid as usize, data, pbytes);
+        if self.lay.cqe > 0 {
+            let cq = self.lay.cq_addr(qi, slot);
+            self.touch(t, qi, fid, cq, self.spec.cqe_bytes, AccessKind::IoWrite);
+        }
+        // The core serves its ring in order, one packet per service time.
+        let spec = self.spec;
+        let svc = spec.service_ns(pbytes);
+        let st = &mut self.qs[qi];
+        let (pickup, use_at) = match spec.consumer {
+            Consumer::Forward => {
+                let p = (t as f64 + self.res_ns[qi]).max(st.core_free);
+                (p, p)
+            }
+            Consumer::Copy => {
+                let p = (t as f64).max(st.core_free);
+                let sock = self.sock_ns[fid as usize];
+                (p, p.max(t as f64 + self.res_ns[qi]) + sock)
+            }
         };
-        let Some((t, ev, q, f, b, bytes)) = popped else {
-            break;
-        };
+        st.core_free = pickup + svc;
+        let q = qi as u32;
+        self.schedule(pickup as u64, Ev::Pickup, q, fid, buf, pbytes);
+        if spec.consumer == Consumer::Copy {
+            self.schedule(use_at as u64, Ev::Copy, q, fid, buf, pbytes);
+        }
+    }
+
+    /// Re-post queue `qi`'s consumed descriptors once a batch of them is free, as far as
+    /// buffers allow.
+    #[inline]
+    fn repost(&mut self, qi: usize) {
+        let ring64 = self.lay.ring64;
+        let st = &mut self.qs[qi];
+        if st.cpu + ring64 - st.posted_upto < self.batch {
+            return;
+        }
+        while st.posted_upto < st.cpu + ring64 {
+            let Some(b) = self.rc.pop(qi) else { break };
+            self.slots[qi * self.lay.ring + (st.posted_upto % ring64) as usize] = b;
+            st.posted_upto += 1;
+        }
+    }
+
+    /// Queue `qi`'s core takes buffer `b` off the ring; a forwarding core reads and rewrites
+    /// the header (MAC swap), then hands the packet to TX.
+    fn pickup(&mut self, t: u64, qi: usize, f: u32, b: u32, bytes: u32) {
+        self.qs[qi].cpu += 1;
+        self.repost(qi);
+        let spec = self.spec;
+        if spec.consumer != Consumer::Forward {
+            return;
+        }
+        let data = self.lay.data_addr(b);
+        let touched = spec.touch_bytes.min(bytes);
+        self.touch(t, qi, f, data, touched, AccessKind::CpuRead);
+        self.touch(t, qi, f, data, HDR_BYTES.min(bytes), AccessKind::CpuWrite);
+        // The lines its prefetchers pulled along make the same round trip through its L2 as
+        // the written header, as far as the core's idle share lets them.
+        let busy = self.wire.rates[qi] * spec.service_ns(bytes) / 1e9;
+        let idle = 1.0 - busy.clamp(0.0, 1.0);
+        let pulled =
+            ((spec.prefetch_bytes as f64 * idle) as u32).min(bytes.saturating_sub(HDR_BYTES));
+        if pulled > 0 {
+            let at = data + HDR_BYTES as u64;
+            self.touch(t, qi, f, at, pulled, AccessKind::CpuWrite);
+        }
+        self.schedule(t + self.tx_ns, Ev::TxRead, qi as u32, f, b, bytes);
+    }
+
+    /// The stack copies flow `f`'s packet into its socket buffer (wrapping at its end) and
+    /// frees the packet's buffer.
+    fn copy(&mut self, t: u64, qi: usize, f: u32, b: u32, bytes: u32) {
+        let fi = f as usize;
+        let data = self.lay.data_addr(b);
+        self.touch(t, qi, f, data, bytes, AccessKind::CpuRead);
+        let ub = self.spec.user_buf_bytes.max(64) as u64;
+        let off = self.user_off[fi];
+        let first = bytes.min((ub - off) as u32);
+        let user = self.lay.user_base(f);
+        self.touch(t, qi, f, user + off, first, AccessKind::CpuWrite);
+        if first < bytes {
+            self.touch(t, qi, f, user, bytes - first, AccessKind::CpuWrite);
+        }
+        self.user_off[fi] = (off + bytes as u64) % ub;
+        if b < FRESH_ID || matches!(self.rc.mode, Mode::PagePool { .. }) {
+            self.rc.push(qi, b);
+        }
+        self.repost(qi);
+    }
+
+    /// The NIC reads the packet for transmission; its buffer is freed with the TX batch's
+    /// completions.
+    fn tx_read(&mut self, t: u64, qi: usize, f: u32, b: u32, bytes: u32) {
+        let data = self.lay.data_addr(b);
+        self.touch(t, qi, f, data, bytes, AccessKind::IoRead);
+        let st = &mut self.qs[qi];
+        st.tx_done.push(b);
+        if st.tx_done.len() >= self.tx_batch {
+            for x in st.tx_done.drain(..) {
+                self.rc.push(qi, x);
+            }
+        }
+        self.repost(qi);
+    }
+}
+
+/// The event loop behind [`simulate`] and [`simulate_phases`]: measurement starts at
+/// `warm_ns`; phase k covers the k-th `duration_ns` after it.
+fn drive(spec: &SimSpec, warm_ns: u64, phases: &[Phase]) -> Vec<SimResult> {
+    let mut phase_end = Vec::with_capacity(phases.len());
+    let mut end_ns = warm_ns;
+    for p in phases {
+        end_ns = end_ns.saturating_add(p.duration_ns);
+        phase_end.push(end_ns);
+    }
+    let mut run = Run::new(spec, warm_ns, phases, &phase_end);
+    let nq = run.lay.nq;
+    let mut phase = 0usize;
+    let mut out: Vec<SimResult> = Vec::with_capacity(phases.len());
+    while let Some((t, ev, q, f, b, bytes)) = run.next_event() {
         if t > end_ns {
             break;
         }
-        let (q, qi) = if ev == Ev::Arrive {
-            drawn += 1;
-            let u = (mix64(spec.seed ^ drawn.wrapping_mul(0x9e37_79b9_7f4a_7c15)) >> 11) as f64
-                / (1u64 << 53) as f64;
-            let i = share_cum.partition_point(|c| *c <= u).min(nq - 1);
-            (i as u32, i)
+        let qi = if ev == Ev::Arrive {
+            run.wire.draw(spec.seed, nq)
         } else {
-            (q, q as usize)
+            q as usize
         };
-        bg.advance(&mut llc, &mut rec.res, t);
-        let measuring = t >= warm_ns;
+        run.bg.advance(&mut run.llc, &mut run.rec.res, t);
         match ev {
             Ev::Boundary => {
-                out.push(rec.cut());
+                out.push(run.rec.cut());
                 phase += 1;
-                (gap, share_cum) = wire_of(phase);
-                queue_rates = rates_of(phase);
-                anchor = t as f64;
-                pkt_no = 0;
-                // Arrivals at the old rate are dropped: the next one is at the new rate.
-                next_arrival = None;
-                if gap.is_finite() {
-                    next_arrival = Some((t, seq));
-                    seq += 1;
-                }
+                run.next_phase(t, phases, phase);
             }
-            Ev::Arrive => {
-                pkt_no += 1;
-                let next_t = (anchor + pkt_no as f64 * gap) as u64;
-                next_arrival = Some((next_t, seq));
-                seq += 1;
-                // Pick the flow: smooth WRR over flow weights.
-                let fv = &flows[qi];
-                let wst = &mut wrr[qi];
-                let tot: f64 = fv.iter().map(|x| x.1).sum();
-                let mut best = 0;
-                for (i, x) in fv.iter().enumerate() {
-                    wst[i] += x.1;
-                    if wst[i] > wst[best] {
-                        best = i;
-                    }
-                }
-                wst[best] -= tot;
-                let (fid, _, pbytes) = fv[best];
-                let st = &mut qs[qi];
-                if st.nic >= st.posted_upto {
-                    // No posted descriptor: the NIC drops (rx_missed / out-of-buffer).
-                    if measuring {
-                        rec.res.drops += 1;
-                    }
-                    continue;
-                }
-                let slot = (st.nic % ring64) as usize;
-                st.nic += 1;
-                let buf = slots[qi * ring + slot];
-                if measuring {
-                    rec.res.packets += 1;
-                }
-                rec.touch(
-                    &mut llc,
-                    t,
-                    qi,
-                    fid as usize,
-                    buf_addr(buf) + spec.data_offset as u64,
-                    pbytes,
-                    AccessKind::IoWrite,
-                );
-                rec.hand_up(
-                    t,
-                    qi,
-                    fid as usize,
-                    buf_addr(buf) + spec.data_offset as u64,
-                    pbytes,
-                );
-                if cqe > 0 {
-                    rec.touch(
-                        &mut llc,
-                        t,
-                        qi,
-                        fid as usize,
-                        cq_addr(qi, slot),
-                        spec.cqe_bytes,
-                        AccessKind::IoWrite,
-                    );
-                }
-                // The core serves its ring in order, one packet per service time.
-                let svc = spec.service_ns(pbytes);
-                let (pickup, use_at) = match spec.consumer {
-                    Consumer::Forward => {
-                        let p = (t as f64 + res_ns[qi]).max(st.core_free);
-                        (p, p)
-                    }
-                    Consumer::Copy => {
-                        let p = (t as f64).max(st.core_free);
-                        (p, p.max(t as f64 + res_ns[qi]) + sock_ns[fid as usize])
-                    }
-                };
-                st.core_free = pickup + svc;
-                heap.push(Reverse((
-                    pickup as u64,
-                    seq,
-                    Ev::Pickup,
-                    q,
-                    fid,
-                    buf,
-                    pbytes,
-                )));
-                seq += 1;
-                if spec.consumer == Consumer::Copy {
-                    heap.push(Reverse((use_at as u64, seq, Ev::Copy, q, fid, buf, pbytes)));
-                    seq += 1;
-                }
-            }
-            Ev::Pickup => {
-                let st = &mut qs[qi];
-                st.cpu += 1;
-                repost(qi, st, &mut slots, &mut rc);
-                if spec.consumer == Consumer::Forward {
-                    // The core reads and rewrites the header (MAC swap), then hands the
-                    // packet to TX.
-                    let data = buf_addr(b) + spec.data_offset as u64;
-                    rec.touch(
-                        &mut llc,
-                        t,
-                        qi,
-                        f as usize,
-                        data,
-                        spec.touch_bytes.min(bytes),
-                        AccessKind::CpuRead,
-                    );
-                    rec.touch(
-                        &mut llc,
-                        t,
-                        qi,
-                        f as usize,
-                        data,
-                        hdr.min(bytes),
-                        AccessKind::CpuWrite,
-                    );
-                    // The lines its prefetchers pulled along make the same round trip through
-                    // its L2 as the written header, as far as the core's idle share lets them.
-                    let idle =
-                        1.0 - (queue_rates[qi] * spec.service_ns(bytes) / 1e9).clamp(0.0, 1.0);
-                    let pulled =
-                        ((spec.prefetch_bytes as f64 * idle) as u32).min(bytes.saturating_sub(hdr));
-                    if pulled > 0 {
-                        rec.touch(
-                            &mut llc,
-                            t,
-                            qi,
-                            f as usize,
-                            data + hdr as u64,
-                            pulled,
-                            AccessKind::CpuWrite,
-                        );
-                    }
-                    heap.push(Reverse((t + tx_ns, seq, Ev::TxRead, q, f, b, bytes)));
-                    seq += 1;
-                }
-            }
-            Ev::Copy => {
-                let fi = f as usize;
-                let data = buf_addr(b) + spec.data_offset as u64;
-                rec.touch(&mut llc, t, qi, fi, data, bytes, AccessKind::CpuRead);
-                let ub = spec.user_buf_bytes.max(64) as u64;
-                let off = user_off[fi];
-                let first = bytes.min((ub - off) as u32);
-                rec.touch(
-                    &mut llc,
-                    t,
-                    qi,
-                    fi,
-                    user_base(f) + off,
-                    first,
-                    AccessKind::CpuWrite,
-                );
-                if first < bytes {
-                    rec.touch(
-                        &mut llc,
-                        t,
-                        qi,
-                        fi,
-                        user_base(f),
-                        bytes - first,
-                        AccessKind::CpuWrite,
-                    );
-                }
-                user_off[fi] = (off + bytes as u64) % ub;
-                if b < FRESH_ID || matches!(rc.mode, Mode::PagePool { .. }) {
-                    rc.push(qi, b);
-                }
-                let st = &mut qs[qi];
-                repost(qi, st, &mut slots, &mut rc);
-            }
-            Ev::TxRead => {
-                rec.touch(
-                    &mut llc,
-                    t,
-                    qi,
-                    f as usize,
-                    buf_addr(b) + spec.data_offset as u64,
-                    bytes,
-                    AccessKind::IoRead,
-                );
-                let st = &mut qs[qi];
-                st.tx_done.push(b);
-                if st.tx_done.len() >= tx_batch {
-                    for x in st.tx_done.drain(..) {
-                        rc.push(qi, x);
-                    }
-                }
-                repost(qi, st, &mut slots, &mut rc);
-            }
+            Ev::Arrive => run.arrive(t, qi, t >= warm_ns),
+            Ev::Pickup => run.pickup(t, qi, f, b, bytes),
+            Ev::Copy => run.copy(t, qi, f, b, bytes),
+            Ev::TxRead => run.tx_read(t, qi, f, b, bytes),
         }
     }
     while out.len() < phases.len() {
-        out.push(rec.cut());
+        out.push(run.rec.cut());
     }
     for (r, p) in out.iter_mut().zip(phases) {
         r.measured_ns = p.duration_ns;
