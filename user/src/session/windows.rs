@@ -32,9 +32,9 @@ pub const DRAIN_STEP: Duration = Duration::from_millis(5);
 
 /// Steps in a row in which no life ends before a drain stops: a reader descheduled for a step
 /// on a loaded host has not stopped reading, and the lives left after them most likely ended
-/// where no hook sees (a segment TCP coalesced into the one before it). Each step holds the
-/// end hooks on for every packet of the host, so the drain waits two, not more.
-pub const DRAIN_PATIENCE: u32 = 2;
+/// where no hook sees (a segment TCP coalesced into the one before it). Only the copy and free
+/// hooks stay on through these steps.
+pub const DRAIN_PATIENCE: u32 = 4;
 
 /// Longest a drain is held on: a life longer than this after its window's end is counted as
 /// cut rather than timed, and the hooks' time on stays bounded whatever a reader does.
