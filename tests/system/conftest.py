@@ -26,6 +26,15 @@ def run(*args, check=True, **kw):
     return subprocess.run([str(a) for a in args], check=check, capture_output=True, text=True, **kw)
 
 
+def link_stats(ns, dev):
+    """The interface's packets and bytes each way, from one netlink snapshot: reading the
+    four sysfs files one after another tears (a frame between two reads is in one count and
+    not the other)."""
+    out = run("ip", "netns", "exec", ns, "ip", "-s", "-j", "link", "show", "dev", dev).stdout
+    s = json.loads(out)[0]["stats64"]
+    return {f"{d}_{k}": s[d][k] for d in ("rx", "tx") for k in ("packets", "bytes")}
+
+
 class Testbed:
     __test__ = False  # a fixture helper, not a test class, when a test module imports it
 
@@ -59,8 +68,7 @@ class Testbed:
 
     def stats(self, ns, dev):
         """The kernel's own interface statistics."""
-        out = self.ns(ns, "sh", "-c", f"cd /sys/class/net/{dev}/statistics && grep . rx_packets rx_bytes tx_packets tx_bytes").stdout
-        return {k: int(v) for k, v in (l.split(":") for l in out.split())}
+        return link_stats(ns, dev)
 
     def rx_queue_packets(self):
         """veth's per-RX-queue driver counters on the receiver (ethtool -S)."""
