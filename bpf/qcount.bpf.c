@@ -94,7 +94,9 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, MAX_DROP_REASONS);
+	/* Each reason twice: every drop of the device's, then (from MAX_DROP_REASONS on)
+	 * those of RX packets its stack had not yet taken in. */
+	__uint(max_entries, 2 * MAX_DROP_REASONS);
 	__type(key, __u32);
 	__type(value, __u64);
 } qc_drop_reasons SEC(".maps");

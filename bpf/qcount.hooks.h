@@ -222,7 +222,8 @@ static __always_inline int H(qc_kfree)(const struct sk_buff *skb, __u32 reason)
 	unsigned char *data = RD(skb, data);
 	__u16 mac = RD(skb, mac_header);
 	__u16 qm = RD(skb, queue_mapping);
-	bool rx = RD(skb, skb_iif) == filter_ifindex || (mac != (__u16)~0U && data > head + mac);
+	bool in_stack = RD(skb, skb_iif) == filter_ifindex;
+	bool rx = in_stack || (mac != (__u16)~0U && data > head + mac);
 	struct qc_queue_stats *qs = rx ? qc_queue(PL_RX, qm >= rx_queue_offset ? qm - rx_queue_offset : 0)
 				       : qc_queue(PL_TX, qm);
 	if (qs)
@@ -231,5 +232,15 @@ static __always_inline int H(qc_kfree)(const struct sk_buff *skb, __u32 reason)
 	__u64 *n = bpf_map_lookup_elem(&qc_drop_reasons, &r);
 	if (n)
 		*n += 1;
+	/* An RX packet dropped before the stack set its skb_iif: by the driver or on the
+	 * way to the CPU's backlog, where a full ring or backlog drops it (veth with no
+	 * qdisc says NOT_SPECIFIED there), not by a protocol that did not want it (a
+	 * multicast frame nobody joined says NOT_SPECIFIED too, in the stack). */
+	if (rx && !in_stack) {
+		r += MAX_DROP_REASONS;
+		n = bpf_map_lookup_elem(&qc_drop_reasons, &r);
+		if (n)
+			*n += 1;
+	}
 	return 0;
 }

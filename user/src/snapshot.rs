@@ -341,6 +341,10 @@ pub struct Snapshot {
     pub flow_overflow: Vec<crate::probe::qcount::FlowOverflow>,
     /// Drop reasons, cumulative: (reason id, count).
     pub drop_reasons: Vec<(u32, u64)>,
+    /// Of them, RX packets dropped before the device's stack took them in (by the driver, a
+    /// full ring, the CPU's backlog), cumulative: (reason id, count).
+    #[serde(default)]
+    pub drops_before_stack: Vec<(u32, u64)>,
     /// The device's page pools as the kernel counts them, cumulative (present on the
     /// intervals where they were read, where the kernel keeps page_pool statistics).
     #[serde(default)]

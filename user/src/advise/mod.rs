@@ -55,7 +55,11 @@ pub struct QueueObservation {
     pub napi_polls: u64,
     pub napi_budget_exhausted: u64,
     pub peak_inflight_pkts: Option<u64>,
+    /// Every drop the kernel counted for the queue, whatever its reason.
     pub drops: u64,
+    /// Of them, the drops that say something was full (estimated by the device's reasons).
+    #[serde(default)]
+    pub full_drops: FullDrops,
     /// What the NIC's own counters say it dropped for want of descriptors or buffers (None:
     /// the driver keeps no such counter, or the recording predates them).
     #[serde(default)]
@@ -73,6 +77,43 @@ pub struct QueueObservation {
     /// whole flows, so it cannot spread a queue whose load is one flow.
     #[serde(default)]
     pub top_flow_bytes_per_s: Option<f64>,
+}
+
+/// A queue's drops that say something was full. The programs count drops per queue and
+/// their reasons per device, so a queue's share is its drops in the device's proportion.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FullDrops {
+    /// Dropped with the driver's own ring full: a larger ring holds them.
+    pub ring: u64,
+    /// Dropped with the queue's processing behind (its ring or its CPU's backlog full): the
+    /// queue's load outruns the CPU that takes it.
+    pub backlog: u64,
+    /// The kernel's names of the reasons counted, for the evidence.
+    pub reasons: Vec<String>,
+}
+
+/// What a drop says was full: by the reason's name as the kernel gave it when recorded (the
+/// numbers differ between kernels), and whether the stack had taken the packet in. Most
+/// drops say nothing of room (no socket, a filter); a socket's full buffer is the socket
+/// rule's.
+pub fn full_drop(name: &str, before_stack: bool) -> Option<FullWhat> {
+    match name {
+        "FULL_RING" => Some(FullWhat::Ring),
+        "CPU_BACKLOG" => Some(FullWhat::Backlog),
+        // Before the stack a driver drops without a reason where its ring is full (veth
+        // with no qdisc); in the stack it is a multicast frame nobody joined, and more.
+        "NOT_SPECIFIED" if before_stack => Some(FullWhat::Ring),
+        _ => None,
+    }
+}
+
+/// What was full when a packet was dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FullWhat {
+    /// The driver's ring (tun's, for one).
+    Ring,
+    /// The CPU's backlog queue (`netdev_max_backlog`), where RPS or `netif_rx` put packets.
+    Backlog,
 }
 
 /// The NIC's ring-full / no-buffer drops that bear on one queue.

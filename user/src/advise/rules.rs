@@ -287,10 +287,15 @@ fn burst_floor(q: &QueueObservation) -> (u32, Vec<String>, Vec<String>) {
         why.push(w.clone());
         not_cache.push(w);
     }
-    if q.drops > 0 && cur > 0 {
-        // Drops mean the ring overflowed: never shrink it, grow it one step.
+    if q.full_drops.ring > 0 && cur > 0 {
+        // The ring overflowed: never shrink it, grow it one step.
         need = need.max(cur as f64 * 2.0);
-        let w = format!("rx{}: {} drops at ring {}", q.queue, q.drops, cur);
+        let w = format!(
+            "rx{}: {} drops with the ring full at ring {cur}, by {}",
+            q.queue,
+            q.full_drops.ring,
+            q.full_drops.reasons.join(", ")
+        );
         why.push(w.clone());
         not_cache.push(w);
     }
@@ -395,12 +400,22 @@ fn ring_size_and_ways(obs: &HostObservation, run: &ModelRun, f: &RingFacts) -> V
     // ring that fits have another cause (reuse, placement, allocation).
     let shrink = f.cur_ring.is_some_and(|c| need_ring < c) && f.over;
     let grow = f.cur_ring.is_some_and(|c| need_ring > c);
-    if f.ring_fits && (shrink || grow) {
+    // Drops or a backlog ask for a grow whether or not it fits: `ring_change` says what for.
+    let asked = grow && !f.not_cache.is_empty();
+    if (f.ring_fits && (shrink || grow)) || asked {
         let mut ev = f.evidence.clone();
-        ev.push(format!(
-            "ring {need_ring}: {:.2} MiB working set, within usable DDIO capacity, and ≥ {BURST_HEADROOM}x observed bursts",
-            mib(fp(need_ring))
-        ));
+        ev.push(if f.ring_fits {
+            format!(
+                "ring {need_ring}: {:.2} MiB working set, within usable DDIO capacity, and ≥ {BURST_HEADROOM}x observed bursts",
+                mib(fp(need_ring))
+            )
+        } else {
+            format!(
+                "ring {need_ring}: {:.2} MiB working set, more than usable DDIO capacity ({:.2} MiB)",
+                mib(fp(need_ring)),
+                mib(f.usable)
+            )
+        });
         out.extend(ring_change(obs, run, f, need_ring, ev));
         return out;
     }
@@ -510,7 +525,8 @@ fn spread_load(obs: &HostObservation, run: &ModelRun) -> Option<Recommendation> 
     let residences: Vec<f64> = rx.iter().filter_map(|q| q.residence_ns_p50).collect();
     let med = median(&residences);
     let hot_slow = matches!(hot.residence_ns_p50, Some(h) if med > 0.0 && h > 2.0 * med);
-    if hot.bytes_per_s < IMBALANCE_RATIO * mean || !(hot_exhausted || hot_slow || hot.drops > 0) {
+    let hot_dropping = hot.full_drops.backlog > 0;
+    if hot.bytes_per_s < IMBALANCE_RATIO * mean || !(hot_exhausted || hot_slow || hot_dropping) {
         return None;
     }
     // `ethtool -X` needs an indirection table, and moves whole flows: a queue whose load
@@ -543,8 +559,12 @@ fn spread_load(obs: &HostObservation, run: &ModelRun) -> Option<Recommendation> 
     if hot_slow {
         backlog.push("its packets wait over 2x the median residence");
     }
-    let drops = format!("it dropped {} packets", hot.drops);
-    if hot.drops > 0 {
+    let drops = format!(
+        "it dropped {} packets for want of room, by {}",
+        hot.full_drops.backlog,
+        hot.full_drops.reasons.join(", ")
+    );
+    if hot_dropping {
         backlog.push(&drops);
     }
     let evidence = vec![

@@ -31,6 +31,7 @@ fn rxq(queue: u32, ring: u32, pps: f64, pkt: f64) -> QueueObservation {
         napi_budget_exhausted: 0,
         peak_inflight_pkts: None,
         drops: 0,
+        full_drops: FullDrops::default(),
         nic_ring_drops: None,
         size_hist: Vec::new(),
         socket: None,
@@ -739,16 +740,87 @@ fn no_cache_fix_that_the_model_predicts_worse() {
     );
     assert!(a < b - 0.05, "{b} -> {a}");
     assert!(super::rules::ring_change(&obs, &run, &f, 8192, Vec::new()).is_none());
-    // The same grow asked for by drops is offered, with the drops as its reason, first.
+    // The same grow asked for by drops with the ring full is offered, with the drops as its
+    // reason, first.
     let mut dropping = obs.clone();
     dropping.queues[0].drops = 500;
+    dropping.queues[0].full_drops = super::FullDrops {
+        ring: 500,
+        backlog: 500,
+        reasons: vec!["FULL_RING".into()],
+    };
     let f = super::rules::RingFacts::of(&dropping);
     let r = super::rules::ring_change(&dropping, &run, &f, 8192, Vec::new())
         .expect("offered for the drops");
     let why = r.reason.expect("a reason");
     assert!(
-        why.contains("500 drops") && why.contains("not the cache"),
+        why.contains("500 drops with the ring full") && why.contains("not the cache"),
         "{why}"
+    );
+    // Drops that say nothing of room (a multicast frame no socket joined) ask for nothing.
+    let mut other = obs.clone();
+    other.queues[0].drops = 500;
+    let f = super::rules::RingFacts::of(&other);
+    assert!(super::rules::ring_change(&other, &run, &f, 8192, Vec::new()).is_none());
+}
+
+/// A queue's drops are split by the device's reasons: only those that say something was full
+/// count, in their proportion, by the names the kernel gave them.
+#[test]
+fn full_drops_are_the_queues_drops_in_the_proportion_of_full_reasons() {
+    use crate::analysis::summary::{DropReason, Drops};
+    let reason = |reason: u32, name: &str, count: u64, early: u64| DropReason {
+        reason,
+        name: Some(name.into()),
+        count,
+        before_stack: Some(early),
+    };
+    // NOT_SPECIFIED in the stack (a multicast frame nobody joined) says nothing; before it
+    // (veth's ring full with no qdisc) it is the ring's. FULL_RING is the ring's anywhere.
+    let device = Drops {
+        total: 1000,
+        reasons: vec![
+            reason(2, "NOT_SPECIFIED", 500, 100),
+            reason(77, "FULL_RING", 300, 0),
+            reason(61, "CPU_BACKLOG", 100, 100),
+        ],
+    };
+    let f = crate::analysis::observation::full_drops(100, &device);
+    assert_eq!((f.ring, f.backlog), (40, 50));
+    assert_eq!(
+        f.reasons,
+        ["NOT_SPECIFIED before the stack", "FULL_RING", "CPU_BACKLOG"]
+    );
+    let quiet = Drops {
+        total: 2,
+        reasons: vec![reason(2, "NOT_SPECIFIED", 2, 0)],
+    };
+    assert_eq!(
+        crate::analysis::observation::full_drops(1, &quiet),
+        super::FullDrops::default()
+    );
+    // A recording from before the drops before the stack were kept: counted as before it.
+    let old = Drops {
+        total: 4,
+        reasons: vec![DropReason {
+            before_stack: None,
+            ..reason(2, "NOT_SPECIFIED", 4, 0)
+        }],
+    };
+    assert_eq!(crate::analysis::observation::full_drops(4, &old).ring, 4);
+    // Reasons without names (a recording from before they were kept) say nothing.
+    let unnamed = Drops {
+        total: 5,
+        reasons: vec![DropReason {
+            reason: 77,
+            name: None,
+            count: 5,
+            before_stack: Some(5),
+        }],
+    };
+    assert_eq!(
+        crate::analysis::observation::full_drops(5, &unnamed).ring,
+        0
     );
 }
 

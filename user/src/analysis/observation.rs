@@ -7,7 +7,10 @@ use anyhow::Result;
 
 use super::geometry::{geometry, GeometryOverrides};
 use super::summary::Summary;
-use crate::advise::{CounterEvidence, Device, HostObservation, QueueObservation, SocketQueueObs};
+use crate::advise::{
+    full_drop, CounterEvidence, Device, FullDrops, FullWhat, HostObservation, QueueObservation,
+    SocketQueueObs,
+};
 use crate::counters::CounterSource;
 use crate::model::analytic::Dir as MDir;
 use crate::model::geometry::vendor_has_ddio;
@@ -69,6 +72,49 @@ pub fn nic_ring_drops(
     })
 }
 
+/// A queue's drops that say something was full: its drops in the proportion the device's
+/// reasons give (drops are counted per queue, their reasons per device).
+pub fn full_drops(queue_drops: u64, device: &super::summary::Drops) -> FullDrops {
+    // Each reason's drops that say something was full, and what. Recordings from before the
+    // drops before the stack were kept count all of a reason's as if before it.
+    let mut full: Vec<(FullWhat, u64, String)> = Vec::new();
+    for r in &device.reasons {
+        let Some(name) = r.name.as_deref() else {
+            continue;
+        };
+        let early = r.before_stack.unwrap_or(r.count).min(r.count);
+        for (before, n) in [(true, early), (false, r.count - early)] {
+            let Some(what) = full_drop(name, before).filter(|_| n > 0) else {
+                continue;
+            };
+            let said = if full_drop(name, !before).is_some() {
+                name.to_string()
+            } else {
+                format!("{name} before the stack")
+            };
+            match full.iter_mut().find(|f| f.2 == said) {
+                Some(f) => f.1 += n,
+                None => full.push((what, n, said)),
+            }
+        }
+    }
+    let of = |what: FullWhat| -> u64 { full.iter().filter(|f| f.0 == what).map(|f| f.1).sum() };
+    let (ring, backlog) = (of(FullWhat::Ring), of(FullWhat::Backlog));
+    let total = device.total.max(ring + backlog);
+    let share = |n: u64| {
+        if total == 0 {
+            return 0;
+        }
+        let x = u128::from(queue_drops) * u128::from(n);
+        ((x + u128::from(total) / 2) / u128::from(total)) as u64
+    };
+    FullDrops {
+        ring: share(ring),
+        backlog: share(ring + backlog),
+        reasons: full.into_iter().map(|f| f.2).collect(),
+    }
+}
+
 /// The host, the interface and each queue that carried traffic, as the model and the
 /// recommendation engine take them; `summary` is the recording's, built once.
 pub fn observation(
@@ -108,6 +154,7 @@ pub fn observation(
             napi_budget_exhausted: q.napi_budget_exhausted,
             peak_inflight_pkts: peak,
             drops: q.drops,
+            full_drops: full_drops(q.drops, &summary.drops),
             nic_ring_drops: match q.dir {
                 Dir::Rx => nic_drops
                     .as_deref()

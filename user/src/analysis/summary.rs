@@ -967,6 +967,8 @@ pub struct DropReason {
     pub reason: u32,
     pub name: Option<String>,
     pub count: u64,
+    /// Of them, RX packets dropped before the stack took them in (None: not recorded).
+    pub before_stack: Option<u64>,
 }
 
 fn stage_report(q: &QueueCounters, s: usize) -> StageReport {
@@ -1176,13 +1178,14 @@ fn drops_of(rec: &Recording) -> Result<Drops> {
     let drop_names = rec.meta.drop_reason_names.clone().unwrap_or_default();
     let drop_reasons = rec.drop_reasons()?;
     Ok(Drops {
-        total: drop_reasons.iter().map(|(_, c)| c).sum(),
+        total: drop_reasons.iter().map(|(_, c, _)| c).sum(),
         reasons: drop_reasons
             .iter()
-            .map(|(r, c)| DropReason {
+            .map(|(r, c, early)| DropReason {
                 reason: *r,
                 name: drop_names.get(r).cloned(),
                 count: *c,
+                before_stack: *early,
             })
             .collect(),
     })

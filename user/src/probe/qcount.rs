@@ -361,6 +361,14 @@ struct WindowHook {
     link: Option<Link>,
 }
 
+/// The device's drops by kernel reason, cumulative, as (reason, count).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DropCounts {
+    pub every: Vec<(u32, u64)>,
+    /// Of them, RX packets dropped before the stack took them in (its skb_iif unset).
+    pub before_stack: Vec<(u32, u64)>,
+}
+
 pub struct QcountProbe {
     skel: QcountSkel<'static>,
     links: Vec<Link>,
@@ -762,22 +770,33 @@ impl QcountProbe {
         Self::percpu_sum(&self.skel.maps.qc_counters, c.0)
     }
 
-    pub fn read_drop_reasons(&self) -> Result<Vec<(u32, u64)>> {
+    /// The device's drops by reason, cumulative: every one, and those of RX packets its
+    /// stack had not yet taken in (the driver's or the backlog's), each as (reason, count).
+    pub fn read_drop_reasons(&self) -> Result<DropCounts> {
         let n = super::qcount_skel::types::ddio_limits::DDIO_MAX_DROP_REASONS.0;
-        let all = super::percpu_array_all(&self.skel.maps.qc_drop_reasons, n, self.ncpus)
+        let all = super::percpu_array_all(&self.skel.maps.qc_drop_reasons, 2 * n, self.ncpus)
             .context("reading qc_drop_reasons")?;
-        Ok((0..n)
-            .zip(all)
-            .map(|(r, per_cpu)| {
-                let c = per_cpu
+        let sums: Vec<u64> = all
+            .iter()
+            .map(|per_cpu| {
+                per_cpu
                     .iter()
                     .filter_map(|v| v.get(..8).and_then(|b| b.try_into().ok()))
                     .map(u64::from_ne_bytes)
-                    .sum();
-                (r, c)
+                    .sum()
             })
-            .filter(|&(_, c)| c > 0)
-            .collect())
+            .collect();
+        let nonzero = |half: &[u64]| -> Vec<(u32, u64)> {
+            (0..n)
+                .zip(half.iter().copied())
+                .filter(|&(_, c)| c > 0)
+                .collect()
+        };
+        let (every, before_stack) = sums.split_at(sums.len().min(n as usize));
+        Ok(DropCounts {
+            every: nonzero(every),
+            before_stack: nonzero(before_stack),
+        })
     }
 
     /// Every flow's sampled sums over the run on each queue it was sampled on (one entry per

@@ -55,7 +55,7 @@ CREATE TABLE samples (
 CREATE TABLE flow_overflow (
     dir TEXT NOT NULL, queue INTEGER NOT NULL, packets INTEGER NOT NULL, bytes INTEGER NOT NULL,
     unparsed INTEGER NOT NULL, PRIMARY KEY (dir, queue));
-CREATE TABLE drop_reasons (reason INTEGER PRIMARY KEY, count INTEGER NOT NULL);
+CREATE TABLE drop_reasons (reason INTEGER PRIMARY KEY, count INTEGER NOT NULL, before_stack INTEGER);
 CREATE TABLE page_pools (
     pool INTEGER PRIMARY KEY, napi_id INTEGER, alloc_fast INTEGER NOT NULL, alloc_slow INTEGER NOT NULL,
     alloc_slow_high_order INTEGER NOT NULL, alloc_empty INTEGER NOT NULL, alloc_refill INTEGER NOT NULL,

@@ -200,6 +200,8 @@ pub(super) struct Columns {
     /// Schema 2: each stage histogram is packed into its `stage_stats` row, and so are the
     /// rollups' (`packed`).
     pub(super) hist_packed: bool,
+    /// Nor, from before it was kept, which drops came before the stack (unknown: NULL).
+    pub(super) drops_before_stack: &'static str,
 }
 
 /// The columns every reader of a table needs (newer ones are optional, see `Columns`), and
@@ -268,6 +270,7 @@ impl Columns {
                 _ => "NULL,NULL",
             },
             flow_source: pick("flows", "source", "NULL"),
+            drops_before_stack: pick("drop_reasons", "before_stack", "NULL"),
             miss: table("miss_intervals"),
             out_of_subset: pick("miss_intervals", "out_of_subset", "0"),
             no_flow: pick("miss_intervals", "no_flow", "NULL"),
@@ -1236,15 +1239,26 @@ impl Recording {
         Ok(flows)
     }
 
-    /// Drops by kernel reason over the run (a whole-run table).
-    pub fn drop_reasons(&self) -> Result<Vec<(u32, u64)>> {
+    /// Drops by kernel reason over the run (a whole-run table): (reason, count, of them RX
+    /// packets dropped before the stack took them in; None in recordings from before that
+    /// was kept).
+    pub fn drop_reasons(&self) -> Result<Vec<(u32, u64, Option<u64>)>> {
         let e = |e| self.corrupt(e);
         let mut st = self
             .conn
-            .prepare("SELECT reason,count FROM drop_reasons ORDER BY reason")
+            .prepare(&format!(
+                "SELECT reason,count,{} FROM drop_reasons ORDER BY reason",
+                self.cols.drops_before_stack
+            ))
             .map_err(e)?;
         let rows = st
-            .query_map([], |r| Ok((r.get::<_, u32>(0)?, count(r, 1)?)))
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, u32>(0)?,
+                    count(r, 1)?,
+                    r.get::<_, Option<i64>>(2)?.map(|v| v.max(0) as u64),
+                ))
+            })
             .map_err(e)?;
         rows.map(|r| r.map_err(e)).collect()
     }

@@ -529,6 +529,7 @@ impl Rotation {
 struct WholeRun {
     flows: BTreeMap<crate::snapshot::FlowKey, [u64; 4]>,
     drops: BTreeMap<u32, u64>,
+    drops_before_stack: BTreeMap<u32, u64>,
     overflow: BTreeMap<(Dir, u32), [u64; 3]>,
     miss_flows: BTreeMap<crate::snapshot::FlowKey, [u64; 2]>,
     regions: BTreeMap<u64, u64>,
@@ -543,6 +544,8 @@ impl WholeRun {
             );
         }
         self.drops.extend(s.drop_reasons.iter().copied());
+        self.drops_before_stack
+            .extend(s.drops_before_stack.iter().copied());
         for o in &s.flow_overflow {
             self.overflow
                 .insert((o.dir, o.queue), [o.packets, o.bytes, o.unparsed]);
@@ -569,6 +572,10 @@ impl WholeRun {
         });
         s.drop_reasons.retain_mut(|(r, n)| {
             *n = n.saturating_sub(self.drops.get(r).copied().unwrap_or(0));
+            *n > 0
+        });
+        s.drops_before_stack.retain_mut(|(r, n)| {
+            *n = n.saturating_sub(self.drops_before_stack.get(r).copied().unwrap_or(0));
             *n > 0
         });
         s.flow_overflow.retain_mut(|o| {

@@ -843,10 +843,16 @@ fn insert_whole_run(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::R
             ])?;
         }
     }
-    let mut d_st =
-        tx.prepare_cached("INSERT OR REPLACE INTO drop_reasons(reason,count) VALUES (?1,?2)")?;
+    let mut d_st = tx.prepare_cached(
+        "INSERT OR REPLACE INTO drop_reasons(reason,count,before_stack) VALUES (?1,?2,?3)",
+    )?;
     for (r, c) in &s.drop_reasons {
-        d_st.execute(params![r, *c as i64])?;
+        let early = s
+            .drops_before_stack
+            .iter()
+            .find(|(e, _)| e == r)
+            .map_or(0, |e| e.1);
+        d_st.execute(params![r, *c as i64, early as i64])?;
     }
     Ok(())
 }

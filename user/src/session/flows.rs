@@ -144,7 +144,9 @@ impl Session {
                 }
             })
             .collect();
-        snap.drop_reasons = self.tier0.read_drop_reasons()?;
+        let drops = self.tier0.read_drop_reasons()?;
+        snap.drop_reasons = drops.every;
+        snap.drops_before_stack = drops.before_stack;
         if let Some(k) = self.kstats.as_mut() {
             snap.page_pools = k.page_pools();
             // Queues get new NAPI instances when the device is reconfigured.

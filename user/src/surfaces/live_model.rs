@@ -86,6 +86,8 @@ pub fn verdicts(
                 napi_budget_exhausted: q.napi_budget_exhausted,
                 peak_inflight_pkts: None,
                 drops: q.drops,
+                // Live intervals carry no drop reasons; no rule reads them here.
+                full_drops: Default::default(),
                 packets: Some(q.packets),
                 top_flow_bytes_per_s: None,
                 nic_ring_drops: None,
