@@ -38,6 +38,20 @@ const volatile __u32 link_hdr_len = 14;
  * direction whose program runs only in windows samples more densely there. */
 const volatile __u32 flow_bytes = 65536;
 const volatile __u32 flow_bytes_tx = 65536;
+/* Per direction, in 1/65536: the window-only direction's threshold times the part
+ * of its duty's window the windows are cut to (a busy device's windows are cut to
+ * a packet budget), so a cut window samples as many skbs a second as an uncut
+ * one; 0: as loaded. Written by userspace between windows. */
+volatile __u32 flow_cut[2] = {};
+
+static __always_inline __u32 flow_threshold(__u32 loaded, int dir)
+{
+	__u32 cut = flow_cut[dir & 1];
+	if (!cut || loaded <= 1)
+		return loaded;
+	__u64 t = ((__u64)loaded * cut) >> 16;
+	return t > 1 ? (__u32)t : 1;
+}
 
 /* Per CPU, then per direction and queue: entry cpu * 2 * MAX_QUEUES + dir *
  * MAX_QUEUES + queue. An array by CPU number rather than a per-CPU array, for
@@ -368,7 +382,8 @@ int qc_rx_tc(struct __sk_buff *skb)
 	__u32 len = skb->len;
 	struct qc_cpu *c = qc_cpu_get();
 	learn_napi(c, skb->napi_id, queue);
-	bool sample = flow_sampled(c, len, flow_bytes);
+	__u32 thr = flow_threshold(flow_bytes, PL_RX);
+	bool sample = flow_sampled(c, len, thr);
 	__u64 wire = len;
 	struct pl_flow_key k = {};
 	__u32 hdr = 0;
@@ -414,7 +429,7 @@ int qc_rx_tc(struct __sk_buff *skb)
 		if (have_flow) {
 			k.dir = PL_RX;
 			__u32 l3 = len - link_hdr_len;
-			flow_add(&k, queue, len, flow_bytes, segs, wire, l3 > hdr ? l3 - hdr : 0);
+			flow_add(&k, queue, len, thr, segs, wire, l3 > hdr ? l3 - hdr : 0);
 		} else if (qs) {
 			qs->flow_unparsed += segs;
 		}

@@ -70,7 +70,8 @@ static __always_inline int H(qc_rx_handup)(const struct sk_buff *skb)
 		c->queue = queue;
 		c->seen = 1;
 	}
-	bool sample = flow_sampled(c, l3_len + l2, flow_bytes);
+	__u32 thr = flow_threshold(flow_bytes, PL_RX);
+	bool sample = flow_sampled(c, l3_len + l2, thr);
 	__u64 wire = l3_len + l2;
 	struct pl_flow_key k = {};
 	__u32 hdr = 0;
@@ -83,7 +84,7 @@ static __always_inline int H(qc_rx_handup)(const struct sk_buff *skb)
 	if (sample) {
 		if (have_flow) {
 			k.dir = PL_RX;
-			flow_add(&k, queue, l3_len + l2, flow_bytes, segs, wire, l3_len > hdr ? l3_len - hdr : 0);
+			flow_add(&k, queue, l3_len + l2, thr, segs, wire, l3_len > hdr ? l3_len - hdr : 0);
 		} else if (qs) {
 			qs->flow_unparsed += segs;
 		}
@@ -98,7 +99,8 @@ static __always_inline int H(qc_tx_xmit)(const struct sk_buff *skb, const struct
 	__u32 queue = RD(skb, queue_mapping);
 	__u32 len = RD(skb, len);
 	__u32 segs = H(qc_segs)(skb);
-	bool sample = flow_sampled(qc_cpu_get(), len, flow_bytes_tx);
+	__u32 thr = flow_threshold(flow_bytes_tx, PL_TX);
+	bool sample = flow_sampled(qc_cpu_get(), len, thr);
 	__u64 wire = len;
 	struct pl_flow_key k = {};
 	__u32 hdr = 0;
@@ -116,7 +118,7 @@ static __always_inline int H(qc_tx_xmit)(const struct sk_buff *skb, const struct
 		if (have_flow) {
 			k.dir = PL_TX;
 			__u32 l3 = len > l2 ? len - l2 : len;
-			flow_add(&k, queue, len, flow_bytes_tx, segs, wire, l3 > hdr ? l3 - hdr : 0);
+			flow_add(&k, queue, len, thr, segs, wire, l3 > hdr ? l3 - hdr : 0);
 		} else if (qs) {
 			qs->flow_unparsed += segs;
 		}

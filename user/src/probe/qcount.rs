@@ -676,6 +676,35 @@ impl QcountProbe {
             self.always.push(h.section.clone());
         }
         self.window_hooks = keep;
+        // Running all the time, it samples flows as loaded.
+        self.set_flow_cut(dir, 0)
+    }
+
+    /// Window-only directions sample flows `cut` times their loaded threshold (their windows
+    /// cut to that part of the duty's window, see `flow_cut` in qcount.bpf.c); the others as
+    /// loaded.
+    pub fn set_window_flow_cut(&mut self, cut: f64) -> Result<()> {
+        let scaled = if cut > 0.0 && cut < 1.0 {
+            ((cut * 65536.0).round() as u32).max(1)
+        } else {
+            0
+        };
+        for dir in [Dir::Rx, Dir::Tx] {
+            let v = if self.window_only(dir) { scaled } else { 0 };
+            self.set_flow_cut(dir, v)?;
+        }
+        Ok(())
+    }
+
+    fn set_flow_cut(&mut self, dir: Dir, v: u32) -> Result<()> {
+        let b = self
+            .skel
+            .maps
+            .bss_data
+            .as_deref_mut()
+            .context("the qcount object has no mapped .bss (build problem)")?;
+        // SAFETY: a u32 in the mapped .bss; the programs only read it.
+        unsafe { std::ptr::write_volatile(&mut b.flow_cut[usize::from(dir == Dir::Tx)], v) };
         Ok(())
     }
 

@@ -394,6 +394,8 @@ impl Session {
         if w.window_packets > 0 && interval_secs > 0.0 {
             w.schedule
                 .fit_packets(at, packets as f64 / interval_secs, w.window_packets);
+            // A cut window samples flows as densely as the duty's whole window would have.
+            self.tier0.set_window_flow_cut(w.schedule.cut())?;
         }
         w.time_untimed_queues(interval, cumulative, at);
         if self.splits.iter().any(Option::is_some) {

@@ -267,6 +267,14 @@ impl<F: FnMut() -> f64> Schedule<F> {
         }
     }
 
+    /// The part of the duty's window the windows are cut to now (1: uncut).
+    pub fn cut(&self) -> f64 {
+        if self.longest.is_zero() {
+            return 1.0;
+        }
+        (self.spans.window.as_secs_f64() / self.longest.as_secs_f64()).clamp(0.0, 1.0)
+    }
+
     /// From `t` on, windows are sized to see `packets` at `rate` packets a second
     /// ([`budgeted_window`]); `packets` 0: the duty's window.
     pub fn fit_packets(&mut self, t: Duration, rate: f64, packets: u64) {
@@ -341,6 +349,19 @@ mod tests {
             d
         })
         .expect("duty > 1")
+    }
+
+    /// A window cut to its packet budget says how much of the duty's window it kept.
+    #[test]
+    fn the_cut_is_the_part_of_the_duty_window_kept() {
+        let mut s = Schedule::new(Duration::from_secs(1), 4, false, || 0.5).unwrap();
+        assert_eq!(s.cut(), 1.0);
+        // 1024 packets at 102 400 a second: 10 ms of a 250 ms window.
+        s.fit_packets(Duration::ZERO, 102_400.0, 1024);
+        assert!((s.cut() - 0.04).abs() < 1e-9, "{}", s.cut());
+        // A quiet device keeps the whole window.
+        s.fit_packets(Duration::ZERO, 10.0, 1024);
+        assert_eq!(s.cut(), 1.0);
     }
 
     #[test]
