@@ -80,6 +80,7 @@ impl Session {
         let now = Instant::now()
             .saturating_duration_since(self.started)
             .as_secs_f64();
+        f.programs_ended_at(self.start_ns.saturating_add(to.as_nanos() as u64));
         f.window_ended(
             &self.tier0.read_flows()?,
             &program,
