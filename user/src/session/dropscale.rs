@@ -34,7 +34,11 @@ impl WindowDrops {
             let key = (q.dir, q.queue);
             let in_window = q.packets as f64 * covered;
             if covered > 0.0 && in_window >= 1.0 {
-                self.per_packet.insert(key, q.drops as f64 / in_window);
+                // A packet is dropped once. The window's packets are the interval's times the
+                // time it was open, a guess for a quiet queue whose few frames came in bursts:
+                // more drops than that guess says the rate, at most one a packet.
+                self.per_packet
+                    .insert(key, (q.drops as f64 / in_window).min(1.0));
             }
             let mut outside = q.packets as f64 * (1.0 - covered);
             let rate = match self.per_packet.get(&key) {
@@ -107,5 +111,20 @@ mod tests {
             total += c[0].drops;
         }
         assert_eq!(total, 1);
+    }
+
+    /// A quiet queue whose window counted more drops than the packets it is taken to have
+    /// seen (its few frames came while the window was open): the rest of the interval is
+    /// charged at most a drop a packet.
+    #[test]
+    fn a_window_rate_is_at_most_one_drop_a_packet() {
+        let mut w = WindowDrops::default();
+        // 3 packets, the window open a third of the time and counting 2 drops.
+        let mut a = vec![q(Dir::Rx, 2, 3, 2)];
+        w.estimate(&mut a, 1.0 / 3.0);
+        assert_eq!(a[0].drops, 2 + 2);
+        let mut b = vec![q(Dir::Rx, 2, 10, 0)];
+        w.estimate(&mut b, 0.0);
+        assert_eq!(b[0].drops, 10);
     }
 }
