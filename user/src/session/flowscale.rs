@@ -687,7 +687,7 @@ mod tests {
         };
         let run = |ends_known: bool| {
             let mut wf = WindowFlows::new([true, false], &[queue(0, 0)]);
-            let mut window = |wf: &mut WindowFlows, flows: &[SampledFlow], n: u64, at: f64| {
+            let window = |wf: &mut WindowFlows, flows: &[SampledFlow], n: u64, at: f64| {
                 if ends_known {
                     wf.programs_ended_at(((at + 0.05) * 1000.0) as u64 * ms);
                 }
