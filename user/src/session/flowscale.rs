@@ -26,6 +26,25 @@ use std::collections::HashMap;
 use crate::probe::qcount::SampledFlow;
 use crate::snapshot::{Dir, FlowKey, QueueCounters};
 
+/// A queue's flows seen in a window, with their shares there: those that ended in it and those
+/// that went on.
+#[derive(Default)]
+struct Handed {
+    ended: Vec<(FlowId, [f64; 3])>,
+    kept: Vec<(FlowId, [f64; 3])>,
+}
+
+/// Whether a flow sampled `samples` times in a window of `window_s` seconds, last at
+/// `last_ns`, ended in it: no sample for `ENDED_GAPS` mean gaps before its programs stopped.
+fn ended_in_window(last_ns: u64, samples: u64, window_s: f64, programs_end: Option<u64>) -> bool {
+    programs_end.is_some_and(|end| {
+        samples >= 2 && {
+            let gap = window_s * 1e9 / samples as f64;
+            (last_ns as f64) + (ENDED_GAPS * gap).max(ENDED_MIN_NS) < end as f64
+        }
+    })
+}
+
 /// One flow's estimate so far.
 #[derive(Debug, Clone, Default)]
 struct FlowSums {
@@ -254,12 +273,7 @@ impl WindowFlows {
         let first_window = self.windows == 1;
         let programs_end = self.programs_end_ns.take();
         // Per queue, the shares of the flows that ended in the window and of those that did
-        // not, and which those are: what ended goes to the others (below).
-        #[derive(Default)]
-        struct Handed {
-            ended: Vec<(FlowId, [f64; 3])>,
-            kept: Vec<(FlowId, [f64; 3])>,
-        }
+        // not: what ended goes to the others (`hand_over`).
         let mut handed: HashMap<(Dir, u32), Handed> = HashMap::new();
         let mut seen = std::collections::HashSet::new();
         for f in flows.iter().filter(|f| scaled(f.key.dir)) {
@@ -347,12 +361,7 @@ impl WindowFlows {
             // A flow sampled steadily in the window whose samples stopped well before its end
             // ended in it: from here it is charged nothing (its share there is diluted by
             // whatever followed it on the queue, and the pieces after are that traffic's).
-            let ended = programs_end.is_some_and(|end| {
-                delta.samples >= 2 && {
-                    let gap = window_s * 1e9 / delta.samples as f64;
-                    (f.last_ns as f64) + (ENDED_GAPS * gap).max(ENDED_MIN_NS) < end as f64
-                }
-            });
+            let ended = ended_in_window(f.last_ns, delta.samples, window_s, programs_end);
             // The scatter of its share while it runs: windows after it ended (share 0 on a
             // queue others keep busy) and the stretches between them are not its own, nor the
             // window it ended in.
@@ -376,9 +385,20 @@ impl WindowFlows {
         // A flow the program's flows no longer hold ends here (its last estimate stays in
         // the recording). The program's flows are drained into totals that keep every flow
         // of the run (probe::flowdrain), so this state grows with the run's distinct flows.
-        // What the flows that ended in the window carried goes to those that went on after
-        // them on the queue, in proportion (so a piece's flows still add up to its packets);
-        // with none left to take it, the ended flows keep their shares.
+        self.hand_over(handed);
+        self.flows.retain(|k, _| seen.contains(k));
+        self.given.retain(|k, _| seen.contains(k));
+        self.prev_flows = flows
+            .iter()
+            .filter(|f| scaled(f.key.dir))
+            .map(|f| ((f.key.clone(), f.queue), f.clone()))
+            .collect();
+    }
+
+    /// What the flows that ended in a window carried goes to those that went on after them on
+    /// the queue, in proportion (so a piece's flows still add up to its packets); with none
+    /// left to take it, the ended flows keep their shares.
+    fn hand_over(&mut self, handed: HashMap<(Dir, u32), Handed>) {
         for h in handed.into_values().filter(|h| !h.ended.is_empty()) {
             let sum = |v: &[(FlowId, [f64; 3])]| {
                 v.iter()
@@ -399,13 +419,6 @@ impl WindowFlows {
                 }
             }
         }
-        self.flows.retain(|k, _| seen.contains(k));
-        self.given.retain(|k, _| seen.contains(k));
-        self.prev_flows = flows
-            .iter()
-            .filter(|f| scaled(f.key.dir))
-            .map(|f| ((f.key.clone(), f.queue), f.clone()))
-            .collect();
     }
 
     /// Each scaled queue's packets in the window (program) and in the stretch since the last
