@@ -392,6 +392,10 @@ pub struct QcountProbe {
     /// their attached time not yet taken: what they counted is over that time.
     window_since: Option<std::time::Instant>,
     window_ns: u64,
+    /// When the window-only programs began to be attached, and how long they ran the last
+    /// time (their attach waits out a grace period with them already running).
+    attaching_since: Option<std::time::Instant>,
+    last_on: std::time::Duration,
     /// The window-only links last let go, being detached off the recorder's loop: a tcx
     /// link, or a tracepoint's last program, waits out an RCU grace period (tens of ms) as it
     /// goes, and the loop would hold the drain's hooks on meanwhile. Joined before the
@@ -572,6 +576,8 @@ impl QcountProbe {
             flows: FlowDrain::default(),
             window_since: None,
             window_ns: 0,
+            attaching_since: None,
+            last_on: std::time::Duration::ZERO,
             detaching: None,
         })
     }
@@ -610,6 +616,9 @@ impl QcountProbe {
     pub fn attach_window_hooks(&mut self) -> Result<()> {
         let mut err = None;
         self.join_detaching();
+        if self.attaching_since.is_none() {
+            self.attaching_since = Some(std::time::Instant::now());
+        }
         for i in 0..self.window_hooks.len() {
             if self.window_hooks[i].link.is_none() {
                 match self.attach_section(&self.window_hooks[i].section.clone()) {
@@ -628,6 +637,9 @@ impl QcountProbe {
     pub fn detach_window_hooks(&mut self) {
         if let Some(t) = self.window_since.take() {
             self.window_ns += t.elapsed().as_nanos() as u64;
+        }
+        if let Some(t) = self.attaching_since.take() {
+            self.last_on = t.elapsed();
         }
         // Last attached, first detached (see PktlifeProbe::detach).
         let links: Vec<Link> = self
@@ -678,6 +690,12 @@ impl QcountProbe {
         self.window_hooks = keep;
         // Running all the time, it samples flows as loaded.
         self.set_flow_cut(dir, 0)
+    }
+
+    /// How long the window-only programs ran the last time they were on, from the start of
+    /// their attach to their detach (zero before the first).
+    pub fn last_on(&self) -> std::time::Duration {
+        self.last_on
     }
 
     /// Window-only directions sample flows `cut` times their loaded threshold (their windows

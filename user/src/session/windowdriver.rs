@@ -394,8 +394,12 @@ impl Session {
         if w.window_packets > 0 && interval_secs > 0.0 {
             w.schedule
                 .fit_packets(at, packets as f64 / interval_secs, w.window_packets);
-            // A cut window samples flows as densely as the duty's whole window would have.
-            self.tier0.set_window_flow_cut(w.schedule.cut())?;
+            // A cut window samples flows as densely as the duty's whole window would have: as
+            // many samples a second. Its programs run longer than the window (their attach
+            // waits out a grace period with them on), and sample all that time.
+            let on = self.tier0.last_on().as_secs_f64() / w.schedule.longest().as_secs_f64();
+            self.tier0
+                .set_window_flow_cut(w.schedule.cut().max(on).min(1.0))?;
         }
         w.time_untimed_queues(interval, cumulative, at);
         if self.splits.iter().any(Option::is_some) {

@@ -267,6 +267,11 @@ impl<F: FnMut() -> f64> Schedule<F> {
         }
     }
 
+    /// The duty's window: the longest a window runs.
+    pub fn longest(&self) -> Duration {
+        self.longest
+    }
+
     /// The part of the duty's window the windows are cut to now (1: uncut).
     pub fn cut(&self) -> f64 {
         if self.longest.is_zero() {
