@@ -715,15 +715,19 @@ impl QcountProbe {
     }
 
     fn set_flow_cut(&mut self, dir: Dir, v: u32) -> Result<()> {
-        let b = self
-            .skel
-            .maps
-            .bss_data
-            .as_deref_mut()
-            .context("the qcount object has no mapped .bss (build problem)")?;
+        let b = self.bss_mut()?;
         // SAFETY: a u32 in the mapped .bss; the programs only read it.
         unsafe { std::ptr::write_volatile(&mut b.flow_cut[usize::from(dir == Dir::Tx)], v) };
         Ok(())
+    }
+
+    /// The object's mapped .bss, which this process writes and the programs read.
+    fn bss_mut(&mut self) -> Result<&mut super::qcount_skel::types::bss> {
+        self.skel
+            .maps
+            .bss_data
+            .as_deref_mut()
+            .context("the qcount object has no mapped .bss (build problem)")
     }
 
     fn attach_section(&self, section: &str) -> Result<Link> {
@@ -937,12 +941,7 @@ impl QcountProbe {
     }
 
     fn set_flow_gen(&mut self, gen: usize) -> Result<()> {
-        let b = self
-            .skel
-            .maps
-            .bss_data
-            .as_deref_mut()
-            .context("the qcount object has no mapped .bss (build problem)")?;
+        let b = self.bss_mut()?;
         // SAFETY: a u32 in the mapped .bss; the programs only read it.
         unsafe { std::ptr::write_volatile(&mut b.flow_gen, gen as u32) };
         // The store before the seqs' loads: with the programs' locked seq add before their
