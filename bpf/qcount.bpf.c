@@ -39,9 +39,10 @@ const volatile __u32 link_hdr_len = 14;
 const volatile __u32 flow_bytes = 65536;
 const volatile __u32 flow_bytes_tx = 65536;
 /* Per direction, in 1/65536: the window-only direction's threshold times the part
- * of its duty's window the windows are cut to (a busy device's windows are cut to
- * a packet budget), so a cut window samples as many skbs a second as an uncut
- * one; 0: as loaded. Written by userspace between windows. */
+ * of its duty's window its programs were last on (a busy device's windows are cut
+ * to a packet budget; the programs run through their attach too), so a cut window
+ * samples as many skbs a second as an uncut one; 0: as loaded. Written by
+ * userspace between windows. */
 volatile __u32 flow_cut[2] = {};
 
 static __always_inline __u32 flow_threshold(__u32 loaded, int dir)

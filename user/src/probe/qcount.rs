@@ -698,8 +698,8 @@ impl QcountProbe {
         self.last_on
     }
 
-    /// Window-only directions sample flows `cut` times their loaded threshold (their windows
-    /// cut to that part of the duty's window, see `flow_cut` in qcount.bpf.c); the others as
+    /// Window-only directions sample flows `cut` times their loaded threshold (their programs
+    /// on for that part of the duty's window, see `flow_cut` in qcount.bpf.c); the others as
     /// loaded.
     pub fn set_window_flow_cut(&mut self, cut: f64) -> Result<()> {
         let scaled = if cut > 0.0 && cut < 1.0 {
