@@ -197,6 +197,21 @@ def wait_until(pred, timeout=10.0, what="condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def end_bpftrace(proc, deadline=90):
+    """Stop a bpftrace process as a user does, with SIGINT, and return what it printed (its
+    maps). bpftrace now and then misses a SIGINT and stays in its event loop with its probes
+    attached: another one a while later ends it, so one goes every 10 s until the deadline."""
+    end = time.monotonic() + deadline
+    while True:
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, _ = proc.communicate(timeout=min(10, max(0.1, end - time.monotonic())))
+            return out
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= end:
+                raise
+
+
 class Bpftrace:
     """The kernel's own count of events while the block runs, by a bpftrace program of the
     test's own (tracefs mounted for it, and unmounted after, where it was not mounted). `maps`
@@ -221,14 +236,7 @@ class Bpftrace:
 
     def __exit__(self, *exc):
         try:
-            # bpftrace now and then misses the first SIGINT (it stays in its event loop with
-            # its probes attached): a second one after a while ends it.
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                out, _ = self.proc.communicate(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.send_signal(signal.SIGINT)
-                out, _ = self.proc.communicate(timeout=40)
+            out = end_bpftrace(self.proc)
             for m in re.finditer(r"^(@\w+)(?:\[(.*?)\])?: (\d+)$", out, re.M):
                 self.maps.setdefault(m.group(1), {})[m.group(2) or ""] = int(m.group(3))
         finally:

@@ -5,13 +5,12 @@ stage latency against a delay the test puts there itself."""
 import json
 import os
 import re
-import signal
 import subprocess
 import time
 
 import pytest
 
-from conftest import bpftool_list, report_json, run, wait_until
+from conftest import bpftool_list, end_bpftrace, report_json, run, wait_until
 
 
 class KernelQueueCounts:
@@ -59,8 +58,7 @@ class KernelQueueCounts:
             for p in bpftool_list("prog"):
                 if p["id"] in self.ids:
                     self.missed["polls" if self.ids[p["id"]] == "napi_poll" else "frames"] += p.get("recursion_misses", 0)
-            self.proc.send_signal(signal.SIGINT)
-            out, _ = self.proc.communicate(timeout=60)
+            out = end_bpftrace(self.proc)
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()
