@@ -631,37 +631,37 @@ struct pl_shinfo {
 
 #define PKTLIFE_HOOKS(FL, PFX)                                                                        \
 	SEC(PFX "napi_gro_receive_entry")                                                             \
-	int BPF_PROG(rx_gro##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb, true, true, PLC_HANDUP_GRO); } \
+	int BPF_PROG(rx_gro##FL, const struct sk_buff *skb) { count(PLC_RUNS); return on_rx_handup##FL(skb, true, true, PLC_HANDUP_GRO); } \
 	SEC(PFX "napi_gro_frags_entry")                                                               \
-	int BPF_PROG(rx_frags##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb, true, false, PLC_HANDUP_FRAGS); } \
+	int BPF_PROG(rx_frags##FL, const struct sk_buff *skb) { count(PLC_RUNS); return on_rx_handup##FL(skb, true, false, PLC_HANDUP_FRAGS); } \
 	SEC(PFX "napi_gro_receive_exit")                                                              \
-	int BPF_PROG(rx_gro_exit##FL, int ret) { return on_gro_exit(ret); }                           \
+	int BPF_PROG(rx_gro_exit##FL, int ret) { count(PLC_RUNS); return on_gro_exit(ret); }                           \
 	SEC(PFX "netif_receive_skb_entry")                                                            \
-	int BPF_PROG(rx_nrs##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb, false, false, PLC_HANDUP_NRS); }  \
+	int BPF_PROG(rx_nrs##FL, const struct sk_buff *skb) { count(PLC_RUNS); return on_rx_handup##FL(skb, false, false, PLC_HANDUP_NRS); }  \
 	SEC(PFX "netif_receive_skb_list_entry")                                                       \
-	int BPF_PROG(rx_list##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb, false, false, PLC_HANDUP_LIST); } \
+	int BPF_PROG(rx_list##FL, const struct sk_buff *skb) { count(PLC_RUNS); return on_rx_handup##FL(skb, false, false, PLC_HANDUP_LIST); } \
 	SEC(PFX "netif_rx_entry")                                                                     \
-	int BPF_PROG(rx_netif_rx##FL, const struct sk_buff *skb) { return on_rx_handup##FL(skb, false, false, PLC_HANDUP_NETIF_RX); } \
+	int BPF_PROG(rx_netif_rx##FL, const struct sk_buff *skb) { count(PLC_RUNS); return on_rx_handup##FL(skb, false, false, PLC_HANDUP_NETIF_RX); } \
 	SEC(PFX "netif_receive_skb")                                                                  \
-	int BPF_PROG(rx_stack##FL, struct sk_buff *skb) { return on_rx_stack##FL(skb); }              \
+	int BPF_PROG(rx_stack##FL, struct sk_buff *skb) { count(PLC_RUNS); return on_rx_stack##FL(skb); }              \
 	SEC(PFX "napi_poll")                                                                          \
 	int BPF_PROG(napi_poll##FL, struct napi_struct *napi, int work, int budget)                   \
-	{ return on_napi_poll##FL(napi); }                                                            \
+	{ count(PLC_RUNS); return on_napi_poll##FL(napi); }                                                            \
 	SEC(PFX "skb_copy_datagram_iovec")                                                            \
-	int BPF_PROG(rx_copy##FL, const struct sk_buff *skb, int len) { return on_copy##FL(skb, len); } \
+	int BPF_PROG(rx_copy##FL, const struct sk_buff *skb, int len) { count(PLC_RUNS); return on_copy##FL(skb, len); } \
 	SEC(PFX "consume_skb")                                                                        \
-	int BPF_PROG(skb_consume##FL, struct sk_buff *skb, void *loc) { return on_free##FL(skb, false, 0); } \
+	int BPF_PROG(skb_consume##FL, struct sk_buff *skb, void *loc) { count(PLC_RUNS); return on_free##FL(skb, false, 0); } \
 	SEC(PFX "kfree_skb")                                                                          \
 	int BPF_PROG(skb_kfree##FL, struct sk_buff *skb, void *loc, int reason)                       \
-	{ return on_free##FL(skb, true, (__u32)reason); }                                             \
+	{ count(PLC_RUNS); return on_free##FL(skb, true, (__u32)reason); }                                             \
 	SEC(PFX "net_dev_queue")                                                                      \
-	int BPF_PROG(tx_queue##FL, struct sk_buff *skb) { return on_tx_queue##FL(skb); }              \
+	int BPF_PROG(tx_queue##FL, struct sk_buff *skb) { count(PLC_RUNS); return on_tx_queue##FL(skb); }              \
 	SEC(PFX "net_dev_start_xmit")                                                                 \
 	int BPF_PROG(tx_xmit##FL, const struct sk_buff *skb, const struct net_device *dev)            \
-	{ return on_tx_xmit##FL(skb, dev); }                                                          \
+	{ count(PLC_RUNS); return on_tx_xmit##FL(skb, dev); }                                                          \
 	SEC(PFX "net_dev_xmit")                                                                       \
 	int BPF_PROG(tx_done##FL, struct sk_buff *skb, int rc, struct net_device *dev)                \
-	{ return on_tx_done##FL(skb, dev); }
+	{ count(PLC_RUNS); return on_tx_done##FL(skb, dev); }
 
 PKTLIFE_HOOKS(_btf, "tp_btf/")
 PKTLIFE_HOOKS(_raw, "raw_tp/")

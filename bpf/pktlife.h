@@ -46,6 +46,7 @@ enum pl_counter {
 	PLC_HANDUP_NRS = 15,   /* netif_receive_skb_entry */
 	PLC_HANDUP_LIST = 16,  /* netif_receive_skb_list_entry */
 	PLC_HANDUP_NETIF_RX = 17, /* netif_rx_entry */
+	PLC_RUNS = 18,         /* runs of this object's programs: what the windows' run budget holds */
 	PLC_NR = 24,
 };
 

@@ -377,6 +377,7 @@ static __always_inline void add_queue(struct qc_queue_stats *qs, __u32 segs, __u
 SEC("tcx/ingress")
 int qc_rx_tc(struct __sk_buff *skb)
 {
+	qc_count(QC_RUNS);
 	__u32 qm = skb->queue_mapping;
 	__u32 queue = qm >= rx_queue_offset ? qm - rx_queue_offset : 0;
 	__u32 segs = skb->gso_segs > 1 ? skb->gso_segs : 1;
@@ -457,24 +458,24 @@ int qc_rx_tc(struct __sk_buff *skb)
 
 #define QCOUNT_HOOKS(FL, PFX)                                                                         \
 	SEC(PFX "napi_gro_receive_entry")                                                             \
-	int BPF_PROG(qc_rx_gro##FL, const struct sk_buff *skb) { return qc_rx_handup##FL(skb); }      \
+	int BPF_PROG(qc_rx_gro##FL, const struct sk_buff *skb) { qc_count(QC_RUNS); return qc_rx_handup##FL(skb); }      \
 	SEC(PFX "napi_gro_frags_entry")                                                               \
-	int BPF_PROG(qc_rx_frags##FL, const struct sk_buff *skb) { return qc_rx_handup##FL(skb); }    \
+	int BPF_PROG(qc_rx_frags##FL, const struct sk_buff *skb) { qc_count(QC_RUNS); return qc_rx_handup##FL(skb); }    \
 	SEC(PFX "netif_receive_skb_entry")                                                            \
-	int BPF_PROG(qc_rx_nrs##FL, const struct sk_buff *skb) { return qc_rx_handup##FL(skb); }      \
+	int BPF_PROG(qc_rx_nrs##FL, const struct sk_buff *skb) { qc_count(QC_RUNS); return qc_rx_handup##FL(skb); }      \
 	SEC(PFX "netif_receive_skb_list_entry")                                                       \
-	int BPF_PROG(qc_rx_list##FL, const struct sk_buff *skb) { return qc_rx_handup##FL(skb); }     \
+	int BPF_PROG(qc_rx_list##FL, const struct sk_buff *skb) { qc_count(QC_RUNS); return qc_rx_handup##FL(skb); }     \
 	SEC(PFX "netif_rx_entry")                                                                     \
-	int BPF_PROG(qc_rx_nrx##FL, const struct sk_buff *skb) { return qc_rx_handup##FL(skb); }      \
+	int BPF_PROG(qc_rx_nrx##FL, const struct sk_buff *skb) { qc_count(QC_RUNS); return qc_rx_handup##FL(skb); }      \
 	SEC(PFX "net_dev_start_xmit")                                                                 \
 	int BPF_PROG(qc_tx##FL, const struct sk_buff *skb, const struct net_device *dev)              \
-	{ return qc_tx_xmit##FL(skb, dev); }                                                          \
+	{ qc_count(QC_RUNS); return qc_tx_xmit##FL(skb, dev); }                                                          \
 	SEC(PFX "napi_poll")                                                                          \
 	int BPF_PROG(qc_napi##FL, struct napi_struct *napi, int work, int budget)                     \
-	{ return qc_napi_poll##FL(napi, work, budget); }                                              \
+	{ qc_count(QC_RUNS); return qc_napi_poll##FL(napi, work, budget); }                                              \
 	SEC(PFX "kfree_skb")                                                                          \
 	int BPF_PROG(qc_drop##FL, struct sk_buff *skb, void *loc, int reason)                         \
-	{ return qc_kfree##FL(skb, (__u32)reason); }
+	{ qc_count(QC_RUNS); return qc_kfree##FL(skb, (__u32)reason); }
 
 QCOUNT_HOOKS(_btf, "tp_btf/")
 QCOUNT_HOOKS(_raw, "raw_tp/")

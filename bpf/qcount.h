@@ -74,6 +74,7 @@ enum qc_counter {
 	QC_QUEUE_CLAMPED = 0,   /* packets on queues >= MAX_QUEUES, counted on the last */
 	QC_FLOW_INSERTS = 2,    /* flows entered into a flow table (userspace drains it early when full) */
 	QC_NAPI_UNMAPPED = 3,   /* polls of our device before any frame named its queue */
+	QC_RUNS = 4,            /* runs of this object's programs: what the windows' run budget holds */
 	QC_NR = 8,
 };
 

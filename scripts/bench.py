@@ -44,7 +44,7 @@
    `neighbour` (a recorded default-shape pair carrying nothing, beside a busy tuned pair: the
    cost to another device's traffic). Throughput of the loaded pair, cost vs the same round's
    bare run, and from one more run per configuration with bpf_stats on, BPF ns and program
-   runs per packet of the loaded pair (the interface's own RX count), in out/bench.json also
+   runs per packet of the loaded pair (the receiving interface's own count, RX and TX), in out/bench.json also
    per program. BENCH_SHAPE_ROUNDS=0 measures the BPF side alone (about 2 minutes).
 
 A benchmark prints; it asserts nothing about time. Raw results go to out/bench.json.
@@ -158,9 +158,11 @@ class Testbed:
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         sh(ROOT / "scripts/wait-port.sh", self.ns_rcv, PORT, 20)
 
-    def rx_packets(self):
-        p = f"/sys/class/net/{self.if_rcv}/statistics/rx_packets"
-        return int(sh("ip", "netns", "exec", self.ns_rcv, "cat", p).stdout)
+    def packets(self):
+        """The receiving interface's packets, both directions (what a recording of it counts:
+        the data it takes in and the ACKs it sends), from one netlink read."""
+        j = json.loads(sh("ip", "-n", self.ns_rcv, "-s", "-j", "link", "show", self.if_rcv).stdout)[0]["stats64"]
+        return j["rx"]["packets"] + j["tx"]["packets"]
 
     def iperf(self, load):
         _, args = LOADS[load]
@@ -332,10 +334,10 @@ def throughput(tb, tmp):
 
 def bpf_during(a, tb, load):
     """The runs and BPF ns of `a`'s programs while `load` runs on `tb`, and the packets its
-    receiver counted meanwhile (bpf_stats must be on)."""
-    s0, p0 = stats_of(a.prog_ids), tb.rx_packets()
+    receiver counted meanwhile, both directions (bpf_stats must be on)."""
+    s0, p0 = stats_of(a.prog_ids), tb.packets()
     tb.iperf(load)
-    s1, p1 = stats_of(a.prog_ids), tb.rx_packets()
+    s1, p1 = stats_of(a.prog_ids), tb.packets()
     runs = sum(s1[i][0] - s0.get(i, (0, 0, ""))[0] for i in s1)
     ns = sum(s1[i][1] - s0.get(i, (0, 0, ""))[1] for i in s1)
     pkts = max(p1 - p0, 1)
@@ -361,7 +363,7 @@ def bpf_cost(tb, tmp):
             time.sleep(SETTLE)
             for load in LOADS:
                 _, ns, pkts, _ = bpf_during(a, tb, load)
-                out[(c, load)] = {"bpf_ns": ns, "rx_packets": pkts, "ms_per_mpkt": ns / pkts}
+                out[(c, load)] = {"bpf_ns": ns, "packets": pkts, "ms_per_mpkt": ns / pkts}
         finally:
             a.stop()
     return out
@@ -660,7 +662,7 @@ def shapes(tmp):
 
 def print_shapes(res):
     print(f"\n6. Host shapes ({SHAPE_ROUNDS} rounds, interleaved ABBA, {T_RUN} s each; cost vs nothing attached, mean ± "
-          f"standard error of the rounds; BPF ns and program runs per packet the loaded pair received, bpf_stats on)\n")
+          f"standard error of the rounds; BPF ns and program runs per packet of the loaded pair's receiving interface, RX and TX, bpf_stats on)\n")
     print(f"  {'shape':<10} {'load':<5} {'nothing attached':>20} {'peer cost':>15} {'record cost':>15} "
           f"{'peer ns/pkt':>12} {'record ns/pkt':>14} {'record runs/pkt':>16}")
     for shape, r in res.items():
@@ -737,7 +739,7 @@ def main():
             extra = f" (+{PAIR_ROUNDS} of none and record alone)" if PAIR_ROUNDS and {"none", "record"} <= set(CONFIGS) else ""
             print(f"1. Throughput and BPF CPU time ({ROUNDS} rounds{extra}, interleaved ABBA, {T_RUN} s each, {SETTLE:g} s after "
                   f"the tracer is ready; iperf3 client on CPU {CLIENT_CPU}, server on CPU {SERVER_CPU}; cost vs nothing "
-                  f"attached; BPF ms per million packets received, bpf_stats on)\n")
+                  f"attached; BPF ms per million packets of the receiving interface, RX and TX, bpf_stats on)\n")
             head = f"  {'configuration':<22}"
             for load, (title, _) in LOADS.items():
                 head += f" {title:>24} {'cost':>13} {'BPF ms/Mpkt':>11}"

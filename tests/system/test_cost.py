@@ -16,6 +16,9 @@ DUTY = 32
 WINDOW_PACKETS = 1024
 # The span steady_invocations measures, in seconds (50 intervals of 100 ms).
 SPAN_S = 5.0
+# The default's run budget (`--run-budget`): the programs run at most this many times per
+# packet of the device on average; drawn windows wait while they have run more.
+RUN_BUDGET = 0.08
 
 
 @pytest.fixture
@@ -111,7 +114,8 @@ def test_the_defaults_invocations_per_recorded_packet(recorder, bpf_stats, shape
     under it: all the time, no program but the drop
     counter's, once per drop; in the windows, at most each hook's run per packet for 1/duty
     of the time, twice over (the drain after each window, and windows opened at once for a
-    busy queue not timed yet). Packets are the interface's own RX and TX counts. Before TX,
+    busy queue not timed yet); and every program together at most the run budget per packet.
+    Packets are the interface's own RX and TX counts. Before TX,
     RX and NAPI polls moved into the windows where the driver's counters miss a path, a veth
     with its own offloads ran 1.55 programs all the time per packet."""
     tb = Testbed("t" + uuid.uuid4().hex[:8], shape=shape)
@@ -139,6 +143,14 @@ def test_the_defaults_invocations_per_recorded_packet(recorder, bpf_stats, shape
     print(f"{shape}: {packets} packets; all the time {device / packets:.3f} device + "
           f"{sum(n for _, n in host) / packets:.4f} host per packet; windows {per_packet:.3f} per packet ({hooks} programs)")
     assert per_packet <= 2 * hooks / DUTY, (windowed, packets)
+    # The budget holds every program's runs, the drop counter's too: over the span, at most
+    # its share of the packets, the one cycle's credit it banks (a second of 5), and the one
+    # window that may start on the last of it (each a few per cent of the span's packets).
+    total = sum(n for *_, n in classified(rec, runs))
+    print(f"{shape}: every program {total / packets:.3f} runs per packet (budget {RUN_BUDGET})")
+    assert total / packets <= RUN_BUDGET * (1 + 1 / SPAN_S) + 0.03, (total, packets)
+    meta = recording_meta(rec.out)
+    assert float(meta["window_run_budget"]) == RUN_BUDGET, meta
     # A device sixteen times busier than the budget at the duty has its windows cut to the
     # budget (to a sixteenth of their time, or the 2 ms floor): with the drain and the attach
     # each window still carries, they cost at most an eighth of what 1/duty of the time would

@@ -670,7 +670,7 @@ fn detail_timing(
         (Some(DetailMode::Windows), Some(w), Some(c)) => (
             "windowed",
             format!(
-                "in windows of {}{} every {}{}",
+                "in windows of {}{} every {}{}{}",
                 fmt_duration(w * 1e6),
                 m.window_packets
                     .filter(|&n| n > 0)
@@ -682,10 +682,22 @@ fn detail_timing(
                     ", {} of {} in all",
                     fmt_duration(d * 1e9),
                     fmt_duration(duration_s * 1e9)
-                ))
+                )),
+                run_budget(m)
             ),
         ),
         _ => ("continuous", "all the time".to_string()),
+    }
+}
+
+/// The windows' run budget in the report's words, where one held them.
+fn run_budget(m: &crate::recording::meta::RecordingMeta) -> String {
+    match (m.window_run_budget.filter(|&b| b > 0.0), m.windows_passed) {
+        (Some(b), Some(n)) if n > 0 => {
+            format!("; {n} drawn windows let pass to hold the programs to {b} runs per packet")
+        }
+        (Some(b), _) => format!("; the programs held to {b} runs per packet"),
+        _ => String::new(),
     }
 }
 

@@ -578,6 +578,11 @@ impl PktlifeProbe {
         *self.received.borrow()
     }
 
+    /// Runs of the detail hooks so far, all of them (what the windows' run budget holds).
+    pub fn runs(&self) -> Result<u64> {
+        Self::percpu_sum(&self.skel.maps.counters, pl_counter::PLC_RUNS)
+    }
+
     pub fn read_events(&self) -> Result<EventCounters> {
         let m = &self.skel.maps.counters;
         Ok(EventCounters {

@@ -152,6 +152,14 @@ pub struct RecordingMeta {
     /// (0: windows of `window_ms`; None: recorded before windows were sized by packets).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window_packets: Option<u64>,
+    /// The programs' runs per packet of the device the windows were held to (0: none; None:
+    /// recorded before the budget).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window_run_budget: Option<f64>,
+    /// Drawn windows let pass to hold that budget (None: no windows, no budget, or recorded
+    /// before it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub windows_passed: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window_warmup_ms: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]

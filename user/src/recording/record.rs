@@ -178,6 +178,7 @@ pub fn record(args: &RecordArgs) -> Result<RecordSummary> {
     let gone_how = live.gone_how();
     let flow_windows = live.flow_windows();
     let windows_opened = live.windows_opened();
+    let windows_passed = live.windows_passed();
     // Detach before the final metadata write: nothing stays attached even if that write fails.
     drop(live);
     if let Some(e) = write_error {
@@ -192,6 +193,7 @@ pub fn record(args: &RecordArgs) -> Result<RecordSummary> {
                 complete: Some(true),
                 flow_windows,
                 windows_opened,
+                windows_passed,
                 ..Default::default()
             };
             // The last minute's rollups first, if they still fit; else it stays raw.
@@ -222,6 +224,7 @@ pub fn record(args: &RecordArgs) -> Result<RecordSummary> {
         complete: Some(true),
         flow_windows,
         windows_opened,
+        windows_passed,
         ..Default::default()
     }
     .write(&writer)?;
@@ -326,6 +329,7 @@ fn session_meta(live: &Session) -> Result<RecordingMeta> {
         window_duty: windowed.then_some(live.duty),
         window_ms: spans.map(|s| ms(s.window)),
         window_packets: windowed.then_some(live.window_packets),
+        window_run_budget: windowed.then_some(live.run_budget),
         window_warmup_ms: spans.map(|s| ms(s.warmup)),
         window_drain_ms: spans.map(|s| ms(s.drain)),
         platform: Some(live.platform.describe()),
@@ -488,6 +492,7 @@ impl Rotation {
                 complete: Some(true),
                 flow_windows: live.flow_windows(),
                 windows_opened: live.windows_opened(),
+                windows_passed: live.windows_passed(),
                 ..Default::default()
             }
             .write(w)
@@ -752,8 +757,14 @@ impl Progress {
         }
         let windows = match live.detail_mode {
             DetailMode::Windows if live.window_packets > 0 => format!(
-                ", detail in windows of 1/{} of the time or about {} packets",
-                live.duty, live.window_packets
+                ", detail in windows of 1/{} of the time or about {} packets{}",
+                live.duty,
+                live.window_packets,
+                if live.run_budget > 0.0 {
+                    format!(", at most {} program runs per packet", live.run_budget)
+                } else {
+                    String::new()
+                }
             ),
             DetailMode::Windows => format!(", detail in windows of 1/{} of the time", live.duty),
             DetailMode::Full => ", full detail".to_string(),

@@ -189,6 +189,7 @@ pub(super) fn attach_detail(
                 w.tier0_on = true;
             }
             w.window_packets = opts.window_packets();
+            w.budget = windows::RunBudget::new(opts.run_budget());
             w
         })
     } else {

@@ -52,6 +52,8 @@ pub struct Session {
     pub duty: u32,
     /// Packets a window is sized to see (0: the duty's window).
     pub window_packets: u64,
+    /// Program runs per packet the windows are held to (0: no budget).
+    pub run_budget: f64,
     /// Address join on 1 in N buffer pages.
     pub join_sample: u32,
     /// The flows' sampling threshold in bytes (1: exact).
@@ -178,6 +180,7 @@ impl Session {
             },
             duty: if windowed { opts.duty() } else { 1 },
             window_packets: if windowed { opts.window_packets() } else { 0 },
+            run_budget: if windowed { opts.run_budget() } else { 0.0 },
             join_sample: opts.miss.join_sample,
             flow_sample: opts.detail.flow_sample(),
             window_flow_sample: attach::window_flow_bytes(opts),
@@ -233,6 +236,15 @@ impl Session {
     /// Windows opened between the drawn ones for queues with a stage untimed (None: no windows).
     pub fn windows_opened(&self) -> Option<u64> {
         self.windows.as_ref().map(|w| w.opened)
+    }
+
+    /// Drawn windows let pass to hold the programs to their run budget (None: no windows, or
+    /// no budget).
+    pub fn windows_passed(&self) -> Option<u64> {
+        self.windows
+            .as_ref()
+            .and_then(|w| w.budget.as_ref())
+            .map(|b| b.passed)
     }
 
     /// The windows the flows of a driver-counted direction were sampled in so far (None: flows

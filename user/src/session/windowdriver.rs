@@ -8,6 +8,7 @@ use anyhow::Result;
 use crate::probe::l3miss::L3missProbe;
 use crate::probe::pktlife::PktlifeProbe;
 use crate::probe::qcount::QcountProbe;
+use crate::probe::qcount_skel::types::qc_counter;
 use crate::snapshot::{Dir, QueueCounters, NSTAGES};
 use crate::sys::monotonic_ns;
 
@@ -51,6 +52,10 @@ pub(super) struct WindowDriver {
     pub(super) device_idle: bool,
     /// Windows opened at once for TX the interface counted that no window has split yet.
     pub(super) opened_for_split: u32,
+    /// The programs' runs per packet the windows are held to (None: no budget).
+    pub(super) budget: Option<windows::RunBudget>,
+    /// A drawn window is being let pass (counted once, at its start).
+    passing: bool,
 }
 
 /// A drain under way, as last looked at.
@@ -126,6 +131,8 @@ impl WindowDriver {
             drain: None,
             device_idle: false,
             opened_for_split: 0,
+            budget: None,
+            passing: false,
         })
     }
 
@@ -263,8 +270,18 @@ impl WindowDriver {
             phase = Phase::Drain;
         }
         // A device that carried next to nothing has nothing to time, and the detail hooks
-        // would bill only the host's other devices: its drawn windows are let pass.
-        if self.phase == Phase::Off && phase != Phase::Off && self.device_idle && !self.learning {
+        // would bill only the host's other devices: its drawn windows are let pass. So are
+        // those due while the programs have run past their budget per packet.
+        let over_budget = self.budget.as_ref().is_some_and(|b| !b.allows());
+        if phase == Phase::Off {
+            self.passing = false;
+        } else if self.phase == Phase::Off && !self.learning && (self.device_idle || over_budget) {
+            if over_budget && !self.device_idle && !self.passing {
+                if let Some(b) = self.budget.as_mut() {
+                    b.passed += 1;
+                }
+            }
+            self.passing = true;
             phase = Phase::Off;
         }
         if phase == self.phase {
@@ -391,6 +408,11 @@ impl Session {
             .sum();
         let packets = interval.iter().map(|q| q.packets).sum::<u64>() + unsplit;
         w.device_idle = packets < IDLE_BELOW_PACKETS;
+        if let Some(b) = w.budget.as_mut() {
+            let runs = self.tier0.counter(qc_counter::QC_RUNS)?
+                + self.detail.as_ref().map_or(Ok(0), PktlifeProbe::runs)?;
+            b.account(runs, packets, interval_secs, w.schedule.cycle());
+        }
         if w.window_packets > 0 && interval_secs > 0.0 {
             w.schedule
                 .fit_packets(at, packets as f64 / interval_secs, w.window_packets);

@@ -328,7 +328,13 @@ fn merged_meta(conn: &Connection, probes: &[Probe]) -> Result<RecordingMeta> {
     };
     let mut rows = read(0)?;
     let last = read(probes.len() - 1)?;
-    for k in ["end_ns", "stopped_by", "flow_windows", "windows_opened"] {
+    for k in [
+        "end_ns",
+        "stopped_by",
+        "flow_windows",
+        "windows_opened",
+        "windows_passed",
+    ] {
         match last.get(k) {
             Some(v) => rows.insert(k.to_string(), v.clone()),
             None => rows.remove(k),
