@@ -260,10 +260,15 @@ fn hook_scope_check() -> Check {
     check(
         "hook scope",
         true,
-        "device-scoped, all the time: tcx ingress (RX counts and flows where the driver counts no RX queue); \
-         host-wide, all the time: kfree_skb (per drop, not per packet); host-wide, in the detail windows only \
-         (1/32 of the time by default, and only while the recorded device carries traffic): net_dev_start_xmit \
-         (TX split and flows), napi_poll, and the detail hooks above",
+        format!(
+            "device-scoped, all the time: tcx ingress (RX counts and flows where the driver counts no RX queue); \
+             host-wide, all the time: kfree_skb (per drop, not per packet); host-wide, in the detail windows only \
+             (1/{} of the time by default, only while the recorded device carries traffic, and all programs \
+             together at most {} runs per packet of it, --run-budget): net_dev_start_xmit (TX split and flows), \
+             napi_poll, and the detail hooks above",
+            crate::session::windows::DEFAULT_DUTY,
+            crate::session::windows::RUN_BUDGET
+        ),
         "",
     )
 }
