@@ -199,10 +199,13 @@ def test_prometheus_scrapes_per_queue_counts_that_match_the_kernel(testbed, serv
     kb = k1["rx_bytes"] - k0["rx_bytes"]
     assert abs((b1 - b0) - kb) <= 0.02 * kb, (b1 - b0, kb)
 
-    # The histograms are usable as histograms, and stages are ordered.
+    # The histograms are usable as histograms, and stages are ordered. Over the buckets as
+    # they stand, not their increase: a 3 s burst can get a single window (the run budget
+    # spaces windows after a costly first one), and a series that first appears in one scrape
+    # and stays has no increase Prometheus can see.
     p99 = {stage: prom.scalar(
-        'histogram_quantile(0.99, sum by (le) (increase(ddioscope_stage_duration_seconds_bucket'
-        f'{{direction="rx",stage="{stage}"}}[1m])))') for stage in ("driver_to_stack", "driver_to_free")}
+        'histogram_quantile(0.99, sum by (le) (ddioscope_stage_duration_seconds_bucket'
+        f'{{direction="rx",stage="{stage}"}}))') for stage in ("driver_to_stack", "driver_to_free")}
     assert 0 < p99["driver_to_stack"] <= p99["driver_to_free"] < 10, p99
 
     # Flows are bounded to --top-flows per direction, plus "other" (iperf3 -P 4 makes 5 connections).

@@ -187,6 +187,7 @@ pub(super) fn attach_detail(
                 w.opened_at = Some(Duration::ZERO);
                 w.learning = true;
                 w.tier0_on = true;
+                w.tier0_runs.on(0);
             }
             w.window_packets = opts.window_packets();
             w.budget = windows::RunBudget::new(opts.run_budget());

@@ -56,6 +56,36 @@ pub(super) struct WindowDriver {
     pub(super) budget: Option<windows::RunBudget>,
     /// A drawn window is being let pass (counted once, at its start).
     passing: bool,
+    /// Tier 0's program runs while its window programs were on: what the windows cost of
+    /// tier 0 (its always-on programs, the drop counter or a device's RX counter, run outside
+    /// them too, and are no window's to pay for).
+    pub(super) tier0_runs: SpanRuns,
+}
+
+/// A counter's runs summed over the spans it was counted in.
+#[derive(Debug, Default)]
+pub(super) struct SpanRuns {
+    since: Option<u64>,
+    done: u64,
+}
+
+impl SpanRuns {
+    /// A span begins with the counter at `now`.
+    pub(super) fn on(&mut self, now: u64) {
+        self.since.get_or_insert(now);
+    }
+
+    /// The span under way ends with the counter at `now`.
+    pub(super) fn off(&mut self, now: u64) {
+        if let Some(s) = self.since.take() {
+            self.done += now.saturating_sub(s);
+        }
+    }
+
+    /// Runs in the spans so far, the one under way up to `now`.
+    pub(super) fn so_far(&self, now: u64) -> u64 {
+        self.done + self.since.map_or(0, |s| now.saturating_sub(s))
+    }
 }
 
 /// A drain under way, as last looked at.
@@ -133,6 +163,7 @@ impl WindowDriver {
             opened_for_split: 0,
             budget: None,
             passing: false,
+            tier0_runs: SpanRuns::default(),
         })
     }
 
@@ -231,6 +262,8 @@ impl WindowDriver {
 
     /// Let tier 0's window-only programs go at `at`: the span they ran.
     fn tier0_off(&mut self, tier0: &mut QcountProbe, at: Duration) -> Option<(Duration, Duration)> {
+        self.tier0_runs
+            .off(tier0.counter(qc_counter::QC_RUNS).unwrap_or(0));
         tier0.detach_window_hooks();
         self.tier0_on = false;
         self.opened_at.take().map(|from| (from, at))
@@ -332,6 +365,7 @@ impl WindowDriver {
                 // waits for its grace period.
                 if tier0_wanted && !self.tier0_on {
                     self.tier0_on = true;
+                    self.tier0_runs.on(tier0.counter(qc_counter::QC_RUNS)?);
                     let attaching = Instant::now();
                     // A window without tier 0's programs (one would not attach) still has its detail.
                     if let Err(e) = tier0.attach_window_hooks() {
@@ -409,7 +443,11 @@ impl Session {
         let packets = interval.iter().map(|q| q.packets).sum::<u64>() + unsplit;
         w.device_idle = packets < IDLE_BELOW_PACKETS;
         if let Some(b) = w.budget.as_mut() {
-            let runs = self.tier0.counter(qc_counter::QC_RUNS)?
+            // Tier 0's runs while its window programs were on, and every detail hook's (they
+            // run in the windows alone).
+            let runs = w
+                .tier0_runs
+                .so_far(self.tier0.counter(qc_counter::QC_RUNS)?)
                 + self.detail.as_ref().map_or(Ok(0), PktlifeProbe::runs)?;
             b.account(runs, packets, interval_secs, w.schedule.cycle());
         }
@@ -441,6 +479,7 @@ impl Session {
         w.learning = false;
         w.tier0_on = false;
         let learned = w.opened_at.take();
+        w.tier0_runs.off(self.tier0.counter(qc_counter::QC_RUNS)?);
         self.tier0.detach_window_hooks();
         match learned {
             Some(from) => self.flow_window_ended((from, at)),
