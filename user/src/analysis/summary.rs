@@ -678,12 +678,12 @@ fn detail_timing(
                         " (cut to about {n} packets on a busy device)"
                     )),
                 fmt_duration(c * 1e6),
+                run_budget(m),
                 detail_s.map_or(String::new(), |d| format!(
                     ", {} of {} in all",
                     fmt_duration(d * 1e9),
                     fmt_duration(duration_s * 1e9)
-                )),
-                run_budget(m)
+                ))
             ),
         ),
         _ => ("continuous", "all the time".to_string()),
@@ -693,10 +693,11 @@ fn detail_timing(
 /// The windows' run budget in the report's words, where one held them.
 fn run_budget(m: &crate::recording::meta::RecordingMeta) -> String {
     match (m.window_run_budget.filter(|&b| b > 0.0), m.windows_passed) {
-        (Some(b), Some(n)) if n > 0 => {
-            format!("; {n} drawn windows let pass to hold the programs to {b} runs per packet")
-        }
-        (Some(b), _) => format!("; the programs held to {b} runs per packet"),
+        (Some(b), Some(n)) if n > 0 => format!(
+            " (at most {b} program runs per packet: {n} drawn {} let pass for it)",
+            if n == 1 { "window" } else { "windows" }
+        ),
+        (Some(b), _) => format!(" (at most {b} program runs per packet)"),
         _ => String::new(),
     }
 }

@@ -658,6 +658,11 @@ impl QcountProbe {
         }
     }
 
+    /// Whether the window programs let go last are all detached (none still runs).
+    pub fn window_hooks_detached(&self) -> bool {
+        self.detaching.as_ref().is_none_or(|t| t.is_finished())
+    }
+
     /// Wait for the links let go last to be detached.
     fn join_detaching(&mut self) {
         if let Some(t) = self.detaching.take() {

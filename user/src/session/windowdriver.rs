@@ -262,8 +262,6 @@ impl WindowDriver {
 
     /// Let tier 0's window-only programs go at `at`: the span they ran.
     fn tier0_off(&mut self, tier0: &mut QcountProbe, at: Duration) -> Option<(Duration, Duration)> {
-        self.tier0_runs
-            .off(tier0.counter(qc_counter::QC_RUNS).unwrap_or(0));
         tier0.detach_window_hooks();
         self.tier0_on = false;
         self.opened_at.take().map(|from| (from, at))
@@ -444,10 +442,13 @@ impl Session {
         w.device_idle = packets < IDLE_BELOW_PACKETS;
         if let Some(b) = w.budget.as_mut() {
             // Tier 0's runs while its window programs were on, and every detail hook's (they
-            // run in the windows alone).
-            let runs = w
-                .tier0_runs
-                .so_far(self.tier0.counter(qc_counter::QC_RUNS)?)
+            // run in the windows alone). Tier 0's detach waits out a grace period off the
+            // loop with its programs still running: their span ends once it is done.
+            let tier0_runs = self.tier0.counter(qc_counter::QC_RUNS)?;
+            if !w.tier0_on && self.tier0.window_hooks_detached() {
+                w.tier0_runs.off(tier0_runs);
+            }
+            let runs = w.tier0_runs.so_far(tier0_runs)
                 + self.detail.as_ref().map_or(Ok(0), PktlifeProbe::runs)?;
             b.account(runs, packets, interval_secs, w.schedule.cycle());
         }
@@ -479,7 +480,6 @@ impl Session {
         w.learning = false;
         w.tier0_on = false;
         let learned = w.opened_at.take();
-        w.tier0_runs.off(self.tier0.counter(qc_counter::QC_RUNS)?);
         self.tier0.detach_window_hooks();
         match learned {
             Some(from) => self.flow_window_ended((from, at)),
