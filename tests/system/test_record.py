@@ -149,7 +149,7 @@ def test_udp_small_packets_and_ipv6(testbed, recorder):
     tb = testbed
     tb.iperf3_server()
     rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--sample", "16")
-    udp = tb.iperf3("-u", "-l", "64", "-b", "40M", "-t", "6")
+    udp = tb.iperf3("-u", "-l", "64", "-b", "40M", "-t", "10")
     # Long enough to span two of the one-second cycles the flows are sampled in (a shorter
     # flow can fall between two windows).
     v6 = tb.iperf3("-P", "2", "-t", "2", dst=tb.ip6_rcv)
@@ -185,14 +185,15 @@ def test_udp_flow_estimates_hold_to_their_bounds(testbed, recorder, flows):
     """Where the driver counts the queues, flows are sampled by default in the detail windows
     alone and scaled by its counts, so no program runs per packet outside them; with
     --flows always a program samples every skb's flow all the time. Either way a steady UDP
-    flow of 64 B packets, six seconds long, holds to its own bound, and that bound says
-    something."""
+    flow of 64 B packets, ten seconds long, holds to its own bound, and that bound says
+    something. Ten seconds: the run budget spaces the windows on this load to about one every
+    two seconds, and the bound wants a few of them."""
     tb = testbed
     tb.iperf3_server()
     extra = [] if flows == "windows" else ["--flows", "always"]
     rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, *extra)
     k0 = tb.stats(tb.ns_rcv, tb.if_rcv)
-    udp = tb.iperf3("-u", "-l", "64", "-b", "40M", "-t", "6")
+    udp = tb.iperf3("-u", "-l", "64", "-b", "40M", "-t", "10")
     wait_quiet(tb)
     k1 = tb.stats(tb.ns_rcv, tb.if_rcv)
     rc, _, err = rec.stop()
