@@ -410,9 +410,13 @@ pub(super) fn add_missed(
             .map(|&i| interval[i].packets)
             .collect::<Vec<_>>(),
     );
-    let bytes = linksplit::largest_remainder(
+    let bytes = linksplit::split_bytes(
         missed.1,
         &busy.iter().map(|&i| interval[i].bytes).collect::<Vec<_>>(),
+        &busy
+            .iter()
+            .map(|&i| interval[i].packets)
+            .collect::<Vec<_>>(),
     );
     for ((&i, p), b) in busy.iter().zip(packets).zip(bytes) {
         interval[i].packets += p;
@@ -510,8 +514,34 @@ impl Session {
 
 #[cfg(test)]
 mod tests {
-    use super::{combine, driver_counts_fit, interval_queues};
+    use super::{add_missed, combine, driver_counts_fit, interval_queues};
     use crate::snapshot::{Dir, QueueCounters};
+
+    /// What the driver's counters missed goes to the busy queues whole, bytes too where the
+    /// interval's counts carried none.
+    #[test]
+    fn missed_counts_are_given_out_whole() {
+        let q = |queue, packets, bytes| QueueCounters {
+            packets,
+            bytes,
+            ..QueueCounters::new(Dir::Rx, queue)
+        };
+        let mut interval = vec![q(0, 0, 0), q(1, 3, 0), q(2, 1, 0)];
+        let mut cumulative = interval.clone();
+        assert_eq!(
+            add_missed(&mut interval, &mut cumulative, Dir::Rx, (8, 1001)),
+            None
+        );
+        let got: Vec<(u64, u64)> = interval.iter().map(|c| (c.packets, c.bytes)).collect();
+        assert_eq!(got, vec![(0, 0), (9, 751), (3, 250)]);
+        assert_eq!(cumulative[1].bytes + cumulative[2].bytes, 1001);
+        // No queue busy: all of it waits.
+        let mut idle = vec![q(0, 0, 0)];
+        assert_eq!(
+            add_missed(&mut idle.clone(), &mut idle, Dir::Rx, (8, 1001)),
+            Some((8, 1001))
+        );
+    }
 
     /// The driver's counts are judged against the range the interface's totals around both
     /// reads allow: a recorder descheduled between its reads is no miss, a path the counters

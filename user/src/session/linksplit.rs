@@ -123,9 +123,10 @@ impl LinkSplit {
                 &weights.iter().map(|(_, w)| w.0).collect::<Vec<_>>(),
             );
             // A queue's bytes go by its bytes in the window (packet sizes differ by queue).
-            let bytes = largest_remainder(
+            let bytes = split_bytes(
                 self.pending.1,
                 &weights.iter().map(|(_, w)| w.1).collect::<Vec<_>>(),
+                &weights.iter().map(|(_, w)| w.0).collect::<Vec<_>>(),
             );
             for (((q, _), p), b) in weights.iter().zip(packets).zip(bytes) {
                 let g = self.given.entry(*q).or_insert((0, 0));
@@ -183,6 +184,17 @@ pub(crate) fn largest_remainder(total: u64, weights: &[u64]) -> Vec<u64> {
     out
 }
 
+/// `total` bytes split by `bytes`, or by `packets` where no byte weighs anything (shares
+/// decayed to nothing in bytes before packets, or counts that carried no length): the bytes
+/// must add up to the interface's all the same.
+pub(crate) fn split_bytes(total: u64, bytes: &[u64], packets: &[u64]) -> Vec<u64> {
+    if bytes.iter().any(|&b| b > 0) {
+        largest_remainder(total, bytes)
+    } else {
+        largest_remainder(total, packets)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,6 +225,29 @@ mod tests {
                 .sum::<u128>(),
             u128::from(u64::MAX)
         );
+    }
+
+    #[test]
+    fn bytes_go_by_packets_where_no_byte_weighs() {
+        assert_eq!(split_bytes(900, &[0, 0, 0], &[1, 0, 2]), vec![300, 0, 600]);
+        assert_eq!(split_bytes(900, &[0, 1, 0], &[1, 0, 2]), vec![0, 900, 0]);
+        // A window whose program counted packets but no bytes: the interface's bytes are
+        // still all given out, none lost.
+        let mut s = LinkSplit::new(Dir::Rx, &[], &[], (0, 0), 4);
+        let v = s.interval(
+            &[
+                QueueCounters {
+                    packets: 3,
+                    ..QueueCounters::new(Dir::Rx, 1)
+                },
+                QueueCounters {
+                    packets: 1,
+                    ..QueueCounters::new(Dir::Rx, 2)
+                },
+            ],
+            (400, 40_339),
+        );
+        assert_eq!(counts(&v), vec![(1, 300, 30_254), (2, 100, 10_085)]);
     }
 
     /// Totals are the interface's at every interval; the split follows the windows, and
