@@ -403,20 +403,12 @@ pub(super) fn add_missed(
     if busy.is_empty() {
         return Some(missed);
     }
-    let packets = linksplit::largest_remainder(
-        missed.0,
-        &busy
-            .iter()
-            .map(|&i| interval[i].packets)
-            .collect::<Vec<_>>(),
-    );
+    let by_packets: Vec<u64> = busy.iter().map(|&i| interval[i].packets).collect();
+    let packets = linksplit::largest_remainder(missed.0, &by_packets);
     let bytes = linksplit::split_bytes(
         missed.1,
         &busy.iter().map(|&i| interval[i].bytes).collect::<Vec<_>>(),
-        &busy
-            .iter()
-            .map(|&i| interval[i].packets)
-            .collect::<Vec<_>>(),
+        &by_packets,
     );
     for ((&i, p), b) in busy.iter().zip(packets).zip(bytes) {
         interval[i].packets += p;

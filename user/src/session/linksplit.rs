@@ -118,15 +118,13 @@ impl LinkSplit {
         if !self.shares.is_empty() && self.pending != (0, 0) {
             let weights: Vec<(u32, (u64, u64))> =
                 self.shares.iter().map(|(&q, &w)| (q, w)).collect();
-            let packets = largest_remainder(
-                self.pending.0,
-                &weights.iter().map(|(_, w)| w.0).collect::<Vec<_>>(),
-            );
+            let by_packets: Vec<u64> = weights.iter().map(|(_, w)| w.0).collect();
+            let packets = largest_remainder(self.pending.0, &by_packets);
             // A queue's bytes go by its bytes in the window (packet sizes differ by queue).
             let bytes = split_bytes(
                 self.pending.1,
                 &weights.iter().map(|(_, w)| w.1).collect::<Vec<_>>(),
-                &weights.iter().map(|(_, w)| w.0).collect::<Vec<_>>(),
+                &by_packets,
             );
             for (((q, _), p), b) in weights.iter().zip(packets).zip(bytes) {
                 let g = self.given.entry(*q).or_insert((0, 0));

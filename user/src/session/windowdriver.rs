@@ -490,9 +490,28 @@ impl Session {
 
 #[cfg(test)]
 mod tests {
-    use super::{windows, Drain};
+    use super::{windows, Drain, SpanRuns};
     use crate::snapshot::{Dir, QueueCounters};
     use std::time::Duration;
+
+    /// Only the runs inside spans count; a span asked for again before it ended is one span
+    /// (the window programs never came off), and an end with no span under way counts nothing.
+    #[test]
+    fn span_runs_count_inside_spans_only() {
+        let mut r = SpanRuns::default();
+        assert_eq!(r.so_far(500), 0);
+        r.off(600);
+        r.on(1_000);
+        assert_eq!(r.so_far(1_400), 400);
+        r.on(1_200);
+        r.off(1_500);
+        assert_eq!(r.so_far(9_000), 500);
+        r.on(10_000);
+        assert_eq!(r.so_far(10_250), 750);
+        r.off(10_300);
+        r.off(20_000);
+        assert_eq!(r.so_far(30_000), 800);
+    }
 
     /// A drain goes on while lives end, through a reader's pause shorter than its patience,
     /// and ends once none has ended for that long, none is left, or at its longest.
