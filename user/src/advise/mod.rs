@@ -15,6 +15,7 @@ mod socket_buffer;
 mod tests;
 mod verdict;
 
+pub use crate::model::calibrate::BackgroundFit;
 pub use attributed::{order_by_attributed_misses, steer_attributed_flow};
 pub use rules::{recommend, steer_flow, AttributedFlow};
 pub use run::{CalibrationReport, ModelRun, Spread};

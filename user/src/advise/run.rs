@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::{loads, spec_from_observation, HostObservation};
 use crate::model::analytic::{self, Dir};
 use crate::model::cache::{self, simulate_cached};
-use crate::model::calibrate::{calibrate, Calibration, CalibrationParams, Measured};
+use crate::model::calibrate::{calibrate, BackgroundFit, Calibration, CalibrationParams, Measured};
 use crate::model::geometry::WaysSource;
 use crate::model::sim::SimResult;
 use crate::model::spec::{Consumer, GridPoint, Input, SimSpec};
@@ -39,6 +39,15 @@ pub struct CalibrationReport {
     /// calibrated − measured, percentage points.
     pub residual_write_pct: Option<f64>,
     pub residual_read_pct: Option<f64>,
+    /// DRAM reads the memory controllers counted (every source), and the calibrated model's
+    /// share of them: the network's and the fitted background's, GB/s.
+    pub measured_dram_read_gbps: Option<f64>,
+    pub calibrated_network_dram_read_gbps: Option<f64>,
+    pub calibrated_background_dram_read_gbps: f64,
+    /// calibrated (network + background) − measured DRAM reads, GB/s.
+    pub residual_dram_read_gbps: Option<f64>,
+    /// What set the background load.
+    pub background_fit: BackgroundFit,
 }
 
 /// How far the model's predictions move when the same workload is simulated again with
@@ -90,17 +99,23 @@ impl ModelRun {
                 .read_miss_pct
                 .filter(|_| consumer == Consumer::Forward)
                 .map(|m| 100.0 - m),
+            dram_read_gbps: c.dram_read_mbps.map(|m| m / 1e3),
+            dram_write_gbps: c.dram_write_mbps.map(|m| m / 1e3),
         };
-        if measured.io_write_hit_pct.is_none() && measured.io_read_hit_pct.is_none() {
+        if measured.io_write_hit_pct.is_none()
+            && measured.io_read_hit_pct.is_none()
+            && measured.dram_read_gbps.is_none()
+        {
             return;
         }
         let mut quick = spec.clone();
         quick.max_packets = (quick.max_packets / CALIBRATION_BUDGET_DIVISOR).max(1);
         let key = format!(
-            "{}-calibration-{:?}-{:?}",
+            "{}-calibration-{:?}-{:?}-{:?}",
             quick.cache_key(),
             measured.io_write_hit_pct,
-            measured.io_read_hit_pct
+            measured.io_read_hit_pct,
+            measured.dram_read_gbps
         );
         let fit: Calibration = match cache::get(&key) {
             Some(f) => f,
@@ -122,6 +137,8 @@ impl ModelRun {
             }
         };
         let res = |p: Option<f64>, m: Option<f64>| p.zip(m).map(|(p, m)| p - m);
+        let network_read = cal.dram(&cal.total).map(|d| d.read_gbps);
+        let background_read = cal.background_dram_read_gbps(fit.params.bg_lines_per_sec);
         self.calibration = Some(CalibrationReport {
             source: c.source.clone(),
             params: fit.params,
@@ -133,6 +150,14 @@ impl ModelRun {
             calibrated_read_hit_pct: read(&cal),
             residual_write_pct: res(cal.total.io_write_hit_pct(), measured.io_write_hit_pct),
             residual_read_pct: res(read(&cal), measured.io_read_hit_pct),
+            measured_dram_read_gbps: measured.dram_read_gbps,
+            calibrated_network_dram_read_gbps: network_read,
+            calibrated_background_dram_read_gbps: background_read,
+            residual_dram_read_gbps: res(
+                network_read.map(|n| n + background_read),
+                measured.dram_read_gbps,
+            ),
+            background_fit: fit.background_fit,
         });
         self.params = Some(fit.params);
         self.base = Some(cal_spec);

@@ -232,6 +232,24 @@ pub fn what_if_with_progress(
 mod tests {
     use super::*;
 
+    /// Another core's accesses count toward one run's bound: a slow device beside a busy
+    /// socket (a background fitted to the memory controllers' reads) is simulated for fewer
+    /// packets, not for hundreds of times the bound.
+    #[test]
+    fn one_runs_bound_counts_the_background() {
+        let s = SimSpec::parse(
+            "queues=1,ring=256,pkt_bytes=1500,rate_gbps=1,bg_lines_per_sec=1e10,bg_working_set_mib=64",
+        )
+        .unwrap();
+        let est = estimated_accesses(&s);
+        println!(
+            "estimated {est:.3e} accesses, {} packets",
+            s.bounded().max_packets
+        );
+        assert!(est <= 1.05 * bounds::MAX_LINE_ACCESSES as f64, "{est:e}");
+        assert!(s.bounded().max_packets < s.max_packets);
+    }
+
     /// The estimate a cost bound rests on, against the simulator's own count of what it did.
     #[test]
     fn estimated_accesses_match_the_runs() {

@@ -169,6 +169,12 @@ pub struct SimResult {
     pub lines_simulated: u64,
     /// Background (other cores) line accesses simulated.
     pub background_lines: u64,
+    /// Of those, the ones in the sampled slices, and the ones of these that missed: the
+    /// share of the background's accesses that go to DRAM.
+    #[serde(default)]
+    pub background_sampled: u64,
+    #[serde(default)]
+    pub background_misses: u64,
     /// Fraction of slices simulated (set sampling); hit rates are unbiased estimates.
     pub slice_fraction: f64,
     /// Packets the NIC dropped because no posted descriptor was free (the core fell behind)
@@ -206,6 +212,16 @@ impl SimResult {
             read_gbps: gbps(stats.io_read_misses + stats.cpu_read_misses + stats.cpu_write_misses),
             write_gbps: gbps(stats.io_write_misses + stats.cpu_write_misses),
         })
+    }
+
+    /// DRAM reads of the background load (`lines_per_sec` accesses a second, of which the
+    /// share that missed in the simulation goes to DRAM), GB/s; 0 without one.
+    pub fn background_dram_read_gbps(&self, lines_per_sec: f64) -> f64 {
+        if self.background_sampled == 0 {
+            return 0.0;
+        }
+        let miss = self.background_misses as f64 / self.background_sampled as f64;
+        lines_per_sec * miss * 64.0 / 1e9
     }
 }
 
@@ -854,7 +870,10 @@ impl BackgroundGen {
             let off = ((mix64(self.state) as u128 * self.lines as u128) >> 64) as u64;
             res.lines_simulated += 1;
             res.background_lines += 1;
-            let _ = llc.access(self.base_line + off, AccessKind::CpuRead);
+            if let Some(hit) = llc.access(self.base_line + off, AccessKind::CpuRead) {
+                res.background_sampled += 1;
+                res.background_misses += u64::from(!hit);
+            }
         }
     }
 }

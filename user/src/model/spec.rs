@@ -12,7 +12,7 @@ pub use super::grid::{check_cost, try_what_if, what_if, what_if_with_progress, A
 
 /// Bumped whenever the model's mechanics change the numbers a spec produces; part of the
 /// cache key, so a cached result is never reused across model versions.
-pub const MODEL_VERSION: u32 = 6;
+pub const MODEL_VERSION: u32 = 7;
 
 /// What the core does with a received packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -1139,7 +1139,8 @@ impl SimSpec {
     }
 
     /// The spec as it will run: the LLC slice-sampled down to [`bounds::MAX_LLC_STATE_BYTES`]
-    /// and `max_packets` lowered so one run stays within [`bounds::MAX_LINE_ACCESSES`].
+    /// and `max_packets` lowered so one run stays within [`bounds::MAX_LINE_ACCESSES`], the
+    /// background's accesses included.
     pub fn bounded(&self) -> SimSpec {
         let mut s = self.clone();
         let slices = s.geometry.slices.unwrap_or(1).max(1);
@@ -1148,7 +1149,9 @@ impl SimSpec {
         {
             s.slice_sample += 1;
         }
-        let lines = super::drive::lines_per_packet(&s).max(1.0);
+        // Other cores' accesses come with simulated time, which comes with packets.
+        let background = s.background.lines_per_sec / s.pps.max(f64::MIN_POSITIVE);
+        let lines = (super::drive::lines_per_packet(&s) + background).max(1.0);
         s.max_packets = s
             .max_packets
             .min(((bounds::MAX_LINE_ACCESSES as f64 / lines) as u64).max(1));

@@ -317,6 +317,7 @@ fn calibration_leave_one_out() {
             let m = Measured {
                 io_write_hit_pct: Some(ex[i].itom_hit),
                 io_read_hit_pct: ex[i].rd_hit,
+                ..Default::default()
             };
             let mut s = spec_of(&ex[i]);
             s.max_packets = LOO_PACKETS;

@@ -147,23 +147,52 @@ pub fn leaking_label(a: &Answer) -> &'static str {
 
 /// The model's calibration in one sentence, for the text report, `simulate` and the HTML page.
 pub fn calibration_words(cal: Option<&crate::advise::CalibrationReport>) -> String {
+    use crate::advise::BackgroundFit;
     let Some(c) = cal else {
-        return "none: no DDIO counters in the recording to fit the model to".to_string();
+        return "none: no DDIO or memory-controller counters in the recording to fit the model to"
+            .to_string();
     };
     let pct = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.1}%"));
-    format!(
-        "to the {} counters: write hit measured {}, uncalibrated {}, calibrated {} (residual {}){}",
-        c.source,
-        pct(c.measured_write_hit_pct),
-        pct(c.uncalibrated_write_hit_pct),
-        pct(c.calibrated_write_hit_pct),
-        c.residual_write_pct
-            .map_or_else(|| "-".to_string(), |v| format!("{v:+.1} pp")),
-        match (c.measured_read_hit_pct, c.calibrated_read_hit_pct) {
-            (Some(m), Some(k)) => format!("; NIC read hit measured {m:.1}%, calibrated {k:.1}%"),
-            _ => String::new(),
+    let mut s = format!("to the {} counters", c.source);
+    if c.measured_write_hit_pct.is_some() {
+        let _ = write!(
+            s,
+            ": write hit measured {}, uncalibrated {}, calibrated {} (residual {})",
+            pct(c.measured_write_hit_pct),
+            pct(c.uncalibrated_write_hit_pct),
+            pct(c.calibrated_write_hit_pct),
+            c.residual_write_pct
+                .map_or_else(|| "-".to_string(), |v| format!("{v:+.1} pp")),
+        );
+    }
+    if let (Some(m), Some(k)) = (c.measured_read_hit_pct, c.calibrated_read_hit_pct) {
+        let _ = write!(s, "; NIC read hit measured {m:.1}%, calibrated {k:.1}%");
+    }
+    if let (Some(m), Some(n)) = (
+        c.measured_dram_read_gbps,
+        c.calibrated_network_dram_read_gbps,
+    ) {
+        let _ = write!(
+            s,
+            "; DRAM reads measured {m:.2} GB/s (every source), calibrated {n:.2} the network's + {:.2} the background's (residual {:+.2} GB/s)",
+            c.calibrated_background_dram_read_gbps,
+            c.residual_dram_read_gbps.unwrap_or(0.0),
+        );
+    }
+    let lines = c.params.bg_lines_per_sec / 1e6;
+    s.push_str(&match c.background_fit {
+        BackgroundFit::Spec => String::new(),
+        BackgroundFit::WriteHits => {
+            format!("; a background load of {lines:.0} M lines/s fitted to the write hits")
         }
-    )
+        BackgroundFit::WriteHitsBoundByDram => format!(
+            "; the background load the write hits ask for is more than the memory controllers read: cut to {lines:.0} M lines/s, the rest of the write misses unexplained"
+        ),
+        BackgroundFit::DramExcess => format!(
+            "; the reads beyond the network's fitted as a background load of {lines:.0} M lines/s"
+        ),
+    });
+    s
 }
 
 /// The socket's predicted DRAM traffic and copy read miss, beside what the memory

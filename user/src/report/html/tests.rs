@@ -53,6 +53,32 @@ fn tor(iv: u64, event: &str, value: f64) -> (u64, CounterRow) {
 /// Five 100 ms intervals, two RX queues and one TX queue, optionally LLC info and TOR
 /// counters, written through the recorder's own writer (`rx` false: no RX traffic).
 fn synthetic_file(llc: bool, counters: bool, rx: bool) -> (tempfile::TempDir, PathBuf) {
+    let mut rows = Vec::new();
+    if counters {
+        for iv in 0..5 {
+            rows.push(tor(iv, "UNC_CHA_TOR_INSERTS.IO_ITOM", 100_000.0));
+            rows.push(tor(
+                iv,
+                "UNC_CHA_TOR_INSERTS.IO_HIT_ITOM",
+                100_000.0 - 10_000.0 * iv as f64,
+            ));
+            rows.push(tor(
+                iv,
+                "UNC_CHA_TOR_INSERTS.IO_MISS_ITOM",
+                10_000.0 * iv as f64,
+            ));
+        }
+    }
+    synthetic_file_with(llc, rx, rows)
+}
+
+/// [`synthetic_file`] with the given imported counter rows.
+fn synthetic_file_with(
+    llc: bool,
+    rx: bool,
+    rows: Vec<(u64, CounterRow)>,
+) -> (tempfile::TempDir, PathBuf) {
+    let counters = !rows.is_empty();
     let iface = IfaceInfo {
         name: "eth<1>".into(),
         netns: Some("ns-test".into()),
@@ -133,22 +159,6 @@ fn synthetic_file(llc: bool, counters: bool, rx: bool) -> (tempfile::TempDir, Pa
             }
         })
         .collect();
-    let mut rows = Vec::new();
-    if counters {
-        for iv in 0..5 {
-            rows.push(tor(iv, "UNC_CHA_TOR_INSERTS.IO_ITOM", 100_000.0));
-            rows.push(tor(
-                iv,
-                "UNC_CHA_TOR_INSERTS.IO_HIT_ITOM",
-                100_000.0 - 10_000.0 * iv as f64,
-            ));
-            rows.push(tor(
-                iv,
-                "UNC_CHA_TOR_INSERTS.IO_MISS_ITOM",
-                10_000.0 * iv as f64,
-            ));
-        }
-    }
     crate::recording::reader::fixture::write_recording(&meta, &snapshots, &rows)
 }
 
@@ -487,6 +497,57 @@ fn counters_calibrate_the_model_the_report_uses() {
         &crate::analysis::charts(&rec, &r, &outcome).unwrap(),
     );
     assert!(h.contains("to the imported counters: write hit measured"));
+}
+
+/// Memory-controller counters alone calibrate the model too: reads far beyond what the network
+/// can cause are another tenant's, fitted as a background load that lowers the predicted write
+/// hits; reads below the network's add none and leave a positive residual. The report says
+/// which.
+#[test]
+fn memory_controller_reads_alone_calibrate_the_model() {
+    let calibration = |read_gbps: f64| {
+        // CAS lines per 100 ms interval for `read_gbps`.
+        let cas = read_gbps * 1e9 / 64.0 * (IV_NS as f64 / 1e9);
+        let rows = (0..5)
+            .map(|iv| {
+                let (iv, mut r) = tor(iv, "UNC_M_CAS_COUNT.RD", cas);
+                r.pmu = "imc".into();
+                (iv, r)
+            })
+            .collect();
+        let (_dir, path) = synthetic_file_with(true, true, rows);
+        let rec = Recording::open(&path).unwrap();
+        let r = crate::analysis::summary::build(&rec).unwrap();
+        let outcome = crate::analysis::advise_or_explain(&rec, &r, Default::default()).unwrap();
+        let crate::analysis::Outcome::Advised(a) = &outcome else {
+            panic!("no model")
+        };
+        let text = crate::report::text::render_report(&r, &outcome, &Default::default());
+        (
+            a.calibration.clone().expect("calibrated from the IMC"),
+            text,
+        )
+    };
+    let (busy, text) = calibration(10.0);
+    println!("{busy:?}");
+    assert_eq!(busy.measured_dram_read_gbps, Some(10.0));
+    assert_eq!(
+        busy.background_fit,
+        crate::advise::BackgroundFit::DramExcess
+    );
+    assert!(busy.params.bg_lines_per_sec > 0.0);
+    assert!(
+        busy.calibrated_write_hit_pct.unwrap() < busy.uncalibrated_write_hit_pct.unwrap(),
+        "{busy:?}"
+    );
+    assert!(text.contains("DRAM reads measured 10.00 GB/s"), "{text}");
+    assert!(text.contains("fitted as a background load"), "{text}");
+    let (quiet, text) = calibration(0.0);
+    println!("{quiet:?}");
+    assert_eq!(quiet.background_fit, crate::advise::BackgroundFit::Spec);
+    assert_eq!(quiet.params.bg_lines_per_sec, 0.0);
+    assert!(quiet.residual_dram_read_gbps.unwrap() > 0.0, "{quiet:?}");
+    assert!(!text.contains("background load"), "{text}");
 }
 
 /// The page is drawn from what `analysis` computed: with the recording closed and its file
