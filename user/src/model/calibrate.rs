@@ -531,6 +531,19 @@ mod tests {
         host
     }
 
+    /// `spec` calibrated to the memory controllers' reads alone.
+    fn calibrate_to_reads(spec: &SimSpec, read: f64) -> Calibration {
+        let c = calibrate(
+            spec,
+            &Measured {
+                dram_read_gbps: Some(read),
+                ..Default::default()
+            },
+        );
+        println!("{c:?}");
+        c
+    }
+
     fn rx_spec() -> SimSpec {
         let mut spec =
             SimSpec::parse("queues=4,ring=1024,pkt_bytes=1024,rate_gbps=60,max_packets=300000")
@@ -546,14 +559,7 @@ mod tests {
         let spec = rx_spec();
         let host = predict(&busy_host(&spec));
         let read = host.dram_read_gbps().unwrap();
-        let c = calibrate(
-            &spec,
-            &Measured {
-                dram_read_gbps: Some(read),
-                ..Default::default()
-            },
-        );
-        println!("{c:?}");
+        let c = calibrate_to_reads(&spec, read);
         assert_eq!(c.background_fit, BackgroundFit::DramExcess);
         let (u, k, h) = (
             c.uncalibrated.io_write_hit_pct.unwrap(),
@@ -616,14 +622,7 @@ mod tests {
         let spec = rx_spec();
         let quiet = predict(&spec);
         let read = quiet.network_dram.unwrap().read_gbps * 0.5;
-        let c = calibrate(
-            &spec,
-            &Measured {
-                dram_read_gbps: Some(read),
-                ..Default::default()
-            },
-        );
-        println!("{c:?}");
+        let c = calibrate_to_reads(&spec, read);
         assert_eq!(c.background_fit, BackgroundFit::Spec);
         assert_eq!(c.params.bg_lines_per_sec, 0.0);
         assert!(
