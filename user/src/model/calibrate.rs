@@ -51,8 +51,7 @@ const AGREE_PP: f64 = 2.0;
 /// lines it leaves out (descriptors, socket metadata, the kernel's own).
 const DRAM_AGREE_SHARE: f64 = 0.1;
 const DRAM_AGREE_FLOOR_GBPS: f64 = 0.2;
-/// Steps of the background's fit to the DRAM reads; the first two agree on every case the
-/// tests build.
+/// Steps of the background's fit to the DRAM reads at most.
 const FIXED_POINT_STEPS: u32 = 4;
 
 /// Counters measured on the host for the configuration the spec describes.
@@ -243,8 +242,8 @@ fn fit_tx_delay(
 /// A fixed point rather than a bisection: the background's reads are its accesses × the
 /// share of them that miss, which its working set against the LLC sets and the network
 /// hardly moves, so each step solves for the rate with the last step's share and network
-/// reads. A busy socket's background is most of a run's simulated accesses; this takes two
-/// or three runs where a bisection takes eight.
+/// reads. A busy socket's background is most of a run's simulated accesses; this takes a
+/// few runs where a bisection takes eight.
 fn fit_background_to_dram(
     spec: &SimSpec,
     mut p: CalibrationParams,
