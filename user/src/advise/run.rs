@@ -320,6 +320,19 @@ impl ModelRun {
         }
     }
 
+    /// The socket's DRAM reads `r` accounts for, GB/s: the network's, and the background's at
+    /// the calibrated fill rate (the rest of the socket as the memory controllers measured it
+    /// when the calibration used them).
+    pub fn dram_read_gbps(&self, r: &SimResult) -> Option<f64> {
+        let lines = self
+            .params
+            .map(|p| p.bg_lines_per_sec)
+            .or_else(|| self.base.as_ref().map(|s| s.background.lines_per_sec))
+            .unwrap_or(0.0);
+        r.dram(&r.total)
+            .map(|d| d.read_gbps + r.background_dram_read_gbps(lines))
+    }
+
     /// A variant of the recorded workload (another buffer reuse, another spread), with the
     /// same calibration, simulated through the cache.
     pub fn variant(&self, change: impl FnOnce(&mut SimSpec)) -> Option<SimResult> {

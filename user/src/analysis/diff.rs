@@ -200,10 +200,11 @@ pub struct Prediction {
     /// AFTER's value of the metric and where it comes from.
     pub after: Option<f64>,
     pub after_source: String,
-    /// after - predicted_after, points.
+    /// after - predicted_after, in the metric's unit (points for the hit rates).
     pub error: Option<f64>,
     /// Within the measurement's interval when measured; within `MODEL_AGREEMENT_PP`
-    /// when both sides are the model's.
+    /// when both sides are the model's; a DRAM read prediction within the calibration's
+    /// agreement (10 % + 200 MB/s) or the measurement's interval, the wider.
     pub came_true: Option<bool>,
     pub note: String,
 }
@@ -959,6 +960,29 @@ fn diff_notes(filter: &Filter, every_ns: u64) -> Vec<String> {
 
 /// AFTER's value of a model metric: measured by its counters when it has them, else the
 /// model's on AFTER's own measured traffic.
+/// AFTER's counter value of `metric` on the NIC's socket (else the first), with its 95 %
+/// interval.
+fn measured_after(
+    metric: &str,
+    a: &Summary,
+    d: &Diff,
+) -> Option<(Option<f64>, String, Option<f64>)> {
+    let nic_socket = a.meta.numa_node.and_then(|n| u32::try_from(n).ok());
+    let sock = d
+        .sockets
+        .iter()
+        .find(|s| Some(s.socket) == nic_socket)
+        .or_else(|| d.sockets.first())?;
+    let x = sock.deltas.iter().find(|x| x.metric == metric)?;
+    x.after.map(|v| {
+        (
+            Some(v),
+            format!("measured: socket {} counters", sock.socket),
+            x.ci95,
+        )
+    })
+}
+
 fn after_value(
     metric: &str,
     a: &Summary,
@@ -972,22 +996,8 @@ fn after_value(
     } else {
         None
     };
-    if let Some(c) = counter {
-        let nic_socket = a.meta.numa_node.and_then(|n| u32::try_from(n).ok());
-        let sock = d
-            .sockets
-            .iter()
-            .find(|s| Some(s.socket) == nic_socket)
-            .or_else(|| d.sockets.first());
-        if let Some(x) = sock.and_then(|s| s.deltas.iter().find(|x| x.metric == c)) {
-            if let Some(v) = x.after {
-                return (
-                    Some(v),
-                    format!("measured: socket {} counters", sock.map_or(0, |s| s.socket)),
-                    x.ci95,
-                );
-            }
-        }
+    if let Some(m) = counter.and_then(|c| measured_after(c, a, d)) {
+        return m;
     }
     if let Outcome::Advised(adv) = after {
         if let Some(r) = adv.run.result(None, None) {
@@ -1008,6 +1018,15 @@ fn after_value(
         "not available: no counters and no model for AFTER".into(),
         None,
     )
+}
+
+/// `p`'s error, and whether it came true: within `bound` of the prediction.
+fn judge_within(p: &mut Prediction, bound: f64) {
+    p.error = match (p.after, p.predicted_after) {
+        (Some(a), Some(pr)) => Some(((a - pr) * 100.0).round() / 100.0),
+        _ => None,
+    };
+    p.came_true = p.error.map(|e| e.abs() <= bound);
 }
 
 fn judge(p: &mut Prediction, ci: Option<f64>) {
@@ -1162,8 +1181,63 @@ pub fn predictions(
             judge(&mut p, ci);
             d.predictions.push(p);
         }
+        let cal = adv_b.calibration.as_ref();
+        if let Some(p) = dram_prediction(&adv_b.run, cal, (&before_now, &r), sa, d) {
+            d.predictions.push(p);
+        }
     }
     Ok(())
+}
+
+/// Agreement of a DRAM read prediction with AFTER's memory controllers: the calibration's
+/// (model::calibrate), as a share of the prediction and a floor, MB/s.
+const DRAM_AGREEMENT_SHARE: f64 = 0.1;
+const DRAM_AGREEMENT_FLOOR_MBPS: f64 = 200.0;
+
+/// BEFORE's model, calibrated to its memory controllers' reads, on AFTER's inputs: the
+/// socket's DRAM reads (the network's and the rest of the socket's as BEFORE measured them),
+/// judged against AFTER's controllers. Only when BEFORE's calibration used them (without
+/// them the model's reads are the network's alone, not what a controller counts) and AFTER
+/// has them.
+fn dram_prediction(
+    run: &crate::advise::ModelRun,
+    cal: Option<&crate::advise::CalibrationReport>,
+    (before_now, after_inputs): (
+        &Option<crate::model::sim::SimResult>,
+        &crate::model::sim::SimResult,
+    ),
+    sa: &Summary,
+    d: &Diff,
+) -> Option<Prediction> {
+    cal?.measured_dram_read_gbps?;
+    let metric = "dram_read_mbyte_per_s";
+    let mbps = |r: &crate::model::sim::SimResult| run.dram_read_gbps(r).map(|g| (g * 1e3).round());
+    let predicted_after = mbps(after_inputs);
+    let (after, after_source, ci) = measured_after(metric, sa, d).unwrap_or((
+        None,
+        "not available: AFTER has no memory-controller counters".into(),
+        None,
+    ));
+    let mut p = Prediction {
+        kind: "after_inputs",
+        what: "BEFORE's model given AFTER's configuration and measured traffic".into(),
+        command: None,
+        applied: "n/a".into(),
+        metric: metric.into(),
+        predicted_before: before_now.as_ref().and_then(mbps),
+        predicted_after,
+        after,
+        after_source,
+        error: None,
+        came_true: None,
+        note: "BEFORE's calibration to its memory controllers' reads carried over: the rest of the socket reads what it read in BEFORE".into(),
+    };
+    let bound = predicted_after
+        .map(|v| v * DRAM_AGREEMENT_SHARE + DRAM_AGREEMENT_FLOOR_MBPS)
+        .unwrap_or(DRAM_AGREEMENT_FLOOR_MBPS)
+        .max(ci.unwrap_or(0.0));
+    judge_within(&mut p, bound);
+    Some(p)
 }
 
 #[cfg(test)]
@@ -1222,5 +1296,50 @@ mod tests {
         assert_eq!(a, "tcp 10.77.0.1 -> 10.77.0.2:5201");
         let tx = flow_service("tcp", "10.77.0.2", 5201, "10.77.0.1", 46096);
         assert_eq!(tx, "tcp 10.77.0.2:5201 -> 10.77.0.1");
+    }
+
+    /// BEFORE's model, calibrated to its memory controllers' reads, on AFTER's inputs,
+    /// judged by AFTER's controllers: the same configuration and traffic reading what BEFORE
+    /// read came true; a socket reading three times as much did not.
+    #[test]
+    fn dram_reads_predicted_from_before_are_judged_by_afters_controllers() {
+        use crate::analysis::{advise_or_explain, summary};
+        use crate::recording::reader::fixture::{counter_row, synthetic_recording, IV_NS};
+        let rec = |gbps: f64| {
+            let cas = gbps * 1e9 / 64.0 * (IV_NS as f64 / 1e9);
+            let rows = (0..5)
+                .map(|iv| counter_row(iv, "imc", "UNC_M_CAS_COUNT.RD", cas, "live"))
+                .collect();
+            synthetic_recording(true, true, rows)
+        };
+        let (_db, b) = rec(3.0);
+        let dram = |after_gbps: f64| -> Prediction {
+            let (_da, a) = rec(after_gbps);
+            let (rb, ra) = (Recording::open(&b).unwrap(), Recording::open(&a).unwrap());
+            let (sb, sa) = (summary::build(&rb).unwrap(), summary::build(&ra).unwrap());
+            let g = GeometryOverrides::default();
+            let mut d = diff(&rb, &ra, &sb, &sa, &Filter::default(), IV_NS, g).unwrap();
+            let (ob, oa) = (
+                advise_or_explain(&rb, &sb, g).unwrap(),
+                advise_or_explain(&ra, &sa, g).unwrap(),
+            );
+            let m = Models {
+                before: &ob,
+                after: &oa,
+            };
+            predictions(&mut d, &ra, &sb, &sa, m, g).unwrap();
+            println!("{:#?}", d.predictions);
+            d.predictions
+                .into_iter()
+                .find(|p| p.metric == "dram_read_mbyte_per_s")
+                .expect("a DRAM read prediction")
+        };
+        let same = dram(3.0);
+        assert!(same.after_source.starts_with("measured"), "{same:?}");
+        assert!((same.after.unwrap() - 3_000.0).abs() < 1.0, "{same:?}");
+        assert_eq!(same.came_true, Some(true), "{same:?}");
+        let busier = dram(9.0);
+        assert!(busier.error.unwrap() > 4_000.0, "{busier:?}");
+        assert_eq!(busier.came_true, Some(false), "{busier:?}");
     }
 }

@@ -2038,6 +2038,10 @@ fn socket_queues_in(
 pub(crate) mod fixture {
     use std::path::{Path, PathBuf};
 
+    use crate::recording::writer::CounterRow;
+    use crate::snapshot::{Dir, EventCounters, FlowCounters, FlowKey, QueueCounters, Snapshot};
+    use crate::topology::{CacheInfo, HostInfo, IfaceInfo};
+
     pub(crate) const FIXTURE: &str = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../tests/fixtures/recordings/veth-tcp.ddio"
@@ -2077,6 +2081,150 @@ pub(crate) mod fixture {
                 .expect("counters");
         }
         (dir, path)
+    }
+
+    pub(crate) const START_NS: u64 = 1_000_000_000;
+    pub(crate) const IV_NS: u64 = 100_000_000;
+
+    /// One counter reading of interval `iv` of [`synthetic_recording`], on socket 0.
+    pub(crate) fn counter_row(
+        iv: u64,
+        pmu: &str,
+        event: &str,
+        value: f64,
+        source: &str,
+    ) -> (u64, CounterRow) {
+        (
+            iv,
+            CounterRow {
+                t_ns: START_NS + (iv + 1) * IV_NS,
+                socket: 0,
+                pmu: pmu.into(),
+                event: event.into(),
+                value,
+                raw: value as u64,
+                enabled_ns: IV_NS,
+                running_ns: IV_NS,
+                source: source.into(),
+            },
+        )
+    }
+
+    /// One queue's counters in interval `i` of [`synthetic_recording`].
+    pub(crate) fn synthetic_queue(dir: Dir, q: u32, i: u64) -> QueueCounters {
+        let mut c = QueueCounters::new(dir, q);
+        c.packets = 10_000 + 1_000 * i + 500 * q as u64;
+        c.bytes = c.packets * 1514;
+        if dir == Dir::Rx {
+            c.napi_polls = c.packets / 8;
+            c.napi_work = c.packets;
+        }
+        for s in 0..3 {
+            // Two modes per stage so a chart has more than one bar.
+            c.stage_hist[s][9 + s] = c.packets * 3 / 4;
+            c.stage_hist[s][13 + s] = c.packets / 4;
+            c.stage_count[s] = c.packets;
+            c.stage_sum_ns[s] = c.packets * (1 << (10 + s));
+            c.stage_max_ns[s] = 1 << (14 + s);
+        }
+        c
+    }
+
+    /// Five 100 ms intervals, two RX queues and one TX queue, optionally LLC info, and the
+    /// given counter rows (their source is the recording's counters source), written through
+    /// the recorder's own writer (`rx` false: no RX traffic).
+    pub(crate) fn synthetic_recording(
+        llc: bool,
+        rx: bool,
+        rows: Vec<(u64, CounterRow)>,
+    ) -> (tempfile::TempDir, PathBuf) {
+        let counters_source = rows
+            .first()
+            .map_or_else(|| "absent".to_string(), |(_, r)| r.source.clone());
+        let iface = IfaceInfo {
+            name: "eth<1>".into(),
+            netns: Some("ns-test".into()),
+            ifindex: 7,
+            driver: Some("veth".into()),
+            rx_queues: 2,
+            tx_queues: 1,
+            ..Default::default()
+        };
+        let host = HostInfo {
+            hostname: "box".into(),
+            kernel: "6.1.0".into(),
+            cpu_model: "Test CPU".into(),
+            cpu_vendor: "GenuineIntel".into(),
+            ncpus: 4,
+            llc: llc.then(|| CacheInfo {
+                level: 3,
+                size_bytes: 8 << 20,
+                ways: 16,
+                sets: 8192,
+                line_bytes: 64,
+                shared_cpus: "0-3".into(),
+            }),
+            ..Default::default()
+        };
+        let meta: Vec<(&str, String)> = vec![
+        ("iface", serde_json::to_string(&iface).unwrap()),
+        ("host", serde_json::to_string(&host).unwrap()),
+        ("start_ns", START_NS.to_string()),
+        ("interval_ms", "100".into()),
+        ("sample_every", "64".into()),
+        ("complete", "true".into()),
+        ("hooks", r#"[{"tracepoint":"net:napi_gro_receive_entry","flavor":"tp_btf"},{"tracepoint":"skb:consume_skb","flavor":null}]"#.into()),
+        ("counters_source", counters_source),
+    ];
+        let flow = FlowCounters {
+            key: FlowKey {
+                dir: Dir::Rx,
+                proto: "tcp".into(),
+                src: "fd77::1".into(),
+                sport: 40000,
+                dst: "fd77::2".into(),
+                dport: 5201,
+            },
+            queue: 1,
+            packets: 1000,
+            bytes: 1_514_000,
+            payload_bytes: 1_448_000,
+            first_ns: START_NS,
+            last_ns: START_NS + 5 * IV_NS,
+            samples: None,
+            bytes_var: None,
+            source: None,
+        };
+        let snapshots: Vec<Snapshot> = (0..5u64)
+            .map(|i| {
+                let mut queues = vec![synthetic_queue(Dir::Tx, 0, i)];
+                if rx {
+                    queues.extend([
+                        synthetic_queue(Dir::Rx, 0, i),
+                        synthetic_queue(Dir::Rx, 1, i),
+                    ]);
+                }
+                Snapshot {
+                    index: i,
+                    t_ns: START_NS + (i + 1) * IV_NS,
+                    dur_ns: IV_NS,
+                    queues,
+                    events: EventCounters {
+                        sampled: 10,
+                        received: 10,
+                        ..Default::default()
+                    },
+                    flows: if i == 4 {
+                        vec![flow.clone()]
+                    } else {
+                        Vec::new()
+                    },
+                    drop_reasons: if i == 4 { vec![(2, 5)] } else { Vec::new() },
+                    ..Default::default()
+                }
+            })
+            .collect();
+        write_recording(&meta, &snapshots, &rows)
     }
 }
 

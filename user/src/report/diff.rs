@@ -123,11 +123,17 @@ fn prediction_rows(ps: &[Prediction]) -> Vec<Vec<String>> {
         rows.push(vec![
             p.what.clone(),
             p.metric.clone(),
-            val("_pct", p.predicted_before),
-            val("_pct", p.predicted_after),
-            val("_pct", p.after),
+            val(&p.metric, p.predicted_before),
+            val(&p.metric, p.predicted_after),
+            val(&p.metric, p.after),
             p.error
-                .map(|e| format!("{e:+.1} pp"))
+                .map(|e| {
+                    if p.metric.ends_with("_pct") {
+                        format!("{e:+.1} pp")
+                    } else {
+                        signed(&p.metric, e)
+                    }
+                })
                 .unwrap_or_else(|| "-".into()),
             match p.came_true {
                 Some(true) => "yes".into(),

@@ -8,46 +8,11 @@ use crate::recording::writer::CounterRow;
 use crate::recording::Recording;
 use crate::report::svg::{esc, hist_chart};
 use crate::snapshot::NBUCKETS;
-use crate::snapshot::{EventCounters, FlowCounters, FlowKey, Snapshot};
-use crate::topology::{CacheInfo, HostInfo, IfaceInfo};
 
-const START_NS: u64 = 1_000_000_000;
-const IV_NS: u64 = 100_000_000;
-
-fn queue(dir: Dir, q: u32, i: u64) -> QueueCounters {
-    let mut c = QueueCounters::new(dir, q);
-    c.packets = 10_000 + 1_000 * i + 500 * q as u64;
-    c.bytes = c.packets * 1514;
-    if dir == Dir::Rx {
-        c.napi_polls = c.packets / 8;
-        c.napi_work = c.packets;
-    }
-    for s in 0..3 {
-        // Two modes per stage so a chart has more than one bar.
-        c.stage_hist[s][9 + s] = c.packets * 3 / 4;
-        c.stage_hist[s][13 + s] = c.packets / 4;
-        c.stage_count[s] = c.packets;
-        c.stage_sum_ns[s] = c.packets * (1 << (10 + s));
-        c.stage_max_ns[s] = 1 << (14 + s);
-    }
-    c
-}
+use crate::recording::reader::fixture::{counter_row, synthetic_recording, IV_NS};
 
 fn tor(iv: u64, event: &str, value: f64) -> (u64, CounterRow) {
-    (
-        iv,
-        CounterRow {
-            t_ns: START_NS + (iv + 1) * IV_NS,
-            socket: 0,
-            pmu: "cha".into(),
-            event: event.into(),
-            value,
-            raw: value as u64,
-            enabled_ns: IV_NS,
-            running_ns: IV_NS,
-            source: "imported".into(),
-        },
-    )
+    counter_row(iv, "cha", event, value, "imported")
 }
 
 /// Five 100 ms intervals, two RX queues and one TX queue, optionally LLC info and TOR
@@ -69,97 +34,7 @@ fn synthetic_file(llc: bool, counters: bool, rx: bool) -> (tempfile::TempDir, Pa
             ));
         }
     }
-    synthetic_file_with(llc, rx, rows)
-}
-
-/// [`synthetic_file`] with the given imported counter rows.
-fn synthetic_file_with(
-    llc: bool,
-    rx: bool,
-    rows: Vec<(u64, CounterRow)>,
-) -> (tempfile::TempDir, PathBuf) {
-    let counters = !rows.is_empty();
-    let iface = IfaceInfo {
-        name: "eth<1>".into(),
-        netns: Some("ns-test".into()),
-        ifindex: 7,
-        driver: Some("veth".into()),
-        rx_queues: 2,
-        tx_queues: 1,
-        ..Default::default()
-    };
-    let host = HostInfo {
-        hostname: "box".into(),
-        kernel: "6.1.0".into(),
-        cpu_model: "Test CPU".into(),
-        cpu_vendor: "GenuineIntel".into(),
-        ncpus: 4,
-        llc: llc.then(|| CacheInfo {
-            level: 3,
-            size_bytes: 8 << 20,
-            ways: 16,
-            sets: 8192,
-            line_bytes: 64,
-            shared_cpus: "0-3".into(),
-        }),
-        ..Default::default()
-    };
-    let meta: Vec<(&str, String)> = vec![
-        ("iface", serde_json::to_string(&iface).unwrap()),
-        ("host", serde_json::to_string(&host).unwrap()),
-        ("start_ns", START_NS.to_string()),
-        ("interval_ms", "100".into()),
-        ("sample_every", "64".into()),
-        ("complete", "true".into()),
-        ("hooks", r#"[{"tracepoint":"net:napi_gro_receive_entry","flavor":"tp_btf"},{"tracepoint":"skb:consume_skb","flavor":null}]"#.into()),
-        ("counters_source", if counters { "imported" } else { "absent" }.into()),
-    ];
-    let flow = FlowCounters {
-        key: FlowKey {
-            dir: Dir::Rx,
-            proto: "tcp".into(),
-            src: "fd77::1".into(),
-            sport: 40000,
-            dst: "fd77::2".into(),
-            dport: 5201,
-        },
-        queue: 1,
-        packets: 1000,
-        bytes: 1_514_000,
-        payload_bytes: 1_448_000,
-        first_ns: START_NS,
-        last_ns: START_NS + 5 * IV_NS,
-        samples: None,
-        bytes_var: None,
-        source: None,
-    };
-    let snapshots: Vec<Snapshot> = (0..5u64)
-        .map(|i| {
-            let mut queues = vec![queue(Dir::Tx, 0, i)];
-            if rx {
-                queues.extend([queue(Dir::Rx, 0, i), queue(Dir::Rx, 1, i)]);
-            }
-            Snapshot {
-                index: i,
-                t_ns: START_NS + (i + 1) * IV_NS,
-                dur_ns: IV_NS,
-                queues,
-                events: EventCounters {
-                    sampled: 10,
-                    received: 10,
-                    ..Default::default()
-                },
-                flows: if i == 4 {
-                    vec![flow.clone()]
-                } else {
-                    Vec::new()
-                },
-                drop_reasons: if i == 4 { vec![(2, 5)] } else { Vec::new() },
-                ..Default::default()
-            }
-        })
-        .collect();
-    crate::recording::reader::fixture::write_recording(&meta, &snapshots, &rows)
+    synthetic_recording(llc, rx, rows)
 }
 
 /// The page for a recording, with the report's own summary and outcome.
@@ -509,13 +384,9 @@ fn memory_controller_reads_alone_calibrate_the_model() {
         // CAS lines per 100 ms interval for `read_gbps`.
         let cas = read_gbps * 1e9 / 64.0 * (IV_NS as f64 / 1e9);
         let rows = (0..5)
-            .map(|iv| {
-                let (iv, mut r) = tor(iv, "UNC_M_CAS_COUNT.RD", cas);
-                r.pmu = "imc".into();
-                (iv, r)
-            })
+            .map(|iv| counter_row(iv, "imc", "UNC_M_CAS_COUNT.RD", cas, "imported"))
             .collect();
-        let (_dir, path) = synthetic_file_with(true, true, rows);
+        let (_dir, path) = synthetic_recording(true, true, rows);
         let rec = Recording::open(&path).unwrap();
         let r = crate::analysis::summary::build(&rec).unwrap();
         let outcome = crate::analysis::advise_or_explain(&rec, &r, Default::default()).unwrap();
