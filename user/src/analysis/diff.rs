@@ -1304,14 +1304,8 @@ mod tests {
     #[test]
     fn dram_reads_predicted_from_before_are_judged_by_afters_controllers() {
         use crate::analysis::{advise_or_explain, summary};
-        use crate::recording::reader::fixture::{counter_row, synthetic_recording, IV_NS};
-        let rec = |gbps: f64| {
-            let cas = gbps * 1e9 / 64.0 * (IV_NS as f64 / 1e9);
-            let rows = (0..5)
-                .map(|iv| counter_row(iv, "imc", "UNC_M_CAS_COUNT.RD", cas, "live"))
-                .collect();
-            synthetic_recording(true, true, rows)
-        };
+        use crate::recording::reader::fixture::{synthetic_with_dram_reads, IV_NS};
+        let rec = |gbps: f64| synthetic_with_dram_reads(gbps, "live");
         let (_db, b) = rec(3.0);
         let dram = |after_gbps: f64| -> Prediction {
             let (_da, a) = rec(after_gbps);

@@ -2086,6 +2086,20 @@ pub(crate) mod fixture {
     pub(crate) const START_NS: u64 = 1_000_000_000;
     pub(crate) const IV_NS: u64 = 100_000_000;
 
+    /// [`synthetic_recording`] with LLC info, RX traffic and memory controllers that read
+    /// `gbps` GB/s in every interval, the counters' source `source`.
+    pub(crate) fn synthetic_with_dram_reads(
+        gbps: f64,
+        source: &str,
+    ) -> (tempfile::TempDir, PathBuf) {
+        // CAS lines per interval for `gbps`.
+        let cas = gbps * 1e9 / 64.0 * (IV_NS as f64 / 1e9);
+        let rows = (0..5)
+            .map(|iv| counter_row(iv, "imc", "UNC_M_CAS_COUNT.RD", cas, source))
+            .collect();
+        synthetic_recording(true, true, rows)
+    }
+
     /// One counter reading of interval `iv` of [`synthetic_recording`], on socket 0.
     pub(crate) fn counter_row(
         iv: u64,

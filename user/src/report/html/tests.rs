@@ -9,7 +9,9 @@ use crate::recording::Recording;
 use crate::report::svg::{esc, hist_chart};
 use crate::snapshot::NBUCKETS;
 
-use crate::recording::reader::fixture::{counter_row, synthetic_recording, IV_NS};
+use crate::recording::reader::fixture::{
+    counter_row, synthetic_recording, synthetic_with_dram_reads,
+};
 
 fn tor(iv: u64, event: &str, value: f64) -> (u64, CounterRow) {
     counter_row(iv, "cha", event, value, "imported")
@@ -381,12 +383,7 @@ fn counters_calibrate_the_model_the_report_uses() {
 #[test]
 fn memory_controller_reads_alone_calibrate_the_model() {
     let calibration = |read_gbps: f64| {
-        // CAS lines per 100 ms interval for `read_gbps`.
-        let cas = read_gbps * 1e9 / 64.0 * (IV_NS as f64 / 1e9);
-        let rows = (0..5)
-            .map(|iv| counter_row(iv, "imc", "UNC_M_CAS_COUNT.RD", cas, "imported"))
-            .collect();
-        let (_dir, path) = synthetic_recording(true, true, rows);
+        let (_dir, path) = synthetic_with_dram_reads(read_gbps, "imported");
         let rec = Recording::open(&path).unwrap();
         let r = crate::analysis::summary::build(&rec).unwrap();
         let outcome = crate::analysis::advise_or_explain(&rec, &r, Default::default()).unwrap();
