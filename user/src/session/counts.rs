@@ -262,7 +262,10 @@ impl CountPlan {
 impl Session {
     /// Each queue's cumulative counts at the interval's end, from whichever source counts
     /// each direction, and the interface's totals around the read (to check the driver's by).
-    pub(super) fn read_counts(&mut self) -> Result<(Vec<QueueCounters>, Option<LinkSpan>)> {
+    pub(super) fn read_counts(
+        &mut self,
+        finishing: bool,
+    ) -> Result<(Vec<QueueCounters>, Option<LinkSpan>)> {
         let mut cur_q = self.tier0.read_queues()?;
         // The interface's totals just before and just after, to check the driver's counts
         // against (the counts were taken somewhere between the two) and to split TX by.
@@ -276,7 +279,14 @@ impl Session {
             overlay_kernel_counts(&mut cur_q, &k.queues(), self.kernel_counts);
         }
         let after = if check || self.splits.iter().any(Option::is_some) {
-            self.watch.as_mut().and_then(|w| w.link_totals())
+            // The last reading is the recording's total: settled, so it holds whole frames.
+            self.watch.as_mut().and_then(|w| {
+                if finishing {
+                    w.link_totals_settled()
+                } else {
+                    w.link_totals()
+                }
+            })
         } else {
             None
         };
@@ -301,7 +311,7 @@ impl Session {
             // The NIC's drop counters count from here, as the queues do.
             k.ring_drop_deltas();
         }
-        let after = self.watch.as_mut().and_then(|w| w.link_totals());
+        let after = self.watch.as_mut().and_then(|w| w.link_totals_settled());
         self.prev_link = before.zip(after);
         self.start_link = after;
         for (d, dir) in [(0, Dir::Rx), (1, Dir::Tx)] {

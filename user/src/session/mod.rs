@@ -279,7 +279,7 @@ impl Session {
         // snapshot is taken (reading the probes, closing a window can take tens of ms): read
         // after them, a reading spanned another length than the interval it was filed under.
         let counters = self.read_counters();
-        let (cur_q, link) = self.read_counts()?;
+        let (cur_q, link) = self.read_counts(finishing)?;
         // The window under way when the run ends is a window too.
         if finishing {
             let now = Instant::now().saturating_duration_since(self.started);

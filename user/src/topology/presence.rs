@@ -59,6 +59,9 @@ fn getlink_body(ifindex: u32) -> [u8; IFINFOMSG] {
     m
 }
 
+/// Reads [`DeviceWatch::link_totals_settled`] makes at most.
+const SETTLE_READS: u32 = 4;
+
 /// An interface's own cumulative totals, [RX, TX] each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LinkTotals {
@@ -144,6 +147,24 @@ impl DeviceWatch {
             .request(RTM_GETLINK, 0, &getlink_body(self.ifindex))
             .ok()?;
         msgs.first().and_then(|m| link_totals(m))
+    }
+
+    /// The interface's totals once two reads in a row agree, at most [`SETTLE_READS`] reads.
+    /// A frame's packet and its bytes are two stores, and on 64-bit hosts a reader on another
+    /// CPU can see one and not the other: a read taken as a frame goes out can hold its packet
+    /// and not its bytes. Mid-recording the next interval makes that good; the first and the
+    /// last read are what the recording's totals are reckoned from, so they wait for the
+    /// counters to hold still (on a busy device they will not: the last read is taken).
+    pub fn link_totals_settled(&mut self) -> Option<LinkTotals> {
+        let mut last = self.link_totals()?;
+        for _ in 1..SETTLE_READS {
+            let next = self.link_totals()?;
+            if next == last {
+                break;
+            }
+            last = next;
+        }
+        Some(last)
     }
 
     /// Is the interface still there? An error only when the kernel could not be asked.
