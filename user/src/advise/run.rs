@@ -154,7 +154,7 @@ impl ModelRun {
             calibrated_network_dram_read_gbps: network_read,
             calibrated_background_dram_read_gbps: background_read,
             residual_dram_read_gbps: res(
-                network_read.map(|n| n + background_read),
+                cal.socket_dram_read_gbps(fit.params.bg_lines_per_sec),
                 measured.dram_read_gbps,
             ),
             background_fit: fit.background_fit,
@@ -329,8 +329,7 @@ impl ModelRun {
             .map(|p| p.bg_lines_per_sec)
             .or_else(|| self.base.as_ref().map(|s| s.background.lines_per_sec))
             .unwrap_or(0.0);
-        r.dram(&r.total)
-            .map(|d| d.read_gbps + r.background_dram_read_gbps(lines))
+        r.socket_dram_read_gbps(lines)
     }
 
     /// A variant of the recorded workload (another buffer reuse, another spread), with the

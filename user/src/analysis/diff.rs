@@ -1029,21 +1029,10 @@ fn judge_within(p: &mut Prediction, bound: f64) {
     p.came_true = p.error.map(|e| e.abs() <= bound);
 }
 
+/// A hit rate's prediction: true within the model's agreement or the measurement's 95 %
+/// interval, whichever is wider.
 fn judge(p: &mut Prediction, ci: Option<f64>) {
-    p.error = match (p.after, p.predicted_after) {
-        (Some(a), Some(pr)) => Some(((a - pr) * 100.0).round() / 100.0),
-        _ => None,
-    };
-    p.came_true = p.error.map(|e| {
-        let bound = ci
-            .unwrap_or(0.0)
-            .max(if p.after_source.starts_with("measured") {
-                0.0
-            } else {
-                MODEL_AGREEMENT_PP
-            });
-        e.abs() <= bound.max(MODEL_AGREEMENT_PP)
-    });
+    judge_within(p, ci.unwrap_or(0.0).max(MODEL_AGREEMENT_PP));
 }
 
 /// Whether AFTER applied a recommendation, judged by the setting its command changes.

@@ -214,6 +214,13 @@ impl SimResult {
         })
     }
 
+    /// The socket's DRAM reads this result accounts for, GB/s: the network's, and those of a
+    /// background of `background_lines_per_sec`. None without a measured time.
+    pub fn socket_dram_read_gbps(&self, background_lines_per_sec: f64) -> Option<f64> {
+        self.dram(&self.total)
+            .map(|d| d.read_gbps + self.background_dram_read_gbps(background_lines_per_sec))
+    }
+
     /// DRAM reads of the background load (`lines_per_sec` accesses a second, of which the
     /// share that missed in the simulation goes to DRAM), GB/s; 0 without one.
     pub fn background_dram_read_gbps(&self, lines_per_sec: f64) -> f64 {
