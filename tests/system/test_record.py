@@ -98,14 +98,19 @@ def test_tcp_counts_queues_flows_and_stages(testbed, recorder, tmp_path):
 
     # Stage histograms: present on every queue the driver says carried traffic (at least
     # 1000 packets: four streams over four queues leave at least one such queue), and ordered.
+    # The copy is timed only for a life copied while its window's hooks are still on: a
+    # queue's few dozen timed lives can all sit behind a reader that lags past the drain, so
+    # the copy stage is asked of the busy queues together.
     busy = [i for i, n in truth.items() if n >= 1000]
     assert busy, truth
     by_queue = {q["queue"]: q for q in rx}
     for i in busy:
         q = by_queue[i]
-        for stage in ("driver_to_stack", "stack_to_copy", "driver_to_free"):
+        for stage in ("driver_to_stack", "driver_to_free"):
             assert q["stages"].get(stage, {}).get("count", 0) > 0, (q["queue"], stage, q, r["meta"])
         assert q["napi"]["polls"] > 0
+    copied = sum(by_queue[i]["stages"].get("stack_to_copy", {}).get("count", 0) for i in busy)
+    assert copied > 0, ([by_queue[i] for i in busy], r["meta"])
     # Every RX life begun is accounted for: its free seen, or its end unseen (its state taken
     # by a later packet first, or still held when its window's drain ended; the sweep at a
     # window's end races only with programs still finishing). How many end unseen depends on
