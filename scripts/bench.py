@@ -38,8 +38,8 @@
 8. The recorder's own footprint (`footprint`): a default recording of 1 Gbit/s of TCP on the
    testbed, its RSS, peak RSS, open files, file and write-ahead-log size after each of
    BENCH_FOOTPRINT_MINUTES (10; "10,60" adds the hour, left out by default for its length).
-6. Host shapes (BENCH_SHAPES): the default recorder and the bpftrace peer against nothing
-   attached, interleaved ABBA, BENCH_SHAPE_ROUNDS rounds of each load, on: `tuned` (the testbed
+6. Host shapes (BENCH_SHAPES): the default recorder, `record --detail counts` and the bpftrace
+   peer against nothing attached, interleaved ABBA, BENCH_SHAPE_ROUNDS rounds of each load, on: `tuned` (the testbed
    above), `default` (veth's own offloads, the pair moved into namespaces the CNI way) and
    `neighbour` (a recorded default-shape pair carrying nothing, beside a busy tuned pair: the
    cost to another device's traffic). Throughput of the loaded pair, cost vs the same round's
@@ -54,7 +54,8 @@ BENCH_CONFIGS (comma-separated subset of none,bpftrace,record-counts,record,reco
 record-full,serve),
 BENCH_SKIP (comma-separated sections to skip: throughput,cost,hooks,long,sim,shapes,days,footprint),
 BENCH_ONLY (comma-separated sections to run alone, e.g. BENCH_ONLY=days,footprint), BENCH_SHAPES
-(tuned,default,neighbour), BENCH_SHAPE_ROUNDS (10), BENCH_DAYS_ROUNDS (3), BENCH_FOOTPRINT_MINUTES
+(tuned,default,neighbour), BENCH_SHAPE_CONFIGS (bpftrace-all,record,record-counts: what section 6
+sets against nothing attached), BENCH_SHAPE_ROUNDS (10), BENCH_DAYS_ROUNDS (3), BENCH_FOOTPRINT_MINUTES
 (10), BENCH_TESTBED (the testbed's name, bench<pid>). Needs root; traffic only flows between the testbed's namespaces.
 """
 import json
@@ -116,6 +117,8 @@ BPFTRACE_PEER = (
 )
 TRACEFS = Path("/sys/kernel/tracing")
 SHAPES = [s for s in os.environ.get("BENCH_SHAPES", "tuned,default,neighbour").split(",") if s]
+SHAPE_CONFIGS = ["none"] + [c for c in os.environ.get("BENCH_SHAPE_CONFIGS", "bpftrace-all,record,record-counts").split(",")
+                            if c and c != "none"]
 SHAPE_ROUNDS = int(os.environ.get("BENCH_SHAPE_ROUNDS", "10"))
 # The peer on every RX path a veth or NIC takes (NAPI's GRO, netif_rx, netif_receive_skb).
 BPFTRACE_PEER_ALL = (
@@ -605,9 +608,9 @@ def print_footprint(res):
 
 
 def shapes(tmp):
-    """Section 6: the default recorder and the peer on each host shape."""
+    """Section 6: the default recorder, counts mode and the peer on each host shape."""
     out = {}
-    configs = ["none", "bpftrace-all", "record"]
+    configs = SHAPE_CONFIGS
     for shape in SHAPES:
         log(f"shape {shape}: {SHAPE_ROUNDS} rounds x {len(configs)} configurations x 2 loads, {T_RUN} s each")
         made = []
@@ -663,8 +666,11 @@ def shapes(tmp):
 def print_shapes(res):
     print(f"\n6. Host shapes ({SHAPE_ROUNDS} rounds, interleaved ABBA, {T_RUN} s each; cost vs nothing attached, mean ± "
           f"standard error of the rounds; BPF ns and program runs per packet of the loaded pair's receiving interface, RX and TX, bpf_stats on)\n")
-    print(f"  {'shape':<10} {'load':<5} {'nothing attached':>20} {'peer cost':>15} {'record cost':>15} "
-          f"{'peer ns/pkt':>12} {'record ns/pkt':>14} {'record runs/pkt':>16}")
+    shown = [c for c in SHAPE_CONFIGS if c != "none"]
+    name = {"bpftrace-all": "peer", "record": "record", "record-counts": "counts"}
+    print(f"  {'shape':<10} {'load':<5} {'nothing attached':>20} "
+          + " ".join(f"{name.get(c, c) + ' cost':>15}" for c in shown) + " "
+          + " ".join(f"{name.get(c, c) + ' ns/pkt':>13} {name.get(c, c) + ' runs/pkt':>15}" for c in shown))
     for shape, r in res.items():
         for load in LOADS:
             bare = r["runs"][f"none/{load}"]
@@ -680,9 +686,9 @@ def print_shapes(res):
 
             b = lambda c, k: r["bpf"].get(f"{c}/{load}", {}).get(k)
             f = lambda v, d=1: "—" if v is None else f"{v:.{d}f}"
-            print(f"  {shape:<10} {load:<5} {m:>11.2f} ± {sd:<6.2f} {cost('bpftrace-all'):>15} {cost('record'):>15} "
-                  f"{f(b('bpftrace-all', 'ns_per_pkt')):>12} {f(b('record', 'ns_per_pkt')):>14} "
-                  f"{f(b('record', 'runs_per_pkt'), 3):>16}")
+            print(f"  {shape:<10} {load:<5} {m:>11.2f} ± {sd:<6.2f} "
+                  + " ".join(f"{cost(c):>15}" for c in shown) + " "
+                  + " ".join(f"{f(b(c, 'ns_per_pkt')):>13} {f(b(c, 'runs_per_pkt'), 3):>15}" for c in shown))
 
 
 def main():
