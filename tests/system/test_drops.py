@@ -35,9 +35,9 @@ def test_drops_in_another_namespace_with_the_same_ifindex_are_not_ours(testbed, 
     try:
         # The case this guards: per-namespace interface indexes collide.
         assert ifindex(other) == ifindex(tb)
-        # Drops counted at every drop (--detail counts: the default counts them in the
-        # detail windows only and estimates the rest, see the test below).
-        rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--detail", "counts")
+        # Drops counted at every drop (--detail counts --duty 1: by default they are counted
+        # in the windows only and the rest estimated, see the test below).
+        rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--detail", "counts", "--duty", "1")
         own0, other0 = no_ports(tb), no_ports(other)
         blast_closed_port(other, 3000)
         blast_closed_port(tb, 400)
@@ -89,7 +89,7 @@ def test_a_full_veth_ring_is_a_drop_before_the_stack_and_asks_for_a_larger_ring(
     """veth with no qdisc drops a frame its peer's ring (256 entries) has no room for before
     the receiver's stack takes it in, with no reason given (NOT_SPECIFIED), and counts it in
     the sender's tx_dropped: the truth here. Two TCP senders on both CPUs, both steered to
-    one queue, fill that ring. Every drop is counted (`--detail counts`): the drops the
+    one queue, fill that ring. Every drop is counted (`--detail counts --duty 1`): the drops the
     recording says came before the stack equal the sender's tx_dropped, and the ring advice
     (the recording given 4096-entry rings) grows the ring for them. The stack's own
     NOT_SPECIFIED drops (IPv6 multicast nobody joined) are not before it."""
@@ -99,7 +99,7 @@ def test_a_full_veth_ring_is_a_drop_before_the_stack_and_asks_for_a_larger_ring(
         tb.ns(tb.ns_snd, "sh", "-c", f"echo {mask} > /sys/class/net/{tb.if_snd}/queues/tx-{q}/xps_cpus")
     tb.iperf3_server(5201)
     tb.iperf3_server(5202)
-    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--detail", "counts")
+    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--detail", "counts", "--duty", "1")
     before = link_dropped(tb)
     a = subprocess.Popen(["ip", "netns", "exec", tb.ns_snd, "taskset", "-c", "0", "iperf3", "-c", tb.ip_rcv,
                           "-p", "5201", "-t", "3", "-P", "2"], stdout=subprocess.DEVNULL)

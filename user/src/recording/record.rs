@@ -276,13 +276,15 @@ fn check_args(args: &RecordArgs) -> Result<()> {
 
 /// What the session found and opened, once it is attached.
 fn session_meta(live: &Session) -> Result<RecordingMeta> {
-    let windowed = live.detail_mode == DetailMode::Windows;
+    let windowed = live.windowed();
     let (cycle, spans) = if windowed {
         let cycle = windows::cycle(Duration::from_millis(live.interval_ms()));
-        (
-            Some(cycle),
-            Some(windows::spans(cycle, live.duty, live.has_miss_sampler())),
-        )
+        let mut spans = windows::spans(cycle, live.duty, live.has_miss_sampler());
+        // A drain waits on lives only the detail hooks start: without them it is skipped.
+        if live.detail.is_none() {
+            spans.drain = Duration::ZERO;
+        }
+        (Some(cycle), Some(spans))
     } else {
         (None, None)
     };
@@ -768,7 +770,11 @@ impl Progress {
             ),
             DetailMode::Windows => format!(", detail in windows of 1/{} of the time", live.duty),
             DetailMode::Full => ", full detail".to_string(),
-            DetailMode::Counts => ", counts only".to_string(),
+            DetailMode::Counts if live.duty > 1 => format!(
+                ", counts only, tier 0's window programs in windows of 1/{} of the time",
+                live.duty
+            ),
+            DetailMode::Counts => ", counts only, tier 0's programs all the time".to_string(),
         };
         eprintln!(
             "recording {}{} ({} hooks, counters: {}{windows}) into {}{}; Ctrl-C to stop",

@@ -197,8 +197,9 @@ impl CountPlan {
                 && opts.detail.rx_counts == RxChoice::Auto,
             crate::probe::kstats::covers(&first, Dir::Tx),
         ];
-        // Windows of duty 1 are the whole run: full detail.
-        let windowed = opts.detail.mode == DetailMode::Windows && opts.duty() > 1;
+        // Windows of duty 1 are the whole run: full detail, or tier 0 all the time. With
+        // `--detail counts` the windows carry tier 0's window programs alone.
+        let windowed = opts.detail.mode != DetailMode::Full && opts.duty() > 1;
         // Counters that exist need not count every path (veth counts its NAPI path only):
         // what the device has carried so far must add up to the interface's own totals.
         if let Some(link) = watch.and_then(|w| w.link_packets()) {

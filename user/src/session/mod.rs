@@ -233,6 +233,12 @@ impl Session {
         self.interval.as_millis() as u64
     }
 
+    /// Whether the session runs windows (of the detail hooks, or with `--detail counts` of
+    /// tier 0's sampling programs alone).
+    pub fn windowed(&self) -> bool {
+        self.windows.is_some()
+    }
+
     /// Windows opened between the drawn ones for queues with a stage untimed (None: no windows).
     pub fn windows_opened(&self) -> Option<u64> {
         self.windows.as_ref().map(|w| w.opened)
@@ -314,10 +320,12 @@ impl Session {
             None => (Vec::new(), EventCounters::default(), Vec::new()),
         };
         cur_e.queue_clamped += self.tier0.counter(qc_counter::QC_QUEUE_CLAMPED)?;
-        let detail_ns = match self.windows.as_mut() {
-            Some(w) => Some(w.take_detail(Instant::now().saturating_duration_since(self.started))),
-            None if self.detail.is_some() => Some(t_ns - self.prev_t),
-            None => Some(0),
+        let detail_ns = match (self.windows.as_mut(), self.detail.is_some()) {
+            (Some(w), true) => {
+                Some(w.take_detail(Instant::now().saturating_duration_since(self.started)))
+            }
+            (None, true) => Some(t_ns - self.prev_t),
+            (_, false) => Some(0),
         };
         let mut snap = Snapshot {
             index: self.index,
@@ -407,10 +415,16 @@ impl Session {
             let mut wait = deadline
                 .saturating_duration_since(now)
                 .min(Duration::from_millis(200));
-            if let (Some(w), Some(d)) = (self.windows.as_mut(), self.detail.as_mut()) {
+            if let Some(w) = self.windows.as_mut() {
                 let at = now.saturating_duration_since(self.started);
                 let tier0_windows = self.tier0.has_window_hooks();
-                let closed = w.drive(d, self.l3.as_mut(), &mut self.tier0, tier0_windows, at)?;
+                let closed = w.drive(
+                    self.detail.as_mut(),
+                    self.l3.as_mut(),
+                    &mut self.tier0,
+                    tier0_windows,
+                    at,
+                )?;
                 // Attaching and detaching take time (a tcx link waits for an RCU grace period),
                 // and the schedule may have moved by it: the next change is reckoned from now.
                 let now = Instant::now();

@@ -287,9 +287,11 @@ impl WindowDriver {
     }
 
     /// Put the probes in the phase of `at` (time since the recording started).
+    /// Without detail hooks (`--detail counts`) a window is tier 0's window programs alone:
+    /// no warm-up, and no drain, which waits on lives only the detail hooks start.
     pub(super) fn drive(
         &mut self,
-        detail: &mut PktlifeProbe,
+        mut detail: Option<&mut PktlifeProbe>,
         mut l3: Option<&mut L3missProbe>,
         tier0: &mut QcountProbe,
         tier0_windows: bool,
@@ -297,8 +299,15 @@ impl WindowDriver {
     ) -> Result<Option<(Duration, Duration)>> {
         use windows::Phase;
         let mut phase = self.schedule.phase_at(at);
-        if phase == Phase::Off && self.phase == Phase::Drain && self.drain_goes_on(detail, at) {
-            phase = Phase::Drain;
+        if phase == Phase::Drain && detail.is_none() {
+            phase = Phase::Off;
+        }
+        if phase == Phase::Off && self.phase == Phase::Drain {
+            if let Some(d) = detail.as_deref_mut() {
+                if self.drain_goes_on(d, at) {
+                    phase = Phase::Drain;
+                }
+            }
         }
         // A device that carried next to nothing has nothing to time, and the detail hooks
         // would bill only the host's other devices: its drawn windows are let pass. So are
@@ -344,13 +353,17 @@ impl WindowDriver {
         match is {
             Phase::Off => {
                 // The detail hooks ran until they are detached: the window's time ends then.
-                let closing = Instant::now();
-                detail.close_window();
-                at += closing.elapsed();
+                if let Some(d) = detail.as_deref_mut() {
+                    let closing = Instant::now();
+                    d.close_window();
+                    at += closing.elapsed();
+                }
             }
             Phase::Drain => {
-                detail.stop_starts();
-                self.drain = Some(Drain::new(at, detail.lives_in_flight()));
+                if let Some(d) = detail.as_deref_mut() {
+                    d.stop_starts();
+                    self.drain = Some(Drain::new(at, d.lives_in_flight()));
+                }
             }
             Phase::Warmup | Phase::Window if matches!(was, Phase::Off | Phase::Drain) => {
                 // From all-off, a new generation: what the hooks left when they went away is
@@ -378,7 +391,9 @@ impl WindowDriver {
                     at += took;
                     self.opened_at = Some(at);
                 }
-                detail.open_window(self.generation)?;
+                if let Some(d) = detail {
+                    d.open_window(self.generation)?;
+                }
                 if let Some(l) = l3.as_deref_mut() {
                     l.set_window(monotonic_ns(), self.generation)?;
                 }
@@ -462,7 +477,10 @@ impl Session {
             self.tier0
                 .set_window_flow_cut(w.schedule.cut().max(on).min(1.0))?;
         }
-        w.time_untimed_queues(interval, cumulative, at);
+        // Without detail hooks no stage is ever timed: no window is opened to time one.
+        if self.detail.is_some() {
+            w.time_untimed_queues(interval, cumulative, at);
+        }
         if self.splits.iter().any(Option::is_some) {
             if unsplit < OPEN_FOR_PACKETS {
                 w.opened_for_split = 0;
