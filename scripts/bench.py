@@ -147,6 +147,16 @@ class Testbed:
     def __init__(self, name, shape="tuned"):
         self.name = name
         self.env = {**os.environ, "DDIO_TESTBED_SHAPE": shape}
+        self.server = None
+        try:
+            self._up()
+        except BaseException:
+            # A bench stopped while it builds a testbed leaves none behind.
+            self.down()
+            raise
+
+    def _up(self):
+        name = self.name
         sh(ROOT / "scripts/testbed.sh", "up", name, env=self.env)
         env = dict(l.split("=", 1) for l in sh(ROOT / "scripts/testbed.sh", "env", name, env=self.env).stdout.split())
         self.ns_snd, self.ns_rcv, self.if_rcv, self.ip_rcv = env["NS_SND"], env["NS_RCV"], env["IF_RCV"], env["IP_RCV"]
@@ -187,8 +197,9 @@ class Testbed:
         die(f"iperf3 {load} failed 3 times: {j.get('error')}")
 
     def down(self):
-        self.server.kill()
-        self.server.wait()
+        if self.server:
+            self.server.kill()
+            self.server.wait()
         sh(ROOT / "scripts/testbed.sh", "down", self.name, check=False, env=self.env)
 
 
