@@ -45,7 +45,8 @@
    cost to another device's traffic). Throughput of the loaded pair, cost vs the same round's
    bare run, and from one more run per configuration with bpf_stats on, BPF ns and program
    runs per packet of the loaded pair (the receiving interface's own count, RX and TX), in out/bench.json also
-   per program. BENCH_SHAPE_ROUNDS=0 measures the BPF side alone (about 2 minutes).
+   per program, and the share of the host's CPU time it took in that run (its programs' BPF
+   time and its process's user and system time, over the run's wall time times the CPUs). BENCH_SHAPE_ROUNDS=0 measures the BPF side alone (about 2 minutes).
 
 A benchmark prints; it asserts nothing about time. Raw results go to out/bench.json.
 Knobs (environment): BIN, OUT_JSON, BENCH_ROUNDS (5), BENCH_PAIR_ROUNDS (5: more rounds of nothing
@@ -277,6 +278,14 @@ class Attached:
         if getattr(self, "drain", None):
             self.drain.wait()
 
+    def cpu_s(self):
+        """CPU seconds its process has used so far, every thread's (user and system; in
+        clock ticks, so to 1/CLK_TCK s), 0 for nothing attached."""
+        if not self.proc or self.proc.poll() is not None:
+            return 0.0
+        f = open(f"/proc/{self.proc.pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
 
 def bpf_progs():
     return json.loads(sh("bpftool", "prog", "show", "--json").stdout or "[]")
@@ -346,15 +355,20 @@ def throughput(tb, tmp):
     return runs, steal
 
 
-def bpf_during(a, tb, load):
+def bpf_during(a, tb, load, host=None):
     """The runs and BPF ns of `a`'s programs while `load` runs on `tb`, and the packets its
-    receiver counted meanwhile, both directions (bpf_stats must be on)."""
-    s0, p0 = stats_of(a.prog_ids), tb.packets()
+    receiver counted meanwhile, both directions (bpf_stats must be on). With `host` (a dict),
+    also the share of the host's CPU time `a` took meanwhile: its programs' BPF time and its
+    process's own CPU time, over the wall time times the CPUs."""
+    s0, p0, c0, t0 = stats_of(a.prog_ids), tb.packets(), a.cpu_s(), time.monotonic()
     tb.iperf(load)
-    s1, p1 = stats_of(a.prog_ids), tb.packets()
+    s1, p1, c1, t1 = stats_of(a.prog_ids), tb.packets(), a.cpu_s(), time.monotonic()
     runs = sum(s1[i][0] - s0.get(i, (0, 0, ""))[0] for i in s1)
     ns = sum(s1[i][1] - s0.get(i, (0, 0, ""))[1] for i in s1)
     pkts = max(p1 - p0, 1)
+    if host is not None:
+        cpus = (t1 - t0) * os.cpu_count()
+        host.update(bpf_cpu_pct=100 * ns / 1e9 / cpus, process_cpu_pct=100 * (c1 - c0) / cpus)
     # Which programs the cost is: runs and ns per packet of each program that ran.
     by_prog = {}
     for i in s1:
@@ -654,12 +668,14 @@ def shapes(tmp):
                     try:
                         time.sleep(SETTLE)
                         for load in LOADS:
-                            n, ns, pk, progs = bpf_during(a, loaded, load)
+                            host = {}
+                            n, ns, pk, progs = bpf_during(a, loaded, load, host)
                             bpf[(c, load)] = {
                                 "ns_per_pkt": ns / pk,
                                 "runs_per_pkt": n / pk,
                                 "packets": pk,
                                 "programs": progs,
+                                **host,
                             }
                     finally:
                         a.stop()
@@ -700,6 +716,18 @@ def print_shapes(res):
             print(f"  {shape:<10} {load:<5} {m:>11.2f} ± {sd:<6.2f} "
                   + " ".join(f"{cost(c):>15}" for c in shown) + " "
                   + " ".join(f"{f(b(c, 'ns_per_pkt')):>13} {f(b(c, 'runs_per_pkt'), 3):>15}" for c in shown))
+    # What the throughput cannot resolve: the CPU each configuration took from the host in the
+    # same BPF run, its programs' time and its process's own, as a share of all CPUs' time.
+    print(f"\n  share of the host's CPU time in that run (every CPU): BPF + the process's own = total\n")
+    print(f"  {'shape':<10} {'load':<5} " + " ".join(f"{name.get(c, c):>24}" for c in shown))
+    for shape, r in res.items():
+        for load in LOADS:
+            def share(c):
+                v = r["bpf"].get(f"{c}/{load}", {})
+                if "bpf_cpu_pct" not in v:
+                    return "—"
+                return f"{v['bpf_cpu_pct']:.2f} + {v['process_cpu_pct']:.2f} = {v['bpf_cpu_pct'] + v['process_cpu_pct']:.2f}%"
+            print(f"  {shape:<10} {load:<5} " + " ".join(f"{share(c):>24}" for c in shown))
 
 
 def main():
