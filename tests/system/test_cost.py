@@ -11,9 +11,6 @@ from conftest import Bpftrace, Testbed, recording_meta, run
 
 # The default's detail windows run 1/32 of the time.
 DUTY = 32
-# The default's window budget (`--window-packets`): a busy device's windows are cut to about
-# this many packets.
-WINDOW_PACKETS = 1024
 # The span steady_invocations measures, in seconds (50 intervals of 100 ms).
 SPAN_S = 5.0
 # The default's run budget (`--run-budget`): the programs run at most this many times per
@@ -155,9 +152,8 @@ def test_the_defaults_invocations_per_recorded_packet(recorder, bpf_stats, shape
     assert total / packets <= RUN_BUDGET * (1 + 1 / SPAN_S) + 0.03, (total, packets)
     meta = recording_meta(rec.out)
     assert float(meta["window_run_budget"]) == RUN_BUDGET, meta
-    # A device sixteen times busier than the budget at the duty has its windows cut to the
-    # budget (to a sixteenth of their time, or the 2 ms floor): with the drain and the attach
-    # each window still carries, they cost at most an eighth of what 1/duty of the time would
-    # (without the cut, a tuned pair's windows ran 0.1-0.2 programs per packet; with it, 0.02).
-    if packets / SPAN_S > 16 * WINDOW_PACKETS * DUTY:
-        assert per_packet <= hooks / DUTY / 8, (windowed, packets)
+    # A busy device's windows are cut to about `--window-packets` (the unit tests of
+    # session::windows check the cut). What the cut saves in runs is not asserted here: each
+    # window's programs also run through their attach and detach, which wait out RCU grace
+    # periods as long as the host makes them, so runs per packet at a given cut are a time.
+    # The budget above is what bounds them.
