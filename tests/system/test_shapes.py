@@ -84,12 +84,15 @@ def test_tap_counts_are_exact_per_queue(tap, recorder, detail):
         assert (packets, nbytes) == (after[f"{k}_packets"] - before[f"{k}_packets"], after[f"{k}_bytes"] - before[f"{k}_bytes"])
 
 
-def test_veth_default_offloads_count_exactly_and_split_by_the_windows(recorder):
-    """veth with its own offloads, moved into namespaces: the sender's TSO frames and the
-    receiver's ACKs skip the NAPI of the end they arrive at, so the per-queue counters (the
-    receiver's RX queues; the peer's, which the kernel counts a veth's TX by) miss them. RX and
-    TX totals then come from the interface's own counters, exactly (bracketed by reads before
-    start and after stop), split across queues by the programs in the detail windows.
+@pytest.mark.parametrize("detail", ["windows", "counts"])
+def test_veth_default_offloads_count_exactly_and_split_by_the_windows(recorder, detail):
+    """veth with its own offloads, moved into namespaces (recorded with the default windows,
+    and with `--detail counts`): the sender's TSO frames and the receiver's ACKs skip the NAPI
+    of the end they arrive at, so the per-queue counters (the receiver's RX queues; the
+    peer's, which the kernel counts a veth's TX by) miss them. RX and TX totals then come from
+    the interface's own counters, exactly (bracketed by reads before start and after stop),
+    split across queues by the programs in the windows: bytes too, however few packets an
+    interval splits among many queues.
 
     Two recordings: TCP (iperf3 -P 4), whose totals must be exact; and a steady mix (UDP both
     ways, -P 4 at a fixed rate each), whose per-queue split is held to a bpftrace count of
@@ -104,8 +107,8 @@ def test_veth_default_offloads_count_exactly_and_split_by_the_windows(recorder):
         for ns, dev in ((tb.ns_rcv, tb.if_rcv), (tb.ns_snd, tb.if_snd)):
             tb.ns(ns, "sysctl", "-qw", f"net.ipv6.conf.{dev}.disable_ipv6=1")
         tb.iperf3_server()
-        tcp = _recorded(tb, recorder, "-t", "3", "-P", "4")
-        steady = _recorded(tb, recorder, "-u", "--bidir", "-P", "4", "-b", "20M", "-l", "1000", "-t", "6")
+        tcp = _recorded(tb, recorder, detail, "-t", "3", "-P", "4")
+        steady = _recorded(tb, recorder, detail, "-u", "--bidir", "-P", "4", "-b", "20M", "-l", "1000", "-t", "6")
     finally:
         tb.down()
     for got, meta, before, after, _ in (tcp, steady):
@@ -124,11 +127,11 @@ def test_veth_default_offloads_count_exactly_and_split_by_the_windows(recorder):
             assert abs(split.get(q, 0) - truth.get(q, 0)) <= 0.05 * total + 20, (d, q, split, truth)
 
 
-def _recorded(tb, recorder, *load):
-    """A recording of the receiver while iperf3 runs `load`: its per-queue totals, its meta,
+def _recorded(tb, recorder, detail, *load):
+    """A recording of the receiver (`--detail detail`) while iperf3 runs `load`: its per-queue totals, its meta,
     the interface's statistics before start and after stop, and the bpftrace oracle."""
     before = tb.stats(tb.ns_rcv, tb.if_rcv)
-    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv)
+    rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--detail", detail)
     # veth keeps the sender's TX queue as the receiver's RX queue (queue_mapping as is). Not
     # netif_receive_skb: on this path it fires again for some frames (a third more on two
     # queues, checked against the interface's count). Only frames that went through count:

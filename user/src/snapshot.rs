@@ -153,15 +153,29 @@ impl QueueCounters {
         }
     }
 
+    /// Nothing counted: every count is 0 (the stages' maxima are no count). Bytes are a count
+    /// of their own: an estimated split can give a queue bytes in an interval it gave no
+    /// packet, and a row left out for it would lose them.
     pub fn is_zero(&self) -> bool {
-        self.packets == 0
-            && self.napi_polls == 0
-            && self.frees == 0
-            && self.drops == 0
-            && self.handups == 0
-            && self.unended == 0
-            && self.stage_count.iter().all(|&c| c == 0)
-            && self.size_hist.iter().all(|&c| c == 0)
+        [
+            self.packets,
+            self.bytes,
+            self.napi_polls,
+            self.napi_work,
+            self.napi_budget_exhausted,
+            self.copies,
+            self.frees,
+            self.drops,
+            self.handups,
+            self.unended,
+        ]
+        .iter()
+        .chain(&self.stage_count)
+        .chain(&self.stage_sum_ns)
+        .chain(self.stage_hist.iter().flatten())
+        .chain(&self.napi_work_hist)
+        .chain(&self.size_hist)
+        .all(|&c| c == 0)
     }
 
     /// self - earlier, saturating: the kernel's counters only grow.

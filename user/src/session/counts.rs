@@ -571,6 +571,23 @@ mod tests {
     /// Tier 0's counts and the detail's stages make one queue; an interval is the difference
     /// of two such reads, and a queue with nothing new is left out.
     #[test]
+    fn an_interval_keeps_bytes_that_came_without_packets() {
+        let prev = [QueueCounters {
+            packets: 5,
+            bytes: 500,
+            ..QueueCounters::new(Dir::Rx, 2)
+        }];
+        let cur = [QueueCounters {
+            packets: 5,
+            bytes: 526,
+            ..QueueCounters::new(Dir::Rx, 2)
+        }];
+        let d = interval_queues(&cur, &prev);
+        assert_eq!(d.len(), 1);
+        assert_eq!((d[0].packets, d[0].bytes), (0, 26));
+    }
+
+    #[test]
     fn counts_and_stages_combine_and_difference() {
         let counts = |p: u64| {
             vec![QueueCounters {

@@ -120,12 +120,15 @@ impl LinkSplit {
                 self.shares.iter().map(|(&q, &w)| (q, w)).collect();
             let by_packets: Vec<u64> = weights.iter().map(|(_, w)| w.0).collect();
             let packets = largest_remainder(self.pending.0, &by_packets);
-            // A queue's bytes go by its bytes in the window (packet sizes differ by queue).
-            let bytes = split_bytes(
-                self.pending.1,
-                &weights.iter().map(|(_, w)| w.1).collect::<Vec<_>>(),
-                &by_packets,
-            );
+            // A queue's bytes go by its bytes in the window (packet sizes differ by queue),
+            // among the queues given packets: bytes without a packet read as a frame of no
+            // size on one queue and an outsized one on another.
+            let by_bytes: Vec<u64> = weights
+                .iter()
+                .zip(&packets)
+                .map(|((_, w), &p)| if p > 0 || self.pending.0 == 0 { w.1 } else { 0 })
+                .collect();
+            let bytes = split_bytes(self.pending.1, &by_bytes, &by_packets);
             for (((q, _), p), b) in weights.iter().zip(packets).zip(bytes) {
                 let g = self.given.entry(*q).or_insert((0, 0));
                 g.0 += p;
@@ -275,6 +278,20 @@ mod tests {
         );
         let total: u64 = v.iter().map(|q| q.packets.unwrap_or(0)).sum();
         assert_eq!(total, 2300 - 1000);
+    }
+
+    /// A few packets split among many queues: bytes go only with packets, and all of them.
+    #[test]
+    fn bytes_follow_the_packets_they_came_with() {
+        let mut s = LinkSplit::new(Dir::Tx, &[], &[], (0, 0), 4);
+        let v = s.interval(
+            &[tx(0, 10, 10_000), tx(1, 10, 10_000), tx(2, 10, 10_000)],
+            (1, 1042),
+        );
+        assert_eq!(counts(&v), vec![(0, 1, 1042), (1, 0, 0), (2, 0, 0)]);
+        // Bytes with no packet (the interface's two stores read apart): shared by the window.
+        let v = s.interval(&[], (1, 1045));
+        assert_eq!(counts(&v), vec![(0, 1, 1043), (1, 0, 1), (2, 0, 1)]);
     }
 
     /// Taken over mid-run, the split goes on from the counts the recording already has; one
