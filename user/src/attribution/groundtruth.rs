@@ -38,6 +38,11 @@ use crate::model::{simulate, simulate_phases, HandUp, Phase, SimResult, SimSpec}
 use crate::session::windows::{self, Schedule};
 
 const INTERVALS: usize = 20;
+/// The windows of a recording with the detail hooks and the L3-miss sampler.
+const SAMPLED: windows::WindowRuns = windows::WindowRuns {
+    sampler: true,
+    detail: true,
+};
 /// Interval length: several buffer-reuse cycles of every queue in the scenarios.
 const INTERVAL_NS: u64 = 100_000_000;
 const PERIOD: u64 = 200;
@@ -781,7 +786,7 @@ fn sampled_pages(sc: &Scenario, rng: &mut Rng, join_sample: u32, duty: u32) -> J
     let (t0, t1) = recording_span(sc);
     let measured_duty = measured_duty(&draws, duty, t1 - t0);
     let mut next_draw = draws.into_iter();
-    let mut schedule = Schedule::new(cycle, duty, true, || next_draw.next().unwrap_or(0.5));
+    let mut schedule = Schedule::new(cycle, duty, SAMPLED, || next_draw.next().unwrap_or(0.5));
     // Phase at t: always on without a schedule.
     let mut phase_at = |t: u64| {
         schedule.as_mut().map_or(windows::Phase::Window, |s| {
@@ -931,7 +936,7 @@ fn queue_lives(sc: &Scenario) -> Vec<u64> {
 fn measured_duty(draws: &[f64], duty: u32, span_ns: u64) -> f64 {
     let cycle = std::time::Duration::from_nanos(INTERVAL_NS);
     let mut d = draws.iter().copied();
-    match Schedule::new(cycle, duty, true, || d.next().unwrap_or(0.5)) {
+    match Schedule::new(cycle, duty, SAMPLED, || d.next().unwrap_or(0.5)) {
         None => 1.0,
         Some(mut s) => {
             let (end, mut t, mut on) = (

@@ -12,9 +12,7 @@ use super::meta::StoppedBy;
 use super::writer::{CounterRow, Retention};
 use super::{RecordingMeta, Writer};
 use crate::probe::features::HookChoice;
-use crate::session::{
-    windows, DetailArgs, DetailMode, MissArgs, Session, SessionArgs, SessionOptions,
-};
+use crate::session::{DetailArgs, DetailMode, MissArgs, Session, SessionArgs, SessionOptions};
 use crate::snapshot::{Dir, EventCounters, Snapshot};
 use crate::sys::{monotonic_ns, progress_line, stop_flag};
 use crate::topology::presence::Gone;
@@ -277,17 +275,7 @@ fn check_args(args: &RecordArgs) -> Result<()> {
 /// What the session found and opened, once it is attached.
 fn session_meta(live: &Session) -> Result<RecordingMeta> {
     let windowed = live.windowed();
-    let (cycle, spans) = if windowed {
-        let cycle = windows::cycle(Duration::from_millis(live.interval_ms()));
-        let mut spans = windows::spans(cycle, live.duty, live.has_miss_sampler());
-        // A drain waits on lives only the detail hooks start: without them it is skipped.
-        if live.detail.is_none() {
-            spans.drain = Duration::ZERO;
-        }
-        (Some(cycle), Some(spans))
-    } else {
-        (None, None)
-    };
+    let (cycle, spans) = live.window_spans().unzip();
     let attributing = windowed && live.has_miss_sampler();
     // Whole microseconds: the windows are drawn no finer.
     let ms = |d: Duration| (d.as_secs_f64() * 1e6).round() / 1e3;

@@ -180,7 +180,10 @@ pub(super) fn attach_detail(
         WindowDriver::new(
             windows::cycle(Duration::from_millis(opts.interval_ms)),
             opts.duty(),
-            l3.as_ref().is_some_and(L3missProbe::has_sampler),
+            windows::WindowRuns {
+                sampler: l3.as_ref().is_some_and(L3missProbe::has_sampler),
+                detail: detail.is_some(),
+            },
         )
         .map(|mut w| {
             if learn_first {

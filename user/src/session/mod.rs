@@ -239,6 +239,13 @@ impl Session {
         self.windows.is_some()
     }
 
+    /// The cycle windows are drawn in and a window's spans at the duty (None: no windows).
+    pub fn window_spans(&self) -> Option<(Duration, windows::Spans)> {
+        self.windows
+            .as_ref()
+            .map(|w| (w.schedule.cycle(), w.schedule.duty_spans()))
+    }
+
     /// Windows opened between the drawn ones for queues with a stage untimed (None: no windows).
     pub fn windows_opened(&self) -> Option<u64> {
         self.windows.as_ref().map(|w| w.opened)

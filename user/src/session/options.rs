@@ -84,24 +84,27 @@ pub struct DetailArgs {
     /// flows exact; for short deep dives).
     #[arg(long = "detail", value_enum, default_value = "windows")]
     pub mode: DetailMode,
-    /// With --detail windows or counts: the detail hooks (with counts: tier 0's sampling
-    /// programs alone) and the L3-miss sampler run 1/N of each second (one window at a
-    /// random place, after a warm-up and before a drain of up to 10 ms each), the sampler at
-    /// N times its rate inside, so the sample count stays about the same. A queue that carries traffic before any of its stages is timed gets a window
-    /// opened for it at once. 1: always on.
-    /// Default: 32, with windows cut to --window-packets on a busy device; given, every
-    /// window runs its 1/N of the second unless --window-packets is given too.
+    /// With --detail windows or counts: the window programs run 1/N of each second, in one
+    /// window at a random place. With windows: the detail hooks and the L3-miss sampler (the
+    /// sampler at N times its rate inside, so the sample count stays about the same), after a
+    /// warm-up and before a drain of up to 10 ms each; a queue that carries traffic before
+    /// any of its stages is timed gets a window opened for it at once. With counts: tier 0's
+    /// programs for flows, queue splits, NAPI polls and drops alone, no warm-up or drain.
+    /// 1: always on. Default: 32, with windows cut to --window-packets on a busy device;
+    /// given, every window runs its 1/N of the second unless --window-packets is given too.
     #[arg(long, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=windows::MAX_DUTY as i64))]
     pub duty: Option<u32>,
-    /// With --detail windows or counts: on a busy device each window is cut to about this many packets
-    /// (both directions, at the last interval's rate; at least 2 ms), so the detail hooks'
-    /// runs stay near this many packets' worth a second however fast the device runs. 0:
-    /// every window runs its 1/N of the second. Default: 1024, or 0 with --duty given.
+    /// With --detail windows or counts: on a busy device each window is cut to about this
+    /// many packets (both directions, at the last interval's rate; at least 2 ms), so the
+    /// window programs' runs stay near this many packets' worth a second however fast the
+    /// device runs. 0: every window runs its 1/N of the second. Default: 1024, or 0 with
+    /// --duty given.
     #[arg(long, value_name = "PACKETS")]
     pub window_packets: Option<u64>,
-    /// With --detail windows or counts: the programs may run this many times per packet of the device
-    /// (both directions), on average; a drawn window is let pass while they have run more.
+    /// With --detail windows or counts: the programs may run this many times per packet of
+    /// the device (both directions), on average; a drawn window is let pass while they have
+    /// run more.
     /// A packet inside a window passes every hook on its path, and a host-wide hook runs for
     /// the host's other packets too, so where many hooks fire per packet (a veth with its own
     /// offloads: 9 per GSO skb) the windows come less often than once a cycle. 0: no budget.

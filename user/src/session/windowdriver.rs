@@ -140,8 +140,12 @@ pub(super) const IDLE_BELOW_PACKETS: u64 = 10;
 pub(super) const OPENED_FOR_SPLIT: u32 = 2;
 
 impl WindowDriver {
-    pub(super) fn new(cycle: Duration, duty: u32, sampled: bool) -> Option<WindowDriver> {
-        let schedule = windows::Schedule::new(cycle, duty, sampled, fastrand::f64 as fn() -> f64)?;
+    pub(super) fn new(
+        cycle: Duration,
+        duty: u32,
+        runs: windows::WindowRuns,
+    ) -> Option<WindowDriver> {
+        let schedule = windows::Schedule::new(cycle, duty, runs, fastrand::f64 as fn() -> f64)?;
         Some(WindowDriver {
             schedule,
             phase: windows::Phase::Off,
@@ -286,9 +290,8 @@ impl WindowDriver {
         true
     }
 
-    /// Put the probes in the phase of `at` (time since the recording started).
-    /// Without detail hooks (`--detail counts`) a window is tier 0's window programs alone:
-    /// no warm-up, and no drain, which waits on lives only the detail hooks start.
+    /// Put the probes in the phase of `at` (time since the recording started). Without detail
+    /// hooks (`--detail counts`) the schedule has no drain: a window is tier 0's programs alone.
     pub(super) fn drive(
         &mut self,
         mut detail: Option<&mut PktlifeProbe>,
@@ -299,9 +302,6 @@ impl WindowDriver {
     ) -> Result<Option<(Duration, Duration)>> {
         use windows::Phase;
         let mut phase = self.schedule.phase_at(at);
-        if phase == Phase::Drain && detail.is_none() {
-            phase = Phase::Off;
-        }
         if phase == Phase::Off && self.phase == Phase::Drain {
             if let Some(d) = detail.as_deref_mut() {
                 if self.drain_goes_on(d, at) {
@@ -600,8 +600,15 @@ mod tests {
         };
         let mut timed = busy(1, 5000);
         timed.stage_count[0] = 7;
-        let mut w =
-            WindowDriver::new(Duration::from_secs(1), 32, false).expect("duty 32 has windows");
+        let mut w = WindowDriver::new(
+            Duration::from_secs(1),
+            32,
+            windows::WindowRuns {
+                sampler: false,
+                detail: true,
+            },
+        )
+        .expect("duty 32 has windows");
         let t = quiet(&mut w, ms(0));
         w.time_untimed_queues(
             &[busy(0, OPEN_FOR_PACKETS - 1), timed.clone()],
@@ -640,8 +647,15 @@ mod tests {
             }
             c
         };
-        let mut w =
-            WindowDriver::new(Duration::from_secs(1), 32, false).expect("duty 32 has windows");
+        let mut w = WindowDriver::new(
+            Duration::from_secs(1),
+            32,
+            windows::WindowRuns {
+                sampler: false,
+                detail: true,
+            },
+        )
+        .expect("duty 32 has windows");
         let t = quiet(&mut w, ms(0));
         // Forwarding: no queue has a copy stage, so stages 0 and 3 are all there is.
         let forwarded = [queue(0, &[0, 3]), queue(1, &[0, 3])];

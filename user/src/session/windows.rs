@@ -148,17 +148,30 @@ pub struct Spans {
     pub drain: Duration,
 }
 
+/// What a window runs beside tier 0's window programs; each asks for a span of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowRuns {
+    /// The L3-miss sampler, which starts once the hooks are warm.
+    pub sampler: bool,
+    /// The detail hooks, whose lives under way at the window's end are drained.
+    pub detail: bool,
+}
+
 /// A window's spans for a cycle and duty: warm-up and drain take what the cycle leaves. The
-/// warm-up is there for the sampler (`sampled`): without one it would only lengthen the
-/// window beyond 1/duty.
-pub fn spans(cycle: Duration, duty: u32, sampled: bool) -> Spans {
+/// warm-up is there for the sampler and the drain for the detail hooks' lives: without them
+/// each would only lengthen the window beyond 1/duty.
+pub fn spans(cycle: Duration, duty: u32, runs: WindowRuns) -> Spans {
     let window = cycle / duty.max(1);
-    let warmup = if sampled {
+    let warmup = if runs.sampler {
         MAX_WARMUP.min(cycle - window)
     } else {
         Duration::ZERO
     };
-    let drain = MAX_DRAIN.min(cycle - window - warmup);
+    let drain = if runs.detail {
+        MAX_DRAIN.min(cycle - window - warmup)
+    } else {
+        Duration::ZERO
+    };
     Spans {
         window,
         warmup,
@@ -226,11 +239,11 @@ pub struct Schedule<F: FnMut() -> f64> {
 
 impl<F: FnMut() -> f64> Schedule<F> {
     /// None for duty 1: always on.
-    pub fn new(cycle: Duration, duty: u32, sampled: bool, draw: F) -> Option<Schedule<F>> {
+    pub fn new(cycle: Duration, duty: u32, runs: WindowRuns, draw: F) -> Option<Schedule<F>> {
         if duty <= 1 || cycle.is_zero() {
             return None;
         }
-        let spans = spans(cycle, duty, sampled);
+        let spans = spans(cycle, duty, runs);
         Some(Schedule {
             cycle,
             spans,
@@ -332,6 +345,14 @@ impl<F: FnMut() -> f64> Schedule<F> {
         self.longest
     }
 
+    /// A window's spans at the duty's window, uncut.
+    pub fn duty_spans(&self) -> Spans {
+        Spans {
+            window: self.longest,
+            ..self.spans
+        }
+    }
+
     /// The part of the duty's window the windows are cut to now (1: uncut).
     pub fn cut(&self) -> f64 {
         if self.longest.is_zero() {
@@ -400,6 +421,15 @@ impl<F: FnMut() -> f64> Schedule<F> {
 mod tests {
     use super::*;
 
+    const BOTH: WindowRuns = WindowRuns {
+        sampler: true,
+        detail: true,
+    };
+    const UNSAMPLED: WindowRuns = WindowRuns {
+        sampler: false,
+        detail: true,
+    };
+
     /// Windows costing 25,000 runs on a device of 80,000 packets a second, at 0.08 runs a
     /// packet (6,400 a second): one window in four cycles comes on, and over the stretch the
     /// runs per packet stay at the budget. A cheap one each cycle is never held back; a quiet
@@ -448,7 +478,7 @@ mod tests {
     /// A schedule whose draws come from a list, in turn.
     fn fixed(draws: Vec<f64>, duty: u32) -> Schedule<impl FnMut() -> f64> {
         let mut i = 0;
-        Schedule::new(SEC, duty, true, move || {
+        Schedule::new(SEC, duty, BOTH, move || {
             let d = draws[i % draws.len()];
             i += 1;
             d
@@ -459,7 +489,7 @@ mod tests {
     /// A window cut to its packet budget says how much of the duty's window it kept.
     #[test]
     fn the_cut_is_the_part_of_the_duty_window_kept() {
-        let mut s = Schedule::new(Duration::from_secs(1), 4, false, || 0.5).unwrap();
+        let mut s = Schedule::new(Duration::from_secs(1), 4, UNSAMPLED, || 0.5).unwrap();
         assert_eq!(s.cut(), 1.0);
         // 1024 packets at 102 400 a second: 10 ms of a 250 ms window.
         s.fit_packets(Duration::ZERO, 102_400.0, 1024);
@@ -471,7 +501,7 @@ mod tests {
 
     #[test]
     fn duty_one_is_always_on() {
-        assert!(Schedule::new(SEC, 1, true, || 0.5).is_none());
+        assert!(Schedule::new(SEC, 1, BOTH, || 0.5).is_none());
         assert_eq!(window_period(2000, 1), 2000);
     }
 
@@ -530,7 +560,7 @@ mod tests {
     fn every_instant_is_sampled_about_one_nth_of_the_time() {
         let mut x = 0x9E37_79B9_7F4A_7C15u64;
         let duty = 4;
-        let mut s = Schedule::new(SEC, duty, true, move || {
+        let mut s = Schedule::new(SEC, duty, BOTH, move || {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
@@ -604,7 +634,7 @@ mod tests {
     #[test]
     fn spans_cap_the_warmup_by_what_the_interval_leaves() {
         assert_eq!(
-            spans(SEC, 16, true),
+            spans(SEC, 16, BOTH),
             Spans {
                 window: ms(62) + Duration::from_micros(500),
                 warmup: MAX_WARMUP,
@@ -612,7 +642,7 @@ mod tests {
             }
         );
         assert_eq!(
-            spans(ms(10), 2, true),
+            spans(ms(10), 2, BOTH),
             Spans {
                 window: ms(5),
                 warmup: ms(5),
@@ -620,7 +650,7 @@ mod tests {
             }
         );
         assert_eq!(
-            spans(ms(30), 2, true),
+            spans(ms(30), 2, BOTH),
             Spans {
                 window: ms(15),
                 warmup: ms(10),
@@ -629,11 +659,27 @@ mod tests {
         );
         // No sampler, no warm-up: the drain takes its full span.
         assert_eq!(
-            spans(ms(30), 2, false),
+            spans(ms(30), 2, UNSAMPLED),
             Spans {
                 window: ms(15),
                 warmup: ms(0),
                 drain: ms(5)
+            }
+        );
+        // No detail hooks (`--detail counts`), no lives to drain: the window alone.
+        assert_eq!(
+            spans(
+                ms(30),
+                2,
+                WindowRuns {
+                    sampler: false,
+                    detail: false
+                }
+            ),
+            Spans {
+                window: ms(15),
+                warmup: ms(0),
+                drain: ms(0)
             }
         );
     }
@@ -659,7 +705,7 @@ mod tests {
     #[test]
     fn a_fitted_window_cuts_the_windows_to_come_and_not_the_one_under_way() {
         // Duty 4 without warm-up: windows of 250 ms at 500 ms of each cycle, 5 ms of drain.
-        let mut s = Schedule::new(SEC, 4, false, || 0.5).expect("duty > 1");
+        let mut s = Schedule::new(SEC, 4, UNSAMPLED, || 0.5).expect("duty > 1");
         assert_eq!(s.phase_at(ms(600)), Phase::Window);
         s.fit_window(ms(600), ms(20));
         // The window under way runs its 250 ms ...
@@ -679,7 +725,7 @@ mod tests {
     fn a_window_the_recorder_reaches_after_its_end_runs_from_then() {
         // Duty 64 without warm-up: a 15.625 ms window at 500 ms, 5 ms of drain. The loop
         // looks at 400 ms and next at 530 ms, after the window's end.
-        let mut s = Schedule::new(SEC, 64, false, || 0.5).expect("duty > 1");
+        let mut s = Schedule::new(SEC, 64, UNSAMPLED, || 0.5).expect("duty > 1");
         assert_eq!(s.phase_at(ms(400)), Phase::Off);
         assert_eq!(s.phase_at(ms(530)), Phase::Window);
         assert_eq!(
