@@ -41,6 +41,10 @@ pub struct Retention {
 /// Room kept beyond two intervals: the end-of-recording meta and the log's index pages.
 const ROOM_MARGIN: u64 = 64 * 1024;
 
+/// Prepared statements kept: every statement an interval writes stays prepared (rusqlite's
+/// default of 16 is fewer than the writer has, and a miss parses the statement again).
+const STATEMENT_CACHE: usize = 64;
+
 /// Bytes an unprivileged writer may still use on the file system holding `path`.
 fn free_bytes(path: &Path) -> Option<u64> {
     let dir = path
@@ -155,6 +159,8 @@ impl Writer {
         };
         let mut w = w;
         w.conn
+            .set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        w.conn
             .execute_batch(&format!(
                 "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};
                  {PRAGMAS} BEGIN; {SCHEMA} {} COMMIT;",
@@ -182,6 +188,8 @@ impl Writer {
         self.conn =
             Connection::open_with_flags(&self.path, rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE)
                 .map_err(|e| sqlite_error(&e, &self.path))?;
+        self.conn
+            .set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         self.conn
             .execute_batch(LIVE_PRAGMAS)
             .map_err(|e| self.err(e))?;
@@ -551,10 +559,10 @@ fn write_snapshot_tx(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::
 fn insert_interval(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::Result<()> {
     let i = s.index as i64;
     let e = &s.events;
-    tx.execute(
+    tx.prepare_cached(
         "INSERT INTO intervals(idx,t_ns,dur_ns,sampled,lost,received,state_evicted,queue_clamped,state_stale,detail_ns)
-         VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)",
-        params![
+         VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)")?
+    .execute(params![
             i,
             s.t_ns as i64,
             s.dur_ns as i64,
@@ -565,8 +573,7 @@ fn insert_interval(tx: &rusqlite::Transaction<'_>, s: &Snapshot) -> rusqlite::Re
             e.queue_clamped as i64,
             e.state_stale as i64,
             s.detail_ns.map(|v| v as i64)
-        ],
-    )?;
+        ])?;
     Ok(())
 }
 
@@ -712,12 +719,12 @@ fn insert_misses(
     i: i64,
     m: &crate::snapshot::MissSnapshot,
 ) -> rusqlite::Result<()> {
-    tx.execute(
+    tx.prepare_cached(
         "INSERT INTO miss_intervals(interval,samples,on_packet_buffers,other_addr,no_addr,ctx_charged,uncharged,out_of_subset,
                                     no_flow,queue_clamped,throttles,throttled_ns,throttle_records_lost,before_window,
                                     sampled_ns)
-         VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)",
-        params![
+         VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)")?
+    .execute(params![
             i,
             m.samples as i64,
             m.on_packet_buffers as i64,
@@ -733,14 +740,13 @@ fn insert_misses(
             m.throttle.map(|t| t.records_lost as i64),
             m.before_window as i64,
             m.sampled_ns.map(|v| v as i64)
-        ],
-    )?;
+        ])?;
     let b = &m.buf;
-    tx.execute(
+    tx.prepare_cached(
         "INSERT INTO buf_map_intervals(interval,linear_pages,frag_pages,frags_over_cap,frags_no_page,frags_no_layout,entries,
                                        copy_linear_joined,copy_frag_joined,slots_replaced,pages_over_cap)
-         VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)",
-        params![
+         VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)")?
+    .execute(params![
             i,
             b.linear_pages as i64,
             b.frag_pages as i64,
@@ -752,8 +758,7 @@ fn insert_misses(
             b.copy_frag_joined as i64,
             b.slots_replaced as i64,
             b.pages_over_cap as i64
-        ],
-    )?;
+        ])?;
     let mut q = tx.prepare_cached(
         "INSERT INTO miss_queues(interval,dir,queue,addr_join,cpu_ctx) VALUES (?1,?2,?3,?4,?5)",
     )?;
