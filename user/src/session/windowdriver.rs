@@ -574,6 +574,19 @@ mod tests {
         assert!(at + step > windows::LONGEST_DRAIN, "ended early at {at:?}");
     }
 
+    /// A driver of 1-second cycles at duty 32, with detail hooks and no sampler.
+    fn unsampled_driver() -> super::WindowDriver {
+        super::WindowDriver::new(
+            std::time::Duration::from_secs(1),
+            32,
+            windows::WindowRuns {
+                sampler: false,
+                detail: true,
+            },
+        )
+        .expect("duty 32 has windows")
+    }
+
     /// The first instant from `t` with no drawn window on, nor one beginning within a window's
     /// length (a window opened for a queue would then wait for that one); `w` draws windows of
     /// 1/32 of a second.
@@ -591,7 +604,7 @@ mod tests {
     /// OPENED_PER_QUEUE times; a few packets, or a queue already timed, get none.
     #[test]
     fn a_busy_queue_without_stages_gets_a_window_opened_at_most_twice() {
-        use super::{windows::Phase, WindowDriver, OPENED_PER_QUEUE, OPEN_FOR_PACKETS};
+        use super::{windows::Phase, OPENED_PER_QUEUE, OPEN_FOR_PACKETS};
         use std::time::Duration;
         let ms = Duration::from_millis;
         let busy = |q: u32, n: u64| QueueCounters {
@@ -600,15 +613,7 @@ mod tests {
         };
         let mut timed = busy(1, 5000);
         timed.stage_count[0] = 7;
-        let mut w = WindowDriver::new(
-            Duration::from_secs(1),
-            32,
-            windows::WindowRuns {
-                sampler: false,
-                detail: true,
-            },
-        )
-        .expect("duty 32 has windows");
+        let mut w = unsampled_driver();
         let t = quiet(&mut w, ms(0));
         w.time_untimed_queues(
             &[busy(0, OPEN_FOR_PACKETS - 1), timed.clone()],
@@ -634,7 +639,6 @@ mod tests {
     /// stage no queue has (nothing copied to sockets when forwarding) is not asked for.
     #[test]
     fn a_busy_queue_missing_a_stage_others_have_gets_a_window() {
-        use super::WindowDriver;
         use std::time::Duration;
         let ms = Duration::from_millis;
         let queue = |q: u32, stages: &[usize]| {
@@ -647,15 +651,7 @@ mod tests {
             }
             c
         };
-        let mut w = WindowDriver::new(
-            Duration::from_secs(1),
-            32,
-            windows::WindowRuns {
-                sampler: false,
-                detail: true,
-            },
-        )
-        .expect("duty 32 has windows");
+        let mut w = unsampled_driver();
         let t = quiet(&mut w, ms(0));
         // Forwarding: no queue has a copy stage, so stages 0 and 3 are all there is.
         let forwarded = [queue(0, &[0, 3]), queue(1, &[0, 3])];
