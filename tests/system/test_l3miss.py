@@ -441,9 +441,18 @@ def poisson_upper(mean, tail=1e-3):
     return k
 
 
-def assert_rate_at_least(k, n, claim, what):
-    """k of n, for a claimed rate of at least `claim`: k/n may fall below it by Z binomial sd."""
-    floor = claim - Z * math.sqrt(claim * (1 - claim) / max(n, 1))
+# A sample's age counts as within life up to the p99 of the packets' lives, so the packets of
+# the slowest percent fall after it, and they come together: a reader that lags holds a run
+# of packets past it at once. After-life samples arrive in bursts, not one by one, so the
+# binomial margin of the age claims is taken over n / AGE_BURST samples (a design effect of 4:
+# between runs here the rate's sd is about twice the binomial one's, 96.8-98.7 % over 21 runs).
+AGE_BURST = 4
+
+
+def assert_rate_at_least(k, n, claim, what, burst=1):
+    """k of n, for a claimed rate of at least `claim`: k/n may fall below it by Z binomial sd,
+    of n / `burst` samples where they come in bursts of about that size."""
+    floor = claim - Z * math.sqrt(claim * (1 - claim) * burst / max(n, 1))
     assert n > 0 and k / n >= floor, f"{what}: {k} of {n} ({100 * k / max(n, 1):.2f} %), floor {100 * floor:.2f} % (claim {100 * claim:.1f} %)"
 
 
@@ -517,7 +526,7 @@ def test_copy_standin_address_join_follows_rates(testbed, recorder, join_sample)
     split = m["age_split"]
     assert split and abs(split["within_life"] + split["after_life"] - m["on_packet_buffers"]) <= 1, (split, m)
     # The claim: 98-99 % within their packets' lives.
-    assert_rate_at_least(split["within_life"], m["on_packet_buffers"], 0.98, "ages within life")
+    assert_rate_at_least(split["within_life"], m["on_packet_buffers"], 0.98, "ages within life", AGE_BURST)
 
     # Bounded under sustained load: far more pages written than the table has
     # slots, and the occupied slots counted during the run never exceed them.
@@ -597,7 +606,8 @@ def test_attribution_windows_keep_the_join_and_its_shares(testbed, recorder):
     assert m["on_packet_buffers"] > 150 and m["on_packet_buffers"] >= 0.95 * (m["on_packet_buffers"] + m["other_addr"]), m
     assert m["before_window"] <= 0.05 * m["on_packet_buffers"], m
     split = m["age_split"]
-    assert_rate_at_least(split["within_life"], m["on_packet_buffers"] - m["before_window"], 0.98, "dated ages within life")
+    assert_rate_at_least(split["within_life"], m["on_packet_buffers"] - m["before_window"], 0.98, "dated ages within life",
+                         AGE_BURST)
 
     # Shares follow the truth as with attribution always on, to the same claim.
     check_pinned(truth, h_bytes, l_bytes)
