@@ -510,6 +510,9 @@ fn host_details(o: &mut String, r: &Summary) {
         let _ = write!(o, "<dt>{k}</dt><dd>{}</dd>", esc(&v));
     }
     let _ = write!(o, "<dt>Hooks</dt><dd class=\"chips\">");
+    if let Some(why) = super::words::no_detail_hooks(r) {
+        let _ = write!(o, "{}", esc(why));
+    }
     for h in &m.hooks {
         let _ = write!(o, "<span class=\"chip\">{}</span>", esc(h));
     }

@@ -506,6 +506,28 @@ fn idle_queues_are_shown() {
     );
 }
 
+/// A `--detail counts` recording attached no detail hook: its hooks line says so and why,
+/// in the text and on the page, rather than standing empty.
+#[test]
+fn a_counts_recording_says_why_it_lists_no_detail_hook() {
+    let (_dir, path) = fixture_altered(
+        "INSERT OR REPLACE INTO meta(key, value) VALUES ('detail', 'counts'), ('hooks', '[]');",
+    );
+    let (rec, s, outcome) = reported(&path);
+    assert!(s.meta.hooks.is_empty());
+    let text = evidence_text(&s);
+    assert!(
+        text.contains("hooks no detail hook: recorded with --detail counts"),
+        "{text}"
+    );
+    let charts = analysis::charts::charts(&rec, &s, &outcome).expect("charts");
+    let page = crate::report::html::render_html(&s, &outcome, &charts);
+    assert!(
+        page.contains("no detail hook: recorded with --detail counts"),
+        "the page lists no hook and says why"
+    );
+}
+
 /// A recording from the tiered recorder says which tier each number came from: counts exact
 /// at tcx, flows estimated from sampled skbs with their error, stages timed in windows.
 #[test]

@@ -524,7 +524,7 @@ fn render_host(o: &mut Out, r: &Summary) {
         ),
     );
     render_provenance(o, r);
-    wrapped(o, "  hooks     ", &m.hooks.join(" "));
+    wrapped(o, "  hooks     ", &super::words::detail_hooks_words(r));
     if !m.hooks_missing.is_empty() {
         wrapped(o, "  not attached ", &m.hooks_missing.join(" "));
     }

@@ -4,9 +4,26 @@
 use std::fmt::Write as _;
 
 use crate::analysis::answer::Answer;
-use crate::analysis::summary::QueueReport;
+use crate::analysis::summary::{QueueReport, Summary};
 use crate::snapshot::Dir;
 use crate::units::{fmt_count, fmt_ns, fmt_pct};
+
+/// Why a recording lists no detail hook (tier 0's are on the counts line); None when it
+/// lists some.
+pub fn no_detail_hooks(r: &Summary) -> Option<&'static str> {
+    if !r.meta.hooks.is_empty() {
+        None
+    } else if r.tiers.stages.kind == "absent" {
+        Some("no detail hook: recorded with --detail counts (tier 0's are on the counts line)")
+    } else {
+        Some("no detail hook attached")
+    }
+}
+
+/// The detail hooks that ran, or why none did.
+pub fn detail_hooks_words(r: &Summary) -> String {
+    no_detail_hooks(r).map_or_else(|| r.meta.hooks.join(" "), str::to_string)
+}
 
 /// "rx 3", as the JSON spells a queue.
 pub fn qname(dir: impl std::fmt::Display, queue: u32) -> String {
