@@ -128,7 +128,14 @@ impl LinkSplit {
                 .zip(&packets)
                 .map(|((_, w), &p)| if p > 0 || self.pending.0 == 0 { w.1 } else { 0 })
                 .collect();
-            let bytes = split_bytes(self.pending.1, &by_bytes, &by_packets);
+            // Where no byte weighs (a window's program counted no length), the bytes go as
+            // the packets just did, to no queue given none.
+            let fallback = if self.pending.0 > 0 {
+                &packets
+            } else {
+                &by_packets
+            };
+            let bytes = split_bytes(self.pending.1, &by_bytes, fallback);
             for (((q, _), p), b) in weights.iter().zip(packets).zip(bytes) {
                 let g = self.given.entry(*q).or_insert((0, 0));
                 g.0 += p;
@@ -249,6 +256,9 @@ mod tests {
             (400, 40_339),
         );
         assert_eq!(counts(&v), vec![(1, 300, 30_254), (2, 100, 10_085)]);
+        // One packet among them: its bytes go with it, not by the window's shares.
+        let v = s.interval(&[], (401, 41_339));
+        assert_eq!(counts(&v), vec![(1, 301, 31_254), (2, 100, 10_085)]);
     }
 
     /// Totals are the interface's at every interval; the split follows the windows, and
