@@ -786,7 +786,8 @@ impl Progress {
         if self.json {
             progress_line(
                 serde_json::json!({"event": "interval", "index": live.index(), "elapsed_s": elapsed,
-                "rx_packets": t.rx_packets, "tx_packets": t.tx_packets, "sampled": t.events.sampled, "lost": t.events.lost}),
+                "rx_packets": t.rx_packets, "tx_packets": t.tx_packets, "sampled": t.events.sampled, "lost": t.events.lost,
+                "flow_windows": live.flow_windows()}),
             );
         } else if self.tty && (self.last.elapsed() >= Duration::from_millis(500) || finishing) {
             self.last = Instant::now();
