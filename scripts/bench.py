@@ -47,16 +47,24 @@
    runs per packet of the loaded pair (the receiving interface's own count, RX and TX), in out/bench.json also
    per program, and the share of the host's CPU time it took in that run (its programs' BPF
    time and its process's user and system time, over the run's wall time times the CPUs). BENCH_SHAPE_ROUNDS=0 measures the BPF side alone (about 2 minutes).
+9. The windows' coming and going (`toggles`): each window attaches its programs and detaches
+   them after, and the first program on a tracepoint and the last off it patch the kernel's
+   text, which waits for every CPU to take a function-call IPI. Under a light load on the
+   default shape (ping every 2 ms, so windows come every cycle the run budget allows),
+   BENCH_TOGGLE_ROUNDS (4) rounds of BENCH_TOGGLE_SECS (15) s of nothing attached, the default
+   recorder and `--detail counts`, interleaved ABBA: the IPIs all CPUs took (/proc/interrupts,
+   CAL) above the same round's bare run, the windows run (the recorder's progress lines), and
+   their ratio, IPIs per window.
 
 A benchmark prints; it asserts nothing about time. Raw results go to out/bench.json.
 Knobs (environment): BIN, OUT_JSON, BENCH_ROUNDS (5), BENCH_PAIR_ROUNDS (5: more rounds of nothing
 attached and the default recorder alone, for the target), BENCH_RUN_SECS (5), BENCH_SETTLE_SECS (2),
 BENCH_CONFIGS (comma-separated subset of none,bpftrace,record-counts,record,record-flows-always,
 record-full,serve),
-BENCH_SKIP (comma-separated sections to skip: throughput,cost,hooks,long,sim,shapes,days,footprint),
+BENCH_SKIP (comma-separated sections to skip: throughput,cost,hooks,long,sim,shapes,toggles,days,footprint),
 BENCH_ONLY (comma-separated sections to run alone, e.g. BENCH_ONLY=days,footprint), BENCH_SHAPES
 (tuned,default,neighbour), BENCH_SHAPE_CONFIGS (bpftrace-all,record,record-counts: what section 6
-sets against nothing attached), BENCH_SHAPE_ROUNDS (10), BENCH_DAYS_ROUNDS (3), BENCH_FOOTPRINT_MINUTES
+sets against nothing attached), BENCH_SHAPE_ROUNDS (10), BENCH_TOGGLE_ROUNDS (4), BENCH_TOGGLE_SECS (15), BENCH_DAYS_ROUNDS (3), BENCH_FOOTPRINT_MINUTES
 (10), BENCH_TESTBED (the testbed's name, bench<pid>). Needs root; traffic only flows between the testbed's namespaces.
 """
 import json
@@ -69,6 +77,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -121,6 +130,11 @@ SHAPES = [s for s in os.environ.get("BENCH_SHAPES", "tuned,default,neighbour").s
 SHAPE_CONFIGS = ["none"] + [c for c in os.environ.get("BENCH_SHAPE_CONFIGS", "bpftrace-all,record,record-counts").split(",")
                             if c and c != "none"]
 SHAPE_ROUNDS = int(os.environ.get("BENCH_SHAPE_ROUNDS", "10"))
+TOGGLE_ROUNDS = int(os.environ.get("BENCH_TOGGLE_ROUNDS", "4"))
+TOGGLE_SECS = int(os.environ.get("BENCH_TOGGLE_SECS", "15"))
+# A light load: windows come every cycle the run budget allows, while the load's own IPIs
+# (a wake-up across CPUs per packet at most) stay few beside a window's.
+TOGGLE_PING_INTERVAL = "0.002"
 # The peer on every RX path a veth or NIC takes (NAPI's GRO, netif_rx, netif_receive_skb).
 BPFTRACE_PEER_ALL = (
     "tracepoint:net:napi_gro_receive_entry, tracepoint:net:netif_rx_entry, "
@@ -690,6 +704,108 @@ def shapes(tmp):
     return out
 
 
+def function_call_ipis():
+    """Function-call IPIs taken so far by every CPU together (/proc/interrupts, CAL): what
+    patching kernel text costs the other CPUs (each patch waits for every CPU to take one)."""
+    with open("/proc/interrupts") as f:
+        for line in f:
+            fields = line.split()
+            if fields and fields[0] == "CAL:":
+                return sum(int(x) for x in fields[1:] if x.isdigit())
+    die("/proc/interrupts has no CAL row: function-call IPIs cannot be counted on this kernel")
+
+
+class Progress:
+    """A recorder started with --json-progress, its latest interval line kept by a thread."""
+
+    def __init__(self, config, tb, tmp):
+        extra = {"record-counts": ["--detail", "counts"]}.get(config, [])
+        self.proc = subprocess.Popen(
+            [str(BIN), "record", "-i", tb.if_rcv, "--netns", tb.ns_rcv, "-d", "600", "-o", str(tmp / f"toggle-{config}.ddio"),
+             "--force", "--json-progress", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = json.loads(read_line(self.proc, 60, config))
+        if line.get("event") != "attached":
+            die(f"{config}: unexpected first line: {line}")
+        self.latest = {}
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            j = json.loads(line)
+            if j.get("event") == "interval":
+                self.latest = j
+
+    def windows(self):
+        return self.latest.get("flow_windows") or 0
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.reader.join(timeout=10)
+
+
+def toggles(tmp):
+    """Section 9: what the windows' coming and going costs the other CPUs. Each window
+    attaches its programs and detaches them after; the first program on a tracepoint and the
+    last off it patch the kernel's text, and every patch waits for each CPU to take an IPI.
+    Counted as function-call IPIs above the same round's bare run, under a light load that
+    lets windows come every cycle (ping every 2 ms); per window, by the windows the
+    recorder's progress lines count."""
+    configs = ["none", "record", "record-counts"]
+    log(f"toggles: {TOGGLE_ROUNDS} rounds x {len(configs)} configurations, {TOGGLE_SECS} s each")
+    tb = Testbed(f"bt{os.getpid()}", "default")
+    rounds = []
+    try:
+        for r in range(TOGGLE_ROUNDS):
+            order = configs if r % 2 == 0 else configs[::-1]
+            got = {}
+            for c in order:
+                rec = Progress(c, tb, tmp) if c != "none" else None
+                ping = None
+                try:
+                    time.sleep(SETTLE)
+                    ping = subprocess.Popen(["ip", "netns", "exec", tb.ns_snd, "ping", "-q", "-i", TOGGLE_PING_INTERVAL,
+                                             "-w", str(TOGGLE_SECS + 3), tb.ip_rcv],
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    time.sleep(1.5)
+                    ipi0, w0, t0 = function_call_ipis(), rec.windows() if rec else 0, time.monotonic()
+                    time.sleep(TOGGLE_SECS)
+                    ipi1, w1, t1 = function_call_ipis(), rec.windows() if rec else 0, time.monotonic()
+                    got[c] = {"ipis_per_s": (ipi1 - ipi0) / (t1 - t0), "windows_per_s": (w1 - w0) / (t1 - t0)}
+                finally:
+                    if ping:
+                        ping.wait()
+                    if rec:
+                        rec.stop()
+            rounds.append(got)
+            log(f"toggles: round {r + 1}: {got}")
+    finally:
+        tb.down()
+    return {"secs": TOGGLE_SECS, "cpus": len(_CPUS), "rounds": rounds}
+
+
+def print_toggles(res):
+    print(f"\n9. The windows' coming and going ({len(res['rounds'])} rounds of {res['secs']} s, interleaved ABBA, on the "
+          f"default shape under ping every {TOGGLE_PING_INTERVAL} s; function-call IPIs taken by all {res['cpus']} CPUs, "
+          f"above the same round's bare run; mean ± standard error of the rounds)\n")
+    bare = [r["none"]["ipis_per_s"] for r in res["rounds"]]
+    bm, bsd = ms(bare)
+    print(f"  nothing attached: {bm:.0f} ± {bsd / len(bare) ** 0.5:.0f} IPIs/s")
+    print(f"  {'configuration':<15} {'windows/s':>10} {'IPIs/s above bare':>20} {'IPIs per window':>18}")
+    for c in ("record", "record-counts"):
+        extra = [r[c]["ipis_per_s"] - r["none"]["ipis_per_s"] for r in res["rounds"]]
+        wins = [r[c]["windows_per_s"] for r in res["rounds"]]
+        em, esd = ms(extra)
+        wm, _ = ms(wins)
+        per = f"{em / wm:.0f}" if wm > 0 else "—"
+        print(f"  {c:<15} {wm:>10.2f} {em:>11.0f} ± {esd / len(extra) ** 0.5:<6.0f} {per:>18}")
+
+
 def print_shapes(res):
     print(f"\n6. Host shapes ({SHAPE_ROUNDS} rounds, interleaved ABBA, {T_RUN} s each; cost vs nothing attached, mean ± "
           f"standard error of the rounds; BPF ns and program runs per packet of the loaded pair's receiving interface, RX and TX, bpf_stats on)\n")
@@ -739,7 +855,7 @@ def main():
         die("needs root (BPF, network namespaces)")
     if not BIN.exists():
         die(f"{BIN} not built (make build)")
-    for c in ("ip", "iperf3", "bpftool", "sysctl", "/usr/bin/time", "taskset"):
+    for c in ("ip", "iperf3", "bpftool", "sysctl", "/usr/bin/time", "taskset", "ping"):
         if not shutil.which(c):
             die(f"missing command: {c} (make deps)")
     if (("bpftrace" in CONFIGS and (want("throughput") or want("cost"))) or want("shapes")) and not shutil.which("bpftrace"):
@@ -778,6 +894,7 @@ def main():
         tb.down()
         tb = None
         shape_results = shapes(tmp) if want("shapes") else {}
+        toggle_results = toggles(tmp) if want("toggles") else None
 
         # ---- the table
         if runs:
@@ -874,6 +991,9 @@ def main():
         if shape_results:
             print_shapes(shape_results)
             result["shapes"] = shape_results
+        if toggle_results:
+            print_toggles(toggle_results)
+            result["toggles"] = toggle_results
         if day_results:
             print_days(day_results)
             result["days"] = day_results
