@@ -265,7 +265,8 @@ fn hook_scope_check() -> Check {
              host-wide, all the time: kfree_skb (per drop, not per packet); host-wide, in the detail windows only \
              (1/{} of the time by default, only while the recorded device carries traffic, and all programs \
              together at most {} runs per packet of it, --run-budget): net_dev_start_xmit (TX split and flows), \
-             napi_poll, and the detail hooks above",
+             napi_poll, and the detail hooks above; a window's coming and going patches kernel text (each \
+             tracepoint's first attach and last detach), an IPI to every CPU of the host, at most a window a second",
             crate::session::windows::DEFAULT_DUTY,
             crate::session::windows::RUN_BUDGET
         ),
