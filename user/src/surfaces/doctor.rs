@@ -266,7 +266,7 @@ fn hook_scope_check() -> Check {
              (1/{} of the time by default, only while the recorded device carries traffic, and all programs \
              together at most {} runs per packet of it, --run-budget): net_dev_start_xmit (TX split and flows), \
              napi_poll, and the detail hooks above; a window's coming and going patches kernel text (each \
-             tracepoint's first attach and last detach), an IPI to every CPU of the host, at most a window a second",
+             tracepoint's first attach and last detach), with IPIs to every CPU of the host, for windows drawn at most once a second",
             crate::session::windows::DEFAULT_DUTY,
             crate::session::windows::RUN_BUDGET
         ),
