@@ -261,8 +261,11 @@ class Attached:
             if line.get("event") != "attached":
                 die(f"{config}: unexpected first line: {line}")
             self.attached = line
-            # Keep draining progress lines so the recorder never blocks on a full pipe.
-            self.drain = subprocess.Popen(["cat"], stdin=self.proc.stdout, stdout=subprocess.DEVNULL)
+            # Keep reading progress lines so the recorder never blocks on a full pipe; the
+            # latest interval's says how many windows have run.
+            self.latest = {}
+            self.drain = threading.Thread(target=self._read_progress, daemon=True)
+            self.drain.start()
         elif config == "serve":
             self.proc = subprocess.Popen(
                 [str(BIN), "serve", "-i", tb.if_rcv, "--netns", tb.ns_rcv, "--listen", f"127.0.0.1:{SERVE_PORT}"],
@@ -290,7 +293,20 @@ class Attached:
             self.proc.kill()
             self.proc.wait()
         if getattr(self, "drain", None):
-            self.drain.wait()
+            self.drain.join(timeout=10)
+
+    def _read_progress(self):
+        for line in self.proc.stdout:
+            try:
+                j = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if j.get("event") == "interval":
+                self.latest = j
+
+    def windows(self):
+        """Windows the recorder has run so far (0 for anything else)."""
+        return getattr(self, "latest", {}).get("flow_windows") or 0
 
     def cpu_s(self):
         """CPU seconds its process has used so far, every thread's (user and system; in
@@ -715,40 +731,6 @@ def function_call_ipis():
     die("/proc/interrupts has no CAL row: function-call IPIs cannot be counted on this kernel")
 
 
-class Progress:
-    """A recorder started with --json-progress, its latest interval line kept by a thread."""
-
-    def __init__(self, config, tb, tmp):
-        extra = {"record-counts": ["--detail", "counts"]}.get(config, [])
-        self.proc = subprocess.Popen(
-            [str(BIN), "record", "-i", tb.if_rcv, "--netns", tb.ns_rcv, "-d", "600", "-o", str(tmp / f"toggle-{config}.ddio"),
-             "--force", "--json-progress", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        line = json.loads(read_line(self.proc, 60, config))
-        if line.get("event") != "attached":
-            die(f"{config}: unexpected first line: {line}")
-        self.latest = {}
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            j = json.loads(line)
-            if j.get("event") == "interval":
-                self.latest = j
-
-    def windows(self):
-        return self.latest.get("flow_windows") or 0
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.reader.join(timeout=10)
-
-
 def toggles(tmp):
     """Section 9: what the windows' coming and going costs the other CPUs. Each window
     attaches its programs and detaches them after; the first program on a tracepoint and the
@@ -765,7 +747,7 @@ def toggles(tmp):
             order = configs if r % 2 == 0 else configs[::-1]
             got = {}
             for c in order:
-                rec = Progress(c, tb, tmp) if c != "none" else None
+                rec = Attached(c, tb, tmp)
                 ping = None
                 try:
                     time.sleep(SETTLE)
@@ -773,15 +755,14 @@ def toggles(tmp):
                                              "-w", str(TOGGLE_SECS + 3), tb.ip_rcv],
                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                     time.sleep(1.5)
-                    ipi0, w0, t0 = function_call_ipis(), rec.windows() if rec else 0, time.monotonic()
+                    ipi0, w0, t0 = function_call_ipis(), rec.windows(), time.monotonic()
                     time.sleep(TOGGLE_SECS)
-                    ipi1, w1, t1 = function_call_ipis(), rec.windows() if rec else 0, time.monotonic()
+                    ipi1, w1, t1 = function_call_ipis(), rec.windows(), time.monotonic()
                     got[c] = {"ipis_per_s": (ipi1 - ipi0) / (t1 - t0), "windows_per_s": (w1 - w0) / (t1 - t0)}
                 finally:
                     if ping:
                         ping.wait()
-                    if rec:
-                        rec.stop()
+                    rec.stop()
             rounds.append(got)
             log(f"toggles: round {r + 1}: {got}")
     finally:
