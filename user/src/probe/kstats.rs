@@ -183,6 +183,8 @@ pub struct KernelStats {
     driver: Option<String>,
     /// The NIC's drop counters at the last read, to difference the next one by.
     ring_drops_prev: Vec<NicDrop>,
+    /// The driver keeps no per-queue qstats (the kernel said EOPNOTSUPP): not asked again.
+    no_qstats: bool,
 }
 
 impl KernelStats {
@@ -227,6 +229,7 @@ impl KernelStats {
             qdisc_tx: false,
             driver: driver.map(str::to_string),
             ring_drops_prev: Vec::new(),
+            no_qstats: false,
         };
         k.ring_drops_prev = k.ring_drop_counters();
         let q = k.qstats();
@@ -275,12 +278,21 @@ impl KernelStats {
     }
 
     fn qstats(&mut self) -> Vec<QueueStat> {
+        if self.no_qstats {
+            return Vec::new();
+        }
         let mut a = attr(A_QSTATS_IFINDEX, &self.ifindex.to_ne_bytes());
         a.extend(attr(A_QSTATS_SCOPE, &QSTATS_SCOPE_QUEUE.to_ne_bytes()));
         let ifindex = self.ifindex;
-        self.dump(CMD_QSTATS_GET, &a)
-            .map(|m| parse_qstats(&m, ifindex))
-            .unwrap_or_default()
+        match self.dump(CMD_QSTATS_GET, &a) {
+            Ok(m) => parse_qstats(&m, ifindex),
+            Err(e) => {
+                // A driver without the queue-stats operations says so for good; any other
+                // failure is asked again next time.
+                self.no_qstats = e.raw_os_error() == Some(libc::EOPNOTSUPP);
+                Vec::new()
+            }
+        }
     }
 
     /// The TX queues' qdisc counts (empty: no mq root, or the kernel could not be asked).
@@ -301,6 +313,10 @@ impl KernelStats {
     /// The driver's per-queue counters, and the TX qdiscs' where they stand in for the
     /// driver's (empty: none, or they could not be asked this time).
     pub fn queues(&mut self) -> Vec<QueueStat> {
+        // The drops that follow are read with these counts, from the same statistics.
+        if let Some(e) = self.ethtool.as_mut() {
+            e.forget_last();
+        }
         let mut q = self.driver_queues();
         if self.qdisc_tx {
             q.retain(|q| q.dir != Dir::Tx);
@@ -363,13 +379,14 @@ impl KernelStats {
 
     /// The NIC's own counters of packets it dropped for want of RX descriptors or buffers,
     /// cumulative: the driver's named statistics that count them, and qstats' per-queue
-    /// `rx-hw-drops` / `rx-alloc-fail` where the driver reports them (empty: none).
-    pub fn ring_drop_counters(&mut self) -> Vec<NicDrop> {
+    /// `rx-hw-drops` / `rx-alloc-fail` where the driver reports them (empty: none). The
+    /// driver's statistics are the ones the last `queues` read, where that read is unused.
+    fn ring_drop_counters(&mut self) -> Vec<NicDrop> {
         let driver = self.driver.clone();
         let mut out = self
             .ethtool
             .as_mut()
-            .and_then(|e| e.read())
+            .and_then(|e| e.last_or_read())
             .map(|v| ring_drops_from_ethtool(&v, driver.as_deref()))
             .unwrap_or_default();
         if self.netdev.is_some() {

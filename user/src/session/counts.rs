@@ -272,7 +272,9 @@ impl Session {
         // against (the counts were taken somewhere between the two) and to split TX by.
         let check = self.kstats.is_some() && self.kernel_counts.iter().any(|&c| c);
         let before = if check {
-            self.watch.as_mut().and_then(|w| w.link_totals())
+            self.watch
+                .as_mut()
+                .and_then(|w| w.take_checked_totals().or_else(|| w.link_totals()))
         } else {
             None
         };

@@ -2,7 +2,8 @@
 //! and its ifindex still the device of that name there. Asked once an interval through a
 //! netlink socket opened inside the namespace (a socket keeps the namespace it was made in),
 //! so a deleted device or namespace is noticed within an interval, at the cost of one
-//! RTM_GETLINK round trip.
+//! RTM_GETLINK round trip, whose answer also holds the totals the interval's counts are
+//! checked against.
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
@@ -38,6 +39,8 @@ pub struct DeviceWatch {
     name: String,
     ifindex: u32,
     netns: Option<(String, PathBuf, u32)>,
+    /// The totals in the last check's answer, until taken.
+    checked: Option<LinkTotals>,
 }
 
 /// RTNLGRP_LINK as a group bitmask.
@@ -115,6 +118,7 @@ impl DeviceWatch {
             name: iface.name.clone(),
             ifindex: iface.ifindex,
             netns,
+            checked: None,
         })
     }
 
@@ -167,8 +171,16 @@ impl DeviceWatch {
         Some(last)
     }
 
+    /// The totals the last check read, once (None: taken already, or that check did not get
+    /// an answer): the interval reads its counts right after its check, so the check's answer
+    /// serves as the totals just before them without asking the kernel again.
+    pub fn take_checked_totals(&mut self) -> Option<LinkTotals> {
+        self.checked.take()
+    }
+
     /// Is the interface still there? An error only when the kernel could not be asked.
     pub fn check(&mut self) -> Result<Presence> {
+        self.checked = None;
         if let Some((name, path, inode)) = &self.netns {
             match std::fs::metadata(path) {
                 Ok(m) if m.ino() as u32 == *inode => {}
@@ -210,7 +222,10 @@ impl DeviceWatch {
                         self.name
                     ),
                 ),
-                _ => Presence::Present,
+                _ => {
+                    self.checked = msgs.first().and_then(|m| link_totals(m));
+                    Presence::Present
+                }
             }),
         }
     }
