@@ -77,7 +77,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -254,18 +253,18 @@ class Attached:
         elif config.startswith("record"):
             extra = {"record-full": ["--detail", "full"], "record-counts": ["--detail", "counts"],
                      "record-flows-always": ["--flows", "always"]}.get(config, [])
-            self.proc = subprocess.Popen(
-                [str(BIN), "record", "-i", tb.if_rcv, "--netns", tb.ns_rcv, "-d", "600", "-o", str(tmp / f"{config}.ddio"),
-                 "--force", "--json-progress", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            line = json.loads(read_line(self.proc, 60, config))
+            # Progress goes to a file, not a pipe: a reader woken by each interval's line
+            # would be a process of the bench's own running on the loaded CPUs, billed to the
+            # recorder (ten lines a second).
+            self.progress = tmp / f"{config}.progress"
+            with open(self.progress, "w") as out:
+                self.proc = subprocess.Popen(
+                    [str(BIN), "record", "-i", tb.if_rcv, "--netns", tb.ns_rcv, "-d", "600", "-o", str(tmp / f"{config}.ddio"),
+                     "--force", "--json-progress", *extra], stdout=out, stderr=subprocess.PIPE, text=True)
+            line = self._first_progress(60, config)
             if line.get("event") != "attached":
                 die(f"{config}: unexpected first line: {line}")
             self.attached = line
-            # Keep reading progress lines so the recorder never blocks on a full pipe; the
-            # latest interval's says how many windows have run.
-            self.latest = {}
-            self.drain = threading.Thread(target=self._read_progress, daemon=True)
-            self.drain.start()
         elif config == "serve":
             self.proc = subprocess.Popen(
                 [str(BIN), "serve", "-i", tb.if_rcv, "--netns", tb.ns_rcv, "--listen", f"127.0.0.1:{SERVE_PORT}"],
@@ -292,21 +291,40 @@ class Attached:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        if getattr(self, "drain", None):
-            self.drain.join(timeout=10)
 
-    def _read_progress(self):
-        for line in self.proc.stdout:
-            try:
-                j = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if j.get("event") == "interval":
-                self.latest = j
+    def _first_progress(self, timeout, what):
+        """The recorder's first progress line, once it is whole in the file."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with open(self.progress) as f:
+                line = f.readline()
+            if line.endswith("\n"):
+                return json.loads(line)
+            if self.proc.poll() is not None:
+                die(f"{what} exited before it was ready: {self.proc.stderr.read().strip()[-300:]}")
+            if time.monotonic() > deadline:
+                self.proc.kill()
+                die(f"{what} did not become ready within {timeout} s")
+            time.sleep(0.05)
 
     def windows(self):
-        """Windows the recorder has run so far (0 for anything else)."""
-        return getattr(self, "latest", {}).get("flow_windows") or 0
+        """Windows the recorder has run so far, by its latest whole interval line (0 for
+        anything else)."""
+        path = getattr(self, "progress", None)
+        if path is None:
+            return 0
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 4096))
+            lines = f.read().split(b"\n")[:-1]
+        for raw in reversed(lines):
+            try:
+                j = json.loads(raw)
+            except ValueError:
+                continue
+            if j.get("event") == "interval":
+                return j.get("flow_windows") or 0
+        return 0
 
     def cpu_s(self):
         """CPU seconds its process has used so far, every thread's (user and system; in
