@@ -46,7 +46,8 @@
    bare run, and from one more run per configuration with bpf_stats on, BPF ns and program
    runs per packet of the loaded pair (the receiving interface's own count, RX and TX), in out/bench.json also
    per program, and the share of the host's CPU time it took in that run (its programs' BPF
-   time and its process's user and system time, over the run's wall time times the CPUs). BENCH_SHAPE_ROUNDS=0 measures the BPF side alone (about 2 minutes).
+   time and its process's user and system time, over the run's wall time times the CPUs); the
+   process's share again over all the throughput runs of a cell. BENCH_SHAPE_ROUNDS=0 measures the BPF side alone (about 2 minutes).
 9. The windows' coming and going (`toggles`): each window attaches its programs and detaches
    them after, and the first program on a tracepoint and the last off it patch the kernel's
    text, which waits for every CPU to take a function-call IPI. Under a light load on the
@@ -697,6 +698,9 @@ def shapes(tmp):
                 recorded = loaded = Testbed(f"bs{os.getpid()}", shape)
                 made.append(recorded)
             runs = {(c, l): [] for c in configs for l in LOADS}
+            # The process's CPU seconds over every throughput run, and those runs' seconds: its
+            # share of the host at a resolution the 10 ms clock ticks of one 5 s run lack.
+            process = {(c, l): [0.0, 0.0] for c in configs for l in LOADS}
             loaded.iperf("tcp")  # warm-up, not counted
             for r in range(SHAPE_ROUNDS):
                 order = configs if r % 2 == 0 else configs[::-1]
@@ -705,7 +709,10 @@ def shapes(tmp):
                         a = Attached(c, recorded, tmp)
                         try:
                             time.sleep(SETTLE)
+                            c0, t0 = a.cpu_s(), time.monotonic()
                             runs[(c, load)].append(loaded.iperf(load)[0])
+                            process[(c, load)][0] += a.cpu_s() - c0
+                            process[(c, load)][1] += time.monotonic() - t0
                         finally:
                             a.stop()
             bpf = {}
@@ -731,6 +738,8 @@ def shapes(tmp):
                 sh("sysctl", "-qw", "kernel.bpf_stats_enabled=0")
             out[shape] = {"runs": {f"{c}/{l}": v for (c, l), v in runs.items()},
                           "cost_pct": {f"{c}/{l}": round_costs(runs, c, l) for c in configs for l in LOADS},
+                          "process_cpu_pct_rounds": {f"{c}/{l}": 100 * cpu / (secs * os.cpu_count())
+                                                     for (c, l), (cpu, secs) in process.items() if secs and c != "none"},
                           "bpf": {f"{c}/{l}": v for (c, l), v in bpf.items()}}
         finally:
             for tb in made:
@@ -843,6 +852,12 @@ def print_shapes(res):
                     return "—"
                 return f"{v['bpf_cpu_pct']:.2f} + {v['process_cpu_pct']:.2f} = {v['bpf_cpu_pct'] + v['process_cpu_pct']:.2f}%"
             print(f"  {shape:<10} {load:<5} " + " ".join(f"{share(c):>24}" for c in shown))
+    print(f"\n  the process's own share of the host's CPU time over all {SHAPE_ROUNDS} throughput runs of each cell\n")
+    print(f"  {'shape':<10} {'load':<5} " + " ".join(f"{name.get(c, c):>10}" for c in shown))
+    for shape, r in res.items():
+        for load in LOADS:
+            v = lambda c: r.get("process_cpu_pct_rounds", {}).get(f"{c}/{load}")
+            print(f"  {shape:<10} {load:<5} " + " ".join(f"{'—' if v(c) is None else f'{v(c):.3f}%':>10}" for c in shown))
 
 
 def main():
