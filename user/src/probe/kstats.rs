@@ -183,8 +183,33 @@ pub struct KernelStats {
     driver: Option<String>,
     /// The NIC's drop counters at the last read, to difference the next one by.
     ring_drops_prev: Vec<NicDrop>,
-    /// The driver keeps no per-queue qstats (the kernel said EOPNOTSUPP): not asked again.
-    no_qstats: bool,
+    /// The netdev commands this kernel or driver does not support: asked once.
+    unsupported: Unsupported,
+}
+
+/// The commands the kernel answered with EOPNOTSUPP. That answer holds for good (a driver
+/// without queue stats, a kernel without page_pool statistics), so such a command is not
+/// sent again each interval; any other failure is asked again next time.
+#[derive(Debug, Default)]
+struct Unsupported(Vec<u8>);
+
+impl Unsupported {
+    fn ask<T>(
+        &mut self,
+        cmd: u8,
+        request: impl FnOnce() -> std::io::Result<T>,
+    ) -> std::io::Result<T> {
+        if self.0.contains(&cmd) {
+            return Err(std::io::Error::from_raw_os_error(libc::EOPNOTSUPP));
+        }
+        let answer = request();
+        if let Err(e) = &answer {
+            if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
+                self.0.push(cmd);
+            }
+        }
+        answer
+    }
 }
 
 impl KernelStats {
@@ -229,7 +254,7 @@ impl KernelStats {
             qdisc_tx: false,
             driver: driver.map(str::to_string),
             ring_drops_prev: Vec::new(),
-            no_qstats: false,
+            unsupported: Unsupported::default(),
         };
         k.ring_drops_prev = k.ring_drop_counters();
         let q = k.qstats();
@@ -274,25 +299,17 @@ impl KernelStats {
         };
         let mut body = vec![cmd, 1, 0, 0];
         body.extend_from_slice(body_attrs);
-        nl.request(*family, NLM_F_DUMP, &body)
+        self.unsupported
+            .ask(cmd, || nl.request(*family, NLM_F_DUMP, &body))
     }
 
     fn qstats(&mut self) -> Vec<QueueStat> {
-        if self.no_qstats {
-            return Vec::new();
-        }
         let mut a = attr(A_QSTATS_IFINDEX, &self.ifindex.to_ne_bytes());
         a.extend(attr(A_QSTATS_SCOPE, &QSTATS_SCOPE_QUEUE.to_ne_bytes()));
         let ifindex = self.ifindex;
-        match self.dump(CMD_QSTATS_GET, &a) {
-            Ok(m) => parse_qstats(&m, ifindex),
-            Err(e) => {
-                // A driver without the queue-stats operations says so for good; any other
-                // failure is asked again next time.
-                self.no_qstats = e.raw_os_error() == Some(libc::EOPNOTSUPP);
-                Vec::new()
-            }
-        }
+        self.dump(CMD_QSTATS_GET, &a)
+            .map(|m| parse_qstats(&m, ifindex))
+            .unwrap_or_default()
     }
 
     /// The TX queues' qdisc counts (empty: no mq root, or the kernel could not be asked).
@@ -605,6 +622,27 @@ pub fn covers(stats: &[QueueStat], dir: Dir) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_command_refused_as_unsupported_is_not_sent_again_and_other_failures_are() {
+        let mut u = Unsupported::default();
+        let mut sent = [0; 2];
+        for _ in 0..3 {
+            let got = u.ask(CMD_QSTATS_GET, || -> std::io::Result<()> {
+                sent[0] += 1;
+                Err(std::io::Error::from_raw_os_error(libc::EOPNOTSUPP))
+            });
+            assert_eq!(got.unwrap_err().raw_os_error(), Some(libc::EOPNOTSUPP));
+            let got = u.ask(CMD_PAGE_POOL_STATS_GET, || -> std::io::Result<()> {
+                sent[1] += 1;
+                Err(std::io::Error::from_raw_os_error(libc::ENOBUFS))
+            });
+            assert_eq!(got.unwrap_err().raw_os_error(), Some(libc::ENOBUFS));
+        }
+        assert_eq!(sent, [1, 3]);
+        // Another command is still asked.
+        assert_eq!(u.ask(CMD_QUEUE_GET, || Ok(7)).unwrap(), 7);
+    }
 
     /// A genl message as the kernel sends it (after the netlink header): the genl header,
     /// then attributes.
