@@ -681,10 +681,21 @@ def print_footprint(res):
               f"{r['file_mb']:>8.1f} {r['wal_mb']:>7.1f}")
 
 
+def shape_order(configs):
+    """The order of a round's runs: the bare run between the two recorders, so that each of
+    them, in either direction of the ABBA rounds, runs right beside the bare run its cost is
+    taken against (this host's throughput drifts in phases of seconds to tens of seconds)."""
+    rest = [c for c in configs if c != "none"]
+    recorders = [c for c in ("record-counts", "record") if c in rest]
+    others = [c for c in rest if c not in recorders]
+    return recorders[:1] + ["none"] + recorders[1:] + others
+
+
 def shapes(tmp):
     """Section 6: the default recorder, counts mode and the peer on each host shape."""
     out = {}
     configs = SHAPE_CONFIGS
+    order = shape_order(configs)
     for shape in SHAPES:
         log(f"shape {shape}: {SHAPE_ROUNDS} rounds x {len(configs)} configurations x 2 loads, {T_RUN} s each")
         made = []
@@ -703,9 +714,8 @@ def shapes(tmp):
             process = {(c, l): [0.0, 0.0] for c in configs for l in LOADS}
             loaded.iperf("tcp")  # warm-up, not counted
             for r in range(SHAPE_ROUNDS):
-                order = configs if r % 2 == 0 else configs[::-1]
                 for load in LOADS:
-                    for c in order:
+                    for c in (order if r % 2 == 0 else order[::-1]):
                         a = Attached(c, recorded, tmp)
                         try:
                             time.sleep(SETTLE)
