@@ -55,7 +55,9 @@
    BENCH_TOGGLE_ROUNDS (4) rounds of BENCH_TOGGLE_SECS (15) s of nothing attached, the default
    recorder and `--detail counts`, interleaved ABBA: the IPIs all CPUs took (/proc/interrupts,
    CAL) above the same round's bare run, the windows run (the recorder's progress lines), and
-   their ratio, IPIs per window.
+   their ratio, IPIs per window; then one run of each recorder with bpftrace on the ipi
+   tracepoints, for the kernel path each IPI it sent came from (tracepoint static calls and
+   static keys, tcx's static keys, RCU).
 
 A benchmark prints; it asserts nothing about time. Raw results go to out/bench.json.
 Knobs (environment): BIN, OUT_JSON, BENCH_ROUNDS (5), BENCH_PAIR_ROUNDS (5: more rounds of nothing
@@ -104,6 +106,11 @@ FOOTPRINT_MINUTES = sorted(int(m) for m in os.environ.get("BENCH_FOOTPRINT_MINUT
 def want(section):
     """Whether a section runs: named in BENCH_ONLY (when set) and not in BENCH_SKIP."""
     return (not ONLY or section in ONLY) and section not in SKIP
+
+
+def needs_bpftrace():
+    """Whether a section that runs uses bpftrace (the peer; section 9's IPI paths)."""
+    return ("bpftrace" in CONFIGS and (want("throughput") or want("cost"))) or want("shapes") or want("toggles")
 # The bare run sits right before the default recorder's, so in every round (either
 # direction) the two run back to back: this host's throughput drifts in phases of tens of
 # seconds, and the cost that matters most is then taken from neighbouring runs.
@@ -768,6 +775,44 @@ def function_call_ipis():
     die("/proc/interrupts has no CAL row: function-call IPIs cannot be counted on this kernel")
 
 
+# Where a recorder's function-call IPIs come from: the first of these in the sending stack.
+IPI_PATHS = [
+    ("__static_call_update", "tracepoint static call"),
+    ("tcx_", "tcx static key"),
+    ("static_key_", "tracepoint static key"),
+    ("synchronize_rcu", "RCU grace period"),
+]
+
+
+def ipi_paths(pid, secs):
+    """The function-call IPIs process `pid` sent in `secs` seconds, by the kernel path that sent
+    them (IPI_PATHS; "other" for the rest): bpftrace on the ipi tracepoints, with the stacks."""
+    prog = (f"tracepoint:ipi:ipi_send_cpu, tracepoint:ipi:ipi_send_cpumask /pid == {pid}/ "
+            "{ @[kstack(16)] = count(); }")
+    p = subprocess.Popen(["bpftrace", "-f", "json", "-e", prog], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        first = json.loads(read_line(p, 60, "bpftrace (IPI paths)"))
+        if first.get("type") != "attached_probes":
+            die(f"bpftrace (IPI paths): unexpected first line: {first}")
+        time.sleep(secs)
+    finally:
+        p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    stacks = {}
+    for line in out.splitlines():
+        if line.startswith("{"):
+            j = json.loads(line)
+            if j.get("type") == "map":
+                stacks = j["data"].get("@", {})
+    paths = {name: 0 for _, name in IPI_PATHS}
+    paths["other"] = 0
+    for stack, n in stacks.items():
+        name = next((name for frag, name in IPI_PATHS if frag in stack), "other")
+        paths[name] += n
+    return paths
+
+
 def toggles(tmp):
     """Section 9: what the windows' coming and going costs the other CPUs. Each window
     attaches its programs and detaches them after; the first program on a tracepoint and the
@@ -802,9 +847,30 @@ def toggles(tmp):
                     rec.stop()
             rounds.append(got)
             log(f"toggles: round {r + 1}: {got}")
+        # Then, one run of each recorder with bpftrace on the IPI tracepoints: which kernel
+        # path each IPI it sent came from (its attaches and detaches are the only IPIs it sends).
+        paths = {}
+        for c in configs[1:]:
+            rec = Attached(c, tb, tmp)
+            ping = None
+            try:
+                time.sleep(SETTLE)
+                ping = subprocess.Popen(["ip", "netns", "exec", tb.ns_snd, "ping", "-q", "-i", TOGGLE_PING_INTERVAL,
+                                         "-w", str(TOGGLE_SECS + 10), tb.ip_rcv],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                time.sleep(1.5)
+                w0 = rec.windows()
+                by_path = ipi_paths(rec.proc.pid, TOGGLE_SECS)
+                paths[c] = {"windows": rec.windows() - w0, "ipis": by_path}
+            finally:
+                if ping:
+                    ping.kill()
+                    ping.wait()
+                rec.stop()
+            log(f"toggles: IPI paths of {c}: {paths[c]}")
     finally:
         tb.down()
-    return {"secs": TOGGLE_SECS, "cpus": len(_CPUS), "rounds": rounds}
+    return {"secs": TOGGLE_SECS, "cpus": len(_CPUS), "rounds": rounds, "paths": paths}
 
 
 def print_toggles(res):
@@ -822,6 +888,17 @@ def print_toggles(res):
         wm, _ = ms(wins)
         per = f"{em / wm:.0f}" if wm > 0 else "—"
         print(f"  {c:<15} {wm:>10.2f} {em:>11.0f} ± {esd / len(extra) ** 0.5:<6.0f} {per:>18}")
+    paths = res.get("paths") or {}
+    if paths:
+        names = [name for _, name in IPI_PATHS] + ["other"]
+        print(f"\n  the IPIs each recorder sent, by the kernel path that sent them (one run of {res['secs']} s, "
+              f"bpftrace on the ipi tracepoints; per window)\n")
+        print(f"  {'configuration':<15} {'windows':>8} " + " ".join(f"{n:>24}" for n in names) + f" {'total':>8}")
+        for c, v in paths.items():
+            w = v["windows"]
+            per = lambda n: f"{n / w:.0f}" if w else "—"
+            total = sum(v["ipis"].values())
+            print(f"  {c:<15} {w:>8} " + " ".join(f"{per(v['ipis'][n]):>24}" for n in names) + f" {per(total):>8}")
 
 
 def print_shapes(res):
@@ -882,7 +959,7 @@ def main():
     for c in ("ip", "iperf3", "bpftool", "sysctl", "/usr/bin/time", "taskset", "ping"):
         if not shutil.which(c):
             die(f"missing command: {c} (make deps)")
-    if (("bpftrace" in CONFIGS and (want("throughput") or want("cost"))) or want("shapes")) and not shutil.which("bpftrace"):
+    if needs_bpftrace() and not shutil.which("bpftrace"):
         die("missing command: bpftrace (make deps)")
     mounted_tracefs = False
     stats_prev = sh("sysctl", "-n", "kernel.bpf_stats_enabled").stdout.strip()
@@ -896,7 +973,7 @@ def main():
         print(f"machine: {os.cpu_count()} CPUs, {cpu}, kernel {os.uname().release}; 1-min load {load0} at start")
         print(f"binary:  {BIN} ({sh(BIN, '--version', check=False).stdout.strip()})\n")
         # bpftrace reads tracepoint formats from tracefs; mounted for the peer, unmounted after.
-        if (("bpftrace" in CONFIGS and (want("throughput") or want("cost"))) or want("shapes")) and not (TRACEFS / "events").exists():
+        if needs_bpftrace() and not (TRACEFS / "events").exists():
             sh("mount", "-t", "tracefs", "nodev", TRACEFS)
             mounted_tracefs = True
         sh("sysctl", "-qw", "kernel.bpf_stats_enabled=0")
