@@ -813,6 +813,40 @@ def ipi_paths(pid, secs):
     return paths
 
 
+def under_ping(config, tb, tmp, measure):
+    """What `measure(rec)` gives with `config` attached to `tb`'s receiver, under ping every
+    TOGGLE_PING_INTERVAL to it (started after the recorder settles, running through `measure`)."""
+    rec = Attached(config, tb, tmp)
+    ping = None
+    try:
+        time.sleep(SETTLE)
+        ping = subprocess.Popen(["ip", "netns", "exec", tb.ns_snd, "ping", "-q", "-i", TOGGLE_PING_INTERVAL,
+                                 "-w", str(TOGGLE_SECS + 60), tb.ip_rcv],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.5)
+        return measure(rec)
+    finally:
+        if ping:
+            ping.kill()
+            ping.wait()
+        rec.stop()
+
+
+def ipis_and_windows(rec):
+    """Function-call IPIs all CPUs took and windows `rec` ran, a second, over TOGGLE_SECS."""
+    ipi0, w0, t0 = function_call_ipis(), rec.windows(), time.monotonic()
+    time.sleep(TOGGLE_SECS)
+    ipi1, w1, t1 = function_call_ipis(), rec.windows(), time.monotonic()
+    return {"ipis_per_s": (ipi1 - ipi0) / (t1 - t0), "windows_per_s": (w1 - w0) / (t1 - t0)}
+
+
+def ipis_by_path(rec):
+    """The IPIs `rec`'s process sent over TOGGLE_SECS by kernel path, and its windows meanwhile."""
+    w0 = rec.windows()
+    by_path = ipi_paths(rec.proc.pid, TOGGLE_SECS)
+    return {"windows": rec.windows() - w0, "ipis": by_path}
+
+
 def toggles(tmp):
     """Section 9: what the windows' coming and going costs the other CPUs. Each window
     attaches its programs and detaches them after; the first program on a tracepoint and the
@@ -829,44 +863,14 @@ def toggles(tmp):
             order = configs if r % 2 == 0 else configs[::-1]
             got = {}
             for c in order:
-                rec = Attached(c, tb, tmp)
-                ping = None
-                try:
-                    time.sleep(SETTLE)
-                    ping = subprocess.Popen(["ip", "netns", "exec", tb.ns_snd, "ping", "-q", "-i", TOGGLE_PING_INTERVAL,
-                                             "-w", str(TOGGLE_SECS + 3), tb.ip_rcv],
-                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                    time.sleep(1.5)
-                    ipi0, w0, t0 = function_call_ipis(), rec.windows(), time.monotonic()
-                    time.sleep(TOGGLE_SECS)
-                    ipi1, w1, t1 = function_call_ipis(), rec.windows(), time.monotonic()
-                    got[c] = {"ipis_per_s": (ipi1 - ipi0) / (t1 - t0), "windows_per_s": (w1 - w0) / (t1 - t0)}
-                finally:
-                    if ping:
-                        ping.wait()
-                    rec.stop()
+                got[c] = under_ping(c, tb, tmp, ipis_and_windows)
             rounds.append(got)
             log(f"toggles: round {r + 1}: {got}")
         # Then, one run of each recorder with bpftrace on the IPI tracepoints: which kernel
         # path each IPI it sent came from (its attaches and detaches are the only IPIs it sends).
         paths = {}
         for c in configs[1:]:
-            rec = Attached(c, tb, tmp)
-            ping = None
-            try:
-                time.sleep(SETTLE)
-                ping = subprocess.Popen(["ip", "netns", "exec", tb.ns_snd, "ping", "-q", "-i", TOGGLE_PING_INTERVAL,
-                                         "-w", str(TOGGLE_SECS + 10), tb.ip_rcv],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                time.sleep(1.5)
-                w0 = rec.windows()
-                by_path = ipi_paths(rec.proc.pid, TOGGLE_SECS)
-                paths[c] = {"windows": rec.windows() - w0, "ipis": by_path}
-            finally:
-                if ping:
-                    ping.kill()
-                    ping.wait()
-                rec.stop()
+            paths[c] = under_ping(c, tb, tmp, ipis_by_path)
             log(f"toggles: IPI paths of {c}: {paths[c]}")
     finally:
         tb.down()
