@@ -111,6 +111,8 @@ def want(section):
 def needs_bpftrace():
     """Whether a section that runs uses bpftrace (the peer; section 9's IPI paths)."""
     return ("bpftrace" in CONFIGS and (want("throughput") or want("cost"))) or want("shapes") or want("toggles")
+
+
 # The bare run sits right before the default recorder's, so in every round (either
 # direction) the two run back to back: this host's throughput drifts in phases of tens of
 # seconds, and the cost that matters most is then taken from neighbouring runs.
@@ -798,7 +800,7 @@ def ipi_paths(pid, secs):
         time.sleep(secs)
     finally:
         p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=60)
+    out, _ = p.communicate(timeout=60)
     stacks = {}
     for line in out.splitlines():
         if line.startswith("{"):
