@@ -52,7 +52,7 @@
    them after, and the first program on a tracepoint and the last off it patch the kernel's
    text, which waits for every CPU to take a function-call IPI. Under a light load on the
    default shape (ping every 2 ms, so windows come every cycle the run budget allows),
-   BENCH_TOGGLE_ROUNDS (4) rounds of BENCH_TOGGLE_SECS (40) s of nothing attached, the default
+   BENCH_TOGGLE_ROUNDS (4) rounds of BENCH_TOGGLE_SECS (15) s of nothing attached, the default
    recorder and `--detail counts`, interleaved ABBA: the IPIs all CPUs took (/proc/interrupts,
    CAL) above the same round's bare run, the windows run (the recorder's progress lines), and
    their ratio, IPIs per window; then one run of each recorder with bpftrace on the ipi
@@ -67,7 +67,7 @@ record-full,serve),
 BENCH_SKIP (comma-separated sections to skip: throughput,cost,hooks,long,sim,shapes,toggles,days,footprint),
 BENCH_ONLY (comma-separated sections to run alone, e.g. BENCH_ONLY=days,footprint), BENCH_SHAPES
 (tuned,default,neighbour), BENCH_SHAPE_CONFIGS (bpftrace-all,record,record-counts: what section 6
-sets against nothing attached), BENCH_SHAPE_ROUNDS (10), BENCH_TOGGLE_ROUNDS (4), BENCH_TOGGLE_SECS (40), BENCH_DAYS_ROUNDS (3), BENCH_FOOTPRINT_MINUTES
+sets against nothing attached), BENCH_SHAPE_ROUNDS (10), BENCH_TOGGLE_ROUNDS (4), BENCH_TOGGLE_SECS (15), BENCH_DAYS_ROUNDS (3), BENCH_FOOTPRINT_MINUTES
 (10), BENCH_TESTBED (the testbed's name, bench<pid>). Needs root; traffic only flows between the testbed's namespaces.
 """
 import json
@@ -140,9 +140,7 @@ SHAPE_CONFIGS = ["none"] + [c for c in os.environ.get("BENCH_SHAPE_CONFIGS", "bp
                             if c and c != "none"]
 SHAPE_ROUNDS = int(os.environ.get("BENCH_SHAPE_ROUNDS", "10"))
 TOGGLE_ROUNDS = int(os.environ.get("BENCH_TOGGLE_ROUNDS", "4"))
-# Long enough for a few of the default's windows: under this light load its run budget
-# spaces them to one every 10 to 30 s.
-TOGGLE_SECS = int(os.environ.get("BENCH_TOGGLE_SECS", "40"))
+TOGGLE_SECS = int(os.environ.get("BENCH_TOGGLE_SECS", "15"))
 # A light load: windows come every cycle the run budget allows, while the load's own IPIs
 # (a wake-up across CPUs per packet at most) stay few beside a window's.
 TOGGLE_PING_INTERVAL = "0.002"
