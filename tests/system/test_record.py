@@ -160,16 +160,14 @@ def test_udp_small_packets_and_ipv6(testbed, recorder):
     tb = testbed
     tb.iperf3_server()
     rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--sample", "16")
-    # Thirty seconds: the run budget spaces the windows on this load to about one every six
-    # seconds, and a bound needs the spread of a few of them.
-    udp = tb.iperf3("-u", "-l", "64", "-b", "40M", "-t", "30")
+    udp = tb.iperf3("-u", "-l", "64", "-b", "40M", "-t", "10")
     rc, _, err = rec.stop()
     assert rc == 0, err
     r = report_json(rec.out)
     rec6 = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, "--sample", "16")
-    # Long enough to span two of the 4 s cycles the flows are sampled in (a shorter flow can
-    # fall between two windows).
-    v6 = tb.iperf3("-P", "2", "-t", "8", dst=tb.ip6_rcv)
+    # Long enough to span two of the one-second cycles the flows are sampled in (a shorter
+    # flow can fall between two windows).
+    v6 = tb.iperf3("-P", "2", "-t", "2", dst=tb.ip6_rcv)
     rc, _, err = rec6.stop()
     assert rc == 0, err
     r6 = report_json(rec6.out)
@@ -202,15 +200,15 @@ def test_udp_flow_estimates_hold_to_their_bounds(testbed, recorder, flows):
     """Where the driver counts the queues, flows are sampled by default in the detail windows
     alone and scaled by its counts, so no program runs per packet outside them; with
     --flows always a program samples every skb's flow all the time. Either way a steady UDP
-    flow of 64 B packets holds to its own bound, and that bound says something. Thirty seconds
-    of it in windows: the run budget spaces the windows (4096 packets each) on this load to
-    about one every six seconds, and the bound wants a few of them; ten always on."""
+    flow of 64 B packets, ten seconds long, holds to its own bound, and that bound says
+    something. Ten seconds: the run budget spaces the windows on this load to about one every
+    two seconds, and the bound wants a few of them."""
     tb = testbed
     tb.iperf3_server()
     extra = [] if flows == "windows" else ["--flows", "always"]
     rec = recorder("-i", tb.if_rcv, "--netns", tb.ns_rcv, *extra)
     k0 = tb.stats(tb.ns_rcv, tb.if_rcv)
-    udp = tb.iperf3("-u", "-l", "64", "-b", "40M", "-t", "30" if flows == "windows" else "10")
+    udp = tb.iperf3("-u", "-l", "64", "-b", "40M", "-t", "10")
     wait_quiet(tb)
     k1 = tb.stats(tb.ns_rcv, tb.if_rcv)
     rc, _, err = rec.stop()

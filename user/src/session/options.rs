@@ -84,21 +84,21 @@ pub struct DetailArgs {
     /// flows exact; for short deep dives).
     #[arg(long = "detail", value_enum, default_value = "windows")]
     pub mode: DetailMode,
-    /// With --detail windows or counts: the window programs run 1/N of each cycle (4 s, or
-    /// the interval if longer), in one window at a random place. With windows: the detail hooks and the L3-miss sampler (the
+    /// With --detail windows or counts: the window programs run 1/N of each second, in one
+    /// window at a random place. With windows: the detail hooks and the L3-miss sampler (the
     /// sampler at N times its rate inside, so the sample count stays about the same), after a
     /// warm-up and before a drain of up to 10 ms each; a queue that carries traffic before
     /// any of its stages is timed gets a window opened for it at once. With counts: tier 0's
     /// programs for flows, queue splits, NAPI polls and drops alone, no warm-up or drain.
     /// 1: always on. Default: 32, with windows cut to --window-packets on a busy device;
-    /// given, every window runs its 1/N of the cycle unless --window-packets is given too.
+    /// given, every window runs its 1/N of the second unless --window-packets is given too.
     #[arg(long, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=windows::MAX_DUTY as i64))]
     pub duty: Option<u32>,
     /// With --detail windows or counts: on a busy device each window is cut to about this
     /// many packets (both directions, at the last interval's rate; at least 2 ms), so the
-    /// window programs' runs stay near this many packets' worth a cycle however fast the
-    /// device runs. 0: every window runs its 1/N of the cycle. Default: 4096, or 0 with
+    /// window programs' runs stay near this many packets' worth a second however fast the
+    /// device runs. 0: every window runs its 1/N of the second. Default: 1024, or 0 with
     /// --duty given.
     #[arg(long, value_name = "PACKETS")]
     pub window_packets: Option<u64>,

@@ -2,7 +2,7 @@
 //! the buffer-page map) and the L3-miss sampler run, so their per-packet cost is paid about
 //! 1/N of the time while the always-on counts (tier 0) stay exact.
 //!
-//! Time is cut into cycles of [`MIN_CYCLE`] (or the recording interval, if longer); each cycle
+//! Time is cut into cycles of a second (or the recording interval, if longer); each cycle
 //! draws one window of 1/N of its length, starting anywhere in it (a fixed place would alias
 //! with any periodic load) and free to run on into the next cycle, so no cycle boundary is
 //! special (where two windows overlap, their union runs once: the recorder measures the time
@@ -40,16 +40,9 @@ pub const DRAIN_PATIENCE: u32 = 4;
 /// cut rather than timed, and the hooks' time on stays bounded whatever a reader does.
 pub const LONGEST_DRAIN: Duration = Duration::from_millis(100);
 
-/// The shortest cycle. A window's hooks cost more than their runs: attaching a program to a
-/// tracepoint nothing else uses, and detaching it, patches the kernel's text at each of the
-/// tracepoint's call sites (its static call, then its static key), and every patch stops every
-/// other CPU with interrupts: a few hundred a window on a 2-CPU host (`make bench` section 9
-/// counts them), as many again on each further CPU, whatever the window's length. So the
-/// windows come once in four seconds, not every second, each four times as long (or cut to
-/// four times the packets, [`WINDOW_PACKETS`]): the same share of the time and of the packets,
-/// a quarter of the patching. Long enough too that warm-up and drain are a
-/// small part of a window at any duty (at 64, a 62.5 ms window between 10 ms of each).
-pub const MIN_CYCLE: Duration = Duration::from_secs(4);
+/// The shortest cycle: long enough that warm-up and drain are a small part of a window at
+/// any duty (at 16, a 62.5 ms window between 10 ms of each).
+pub const MIN_CYCLE: Duration = Duration::from_secs(1);
 
 /// The cycle for a recording interval.
 pub fn cycle(interval: Duration) -> Duration {
@@ -59,8 +52,8 @@ pub fn cycle(interval: Duration) -> Duration {
 /// Largest `--duty`.
 pub const MAX_DUTY: u32 = 64;
 
-/// `--duty` when not given: the detail hooks and the sampler run 1/32 of the time (125 ms of
-/// every 4 s cycle), which keeps their cost a thirty-second of always-on while a busy queue still
+/// `--duty` when not given: the detail hooks and the sampler run 1/32 of the time (31 ms of
+/// every second), which keeps their cost a thirty-second of always-on while a busy queue still
 /// gets thousands of timed packets a second. A queue that turns busy between two drawn
 /// windows has one opened for it (`Schedule::open_at`), so a burst of a few hundred
 /// milliseconds still gets its stages timed.
@@ -70,10 +63,10 @@ pub const DEFAULT_DUTY: u32 = 32;
 /// thousands of timed packets a second are more than the stage histograms, the flow sample
 /// and the splits need, while the detail hooks cost a fixed number of runs per packet inside
 /// a window. Sizing windows by packets rather than time holds their cost to about this many
-/// packets' worth of hook runs a cycle (1024 a second of [`MIN_CYCLE`]), whatever the rate: at
-/// 1 Mpkt/s a 1/32 window would time 31,000 packets a second, each paying every hook on its
-/// path (and its peer's, for a host-wide one).
-pub const WINDOW_PACKETS: u64 = 4096;
+/// packets' worth of hook runs a second, whatever the rate: at 1 Mpkt/s a 1/32 window would
+/// time 31,000 packets a second, each paying every hook on its path (and its peer's, for a
+/// host-wide one).
+pub const WINDOW_PACKETS: u64 = 1024;
 
 /// `--run-budget` when not given: the programs run at most this many times per packet of the
 /// device, on average. At the 60-220 ns a run costs on a 2-vCPU VM (100 ns on average), about
