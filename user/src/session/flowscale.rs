@@ -948,7 +948,7 @@ mod tests {
     }
 
     /// A flow seen in one window, on a queue whose other flows have been seen in many: its
-    /// bound takes their scatter (about a tenth here of the most a half share can scatter),
+    /// bound takes their scatter (small here: their paces vary by ±20 % around the same mean),
     /// narrower than what one window alone allows, and holds.
     #[test]
     fn a_flow_seen_in_one_window_takes_the_scatter_the_others_show() {
