@@ -38,6 +38,8 @@ const volatile __u32 link_hdr_len = 14;
  * direction whose program runs only in windows samples more densely there. */
 const volatile __u32 flow_bytes = 65536;
 const volatile __u32 flow_bytes_tx = 65536;
+/* Where this load's flow-sampling sequences start (random, set by userspace). */
+const volatile __u64 draw_seed = 0;
 /* Per direction, in 1/65536: the window-only direction's threshold times the part
  * of its duty's window its programs were last on (a busy device's windows are cut
  * to a packet budget; the programs run through their attach too), so a cut window
@@ -197,7 +199,10 @@ static __always_inline struct qc_queue_stats *qc_queue(__u8 dir, __u32 queue)
 /* Is this skb, d bytes long, one of the flow samples? The draw comes from a
  * per-CPU splitmix64 sequence, not bpf_get_prandom_u32: the helper cost about
  * 60 ns per skb on a 2-vCPU VM (half of the UDP counting program), and the
- * estimate needs draws that are uniform and blind to the packet, not secret. */
+ * estimate needs draws that are uniform and blind to the packet, not secret.
+ * Each load starts its sequences at a random draw_seed: from one fixed start,
+ * every recording of a steady flow would draw the same samples and share one
+ * error, which recording after recording would then repeat, not average out. */
 static __always_inline bool flow_sampled(struct qc_cpu *c, __u32 d, __u32 fb)
 {
 	if (!fb)
@@ -207,7 +212,7 @@ static __always_inline bool flow_sampled(struct qc_cpu *c, __u32 d, __u32 fb)
 	if (!c)
 		return false;
 	if (!c->draw)
-		c->draw = ((__u64)bpf_get_smp_processor_id() + 1) << 40;
+		c->draw = (draw_seed ^ (((__u64)bpf_get_smp_processor_id() + 1) << 40)) | 1;
 	__u64 x = c->draw + 0x9E3779B97F4A7C15ULL;
 	c->draw = x;
 	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;

@@ -264,6 +264,7 @@ fn load(
     ro.link_hdr_len = cfg.link_hdr_len;
     ro.flow_bytes = cfg.flow_bytes[0];
     ro.flow_bytes_tx = cfg.flow_bytes[1];
+    ro.draw_seed = fastrand::u64(..);
     super::size_by_cpu(&mut open.maps.qc_cpu, 1, "the qcount per-CPU scratch")?;
     super::size_by_cpu(
         &mut open.maps.qc_queues,
@@ -1083,6 +1084,131 @@ impl QcountProbe {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An Ethernet frame of a UDP datagram with 64 bytes of payload, 106 bytes in all.
+    fn udp_frame() -> Vec<u8> {
+        let mut f = vec![0u8; 106];
+        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        let ip = &mut f[14..34];
+        ip[0] = 0x45;
+        ip[2..4].copy_from_slice(&92u16.to_be_bytes());
+        (ip[8], ip[9]) = (64, 17);
+        ip[12..16].copy_from_slice(&[10, 0, 0, 1]);
+        ip[16..20].copy_from_slice(&[10, 0, 0, 2]);
+        f[34..36].copy_from_slice(&40000u16.to_be_bytes());
+        f[36..38].copy_from_slice(&5201u16.to_be_bytes());
+        f[38..40].copy_from_slice(&72u16.to_be_bytes());
+        f
+    }
+
+    /// Samples and estimated packets (x256) in a loaded object's flow cache and tables.
+    fn flow_sums(skel: &QcountSkel<'_>) -> (u64, u64) {
+        let mut sum = (0, 0);
+        let mut add = |v: &qc_flow_stats| {
+            sum.0 += v.samples;
+            sum.1 += v.packets_x256;
+        };
+        let cache = &skel.maps.qc_flow_cache;
+        for i in 0..cache.max_entries() {
+            let raw = cache
+                .lookup(&i.to_ne_bytes(), MapFlags::ANY)
+                .expect("reading the flow cache")
+                .expect("an array has every entry");
+            let mut slot = qc_flow_slot::default();
+            plain::copy_from_bytes(&mut slot, &raw).expect("a flow cache slot");
+            add(&slot.stats);
+        }
+        for table in [&skel.maps.qc_flows0, &skel.maps.qc_flows1] {
+            for key in table.keys() {
+                let copies = table
+                    .lookup_percpu(&key, MapFlags::ANY)
+                    .expect("reading a flow table");
+                for raw in copies.into_iter().flatten() {
+                    let mut v = qc_flow_stats::default();
+                    plain::copy_from_bytes(&mut v, &raw).expect("a flow table entry");
+                    add(&v);
+                }
+            }
+        }
+        sum
+    }
+
+    /// Each load of the object starts its flow-sampling draws afresh: with one start for
+    /// every recording, every recording of a steady flow drew the same samples, and the
+    /// first few thousand draws of that start fell 5 % short (each recording's first window
+    /// charged a flow alone on its queue 95 % of it). Run on one CPU, a fixed start gives
+    /// every load the same count; fresh ones scatter by the binomial's deviation, and their
+    /// estimates add up to the frames that ran.
+    #[test]
+    #[ignore = "loads BPF: needs root and kernel BTF (make test runs it)"]
+    fn each_load_draws_its_own_flow_samples_and_they_weigh_up_to_the_frames() {
+        const LOADS: usize = 16;
+        const FRAMES: u32 = 4096;
+        // One in 16 frames: a 106-byte frame against a threshold of 16 times that.
+        let p = 1.0 / 16.0;
+        // SAFETY: a zeroed cpu_set_t filled by the libc macros, for this test's own thread.
+        unsafe {
+            let mut one: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(0, &mut one);
+            assert_eq!(
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one),
+                0,
+                "pinning the test to CPU 0"
+            );
+        }
+        let frame = udp_frame();
+        let cfg = QcountConfig {
+            ifindex: 1,
+            netns_inode: 0,
+            netns_path: None,
+            rx_queue_offset: 1,
+            link_hdr_len: 14,
+            flow_bytes: [106 * 16, 0],
+            rx: RxChoice::Tcx,
+            count_rx: true,
+            count_tx: false,
+            window_only: [false; 2],
+            napi_window_only: true,
+            drop_window_only: true,
+        };
+        let features = Features::detect();
+        let mut samples = Vec::new();
+        let mut packets_x256 = 0;
+        for _ in 0..LOADS {
+            let skel = load(&cfg, &features, HookChoice::Auto, true).expect("loading qcount");
+            let out = skel
+                .progs
+                .qc_rx_tc
+                .test_run(libbpf_rs::ProgramInput {
+                    data_in: Some(&frame),
+                    repeat: FRAMES,
+                    ..Default::default()
+                })
+                .expect("BPF_PROG_TEST_RUN of the tcx program");
+            assert_eq!(out.return_value, 0xffff_ffff, "TCX_NEXT");
+            let (n, x256) = flow_sums(&skel);
+            samples.push(n as f64);
+            packets_x256 += x256;
+        }
+        let frames = f64::from(FRAMES);
+        let binomial_sd = (frames * p * (1.0 - p)).sqrt();
+        let mean = samples.iter().sum::<f64>() / LOADS as f64;
+        let sd =
+            (samples.iter().map(|n| (n - mean).powi(2)).sum::<f64>() / (LOADS - 1) as f64).sqrt();
+        // A sample deviation under 0.35 of the binomial's from 16 fresh starts: 1 in 50,000.
+        assert!(
+            sd > 0.35 * binomial_sd,
+            "samples per load {samples:?}: sd {sd:.1}, binomial {binomial_sd:.1}"
+        );
+        // The estimate of all the loads' frames, within 4 of its standard deviations (6 %).
+        let all = frames * LOADS as f64;
+        let estimate = packets_x256 as f64 / 256.0;
+        let tolerance = 4.0 * (all * (1.0 - p) / p).sqrt();
+        assert!(
+            (estimate - all).abs() < tolerance,
+            "estimated {estimate:.0} frames of {all} (within {tolerance:.0}); samples {samples:?}"
+        );
+    }
 
     fn key(sport: u16, qslot: u8) -> pl_flow_key {
         let mut k = pl_flow_key {
