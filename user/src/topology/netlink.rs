@@ -17,6 +17,14 @@ const CTRL_CMD_GETFAMILY: u8 = 3;
 const CTRL_ATTR_FAMILY_ID: u16 = 1;
 const CTRL_ATTR_FAMILY_NAME: u16 = 2;
 
+/// The errno an NLMSG_ERROR or NLMSG_DONE message carries (0: none). A dump the kernel could
+/// not make (a driver that keeps no such statistics) ends in a DONE that says why, as iproute2
+/// reads it: taken for an empty answer, a refusal would be asked again at every read.
+fn carried_errno(msg: &[u8]) -> i32 {
+    msg.get(NLMSG_HDR..NLMSG_HDR + 4)
+        .map_or(0, |e| -i32::from_ne_bytes([e[0], e[1], e[2], e[3]]))
+}
+
 pub struct Netlink {
     sock: OwnedFd,
     seq: u32,
@@ -245,15 +253,11 @@ impl Netlink {
                     continue;
                 }
                 match t {
-                    NLMSG_DONE => return Ok(out),
-                    NLMSG_ERROR => {
-                        let errno = msg
-                            .get(NLMSG_HDR..NLMSG_HDR + 4)
-                            .map_or(0, |e| -i32::from_ne_bytes([e[0], e[1], e[2], e[3]]));
-                        if errno != 0 {
-                            return Err(std::io::Error::from_raw_os_error(errno));
-                        }
-                        return Ok(out);
+                    NLMSG_DONE | NLMSG_ERROR => {
+                        return match carried_errno(msg) {
+                            0 => Ok(out),
+                            errno => Err(std::io::Error::from_raw_os_error(errno)),
+                        };
                     }
                     _ => {
                         out.push(msg[NLMSG_HDR..].to_vec());
@@ -308,5 +312,23 @@ mod tests {
         bad[0] = 200;
         assert!(attrs(&bad).is_empty());
         assert_eq!(uint(&[1, 2, 3]), None);
+    }
+
+    #[test]
+    fn a_dump_that_ends_in_an_error_is_an_error() {
+        let msg = |payload: &[u8]| {
+            let mut m = vec![0u8; NLMSG_HDR];
+            m[4..6].copy_from_slice(&NLMSG_DONE.to_ne_bytes());
+            m.extend_from_slice(payload);
+            m
+        };
+        // What the netdev family's qstats dump ends in for a device without queue stats.
+        assert_eq!(
+            carried_errno(&msg(&(-libc::EOPNOTSUPP).to_ne_bytes())),
+            libc::EOPNOTSUPP
+        );
+        assert_eq!(carried_errno(&msg(&0i32.to_ne_bytes())), 0);
+        // A DONE without a payload (older kernels) ends a dump that went well.
+        assert_eq!(carried_errno(&msg(&[])), 0);
     }
 }
