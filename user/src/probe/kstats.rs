@@ -400,9 +400,16 @@ impl KernelStats {
     /// driver's statistics are the ones the last `queues` read, where that read is unused.
     fn ring_drop_counters(&mut self) -> Vec<NicDrop> {
         let driver = self.driver.clone();
+        // A driver none of whose statistics counts ring drops (veth) is not asked each interval.
+        let counts_drops = |e: &crate::topology::ethtool::DriverStats| {
+            e.names()
+                .iter()
+                .any(|n| ring_drop_counter(n, driver.as_deref()).is_some())
+        };
         let mut out = self
             .ethtool
             .as_mut()
+            .filter(|e| counts_drops(e))
             .and_then(|e| e.last_or_read())
             .map(|v| ring_drops_from_ethtool(&v, driver.as_deref()))
             .unwrap_or_default();

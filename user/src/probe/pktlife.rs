@@ -125,6 +125,9 @@ pub struct PktlifeProbe {
     /// The stage table's sums as last read, while they still hold: no hook has run since (most
     /// intervals fall between windows, and the table is hundreds of KiB).
     stages: Option<Vec<QueueCounters>>,
+    /// The event counters as last read while every hook was off, held likewise: an interval
+    /// between windows reads neither table.
+    events: Option<EventCounters>,
     /// Which hand-up hooks the windows attach.
     handups: super::handups::HandupChoice,
 }
@@ -248,6 +251,7 @@ impl PktlifeProbe {
             generation: 0,
             cut: vec![0; 2 * MAX_QUEUES as usize],
             stages: None,
+            events: None,
             handups: Default::default(),
             skel,
             links: Vec::new(),
@@ -361,6 +365,7 @@ impl PktlifeProbe {
         std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
         self.generation = generation;
         self.stages = None;
+        self.events = None;
         self.handups.open_window();
         let choice = &self.handups;
         let which: Vec<String> = PKTLIFE_HOOKS
@@ -583,16 +588,27 @@ impl PktlifeProbe {
         Self::percpu_sum(&self.skel.maps.counters, pl_counter::PLC_RUNS)
     }
 
-    pub fn read_events(&self) -> Result<EventCounters> {
-        let m = &self.skel.maps.counters;
-        Ok(EventCounters {
-            sampled: Self::percpu_sum(m, pl_counter::PLC_SAMPLED)?,
-            lost: Self::percpu_sum(m, pl_counter::PLC_LOST)?,
-            state_evicted: Self::percpu_sum(m, pl_counter::PLC_STATE_EVICT)?,
-            queue_clamped: Self::percpu_sum(m, pl_counter::PLC_QUEUE_CLAMPED)?,
-            state_stale: Self::percpu_sum(m, pl_counter::PLC_STATE_STALE)?,
-            received: *self.received.borrow(),
-        })
+    pub fn read_events(&mut self) -> Result<EventCounters> {
+        let mut e = match self.events.take() {
+            Some(kept) => kept,
+            None => {
+                let m = &self.skel.maps.counters;
+                EventCounters {
+                    sampled: Self::percpu_sum(m, pl_counter::PLC_SAMPLED)?,
+                    lost: Self::percpu_sum(m, pl_counter::PLC_LOST)?,
+                    state_evicted: Self::percpu_sum(m, pl_counter::PLC_STATE_EVICT)?,
+                    queue_clamped: Self::percpu_sum(m, pl_counter::PLC_QUEUE_CLAMPED)?,
+                    state_stale: Self::percpu_sum(m, pl_counter::PLC_STATE_STALE)?,
+                    received: 0,
+                }
+            }
+        };
+        // With every hook off, the counts hold until the next window.
+        if self.links.is_empty() {
+            self.events = Some(e);
+        }
+        e.received = *self.received.borrow();
+        Ok(e)
     }
 
     /// What the probes wrote to the buffer-page map, cumulative.

@@ -278,7 +278,13 @@ impl Session {
         } else {
             None
         };
-        if let Some(k) = self.kstats.as_mut() {
+        // Only a direction the driver's counters still count needs them read: on a device
+        // whose counts come from elsewhere, each read is an interval's syscalls for nothing.
+        if let Some(k) = self
+            .kstats
+            .as_mut()
+            .filter(|_| self.kernel_counts.contains(&true))
+        {
             overlay_kernel_counts(&mut cur_q, &k.queues(), self.kernel_counts);
         }
         let after = if check || self.splits.iter().any(Option::is_some) {

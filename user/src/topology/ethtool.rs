@@ -316,6 +316,11 @@ impl DriverStats {
         )
     }
 
+    /// The statistics' names, as the driver listed them.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
     /// Every named statistic's value now; None: the device could not be asked.
     pub fn read(&mut self) -> Option<Vec<(&str, u64)>> {
         let n = self.names.len();
